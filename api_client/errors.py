@@ -1,0 +1,160 @@
+"""One exception class per error code of the `/v1` contract.
+
+`ApiError.from_response` turns any error body into the matching class, so callers can write
+`except AgentOffline:` rather than comparing strings.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class FleetdeckError(Exception):
+    """Base of everything this package raises."""
+
+
+class TransportError(FleetdeckError):
+    """The control plane could not be reached, or answered something that is not the API."""
+
+
+class ApiError(FleetdeckError):
+    """An error answer of the API: `{"error": {"code", "message", "details"}}`."""
+
+    code: ClassVar[str] = "error"
+    status: ClassVar[int] = 500
+
+    def __init__(self, message: str, *, status: int | None = None, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details or {}
+        if status is not None:
+            self.status_code = status
+        else:
+            self.status_code = self.status
+        # The code as the server sent it: differs from `code` only for codes this client predates.
+        self.error_code: str = self.code
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.code})"
+
+    @classmethod
+    def for_code(cls, code: str) -> type[ApiError]:
+        return _BY_CODE.get(code, ApiError)
+
+    @classmethod
+    def from_body(cls, status: int, body: Any) -> ApiError:
+        error = body.get("error") if isinstance(body, dict) else None
+        if not isinstance(error, dict) or not isinstance(error.get("code"), str):
+            return ApiError(f"unexpected answer with status {status}", status=status)
+        klass = cls.for_code(error["code"])
+        details = error.get("details")
+        exc = klass(
+            str(error.get("message") or error["code"]),
+            status=status,
+            details=details if isinstance(details, dict) else {},
+        )
+        exc.error_code = error["code"]
+        return exc
+
+
+class BadRequest(ApiError):
+    code = "bad_request"
+    status = 400
+
+
+class Unauthenticated(ApiError):
+    code = "unauthenticated"
+    status = 401
+
+
+class Forbidden(ApiError):
+    code = "forbidden"
+    status = 403
+
+
+class TierRequired(ApiError):
+    code = "tier_required"
+    status = 403
+
+
+class NotFound(ApiError):
+    code = "not_found"
+    status = 404
+
+
+class Conflict(ApiError):
+    code = "conflict"
+    status = 409
+
+
+class AgentOffline(ApiError):
+    code = "agent_offline"
+    status = 409
+
+
+class TooLarge(ApiError):
+    code = "too_large"
+    status = 413
+
+
+class BinaryFile(ApiError):
+    code = "binary_file"
+    status = 415
+
+
+class ValidationFailed(ApiError):
+    code = "validation_error"
+    status = 422
+
+
+class UnknownKind(ApiError):
+    code = "unknown_kind"
+    status = 422
+
+
+class KindNotAllowed(ApiError):
+    code = "kind_not_allowed"
+    status = 422
+
+
+class ImmutableField(ApiError):
+    code = "immutable_field"
+    status = 422
+
+
+class LiteServer(ApiError):
+    code = "lite_server"
+    status = 422
+
+
+class PathOutsideScope(ApiError):
+    code = "path_outside_scope"
+    status = 422
+
+
+class InternalError(ApiError):
+    code = "internal"
+    status = 500
+
+
+_BY_CODE: dict[str, type[ApiError]] = {
+    klass.code: klass
+    for klass in (
+        BadRequest,
+        Unauthenticated,
+        Forbidden,
+        TierRequired,
+        NotFound,
+        Conflict,
+        AgentOffline,
+        TooLarge,
+        BinaryFile,
+        ValidationFailed,
+        UnknownKind,
+        KindNotAllowed,
+        ImmutableField,
+        LiteServer,
+        PathOutsideScope,
+        InternalError,
+    )
+}

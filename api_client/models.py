@@ -1,0 +1,194 @@
+"""The wire shapes of the `/v1` API: the one definition, shared by client and control plane.
+
+Request bodies and small responses are validated with these models. Bulk payloads (directory
+listings) are not: they travel as plain dicts through orjson, and `Entry` exists here to document
+the shape (and to give the OpenAPI document a schema), not to be built 100,000 times.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Plan = Literal["free", "plus", "pro", "max"]
+Role = Literal["owner", "admin", "operator", "member"]
+Capability = Literal["observe", "content", "infra", "sysadmin", "file_write", "root_scope"]
+ServerKind = Literal["full", "lite"]
+ScopeName = Literal["site", "root"]
+EntryType = Literal["file", "dir", "symlink", "other"]
+
+PLANS: tuple[Plan, ...] = ("free", "plus", "pro", "max")
+ROLES: tuple[Role, ...] = ("owner", "admin", "operator", "member")
+
+
+class WireModel(BaseModel):
+    """Base of every wire model: unknown fields are ignored so an older client keeps working."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class RequestModel(BaseModel):
+    """Base of request bodies: unknown fields are a validation error, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+class ErrorInfo(WireModel):
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorBody(WireModel):
+    error: ErrorInfo
+
+
+# --- health and identity -------------------------------------------------------------------
+
+
+class Health(WireModel):
+    status: Literal["ok"]
+    version: str
+    agents_online: int
+
+
+class User(WireModel):
+    id: str
+    email: str
+    name: str
+    super_admin: bool
+
+
+class Org(WireModel):
+    id: str
+    name: str
+    plan: Plan
+
+
+class LoginRequest(RequestModel):
+    email: str = Field(min_length=3, max_length=320)
+    password: str = Field(min_length=1, max_length=1024)
+
+
+class LoginResponse(WireModel):
+    token: str
+    expires_at: datetime
+    user: User
+
+
+class Me(WireModel):
+    user: User
+    org: Org
+    role: Role
+    capabilities: list[Capability]
+
+
+class TokenCreate(RequestModel):
+    name: str = Field(min_length=1, max_length=100)
+
+
+class ApiToken(WireModel):
+    id: str
+    name: str
+    created_at: datetime
+
+
+class ApiTokenCreated(ApiToken):
+    token: str
+
+
+class TokenList(WireModel):
+    tokens: list[ApiToken]
+
+
+# --- servers --------------------------------------------------------------------------------
+
+
+class AgentInfo(WireModel):
+    online: bool
+    version: str | None = None
+    connected_at: datetime | None = None
+    last_seen_at: datetime | None = None
+    direct_ingress_url: str | None = None
+
+
+class Server(WireModel):
+    id: str
+    name: str
+    kind: ServerKind
+    address: str | None = None
+    agent: AgentInfo
+    created_at: datetime
+
+
+class ServerList(WireModel):
+    servers: list[Server]
+
+
+class ServerCreate(RequestModel):
+    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    kind: ServerKind = "full"
+    address: str | None = Field(default=None, max_length=255)
+
+
+class ServerCreated(WireModel):
+    server: Server
+    agent_token: str
+
+
+class PresenceEvent(WireModel):
+    """One event of `GET /v1/servers/events`: a server's agent came online or went offline."""
+
+    server_id: str
+    online: bool
+    version: str | None = None
+    at: datetime
+
+
+# --- file workspace -------------------------------------------------------------------------
+
+
+class Entry(WireModel):
+    name: str
+    path: str
+    type: EntryType
+    size: int
+    mode: int
+    permissions: str
+    owner: str
+    group: str
+    mtime: datetime
+    link_target: str | None = None
+
+
+class Scope(WireModel):
+    scope: ScopeName
+    domain: str | None = None
+    slug: str | None = None
+
+
+class ScopeList(WireModel):
+    scopes: list[Scope]
+
+
+class Listing(WireModel):
+    """`fs/list`. `entries` are plain dicts with the fields of `Entry` (see the module note)."""
+
+    path: str
+    entries: list[dict[str, Any]]
+    next_cursor: str | None = None
+    total: int
+
+
+class FileContent(WireModel):
+    path: str
+    content: str
+    encoding: Literal["utf-8"] = "utf-8"
+    size: int
+    mtime: datetime
+    etag: str

@@ -1,0 +1,1 @@
+"""Authentication (passwords, tokens) and authorisation (roles, capabilities, plans)."""

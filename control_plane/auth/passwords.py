@@ -1,0 +1,21 @@
+"""Password hashing with argon2id (argon2-cffi's defaults, which follow RFC 9106)."""
+
+from __future__ import annotations
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
+_hasher = PasswordHasher()
+# Verified against when the email is unknown, so a wrong email costs the same time as a wrong password.
+_DUMMY_HASH = _hasher.hash("fleetdeck-timing-equaliser")
+
+
+def hash_password(password: str) -> str:
+    return _hasher.hash(password)
+
+
+def verify_password(password_hash: str | None, password: str) -> bool:
+    try:
+        return _hasher.verify(password_hash or _DUMMY_HASH, password) and password_hash is not None
+    except (VerificationError, InvalidHashError):
+        return False

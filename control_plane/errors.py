@@ -1,0 +1,70 @@
+"""Every error answer in the contract's shape: `{"error": {"code", "message", "details"}}`.
+
+Handlers raise the `api_client.errors` class of the code (`NotFound(...)`), so the client and the
+server share one list of codes. Framework errors (unknown route, failed validation, malformed
+JSON) are translated here too, so no answer ever leaves in another shape.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from api_client.errors import ApiError
+
+log = logging.getLogger("fleetdeck.control_plane")
+
+
+def error_response(status: int, code: str, message: str, details: dict[str, Any] | None = None) -> Response:
+    body = {"error": {"code": code, "message": message, "details": details or {}}}
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def _loc(loc: Any) -> list[str | int]:
+    # FastAPI prefixes "body"/"query"; keep it, it tells the caller where to look.
+    return [p if isinstance(p, int) else str(p) for p in loc]
+
+
+async def _api_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status_code, exc.error_code, exc.message, exc.details)
+
+
+async def _validation_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return error_response(400, "bad_request", "the request body is not valid JSON")
+    listed = [{"loc": _loc(e.get("loc", ())), "msg": str(e.get("msg", ""))} for e in errors]
+    first = listed[0] if listed else {"loc": [], "msg": "invalid"}
+    where = ".".join(str(p) for p in first["loc"])
+    return error_response(422, "validation_error", f"{where}: {first['msg']}", {"errors": listed})
+
+
+async def _http_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 404:
+        return error_response(404, "not_found", "no such route")
+    if exc.status_code == 405:
+        return error_response(405, "bad_request", "method not allowed on this route")
+    if exc.status_code == 401:
+        return error_response(401, "unauthenticated", str(exc.detail))
+    return error_response(exc.status_code, "bad_request", str(exc.detail))
+
+
+async def _unexpected(_request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error", exc_info=exc)
+    return error_response(500, "internal", "internal error; see the control plane's log")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,55 @@
+"""Serving the app with hypercorn's trio worker on a socket we bound ourselves.
+
+Binding first (port 0 = any free port) and handing hypercorn the descriptor means the real
+port is known before serving starts, with no window in which another process could take it.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Awaitable, Callable
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+from .app import create_app
+from .state import Fleet
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    return sock
+
+
+def close_unless_served(sock: socket.socket) -> None:
+    """Close a bound socket that never reached `serve_fleet` (which detaches the ones it takes)."""
+    if sock.fileno() != -1:
+        sock.close()
+
+
+def base_url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def serve_fleet(
+    fleet: Fleet,
+    sock: socket.socket,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    config = Config()
+    # Hypercorn takes the descriptor over and closes it when it stops: hand it over for good.
+    config.bind = [f"fd://{sock.detach()}"]
+    config.accesslog = None
+    config.graceful_timeout = 2.0
+    # Agent links carry 256 KiB binary frames; allow whole 64 MiB relay messages.
+    config.websocket_max_message_size = 64 * 1024 * 1024
+    await serve(create_app(fleet), config, shutdown_trigger=shutdown_trigger, task_status=task_status)

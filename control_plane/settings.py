@@ -1,0 +1,20 @@
+"""Control plane settings: given on the command line, with environment overrides for tests."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value else default
+
+
+@dataclass(frozen=True)
+class Settings:
+    db_url: str
+    session_ttl: timedelta = timedelta(days=30)
+    heartbeat_s: float = field(default_factory=lambda: _env_float("FLEETDECK_HEARTBEAT_S", 10.0))
+    agent_call_timeout_s: float = 30.0

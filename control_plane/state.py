@@ -1,0 +1,88 @@
+"""What every request handler reaches through `request.app.state.fleet`, and the caller's identity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+
+from api_client.errors import AgentOffline, ApiError, TierRequired, Unauthenticated
+from api_client.errors import InternalError as AgentInternal
+
+from . import audit
+from .auth.principal import Principal, capabilities_for
+from .clock import parse, utcnow
+from .hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError
+from .presence import PresenceFeed
+from .settings import Settings
+from .storage import Database
+from .storage.accounts import identity_for_token
+
+
+@dataclass
+class Fleet:
+    settings: Settings
+    db: Database
+    hub: AgentHub
+    presence: PresenceFeed
+
+    async def call_agent(self, server_id: str, method: str, params: dict[str, Any]) -> Any:
+        """One RPC to a server's agent, its failures turned into the contract's errors."""
+        try:
+            return await self.hub.call(server_id, method, params, timeout=self.settings.agent_call_timeout_s)
+        except AgentOfflineError as exc:
+            raise AgentOffline("the server's agent is not connected") from exc
+        except AgentTimeoutError as exc:
+            error = ApiError("the server's agent did not answer in time", status=504)
+            error.error_code = "agent_timeout"
+            raise error from exc
+        except AgentCallError as exc:
+            klass = ApiError.for_code(exc.code)
+            if klass is ApiError:
+                raise AgentInternal(
+                    f"agent error: {exc.message}", status=502, details={"agent_code": exc.code}
+                ) from exc
+            raise klass(exc.message, details=exc.details) from exc
+
+    async def audit(self, principal: Principal | None, action: str, **fields: Any) -> None:
+        identity: dict[str, Any] = {}
+        if principal is not None:
+            identity = {"org_id": principal.org_id, "user_id": principal.user_id, "actor_email": principal.email}
+        await self.db.run(audit.record, action=action, **identity, **fields)
+
+
+def fleet_of(request: Request) -> Fleet:
+    fleet: Fleet = request.app.state.fleet
+    return fleet
+
+
+async def authenticate(request: Request) -> Principal:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("missing bearer token")
+    row = await fleet_of(request).db.run(identity_for_token, token.strip())
+    if row is None or (row["expires_at"] and parse(row["expires_at"]) <= utcnow()):
+        raise Unauthenticated("unknown or expired token")
+    if row["token_kind"] == "api" and row["plan"] != "max":
+        raise TierRequired(
+            "API tokens work only for organisations on plan max",
+            details={"required_plan": "max", "current_plan": row["plan"]},
+        )
+    return Principal(
+        user_id=row["user_id"],
+        email=row["email"],
+        name=row["name"],
+        super_admin=bool(row["super_admin"]),
+        org_id=row["org_id"],
+        org_name=row["org_name"],
+        plan=row["plan"],
+        role=row["role"],
+        capabilities=capabilities_for(row["role"], bool(row["super_admin"]), row["narrowed"]),
+        token_kind=row["token_kind"],
+    )
+
+
+Caller = Annotated[Principal, Depends(authenticate)]
+FleetDep = Annotated[Fleet, Depends(fleet_of)]

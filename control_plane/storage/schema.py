@@ -1,0 +1,87 @@
+"""The tables, as SQLAlchemy Core objects. Their history is in `migrations/`: change both together."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+orgs = sa.Table(
+    "orgs",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("name", sa.String, nullable=False, unique=True),
+    sa.Column("plan", sa.String, nullable=False),
+    sa.Column("created_at", sa.String, nullable=False),
+)
+
+users = sa.Table(
+    "users",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("email", sa.String, nullable=False, unique=True),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("password_hash", sa.String, nullable=False),
+    sa.Column("super_admin", sa.Boolean, nullable=False, default=False),
+    sa.Column("created_at", sa.String, nullable=False),
+)
+
+memberships = sa.Table(
+    "memberships",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("user_id", sa.String, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("org_id", sa.String, sa.ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("role", sa.String, nullable=False),
+    # A JSON list that narrows the role's capabilities; NULL keeps them all.
+    sa.Column("capabilities", sa.String, nullable=True),
+    sa.Column("created_at", sa.String, nullable=False),
+    sa.UniqueConstraint("user_id", "org_id"),
+)
+
+# Session tokens and API tokens: only a SHA-256 of the secret is kept.
+tokens = sa.Table(
+    "tokens",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("kind", sa.String, nullable=False),  # "session" | "api"
+    sa.Column("token_hash", sa.String, nullable=False, unique=True),
+    sa.Column("user_id", sa.String, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("org_id", sa.String, sa.ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("name", sa.String, nullable=True),
+    sa.Column("created_at", sa.String, nullable=False),
+    sa.Column("expires_at", sa.String, nullable=True),
+)
+
+servers = sa.Table(
+    "servers",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("org_id", sa.String, sa.ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("kind", sa.String, nullable=False),
+    sa.Column("address", sa.String, nullable=True),
+    sa.Column("agent_token_hash", sa.String, nullable=True, unique=True),
+    sa.Column("agent_version", sa.String, nullable=True),
+    sa.Column("agent_connected_at", sa.String, nullable=True),
+    sa.Column("agent_last_seen_at", sa.String, nullable=True),
+    sa.Column("created_at", sa.String, nullable=False),
+    sa.UniqueConstraint("org_id", "name"),
+)
+
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.String, nullable=False),
+    sa.Column("org_id", sa.String, nullable=True),
+    sa.Column("user_id", sa.String, nullable=True),
+    sa.Column("actor_email", sa.String, nullable=True),
+    sa.Column("server_id", sa.String, nullable=True),
+    sa.Column("action", sa.String, nullable=False),
+    sa.Column("target", sa.String, nullable=True),
+    sa.Column("details", sa.String, nullable=False),  # JSON, secrets already masked
+    sa.Column("outcome", sa.String, nullable=False),
+    sa.Column("error_code", sa.String, nullable=True),
+    sa.Index("ix_audit_org_at", "org_id", "id"),
+)

@@ -1,0 +1,90 @@
+"""`fleetdeck local`: starts, writes its credentials, answers, and stops cleanly on a signal."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .conftest import python_env
+
+
+def _launch(data_dir: Path) -> subprocess.Popen[str]:
+    # Through the `fleetdeck` console script when it is installed, else its module.
+    script = shutil.which("fleetdeck")
+    command = [script] if script else [sys.executable, "-m", "tui.cli"]
+    return subprocess.Popen(
+        [*command, "local", "--data-dir", str(data_dir)],
+        env=python_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_url(process: subprocess.Popen[str]) -> str:
+    assert process.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if "running at" in line:
+            return line.split("running at", 1)[1].strip()
+        assert line or process.poll() is None, process.stderr.read() if process.stderr else ""
+    raise AssertionError("no URL printed")
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_local_starts_answers_and_stops(tmp_path: Path, stop_signal: signal.Signals) -> None:
+    process = _launch(tmp_path)
+    try:
+        url = _wait_for_url(process)
+        credentials_file = tmp_path / "demo-credentials.json"
+        assert stat.S_IMODE(credentials_file.stat().st_mode) == 0o600
+        credentials = json.loads(credentials_file.read_text())
+        assert set(credentials) == {"base_url", "email", "password", "token", "server_id", "db_url"}
+        assert credentials["base_url"] == url and url.startswith("http://127.0.0.1:")
+        health = httpx.get(f"{url}/v1/health").json()
+        assert health["status"] == "ok" and health["agents_online"] == 1
+        me = httpx.get(f"{url}/v1/me", headers={"Authorization": f"Bearer {credentials['token']}"})
+        assert me.json()["org"]["plan"] == "max" and me.json()["role"] == "owner"
+        assert (tmp_path / "home" / "example-com" / "public_html" / "index.php").is_file()
+        process.send_signal(stop_signal)
+        assert process.wait(timeout=20) == 0
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{url}/v1/health", timeout=2)
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_serve_alone_starts_and_stops(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    db_url = f"sqlite:///{tmp_path / 'cp.db'}"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "control_plane", "serve", "--db", db_url, "--listen", f"127.0.0.1:{port}"],
+        env=python_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert f"127.0.0.1:{port}" in process.stdout.readline()
+        health = httpx.get(f"http://127.0.0.1:{port}/v1/health").json()
+        assert health == {"status": "ok", "version": health["version"], "agents_online": 0}
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+    finally:
+        process.kill()
+        process.wait()
