@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 from hypercorn.config import Config
@@ -43,7 +44,7 @@ async def serve_fleet(
     sock: socket.socket,
     *,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
-    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     config = Config()
     # Hypercorn takes the descriptor over and closes it when it stops: hand it over for good.
@@ -52,4 +53,6 @@ async def serve_fleet(
     config.graceful_timeout = 2.0
     # Agent links carry 256 KiB binary frames; allow whole 64 MiB relay messages.
     config.websocket_max_message_size = 64 * 1024 * 1024
-    await serve(create_app(fleet), config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+    # hypercorn's ASGI type is narrower than Starlette's own; the app is a plain ASGI 3 callable.
+    app: Any = create_app(fleet)
+    await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)

@@ -1,0 +1,63 @@
+"""``fleetdeck agent``: run the agent until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+import trio
+
+from agent import __version__
+from agent.link.client import link_url
+from agent.runner import AgentConfig, default_state_dir, run_agent
+
+log = logging.getLogger("fleetdeck.agent")
+
+TOKEN_ENV = "FLEETDECK_AGENT_TOKEN"
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fleetdeck agent", description="Link this server to a fleetdeck control plane.")
+    p.add_argument("--url", required=True, help="the control plane's base URL, e.g. https://fleet.example.com")
+    p.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV),
+        help=f"the agent token (prefer the {TOKEN_ENV} environment variable: arguments are visible in ps)",
+    )
+    p.add_argument("--home", default="/home", help="the folder holding the sites (default: /home)")
+    p.add_argument("--state-dir", default=None, help=f"the agent's state folder (default: {default_state_dir()})")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--version", action="version", version=f"fleetdeck agent {__version__}")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Entry point; `argv` are the arguments after ``agent``."""
+    args = parser().parse_args(argv)
+    if not args.token:
+        print(f"fleetdeck agent: no token: pass --token or set {TOKEN_ENV}", file=sys.stderr)
+        return 2
+    try:
+        link_url(args.url)
+    except ValueError as exc:
+        print(f"fleetdeck agent: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = AgentConfig(
+        url=args.url, token=args.token, home=args.home, state_dir=args.state_dir or default_state_dir()
+    )
+    trio.run(serve_until_signal, config)
+    return 0
+
+
+async def serve_until_signal(config: AgentConfig) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_agent, config)
+            async for signum in signals:
+                log.info("stopping on %s", signal.Signals(signum).name)
+                break
+            nursery.cancel_scope.cancel()

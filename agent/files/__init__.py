@@ -1,0 +1,1 @@
+"""The agent's file workspace: every path goes through `jail.Jail`."""

@@ -1,0 +1,335 @@
+"""The jail: every file operation of the workspace resolves its path here, beneath a scope root.
+
+Paths are relative to the scope root. ``""`` and ``"/"`` are the root itself; any other leading
+``/``, a NUL byte or any ``..`` component is refused lexically, before the file system is
+touched, so ``../etc/passwd`` and ``../nonexistent`` get the same answer and reveal nothing.
+``.`` and empty components (double or trailing slashes) are skipped.
+
+Resolution never compares strings. With ``openat2(2)`` (Linux 5.6+) the kernel resolves the path
+beneath the root's descriptor with ``RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS``: an absolute
+symlink, or ``..`` above the root, fails with EXDEV. Where openat2 is missing or filtered
+(ENOSYS, or EPERM from seccomp) the same answers come from a walk: one component at a time with
+``O_PATH | O_NOFOLLOW`` relative to the previous directory's descriptor; a symlink is read and
+its target resolved here, within the root (an absolute target is outside; ``..`` pops a stack of
+directory descriptors, and popping the root is outside; more than 40 links is ELOOP). An ELOOP
+from openat2 (a symlink loop, a magic link, or a final symlink opened without following) is
+settled by the walk, so both ways give the same answer.
+
+Errors are `RpcError`s: ``path_outside_scope`` (never saying what lies outside), ``not_found``,
+``validation_error`` (a symlink loop, a symlink where none may be followed, an over-long path)
+and ``forbidden``; other OSErrors (EEXIST, EISDIR, ENXIO, ...) are left to the caller.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import stat
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import cast
+
+from agent.link.protocol import RpcError
+
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_BENEATH = 0x08
+MAX_SYMLINKS = 40  # the kernel's MAXSYMLINKS
+MAX_PATH_BYTES = 4095
+_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
+
+_O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def outside_scope() -> RpcError:
+    return RpcError("path_outside_scope", "path is outside the scope")
+
+
+def split_path(path: str) -> tuple[str, ...]:
+    """The components of a scope-relative path, checked lexically (see the module docstring)."""
+    if not isinstance(path, str):
+        raise RpcError("validation_error", "path must be a string")
+    if "\x00" in path:
+        raise outside_scope()
+    if path in ("", "/"):
+        return ()
+    if path.startswith("/"):
+        raise outside_scope()
+    parts = tuple(part for part in path.split("/") if part not in ("", "."))
+    if ".." in parts:
+        raise outside_scope()
+    if len(os.fsencode(path)) > MAX_PATH_BYTES:
+        raise RpcError("validation_error", "path is too long")
+    return parts
+
+
+def normalize(path: str) -> str:
+    """The canonical spelling of a scope-relative path: no leading, double or trailing slash."""
+    return "/".join(split_path(path))
+
+
+# --- openat2 ---------------------------------------------------------------------------------
+
+_detect_lock = threading.Lock()
+_openat2_works: bool | None = None
+
+
+def _openat2(dir_fd: int, path: bytes, flags: int, mode: int, resolve: int) -> int:
+    assert _SYS_OPENAT2 is not None and _syscall is not None
+    how = _OpenHow(flags, mode, resolve)
+    fd = _syscall(
+        ctypes.c_long(_SYS_OPENAT2),
+        ctypes.c_int(dir_fd),
+        ctypes.c_char_p(path),
+        ctypes.byref(how),
+        ctypes.c_size_t(ctypes.sizeof(how)),
+    )
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(fd)
+
+
+def _load_syscall() -> Callable[..., int] | None:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_long
+    return cast("Callable[..., int]", function)
+
+
+_syscall = _load_syscall()
+
+
+def openat2_supported() -> bool:
+    """Whether this kernel (and seccomp policy) lets us use openat2; probed once per process."""
+    global _openat2_works
+    with _detect_lock:
+        if _openat2_works is None:
+            _openat2_works = _probe_openat2()
+        return _openat2_works
+
+
+def _probe_openat2() -> bool:
+    if _SYS_OPENAT2 is None or _syscall is None:
+        return False
+    try:
+        fd = _openat2(-100, b"/", _O_PATH_DIR, 0, RESOLVE_NO_MAGICLINKS)  # -100 = AT_FDCWD
+    except OSError:
+        return False  # ENOSYS (old kernel), EPERM (seccomp), E2BIG/EINVAL (unknown struct or flag)
+    os.close(fd)
+    return True
+
+
+# --- the jail --------------------------------------------------------------------------------
+
+
+class Jail:
+    """A scope root held open (O_PATH); paths resolve beneath it or not at all.
+
+    ``use_openat2=False`` forces the walk (tests); ``None`` uses openat2 when the kernel has it.
+    """
+
+    def __init__(self, root: str, *, use_openat2: bool | None = None) -> None:
+        fd = os.open(root, _O_PATH_DIR)  # the root itself is configuration, trusted
+        self._setup(fd, root, use_openat2)
+
+    def _setup(self, fd: int, root: str, use_openat2: bool | None) -> None:
+        self._fd = fd
+        self.root = root
+        if use_openat2 and not openat2_supported():
+            os.close(fd)
+            raise OSError(errno.ENOSYS, "openat2 is not available")
+        self.uses_openat2 = openat2_supported() if use_openat2 is None else use_openat2
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Jail:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+    def subjail(self, path: str) -> Jail:
+        """A jail rooted at a directory beneath this one (a site beneath /home)."""
+        fd = self.open(path, _O_PATH_DIR, follow_last=True)
+        jail = Jail.__new__(Jail)
+        jail._setup(fd, os.path.join(self.root, normalize(path)), self.uses_openat2)
+        return jail
+
+    # --- resolution ---------------------------------------------------------------------
+
+    def open(self, path: str, flags: int, *, follow_last: bool, mode: int = 0o644) -> int:
+        """A descriptor for `path` opened with `flags` (the caller closes it).
+
+        `follow_last` says whether a symlink as the final component is followed (within the
+        root) or opened itself (with O_PATH; any other access to it is refused).
+        """
+        return self._resolve(split_path(path), flags, follow_last, mode, path)
+
+    @contextmanager
+    def opened(self, path: str, flags: int, *, follow_last: bool, mode: int = 0o644) -> Iterator[int]:
+        fd = self.open(path, flags, follow_last=follow_last, mode=mode)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
+
+    def open_parent(self, path: str) -> tuple[int, str]:
+        """(descriptor of the parent directory, final name): for create, rename and delete.
+
+        The final name is not resolved: operations on ``(dir_fd, name)`` act on the entry itself.
+        """
+        parts = split_path(path)
+        if not parts:
+            raise RpcError("validation_error", "the scope root itself cannot be the target")
+        return self._resolve(parts[:-1], _O_PATH_DIR, True, 0, path), parts[-1]
+
+    def lstat(self, path: str) -> os.stat_result:
+        """Status of the entry itself (a symlink is reported as a symlink)."""
+        with self.opened(path, os.O_PATH, follow_last=False) as fd:
+            return os.fstat(fd)
+
+    def stat(self, path: str) -> os.stat_result:
+        """Status after following an in-root symlink at the end."""
+        with self.opened(path, os.O_PATH, follow_last=True) as fd:
+            return os.fstat(fd)
+
+    def readlink(self, path: str) -> str:
+        dir_fd, name = self.open_parent(path)
+        try:
+            return os.readlink(name, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                raise RpcError("validation_error", "not a symbolic link") from None
+            raise _translate(exc, path) from None
+        finally:
+            os.close(dir_fd)
+
+    def _resolve(self, parts: tuple[str, ...], flags: int, follow_last: bool, mode: int, path: str) -> int:
+        flags |= os.O_CLOEXEC
+        if not flags & os.O_CREAT:
+            mode = 0  # openat2 insists
+        try:
+            if self.uses_openat2:
+                try:
+                    return self._open_kernel(parts, flags, follow_last, mode)
+                except OSError as exc:
+                    if exc.errno != errno.ELOOP:
+                        raise
+                # A loop, a magic link or a final symlink not followed: the walk tells which.
+            return self._walk(parts, flags, follow_last, mode)
+        except OSError as exc:
+            raise _translate(exc, path) from None
+
+    def _open_kernel(self, parts: tuple[str, ...], flags: int, follow_last: bool, mode: int) -> int:
+        if not follow_last:
+            flags |= os.O_NOFOLLOW
+        relative = os.fsencode("/".join(parts)) if parts else b"."
+        for _ in range(8):
+            try:
+                return _openat2(self._fd, relative, flags, mode, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+            except OSError as exc:
+                if exc.errno == errno.EXDEV:
+                    raise outside_scope() from None
+                # EAGAIN: a rename raced a ".." inside a symlink target; the kernel asks to retry.
+                if exc.errno not in (errno.EAGAIN, errno.EINTR):
+                    raise
+        return self._walk(parts, flags, follow_last, mode)
+
+    def _walk(self, parts: tuple[str, ...], flags: int, follow_last: bool, mode: int) -> int:
+        if flags & os.O_CREAT and flags & os.O_EXCL:
+            follow_last = False  # as the kernel does: O_EXCL never creates through a symlink
+        stack: list[int] = []  # descriptors of the directories entered below the root
+        todo = deque(parts)
+        links = 0
+        try:
+            while todo:
+                name = todo.popleft()
+                if name == ".":  # only from symlink targets; the current directory stays
+                    continue
+                if name == "..":  # only from symlink targets
+                    if not stack:
+                        raise outside_scope()
+                    os.close(stack.pop())
+                    continue
+                where = stack[-1] if stack else self._fd
+                last = not todo
+                if last and not follow_last:
+                    return _open_final(name, flags, mode, where)
+                try:
+                    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=where)
+                except FileNotFoundError:
+                    if last and flags & os.O_CREAT:
+                        return _open_final(name, flags, mode, where)
+                    raise
+                kind = stat.S_IFMT(os.fstat(fd).st_mode)
+                if kind == stat.S_IFLNK:
+                    os.close(fd)
+                    links += 1
+                    if links > MAX_SYMLINKS:
+                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
+                    target = os.readlink(name, dir_fd=where)
+                    if target.startswith("/"):
+                        raise outside_scope()
+                    todo.extendleft(reversed(_split_target(target)))
+                    continue
+                if last:
+                    os.close(fd)
+                    return _open_final(name, flags, mode, where)
+                if kind != stat.S_IFDIR:
+                    os.close(fd)
+                    raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+                stack.append(fd)
+            # The path ended on a directory held open ("", or a target ending in "." or ".."):
+            return os.open(".", flags, mode, dir_fd=stack[-1] if stack else self._fd)
+        finally:
+            for fd in stack:
+                os.close(fd)
+
+
+def _open_final(name: str, flags: int, mode: int, dir_fd: int) -> int:
+    """Open the last component itself: O_NOFOLLOW, so a symlink swapped in meanwhile is refused."""
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RpcError("validation_error", "the path is a symbolic link") from None
+        raise
+
+
+def _split_target(target: str) -> list[str]:
+    parts = [part for part in target.split("/") if part]
+    if target.endswith("/") and parts:
+        parts.append(".")  # "file/" must be a directory: "." makes the name before it a directory step
+    return parts
+
+
+def _translate(exc: OSError, path: str) -> Exception:
+    code = exc.errno
+    if code in (errno.ENOENT, errno.ENOTDIR):
+        return RpcError("not_found", "no such file or directory", {"path": path})
+    if code == errno.EXDEV:
+        return outside_scope()
+    if code == errno.ELOOP:
+        return RpcError("validation_error", "too many levels of symbolic links", {"path": path})
+    if code in (errno.EACCES, errno.EPERM):
+        return RpcError("forbidden", "permission denied", {"path": path})
+    if code == errno.ENAMETOOLONG:
+        return RpcError("validation_error", "file name too long", {"path": path})
+    return exc

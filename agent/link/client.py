@@ -1,0 +1,346 @@
+"""The agent's end of the link: dial, say hello, serve calls, and reconnect forever."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import socket
+import ssl
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NoReturn
+from urllib.parse import urlsplit, urlunsplit
+
+import trio
+from trio_websocket import (
+    ConnectionClosed,
+    ConnectionRejected,
+    HandshakeError,
+    WebSocketConnection,
+    open_websocket_url,
+)
+
+from . import protocol
+from .call import Call, Handler
+from .protocol import ProtocolError, RpcError
+
+log = logging.getLogger("fleetdeck.agent")
+
+# Each process start gets its own id: the control plane tells a restart from a reconnect.
+BOOT_ID = uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Full-jitter exponential backoff: sleep ``uniform(0, min(cap, base * 2**attempt))``."""
+
+    base: float
+    cap: float
+
+    def delay(self, attempt: int) -> float:
+        # Clamp the exponent: 2**attempt overflows a float after a few days of failures.
+        return random.uniform(0, min(self.cap, self.base * 2 ** min(attempt, 64)))
+
+
+_DISCONNECT_TIMEOUT_S = 2.0
+
+NETWORK_BACKOFF = Backoff(base=1.0, cap=60.0)
+AUTH_BACKOFF = Backoff(base=30.0, cap=600.0)
+
+
+class LinkAuthRefused(Exception):
+    """The control plane refused the agent token (close code 4401, or HTTP 401/403)."""
+
+    def __init__(self, *, close_code: int | None = None, status: int | None = None) -> None:
+        what = f"close code {close_code}" if close_code is not None else f"HTTP {status}"
+        super().__init__(f"the control plane refused the agent token ({what})")
+        self.close_code = close_code
+        self.status = status
+
+
+def link_url(base_url: str) -> str:
+    """``ws(s)://host[:port]/prefix/v1/agent/link`` from the control plane's http(s) base URL."""
+    parts = urlsplit(base_url)
+    schemes = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
+    if parts.scheme not in schemes or not parts.netloc:
+        raise ValueError(f"not an http(s) URL: {base_url!r}")
+    path = parts.path.rstrip("/") + protocol.LINK_PATH
+    return urlunsplit((schemes[parts.scheme], parts.netloc, path, "", ""))
+
+
+class AgentLink:
+    """Keeps one link to the control plane up and serves the registered handlers over it."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        handlers: Mapping[str, Handler],
+        *,
+        version: str,
+        hostname: str | None = None,
+        direct_ingress_url: str | None = None,
+        backoff: Backoff = NETWORK_BACKOFF,
+        auth_backoff: Backoff = AUTH_BACKOFF,
+        ssl_context: ssl.SSLContext | None = None,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        self.url = link_url(url)
+        self._token = token
+        self.handlers = dict(handlers)
+        self.version = version
+        self.hostname = hostname or socket.gethostname()
+        self.direct_ingress_url = direct_ingress_url
+        self.backoff = backoff
+        self.auth_backoff = auth_backoff
+        if ssl_context is None and self.url.startswith("wss:"):
+            ssl_context = ssl.create_default_context()
+        self._ssl_context = ssl_context
+        self._connect_timeout = connect_timeout
+        self.server_id: str | None = None
+
+    async def run(self) -> NoReturn:
+        """Connect, serve, and reconnect forever (until cancelled)."""
+        attempt = auth_attempt = 0
+        while True:
+            try:
+                healthy = await self.run_once()
+            except LinkAuthRefused as exc:
+                delay = self.auth_backoff.delay(auth_attempt)
+                auth_attempt += 1
+                log.error("%s; check the agent token. Retrying in %.1f s", exc, delay)
+                await trio.sleep(delay)
+                continue
+            except Exception:
+                # A bug must not take the agent off the network for good: log it and retry.
+                log.exception("agent link failed unexpectedly")
+                healthy = False
+            if healthy:
+                attempt = auth_attempt = 0
+            delay = self.backoff.delay(attempt)
+            attempt += 1
+            log.info("reconnecting to %s in %.1f s", self.url, delay)
+            await trio.sleep(delay)
+
+    async def run_once(self) -> bool:
+        """One connection. Raises `LinkAuthRefused`.
+
+        Returns whether it was a healthy session: welcomed, and not displaced by a newer link of
+        the same server (two agents sharing a token must not reset each other's backoff forever).
+        """
+        session: _Session | None = None
+        try:
+            async with open_websocket_url(
+                self.url,
+                self._ssl_context,
+                extra_headers=[(b"authorization", b"Bearer " + self._token.encode())],
+                max_message_size=protocol.MAX_MESSAGE_SIZE,
+                # trio-websocket's default 4 KiB receive buffer cuts throughput 2-4x.
+                receive_buffer_size=None,
+                connect_timeout=self._connect_timeout,
+                # A link given up for silence is not worth a long wait for a polite close.
+                disconnect_timeout=_DISCONNECT_TIMEOUT_S,
+            ) as ws:
+                session = _Session(self, ws)
+                await session.run()
+        except ConnectionRejected as exc:
+            if exc.status_code in (401, 403):
+                raise LinkAuthRefused(status=exc.status_code) from None
+            log.warning("link handshake rejected with HTTP %s", exc.status_code)
+        except ConnectionClosed as exc:
+            code = exc.reason.code if exc.reason is not None else None
+            if code == protocol.CLOSE_AUTH_REFUSED:
+                raise LinkAuthRefused(close_code=code) from None
+            log.warning("link closed (%s)", exc.reason)
+        except (HandshakeError, OSError) as exc:
+            # HandshakeError wraps the OSError that says what actually went wrong.
+            log.warning("cannot connect to %s: %s", self.url, exc.__cause__ or exc or type(exc).__name__)
+        except (ProtocolError, trio.TooSlowError) as exc:
+            log.warning("link dropped: %s", exc or type(exc).__name__)
+        if session is not None and session.close_code == protocol.CLOSE_REPLACED:
+            log.warning("another link of this server replaced ours: is a second agent using the same token?")
+            return False
+        return session is not None and session.welcomed
+
+
+class _Session:
+    """One connected link: handshake, receive loop, heartbeat and the calls in flight."""
+
+    def __init__(self, link: AgentLink, ws: WebSocketConnection) -> None:
+        self._link = link
+        self._ws = ws
+        self._send_lock = trio.Lock()
+        self._calls: dict[int, Call] = {}
+        self._last_received = trio.current_time()
+        self.welcomed = False
+        self.close_code: int | None = None
+
+    async def send_text(self, frame: str) -> None:
+        async with self._send_lock:
+            await self._ws.send_message(frame)
+
+    async def send_bytes(self, frame: bytes) -> None:
+        async with self._send_lock:
+            await self._ws.send_message(frame)
+
+    async def _send_quietly(self, message: dict[str, Any]) -> None:
+        """Send a control message; a closed link is the receive loop's business, not ours."""
+        try:
+            await self.send_text(protocol.encode(message))
+        except ConnectionClosed:
+            pass
+
+    async def _receive(self) -> str | bytes:
+        message = await self._ws.get_message()
+        self._last_received = trio.current_time()
+        return message
+
+    async def run(self) -> None:
+        link = self._link
+        hello = {
+            "t": protocol.HELLO,
+            "version": link.version,
+            "boot_id": BOOT_ID,
+            "handlers": sorted(link.handlers),
+            "hostname": link.hostname,
+            "direct_ingress_url": link.direct_ingress_url,
+        }
+        await self.send_text(protocol.encode(hello))
+        with trio.fail_after(protocol.HELLO_TIMEOUT_S):
+            welcome = await self._receive()
+        heartbeat_s = self._check_welcome(welcome)
+        self.welcomed = True
+        log.info("linked to %s as server %s", link.url, link.server_id)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._heartbeat, heartbeat_s, nursery.cancel_scope)
+                await self._receive_loop(nursery)
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # Only the receive loop raises (call tasks keep their errors): unwrap its one error.
+            raise _single(group) from None
+
+    def _check_welcome(self, frame: str | bytes) -> float:
+        if isinstance(frame, bytes):
+            raise ProtocolError("expected welcome, got a binary frame")
+        welcome = protocol.decode(frame)
+        server_id, heartbeat_s = welcome.get("server_id"), welcome.get("heartbeat_s")
+        if welcome["t"] != protocol.WELCOME or not isinstance(server_id, str):
+            raise ProtocolError(f"expected welcome, got {welcome['t']!r}")
+        if not isinstance(heartbeat_s, int | float) or not 0 < heartbeat_s < 3600:
+            raise ProtocolError("welcome carries no usable heartbeat_s")
+        self._link.server_id = server_id
+        return float(heartbeat_s)
+
+    async def _heartbeat(self, heartbeat_s: float, scope: trio.CancelScope) -> None:
+        while True:
+            await trio.sleep(heartbeat_s)
+            if trio.current_time() - self._last_received > protocol.dead_after(heartbeat_s):
+                log.warning("no word from the control plane for %.1f s: dropping the link", 3 * heartbeat_s)
+                scope.cancel()
+                return
+            await self._send_quietly({"t": protocol.PING})
+
+    async def _receive_loop(self, nursery: trio.Nursery) -> None:
+        # Never awaits a send: the peer may be blocked sending to us, and both would wait forever.
+        while True:
+            try:
+                frame = await self._receive()
+            except ConnectionClosed as exc:
+                self.close_code = exc.reason.code if exc.reason is not None else None
+                if self.close_code == protocol.CLOSE_AUTH_REFUSED:
+                    raise
+                log.warning("link closed by the control plane (%s)", exc.reason)
+                return
+            if isinstance(frame, bytes):
+                cid, payload = protocol.unpack_binary(frame)
+                call = self._calls.get(cid)
+                if call is not None:
+                    call.push_upload(payload)
+                continue
+            message = protocol.decode(frame)
+            kind = message["t"]
+            if kind == protocol.REQ:
+                self._start_call(message, nursery)
+            elif kind == protocol.PING:
+                nursery.start_soon(self._send_quietly, {"t": protocol.PONG})
+            elif kind == protocol.CANCEL:
+                call = self._calls.get(protocol.call_id(message))
+                if call is not None:
+                    call.cancel_scope.cancel()
+            elif kind == protocol.CREDIT:
+                call = self._calls.get(protocol.call_id(message))
+                n = message.get("n")
+                if call is not None and type(n) is int and n > 0:
+                    call.add_credit(n)
+            elif kind == protocol.END:
+                call = self._calls.get(protocol.call_id(message))
+                if call is not None:
+                    call.end_upload()
+            # pong needs nothing (any frame counts as a sign of life); unknown types are ignored.
+
+    def _start_call(self, message: dict[str, Any], nursery: trio.Nursery) -> None:
+        cid = protocol.call_id(message)
+        if cid in self._calls:
+            log.warning("control plane reused call id %d while it was open; ignored", cid)
+            return
+        method, params = message.get("method"), message.get("params")
+        timeout, window = message.get("timeout"), message.get("window")
+        if not isinstance(method, str) or not isinstance(params, dict):
+            raise ProtocolError("req without method or params")
+        if timeout is not None and not (isinstance(timeout, int | float) and timeout >= 0):
+            raise ProtocolError("req with a bad timeout")
+        if window is not None and (type(window) is not int or window <= 0):
+            raise ProtocolError("req with a bad window")
+        call = Call(cid, method, params, window=window, upload=message.get("upload") is True, outbound=self)
+        self._calls[cid] = call
+        nursery.start_soon(self._serve_call, call, timeout)
+
+    async def _serve_call(self, call: Call, time_limit: float | None) -> None:
+        try:
+            answer = await self._answer(call, time_limit)
+            try:
+                frame = protocol.encode(answer)
+            except TypeError:
+                log.exception("%s returned a result JSON cannot carry", call.method)
+                frame = protocol.encode(_error(call.id, RpcError(protocol.INTERNAL, "internal error")))
+            await self.send_text(frame)
+        except ConnectionClosed:
+            pass  # the receive loop sees the close and ends the session
+        finally:
+            self._calls.pop(call.id, None)
+
+    async def _answer(self, call: Call, time_limit: float | None) -> dict[str, Any]:
+        handler = self._link.handlers.get(call.method)
+        if handler is None:
+            return _error(call.id, RpcError(protocol.UNKNOWN_METHOD, f"unknown method {call.method!r}"))
+        try:
+            with call.cancel_scope, trio.move_on_after(math.inf if time_limit is None else time_limit) as deadline:
+                return {"t": protocol.RES, "id": call.id, "result": await handler(call)}
+            if deadline.cancelled_caught:
+                return _error(call.id, RpcError(protocol.TIMEOUT, f"{call.method} timed out after {time_limit} s"))
+            return _error(call.id, RpcError(protocol.CANCELLED, f"{call.method} was cancelled"))
+        except ConnectionClosed:
+            raise
+        except Exception as exc:
+            error = _single(exc)
+            if isinstance(error, ConnectionClosed):
+                raise error from None
+            if isinstance(error, RpcError):
+                return _error(call.id, error)
+            # Details stay in the agent's log: the message goes to users of the control plane.
+            log.exception("handler %s failed", call.method)
+            return _error(call.id, RpcError(protocol.INTERNAL, f"internal error in {call.method}"))
+
+
+def _error(cid: int, error: RpcError) -> dict[str, Any]:
+    return {"t": protocol.RES, "id": cid, "error": error.to_wire()}
+
+
+def _single(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member groups (a handler's own nursery)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

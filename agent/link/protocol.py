@@ -1,0 +1,226 @@
+"""The agent link protocol: one WebSocket between an agent and the control plane.
+
+This docstring is the specification; both ends import this module (it does no I/O and imports
+no async library, so the control plane can use it on any anyio backend).
+
+Connection
+    The agent dials ``ws(s)://<control plane>/v1/agent/link`` with the header
+    ``Authorization: Bearer <agent token>``. A refused token is answered by accepting the
+    WebSocket and closing it at once with code 4401 (`CLOSE_AUTH_REFUSED`); a proxy may instead
+    reject the handshake with HTTP 401/403. Either way the agent backs off for much longer than
+    after an ordinary network failure. Both ends accept messages up to `MAX_MESSAGE_SIZE`.
+
+Frames
+    Text frames are JSON objects with a type field ``"t"``. Binary frames are
+    ``struct.pack(">I", call_id) + payload``: call ids are unsigned 32-bit integers, chosen by the
+    control plane, unique per link while the call is open.
+
+Handshake
+    agent → cp, first message::
+
+        {"t": "hello", "version": str, "boot_id": str, "handlers": [method, ..],
+         "hostname": str, "direct_ingress_url": str | null}
+
+    cp → agent::
+
+        {"t": "welcome", "server_id": str, "heartbeat_s": float}
+
+    ``boot_id`` is random per agent process start, so the control plane can tell a reconnect of
+    the same process from a restart. The control plane waits at most `HELLO_TIMEOUT_S` for hello.
+
+Heartbeat
+    ``{"t": "ping"}`` and ``{"t": "pong"}`` go both ways. Each side pings every ``heartbeat_s``
+    (the control plane's choice, sent in welcome) and closes the link when it has received
+    nothing at all (any frame counts) for ``3 * heartbeat_s`` (`dead_after`).
+
+Calls (cp → agent)
+    ::
+
+        {"t": "req", "id": int, "method": str, "params": {..},
+         "timeout": float | null, "window": int | null, "upload": bool (optional)}
+
+    ``timeout`` is relative seconds (no clock skew between hosts); the agent answers
+    ``timeout`` when its handler overruns it. ``window`` present means the caller accepts a
+    streamed reply and gives that initial credit in bytes. ``{"t": "cancel", "id": int}`` asks
+    the agent to cancel the handler; it answers ``cancelled`` (the control plane has usually
+    forgotten the call by then and drops the answer).
+
+Answers (agent → cp)
+    Exactly one per request::
+
+        {"t": "res", "id": int, "result": <json>}
+        {"t": "res", "id": int, "error": {"code": str, "message": str, "details": {..}}}
+
+    Error codes are the `/v1` contract's (``not_found``, ``path_outside_scope``,
+    ``binary_file``, ``too_large``, ``validation_error``, ``conflict``, ``forbidden``, ...)
+    plus ``unknown_method``, ``internal``, ``timeout`` and ``cancelled``.
+
+Streamed replies (agent → cp), only for a request that carried ``window``
+    ``{"t": "items", "id": int, "items": [<json>, ..]}`` carries a batch of JSON items (log
+    lines, search hits); binary frames carry bytes (file contents). The final ``res`` follows
+    the last of them. Frames of one call arrive in the order they were sent.
+
+Uploads (cp → agent)
+    A ``req`` with ``"upload": true``, then binary frames for that id, then
+    ``{"t": "end", "id": int}``. The handler's answer (``res``) may come before ``end`` when it
+    fails; the control plane then stops sending.
+
+Flow control
+    Credit is counted in bytes: a binary frame costs its payload length, an items message the
+    UTF-8 length of its whole text frame (`text_cost`). The sender spends credit as it sends and
+    waits while it has none; a message may overdraw the credit (an items message is never split
+    inside an item), so at most ``window + one message`` is ever unconsumed. The receiver gives
+    credit back with ``{"t": "credit", "id": int, "n": int}`` as its consumer takes data, in
+    batches of at least a quarter of the window (`grant_threshold`). Downloads start with the
+    request's ``window``; uploads start with `UPLOAD_WINDOW`. Data frames stay under
+    `DEFAULT_CHUNK_SIZE` (one item larger than that travels alone).
+
+Close codes
+    4401 `CLOSE_AUTH_REFUSED`, 4408 `CLOSE_HEARTBEAT_TIMEOUT`, 4409 `CLOSE_REPLACED` (a newer
+    link of the same server took over), 1002 `CLOSE_PROTOCOL_ERROR`, 1011 `CLOSE_INTERNAL_ERROR`.
+
+Unknown frame types are ignored by both ends, so either side may add a message type without
+breaking an older peer.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import orjson
+
+LINK_PATH: Final = "/v1/agent/link"
+
+CLOSE_AUTH_REFUSED: Final = 4401
+CLOSE_HEARTBEAT_TIMEOUT: Final = 4408
+CLOSE_REPLACED: Final = 4409
+CLOSE_PROTOCOL_ERROR: Final = 1002
+CLOSE_INTERNAL_ERROR: Final = 1011
+
+DEFAULT_HEARTBEAT_S: Final = 10.0
+HEARTBEAT_ENV: Final = "FLEETDECK_HEARTBEAT_S"
+HELLO_TIMEOUT_S: Final = 10.0
+DEFAULT_CHUNK_SIZE: Final = 256 * 1024
+DEFAULT_WINDOW: Final = 4 * 1024 * 1024
+UPLOAD_WINDOW: Final = 4 * 1024 * 1024
+MAX_MESSAGE_SIZE: Final = 64 * 1024 * 1024
+MAX_CALL_ID: Final = 2**32 - 1
+
+# Message types ("t").
+HELLO: Final = "hello"
+WELCOME: Final = "welcome"
+PING: Final = "ping"
+PONG: Final = "pong"
+REQ: Final = "req"
+RES: Final = "res"
+CANCEL: Final = "cancel"
+ITEMS: Final = "items"
+CREDIT: Final = "credit"
+END: Final = "end"
+
+# Error codes the link itself produces (handlers use the contract's codes).
+UNKNOWN_METHOD: Final = "unknown_method"
+INTERNAL: Final = "internal"
+TIMEOUT: Final = "timeout"
+CANCELLED: Final = "cancelled"
+
+_CALL_ID = struct.Struct(">I")
+
+
+class ProtocolError(ValueError):
+    """A frame that does not follow this specification."""
+
+
+class RpcError(Exception):
+    """An error answer: raised by a handler, carried as ``res.error``."""
+
+    def __init__(self, code: str, message: str, details: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details: dict[str, Any] = dict(details or {})
+
+    def __repr__(self) -> str:
+        return f"RpcError({self.code!r}, {self.message!r}, {self.details!r})"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "details": self.details}
+
+    @classmethod
+    def from_wire(cls, error: Any) -> RpcError:
+        if not isinstance(error, dict):
+            return cls(INTERNAL, "malformed error answer")
+        details = error.get("details")
+        return cls(
+            str(error.get("code") or INTERNAL),
+            str(error.get("message") or error.get("code") or "error"),
+            details if isinstance(details, dict) else {},
+        )
+
+
+def dead_after(heartbeat_s: float) -> float:
+    """Silence after which a side gives the link up."""
+    return 3 * heartbeat_s
+
+
+def grant_threshold(window: int) -> int:
+    """Consumed bytes a receiver accumulates before it sends a credit message."""
+    return max(1, window // 4)
+
+
+def encode(message: Mapping[str, Any]) -> str:
+    """A text frame. Raises TypeError when the message holds something JSON cannot carry."""
+    try:
+        return orjson.dumps(message).decode()
+    except orjson.JSONEncodeError as exc:
+        raise TypeError(str(exc)) from exc
+
+
+def decode(frame: str | bytes) -> dict[str, Any]:
+    """The JSON object of a text frame; its ``"t"`` is guaranteed to be a string."""
+    try:
+        message = orjson.loads(frame)
+    except orjson.JSONDecodeError as exc:
+        raise ProtocolError(f"text frame is not JSON: {exc}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("t"), str):
+        raise ProtocolError("text frame is not an object with a type")
+    return message
+
+
+def call_id(message: Mapping[str, Any]) -> int:
+    """The ``id`` of a call message, validated."""
+    value = message.get("id")
+    if type(value) is not int or not 0 <= value <= MAX_CALL_ID:
+        raise ProtocolError(f"bad call id in {message.get('t')!r} message")
+    return value
+
+
+def text_cost(frame: str) -> int:
+    """Credit an items message costs: the byte length of its frame."""
+    return len(frame.encode())
+
+
+def pack_binary(call_id: int, payload: bytes | memoryview) -> bytes:
+    return _CALL_ID.pack(call_id) + bytes(payload)
+
+
+def unpack_binary(frame: bytes) -> tuple[int, bytes]:
+    if len(frame) < _CALL_ID.size:
+        raise ProtocolError("binary frame shorter than its call id")
+    (cid,) = _CALL_ID.unpack_from(frame)
+    return cid, frame[_CALL_ID.size :]
+
+
+def items_frame(call_id: int, encoded_items: Iterable[bytes]) -> bytes:
+    """An items message built from items already encoded with orjson, as UTF-8 bytes.
+
+    Lets a sender measure each item once and cut batches to its credit without re-encoding.
+    """
+    head = b'{"t":"items","id":%d,"items":[' % call_id
+    return head + b",".join(encoded_items) + b"]}"
+
+
+ITEMS_OVERHEAD: Final = len(items_frame(MAX_CALL_ID, []))
+"""Bytes of an items message besides its items (with the longest id) and their commas."""

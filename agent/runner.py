@@ -1,0 +1,54 @@
+"""Wiring of a running agent: the site registry, the handlers and the link."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+import platformdirs
+import trio
+
+from agent import __version__
+from agent.files.handlers import FileHandlers
+from agent.link.call import Handler
+from agent.link.client import AgentLink
+from agent.sites import SiteRegistry
+
+log = logging.getLogger("fleetdeck.agent")
+
+
+def default_state_dir() -> str:
+    if os.geteuid() == 0:
+        return "/var/lib/fleetdeck-agent"
+    return platformdirs.user_state_dir("fleetdeck-agent")
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    url: str  # the control plane's http(s) base URL
+    token: str = field(repr=False)
+    home: str = "/home"
+    state_dir: str = field(default_factory=default_state_dir)
+    version: str = __version__
+
+
+def build_handlers(config: AgentConfig) -> dict[str, Handler]:
+    """Every RPC method this agent serves, by name."""
+    files = FileHandlers(config.home, SiteRegistry(config.state_dir))
+    return files.handlers()
+
+
+async def run_agent(config: AgentConfig, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the control plane until cancelled (reconnecting as needed); started once wired."""
+    link = AgentLink(config.url, config.token, build_handlers(config), version=config.version)
+    if link.url.startswith("ws:") and not _is_loopback(link.url):
+        log.warning("the control plane URL is not https: the agent token travels in clear text")
+    log.info("fleetdeck agent %s serving %s for %s", config.version, config.home, link.url)
+    task_status.started()
+    await link.run()
+
+
+def _is_loopback(url: str) -> bool:
+    host = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+    return host in ("localhost", "127.0.0.1", "::1")

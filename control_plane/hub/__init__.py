@@ -1,0 +1,20 @@
+"""The control plane's end of the agent links (anyio only: runs on trio and on asyncio).
+
+`AgentHub.handle` is the body of the WebSocket route ``/v1/agent/link``; everything else in the
+control plane reaches agents through `AgentHub.call`, `open_stream` and `open_upload`. The wire
+protocol is `agent.link.protocol`.
+"""
+
+from .errors import AgentCallError, AgentOfflineError, AgentTimeoutError
+from .hub import AgentHub, ReplyStream, UploadStream
+from .link import AgentSession
+
+__all__ = [
+    "AgentCallError",
+    "AgentHub",
+    "AgentOfflineError",
+    "AgentSession",
+    "AgentTimeoutError",
+    "ReplyStream",
+    "UploadStream",
+]

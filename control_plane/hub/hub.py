@@ -1,0 +1,337 @@
+"""`AgentHub`: the control plane's end of every agent link, and the only way to call an agent."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from agent.link import protocol
+from agent.link.protocol import ProtocolError
+
+from .errors import AgentOfflineError, AgentTimeoutError
+from .link import AgentSession, Link, Pending
+
+log = logging.getLogger("fleetdeck.hub")
+
+Authenticate = Callable[[str], Awaitable[str | None]]
+OnPresence = Callable[[str, AgentSession | None], Awaitable[None]]
+
+_CLEANUP_TIMEOUT_S = 10.0
+_MAX_HELLO_FIELD = 1024
+_MAX_HANDLERS = 1000
+
+
+class ReplyStream:
+    """A streamed answer: ``async for chunk in stream`` yields item batches (`list`) and `bytes`.
+
+    Credit goes back to the agent as chunks are taken, so an idle consumer stops the agent. After
+    the iteration ends, `result` holds the final result; an error answer raises `AgentCallError`.
+    """
+
+    def __init__(self, link: Link, pending: Pending, deadline: float) -> None:
+        self._link = link
+        self._pending = pending
+        self._deadline = deadline
+        self._ungranted = 0
+        self._ended = False
+
+    @property
+    def result(self) -> Any:
+        if not self._ended:
+            raise RuntimeError("the stream has not been read to its end")
+        return self._pending.result
+
+    def __aiter__(self) -> ReplyStream:
+        return self
+
+    async def __anext__(self) -> list[Any] | bytes:
+        pending = self._pending
+        while not pending.chunks:
+            if pending.done:
+                pending.outcome()  # raises the error answer
+                self._ended = True
+                raise StopAsyncIteration
+            await pending.wait_changed(self._deadline)
+        data, cost = pending.chunks.popleft()
+        await self._grant(cost)
+        return data
+
+    async def _grant(self, cost: int) -> None:
+        pending = self._pending
+        pending.unconsumed -= cost
+        self._ungranted += cost
+        assert pending.window is not None
+        if self._ungranted >= protocol.grant_threshold(pending.window) and not pending.done:
+            n, self._ungranted = self._ungranted, 0
+            try:
+                await self._link.send_text(protocol.encode({"t": protocol.CREDIT, "id": pending.id, "n": n}))
+            except AgentOfflineError:
+                pass  # surfaces on the next chunk, once what was received has been handed out
+
+
+class UploadStream:
+    """Bytes to an agent handler: `send` waits for the agent's credit; `finish` gives the result."""
+
+    def __init__(self, link: Link, pending: Pending, deadline: float) -> None:
+        self._link = link
+        self._pending = pending
+        self._deadline = deadline
+
+    async def send(self, data: bytes) -> None:
+        pending = self._pending
+        view = memoryview(data)
+        offset = 0
+        while offset < len(view):
+            if pending.done:
+                # The handler answered before the end: an error is raised; a result means it
+                # wanted no more bytes.
+                pending.outcome()
+                return
+            if pending.upload_credit <= 0:
+                await pending.wait_changed(self._deadline)
+                continue
+            n = min(len(view) - offset, pending.upload_credit, protocol.DEFAULT_CHUNK_SIZE)
+            pending.upload_credit -= n
+            await self._link.send_bytes(protocol.pack_binary(pending.id, view[offset : offset + n]))
+            offset += n
+
+    async def finish(self) -> Any:
+        if not self._pending.done:
+            await self._link.send_text(protocol.encode({"t": protocol.END, "id": self._pending.id}))
+        return await self._pending.wait_done(self._deadline)
+
+
+class AgentHub:
+    """The registry of live agent links, keyed by server id, and the calls made over them."""
+
+    def __init__(
+        self,
+        *,
+        authenticate: Authenticate,
+        on_presence: OnPresence | None = None,
+        heartbeat_s: float = protocol.DEFAULT_HEARTBEAT_S,
+    ) -> None:
+        if heartbeat_s <= 0:
+            raise ValueError("heartbeat_s must be positive")
+        self._authenticate = authenticate
+        self._on_presence = on_presence
+        self._heartbeat_s = heartbeat_s
+        self._links: dict[str, Link] = {}
+        # Presence reports of one server are serialised and always report the current state,
+        # so a late "offline" of a replaced link never hides the link that replaced it.
+        self._presence_locks: dict[str, anyio.Lock] = {}
+        self._reported: dict[str, AgentSession] = {}
+
+    # --- queries --------------------------------------------------------------------------
+
+    def session(self, server_id: str) -> AgentSession | None:
+        link = self._links.get(server_id)
+        return link.session if link is not None else None
+
+    def is_online(self, server_id: str) -> bool:
+        return server_id in self._links
+
+    @property
+    def online_count(self) -> int:
+        return len(self._links)
+
+    # --- calls ----------------------------------------------------------------------------
+
+    def _link(self, server_id: str) -> Link:
+        link = self._links.get(server_id)
+        if link is None:
+            raise AgentOfflineError(f"server {server_id}: agent not connected")
+        return link
+
+    # The timeout is part of the request: the agent stops its handler too, which a cancel scope
+    # around the call could not tell it.
+    async def call(
+        self,
+        server_id: str,
+        method: str,
+        params: dict[str, Any],
+        *,
+        timeout: float = 30.0,  # noqa: ASYNC109
+    ) -> Any:
+        """One request, one answer. Raises AgentOfflineError, AgentCallError, AgentTimeoutError."""
+        link = self._link(server_id)
+        pending = link.start_call(method)
+        deadline = _deadline(timeout)
+        try:
+            with anyio.move_on_after(timeout):
+                await link.send_request(pending, params, timeout)
+                return await pending.wait_done(deadline)
+            raise AgentTimeoutError(f"{method} on server {server_id}: no answer within {timeout} s")
+        finally:
+            link.abandon(pending)
+
+    def open_stream(
+        self,
+        server_id: str,
+        method: str,
+        params: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        window: int = protocol.DEFAULT_WINDOW,
+    ) -> AbstractAsyncContextManager[ReplyStream]:
+        """A streamed answer; leaving the context before its end cancels the call on the agent."""
+        if window <= 0:
+            raise ValueError("window must be positive")
+        return self._open_stream(server_id, method, params, timeout, window)
+
+    @asynccontextmanager
+    async def _open_stream(
+        self, server_id: str, method: str, params: dict[str, Any], time_limit: float | None, window: int
+    ) -> AsyncIterator[ReplyStream]:
+        link = self._link(server_id)
+        pending = link.start_call(method, window=window)
+        try:
+            await link.send_request(pending, params, time_limit)
+            yield ReplyStream(link, pending, _deadline(time_limit))
+        finally:
+            link.abandon(pending)
+
+    def open_upload(
+        self, server_id: str, method: str, params: dict[str, Any], *, timeout: float | None = None
+    ) -> AbstractAsyncContextManager[UploadStream]:
+        """Bytes to a handler; leaving the context before `finish` cancels the call on the agent."""
+        return self._open_upload(server_id, method, params, timeout)
+
+    @asynccontextmanager
+    async def _open_upload(
+        self, server_id: str, method: str, params: dict[str, Any], time_limit: float | None
+    ) -> AsyncIterator[UploadStream]:
+        link = self._link(server_id)
+        pending = link.start_call(method, upload=True)
+        try:
+            await link.send_request(pending, params, time_limit, upload=True)
+            yield UploadStream(link, pending, _deadline(time_limit))
+        finally:
+            link.abandon(pending)
+
+    # --- the link endpoint ----------------------------------------------------------------
+
+    async def handle(self, websocket: WebSocket) -> None:
+        """Body of the ASGI WebSocket route ``/v1/agent/link``."""
+        token = _bearer_token(websocket.headers.get("authorization"))
+        server_id = await self._authenticate(token) if token else None
+        await websocket.accept()
+        if server_id is None:
+            client = websocket.client.host if websocket.client else "?"
+            log.warning("agent link from %s refused: unknown or missing agent token", client)
+            await _close(websocket, protocol.CLOSE_AUTH_REFUSED)
+            return
+        try:
+            with anyio.fail_after(protocol.HELLO_TIMEOUT_S):
+                session = _session_from_hello(server_id, await _receive_text(websocket))
+        except (TimeoutError, ProtocolError, WebSocketDisconnect) as exc:
+            log.warning("agent link of server %s dropped before hello: %s", server_id, exc or "timeout")
+            await _close(websocket, protocol.CLOSE_PROTOCOL_ERROR)
+            return
+        link = Link(websocket, session, self._heartbeat_s)
+        welcome = {"t": protocol.WELCOME, "server_id": server_id, "heartbeat_s": self._heartbeat_s}
+        try:
+            await link.send_text(protocol.encode(welcome))
+        except AgentOfflineError:
+            return
+        previous = self._links.get(server_id)
+        self._links[server_id] = link
+        if previous is not None:
+            log.info("server %s: a new agent link replaces the previous one", server_id)
+            previous.close(protocol.CLOSE_REPLACED)
+        log.info("agent of server %s online (version %s, %s)", server_id, session.version, session.hostname)
+        try:
+            # Serve while the presence callback runs (it may write to a database): the link is
+            # registered, so calls may already be waiting for their answers.
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._report_presence, server_id)
+                await link.serve()
+        finally:
+            with anyio.move_on_after(_CLEANUP_TIMEOUT_S, shield=True):
+                if self._links.get(server_id) is link:
+                    del self._links[server_id]
+                    log.info("agent of server %s offline", server_id)
+                await _close(websocket, link.close_code)
+                await self._report_presence(server_id)
+
+    async def _report_presence(self, server_id: str) -> None:
+        if self._on_presence is None:
+            return
+        lock = self._presence_locks.setdefault(server_id, anyio.Lock())
+        async with lock:
+            current = self.session(server_id)
+            if current is self._reported.get(server_id):
+                return
+            if current is None:
+                del self._reported[server_id]
+            else:
+                self._reported[server_id] = current
+            try:
+                await self._on_presence(server_id, current)
+            except Exception:
+                log.exception("presence callback failed for server %s", server_id)
+
+
+def _deadline(timeout: float | None) -> float:
+    return math.inf if timeout is None else anyio.current_time() + timeout
+
+
+def _bearer_token(header: str | None) -> str | None:
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+async def _receive_text(websocket: WebSocket) -> str:
+    message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000))
+    text = message.get("text")
+    if text is None:
+        raise ProtocolError("expected hello, got a binary frame")
+    return str(text)
+
+
+def _session_from_hello(server_id: str, frame: str) -> AgentSession:
+    hello = protocol.decode(frame)
+    if hello["t"] != protocol.HELLO:
+        raise ProtocolError(f"expected hello, got {hello['t']!r}")
+    fields = {name: hello.get(name) for name in ("version", "boot_id", "hostname")}
+    for name, value in fields.items():
+        if not isinstance(value, str) or len(value) > _MAX_HELLO_FIELD:
+            raise ProtocolError(f"hello without a usable {name}")
+    handlers = hello.get("handlers")
+    if (
+        not isinstance(handlers, list)
+        or len(handlers) > _MAX_HANDLERS
+        or not all(isinstance(h, str) and len(h) <= _MAX_HELLO_FIELD for h in handlers)
+    ):
+        raise ProtocolError("hello without a usable handlers list")
+    ingress = hello.get("direct_ingress_url")
+    if ingress is not None and (not isinstance(ingress, str) or len(ingress) > _MAX_HELLO_FIELD):
+        raise ProtocolError("hello with a bad direct_ingress_url")
+    return AgentSession(
+        server_id=server_id,
+        version=str(fields["version"]),
+        boot_id=str(fields["boot_id"]),
+        hostname=str(fields["hostname"]),
+        handlers=frozenset(handlers),
+        direct_ingress_url=ingress,
+        connected_at=datetime.now(UTC),
+    )
+
+
+async def _close(websocket: WebSocket, code: int) -> None:
+    try:
+        await websocket.close(code)
+    except (OSError, RuntimeError, WebSocketDisconnect):
+        pass  # already closed or gone

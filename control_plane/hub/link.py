@@ -1,0 +1,274 @@
+"""One agent's live link, seen from the control plane: calls in flight, receive loop, heartbeat.
+
+anyio only (no trio import), so it runs under hypercorn's trio worker and on asyncio alike.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from agent.link import protocol
+from agent.link.protocol import ProtocolError
+
+from .errors import AgentCallError, AgentOfflineError, AgentTimeoutError
+
+log = logging.getLogger("fleetdeck.hub")
+
+
+@dataclass(frozen=True)
+class AgentSession:
+    """What the hub knows of a connected agent (from its hello)."""
+
+    server_id: str
+    version: str
+    boot_id: str
+    hostname: str
+    handlers: frozenset[str]
+    direct_ingress_url: str | None
+    connected_at: datetime
+
+
+class Pending:
+    """A call in flight: its streamed chunks, its answer, and (uploads) the credit it may spend."""
+
+    def __init__(self, call_id: int, method: str, *, window: int | None, upload: bool) -> None:
+        self.id = call_id
+        self.method = method
+        self.window = window
+        self.chunks: deque[tuple[list[Any] | bytes, int]] = deque()
+        self.unconsumed = 0  # bytes received and not yet granted back: bounded by flow control
+        self.upload_credit = protocol.UPLOAD_WINDOW if upload else 0
+        self.done = False
+        self.result: Any = None
+        self.error: Exception | None = None
+        self._changed = anyio.Event()
+
+    def _notify(self) -> None:
+        self._changed.set()
+
+    async def wait_changed(self, deadline: float) -> None:
+        """Wait for a chunk, credit or the answer; AgentTimeoutError past the deadline."""
+        self._changed = anyio.Event()
+        with anyio.move_on_after(deadline - anyio.current_time()):
+            await self._changed.wait()
+            return
+        raise AgentTimeoutError(f"{self.method}: no answer in time")
+
+    async def wait_done(self, deadline: float) -> Any:
+        while not self.done:
+            await self.wait_changed(deadline)
+        return self.outcome()
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+    def push(self, data: list[Any] | bytes, cost: int) -> None:
+        self.chunks.append((data, cost))
+        self.unconsumed += cost
+        self._notify()
+
+    def add_credit(self, n: int) -> None:
+        self.upload_credit += n
+        self._notify()
+
+    def finish(self, message: dict[str, Any]) -> None:
+        if "error" in message:
+            error = protocol.RpcError.from_wire(message["error"])
+            if error.code == protocol.TIMEOUT:
+                self.fail(AgentTimeoutError(f"{self.method}: {error.message}"))
+            else:
+                self.fail(AgentCallError(error.code, error.message, error.details))
+        elif not self.done:
+            self.result = message.get("result")
+            self.done = True
+            self._notify()
+
+    def fail(self, error: Exception) -> None:
+        if not self.done:
+            self.error = error
+            self.done = True
+            self._notify()
+
+
+class Link:
+    """A connected agent's WebSocket: one send lock, the calls in flight, `serve` until it drops."""
+
+    def __init__(self, websocket: WebSocket, session: AgentSession, heartbeat_s: float) -> None:
+        self.websocket = websocket
+        self.session = session
+        self.heartbeat_s = heartbeat_s
+        self.close_code = 1000
+        self._send_lock = anyio.Lock()
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Pending] = {}
+        self._last_received = anyio.current_time()
+        self._task_group: TaskGroup | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._closed = False
+
+    # --- sending --------------------------------------------------------------------------
+
+    async def send_text(self, frame: str) -> None:
+        if self._closed:
+            raise AgentOfflineError(f"server {self.session.server_id}: agent link closed")
+        try:
+            async with self._send_lock:
+                await self.websocket.send_text(frame)
+        except (OSError, RuntimeError, WebSocketDisconnect) as exc:
+            raise AgentOfflineError(f"server {self.session.server_id}: agent link closed") from exc
+
+    async def send_bytes(self, frame: bytes) -> None:
+        if self._closed:
+            raise AgentOfflineError(f"server {self.session.server_id}: agent link closed")
+        try:
+            async with self._send_lock:
+                await self.websocket.send_bytes(frame)
+        except (OSError, RuntimeError, WebSocketDisconnect) as exc:
+            raise AgentOfflineError(f"server {self.session.server_id}: agent link closed") from exc
+
+    async def _send_quietly(self, message: dict[str, Any]) -> None:
+        try:
+            await self.send_text(protocol.encode(message))
+        except AgentOfflineError:
+            pass  # the receive loop or the heartbeat ends the link
+
+    def send_soon(self, message: dict[str, Any]) -> None:
+        """Send from the link's own task group: for a caller that must not wait (or is cancelled)."""
+        if self._task_group is not None and not self._closed:
+            self._task_group.start_soon(self._send_quietly, message)
+
+    # --- calls ----------------------------------------------------------------------------
+
+    def start_call(self, method: str, *, window: int | None = None, upload: bool = False) -> Pending:
+        if self._closed:
+            raise AgentOfflineError(f"server {self.session.server_id}: agent link closed")
+        pending = Pending(next(self._ids) & protocol.MAX_CALL_ID, method, window=window, upload=upload)
+        self._pending[pending.id] = pending
+        return pending
+
+    async def send_request(
+        self, pending: Pending, params: dict[str, Any], time_limit: float | None, *, upload: bool = False
+    ) -> None:
+        request: dict[str, Any] = {
+            "t": protocol.REQ,
+            "id": pending.id,
+            "method": pending.method,
+            "params": params,
+            "timeout": time_limit,
+            "window": pending.window,
+        }
+        if upload:
+            request["upload"] = True
+        await self.send_text(protocol.encode(request))
+
+    def abandon(self, pending: Pending) -> None:
+        """The caller is done with a call: if it is still open, cancel it on the agent."""
+        if self._pending.pop(pending.id, None) is not None and not pending.done:
+            pending.fail(AgentOfflineError("call abandoned"))
+            self.send_soon({"t": protocol.CANCEL, "id": pending.id})
+
+    # --- serving --------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Receive loop and heartbeat until the agent leaves, goes silent or `close` is called."""
+        self._last_received = anyio.current_time()  # the time since hello went to on_presence
+        try:
+            async with anyio.create_task_group() as tg:
+                self._task_group, self._scope = tg, tg.cancel_scope
+                tg.start_soon(self._heartbeat)
+                await self._receive_loop()
+                tg.cancel_scope.cancel()
+        finally:
+            self._closed = True
+            self._task_group = None
+            offline = AgentOfflineError(f"server {self.session.server_id}: agent link dropped")
+            for pending in self._pending.values():
+                pending.fail(offline)
+            self._pending.clear()
+
+    def close(self, code: int) -> None:
+        """End `serve` from another task (a newer link replaced this one)."""
+        self.close_code = code
+        self._closed = True
+        if self._scope is not None:
+            self._scope.cancel()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await anyio.sleep(self.heartbeat_s)
+            silence = anyio.current_time() - self._last_received
+            if silence > protocol.dead_after(self.heartbeat_s):
+                log.warning("agent of server %s silent for %.1f s: dropping its link", self.session.server_id, silence)
+                self.close(protocol.CLOSE_HEARTBEAT_TIMEOUT)
+                return
+            await self._send_quietly({"t": protocol.PING})
+
+    async def _receive_loop(self) -> None:
+        # Never awaits a send: the agent may be blocked sending to us, and both would wait forever.
+        while True:
+            message = await self.websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            self._last_received = anyio.current_time()
+            try:
+                if message.get("bytes") is not None:
+                    self._on_binary(message["bytes"])
+                elif message.get("text") is not None:
+                    self._on_text(message["text"])
+            except ProtocolError as exc:
+                log.warning("agent of server %s broke the protocol: %s", self.session.server_id, exc)
+                self.close_code = protocol.CLOSE_PROTOCOL_ERROR
+                return
+
+    def _on_binary(self, frame: bytes) -> None:
+        cid, payload = protocol.unpack_binary(frame)
+        pending = self._pending.get(cid)
+        if pending is not None and pending.window is not None:
+            self._push(pending, payload, len(payload))
+
+    def _on_text(self, frame: str) -> None:
+        message = protocol.decode(frame)
+        kind = message["t"]
+        if kind == protocol.RES:
+            pending = self._pending.pop(protocol.call_id(message), None)
+            if pending is not None:
+                pending.finish(message)
+        elif kind == protocol.ITEMS:
+            pending = self._pending.get(protocol.call_id(message))
+            items = message.get("items")
+            if not isinstance(items, list):
+                raise ProtocolError("items message without a list of items")
+            if pending is not None and pending.window is not None:
+                self._push(pending, items, protocol.text_cost(frame))
+        elif kind == protocol.CREDIT:
+            pending = self._pending.get(protocol.call_id(message))
+            n = message.get("n")
+            if type(n) is not int or n <= 0:
+                raise ProtocolError("credit message without a positive n")
+            if pending is not None:
+                pending.add_credit(n)
+        elif kind == protocol.PING:
+            self.send_soon({"t": protocol.PONG})
+        # pong needs nothing (any frame is a sign of life); unknown types are ignored.
+
+    def _push(self, pending: Pending, data: list[Any] | bytes, cost: int) -> None:
+        pending.push(data, cost)
+        assert pending.window is not None
+        # A compromised server must not be able to fill the control plane's memory.
+        if pending.unconsumed > pending.window + protocol.MAX_MESSAGE_SIZE:
+            log.warning("agent of server %s ignored flow control on %s", self.session.server_id, pending.method)
+            pending.chunks.clear()
+            self._pending.pop(pending.id, None)
+            pending.fail(AgentCallError(protocol.INTERNAL, "the agent ignored flow control"))
+            self.send_soon({"t": protocol.CANCEL, "id": pending.id})

@@ -1,0 +1,565 @@
+"""The agent link end to end: the hub served by hypercorn's trio worker, a real agent link, real sockets."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+import socket
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import anyio
+import pytest
+import trio
+from hypercorn.config import Config
+from starlette.applications import Starlette
+from starlette.routing import WebSocketRoute
+
+from agent.link import protocol
+from agent.link.call import Call, Handler
+from agent.link.client import AgentLink, Backoff, LinkAuthRefused
+from agent.link.protocol import RpcError
+from control_plane.hub import (
+    AgentCallError,
+    AgentHub,
+    AgentOfflineError,
+    AgentSession,
+    AgentTimeoutError,
+)
+
+TOKEN = "agent-token-1"
+SERVER_ID = "srv-1"
+FAST = Backoff(base=0.05, cap=0.2)
+NEVER = Backoff(base=1000.0, cap=1000.0)  # a path the test must not take
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "trio"
+
+
+# --- harness -----------------------------------------------------------------------------
+
+
+@dataclass
+class Agent:
+    """Test handlers and what they observed."""
+
+    cancelled: trio.Event = field(default_factory=trio.Event)
+    started: trio.Event = field(default_factory=trio.Event)
+    sent: int = 0
+    blob: bytes = b""
+
+    def handlers(self) -> dict[str, Handler]:
+        return {
+            "echo": self.echo,
+            "fail": self.fail,
+            "crash": self.crash,
+            "sleep": self.sleep,
+            "lines": self.lines,
+            "blob": self.send_blob,
+            "upload": self.upload,
+            "upload_fail": self.upload_fail,
+        }
+
+    async def echo(self, call: Call) -> Any:
+        return {"params": call.params}
+
+    async def fail(self, call: Call) -> Any:
+        raise RpcError("conflict", "the etag is stale", {"etag": "abc"})
+
+    async def crash(self, call: Call) -> Any:
+        raise ValueError("a bug with a secret path /etc/shadow")
+
+    async def sleep(self, call: Call) -> Any:
+        self.started.set()
+        try:
+            await trio.sleep_forever()
+        finally:
+            self.cancelled.set()
+
+    async def lines(self, call: Call) -> Any:
+        count = int(call.params["count"])
+        batch = 5000
+        for start in range(0, count, batch):
+            await call.send_items([f"line {i}" for i in range(start, min(count, start + batch))])
+        return {"count": count}
+
+    async def send_blob(self, call: Call) -> Any:
+        piece = 64 * 1024
+        try:
+            for offset in range(0, len(self.blob), piece):
+                await call.send_bytes(self.blob[offset : offset + piece])
+                self.sent = offset + piece
+        except trio.Cancelled:
+            self.cancelled.set()
+            raise
+        return {"size": len(self.blob)}
+
+    async def upload_fail(self, call: Call) -> Any:
+        await call.receive_bytes()
+        raise RpcError("too_large", "disk full")
+
+    async def upload(self, call: Call) -> Any:
+        digest, size = hashlib.sha256(), 0
+        while (chunk := await call.receive_bytes()) is not None:
+            digest.update(chunk)
+            size += len(chunk)
+        return {"size": size, "sha256": digest.hexdigest()}
+
+
+@dataclass
+class ControlPlane:
+    hub: AgentHub
+    presence: list[tuple[str, AgentSession | None]]
+    changed: trio.Event = field(default_factory=trio.Event)
+    auth_calls: int = 0
+
+    async def wait_presence(self, online: bool, version: str | None = None) -> AgentSession | None:
+        """The last presence report, once it says `online` (of `version`, if given)."""
+
+        def matches() -> bool:
+            session = self.presence[-1][1] if self.presence else None
+            if not self.presence or (session is not None) != online:
+                return False
+            return version is None or (session is not None and session.version == version)
+
+        with trio.fail_after(5):
+            while not matches():
+                self.changed = trio.Event()
+                await self.changed.wait()
+        return self.presence[-1][1]
+
+
+def make_control_plane(heartbeat_s: float = 10.0) -> ControlPlane:
+    cp: ControlPlane
+
+    async def authenticate(token: str) -> str | None:
+        cp.auth_calls += 1
+        return SERVER_ID if token == TOKEN else None
+
+    async def on_presence(server_id: str, session: AgentSession | None) -> None:
+        cp.presence.append((server_id, session))
+        cp.changed.set()
+
+    cp = ControlPlane(AgentHub(authenticate=authenticate, on_presence=on_presence, heartbeat_s=heartbeat_s), [])
+    return cp
+
+
+def hypercorn_config(bind: str) -> Config:
+    config = Config()
+    config.bind = [bind]
+    config.accesslog = None
+    config.graceful_timeout = 0.2
+    config.websocket_max_message_size = protocol.MAX_MESSAGE_SIZE
+    return config
+
+
+def listening_socket() -> tuple[str, str]:
+    """(hypercorn bind, base URL) of a socket bound here: for servers that cannot report their port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        # hypercorn owns (and closes) the duplicate.
+        return f"fd://{os.dup(sock.fileno())}", f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@asynccontextmanager
+async def serving_app(app: Any, port: int = 0) -> AsyncIterator[str]:
+    """`app` under hypercorn's trio worker on 127.0.0.1; yields the http base URL."""
+    from hypercorn.trio import serve
+
+    stop = trio.Event()
+    config = hypercorn_config(f"127.0.0.1:{port}")
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(serve, app, config, shutdown_trigger=stop.wait))
+        try:
+            yield binds[0]
+        finally:
+            stop.set()
+
+
+def serving(hub: AgentHub, port: int = 0) -> AbstractAsyncContextManager[str]:
+    return serving_app(Starlette(routes=[WebSocketRoute(protocol.LINK_PATH, hub.handle)]), port)
+
+
+@dataclass
+class Linked:
+    cp: ControlPlane
+    agent: Agent
+    agent_scope: trio.CancelScope  # cancel it to take the agent away
+    url: str
+
+
+@asynccontextmanager
+async def linked(agent: Agent | None = None, *, backoff: Backoff = FAST) -> AsyncIterator[Linked]:
+    """A control plane with one agent linked to it."""
+    cp = make_control_plane()
+    agent = agent or Agent()
+    async with serving(cp.hub) as url, trio.open_nursery() as nursery:
+        link = AgentLink(url, TOKEN, agent.handlers(), version="9.9", backoff=backoff, auth_backoff=NEVER)
+        agent_scope = trio.CancelScope()
+
+        async def run_agent() -> None:
+            with agent_scope:
+                await link.run()
+
+        nursery.start_soon(run_agent)
+        await cp.wait_presence(online=True)
+        yield Linked(cp, agent, agent_scope, url)
+        nursery.cancel_scope.cancel()
+
+
+# --- request / response ------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_request_response_and_session() -> None:
+    async with linked() as setup:
+        cp = setup.cp
+        session = cp.hub.session(SERVER_ID)
+        assert session is not None and session.version == "9.9"
+        assert "echo" in session.handlers and session.boot_id and session.hostname
+        assert cp.hub.is_online(SERVER_ID) and cp.hub.online_count == 1
+        assert await cp.hub.call(SERVER_ID, "echo", {"a": [1, "é"]}) == {"params": {"a": [1, "é"]}}
+        # Many calls at once share the link.
+        results: list[Any] = [None] * 50
+        async with anyio.create_task_group() as tg:
+            for i in range(50):
+
+                async def one(i: int = i) -> None:
+                    results[i] = await cp.hub.call(SERVER_ID, "echo", {"i": i})
+
+                tg.start_soon(one)
+        assert results == [{"params": {"i": i}} for i in range(50)]
+
+
+@pytest.mark.anyio
+async def test_error_answers() -> None:
+    async with linked() as setup:
+        cp = setup.cp
+        with pytest.raises(AgentCallError) as info:
+            await cp.hub.call(SERVER_ID, "fail", {})
+        assert (info.value.code, info.value.details) == ("conflict", {"etag": "abc"})
+        with pytest.raises(AgentCallError) as info:
+            await cp.hub.call(SERVER_ID, "crash", {})
+        assert info.value.code == "internal" and "shadow" not in info.value.message
+        with pytest.raises(AgentCallError) as info:
+            await cp.hub.call(SERVER_ID, "no.such.method", {})
+        assert info.value.code == "unknown_method"
+        # The link survived all of it.
+        assert await cp.hub.call(SERVER_ID, "echo", {}) == {"params": {}}
+
+
+@pytest.mark.anyio
+async def test_deadline_raises_timeout_and_cancels_the_handler() -> None:
+    async with linked() as setup:
+        cp, agent = setup.cp, setup.agent
+        with trio.fail_after(3):
+            with pytest.raises(AgentTimeoutError):
+                await cp.hub.call(SERVER_ID, "sleep", {}, timeout=0.2)
+            await agent.cancelled.wait()
+
+
+@pytest.mark.anyio
+async def test_caller_cancellation_reaches_the_agent_handler() -> None:
+    async with linked() as setup:
+        cp, agent = setup.cp, setup.agent
+        with trio.move_on_after(5) as outer:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cp.hub.call, SERVER_ID, "sleep", {})
+                await agent.started.wait()
+                tg.cancel_scope.cancel()
+            await agent.cancelled.wait()
+        assert not outer.cancelled_caught
+
+
+# --- streams -----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_streamed_items_arrive_complete_and_in_order() -> None:
+    count = 200_000
+    async with linked() as setup:
+        cp = setup.cp
+        received: list[str] = []
+        async with cp.hub.open_stream(SERVER_ID, "lines", {"count": count}, window=256 * 1024) as stream:
+            async for chunk in stream:
+                assert isinstance(chunk, list)
+                received.extend(chunk)
+            assert stream.result == {"count": count}
+        assert received == [f"line {i}" for i in range(count)]
+
+
+@pytest.mark.anyio
+async def test_streamed_bytes_are_exact_and_flow_control_blocks_the_sender() -> None:
+    agent = Agent(blob=random.Random(7).randbytes(32 * 1024 * 1024))
+    window = 256 * 1024
+    async with linked(agent) as setup:
+        cp = setup.cp
+        digest, size = hashlib.sha256(), 0
+        async with cp.hub.open_stream(SERVER_ID, "blob", {}, window=window) as stream:
+            first = await stream.__anext__()
+            assert isinstance(first, bytes)
+            digest.update(first)
+            size += len(first)
+            await trio.sleep(0.3)  # the consumer stalls: the agent must stop at its credit
+            assert agent.sent <= window + 64 * 1024 < len(agent.blob)
+            async for chunk in stream:
+                assert isinstance(chunk, bytes)
+                digest.update(chunk)
+                size += len(chunk)
+            assert stream.result == {"size": len(agent.blob)}
+        assert size == len(agent.blob)
+        assert digest.digest() == hashlib.sha256(agent.blob).digest()
+
+
+@pytest.mark.anyio
+async def test_leaving_a_stream_early_cancels_the_handler() -> None:
+    agent = Agent(blob=bytes(8 * 1024 * 1024))
+    async with linked(agent) as setup:
+        cp = setup.cp
+        async with cp.hub.open_stream(SERVER_ID, "blob", {}, window=128 * 1024) as stream:
+            await stream.__anext__()
+        with trio.fail_after(3):
+            await agent.cancelled.wait()
+        assert agent.sent < len(agent.blob)
+        assert await cp.hub.call(SERVER_ID, "echo", {}) == {"params": {}}
+
+
+@pytest.mark.anyio
+async def test_stream_error_answer_raises() -> None:
+    async with linked() as setup:
+        cp = setup.cp
+        with pytest.raises(AgentCallError) as info:
+            async with cp.hub.open_stream(SERVER_ID, "fail", {}) as stream:
+                async for _ in stream:
+                    pass
+        assert info.value.code == "conflict"
+
+
+@pytest.mark.anyio
+async def test_upload_arrives_byte_exact() -> None:
+    data = random.Random(3).randbytes(16 * 1024 * 1024 + 123)
+    async with linked() as setup:
+        cp = setup.cp
+        async with cp.hub.open_upload(SERVER_ID, "upload", {"path": "x"}) as upload:
+            for offset in range(0, len(data), 1024 * 1024):
+                await upload.send(data[offset : offset + 1024 * 1024])
+            result = await upload.finish()
+        assert result == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+@pytest.mark.anyio
+async def test_upload_stops_when_the_handler_fails() -> None:
+    async with linked() as setup:
+        with trio.fail_after(5), pytest.raises(AgentCallError) as info:
+            async with setup.cp.hub.open_upload(SERVER_ID, "upload_fail", {}) as upload:
+                await upload.send(bytes(64 * 1024 * 1024))  # far more than the window: must not hang
+                await upload.finish()
+        assert info.value.code == "too_large"
+
+
+# --- auth, presence, reconnect -----------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_refused_token_gets_4401_and_the_long_backoff(caplog: pytest.LogCaptureFixture) -> None:
+    cp = make_control_plane()
+    async with serving(cp.hub) as url:
+        link = AgentLink(url, "wrong", {}, version="1", backoff=NEVER, auth_backoff=FAST)
+        with pytest.raises(LinkAuthRefused) as info:
+            await link.run_once()
+        assert info.value.close_code == protocol.CLOSE_AUTH_REFUSED
+        # run(): only the auth backoff (fast here) lets it retry; the network one would wait 1000 s.
+        caplog.set_level(logging.ERROR, logger="fleetdeck.agent")
+        with trio.move_on_after(1.0):
+            await link.run()
+        assert cp.auth_calls >= 4
+        assert "refused the agent token" in caplog.text
+        assert cp.presence == [] and not cp.hub.is_online(SERVER_ID)
+
+
+@pytest.mark.anyio
+async def test_http_rejection_counts_as_auth_refusal() -> None:
+    # A route that closes before accepting: hypercorn answers the handshake with HTTP 403.
+    async def endpoint(websocket: Any) -> None:
+        await websocket.close()
+
+    async with serving_app(Starlette(routes=[WebSocketRoute(protocol.LINK_PATH, endpoint)])) as url:
+        link = AgentLink(url, TOKEN, {}, version="1")
+        with pytest.raises(LinkAuthRefused) as info:
+            await link.run_once()
+        assert info.value.status == 403
+
+
+@pytest.mark.anyio
+async def test_presence_and_fast_offline_errors() -> None:
+    async with linked() as setup:
+        cp, agent = setup.cp, setup.agent
+        assert cp.presence[-1][0] == SERVER_ID
+        call_failed = trio.Event()
+
+        async def call_in_flight() -> None:
+            with pytest.raises(AgentOfflineError):
+                await cp.hub.call(SERVER_ID, "sleep", {}, timeout=10)
+            call_failed.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call_in_flight)
+            await agent.started.wait()
+            setup.agent_scope.cancel()  # the agent goes away mid-call
+            with trio.fail_after(5):
+                await call_failed.wait()
+        assert await cp.wait_presence(online=False) is None
+        assert not cp.hub.is_online(SERVER_ID) and cp.hub.session(SERVER_ID) is None
+        start = trio.current_time()
+        with pytest.raises(AgentOfflineError):
+            await cp.hub.call(SERVER_ID, "echo", {})
+        with pytest.raises(AgentOfflineError):
+            async with cp.hub.open_stream(SERVER_ID, "lines", {}):
+                pass
+        assert trio.current_time() - start < 0.1
+
+
+@pytest.mark.anyio
+async def test_reconnects_after_the_control_plane_restarts() -> None:
+    cp = make_control_plane()
+    agent = Agent()
+    async with trio.open_nursery() as nursery:
+        async with serving(cp.hub) as url:
+            link = AgentLink(url, TOKEN, agent.handlers(), version="1", backoff=FAST, auth_backoff=NEVER)
+            nursery.start_soon(link.run)
+            first = await cp.wait_presence(online=True)
+            assert await cp.hub.call(SERVER_ID, "echo", {"n": 1}) == {"params": {"n": 1}}
+        await cp.wait_presence(online=False)
+        async with serving(cp.hub, int(url.rsplit(":", 1)[1])):
+            second = await cp.wait_presence(online=True)
+            assert await cp.hub.call(SERVER_ID, "echo", {"n": 2}) == {"params": {"n": 2}}
+        assert first is not None and second is not None and first.boot_id == second.boot_id
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_newer_link_replaces_the_older_one(caplog: pytest.LogCaptureFixture) -> None:
+    async with linked(backoff=NEVER) as setup:  # the replaced agent must not come back in the test
+        cp = setup.cp
+        first = cp.hub.session(SERVER_ID)
+        async with trio.open_nursery() as nursery:
+            second_link = AgentLink(setup.url, TOKEN, {"echo": Agent().echo}, version="2", backoff=NEVER)
+            nursery.start_soon(second_link.run_once)
+            await cp.wait_presence(online=True, version="2")
+            session = cp.hub.session(SERVER_ID)
+            assert session is not None and session is not first
+            assert session.version == "2" and cp.hub.online_count == 1
+            await trio.sleep(0.2)  # the replaced link's end must not report the server offline
+            assert cp.presence[-1][1] is session and cp.hub.session(SERVER_ID) is session
+            assert "replaced ours" in caplog.text
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_heartbeat_drops_a_silent_agent() -> None:
+    # A "agent" that says hello and then never answers anything: the hub must give up on it.
+    from trio_websocket import open_websocket_url
+
+    cp = make_control_plane(heartbeat_s=0.1)
+    async with serving(cp.hub) as url:
+        ws_url = url.replace("http", "ws") + protocol.LINK_PATH
+        async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {TOKEN}".encode())]) as ws:
+            hello: dict[str, Any] = {"t": "hello", "version": "1", "boot_id": "b", "handlers": [], "hostname": "h"}
+            hello["direct_ingress_url"] = None
+            await ws.send_message(protocol.encode(hello))
+            await cp.wait_presence(online=True)
+            with trio.fail_after(2):
+                await cp.wait_presence(online=False)
+
+
+@pytest.mark.anyio
+async def test_agent_drops_a_silent_control_plane(caplog: pytest.LogCaptureFixture) -> None:
+    from trio_websocket import WebSocketRequest, serve_websocket
+
+    async def silent_control_plane(request: WebSocketRequest) -> None:
+        ws = await request.accept()
+        await ws.get_message()  # hello
+        await ws.send_message(protocol.encode({"t": "welcome", "server_id": "s", "heartbeat_s": 0.1}))
+        while True:  # reads everything, answers nothing
+            await ws.get_message()
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(partial(serve_websocket, silent_control_plane, "127.0.0.1", 0, ssl_context=None))
+        link = AgentLink(f"http://127.0.0.1:{server.port}", TOKEN, {}, version="1")
+        with trio.fail_after(3):
+            assert await link.run_once() is True  # welcomed, then given up on
+        assert "no word from the control plane" in caplog.text
+        assert link.server_id == "s"
+        nursery.cancel_scope.cancel()
+
+
+# --- asyncio -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+async def test_hub_runs_on_asyncio() -> None:
+    """The hub under hypercorn's asyncio worker; the (trio) agent runs in its own thread."""
+    from hypercorn.asyncio import serve
+
+    presence: list[bool] = []
+    online = anyio.Event()
+
+    async def authenticate(token: str) -> str | None:
+        return SERVER_ID if token == TOKEN else None
+
+    async def on_presence(server_id: str, session: AgentSession | None) -> None:
+        presence.append(session is not None)
+        if session is not None:
+            online.set()
+
+    hub = AgentHub(authenticate=authenticate, on_presence=on_presence)
+    app = Starlette(routes=[WebSocketRoute(protocol.LINK_PATH, hub.handle)])
+    bind, url = listening_socket()
+    stop = anyio.Event()
+    agent = Agent(blob=random.Random(1).randbytes(3 * 1024 * 1024))
+    stopper: dict[str, Callable[[], None]] = {}
+    ready = threading.Event()
+
+    def run_agent_thread() -> None:
+        async def main() -> None:
+            token = trio.lowlevel.current_trio_token()
+            with trio.CancelScope() as scope:
+                stopper["stop"] = lambda: trio.from_thread.run_sync(scope.cancel, trio_token=token)
+                ready.set()
+                await AgentLink(url, TOKEN, agent.handlers(), version="1", backoff=FAST).run()
+
+        trio.run(main)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_serve_asyncio, serve, app, hypercorn_config(bind), stop.wait)
+        tg.start_soon(anyio.to_thread.run_sync, run_agent_thread)
+        with anyio.fail_after(5):
+            await online.wait()
+            assert await hub.call(SERVER_ID, "echo", {"x": 1}) == {"params": {"x": 1}}
+            got = bytearray()
+            async with hub.open_stream(SERVER_ID, "blob", {}, window=128 * 1024) as stream:
+                async for chunk in stream:
+                    assert isinstance(chunk, bytes)
+                    got += chunk
+            assert bytes(got) == agent.blob
+            async with hub.open_upload(SERVER_ID, "upload", {}) as upload:
+                await upload.send(agent.blob)
+                assert (await upload.finish())["size"] == len(agent.blob)
+        assert ready.is_set()
+        stopper["stop"]()
+        stop.set()
+    assert presence == [True, False]
+
+
+async def _serve_asyncio(serve: Callable[..., Awaitable[None]], app: Any, config: Config, trigger: Any) -> None:
+    await serve(app, config, shutdown_trigger=trigger)

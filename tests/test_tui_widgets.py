@@ -1,0 +1,233 @@
+"""The Line API widgets on their own: the directory pane with 100k entries, the lazy viewer."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from textual.app import App, ComposeResult
+from textual.pilot import Pilot
+
+from themes import register_themes
+from tui.widgets.code_view import CodeView
+from tui.widgets.directory_pane import ColumnLayout, DirectoryPane, sort_entries
+from tui.widgets.highlight import BLOCK_LINES, LEAD_IN_LINES, LazyHighlighter, lexer_for_path, split_lines
+
+ENTRY_COUNT = 100_000
+
+
+def make_entries(count: int) -> list[dict[str, Any]]:
+    entries = [
+        {
+            "name": f"dir-{i:06d}" if i % 10 == 0 else f"file-{i:06d}.txt",
+            "path": "",
+            "type": "dir" if i % 10 == 0 else "file",
+            "size": i * 37,
+            "mode": 420,
+            "permissions": "rw-r--r--",
+            "owner": "www-data",
+            "group": "www-data",
+            "mtime": "2026-11-22T10:00:00Z",
+            "link_target": None,
+        }
+        for i in range(count)
+    ]
+    random.Random(7).shuffle(entries)
+    return entries
+
+
+class PaneApp(App[None]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened: list[dict[str, Any]] = []
+        self.up_requests = 0
+
+    def compose(self) -> ComposeResult:
+        yield DirectoryPane()
+
+    def on_directory_pane_opened(self, event: DirectoryPane.Opened) -> None:
+        self.opened.append(dict(event.entry))
+
+    def on_directory_pane_up_requested(self, _event: DirectoryPane.UpRequested) -> None:
+        self.up_requests += 1
+
+
+class ViewerApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield CodeView()
+
+    def on_mount(self) -> None:
+        register_themes(self)
+        self.theme = "fleetdeck-dark"
+
+
+def run_app(
+    app: App[None], scenario: Callable[[Pilot[None]], Awaitable[None]], size: tuple[int, int] = (80, 24)
+) -> None:
+    async def main() -> None:
+        async with app.run_test(size=size) as pilot:
+            await scenario(pilot)
+
+    asyncio.run(main())
+
+
+def visible_names(pane: DirectoryPane) -> list[str]:
+    return [pane.render_line(y).text.split()[0] for y in range(1, pane.page_rows + 1)]
+
+
+def test_directory_pane_scrolls_100k_entries_to_the_end() -> None:
+    app = PaneApp()
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        pane = app.query_one(DirectoryPane)
+        pane.set_entries(make_entries(ENTRY_COUNT))
+        pane.focus()
+        await pilot.pause()
+        assert pane.cursor == 0
+        assert pane.render_line(1).text.startswith("▸ dir-000000/")  # directories first
+
+        await pilot.press("end")
+        assert pane.cursor == ENTRY_COUNT - 1
+        assert pane.scroll_y == pane.max_scroll_y
+        assert visible_names(pane)[-1] == "file-099999.txt"
+
+        await pilot.press("up", "up", "pageup")
+        assert pane.cursor == ENTRY_COUNT - 3 - pane.page_rows
+        assert pane.highlighted is not None
+        first_visible = round(pane.scroll_y)
+        assert first_visible <= pane.cursor < first_visible + pane.page_rows  # the cursor stays on screen
+
+        await pilot.press("home", "down", "enter")
+        assert app.opened[-1]["name"] == "dir-000010"
+        await pilot.press("backspace")
+        assert app.up_requests == 1
+
+    run_app(app, scenario)
+
+
+def test_directory_pane_draws_a_frame_of_100k_entries_fast() -> None:
+    app = PaneApp()
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        pane = app.query_one(DirectoryPane)
+        pane.set_entries(make_entries(ENTRY_COUNT))
+        await pilot.pause()
+        pane.move_cursor(ENTRY_COUNT // 2, center=True)
+        started = time.perf_counter()
+        for _ in range(10):
+            lines = [pane.render_line(y) for y in range(pane.size.height)]
+        per_frame = (time.perf_counter() - started) / 10
+        assert per_frame < 0.05, f"a frame takes {per_frame * 1000:.1f} ms"
+        assert all(line.cell_length == pane.scrollable_content_region.width for line in lines)
+
+    run_app(app, scenario, size=(200, 50))
+
+
+def test_directory_pane_sorts_directories_first_then_names_case_insensitively() -> None:
+    names = [("b.txt", "file"), ("Z", "dir"), ("a", "dir"), ("C.txt", "file"), ("a.txt", "file")]
+    entries = [{"name": name, "type": kind} for name, kind in names]
+    assert [e["name"] for e in sort_entries(entries)] == ["a", "Z", "a.txt", "b.txt", "C.txt"]
+
+
+def test_directory_pane_drops_columns_when_narrow_and_shows_no_control_characters() -> None:
+    assert ColumnLayout.fit(200, 8).owner == 8
+    narrow = ColumnLayout.fit(40, 8)
+    assert narrow.owner == 0 and narrow.permissions == 0 and narrow.name >= 20
+    app = PaneApp()
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        pane = app.query_one(DirectoryPane)
+        pane.set_entries([{**make_entries(1)[0], "name": "evil\x1b[31mname\nx", "type": "file"}])
+        await pilot.pause()
+        text = pane.render_line(1).text
+        assert "\x1b" not in text and "\n" not in text and "evil?[31mname?x" in text
+
+    run_app(app, scenario)
+
+
+def php_lines(count: int) -> str:
+    header = "<?php\n/**\n * A docblock\n */\n"
+    return header + "".join(f"$value{i} = compute({i}); // note {i}\n" for i in range(count - 4))
+
+
+def python_source(count: int) -> str:
+    return "".join(f"value_{i} = compute({i})  # note {i}\n" for i in range(count))
+
+
+def test_viewer_lexes_only_the_visible_lines_of_a_100k_line_file() -> None:
+    app = ViewerApp()
+    lexed: list[int] = []  # lines handed to the lexer, per call
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        view = app.query_one(CodeView)
+        view.load(python_source(100_000), "tools/generated.py")
+        lexer = view.highlighter.lexer
+        real_get_tokens = lexer.get_tokens
+
+        def counting_get_tokens(text: str, *args: Any) -> Any:
+            lexed.append(text.count("\n"))
+            return real_get_tokens(text, *args)
+
+        lexer.get_tokens = counting_get_tokens
+        view.focus()
+        await pilot.pause()
+        assert view.line_count == 100_000 and view.language == "Python"
+        assert lexed == [BLOCK_LINES]  # the first screen: one block, one call
+
+        await pilot.press("end")
+        await pilot.pause()
+        # The last screen needs the last block or two (with their lead-ins), never the lines between.
+        assert 2 <= len(lexed) <= 3, lexed
+        assert sum(lexed) <= 3 * (BLOCK_LINES + LEAD_IN_LINES), lexed
+
+        for _ in range(3):  # scrolling back and forth over drawn lines lexes nothing more
+            await pilot.press("pageup")
+            await pilot.press("pagedown")
+        await pilot.pause()
+        assert sum(lexed) <= 3 * (BLOCK_LINES + LEAD_IN_LINES), lexed
+
+        last = view.render_line(view.scrollable_content_region.height - 1)
+        assert "100000" in last.text and "value_99999" in last.text
+        colours = {segment.style.color for segment in last if segment.style is not None and segment.text.strip()}
+        assert len(colours) >= 3  # gutter, names, numbers, comment: highlighted, not plain
+
+    run_app(app, scenario)
+
+
+def test_viewer_highlights_php_in_the_middle_of_a_file() -> None:
+    lines = split_lines(php_lines(1000))
+    highlighter = LazyHighlighter(lines, lexer_for_path("index.php"))
+    tokens = highlighter.tokens(700)  # far from `<?php`: the block is lexed as PHP code anyway
+    kinds = {str(token_type) for token_type, _ in tokens}
+    assert "Token.Name.Variable" in kinds and "Token.Comment.Single" in kinds
+    assert highlighter.lexed_line_count <= BLOCK_LINES + LEAD_IN_LINES
+
+
+def test_lexers_are_picked_from_file_names() -> None:
+    expected = {
+        "index.php": "PHP",
+        "index.html": "HTML",
+        "style.css": "CSS",
+        "app.js": "JavaScript",
+        "composer.json": "JSON",
+        "README.md": "Markdown",
+        "deploy.sh": "Bash",
+        "manage.py": "Python",
+        "config.yaml": "YAML",
+        "nginx.conf": "Nginx configuration file",
+        "etc/nginx/sites-enabled/example.conf": "Nginx configuration file",
+        ".env": "Bash",
+        ".env.production": "Bash",
+        "notes.unknown-extension": "Text only",
+    }
+    assert {path: lexer_for_path(path).name for path in expected} == expected
+    assert lexer_for_path("bin/tool", "#!/usr/bin/env python3").name == "Python"
+
+
+def test_viewer_draws_tabs_and_control_characters_safely() -> None:
+    highlighter = LazyHighlighter(split_lines("a\tb\x1b[2J\r\n"), lexer_for_path("x.txt"))
+    text = "".join(value for _, value in highlighter.tokens(0))
+    assert text == "a   b␛[2J"

@@ -1,0 +1,122 @@
+"""The fleetdeck Textual app: screens on top, the API client in trio underneath (`tui.bridge`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from functools import partial
+from typing import Any, ClassVar
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from api_client import Client, Me, Server
+from themes import THEMES, default_theme_name, register_themes
+from themes.palettes import automatic_theme_name
+
+from .bridge import TrioBridge
+from .connection import Connection
+from .screens.files import FilesScreen
+from .screens.help import HelpScreen
+from .screens.servers import ServerListScreen
+
+log = logging.getLogger(__name__)
+
+
+class FleetdeckApp(App[None]):
+    """Servers → files → viewer, over one `/v1` connection."""
+
+    TITLE = "fleetdeck"
+    CSS_PATH = [
+        "styles/app.tcss",
+        "styles/servers.tcss",
+        "styles/files.tcss",
+        "styles/viewer.tcss",
+        "styles/help.tcss",
+    ]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("question_mark", "help", "Help", key_display="?"),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+
+    def __init__(self, connection: Connection, *, theme: str | None = None, client: Client | None = None) -> None:
+        """`client` replaces the one built from `connection` (tests give one with a fake transport)."""
+        super().__init__()
+        self.connection = connection
+        self.client = client or Client(connection.base_url, token=connection.token)
+        self.bridge = TrioBridge()
+        self.me: Me | None = None
+        self._wanted_theme = theme or default_theme_name()
+        register_themes(self)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self._apply_theme(self._wanted_theme)
+        self.sub_title = self.connection.label
+        self.bridge.add_shutdown_hook(self.client.aclose)
+        self.bridge.start()
+        self.bridge.run(self, self.client.auth.me, on_done=self._show_identity)
+        self.push_screen(ServerListScreen())
+
+    async def on_unmount(self) -> None:
+        await self.bridge.stop()
+
+    def _apply_theme(self, name: str) -> None:
+        if name not in self.available_themes:
+            fallback = automatic_theme_name()
+            self.notify(f"Unknown theme {name!r}: using {fallback}.", severity="warning")
+            name = fallback
+        self.theme = name
+
+    def _show_identity(self, me: Me) -> None:
+        self.me = me
+        self.sub_title = f"{me.user.email} · {me.org.name}"
+
+    # --- navigation -----------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
+
+    def action_go_servers(self) -> None:
+        """Back to the server list, closing whatever is above it."""
+        stack = self.screen_stack
+        for depth, screen in enumerate(stack):
+            if isinstance(screen, ServerListScreen):
+                for _ in range(len(stack) - depth - 1):
+                    self.pop_screen()
+                return
+
+    def action_go_files(self) -> None:
+        """The files of the server picked on the server list (or of the only server)."""
+        if isinstance(self.screen, FilesScreen):
+            return
+        server_list = next((s for s in self.screen_stack if isinstance(s, ServerListScreen)), None)
+        server = server_list.highlighted_server if server_list is not None else None
+        if server is None:
+            self.notify("No server to open: pick one in the server list.", severity="warning")
+            return
+        self.open_files(server)
+
+    def open_files(self, server: Server) -> None:
+        self.action_go_servers()
+        self.push_screen(FilesScreen(server))
+
+    def action_switch_theme(self, name: str) -> None:
+        self._apply_theme(name)
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        for command in super().get_system_commands(screen):
+            if command.title != "Theme":  # replaced by the fleetdeck themes below
+                yield command
+        for name, theme in THEMES.items():
+            if name != self.theme:
+                kind = "16 ANSI colours" if theme.ansi else ("dark" if theme.dark else "light")
+                yield SystemCommand(f"Switch theme: {name}", f"Use the {kind} theme", partial(self._apply_theme, name))
+        yield SystemCommand("Switch theme…", "Pick any installed theme", self.action_change_theme)
+        yield SystemCommand("Go to servers", "The server list", self.action_go_servers)
+        if not isinstance(screen, FilesScreen):
+            yield SystemCommand("Go to files", "The files of the highlighted server", self.action_go_files)
+        yield SystemCommand("Help", "The key bindings of this screen", self.action_help)

@@ -1,0 +1,70 @@
+"""Turn exceptions into sentences a user can act on (shown as notifications, never tracebacks)."""
+
+from __future__ import annotations
+
+import logging
+
+from api_client import errors as api_errors
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+
+
+def describe_error(exc: BaseException, *, server: str | None = None, path: str | None = None) -> str:
+    """A one-line, human description of `exc`; `server` and `path` name what was being accessed."""
+    exc = _unwrap_group(exc)
+    server_name = server or "this server"
+    file_name = path or "this file"
+    match exc:
+        case api_errors.AgentOffline():
+            return f"The agent of {server_name} is offline."
+        case api_errors.BinaryFile():
+            return f"{file_name} is a binary file: download it instead of viewing it."
+        case api_errors.TooLarge():
+            return f"{file_name} is too large to view{_limit_clause(exc)}: download it instead."
+        case api_errors.Unauthenticated():
+            return "Your session has expired: restart fleetdeck to log in again."
+        case api_errors.TierRequired():
+            required = exc.details.get("required_plan")
+            return f"This needs the {required} plan." if required else exc.message
+        case api_errors.NotFound():
+            return f"Not found: {exc.message}"
+        case api_errors.ApiError():
+            return exc.message
+        case api_errors.FleetdeckError():
+            return str(exc)
+        case OSError():
+            return f"System error: {exc}"
+    log.error("unexpected error", exc_info=exc)
+    return f"Unexpected error ({type(exc).__name__}): {exc}"
+
+
+def _limit_clause(exc: api_errors.ApiError) -> str:
+    limit = exc.details.get("limit")
+    size = exc.details.get("size")
+    parts = []
+    if isinstance(size, int):
+        parts.append(f"{format_size(size)}")
+    if isinstance(limit, int):
+        parts.append(f"the limit is {format_size(limit)}")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def format_size(size: int) -> str:
+    """`1536` → `1.5 KiB`: binary units, one decimal below 10."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{int(value)} B"
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _unwrap_group(exc: BaseException) -> BaseException:
+    """An exception group of one (trio nurseries make these) reads as its single member."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

@@ -1,0 +1,40 @@
+"""What every fleetdeck screen shares: access to the API client and the trio bridge."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from textual.screen import Screen
+
+from api_client import Client
+
+from ..bridge import BridgedMixin, TrioBridge
+from ..errors import describe_error
+
+if TYPE_CHECKING:
+    from ..app import FleetdeckApp
+
+
+class FleetScreen(BridgedMixin, Screen[None]):
+    """A screen whose trio tasks are cancelled when it is dismissed (see `BridgedMixin`)."""
+
+    @property
+    def fleet(self) -> FleetdeckApp:
+        return cast("FleetdeckApp", self.app)
+
+    @property
+    def client(self) -> Client:
+        return self.fleet.client
+
+    @property
+    def bridge(self) -> TrioBridge:
+        return self.fleet.bridge
+
+    @property
+    def dismissed(self) -> bool:
+        """True once the screen left the stack: even before its `on_mount` ran (Enter, Escape fast)."""
+        return self not in self.app.screen_stack
+
+    def show_error(self, exc: BaseException, *, server: str | None = None, path: str | None = None) -> None:
+        """An error as a notification, worded for humans."""
+        self.notify(describe_error(exc, server=server, path=path), severity="error", timeout=8)

@@ -1,0 +1,64 @@
+"""`?`: the key bindings that work on the screen underneath, in a modal list."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Static
+
+# Keys of the lists and views that the footer does not show (they are `show=False` bindings).
+NAVIGATION_KEYS = [
+    ("↑ ↓ / k j", "Move the cursor or scroll"),
+    ("PgUp PgDn", "A page up or down"),
+    ("Home End", "First or last line"),
+    ("ctrl+p", "Command palette: themes, go to servers/files, …"),
+]
+
+
+class HelpScreen(ModalScreen[None]):
+    """The bindings active on `screen`, with their descriptions."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark", "dismiss", "Close")]
+
+    def __init__(self, screen: Screen[object]) -> None:
+        super().__init__()
+        self.described = screen
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help-box"):
+            yield Static(self._bindings_table(), id="help-table")
+            yield Static("Escape closes this help.", id="help-hint")
+
+    def on_mount(self) -> None:
+        box = self.query_one("#help-box")
+        box.border_title = f"Keys · {type(self.described).__name__.removesuffix('Screen')}"
+
+    def _bindings_table(self) -> Table:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column()
+        # The footer's bindings (plus their hidden aliases, e.g. `q` next to `ctrl+q`); the
+        # widgets' many cursor bindings are summed up by NAVIGATION_KEYS instead.
+        keys_by_description: dict[str, list[str]] = {}
+        shown: set[str] = set()
+        for active in self.described.active_bindings.values():
+            binding = active.binding
+            if binding.description:
+                display = binding.key_display or self.app.get_key_display(binding)
+                keys = keys_by_description.setdefault(binding.description, [])
+                if display not in keys:
+                    keys.append(display)
+                if binding.show:
+                    shown.add(binding.description)
+        for description, keys in keys_by_description.items():
+            if description in shown:
+                table.add_row(Text(" / ".join(keys)), Text(description))
+        for display, description in NAVIGATION_KEYS:
+            table.add_row(Text(display), Text(description))
+        return table

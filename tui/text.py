@@ -1,0 +1,77 @@
+"""Small text helpers shared by the widgets: safe display of untrusted strings, sizes, times."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+
+# C0 and C1 control characters (and DEL): a file name or file content must never be able to
+# send escape sequences to the user's terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with control characters replaced by `?` and tabs by a space."""
+    if not _CONTROL.search(text) and "\t" not in text:
+        return text
+    return _CONTROL.sub("?", text).replace("\t", " ")
+
+
+def printable_line(line: str, tab_size: int = 4) -> str:
+    """One line of a text file as it should be drawn: tabs expanded, control characters shown."""
+    if "\t" in line:
+        line = line.expandtabs(tab_size)
+    if _CONTROL.search(line):
+        line = _CONTROL.sub(_control_picture, line)
+    return line
+
+
+def _control_picture(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    # U+2400.. are the "control pictures" (␀ ␁ … ␟); DEL is ␡; C1 controls have none.
+    if code < 0x20:
+        return chr(0x2400 + code)
+    return "\u2421" if code == 0x7F else "?"
+
+
+def short_size(size: int) -> str:
+    """Like `ls -h`: `512`, `4.0K`, `12M`, `1.2G`."""
+    if size < 1024:
+        return str(size)
+    value = float(size)
+    for unit in "KMGTP":
+        value /= 1024
+        if value < 1024 or unit == "P":
+            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
+    raise AssertionError("unreachable")
+
+
+@lru_cache(maxsize=4096)
+def short_time(rfc3339: str) -> str:
+    """`2026-11-22T10:00:00Z` → `2026-11-22 11:00` in the local time zone; `?` if unreadable."""
+    try:
+        moment = datetime.fromisoformat(rfc3339)
+    except (TypeError, ValueError):
+        return "?"
+    if moment.tzinfo is not None:
+        moment = moment.astimezone()
+    return moment.strftime("%Y-%m-%d %H:%M")
+
+
+def join_path(directory: str, name: str) -> str:
+    """A scope-relative path: `join_path("", "a")` is `a`, `join_path("a", "b")` is `a/b`."""
+    directory = directory.strip("/")
+    return f"{directory}/{name}" if directory else name
+
+
+def parent_path(path: str) -> str:
+    """The parent of a scope-relative path (`""` is the scope root, its own parent)."""
+    path = path.strip("/")
+    return path.rpartition("/")[0]
+
+
+def load_tcss(module_file: str) -> str:
+    """The CSS kept next to a module (`widget.py` → `widget.tcss`), for `DEFAULT_CSS`."""
+    return Path(module_file).with_suffix(".tcss").read_text(encoding="utf-8")

@@ -1,0 +1,1 @@
+"""Line API widgets (directory pane, code view) and small Textual fixes (SafeHeader)."""
