@@ -26,6 +26,10 @@ from .models import (
     Entry,
     FileContent,
     Health,
+    Job,
+    JobKindInfo,
+    JobKindList,
+    JobList,
     Listing,
     LoginResponse,
     Me,
@@ -67,6 +71,7 @@ class Client:
         self.auth = AuthAPI(self)
         self.servers = ServersAPI(self)
         self.files = FilesAPI(self)
+        self.jobs = JobsAPI(self)
 
     @property
     def token(self) -> str | None:
@@ -104,6 +109,7 @@ class Client:
         *,
         params: Mapping[str, Any] | None = None,
         json: Any = None,
+        headers: Mapping[str, str] | None = None,
         expect_body: bool = True,
     ) -> Any:
         """Send one request and return its decoded JSON body; raise the error class of its code."""
@@ -234,6 +240,41 @@ class FilesAPI(_SubAPI):
             "GET", f"/v1/servers/{server_id}/fs/read", params={**_scope_params(scope), "path": path}
         )
         return FileContent.model_validate(body)
+
+
+class JobsAPI(_SubAPI):
+    """Whitelisted jobs: `<domain>.<action>` kinds with a schema each, streamed as they run."""
+
+    async def kinds(self) -> list[JobKindInfo]:
+        return JobKindList.model_validate(await self._client.request("GET", "/v1/job-kinds")).kinds
+
+    async def create(
+        self, server_id: str, kind: str, args: Mapping[str, Any] | None = None, *, idempotency_key: str | None = None
+    ) -> Job:
+        """Start a job. With `idempotency_key`, a retry returns the first job instead of a second one."""
+        body = await self._client.request(
+            "POST",
+            f"/v1/servers/{server_id}/jobs",
+            json={"kind": kind, "args": dict(args or {})},
+            headers={"Idempotency-Key": idempotency_key} if idempotency_key else None,
+        )
+        return Job.model_validate(body)
+
+    async def list(self, server_id: str, *, limit: int = 50) -> list[Job]:
+        body = await self._client.request("GET", f"/v1/servers/{server_id}/jobs", params={"limit": limit})
+        return JobList.model_validate(body).jobs
+
+    async def get(self, job_id: str) -> Job:
+        return Job.model_validate(await self._client.request("GET", f"/v1/jobs/{job_id}"))
+
+    def stream(self, job_id: str, *, last_event_id: str | None = None) -> EventStream:
+        """The job's events: `line` (data: a `JobLine` dict) as they come, then one `exit` (`JobExit`).
+
+        A finished job replays its lines. The stream resumes after a dropped connection.
+        """
+        return self._client.events(
+            f"/v1/jobs/{job_id}/stream", last_event_id=last_event_id, final_events=frozenset({"exit"})
+        )
 
 
 def _scope_params(scope: Scope) -> dict[str, Any]:

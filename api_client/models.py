@@ -192,3 +192,65 @@ class FileContent(WireModel):
     size: int
     mtime: datetime
     etag: str
+
+
+# --- jobs -----------------------------------------------------------------------------------
+
+JobStatus = Literal["queued", "running", "succeeded", "failed", "interrupted"]
+JobGroup = Literal["observe", "content", "infra", "sysadmin"]
+FINISHED_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "interrupted"})
+
+
+class JobKindInfo(WireModel):
+    kind: str
+    domain: str
+    action: str
+    read: bool
+    group: JobGroup
+    min_plan: Plan
+    args_schema: dict[str, Any]
+    secret_fields: list[str]
+    summary: str = ""
+
+
+class JobKindList(WireModel):
+    kinds: list[JobKindInfo]
+
+
+class JobCreate(RequestModel):
+    kind: str = Field(max_length=100)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class Job(WireModel):
+    id: str
+    server_id: str
+    kind: str
+    args: dict[str, Any]
+    status: JobStatus
+    exit_code: int | None = None
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    result: Any = None
+    cached: bool = False
+    cached_at: datetime | None = None
+    created_by: str | None = None
+
+
+class JobList(WireModel):
+    jobs: list[Job]
+
+
+class JobLine(WireModel):
+    """One `event: line` of a job stream (bulk: the client keeps these as dicts)."""
+
+    seq: int
+    stream: Literal["stdout", "stderr"]
+    text: str
+    at: datetime
+
+
+class JobExit(WireModel):
+    exit_code: int | None
+    status: JobStatus

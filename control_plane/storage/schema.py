@@ -85,3 +85,49 @@ audit_log = sa.Table(
     sa.Column("error_code", sa.String, nullable=True),
     sa.Index("ix_audit_org_at", "org_id", "id"),
 )
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("org_id", sa.String, sa.ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("server_id", sa.String, sa.ForeignKey("servers.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("kind", sa.String, nullable=False),
+    sa.Column("args", sa.String, nullable=False),  # JSON, secret fields already "***"
+    sa.Column("argv", sa.String, nullable=False),  # JSON; never holds a secret
+    sa.Column("status", sa.String, nullable=False),
+    sa.Column("exit_code", sa.Integer, nullable=True),
+    sa.Column("result", sa.String, nullable=True),  # JSON of a read's output
+    sa.Column("cached", sa.Boolean, nullable=False, default=False),
+    sa.Column("cached_at", sa.String, nullable=True),
+    sa.Column("created_by", sa.String, nullable=True),
+    sa.Column("idempotency_key", sa.String, nullable=True),
+    sa.Column("agent_boot_id", sa.String, nullable=True),
+    sa.Column("created_at", sa.String, nullable=False),
+    sa.Column("started_at", sa.String, nullable=True),
+    sa.Column("finished_at", sa.String, nullable=True),
+    sa.UniqueConstraint("server_id", "created_by", "idempotency_key"),
+    sa.Index("ix_jobs_server_created", "server_id", "created_at"),
+)
+
+job_lines = sa.Table(
+    "job_lines",
+    metadata,
+    sa.Column("job_id", sa.String, sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("stream", sa.String, nullable=False),
+    sa.Column("text", sa.String, nullable=False),  # secrets already masked
+    sa.Column("at", sa.String, nullable=False),
+)
+
+# The last successful result of each read (kind, args) per server: answered while its agent is offline.
+read_cache = sa.Table(
+    "read_cache",
+    metadata,
+    sa.Column("server_id", sa.String, sa.ForeignKey("servers.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("kind", sa.String, primary_key=True),
+    sa.Column("args_key", sa.String, primary_key=True),
+    sa.Column("job_id", sa.String, nullable=False),
+    sa.Column("result", sa.String, nullable=True),
+    sa.Column("at", sa.String, nullable=False),
+)
