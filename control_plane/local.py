@@ -9,6 +9,7 @@ from pathlib import Path
 
 import orjson
 import trio
+
 from agent.runner import AgentConfig, run_agent
 
 from .app import build_fleet
