@@ -1,0 +1,897 @@
+"""The shapes of job arguments: reusable `Annotated` types for the catalog's argument models.
+
+Every string that can reach an argv has a shape here (a pattern, an enum or a parser from the
+standard library); where some text is unavoidable (a title, a search string) it is a bounded
+`SafeText`. On top of the per-type shapes, `value_problem` is the one central rule every argv value
+obeys, whatever its type: not empty, no leading `-`, no leading or trailing space, no shell syntax
+(`;|&$`<>(){}`, quotes, backslash), no glob (`*?[]`, except `*` inside a `CronSchedule`), no control
+or invisible character (newline, NUL, tab, bidi overrides, ...). The shapes call it too, so a bad
+value is refused at its own field; `JobKind.build` runs it again over the finished argv, so a new
+kind cannot forget it.
+
+Patterns are written for both regex engines (pydantic's Rust engine and Python's `re`): no
+look-around, `[0-9]` rather than `\\d`. Values are strict: a string field takes only a string, an
+int field only an int, a bool field only a bool.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import re
+import unicodedata
+import zoneinfo
+from functools import cache
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, SecretStr, Strict, StringConstraints
+
+# --- the central rule -----------------------------------------------------------------------------
+
+SHELL_CHARS = frozenset(";|&$`<>(){}'\"\\")
+GLOB_CHARS = frozenset("*?[]")
+MAX_VALUE_LENGTH = 8192
+# Unicode categories never allowed in a value: controls (newline, NUL, tab, DEL...), format
+# characters (bidi overrides, zero-width joiners), surrogates, private use, unassigned, and the
+# line and paragraph separators.
+_BANNED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def value_problem(value: str) -> str | None:
+    """Why `value` may not be an argv value, or None when it may. The one central rule."""
+    if not value:
+        return "must not be empty"
+    if len(value) > MAX_VALUE_LENGTH:
+        return f"must be at most {MAX_VALUE_LENGTH} characters"
+    if value.startswith("-"):
+        return "must not begin with '-'"
+    if value != value.strip(" "):
+        return "must not begin or end with a space"
+    for char in value:
+        if char in SHELL_CHARS:
+            return f"must not contain {char!r} (shell syntax)"
+        if char in GLOB_CHARS and not (char == "*" and is_cron_schedule(value)):
+            return f"must not contain {char!r} (glob syntax)"
+        if char != " " and (char.isspace() or unicodedata.category(char) in _BANNED_CATEGORIES):
+            return f"must not contain the character U+{ord(char):04X}"
+    return None
+
+
+def _safe(value: str) -> str:
+    problem = value_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+Safe = AfterValidator(_safe)
+
+
+def _check(pattern: str, value: str) -> bool:
+    return re.fullmatch(pattern, value) is not None
+
+
+# --- text -----------------------------------------------------------------------------------------
+
+# No shell or glob syntax, no control characters, no leading '-' or space (the rest is `value_problem`).
+_SAFE_TEXT = r"^[^-\s;|&$`<>(){}'\"\\*?\[\]][^;|&$`<>(){}'\"\\*?\[\]\x00-\x1f\x7f]*$"
+
+SafeText = Annotated[
+    str,
+    Strict(),
+    StringConstraints(min_length=1, max_length=200, pattern=_SAFE_TEXT),
+    Safe,
+    Field(description="short text: no shell syntax, quotes, globs or control characters"),
+]
+"""Unavoidable human text (a title, a comment): bounded, no shell syntax."""
+
+SearchText = Annotated[
+    str,
+    Strict(),
+    StringConstraints(min_length=1, max_length=200, pattern=_SAFE_TEXT),
+    Safe,
+    Field(description="a literal (fixed-string) search: no shell syntax, quotes, globs or regex brackets"),
+]
+
+# --- names ----------------------------------------------------------------------------------------
+
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+_DOMAIN = rf"(?:{_LABEL}\.)+{_LABEL}"
+_HOST = rf"{_LABEL}(?:\.{_LABEL})*"
+
+
+def _domain(value: str) -> str:
+    if value.rsplit(".", 1)[-1].isdigit():
+        raise ValueError("the top-level label of a domain name may not be all digits")
+    return value
+
+
+DomainName = Annotated[
+    str,
+    Strict(),
+    StringConstraints(min_length=3, max_length=253, pattern=rf"^{_DOMAIN}$"),
+    AfterValidator(_domain),
+    Safe,
+    Field(description="RFC 1123 host name, lowercase, at least one dot (IDNs in punycode)"),
+]
+
+
+def _hostname(value: str) -> str:
+    if value.isdigit() or value.rsplit(".", 1)[-1].isdigit():
+        raise ValueError("the last label of a host name may not be all digits")
+    return value
+
+
+HostName = Annotated[
+    str,
+    Strict(),
+    StringConstraints(min_length=1, max_length=253, pattern=rf"^{_HOST}$"),
+    AfterValidator(_hostname),
+    Safe,
+    Field(description="RFC 1123 host name, lowercase (a single label allowed)"),
+]
+
+Slug = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$"),
+    Safe,
+    Field(description="lowercase letters, digits and '-', 1-63 characters, not starting with '-'"),
+]
+
+Id = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"),
+    Safe,
+    Field(description="an opaque identifier"),
+]
+
+ServiceName = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9@._-]{0,127}$"),
+    Safe,
+    Field(description="a system service (unit) name, e.g. nginx or php8.3-fpm"),
+]
+
+DockerName = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"),
+    Safe,
+    Field(description="a docker container, volume or network name, or a container id"),
+]
+
+EnvName = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"),
+    Safe,
+    Field(description="an environment variable name"),
+]
+
+PluginSlug = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,199}$"),
+    Safe,
+    Field(description="a WordPress.org plugin or theme slug"),
+]
+
+PackageName = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9+._-]{0,127}$"),
+    Safe,
+    Field(description="an OS package name (deb or rpm)"),
+]
+
+RegistryPackage = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^(?:@[a-z0-9][a-z0-9._-]{0,99}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,213}$"),
+    Safe,
+    Field(description="an npm (optionally @scope/) or PyPI package name"),
+]
+
+ModelName = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}(?::[A-Za-z0-9][A-Za-z0-9._-]{0,63})?$"),
+    AfterValidator(lambda v: _no_dotdot(v, "model name")),
+    Safe,
+    Field(description="an AI model reference, e.g. llama3.1:8b or openai/gpt-4o"),
+]
+
+IniKey = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}(?:\.[a-z0-9_]{1,63}){0,3}$"),
+    Safe,
+    Field(description="a php.ini directive, e.g. memory_limit or opcache.enable"),
+]
+
+IniValue = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[A-Za-z0-9_./:@+%,=][A-Za-z0-9_./:@+%,=-]{0,254}$"),
+    Safe,
+    Field(description="a php.ini value: a number with unit, On/Off, a name or a path (no spaces)"),
+]
+
+SysctlKey = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[a-z0-9_]+(?:\.[a-z0-9_-]+){1,5}$", max_length=128),
+    Safe,
+    Field(description="a kernel parameter, e.g. net.core.somaxconn"),
+]
+
+SysctlValue = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[0-9]{1,19}(?: [0-9]{1,19}){0,3}$"),
+    Safe,
+    Field(description="one to four non-negative integers separated by single spaces"),
+]
+
+Locale = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[a-z]{2,3}(?:_[A-Z]{2})?(?:\.UTF-8)?$"),
+    Safe,
+    Field(description="a locale, e.g. en_US or de_DE.UTF-8"),
+]
+
+Duration = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[1-9][0-9]{0,5}[smhd]$"),
+    Safe,
+    Field(description="a duration: a number and s, m, h or d, e.g. 15m"),
+]
+
+BucketName = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"),
+    AfterValidator(lambda v: _no_dotdot(v, "bucket name")),
+    Safe,
+    Field(description="an S3 bucket name"),
+]
+
+AccessKeyId = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[A-Za-z0-9]{8,128}$"),
+    Safe,
+    Field(description="an S3 access key id (not secret; the secret key is)"),
+]
+
+RegionName = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$"),
+    Safe,
+    Field(description="a storage region, e.g. us-east-1 or auto"),
+]
+
+PhpModule = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$"),
+    Safe,
+    Field(description="a PHP extension module, e.g. pdo_mysql or imagick"),
+]
+
+_DNS_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+DnsName = Annotated[
+    str,
+    Strict(),
+    StringConstraints(max_length=253, pattern=rf"^(?:@|{_DNS_LABEL}(?:\.{_DNS_LABEL})*)$"),
+    Safe,
+    Field(description="a record name relative to its zone: @ for the apex, or labels such as www or _dmarc"),
+]
+
+DnsValue = Annotated[
+    str,
+    Strict(),
+    StringConstraints(min_length=1, max_length=255, pattern=_SAFE_TEXT),
+    Safe,
+    Field(description="a record value; its shape is checked against the record type"),
+]
+
+# --- users and mail ---------------------------------------------------------------------------------
+
+RESERVED_USERNAMES = frozenset(
+    {
+        "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy",
+        "www-data", "backup", "list", "irc", "gnats", "nobody", "nogroup", "sshd", "messagebus", "syslog",
+        "mysql", "postgres", "redis", "mongodb", "memcache", "nginx", "apache", "docker", "polkitd",
+        "postfix", "dovecot", "dovenull", "vmail", "opendkim", "clamav", "fleetdeck", "_apt", "ubuntu",
+        "admin", "operator", "halt", "shutdown", "ftp", "adm", "tss", "chrony", "ntp", "landscape",
+        "pollinate", "tcpdump", "uuidd", "lxd", "usbmux", "dnsmasq", "avahi", "rtkit", "colord",
+    }
+)  # fmt: skip
+
+
+def _not_reserved_user(value: str) -> str:
+    if value in RESERVED_USERNAMES or value.startswith("systemd-"):
+        raise ValueError(f"{value!r} is a system account and cannot be managed here")
+    return value
+
+
+Username = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$"),
+    AfterValidator(_not_reserved_user),
+    Safe,
+    Field(description="a POSIX user name (not a system account)"),
+]
+
+LoginName = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[a-z_][a-z0-9_.-]{0,31}$"),
+    Safe,
+    Field(description="a user name to log in with on a remote host (may be root)"),
+]
+
+Email = Annotated[
+    str,
+    Strict(),
+    StringConstraints(max_length=254, pattern=rf"^[A-Za-z0-9_+][A-Za-z0-9._+-]{{0,63}}@{_DOMAIN}$"),
+    AfterValidator(lambda v: _domain(_no_dotdot(v, "address"))),
+    Safe,
+    Field(description="an e-mail address: local@domain, no quoting or comments"),
+]
+
+WpUser = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,59}$"),
+    Safe,
+    Field(description="a WordPress user login"),
+]
+
+RegistryUser = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$"),
+    Safe,
+    Field(description="a container registry user name"),
+]
+
+# --- databases --------------------------------------------------------------------------------------
+
+_RESERVED_DATABASES = frozenset(
+    {"mysql", "information_schema", "performance_schema", "sys", "postgres", "template0", "template1",
+     "admin", "local", "config"}
+)  # fmt: skip
+_RESERVED_DB_USERS = frozenset({"root", "mysql.sys", "mysql.session", "mysql.infoschema", "debian-sys-maint",
+                                "postgres", "admin"})  # fmt: skip
+
+
+def _not_reserved_db(value: str) -> str:
+    if value.lower() in _RESERVED_DATABASES:
+        raise ValueError(f"{value!r} is a system database")
+    return value
+
+
+def _not_reserved_db_user(value: str) -> str:
+    if value.lower() in _RESERVED_DB_USERS:
+        raise ValueError(f"{value!r} is a system database account")
+    return value
+
+
+DbName = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"),
+    AfterValidator(_not_reserved_db),
+    Safe,
+    Field(description="a database name: letters, digits, '_' (not a system database)"),
+]
+
+DbUser = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$"),
+    AfterValidator(_not_reserved_db_user),
+    Safe,
+    Field(description="a database account name (not a system account)"),
+]
+
+
+def _db_host(value: str) -> str:
+    if value in ("localhost", "%"):
+        return value
+    return str(ipaddress.ip_address(value))
+
+
+DbHost = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^(?:localhost|%|[0-9A-Fa-f.:]{2,39})$"),
+    AfterValidator(_db_host),
+    Safe,
+    Field(description="where a database account may connect from: localhost, % (anywhere) or an IP address"),
+]
+
+# --- network ---------------------------------------------------------------------------------------
+
+Port = Annotated[int, Strict(), Field(ge=1, le=65535, description="a TCP/UDP port, 1-65535")]
+
+
+def _port_range(value: str) -> str:
+    low, high = (int(part) for part in value.split("-"))
+    if not 1 <= low <= 65535 or not 1 <= high <= 65535:
+        raise ValueError("ports are 1-65535")
+    if low > high:
+        raise ValueError("the range is reversed: the low port comes first")
+    return f"{low}-{high}"
+
+
+PortRange = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[0-9]{1,5}-[0-9]{1,5}$"),
+    AfterValidator(_port_range),
+    Safe,
+    Field(description="a port range low-high, e.g. 8000-8100"),
+]
+
+
+def _ip(version: int | None) -> AfterValidator:
+    def check(value: str) -> str:
+        address = ipaddress.ip_address(value)
+        if version is not None and address.version != version:
+            raise ValueError(f"expected an IPv{version} address")
+        return str(address)
+
+    return AfterValidator(check)
+
+
+def _net(version: int | None) -> AfterValidator:
+    def check(value: str) -> str:
+        network = ipaddress.ip_network(value, strict=True)  # host bits set: refused
+        if version is not None and network.version != version:
+            raise ValueError(f"expected an IPv{version} network")
+        return str(network)
+
+    return AfterValidator(check)
+
+
+def _ip_or_net(value: str) -> str:
+    if "/" in value:
+        return str(ipaddress.ip_network(value, strict=True))
+    return str(ipaddress.ip_address(value))
+
+
+_V4 = r"^[0-9.]{7,15}$"
+_V6 = r"^[0-9A-Fa-f:.]{2,45}$"
+_ANY = r"^[0-9A-Fa-f:.]{2,45}$"
+
+IPv4 = Annotated[
+    str, Strict(), StringConstraints(pattern=_V4), _ip(4), Safe, Field(json_schema_extra={"format": "ipv4"})
+]
+IPv6 = Annotated[
+    str, Strict(), StringConstraints(pattern=_V6), _ip(6), Safe, Field(json_schema_extra={"format": "ipv6"})
+]
+IPAddress = Annotated[
+    str, Strict(), StringConstraints(pattern=_ANY), _ip(None), Safe, Field(description="an IPv4 or IPv6 address")
+]
+IPv4Cidr = Annotated[
+    str, Strict(), StringConstraints(pattern=r"^[0-9.]{7,15}/[0-9]{1,2}$"), _net(4), Safe,
+    Field(description="an IPv4 network in CIDR notation, host bits clear"),
+]  # fmt: skip
+IPv6Cidr = Annotated[
+    str, Strict(), StringConstraints(pattern=r"^[0-9A-Fa-f:.]{2,45}/[0-9]{1,3}$"), _net(6), Safe,
+    Field(description="an IPv6 network in CIDR notation, host bits clear"),
+]  # fmt: skip
+Cidr = Annotated[
+    str, Strict(), StringConstraints(pattern=r"^[0-9A-Fa-f:.]{2,45}/[0-9]{1,3}$"), _net(None), Safe,
+    Field(description="an IPv4 or IPv6 network in CIDR notation, host bits clear"),
+]  # fmt: skip
+IPOrCidr = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[0-9A-Fa-f:.]{2,45}(?:/[0-9]{1,3})?$"),
+    AfterValidator(_ip_or_net),
+    Safe,
+    Field(description="an IP address or a CIDR network"),
+]
+
+
+def _host(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    if not _check(rf"{_HOST}", value) or len(value) > 253:
+        raise ValueError("expected an IP address or a host name")
+    return _hostname(value)
+
+
+Host = Annotated[
+    str,
+    Strict(),
+    StringConstraints(max_length=253, pattern=r"^[0-9A-Za-z][0-9A-Za-z.:-]*$"),
+    AfterValidator(_host),
+    Safe,
+    Field(description="an IP address or a lowercase host name"),
+]
+
+# --- paths and URLs -------------------------------------------------------------------------------
+
+
+def _no_dotdot(value: str, what: str) -> str:
+    if ".." in value:
+        raise ValueError(f"a {what} may not contain '..'")
+    return value
+
+
+_RELATIVE_PATH = r"^$|^[^-/~\s;|&$`<>(){}'\"\\*?\[\]][^;|&$`<>(){}'\"\\*?\[\]\x00-\x1f\x7f]*$"
+
+
+def _relative_path(value: str) -> str:
+    if value == "":
+        return value
+    if value.startswith(("/", "~")):
+        raise ValueError("the path must be relative (no leading '/' or '~')")
+    for part in value.split("/"):
+        if part in ("", ".", ".."):
+            raise ValueError("the path may not contain empty, '.' or '..' segments")
+        if part.startswith("-"):
+            raise ValueError("no path segment may begin with '-'")
+    return _safe(value)
+
+
+RelativePath = Annotated[
+    str,
+    Strict(),
+    StringConstraints(max_length=4096, pattern=_RELATIVE_PATH),
+    AfterValidator(_relative_path),
+    Field(description="a path relative to the scope root: no '..', no leading '/' or '-', no shell syntax"),
+]
+
+
+def _absolute_path(value: str) -> str:
+    for part in value.split("/")[1:]:
+        if part in (".", ".."):
+            raise ValueError("the path may not contain '.' or '..' segments")
+    return value
+
+
+AbsolutePath = Annotated[
+    str,
+    Strict(),
+    StringConstraints(max_length=1024, pattern=r"^/(?:[A-Za-z0-9_.@+-]+/?)*$"),
+    AfterValidator(_absolute_path),
+    Safe,
+    Field(description="an absolute path inside a container, e.g. /var/lib/data"),
+]
+
+UrlPath = Annotated[
+    str,
+    Strict(),
+    StringConstraints(max_length=1024, pattern=r"^/[A-Za-z0-9_.~/%:@+,=-]*$"),
+    AfterValidator(lambda v: _no_dotdot(v, "URL path")),
+    Safe,
+    Field(description="an absolute URL path, e.g. /healthz (no query string)"),
+]
+
+HttpsUrl = Annotated[
+    str,
+    Strict(),
+    StringConstraints(max_length=2048, pattern=rf"^https://{_HOST}(?::[0-9]{{1,5}})?(?:/[A-Za-z0-9_.~/%:@+,=-]*)?$"),
+    AfterValidator(lambda v: _no_dotdot(v, "URL")),
+    Safe,
+    Field(description="an https:// URL without credentials or query string"),
+]
+
+_GIT_PATH = r"[A-Za-z0-9_][A-Za-z0-9_.~/-]*"
+GitUrl = Annotated[
+    str,
+    Strict(),
+    StringConstraints(
+        max_length=2048,
+        pattern=rf"^(?:https://{_HOST}(?::[0-9]{{1,5}})?/{_GIT_PATH}|ssh://git@{_HOST}(?::[0-9]{{1,5}})?/{_GIT_PATH}"
+        rf"|git@{_HOST}:{_GIT_PATH})$",
+    ),
+    AfterValidator(lambda v: _no_dotdot(v, "repository URL")),
+    Safe,
+    Field(description="https://host/path, ssh://git@host/path or git@host:path; credentials go in the token field"),
+]
+
+
+def _git_ref(value: str) -> str:
+    if ".." in value or "//" in value or "@{" in value or value.endswith(("/", ".", ".lock")):
+        raise ValueError("not a valid git branch or tag name")
+    return value
+
+
+GitRef = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./+-]{0,254}$"),
+    AfterValidator(_git_ref),
+    Safe,
+    Field(description="a git branch or tag name"),
+]
+
+GitSha = Annotated[
+    str, Strict(), StringConstraints(pattern=r"^[0-9a-f]{7,40}$"), Safe, Field(description="a commit id")
+]
+
+# The docker/distribution reference grammar: [registry[:port]/]path[:tag][@digest].
+_IMG_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMG_REGISTRY = (
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?/)"
+)
+_IMAGE = (
+    rf"^{_IMG_REGISTRY}?{_IMG_COMPONENT}(?:/{_IMG_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
+)
+
+
+def _image(value: str) -> str:
+    name = value.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    if ":" in last:
+        name = name[: len(name) - len(last) + last.index(":")]
+    if len(name) > 255:
+        raise ValueError("an image name is at most 255 characters")
+    return value
+
+
+ImageRef = Annotated[
+    str,
+    Strict(),
+    StringConstraints(max_length=512, pattern=_IMAGE),
+    AfterValidator(_image),
+    Safe,
+    Field(description="a docker image reference: [registry[:port]/]name[:tag][@sha256:digest]"),
+]
+
+
+def _port_map(value: str) -> str:
+    ports = value.split("/", 1)[0].split(":")
+    if not all(1 <= int(port) <= 65535 for port in ports):
+        raise ValueError("ports are 1-65535")
+    return value
+
+
+PortMapping = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[0-9]{1,5}:[0-9]{1,5}(?:/(?:tcp|udp))?$"),
+    AfterValidator(_port_map),
+    Safe,
+    Field(description="host_port:container_port[/tcp|/udp], e.g. 8080:80"),
+]
+
+VolumeMount = Annotated[
+    str,
+    Strict(),
+    StringConstraints(max_length=1200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}:/(?:[A-Za-z0-9_.@+-]+/?)*(?::ro)?$"),
+    AfterValidator(lambda v: _no_dotdot(v, "mount")),
+    Safe,
+    Field(description="volume_name:/path/in/container[:ro]"),
+]
+
+# --- versions ---------------------------------------------------------------------------------------
+
+SemVer = Annotated[
+    str,
+    Strict(),
+    StringConstraints(
+        max_length=128,
+        pattern=r"^(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)"
+        r"(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$",
+    ),
+    Safe,
+    Field(description="a semantic version, e.g. 1.4.2"),
+]
+
+Version = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^v?[0-9]{1,9}(?:\.[0-9A-Za-z]{1,20}){0,3}(?:[-+~][0-9A-Za-z.]{1,40})?$"),
+    Safe,
+    Field(description="a version string, e.g. 6.5.2, 20 or v1.2.3-rc1"),
+]
+
+PhpVersion = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^[5-8]\.[0-9]$"),
+    Safe,
+    Field(description="a PHP major.minor version, e.g. 8.3"),
+]
+
+# --- time -------------------------------------------------------------------------------------------
+
+
+@cache
+def _timezones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+def _timezone(value: str) -> str:
+    if value not in _timezones():
+        raise ValueError("not a known IANA time zone")
+    return value
+
+
+Timezone = Annotated[
+    str,
+    Strict(),
+    StringConstraints(max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+){0,2}$"),
+    AfterValidator(_timezone),
+    Safe,
+    Field(description="an IANA time zone, e.g. Europe/Berlin"),
+]
+
+_CRON_FIELDS: tuple[tuple[int, int, tuple[str, ...]], ...] = (
+    (0, 59, ()),
+    (0, 23, ()),
+    (1, 31, ()),
+    (1, 12, ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")),
+    (0, 7, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
+)
+CRON_MACROS = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@annually", "@midnight", "@reboot")
+
+
+def _cron_atom(atom: str, low: int, high: int, names: tuple[str, ...]) -> int | None:
+    if atom.isdigit() and atom.isascii():
+        number = int(atom)
+        return number if low <= number <= high else None
+    if atom in names:
+        return names.index(atom) + (1 if low == 1 else 0)
+    return None
+
+
+def _cron_field(text: str, low: int, high: int, names: tuple[str, ...]) -> bool:
+    for item in text.split(","):
+        base, slash, step = item.partition("/")
+        if slash and not (step.isdigit() and step.isascii() and 1 <= int(step) <= high):
+            return False
+        if base == "*":
+            continue
+        start, dash, end = base.partition("-")
+        first = _cron_atom(start, low, high, names)
+        if first is None:
+            return False
+        if dash:
+            last = _cron_atom(end, low, high, names)
+            if last is None or last < first:
+                return False
+    return True
+
+
+def is_cron_schedule(value: str) -> bool:
+    """Five cron fields (numbers, '*', ',', '-', '/', month and weekday names) or a macro."""
+    if value in CRON_MACROS:
+        return True
+    fields = value.split(" ")
+    return len(fields) == 5 and all(
+        _cron_field(text, low, high, names) for text, (low, high, names) in zip(fields, _CRON_FIELDS, strict=True)
+    )
+
+
+def _cron_schedule(value: str) -> str:
+    if not is_cron_schedule(value):
+        raise ValueError("expected five cron fields (e.g. '*/5 * * * *') or @hourly, @daily, @weekly, ...")
+    return _safe(value)
+
+
+CronSchedule = Annotated[
+    str,
+    Strict(),
+    StringConstraints(max_length=200, pattern=r"^(?:@[a-z]+|[0-9a-z*,/-]+(?: [0-9a-z*,/-]+){4})$"),
+    AfterValidator(_cron_schedule),
+    Field(description="five cron fields or @hourly|@daily|@weekly|@monthly|@yearly|@reboot"),
+]
+
+
+def _command(value: str) -> str:
+    tokens = value.split(" ")
+    if any(token == "" for token in tokens):
+        raise ValueError("tokens are separated by single spaces")
+    if tokens[0].startswith("-"):
+        raise ValueError("the program may not begin with '-'")
+    return _safe(_no_dotdot(value, "command"))
+
+
+CronCommand = Annotated[
+    str,
+    Strict(),
+    StringConstraints(
+        max_length=1024, pattern=r"^[A-Za-z0-9_./=:%+@,][A-Za-z0-9_./=:%+@,-]*(?: [A-Za-z0-9_./=:%+@,-]+)*$"
+    ),
+    AfterValidator(_command),
+    Field(description="a program path and arguments separated by single spaces; run without a shell"),
+]
+"""A command run without a shell: tokens of `[A-Za-z0-9_./=:%+@,-]`, the first not starting with '-'."""
+
+CommandLine = CronCommand  # the same grammar for daemons, apps and stack services
+
+# --- ssh --------------------------------------------------------------------------------------------
+
+SSH_KEY_TYPES = (
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com",
+    "sk-ecdsa-sha2-nistp256@openssh.com",
+)
+
+
+def _ssh_key(value: str) -> str:
+    parts = value.split(" ")
+    key_type, blob = parts[0], parts[1]
+    try:
+        raw = base64.b64decode(blob, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("the key data is not valid base64") from None
+    if len(raw) < 4:
+        raise ValueError("the key data is too short")
+    length = int.from_bytes(raw[:4], "big")
+    if raw[4 : 4 + length] != key_type.encode():
+        raise ValueError("the key data does not match its type")
+    return value
+
+
+SshPublicKey = Annotated[
+    str,
+    Strict(),
+    StringConstraints(
+        max_length=16384,
+        pattern=r"^(?:ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com"
+        r"|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{16,}={0,3}(?: [A-Za-z0-9_.@+:-]{1,100})?$",
+    ),
+    AfterValidator(_ssh_key),
+    Safe,
+    Field(description="one OpenSSH public key line: type, base64 data, optional comment"),
+]
+
+SshFingerprint = Annotated[
+    str,
+    Strict(),
+    StringConstraints(pattern=r"^SHA256:[A-Za-z0-9+/]{43}$"),
+    Safe,
+    Field(description="an OpenSSH SHA256 key fingerprint"),
+]
+
+# --- secrets ----------------------------------------------------------------------------------------
+
+
+def _secret(value: SecretStr) -> SecretStr:
+    text = value.get_secret_value()
+    if any(unicodedata.category(char) in _BANNED_CATEGORIES for char in text):
+        raise ValueError("a secret may not contain control or invisible characters")
+    if text != text.strip():
+        raise ValueError("a secret may not begin or end with white space")
+    return value
+
+
+Secret = Annotated[
+    SecretStr,
+    Field(min_length=8, max_length=4096),
+    AfterValidator(_secret),
+]
+"""A secret (password, token, key): never put in an argv; it travels in the job's `secrets`."""
+
+# --- small reusable scalars --------------------------------------------------------------------------
+
+Int = Annotated[int, Strict()]
+"""An int that accepts only an int (not "5", not True). Bound it with `Field(ge=..., le=...)`."""
+Bool = Annotated[bool, Strict()]
+"""A bool that accepts only a bool. In an argv it is a flag, present when true; it defaults to false."""
+OnOff = Literal["on", "off"]

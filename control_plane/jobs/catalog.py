@@ -1,0 +1,73 @@
+"""The whitelist of job kinds: the one place that says what a server may be asked to do.
+
+A job kind is `<domain>.<action>`. Each entry (`JobKind`) holds its argument model (pydantic,
+unknown fields refused), how its argv is built, whether it is a read, its capability group, its
+minimum plan and its secret fields. `JobKind.build(args)` validates the arguments (raising
+`pydantic.ValidationError`), builds the fixed argv `[domain, action, *positionals, *flags]`, checks
+every argv value against the central rule of `argtypes` and splits the secrets out: a secret never
+enters the argv, it travels beside it in `BuiltJob.secrets`.
+
+Adding a kind is adding one `kind(...)` entry in the `catalog_<area>.py` module of its domain; the
+rules of `catalog_base` (groups and plans per domain, flags from field names, `--json`, the checks)
+apply to it without it having to say so.
+
+Public API: `JobKind`, `BuiltJob`, `Group`, `CATALOG`, `lookup`, `json_schemas`.
+"""
+
+from __future__ import annotations
+
+import copy
+import types
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+from control_plane.jobs import catalog_ai, catalog_containers, catalog_data, catalog_system, catalog_web
+from control_plane.jobs.catalog_base import DOMAINS, BuiltJob, Group, JobKind
+
+__all__ = ["CATALOG", "DOMAINS", "BuiltJob", "Group", "JobKind", "json_schemas", "lookup"]
+
+
+def _assemble(*groups: list[JobKind]) -> Mapping[str, JobKind]:
+    catalog: dict[str, JobKind] = {}
+    for group in groups:
+        for entry in group:
+            if entry.kind in catalog:
+                raise ValueError(f"job kind {entry.kind} is declared twice")
+            catalog[entry.kind] = entry
+    return types.MappingProxyType(dict(sorted(catalog.items())))
+
+
+CATALOG: Mapping[str, JobKind] = _assemble(
+    catalog_web.KINDS, catalog_data.KINDS, catalog_containers.KINDS, catalog_system.KINDS, catalog_ai.KINDS
+)
+
+
+def lookup(kind: str) -> JobKind | None:
+    """The entry of `kind`, exact match only: "Site.List", " site.list" and "site.list " are unknown."""
+    if type(kind) is not str:
+        return None
+    return CATALOG.get(kind)
+
+
+@cache
+def _schemas() -> tuple[dict[str, Any], ...]:
+    return tuple(
+        {
+            "kind": entry.kind,
+            "domain": entry.domain,
+            "action": entry.action,
+            "read": entry.read,
+            "group": entry.group,
+            "min_plan": entry.min_plan,
+            "args_schema": entry.args.model_json_schema(),
+            "secret_fields": list(entry.secret_fields),
+            "summary": entry.summary,
+        }
+        for entry in CATALOG.values()
+    )
+
+
+def json_schemas() -> list[dict[str, Any]]:
+    """The entries of `GET /v1/job-kinds`, sorted by kind (a fresh copy the caller may change)."""
+    return copy.deepcopy(list(_schemas()))

@@ -1,0 +1,351 @@
+"""The machinery of the job catalog: `JobKind`, `BuiltJob`, the argv builder and the domain policy.
+
+The per-domain modules (`catalog_*.py`) only declare argument models and call `kind(...)`; the
+rules live here, once:
+
+- group and plan come from the domain (`DOMAINS`), a read kind is always `observe`;
+- the argv is `[domain, action, *positionals, *flags]`, read kinds end with `--json` (unless they
+  print raw lines), mutations end with `--json` when they create or delete something (the agent
+  reports the object) or when the entry says so;
+- every flag is `--json` or `--<field name with '-' for '_'>` (nested models: `--<field>-<sub>`),
+  so a kind's flags are known from its model (`JobKind.flags`);
+- a bool is a flag present when true (bool fields default to false); None and "" are omitted; a
+  list of scalars is one comma-joined value; a list of models repeats the flag with one
+  `key=value,key=value` item each; a nested model is flattened;
+- a `SecretStr` field is never put in the argv: it travels in `BuiltJob.secrets`;
+- `JobKind.build` checks the whole finished argv against the central rule of `argtypes`.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from api_client.models import Plan
+from control_plane.jobs.argtypes import value_problem
+
+Group = Literal["observe", "content", "infra", "sysadmin"]
+
+
+class Args(BaseModel):
+    """Base of every job argument model: unknown fields are refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class NoArgs(Args):
+    """No arguments."""
+
+
+@dataclass(frozen=True)
+class DomainPolicy:
+    group: Group  # the group of the domain's mutation kinds
+    min_plan: Plan
+
+
+_CONTENT = DomainPolicy("content", "free")
+_SYSADMIN = DomainPolicy("sysadmin", "free")
+_INFRA = DomainPolicy("infra", "free")
+_INFRA_PRO = DomainPolicy("infra", "pro")
+
+DOMAINS: Mapping[str, DomainPolicy] = types.MappingProxyType(
+    {
+        "site": _CONTENT,
+        "wp": _CONTENT,
+        "service": _SYSADMIN,
+        "security": _SYSADMIN,
+        "waf": _SYSADMIN,
+        "user": _SYSADMIN,
+        "system": _SYSADMIN,
+        "updates": _SYSADMIN,
+        "storage": _SYSADMIN,
+        "backup": _SYSADMIN,
+        "migrate": _SYSADMIN,
+        "app": _INFRA,
+        "stack": _INFRA,
+        "deploy": _INFRA,
+        "db": _INFRA,
+        "pg": _INFRA,
+        "mongo": _INFRA,
+        "php": _INFRA,
+        "ssl": _INFRA,
+        "dns": _INFRA,
+        "mail": _INFRA,
+        "docker": _INFRA,
+        "container": _INFRA,
+        "image": _INFRA,
+        "volume": _INFRA,
+        "network": _INFRA,
+        "cron": _INFRA,
+        "daemon": _INFRA,
+        "cache": _INFRA,
+        "ai": _INFRA,
+        "litellm": _INFRA,  # the gateway-key kinds raise it to plus, entry by entry
+        "lb": _INFRA,
+        "logs": _INFRA,
+        "metrics": _INFRA,
+        "quota": _INFRA_PRO,
+        "plan": _INFRA_PRO,
+        "tuning": _INFRA_PRO,
+        "rag": _INFRA_PRO,
+        "mcp": _INFRA_PRO,
+        "extension": _INFRA_PRO,
+    }
+)
+
+# A mutation whose action ends with one of these verbs reports the object it made or removed.
+JSON_MUTATION_VERBS = frozenset({"create", "add", "delete", "remove", "drop", "install", "uninstall", "issue"})
+
+KIND_RE = re.compile(r"^[a-z]+\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
+FLAG_RE = re.compile(r"^--[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
+JSON_FLAG = "--json"
+
+
+@dataclass(frozen=True)
+class BuiltJob:
+    """A validated job, ready to dispatch: `argv` and `secrets` go to the agent's `job.run`."""
+
+    args: dict[str, Any]  # validated, JSON-able, secrets INCLUDED (the caller masks them)
+    argv: list[str]  # never contains a secret value
+    secrets: dict[str, str]  # secret field name -> value (only non-empty ones)
+
+
+class Argv:
+    """An argv under construction; it knows which elements are flags and which are values."""
+
+    def __init__(self, domain: str, action: str) -> None:
+        self.items: list[tuple[str, bool]] = [(domain, False), (action, False)]
+
+    def value(self, value: str) -> None:
+        self.items.append((value, False))
+
+    def flag(self, flag: str, value: str | None = None) -> None:
+        self.items.append((flag, True))
+        if value is not None:
+            self.items.append((value, False))
+
+
+Builder = Callable[[Any], Argv]
+
+
+@dataclass(frozen=True, eq=False)  # identity equality: kinds are singletons
+class JobKind:
+    """One whitelisted job kind. Build entries with `kind(...)`, which derives group, plan, secret
+    fields, flags and `json` from the rules of this module and refuses a malformed entry."""
+
+    kind: str
+    domain: str
+    action: str
+    summary: str
+    args: type[BaseModel]
+    read: bool
+    group: Group  # "observe" for every read kind
+    min_plan: Plan
+    secret_fields: tuple[str, ...]
+    positional: tuple[str, ...] = ()
+    json: bool = False  # the argv ends with --json
+    example: Mapping[str, Any] = field(default_factory=dict)  # valid args: the tests build every example
+    flags: frozenset[str] = frozenset()  # every flag this kind's argv may carry
+    builder: Builder | None = None  # None: the generic builder (positionals, then flags)
+
+    def build(self, raw_args: dict[str, Any]) -> BuiltJob:
+        """Validate `raw_args` (raises pydantic.ValidationError), build the argv, split the secrets out."""
+        model = self.args.model_validate(raw_args)
+        argv = self.builder(model) if self.builder is not None else self._generic(model)
+        secrets: dict[str, str] = {}
+        for name in self.secret_fields:
+            secret = getattr(model, name)
+            if isinstance(secret, SecretStr) and secret.get_secret_value():
+                secrets[name] = secret.get_secret_value()
+        out = self._checked(argv, secrets)
+        args = model.model_dump(mode="json")
+        for name in self.secret_fields:
+            args[name] = secrets.get(name)
+        return BuiltJob(args=args, argv=out, secrets=secrets)
+
+    def _generic(self, model: BaseModel) -> Argv:
+        argv = Argv(self.domain, self.action)
+        for name in self.positional:
+            argv.value(_scalar(getattr(model, name)))
+        for name in type(model).model_fields:
+            if name not in self.positional and name not in self.secret_fields:
+                _add_flag(argv, "--" + name.replace("_", "-"), getattr(model, name))
+        if self.json:
+            argv.flag(JSON_FLAG)
+        return argv
+
+    def _checked(self, argv: Argv, secrets: dict[str, str]) -> list[str]:
+        """The central rule, over the whole finished argv."""
+        errors: list[InitErrorDetails] = []
+        out: list[str] = []
+        if [item for item, _ in argv.items[:2]] != [self.domain, self.action]:
+            raise RuntimeError(f"{self.kind}: an argv must start with [domain, action]")
+        for index, (item, is_flag) in enumerate(argv.items):
+            if type(item) is not str:  # a SecretStr, an int...: a bug in a builder, never user input
+                raise RuntimeError(f"{self.kind}: argv element {index} is a {type(item).__name__}, not a str")
+            if is_flag:
+                if item not in self.flags:
+                    raise RuntimeError(f"{self.kind}: {item!r} is not one of this kind's flags")
+            else:
+                problem = value_problem(item)
+                if problem is not None:
+                    errors.append(_error(("argv", index), item, f"argument {problem}"))
+                elif any(secret == item or (len(secret) >= 8 and secret in item) for secret in secrets.values()):
+                    errors.append(_error(("argv", index), "***", "a secret value may not appear in another argument"))
+            out.append(item)
+        if errors:
+            raise ValidationError.from_exception_data(self.kind, errors)
+        return out
+
+
+def _error(loc: tuple[str | int, ...], value: str, message: str) -> InitErrorDetails:
+    return InitErrorDetails(type=PydanticCustomError("unsafe_argument", message), loc=loc, input=value)
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise RuntimeError(f"{type(value).__name__} cannot be an argv value")
+    return str(value)
+
+
+def _add_flag(argv: Argv, flag: str, value: Any) -> None:
+    if value is None or value == "" or value is False or value == []:
+        return
+    if value is True:
+        argv.flag(flag)
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            _add_flag(argv, f"{flag}-{name.replace('_', '-')}", getattr(value, name))
+    elif isinstance(value, list) and isinstance(value[0], BaseModel):
+        for item in value:
+            argv.flag(flag, ",".join(_kv(name, getattr(item, name)) for name in type(item).model_fields))
+    elif isinstance(value, list):
+        items = [_scalar(item) for item in value]
+        if any("," in item for item in items):
+            raise _list_error(flag, "a list item may not contain ','")
+        argv.flag(flag, ",".join(items))
+    else:
+        argv.flag(flag, _scalar(value))
+
+
+def _kv(name: str, value: Any) -> str:
+    text = "" if value is None else ("true" if value is True else "false" if value is False else _scalar(value))
+    if "," in text or "=" in text:
+        raise _list_error(name, "a value in a list item may not contain ',' or '='")
+    return f"{name}={text}"
+
+
+def _list_error(where: str, message: str) -> ValidationError:
+    return ValidationError.from_exception_data("argv", [_error(("argv", where), where, message)])
+
+
+# --- introspection of the argument models ---------------------------------------------------------
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """The non-None alternatives of an annotation, with Annotated stripped."""
+    origin = get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return [alt for arg in get_args(annotation) if arg is not type(None) for alt in _unwrap(arg)]
+    return [annotation]
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def _model_flags(model: type[BaseModel], prefix: str, skip: tuple[str, ...]) -> set[str]:
+    flags: set[str] = set()
+    for name, info in model.model_fields.items():
+        if name in skip:
+            continue
+        flag = f"{prefix}-{name.replace('_', '-')}"
+        alternatives = _unwrap(info.annotation)
+        if len(alternatives) == 1 and _is_model(alternatives[0]):
+            flags |= _model_flags(alternatives[0], flag, ())
+        else:
+            flags.add(flag)
+    return flags
+
+
+def _secret_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(
+        name for name, info in model.model_fields.items() if any(alt is SecretStr for alt in _unwrap(info.annotation))
+    )
+
+
+def _check_model(kind: str, model: type[BaseModel], top: bool) -> None:
+    """Catalog rules the type system cannot state; a broken entry fails at import."""
+    if model.model_config.get("extra") != "forbid":
+        raise TypeError(f"{kind}: {model.__name__} must refuse unknown fields (extra='forbid')")
+    for name, info in model.model_fields.items():
+        alternatives = _unwrap(info.annotation)
+        for alt in alternatives:
+            if alt is bool and info.default is not False:
+                raise TypeError(f"{kind}: bool field {name} must default to False (a flag present when true)")
+            if alt is SecretStr and not top:
+                raise TypeError(f"{kind}: secret field {name} must be a top-level field")
+            if _is_model(alt):
+                _check_model(kind, alt, False)
+            if get_origin(alt) is list:
+                for item in _unwrap(get_args(alt)[0]):
+                    if _is_model(item):
+                        _check_model(kind, item, False)
+
+
+def kind(
+    name: str,
+    args: type[BaseModel],
+    summary: str,
+    *,
+    example: Mapping[str, Any],
+    read: bool = False,
+    positional: tuple[str, ...] = (),
+    json: bool | None = None,
+    min_plan: Plan | None = None,
+    builder: Builder | None = None,
+) -> JobKind:
+    """One catalog entry. Group and plan come from the domain; `json` defaults to the convention above."""
+    if not KIND_RE.match(name):
+        raise ValueError(f"bad kind name {name!r}")
+    domain, action = name.split(".", 1)
+    policy = DOMAINS[domain]
+    _check_model(name, args, True)
+    secret_fields = _secret_fields(args)
+    for field_name in positional:
+        info = args.model_fields[field_name]
+        if not info.is_required() or field_name in secret_fields:
+            raise TypeError(f"{name}: positional field {field_name} must be required and not secret")
+    if json is None:
+        json = read or action.rsplit("-", 1)[-1] in JSON_MUTATION_VERBS
+    flags = _model_flags(args, "-", positional + secret_fields)
+    if json:
+        flags.add(JSON_FLAG)
+    for flag in flags:
+        if not FLAG_RE.match(flag):
+            raise ValueError(f"{name}: bad flag {flag!r}")
+    return JobKind(
+        kind=name,
+        domain=domain,
+        action=action,
+        summary=summary,
+        args=args,
+        read=read,
+        group="observe" if read else policy.group,
+        min_plan=min_plan or policy.min_plan,
+        secret_fields=secret_fields,
+        positional=positional,
+        json=json,
+        example=types.MappingProxyType(dict(example)),
+        flags=frozenset(flags),
+        builder=builder,
+    )
