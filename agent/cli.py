@@ -1,4 +1,4 @@
-"""``fleetdeck agent``: run the agent until SIGINT or SIGTERM."""
+"""``fleetdeck agent``: run the agent until SIGINT or SIGTERM; ``fleetdeck agent run ...``: one job here."""
 
 from __future__ import annotations
 
@@ -20,7 +20,11 @@ TOKEN_ENV = "FLEETDECK_AGENT_TOKEN"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="fleetdeck agent", description="Link this server to a fleetdeck control plane.")
+    p = argparse.ArgumentParser(
+        prog="fleetdeck agent",
+        description="Link this server to a fleetdeck control plane.",
+        epilog="`fleetdeck agent run <family> <action> ...` runs one job on this server instead (see its --help).",
+    )
     p.add_argument("--url", required=True, help="the control plane's base URL, e.g. https://fleet.example.com")
     p.add_argument(
         "--token",
@@ -36,6 +40,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Entry point; `argv` are the arguments after ``agent``."""
+    if argv[:1] == ["run"]:
+        from agent.jobs.local import main as run_job
+
+        return run_job(argv[1:])
     args = parser().parse_args(argv)
     if not args.token:
         print(f"fleetdeck agent: no token: pass --token or set {TOKEN_ENV}", file=sys.stderr)

@@ -11,6 +11,8 @@ import trio
 
 from agent import __version__
 from agent.files.handlers import FileHandlers
+from agent.jobs.base import JobContext
+from agent.jobs.manager import JobManager
 from agent.link.call import Handler
 from agent.link.client import AgentLink
 from agent.sites import SiteRegistry
@@ -33,20 +35,32 @@ class AgentConfig:
     version: str = __version__
 
 
-def build_handlers(config: AgentConfig) -> dict[str, Handler]:
-    """Every RPC method this agent serves, by name."""
-    files = FileHandlers(config.home, SiteRegistry(config.state_dir))
-    return files.handlers()
+def build_handlers(config: AgentConfig, jobs: JobManager | None = None) -> dict[str, Handler]:
+    """Every RPC method this agent serves, by name (``job.*`` when given its job manager)."""
+    sites = jobs.ctx.sites if jobs is not None else SiteRegistry(config.state_dir)
+    handlers = FileHandlers(config.home, sites).handlers()
+    if jobs is not None:
+        handlers.update(jobs.handlers())
+    return handlers
+
+
+def job_manager(config: AgentConfig) -> JobManager:
+    """The agent's job manager (run it in the agent's nursery: jobs outlive calls and links)."""
+    ctx = JobContext(config.home, config.state_dir, SiteRegistry(config.state_dir), config.version)
+    return JobManager(ctx)
 
 
 async def run_agent(config: AgentConfig, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the control plane until cancelled (reconnecting as needed); started once wired."""
-    link = AgentLink(config.url, config.token, build_handlers(config), version=config.version)
-    if link.url.startswith("ws:") and not _is_loopback(link.url):
-        log.warning("the control plane URL is not https: the agent token travels in clear text")
-    log.info("fleetdeck agent %s serving %s for %s", config.version, config.home, link.url)
-    task_status.started()
-    await link.run()
+    async with trio.open_nursery() as nursery:
+        jobs = job_manager(config)
+        await nursery.start(jobs.run)
+        link = AgentLink(config.url, config.token, build_handlers(config, jobs), version=config.version)
+        if link.url.startswith("ws:") and not _is_loopback(link.url):
+            log.warning("the control plane URL is not https: the agent token travels in clear text")
+        log.info("fleetdeck agent %s serving %s for %s", config.version, config.home, link.url)
+        task_status.started()
+        await link.run()
 
 
 def _is_loopback(url: str) -> bool:

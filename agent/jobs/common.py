@@ -1,0 +1,72 @@
+"""Sites as the job handlers see them: the registry entry and the system account that runs it."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from dataclasses import dataclass
+
+import trio
+
+from agent.sites import Site
+
+from .base import JobContext, JobError
+
+
+@dataclass(frozen=True)
+class Account:
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+
+async def find_site(ctx: JobContext, domain: str) -> Site:
+    site = await trio.to_thread.run_sync(ctx.sites.get, domain)
+    if site is None:
+        raise JobError(f"no site {domain} on this server")
+    return site
+
+
+def account_by_name(name: str) -> Account | None:
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        return None
+    return Account(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir)
+
+
+def account_by_uid(uid: int) -> Account | None:
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        return None
+    return Account(pw.pw_name, pw.pw_uid, pw.pw_gid, pw.pw_dir)
+
+
+def current_account() -> Account:
+    uid = os.geteuid()
+    return account_by_uid(uid) or Account(str(uid), uid, os.getegid(), os.environ.get("HOME", "/"))
+
+
+def user_name_of(uid: int) -> str:
+    """The user name of `uid` now (not cached: site users come and go)."""
+    account = account_by_uid(uid)
+    return account.name if account is not None else str(uid)
+
+
+def site_account(ctx: JobContext, site: Site) -> Account:
+    """The account a site's commands run as: its own system user when the agent runs as root
+    (the registry's ``user``, else the owner of its folder, never root), else the agent's own."""
+    if not ctx.is_root:
+        return current_account()
+    account = account_by_name(site.user) if site.user else None
+    if account is None:
+        try:
+            owner = os.stat(ctx.site_home(site.slug)).st_uid
+        except OSError:
+            raise JobError(f"the folder of site {site.domain} is missing and it has no system user") from None
+        account = account_by_uid(owner) or Account(str(owner), owner, owner, ctx.site_home(site.slug))
+    if account.uid == 0:
+        raise JobError(f"site {site.domain} has no system user of its own: its commands will not run as root")
+    return account

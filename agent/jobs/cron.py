@@ -1,0 +1,290 @@
+"""``cron list|add|pause|run``: scheduled commands of the sites.
+
+The agent's own record is ``<state_dir>/cron.json`` (``{"entries": [{id, domain, schedule,
+command, paused, created_at}]}``, rewritten atomically under a lock). As root, the active entries
+of each site user are installed into that user's crontab with ``crontab -u <user> -``, inside a
+block marked ``# BEGIN fleetdeck-agent`` / ``# END fleetdeck-agent``: lines the user keeps
+outside the block are left alone. The block is always rebuilt from the record, so installing is
+idempotent and a lost update heals at the next change. Without root or without ``crontab``,
+``add`` and ``pause`` fail with a clear line and change nothing; ``list`` reads the record.
+
+A command is a program and its arguments separated by single spaces, no shell syntax; ``run``
+executes it now, without a shell, as the site user, in the site's folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import re
+import secrets
+import shlex
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import orjson
+import trio
+
+from agent.sites import Site, write_atomically
+
+from .base import JobContext, JobError, Kind, Output, domain_arg, id_arg, rfc3339
+from .common import Account, find_site, site_account
+from .proc import SYSTEM_PATH, capture_command, stream_command, which
+
+CRON_FILE = "cron.json"
+BEGIN = "# BEGIN fleetdeck-agent: entries managed by the fleetdeck agent; edits inside are overwritten"
+END = "# END fleetdeck-agent"
+
+_FIELD = r"(?:[0-9*]|[A-Za-z]{3})[0-9A-Za-z*,/-]*"
+SCHEDULE_RE = re.compile(rf"^(?:@(?:hourly|daily|weekly|monthly|yearly|annually|reboot)|{_FIELD}(?: {_FIELD}){{4}})$")
+TOKEN_RE = re.compile(r"^[A-Za-z0-9_./=:%+@,-]+$")
+
+
+def schedule_arg(value: str) -> str:
+    if not SCHEDULE_RE.match(value):
+        raise argparse.ArgumentTypeError(f"not a cron schedule (five fields or @daily...): {value!r}")
+    return value
+
+
+def command_arg(value: str) -> str:
+    tokens = value.split(" ")
+    if not all(TOKEN_RE.match(t) for t in tokens) or tokens[0].startswith("-"):
+        raise argparse.ArgumentTypeError(
+            f"not a command (a program and arguments separated by single spaces, no shell syntax): {value!r}"
+        )
+    return value
+
+
+# --- the record ----------------------------------------------------------------------------
+
+
+class CronStore:
+    """``cron.json``: blocking; call it from a worker thread."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.path = os.path.join(state_dir, CRON_FILE)
+
+    def entries(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                document = orjson.loads(f.read())
+        except FileNotFoundError:
+            return []
+        except orjson.JSONDecodeError as exc:
+            raise JobError(f"{self.path} is not valid JSON ({exc}); fix it first") from None
+        entries = document.get("entries") if isinstance(document, dict) else None
+        return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+    @contextmanager
+    def editing(self) -> Iterator[list[dict[str, Any]]]:
+        """The entries under the lock, written back (atomically) when the block succeeds."""
+        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        with open(self.path + ".lock", "a") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            entries = self.entries()
+            yield entries
+            write_atomically(self.path, orjson.dumps({"entries": entries}, option=orjson.OPT_INDENT_2) + b"\n", 0o600)
+
+    def update(self, change: Callable[[list[dict[str, Any]]], Any]) -> Any:
+        with self.editing() as entries:
+            return change(entries)
+
+
+def _find(entries: list[dict[str, Any]], entry_id: str) -> dict[str, Any]:
+    for entry in entries:
+        if entry.get("id") == entry_id:
+            return entry
+    raise JobError(f"no cron entry {entry_id} on this server")
+
+
+# --- crontab -------------------------------------------------------------------------------
+
+
+def crontab_line(entry: dict[str, Any], folder: str) -> str:
+    # cron runs the line with /bin/sh and turns an unescaped % into a newline.
+    command = f"cd {shlex.quote(folder)} && {entry['command']}".replace("%", "\\%")
+    return f"{entry['schedule']} {command}"
+
+
+def replace_block(crontab: str, block: list[str]) -> str:
+    kept, inside = [], False
+    for line in crontab.splitlines():
+        if line.startswith("# BEGIN fleetdeck-agent"):
+            inside = True
+        elif line == END and inside:
+            inside = False
+        elif not inside:
+            kept.append(line)
+    while kept and not kept[-1].strip():
+        kept.pop()
+    if block:
+        kept += ([""] if kept else []) + [BEGIN, *block, END]
+    return "\n".join(kept) + "\n" if kept else ""
+
+
+def _require_crontab(ctx: JobContext) -> str:
+    crontab = which("crontab")
+    if crontab is None:
+        raise JobError("crontab is missing on this server (install the cron package): the entry cannot be installed")
+    if not ctx.is_root:
+        raise JobError("the agent does not run as root: it cannot install entries into a site user's crontab")
+    return crontab
+
+
+async def install(ctx: JobContext, account: Account) -> None:
+    """Rewrite the fleetdeck block of `account`'s crontab from the record (its active entries)."""
+    crontab = _require_crontab(ctx)
+    entries = await trio.to_thread.run_sync(CronStore(ctx.state_dir).entries)
+    block: list[str] = []
+    for entry in entries:
+        if entry.get("paused"):
+            continue
+        site = await trio.to_thread.run_sync(ctx.sites.get, str(entry.get("domain")))
+        if site is None:
+            continue
+        try:
+            owner = site_account(ctx, site)
+        except JobError:
+            continue
+        if owner.name == account.name:
+            block += [f"# fleetdeck cron {entry['id']} ({site.domain})", crontab_line(entry, ctx.site_home(site.slug))]
+    code, current, err = await capture_command([crontab, "-u", account.name, "-l"])
+    if code != 0 and "no crontab" not in err:
+        raise JobError(f"crontab -u {account.name} -l failed (exit {code}): {' '.join(err.split())}")
+    text = replace_block(current if code == 0 else "", block)
+    code, _, err = await capture_command([crontab, "-u", account.name, "-"], stdin=text.encode())
+    if code != 0:
+        raise JobError(f"crontab -u {account.name} failed (exit {code}): {' '.join(err.split())}")
+
+
+async def forget_site(ctx: JobContext, site: Site, out: Output) -> int:
+    """Drop a site's entries from the record and its user's crontab (for ``site delete``)."""
+
+    def drop(entries: list[dict[str, Any]]) -> int:
+        before = len(entries)
+        entries[:] = [e for e in entries if e.get("domain") != site.domain]
+        return before - len(entries)
+
+    store = CronStore(ctx.state_dir)
+    if not any(e.get("domain") == site.domain for e in await trio.to_thread.run_sync(store.entries)):
+        return 0
+    removed: int = await trio.to_thread.run_sync(store.update, drop)
+    if ctx.is_root and which("crontab"):
+        try:
+            await install(ctx, site_account(ctx, site))
+        except JobError as exc:
+            out.stderr(f"warning: {exc}")
+    return removed
+
+
+# --- handlers ------------------------------------------------------------------------------
+
+
+async def _list(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+    entries = await trio.to_thread.run_sync(CronStore(ctx.state_dir).entries)
+    if args.domain:
+        entries = [e for e in entries if e.get("domain") == args.domain]
+    out.result({"entries": entries}, as_json=args.json)
+    return 0
+
+
+async def _add(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+    site = await find_site(ctx, args.domain)
+    _require_crontab(ctx)
+    account = site_account(ctx, site)
+    entry = {
+        "id": f"c{secrets.token_hex(6)}",
+        "domain": site.domain,
+        "schedule": args.schedule,
+        "command": args.command,
+        "paused": False,
+        "created_at": rfc3339(time.time()),
+    }
+    store = CronStore(ctx.state_dir)
+    await trio.to_thread.run_sync(store.update, lambda entries: entries.append(entry))
+    try:
+        await install(ctx, account)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+
+            def undo(entries: list[dict[str, Any]]) -> None:
+                entries[:] = [e for e in entries if e.get("id") != entry["id"]]
+
+            await trio.to_thread.run_sync(store.update, undo)
+        raise
+    out.result({"entry": entry, "user": account.name}, as_json=args.json)
+    return 0
+
+
+async def _pause(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+    store = CronStore(ctx.state_dir)
+    entry = _find(await trio.to_thread.run_sync(store.entries), args.id)
+    site = await find_site(ctx, str(entry.get("domain")))
+    _require_crontab(ctx)
+    account = site_account(ctx, site)
+    if entry.get("paused"):
+        await install(ctx, account)  # make sure the crontab agrees
+        out.stdout(f"cron entry {args.id} of {site.domain} was already paused")
+        return 0
+
+    def pause(entries: list[dict[str, Any]]) -> None:
+        _find(entries, args.id)["paused"] = True
+
+    await trio.to_thread.run_sync(store.update, pause)
+    await install(ctx, account)
+    out.stdout(f"cron entry {args.id} of {site.domain} paused")
+    return 0
+
+
+async def _run(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+    entry = _find(await trio.to_thread.run_sync(CronStore(ctx.state_dir).entries), args.id)
+    site = await find_site(ctx, str(entry.get("domain")))
+    account = site_account(ctx, site)
+    folder = ctx.site_home(site.slug)
+    argv = str(entry.get("command", "")).split(" ")
+    env = {
+        "PATH": SYSTEM_PATH,
+        "HOME": folder,
+        "USER": account.name,
+        "LOGNAME": account.name,
+        "SHELL": "/bin/sh",
+        "LANG": "C.UTF-8",
+    }
+    if not await trio.to_thread.run_sync(os.path.isdir, folder):
+        raise JobError(f"the folder of site {site.domain} is missing: {folder}")
+    options: dict[str, Any] = {}
+    if ctx.is_root:
+        options = {"user": account.uid, "group": account.gid, "extra_groups": []}
+    try:
+        return await stream_command(out, argv, cwd=folder, env=env, **options)
+    except FileNotFoundError:
+        raise JobError(f"command not found: {argv[0]} (in {folder})", 127) from None
+    except PermissionError:
+        raise JobError(f"permission denied: {argv[0]} cannot be run by {account.name}", 126) from None
+
+
+def _configure_list(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--domain", type=domain_arg, help="only this site's entries")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _configure_add(p: argparse.ArgumentParser) -> None:
+    p.add_argument("domain", type=domain_arg)
+    p.add_argument("--schedule", required=True, type=schedule_arg, help='five cron fields or @daily: "*/5 * * * *"')
+    p.add_argument("--command", required=True, type=command_arg, help="a program and its arguments, no shell syntax")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _configure_id(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", type=id_arg)
+
+
+KINDS = [
+    Kind("cron", "list", _configure_list, _list, "The cron entries of this server's sites."),
+    Kind("cron", "add", _configure_add, _add, "Add a cron entry to a site and install it in its user's crontab."),
+    Kind("cron", "pause", _configure_id, _pause, "Pause a cron entry (it leaves the crontab)."),
+    Kind("cron", "run", _configure_id, _run, "Run a cron entry's command now, as the site user."),
+]

@@ -1,0 +1,11 @@
+"""Every job kind this agent can run, by ``<family>.<action>``."""
+
+from __future__ import annotations
+
+from . import cron, logs, metrics, service, site, ssl, storage, system, updates
+from .base import Kind, kind_table
+
+
+def all_kinds() -> dict[str, Kind]:
+    families = (site, cron, service, system, logs, storage, metrics, updates, ssl)
+    return kind_table(kind for family in families for kind in family.KINDS)

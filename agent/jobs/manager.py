@@ -1,0 +1,293 @@
+"""The job manager: jobs run in the agent's own nursery, and RPC calls only watch them.
+
+``job.run {job_id, kind, argv, secrets}`` starts the job (a job id this agent already has is
+attached from the start instead: the call is idempotent) and streams its lines;
+``job.attach {job_id, after}`` streams the lines with ``seq > after``, then the live ones. Both
+answer ``{"exit_code": n}`` once the job is over, and a dropped call or link never stops the job.
+
+Each job keeps its last `max_lines` lines (500,000) with seq numbers 1, 2, 3…; a line is
+``{"seq", "stream": "stdout"|"stderr", "text", "at"}``. The buffer holds texts in blocks beside
+shared ``stream`` and ``at`` strings; the line objects are built per batch when sent. A
+reader sends what has piled up as one ``items`` batch: at once when 1,000 lines wait, else after
+at most 20 ms of gathering. While a reader is live, a producer that would overrun it (more than
+half the buffer ahead) waits at its next `Output.drain`, and no line a live reader has yet to
+send is dropped; with nobody attached a producer never waits and the oldest lines go. A finished
+job stays attachable for `keep_s` (10 minutes).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from agent.link.call import Call, Handler
+from agent.link.protocol import RpcError
+
+from .base import JobContext, Kind, Output, now_at, run_kind
+from .kinds import all_kinds
+
+log = logging.getLogger("fleetdeck.agent.jobs")
+
+BLOCK = 4096  # lines per buffer block
+MAX_LINES = 500_000
+KEEP_S = 600.0
+FLUSH_LINES = 1000
+FLUSH_S = 0.020
+MAX_BATCH = 8192  # lines handed to one send_items call
+MAX_JOB_ID = 128
+
+
+class _Reader:
+    __slots__ = ("pos",)
+
+    def __init__(self, pos: int) -> None:
+        self.pos = pos
+
+
+class Job:
+    """One job's state and line buffer (trio-only: no locks, no awaits while writing)."""
+
+    def __init__(self, job_id: str, kind: str, argv: list[str], *, max_lines: int = MAX_LINES) -> None:
+        self.id = job_id
+        self.kind = kind
+        self.argv = argv
+        self.max_lines = max_lines
+        self.next_seq = 1  # seq of the next line
+        self.first_seq = 1  # oldest seq still held
+        self.exit_code: int | None = None
+        self.finished_at: float | None = None  # trio clock
+        self.started_at = now_at()
+        # blocks[i] holds seqs (base_block + i) * BLOCK + 1 ...; each is (texts, streams, ats).
+        self._blocks: deque[tuple[list[str], list[str], list[str]]] = deque()
+        self._base_block = 0
+        self._changed = trio.Event()
+        self._room = trio.Event()
+        self._readers: set[_Reader] = set()
+
+    @property
+    def done(self) -> bool:
+        return self.exit_code is not None
+
+    @property
+    def last_seq(self) -> int:
+        return self.next_seq - 1
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def append(self, stream: str, texts: list[str]) -> None:
+        if not texts:
+            return
+        at = now_at()
+        blocks = self._blocks
+        index, n = 0, len(texts)
+        while index < n:
+            fill = (self.next_seq - 1) % BLOCK
+            if fill == 0:
+                blocks.append(([], [], []))
+            block_texts, block_streams, block_ats = blocks[-1]
+            take = min(BLOCK - fill, n - index)
+            block_texts.extend(texts[index : index + take] if index or take < n else texts)
+            block_streams.extend([stream] * take)
+            block_ats.extend([at] * take)
+            index += take
+            self.next_seq += take
+        if self.next_seq - self.first_seq > self.max_lines:
+            # Never drop a line a live reader has yet to send: it overruns by one write at most.
+            floor = min((r.pos + 1 for r in self._readers), default=self.next_seq)
+            self.first_seq = max(self.first_seq, min(self.next_seq - self.max_lines, floor))
+            while blocks and (self._base_block + 1) * BLOCK < self.first_seq:
+                blocks.popleft()
+                self._base_block += 1
+        self._changed.set()
+
+    def finish(self, exit_code: int) -> None:
+        self.exit_code = exit_code
+        self.finished_at = trio.current_time()
+        self._changed.set()
+        self._room.set()
+
+    async def wait_room(self) -> None:
+        """Hold a producer while a live reader is more than half a buffer behind."""
+        limit = self.max_lines // 2
+        while self._readers and self.last_seq - min(r.pos for r in self._readers) > limit:
+            if self._room.is_set():
+                self._room = trio.Event()
+            await self._room.wait()
+
+    # --- reading ----------------------------------------------------------------------------
+
+    async def wait_beyond(self, seq: int) -> None:
+        """Until a line after `seq` exists or the job is over."""
+        while self.last_seq <= seq and not self.done:
+            if self._changed.is_set():
+                self._changed = trio.Event()
+            await self._changed.wait()
+
+    async def wait_done(self) -> None:
+        while not self.done:
+            if self._changed.is_set():
+                self._changed = trio.Event()
+            await self._changed.wait()
+
+    def lines_after(self, pos: int, limit: int) -> list[dict[str, Any]]:
+        """Up to `limit` line objects with seq > `pos` (from the oldest held line)."""
+        start = max(pos + 1, self.first_seq)
+        end = min(self.last_seq, start + limit - 1)
+        items: list[dict[str, Any]] = []
+        seq = start
+        while seq <= end:
+            block_no, offset = divmod(seq - 1, BLOCK)
+            texts, streams, ats = self._blocks[block_no - self._base_block]
+            stop = min(BLOCK, offset + end - seq + 1)
+            items.extend(
+                [
+                    {"seq": s, "stream": st, "text": t, "at": a}
+                    for s, t, st, a in zip(
+                        range(seq, seq + stop - offset),
+                        texts[offset:stop],
+                        streams[offset:stop],
+                        ats[offset:stop],
+                        strict=True,
+                    )
+                ]
+            )
+            seq += stop - offset
+        return items
+
+    async def stream_to(self, call: Call, after: int) -> dict[str, Any]:
+        """Send the lines after `after` (then the live ones) as items; the exit code at the end."""
+        if not call.streaming:
+            await self.wait_done()
+            return {"exit_code": self.exit_code}
+        reader = _Reader(max(after, self.first_seq - 1))
+        self._readers.add(reader)
+        try:
+            while True:
+                pos = reader.pos = max(reader.pos, self.first_seq - 1)
+                if self.last_seq - pos < FLUSH_LINES and not self.done:
+                    await self.wait_beyond(pos)
+                    # Gather a batch: up to FLUSH_LINES lines or FLUSH_S, whichever comes first.
+                    with trio.move_on_after(FLUSH_S):
+                        while self.last_seq - pos < FLUSH_LINES and not self.done:
+                            await self.wait_beyond(self.last_seq)
+                    pos = reader.pos = max(reader.pos, self.first_seq - 1)
+                batch = self.lines_after(pos, MAX_BATCH)
+                if batch:
+                    await call.send_items(batch)
+                    reader.pos = batch[-1]["seq"]
+                    self._room.set()
+                elif self.done:
+                    return {"exit_code": self.exit_code}
+        finally:
+            self._readers.discard(reader)
+            self._room.set()
+
+
+class _JobOutput(Output):
+    def __init__(self, job: Job) -> None:
+        self._job = job
+
+    def lines(self, stream: str, texts: list[str]) -> None:
+        self._job.append(stream, texts)
+
+    async def drain(self) -> None:
+        await self._job.wait_room()
+
+
+@dataclass
+class JobManager:
+    """Owns the jobs of this agent process; `run` it in the agent's nursery before serving."""
+
+    ctx: JobContext
+    kinds: Mapping[str, Kind] | None = None
+    max_lines: int = MAX_LINES
+    keep_s: float = KEEP_S
+
+    def __post_init__(self) -> None:
+        if self.kinds is None:
+            self.kinds = all_kinds()
+        self._jobs: dict[str, Job] = {}
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled (which cancels the running jobs)."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            try:
+                while True:
+                    await trio.sleep(min(60.0, max(self.keep_s / 4, 0.05)))
+                    self._forget_old()
+            finally:
+                self._nursery = None
+
+    def handlers(self) -> dict[str, Handler]:
+        return {"job.run": self.job_run, "job.attach": self.job_attach}
+
+    def get(self, job_id: str) -> Job | None:
+        self._forget_old()
+        return self._jobs.get(job_id)
+
+    def start(self, job_id: str, kind: str, argv: list[str], secrets: Mapping[str, str] | None = None) -> Job:
+        """The job `job_id`, started now unless this agent already has it."""
+        job = self.get(job_id)
+        if job is not None:
+            return job
+        if self._nursery is None:
+            raise RpcError("internal", "the job manager is not running")
+        job = Job(job_id, kind, argv, max_lines=self.max_lines)
+        self._jobs[job_id] = job
+        self._nursery.start_soon(self._execute, job, dict(secrets or {}), name=f"job {job_id} {kind}")
+        return job
+
+    async def _execute(self, job: Job, secrets: dict[str, str]) -> None:
+        assert self.kinds is not None
+        out = _JobOutput(job)
+        log.info("job %s: %s started", job.id, job.kind)
+        try:
+            exit_code = await run_kind(self.kinds, job.kind, job.argv, self.ctx.with_secrets(secrets), out)
+        except BaseException:
+            job.finish(-1)  # cancelled: the agent is stopping
+            raise
+        job.finish(exit_code)
+        log.info("job %s: %s exited with %d (%d lines)", job.id, job.kind, exit_code, job.last_seq)
+
+    def _forget_old(self) -> None:
+        now = trio.current_time()
+        for job_id in [
+            j.id for j in self._jobs.values() if j.finished_at is not None and now - j.finished_at > self.keep_s
+        ]:
+            del self._jobs[job_id]
+
+    # --- RPC ------------------------------------------------------------------------------
+
+    async def job_run(self, call: Call) -> dict[str, Any]:
+        params = call.params
+        job_id, kind, argv = params.get("job_id"), params.get("kind"), params.get("argv")
+        secrets = params.get("secrets") or {}
+        if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_JOB_ID:
+            raise RpcError("validation_error", f"job_id must be a string of 1 to {MAX_JOB_ID} characters")
+        if not isinstance(kind, str) or not kind:
+            raise RpcError("validation_error", "kind must be a non-empty string")
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            raise RpcError("validation_error", "argv must be a list of strings")
+        if not isinstance(secrets, dict) or not all(isinstance(v, str) for v in secrets.values()):
+            raise RpcError("validation_error", "secrets must map names to strings")
+        job = self.start(job_id, kind, argv, secrets)
+        return await job.stream_to(call, 0)
+
+    async def job_attach(self, call: Call) -> dict[str, Any]:
+        job_id, after = call.params.get("job_id"), call.params.get("after", 0)
+        if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_JOB_ID:
+            raise RpcError("validation_error", f"job_id must be a string of 1 to {MAX_JOB_ID} characters")
+        if type(after) is not int or after < 0:
+            raise RpcError("validation_error", "after must be a non-negative integer")
+        job = self.get(job_id)
+        if job is None:
+            raise RpcError("not_found", f"this agent has no job {job_id}", {"job_id": job_id})
+        return await job.stream_to(call, after)

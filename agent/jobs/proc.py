@@ -1,0 +1,162 @@
+"""Running the public system tools and site commands: never through a shell.
+
+`stream_command` reads a child's stdout and stderr incrementally and hands complete lines to the
+job's `Output` (split on ``\\n``; a partial line waits for the rest; the last line may lack its
+newline; UTF-8 decoded with ``errors="replace"``). `capture_command` is for tools whose whole
+output is parsed. Children run in their own session; cancelling the job terminates the group.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from collections.abc import Mapping, Sequence
+from functools import partial
+from subprocess import DEVNULL, PIPE
+from typing import Any
+
+import trio
+
+from .base import STDERR, STDOUT, JobError, Output
+
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+READ_SIZE = 64 * 1024
+MAX_LINE_BYTES = 1024 * 1024  # a longer line without a newline is cut here
+KILL_GRACE_S = 5.0
+
+
+def tool_env(**extra: str) -> dict[str, str]:
+    """A small, predictable environment for the system tools (C locale, UTF-8, system PATH)."""
+    env = {"PATH": SYSTEM_PATH, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+    env.update(extra)
+    return env
+
+
+def which(tool: str) -> str | None:
+    return shutil.which(tool, path=SYSTEM_PATH)
+
+
+def require(tool: str, purpose: str) -> str:
+    path = which(tool)
+    if path is None:
+        raise JobError(f"{tool} is not installed on this server: it is needed to {purpose}")
+    return path
+
+
+class LineSplitter:
+    """Bytes in, complete lines out; ``\\n`` never occurs inside a UTF-8 sequence, so the
+    complete part of a chunk decodes in one call."""
+
+    def __init__(self) -> None:
+        self._pending: list[bytes] = []
+        self._pending_size = 0
+
+    def feed(self, data: bytes | bytearray) -> list[str]:
+        head, sep, tail = data.rpartition(b"\n")
+        if not sep:
+            self._pending.append(bytes(data))
+            self._pending_size += len(data)
+            if self._pending_size >= MAX_LINE_BYTES:
+                return self.close()
+            return []
+        if self._pending:
+            self._pending.append(bytes(head))
+            head = b"".join(self._pending)
+            self._pending.clear()
+        self._pending_size = 0
+        if tail:
+            self._pending.append(bytes(tail))
+            self._pending_size = len(tail)
+        return bytes(head).decode("utf-8", "replace").split("\n")
+
+    def close(self) -> list[str]:
+        """The last line, when the stream ended without a newline."""
+        if not self._pending:
+            return []
+        rest = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_size = 0
+        return [rest.decode("utf-8", "replace")]
+
+
+async def _terminate_group(process: trio.Process) -> None:
+    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            process.kill()
+        if wait is not None:
+            with trio.move_on_after(wait):
+                await process.wait()
+                return
+
+
+async def _pump(receive: trio.abc.ReceiveStream, stream: str, out: Output) -> None:
+    splitter = LineSplitter()
+    while data := await receive.receive_some(READ_SIZE):
+        lines = splitter.feed(data)
+        if lines:
+            out.lines(stream, lines)
+            await out.drain()
+    last = splitter.close()
+    if last:
+        out.lines(stream, last)
+
+
+async def stream_command(
+    out: Output,
+    argv: Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    **options: Any,
+) -> int:
+    """Run `argv`, streaming its stdout and stderr lines as they come; its exit code.
+
+    `options` go to `subprocess.Popen` (``user``, ``group``, ``extra_groups``). A missing
+    program raises `FileNotFoundError`.
+    """
+    async with trio.open_nursery() as nursery:
+        process: trio.Process = await nursery.start(
+            partial(
+                trio.run_process,
+                list(argv),
+                stdin=DEVNULL,
+                stdout=PIPE,
+                stderr=PIPE,
+                check=False,
+                cwd=cwd,
+                env=dict(env) if env is not None else tool_env(),
+                start_new_session=True,
+                deliver_cancel=_terminate_group,
+                **options,
+            )
+        )
+        assert process.stdout is not None and process.stderr is not None
+        nursery.start_soon(_pump, process.stdout, STDOUT, out)
+        nursery.start_soon(_pump, process.stderr, STDERR, out)
+    assert process.returncode is not None
+    return process.returncode
+
+
+async def capture_command(
+    argv: Sequence[str],
+    *,
+    stdin: bytes = b"",
+    env: Mapping[str, str] | None = None,
+    **options: Any,
+) -> tuple[int, str, str]:
+    """Run `argv` to its end: (exit code, stdout, stderr), decoded with ``errors="replace"``."""
+    done = await trio.run_process(
+        list(argv),
+        stdin=stdin,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env=dict(env) if env is not None else tool_env(),
+        start_new_session=True,
+        deliver_cancel=_terminate_group,
+        **options,
+    )
+    return done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")

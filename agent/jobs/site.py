@@ -1,0 +1,334 @@
+"""``site list|inspect|create|delete``: the sites of this server, in the registry and on disk.
+
+A site ``example.com`` lives in ``<home>/example-com`` (dots become dashes). As root, each site
+gets a system user named after its folder (``useradd --system``, no login shell), owning the
+folder (mode 0750) with ``public_html/`` (the profile's index file) and ``logs/`` inside. The
+registry entry is written last, so a site appears in ``fs/scopes`` only once it is complete, and
+a create that fails half-way undoes what it made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import html
+import os
+import re
+import shutil
+import time
+from typing import Any
+
+import trio
+
+from agent.sites import SLUG_RE, Site
+
+from .base import JobContext, JobError, Kind, Output, domain_arg, rfc3339
+from .common import Account, account_by_name, current_account, find_site, user_name_of
+from .proc import capture_command, require, which
+from .storage import measure_path
+
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
+_O_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_USER_NAME = 32
+
+_STATIC_INDEX = """<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><title>{domain}</title></head>
+<body>
+<h1>{domain}</h1>
+<p>This site is ready. Replace this file with your own content.</p>
+</body>
+</html>
+"""
+_PHP_INDEX = """<?php
+// {domain}: replace this file with your application.
+echo "<h1>{domain}</h1><p>PHP " . PHP_VERSION . " is serving this site.</p>";
+"""
+_WORDPRESS_INDEX = """<?php
+// {domain}: placeholder. WordPress has not been installed into public_html yet.
+echo "<h1>{domain}</h1><p>WordPress will be installed here.</p>";
+"""
+PROFILES = {
+    "static": ("index.html", _STATIC_INDEX),
+    "php": ("index.php", _PHP_INDEX),
+    "wordpress": ("index.php", _WORDPRESS_INDEX),
+}
+LOG_FILES = ("access.log", "error.log")
+
+
+def slug_of(domain: str) -> str:
+    return domain.replace(".", "-")
+
+
+def user_name_for(slug: str) -> str:
+    """A valid system user name for a site folder: the slug itself when it fits (32 characters,
+    starting with a letter), else a prefixed or shortened form with a hash."""
+    name = slug if re.match(r"^[a-z_]", slug) else f"site-{slug}"
+    if len(name) > MAX_USER_NAME:
+        name = f"{name[:23]}-{hashlib.sha256(slug.encode()).hexdigest()[:8]}"
+    return name
+
+
+def php_version() -> str | None:
+    """The newest PHP installed (``/usr/bin/phpX.Y``), or None."""
+    versions = []
+    for name in os.listdir("/usr/bin") if os.path.isdir("/usr/bin") else []:
+        match = re.fullmatch(r"php(\d+)\.(\d+)", name)
+        if match:
+            versions.append((int(match[1]), int(match[2])))
+    return "{}.{}".format(*max(versions)) if versions else None
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def describe(ctx: JobContext, site: Site, *, full: bool) -> dict[str, Any]:
+    """A site's registry facts and what its folder holds (blocking)."""
+    home = ctx.site_home(site.slug)
+    info: dict[str, Any] = {"domain": site.domain, "slug": site.slug, "home": home}
+    try:
+        st = os.lstat(home)
+    except OSError:
+        st = None
+    info["exists"] = st is not None
+    info["owner"] = user_name_of(st.st_uid) if st is not None else None
+    totals = None
+    if st is not None:
+        try:
+            totals, _ = measure_path(ctx.home, site.slug)
+        except Exception as exc:  # a folder symlinked out of the home, unreadable, ...
+            info["error"] = str(getattr(exc, "message", exc))
+    info["disk_bytes"] = totals.disk_bytes if totals else None
+    if full:
+        account = account_by_name(site.user) if site.user else None
+        info.update(
+            user=site.user or info["owner"],
+            uid=account.uid if account else (st.st_uid if st else None),
+            gid=account.gid if account else (st.st_gid if st else None),
+            size_bytes=totals.bytes if totals else None,
+            files=totals.files if totals else None,
+            dirs=totals.dirs if totals else None,
+            profile=site.profile,
+            php=site.php,
+            created_at=site.created_at,
+        )
+    return info
+
+
+async def _list(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+    def work() -> list[dict[str, Any]]:
+        return [describe(ctx, site, full=False) for site in ctx.sites.sites()]
+
+    out.result({"sites": await trio.to_thread.run_sync(work)}, as_json=args.json)
+    return 0
+
+
+async def _inspect(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+    site = await find_site(ctx, args.domain)
+    out.result(await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True)), as_json=args.json)
+    return 0
+
+
+# --- create --------------------------------------------------------------------------------
+
+
+def _make_tree(home: str, slug: str, domain: str, profile: str, uid: int, gid: int) -> None:
+    """``<home>/<slug>`` and its contents, owned by uid:gid; the folder must not exist."""
+    index_name, template = PROFILES[profile]
+    home_fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.mkdir(slug, 0o700, dir_fd=home_fd)  # nobody else gets in while it is built
+        site_fd = os.open(slug, _O_DIR, dir_fd=home_fd)
+    finally:
+        os.close(home_fd)
+    try:
+        folders = (("public_html", 0o755), ("logs", 0o750))
+        for folder, mode in folders:
+            os.mkdir(folder, mode, dir_fd=site_fd)
+        files = [("public_html", index_name, template.format(domain=html.escape(domain)), 0o644)]
+        files += [("logs", name, "", 0o640) for name in LOG_FILES]
+        for folder, name, text, mode in files:
+            dir_fd = os.open(folder, _O_DIR, dir_fd=site_fd)
+            try:
+                fd = os.open(name, _O_NEW_FILE, mode, dir_fd=dir_fd)
+                try:
+                    os.write(fd, text.encode())
+                    os.fchmod(fd, mode)
+                    os.fchown(fd, uid, gid)
+                finally:
+                    os.close(fd)
+            finally:
+                os.close(dir_fd)
+        for folder, mode in folders:
+            sub = os.open(folder, _O_DIR, dir_fd=site_fd)
+            try:
+                os.fchmod(sub, mode)  # whatever the umask
+                os.fchown(sub, uid, gid)
+            finally:
+                os.close(sub)
+        os.fchown(site_fd, uid, gid)
+        os.fchmod(site_fd, 0o750)
+    finally:
+        os.close(site_fd)
+
+
+def same_path(a: str, b: str) -> bool:
+    return os.path.normpath(a) == os.path.normpath(b)
+
+
+def _check_free(sites_folder: str, home: str) -> None:
+    if not os.path.isdir(sites_folder):
+        raise JobError(f"the sites folder {sites_folder} does not exist")
+    if os.path.lexists(home):
+        raise JobError(f"{home} already exists: move it away or choose another domain")
+
+
+def _remove_tree(home: str, slug: str) -> None:
+    home_fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        shutil.rmtree(slug, dir_fd=home_fd)
+    finally:
+        os.close(home_fd)
+
+
+async def _site_user(ctx: JobContext, slug: str, domain: str) -> tuple[Account, bool]:
+    """The system user of a new site (made now unless it is already this site's): (account, made)."""
+    if not ctx.is_root:
+        return current_account(), False
+    name = user_name_for(slug)
+    home = ctx.site_home(slug)
+    account = account_by_name(name)
+    if account is not None:
+        if not same_path(account.home, home):
+            raise JobError(f"a system user {name} already exists and is not this site's (its home is {account.home})")
+        return account, False
+    useradd = require("useradd", "create the site's system user")
+    shell = which("nologin") or "/bin/false"
+    argv = [useradd, "--system", "--home-dir", home, "--shell", shell, "--user-group", "--no-create-home"]
+    code, _, err = await capture_command([*argv, "--comment", f"fleetdeck site {domain}", name])
+    if code != 0:
+        raise JobError(f"useradd {name} failed (exit {code}): {' '.join(err.split())}")
+    account = account_by_name(name)
+    if account is None:
+        raise JobError(f"useradd {name} succeeded but the user cannot be found")
+    return account, True
+
+
+async def _delete_user(name: str) -> str | None:
+    """Remove a site's system user; the error text, or None."""
+    userdel = which("userdel")
+    if userdel is None:
+        return "userdel is not installed"
+    crontab = which("crontab")
+    if crontab is not None:  # userdel leaves the user's crontab behind
+        await capture_command([crontab, "-u", name, "-r"])
+    code, _, err = await capture_command([userdel, name])
+    return None if code == 0 else f"userdel {name} failed (exit {code}): {' '.join(err.split())}"
+
+
+async def _create(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+    domain, profile = args.domain, args.profile
+    slug = slug_of(domain)
+    if not SLUG_RE.match(slug):
+        raise JobError(f"the domain {domain} is too long for a site folder name (at most 63 characters)")
+    sites = await trio.to_thread.run_sync(ctx.sites.sites)
+    for other in sites:
+        if other.domain == domain:
+            raise JobError(f"site {domain} already exists on this server")
+        if other.slug == slug:
+            raise JobError(f"the folder name {slug} is already used by site {other.domain}")
+    await trio.to_thread.run_sync(_check_free, ctx.home, ctx.site_home(slug))
+    account, made_user = await _site_user(ctx, slug, domain)
+    made_tree = False
+    try:
+        await trio.to_thread.run_sync(_make_tree, ctx.home, slug, domain, profile, account.uid, account.gid)
+        made_tree = True
+        entry = {
+            "domain": domain,
+            "slug": slug,
+            "user": account.name if ctx.is_root else None,
+            "profile": profile,
+            "php": php_version() if profile != "static" else None,
+            "created_at": rfc3339(time.time()),
+        }
+        site = await trio.to_thread.run_sync(ctx.sites.add, entry)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            if made_tree:
+                await trio.to_thread.run_sync(_remove_tree, ctx.home, slug)
+            if made_user:
+                await _delete_user(account.name)
+        raise
+    if profile != "static" and site.php is None:
+        out.stderr(f"note: PHP is not installed on this server; the {profile} site's files are ready")
+    out.result({"site": await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True))}, as_json=args.json)
+    return 0
+
+
+# --- delete --------------------------------------------------------------------------------
+
+
+async def _delete(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+    from .cron import forget_site  # cron imports this family's helpers
+
+    site = await find_site(ctx, args.domain)
+    home = ctx.site_home(site.slug)
+    exit_code = 0
+    cron_removed = await forget_site(ctx, site, out)
+    await trio.to_thread.run_sync(ctx.sites.remove, site.domain)
+    files_removed = False
+    if not args.keep_files and await trio.to_thread.run_sync(os.path.lexists, home):
+        await trio.to_thread.run_sync(_remove_tree, ctx.home, site.slug)
+        files_removed = True
+    user_removed = None
+    if ctx.is_root and site.user:
+        account = account_by_name(site.user)
+        others = [s for s in await trio.to_thread.run_sync(ctx.sites.sites) if s.user == site.user]
+        if account is not None and same_path(account.home, home) and not others:
+            error = await _delete_user(account.name)
+            if error:
+                out.stderr(error)
+                exit_code = 1
+            else:
+                user_removed = account.name
+    result = {
+        "deleted": site.domain,
+        "home": home,
+        "files_removed": files_removed,
+        "user_removed": user_removed,
+        "cron_entries_removed": cron_removed,
+    }
+    out.result(result, as_json=args.json)
+    return exit_code
+
+
+# --- argv ----------------------------------------------------------------------------------
+
+
+def _configure_list(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _configure_inspect(p: argparse.ArgumentParser) -> None:
+    p.add_argument("domain", type=domain_arg)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _configure_create(p: argparse.ArgumentParser) -> None:
+    p.add_argument("domain", type=domain_arg)
+    p.add_argument("--profile", default="static", choices=sorted(PROFILES), help="what public_html starts with")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _configure_delete(p: argparse.ArgumentParser) -> None:
+    p.add_argument("domain", type=domain_arg)
+    p.add_argument("--keep-files", action="store_true", help="leave the site's folder in place")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+KINDS = [
+    Kind("site", "list", _configure_list, _list, "The sites of this server with their disk use."),
+    Kind("site", "inspect", _configure_inspect, _inspect, "One site: its folder, user, size and profile."),
+    Kind("site", "create", _configure_create, _create, "Create a site: its system user, folder and registry entry."),
+    Kind("site", "delete", _configure_delete, _delete, "Delete a site: its registry entry, files and user."),
+]

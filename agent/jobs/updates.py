@@ -1,0 +1,58 @@
+"""``updates list --json``: the packages apt can upgrade (``apt list --upgradable``).
+
+It reads apt's cache as it is (no ``apt update``): the answer is as fresh as the last refresh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from .base import JobContext, JobError, Kind, Output
+from .proc import capture_command, require
+
+# name/suite[,suite..] version arch [upgradable from: old]
+_LINE = re.compile(
+    r"^(?P<name>[^/\s]+)/(?P<suites>\S+) (?P<version>\S+) (?P<arch>\S+)(?: \[upgradable from: (?P<old>[^\]]+)\])?"
+)
+
+
+def parse_upgradable(text: str) -> list[dict[str, Any]]:
+    updates = []
+    for line in text.splitlines():
+        match = _LINE.match(line.strip())
+        if match is None:
+            continue  # "Listing...", notices
+        suites = match["suites"].split(",")
+        updates.append(
+            {
+                "name": match["name"],
+                "version": match["version"],
+                "current_version": match["old"],
+                "arch": match["arch"],
+                "suites": suites,
+                "security": any("security" in s for s in suites),
+            }
+        )
+    return updates
+
+
+def _configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+async def _list(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+    apt = require("apt", "list the available updates (only apt-based systems are supported)")
+    code, text, err = await capture_command([apt, "list", "--upgradable"])
+    if code != 0:
+        raise JobError(f"apt list --upgradable failed (exit {code}): {' '.join(err.split())}")
+    updates = parse_upgradable(text)
+    out.result(
+        {"updates": updates, "count": len(updates), "security_count": sum(u["security"] for u in updates)},
+        as_json=args.json,
+    )
+    return 0
+
+
+KINDS = [Kind("updates", "list", _configure, _list, "Packages apt can upgrade (from apt's current cache).")]

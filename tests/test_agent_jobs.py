@@ -1,0 +1,632 @@
+"""Agent jobs end to end: the job manager over a real link, the real handlers on a temporary
+home (real files, real system users and crontabs when root), and ``fleetdeck agent run``.
+
+Needs, on Debian: ``cron`` (for ``crontab``; the cron tests skip without it), ``openssl``,
+``passwd`` (useradd/userdel), ``apt``, ``util-linux``; the site and cron tests that make system
+users run only as root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import trio
+from hypercorn.config import Config
+from starlette.applications import Starlette
+from starlette.routing import WebSocketRoute
+
+from agent import __version__
+from agent.jobs.base import JobContext
+from agent.jobs.manager import JobManager
+from agent.jobs.proc import LineSplitter
+from agent.link import protocol
+from agent.link.client import AgentLink, Backoff
+from agent.runner import AgentConfig, build_handlers
+from agent.sites import SiteRegistry
+from control_plane.hub import AgentCallError, AgentHub
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "agent-token-jobs"
+SERVER_ID = "srv-jobs"
+FAST = Backoff(base=0.05, cap=0.2)
+IS_ROOT = os.geteuid() == 0
+HAS_CRONTAB = shutil.which("crontab") is not None
+NOBODY = pwd.getpwnam("nobody") if IS_ROOT else None
+
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="creates system users: runs only as root")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "trio"
+
+
+# --- harness -----------------------------------------------------------------------------
+
+
+@dataclass
+class Env:
+    home: Path
+    state: Path
+    ctx: JobContext
+    users: list[str] = field(default_factory=list)  # system users a test may leave behind
+
+    def add_site(self, domain: str, *, owner: pwd.struct_passwd | None = None) -> Path:
+        """A site written straight into the registry (no system user of its own)."""
+        slug = domain.replace(".", "-")
+        folder = self.home / slug
+        (folder / "logs").mkdir(parents=True)
+        registry = self.state / "sites.json"
+        document = json.loads(registry.read_text()) if registry.exists() else {"sites": []}
+        document["sites"].append({"domain": domain, "slug": slug})
+        registry.write_text(json.dumps(document))
+        if owner is not None:
+            for path in (folder, folder / "logs"):
+                os.chown(path, owner.pw_uid, owner.pw_gid)
+        return folder
+
+    def add_cron_entry(self, entry_id: str, domain: str, command: str) -> None:
+        path = self.state / "cron.json"
+        document = json.loads(path.read_text()) if path.exists() else {"entries": []}
+        document["entries"].append(
+            {"id": entry_id, "domain": domain, "schedule": "@daily", "command": command, "paused": True}
+        )
+        path.write_text(json.dumps(document))
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    home, state = tmp_path / "home", tmp_path / "state"
+    home.mkdir()
+    state.mkdir()
+    if IS_ROOT:
+        os.chmod(tmp_path, 0o755)  # site users must reach their folders
+    made = Env(home, state, JobContext(str(home), str(state), SiteRegistry(str(state)), __version__))
+    yield made
+    for name in made.users:  # whatever a failed test left behind
+        if shutil.which("crontab"):
+            subprocess.run(["crontab", "-u", name, "-r"], capture_output=True, check=False)
+        subprocess.run(["userdel", name], capture_output=True, check=False)
+
+
+def unique_domain(prefix: str = "t") -> str:
+    return f"{prefix}{secrets.token_hex(4)}.example.com"
+
+
+@dataclass
+class Outcome:
+    items: list[dict[str, Any]]
+    exit_code: int | None
+
+    @property
+    def stdout(self) -> list[str]:
+        return [i["text"] for i in self.items if i["stream"] == "stdout"]
+
+    @property
+    def stderr(self) -> list[str]:
+        return [i["text"] for i in self.items if i["stream"] == "stderr"]
+
+    def json(self) -> Any:
+        assert self.exit_code == 0, self.stderr
+        return json.loads("\n".join(self.stdout))
+
+
+@dataclass
+class Linked:
+    hub: AgentHub
+    jobs: JobManager
+    env: Env
+    url: str
+    nursery: trio.Nursery
+    link_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+    async def connect(self) -> None:
+        config = AgentConfig(url=self.url, token=TOKEN, home=str(self.env.home), state_dir=str(self.env.state))
+        link = AgentLink(self.url, TOKEN, build_handlers(config, self.jobs), version=__version__, backoff=FAST)
+        self.link_scope = trio.CancelScope()
+
+        async def run_link(scope: trio.CancelScope) -> None:
+            with scope:
+                await link.run()
+
+        self.nursery.start_soon(run_link, self.link_scope)
+        await self.wait_online(True)
+
+    async def disconnect(self) -> None:
+        self.link_scope.cancel()
+        await self.wait_online(False)
+
+    async def wait_online(self, online: bool) -> None:
+        with trio.fail_after(5):
+            while self.hub.is_online(SERVER_ID) != online:  # noqa: ASYNC110
+                await trio.sleep(0.01)
+
+    async def stream(
+        self, method: str, params: dict[str, Any], *, window: int = protocol.DEFAULT_WINDOW, stop_after: int = 0
+    ) -> Outcome:
+        """The items of a streamed call and its exit code; leaves early after `stop_after` items."""
+        items: list[dict[str, Any]] = []
+        async with self.hub.open_stream(SERVER_ID, method, params, window=window) as stream:
+            async for chunk in stream:
+                assert isinstance(chunk, list)
+                items.extend(chunk)
+                if stop_after and len(items) >= stop_after:
+                    return Outcome(items, None)
+            result = stream.result
+        assert set(result) == {"exit_code"}
+        return Outcome(items, result["exit_code"])
+
+    async def run(self, *argv: str, job_id: str | None = None, **kwargs: Any) -> Outcome:
+        params = {"job_id": job_id or secrets.token_hex(8), "kind": f"{argv[0]}.{argv[1]}", "argv": list(argv)}
+        return await self.stream("job.run", {**params, "secrets": {}}, **kwargs)
+
+
+def _hypercorn_config() -> Config:
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.graceful_timeout = 0.2
+    config.websocket_max_message_size = protocol.MAX_MESSAGE_SIZE
+    return config
+
+
+@asynccontextmanager
+async def linked(env: Env, **manager_options: Any) -> AsyncIterator[Linked]:
+    """A hub under hypercorn's trio worker, a job manager, and an agent link to the hub."""
+    from hypercorn.trio import serve
+
+    async def authenticate(token: str) -> str | None:
+        return SERVER_ID if token == TOKEN else None
+
+    hub = AgentHub(authenticate=authenticate)
+    app: Any = Starlette(routes=[WebSocketRoute(protocol.LINK_PATH, hub.handle)])
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(serve, app, _hypercorn_config(), shutdown_trigger=stop.wait))
+        jobs = JobManager(env.ctx, **manager_options)
+        await nursery.start(jobs.run)
+        setup = Linked(hub, jobs, env, binds[0], nursery)
+        await setup.connect()
+        try:
+            yield setup
+        finally:
+            stop.set()
+            nursery.cancel_scope.cancel()
+
+
+def assert_complete(items: list[dict[str, Any]], count: int, first: int = 1) -> None:
+    assert [i["seq"] for i in items] == list(range(first, first + count))
+
+
+def write_log(path: Path, count: int) -> None:
+    with open(path, "wb") as f:
+        f.write(b"".join(b"line %d\n" % i for i in range(1, count + 1)))
+
+
+# --- the manager ---------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_200k_lines_arrive_complete_and_in_order(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    count = 200_000
+    folder = env.add_site("logs.example.com")
+    write_log(folder / "logs/access.log", count)
+    async with linked(env) as agent:
+        started = time.perf_counter()
+        outcome = await agent.run("logs", "tail", "logs.example.com", "--log", "access", "--lines", str(count))
+        elapsed = time.perf_counter() - started
+    assert outcome.exit_code == 0
+    assert_complete(outcome.items, count)
+    assert outcome.stdout == [f"line {i}" for i in range(1, count + 1)]
+    first = outcome.items[0]
+    assert set(first) == {"seq", "stream", "text", "at"} and first["at"].endswith("Z")
+    with capsys.disabled():
+        print(f"\n  job.run logs.tail: {count} lines in {elapsed:.2f} s = {count / elapsed:,.0f} lines/s end to end")
+
+
+@needs_root
+@pytest.mark.anyio
+async def test_subprocess_output_streams_fast_and_exact(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    count = 200_000
+    folder = env.add_site("seq.example.com", owner=NOBODY)
+    env.add_cron_entry("seq", "seq.example.com", f"/usr/bin/seq 1 {count}")
+    # Partial lines, bad UTF-8 and a last line without its newline.
+    (folder / "odd.bin").write_bytes(b"h\xc3\xa9llo\n\xff\xfe bad\n\nlast without newline")
+    env.add_cron_entry("odd", "seq.example.com", "/bin/cat odd.bin")
+    async with linked(env) as agent:
+        started = time.perf_counter()
+        outcome = await agent.run("cron", "run", "seq")
+        elapsed = time.perf_counter() - started
+        odd = await agent.run("cron", "run", "odd")
+    assert outcome.exit_code == 0, outcome.stderr
+    assert_complete(outcome.items, count)
+    assert outcome.stdout == [str(i) for i in range(1, count + 1)]
+    assert odd.exit_code == 0 and odd.stdout == ["héllo", "\ufffd\ufffd bad", "", "last without newline"]
+    with capsys.disabled():
+        print(f"\n  job.run cron.run seq: {count} lines in {elapsed:.2f} s = {count / elapsed:,.0f} lines/s end to end")
+
+
+def test_line_splitter_handles_chunk_boundaries() -> None:
+    data = "one\ntwo é\n\nthree ü and more\nlast".encode()
+    for size in (1, 2, 3, 7, len(data)):
+        splitter, lines = LineSplitter(), []
+        for offset in range(0, len(data), size):
+            lines += splitter.feed(data[offset : offset + size])
+        lines += splitter.close()
+        assert lines == ["one", "two é", "", "three ü and more", "last"], size
+
+
+@pytest.mark.anyio
+async def test_attach_after_a_dropped_stream_resumes_without_loss_or_repeat(env: Env) -> None:
+    count = 300_000
+    folder = env.add_site("logs.example.com")
+    write_log(folder / "logs/error.log", count)
+    argv = ["logs", "tail", "logs.example.com", "--log", "error", "--lines", str(count)]
+    async with linked(env) as agent:
+        # A small window: the reader falls behind, then leaves mid-way; the job goes on.
+        first = await agent.run(*argv, job_id="job-drop", window=64 * 1024, stop_after=20_000)
+        assert first.exit_code is None and len(first.items) >= 20_000
+        assert_complete(first.items, len(first.items))
+        after = first.items[-1]["seq"]
+        rest = await agent.stream("job.attach", {"job_id": "job-drop", "after": after})
+        assert rest.exit_code == 0
+        assert_complete(rest.items, count - after, first=after + 1)
+        assert [i["text"] for i in first.items + rest.items] == [f"line {i}" for i in range(1, count + 1)]
+        # job.run of a job id the agent has attaches from the start: the job does not run twice.
+        again = await agent.run(*argv, job_id="job-drop")
+        assert again.exit_code == 0
+        assert_complete(again.items, count)
+        assert len(agent.jobs._jobs) == 1
+
+
+@needs_root
+@pytest.mark.anyio
+async def test_a_job_outlives_its_link(env: Env) -> None:
+    folder = env.add_site("slow.example.com", owner=NOBODY)
+    script = folder / "slow.sh"
+    script.write_text("#!/bin/sh\nfor i in $(seq 1 30); do echo tick $i; sleep 0.02; done\necho done >&2\nexit 3\n")
+    script.chmod(0o755)
+    env.add_cron_entry("slow", "slow.example.com", "./slow.sh")
+    async with linked(env) as agent:
+        first = await agent.run("cron", "run", "slow", job_id="job-slow", stop_after=1)
+        await agent.disconnect()
+        await trio.sleep(0.3)  # lines keep coming while no link exists
+        await agent.connect()
+        after = first.items[-1]["seq"]
+        rest = await agent.stream("job.attach", {"job_id": "job-slow", "after": after})
+    lines = first.items + rest.items
+    assert_complete(lines, 31)
+    assert [i["text"] for i in lines if i["stream"] == "stdout"] == [f"tick {i}" for i in range(1, 31)]
+    assert lines[-1] == {**lines[-1], "stream": "stderr", "text": "done"}
+    assert rest.exit_code == 3
+
+
+@pytest.mark.anyio
+async def test_unknown_kind_bad_argv_errors_and_retention(env: Env) -> None:
+    async with linked(env, keep_s=0.3) as agent:
+        unknown = await agent.stream(
+            "job.run", {"job_id": "j1", "kind": "lb.apply", "argv": ["lb", "apply", "--json"], "secrets": {}}
+        )
+        assert unknown.exit_code == 127
+        assert unknown.stderr == [
+            f"this agent (version {__version__}) has no handler for lb.apply and should be updated"
+        ]
+        assert unknown.stdout == []
+
+        bad = await agent.run("site", "inspect", "--json")
+        assert bad.exit_code == 2
+        assert bad.stderr[0].startswith("usage: site inspect") and "required: domain" in bad.stderr[-1]
+        bad = await agent.run("storage", "usage", "--depth", "9", "--json")
+        assert bad.exit_code == 2 and "must be from 1 to 5" in bad.stderr[-1]
+
+        # A handler's error: exit 1 and one line, no traceback.
+        outside = await agent.run("storage", "usage", "--path", "../etc", "--depth", "1", "--json")
+        assert (outside.exit_code, outside.stderr) == (1, ["error: path is outside the scope"])
+        missing = await agent.run("logs", "tail", "nope.example.com", "--log", "access", "--lines", "5")
+        assert (missing.exit_code, missing.stderr) == (1, ["no site nope.example.com on this server"])
+
+        with pytest.raises(AgentCallError) as info:
+            await agent.stream("job.attach", {"job_id": "never-ran", "after": 0})
+        assert info.value.code == "not_found"
+        with pytest.raises(AgentCallError) as info:
+            await agent.stream("job.run", {"job_id": "", "kind": "site.list", "argv": []})
+        assert info.value.code == "validation_error"
+
+        # A finished job stays attachable for keep_s, then goes.
+        replay = await agent.stream("job.attach", {"job_id": "j1", "after": 0})
+        assert replay.exit_code == 127 and len(replay.items) == 1
+        await trio.sleep(0.5)
+        with pytest.raises(AgentCallError) as info:
+            await agent.stream("job.attach", {"job_id": "j1", "after": 0})
+        assert info.value.code == "not_found"
+
+
+@pytest.mark.anyio
+async def test_a_handler_crash_is_one_line_and_a_logged_traceback(env: Env, caplog: pytest.LogCaptureFixture) -> None:
+    missing = env.home / "missing"
+    jobs = JobManager(JobContext(str(missing), str(env.state), SiteRegistry(str(env.state)), __version__))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(jobs.run)
+        job = jobs.start("crash", "metrics.get", ["metrics", "get", "--json"])
+        with trio.fail_after(5):
+            await job.wait_done()
+        nursery.cancel_scope.cancel()
+    lines = job.lines_after(0, 100)
+    assert job.exit_code == 1 and [line["stream"] for line in lines] == ["stderr"]
+    assert lines[0]["text"].startswith("error: metrics.get failed: FileNotFoundError")
+    assert "Traceback" in caplog.text and "job metrics.get" in caplog.text
+
+
+@pytest.mark.anyio
+async def test_the_buffer_keeps_the_last_lines_unless_a_reader_is_live(env: Env) -> None:
+    folder = env.add_site("logs.example.com")
+    write_log(folder / "logs/access.log", 20_000)
+    async with linked(env, max_lines=1000) as agent:
+        job = agent.jobs.start("small", "logs.tail", ["logs", "tail", "logs.example.com", "--lines", "20000"])
+        with trio.fail_after(5):
+            await job.wait_done()
+        outcome = await agent.stream("job.attach", {"job_id": "small", "after": 0})
+        tail = await agent.stream("job.attach", {"job_id": "small", "after": 19_990})
+        # A live reader, however slow (a small window), holds the producer instead: nothing is lost.
+        live = await agent.run("logs", "tail", "logs.example.com", "--lines", "20000", window=16 * 1024)
+        assert live.exit_code == 0
+        assert_complete(live.items, 20_000)
+    assert outcome.exit_code == 0
+    assert_complete(outcome.items, 1000, first=19_001)  # nobody was attached: the oldest lines went
+    assert outcome.stdout == [f"line {i}" for i in range(19_001, 20_001)]
+    assert tail.stdout == [f"line {i}" for i in range(19_991, 20_001)]
+
+
+# --- the handlers --------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_site_lifecycle(env: Env) -> None:
+    domain = unique_domain()
+    slug = domain.replace(".", "-")
+    env.users.append(slug)
+    folder = env.home / slug
+    async with linked(env) as agent:
+        created = (await agent.run("site", "create", domain, "--profile", "static", "--json")).json()["site"]
+        assert (created["domain"], created["slug"], created["home"]) == (domain, slug, str(folder))
+        st = folder.stat()
+        assert stat.S_IMODE(st.st_mode) == 0o750
+        assert (folder / "public_html/index.html").read_text().count(domain) >= 1
+        assert (folder / "logs").is_dir()
+        if IS_ROOT:
+            user = pwd.getpwnam(slug)
+            assert (user.pw_dir, user.pw_shell) == (str(folder), "/usr/sbin/nologin")
+            assert st.st_uid == user.pw_uid and (folder / "public_html/index.html").stat().st_uid == user.pw_uid
+            assert created["user"] == slug and created["uid"] == user.pw_uid
+        # The new site is a file scope at once.
+        scopes = await agent.hub.call(SERVER_ID, "fs.scopes", {})
+        assert {"domain": domain, "slug": slug} in scopes["sites"]
+
+        again = await agent.run("site", "create", domain, "--json")
+        assert again.exit_code == 1 and again.stderr == [f"site {domain} already exists on this server"]
+
+        inspected = (await agent.run("site", "inspect", domain, "--json")).json()
+        assert inspected["profile"] == "static" and inspected["files"] == 3 and inspected["created_at"]
+        assert inspected["size_bytes"] > 0 and inspected["exists"] is True
+        listed = (await agent.run("site", "list", "--json")).json()["sites"]
+        assert [(s["domain"], s["home"]) for s in listed] == [(domain, str(folder))]
+        assert listed[0]["disk_bytes"] > 0 and listed[0]["owner"] == (slug if IS_ROOT else pwd.getpwuid(os.getuid())[0])
+
+        deleted = (await agent.run("site", "delete", domain, "--json")).json()
+        assert deleted["files_removed"] is True and not folder.exists()
+        if IS_ROOT:
+            assert deleted["user_removed"] == slug
+            with pytest.raises(KeyError):
+                pwd.getpwnam(slug)
+        assert (await agent.run("site", "list", "--json")).json() == {"sites": []}
+        assert (await agent.hub.call(SERVER_ID, "fs.scopes", {}))["sites"] == []
+
+        # php profile, and delete --keep-files.
+        domain2 = unique_domain("p")
+        env.users.append(domain2.replace(".", "-"))
+        created = (await agent.run("site", "create", domain2, "--profile", "php", "--json")).json()["site"]
+        assert (env.home / created["slug"] / "public_html/index.php").exists()
+        deleted = (await agent.run("site", "delete", domain2, "--keep-files", "--json")).json()
+        assert deleted["files_removed"] is False and (env.home / created["slug"] / "public_html").is_dir()
+    registry = json.loads((env.state / "sites.json").read_text())
+    assert registry == {"sites": []}
+
+
+@needs_root
+@pytest.mark.skipif(not HAS_CRONTAB, reason="crontab is not installed (Debian package: cron)")
+@pytest.mark.anyio
+async def test_cron_add_list_pause_run_with_a_real_crontab(env: Env) -> None:
+    domain = unique_domain("c")
+    slug = domain.replace(".", "-")
+    env.users.append(slug)
+    async with linked(env) as agent:
+        (await agent.run("site", "create", domain, "--json")).json()
+        await trio.to_thread.run_sync(set_crontab, slug, "# the user's own line\n@reboot /bin/true\n")
+        added = (
+            await agent.run(
+                "cron", "add", domain, "--schedule", "*/5 * * * *", "--command", "/usr/bin/id -un", "--json"
+            )
+        ).json()
+        entry = added["entry"]
+        assert (entry["domain"], entry["paused"], added["user"]) == (domain, False, slug)
+        other = (
+            await agent.run("cron", "add", domain, "--schedule", "@daily", "--command", "/bin/pwd", "--json")
+        ).json()
+
+        crontab = await trio.to_thread.run_sync(crontab_of, slug)
+        assert "@reboot /bin/true" in crontab  # lines outside the block stay
+        assert f"*/5 * * * * cd {env.home / slug} && /usr/bin/id -un" in crontab
+        assert f"@daily cd {env.home / slug} && /bin/pwd" in crontab
+
+        listed = (await agent.run("cron", "list", "--domain", domain, "--json")).json()["entries"]
+        assert [e["id"] for e in listed] == [entry["id"], other["entry"]["id"]]
+
+        ran = await agent.run("cron", "run", entry["id"])
+        assert (ran.exit_code, ran.stdout) == (0, [slug])  # as the site user
+        ran = await agent.run("cron", "run", other["entry"]["id"])
+        assert (ran.exit_code, ran.stdout) == (0, [str(env.home / slug)])  # in the site's folder
+
+        paused = await agent.run("cron", "pause", entry["id"])
+        assert paused.exit_code == 0 and "paused" in paused.stdout[0]
+        crontab = await trio.to_thread.run_sync(crontab_of, slug)
+        assert "/usr/bin/id" not in crontab and "/bin/pwd" in crontab and "@reboot /bin/true" in crontab
+        listed = (await agent.run("cron", "list", "--json")).json()["entries"]
+        assert [e["paused"] for e in listed] == [True, False]
+
+        bad = await agent.run("cron", "add", domain, "--schedule", "* * * * *", "--command", "/bin/echo a;b", "--json")
+        assert bad.exit_code == 2
+        missing = await agent.run("cron", "run", "nope")
+        assert (missing.exit_code, missing.stderr) == (1, ["no cron entry nope on this server"])
+
+        deleted = (await agent.run("site", "delete", domain, "--json")).json()
+        assert deleted["cron_entries_removed"] == 2 and deleted["user_removed"] == slug
+        assert (await agent.run("cron", "list", "--json")).json() == {"entries": []}
+    assert not await trio.to_thread.run_sync(os.path.exists, f"/var/spool/cron/crontabs/{slug}")
+
+
+def set_crontab(user: str, text: str) -> None:
+    subprocess.run(["crontab", "-u", user, "-"], input=text.encode(), check=True)
+
+
+def crontab_of(user: str) -> str:
+    return subprocess.run(["crontab", "-u", user, "-l"], capture_output=True, text=True, check=True).stdout
+
+
+def run_cli(*args: str, env: Env | None = None) -> subprocess.CompletedProcess[str]:
+    options = ["--home", str(env.home), "--state-dir", str(env.state)] if env else []
+    environ = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "agent", "run", *options, *args]
+    return subprocess.run(command, capture_output=True, text=True, env=environ, timeout=60, check=False)
+
+
+def test_logs_tail_of_a_million_lines_counts_right(env: Env) -> None:
+    folder = env.add_site("big.example.com")
+    count = 1_000_000
+    write_log(folder / "logs/access.log", count + 500)
+    done = run_cli("logs", "tail", "big.example.com", "--log", "access", "--lines", str(count), env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")
+    assert lines[-1] == "" and len(lines) - 1 == count
+    assert (lines[0], lines[-2]) == ("line 501", f"line {count + 500}")
+    # Fewer lines than asked, and a last line without newline.
+    (folder / "logs/error.log").write_bytes(b"a\nb\nc")
+    done = run_cli("logs", "tail", "big.example.com", "--log", "error", "--lines", "2", env=env)
+    assert (done.returncode, done.stdout) == (0, "b\nc\n")
+    done = run_cli("logs", "tail", "big.example.com", "--log", "error", "--lines", "10", env=env)
+    assert done.stdout == "a\nb\nc\n"
+
+
+@pytest.mark.anyio
+async def test_storage_usage(env: Env) -> None:
+    (env.home / "a/deep/er").mkdir(parents=True)
+    (env.home / "a/deep/er/big.bin").write_bytes(b"x" * 300_000)
+    (env.home / "a/small.txt").write_bytes(b"y" * 1000)
+    (env.home / "b").mkdir()
+    (env.home / "b/mid.bin").write_bytes(b"z" * 50_000)
+    (env.home / "b/hard.bin").hardlink_to(env.home / "b/mid.bin")
+    os.symlink("/usr", env.home / "b/escape")  # never followed
+    async with linked(env) as agent:
+        usage = (await agent.run("storage", "usage", "--depth", "2", "--json")).json()
+        sub = (await agent.run("storage", "usage", "--path", "a/deep", "--depth", "1", "--json")).json()
+    entries = {e["path"]: e for e in usage["entries"]}
+    assert [e["path"] for e in usage["entries"]][:2] == ["a", "a/deep"]
+    assert entries["a"]["bytes"] >= 301_000 and entries["a"]["files"] == 2
+    assert entries["b"]["files"] == 3 and entries["b"]["bytes"] < 60_000 + 3 * 4096  # hard link once, no /usr
+    assert entries["b/escape"]["type"] == "symlink"
+    sizes = [e["bytes"] for e in usage["entries"]]
+    assert sizes == sorted(sizes, reverse=True)
+    assert max(e["depth"] for e in usage["entries"]) == 2 and "a/deep/er" not in entries
+    assert sub["path"] == "a/deep" and [e["path"] for e in sub["entries"]] == ["a/deep/er"]
+
+
+def make_certificates(ssl_dir: Path, key: Path) -> bool:
+    """A self-signed certificate and a junk .pem in `ssl_dir`; whether openssl made the first."""
+    ssl_dir.mkdir()
+    (ssl_dir / "junk.pem").write_text("not a certificate\n")
+    if shutil.which("openssl") is None:
+        return False
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30", "-subj", "/CN=cert.example.com",
+         "-addext", "subjectAltName=DNS:cert.example.com,DNS:www.cert.example.com",
+         "-keyout", str(key), "-out", str(ssl_dir / "cert.pem")],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    return True
+
+
+@pytest.mark.anyio
+async def test_read_jobs_print_valid_json(env: Env, tmp_path: Path) -> None:
+    have_openssl = await trio.to_thread.run_sync(make_certificates, env.state / "ssl", tmp_path / "key.pem")
+    async with linked(env) as agent:
+        metrics = (await agent.run("metrics", "get", "--json")).json()
+        info = (await agent.run("system", "info", "--json")).json()
+        updates = (await agent.run("updates", "list", "--json")).json()
+        certificates = (await agent.run("ssl", "list", "--json")).json()["certificates"]
+        missing = await agent.run("service", "status", "no-such-service-xyz", "--json")
+        restart = await agent.run("service", "restart", "no-such-service-xyz")
+    assert metrics["cpu_count"] >= 1 and metrics["memory"]["total"] > 0 and metrics["uptime_s"] > 0
+    assert set(metrics["load"]) == {"1m", "5m", "15m"} and metrics["disk"]["path"] == str(env.home)
+    assert 0 < metrics["disk"]["used"] <= metrics["disk"]["total"]
+    assert info["agent_version"] == __version__ and info["hostname"] and info["kernel"]["release"]
+    assert info["python"].startswith("3.") and info["memory_bytes"] > 0 and info["os"]["name"]
+    assert isinstance(updates["updates"], list) and updates["count"] == len(updates["updates"])
+    for update in updates["updates"]:
+        assert update["name"] and update["version"]
+    by_name = {Path(c["path"]).name: c for c in certificates}
+    assert "error" in by_name["junk.pem"]
+    if have_openssl:
+        cert = by_name["cert.pem"]
+        assert cert["names"] == ["cert.example.com", "www.cert.example.com"] and "cert.example.com" in cert["subject"]
+        assert 28 <= cert["days_left"] <= 30 and cert["expired"] is False and cert["not_after"].endswith("Z")
+    assert (
+        missing.exit_code == 1
+        and len(missing.stderr) == 1
+        and "no service named no-such-service-xyz" in missing.stderr[0]
+    )
+    assert restart.exit_code == 1 and "no service named" in restart.stderr[0]
+
+
+HAS_CRON_SCRIPT = os.path.exists("/etc/init.d/cron") and not os.path.isdir("/run/systemd/system")
+
+
+@pytest.mark.skipif(not HAS_CRON_SCRIPT, reason="no /etc/init.d/cron to ask (Debian package: cron), or systemd runs")
+@pytest.mark.anyio
+async def test_service_status_of_a_real_service(env: Env) -> None:
+    async with linked(env) as agent:
+        status = (await agent.run("service", "status", "cron", "--json")).json()
+    assert status["name"] == "cron" and isinstance(status["active"], bool) and status["state"]
+
+
+def test_python_m_agent_run_site_list(env: Env) -> None:
+    done = run_cli("site", "list", "--json")
+    assert done.returncode == 0, done.stderr
+    assert isinstance(json.loads(done.stdout)["sites"], list)
+    env.add_site("cli.example.com")
+    done = run_cli("site", "list", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert [s["domain"] for s in orjson.loads(done.stdout)["sites"]] == ["cli.example.com"]
+    done = run_cli("site", "list", env=env)  # for people: a table
+    assert done.returncode == 0 and "cli.example.com" in done.stdout and "DOMAIN" in done.stdout
+    done = run_cli("nosuch", "thing", env=env)
+    assert done.returncode == 127 and "has no handler for nosuch.thing" in done.stderr
+    done = run_cli("site", "inspect", env=env)
+    assert done.returncode == 2 and "usage: site inspect" in done.stderr
+    done = run_cli("--home", str(env.home / "missing"), "metrics", "get", "--json")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines() == [done.stderr.strip()] and "FileNotFoundError" in done.stderr
