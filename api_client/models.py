@@ -254,3 +254,27 @@ class JobLine(WireModel):
 class JobExit(WireModel):
     exit_code: int | None
     status: JobStatus
+
+
+# --- audit ----------------------------------------------------------------------------------
+
+
+class AuditActor(WireModel):
+    user_id: str | None = None
+    email: str | None = None
+
+
+class AuditEntry(WireModel):
+    id: str
+    at: datetime
+    actor: AuditActor
+    server_id: str | None = None
+    action: str
+    target: str | None = None
+    details: dict[str, Any]
+    outcome: Literal["ok", "error"]
+    error_code: str | None = None
+
+
+class AuditList(WireModel):
+    entries: list[AuditEntry]

@@ -6,13 +6,22 @@ default) and on an asyncio server.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
 from fastapi import FastAPI, WebSocket
 
 from . import __version__, errors
 from .clock import now_iso
 from .files.routes import router as files_router
 from .hub import AgentHub, AgentSession
+from .jobs import store as job_store
+from .jobs.catalog import lookup
+from .jobs.routes import router as jobs_router
+from .jobs.runner import JobRunner
 from .presence import PresenceFeed
+from .routes.audit import router as audit_router
 from .routes.auth import router as auth_router
 from .routes.servers import router as servers_router
 from .settings import Settings
@@ -52,12 +61,32 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
                 },
             )
 
+        if session is not None:
+            await runner.dispatch_queued(server_id, is_read)
+
     hub = AgentHub(authenticate=authenticate_agent, on_presence=on_presence, heartbeat_s=settings.heartbeat_s)
-    return Fleet(settings=settings, db=db, hub=hub, presence=presence)
+    runner = JobRunner(db, hub, grace_s=settings.job_grace_s)
+    return Fleet(settings=settings, db=db, hub=hub, presence=presence, jobs=runner)
+
+
+def is_read(kind_name: str) -> bool:
+    kind = lookup(kind_name)
+    return kind is not None and kind.read
+
+
+@asynccontextmanager
+async def _lifespan(fleet: Fleet) -> AsyncIterator[None]:
+    """The app's own task group: every running job is a child of it."""
+    await fleet.db.run(job_store.interrupt_unfinished)
+    async with anyio.create_task_group() as group:
+        fleet.jobs.bind(group)
+        yield
+        group.cancel_scope.cancel()
 
 
 def create_app(fleet: Fleet) -> FastAPI:
     app = FastAPI(
+        lifespan=lambda _app: _lifespan(fleet),
         title="fleetdeck",
         version=__version__,
         openapi_url="/v1/openapi.json",
@@ -69,6 +98,8 @@ def create_app(fleet: Fleet) -> FastAPI:
     app.include_router(auth_router)
     app.include_router(servers_router)
     app.include_router(files_router)
+    app.include_router(jobs_router)
+    app.include_router(audit_router)
 
     @app.websocket(AGENT_LINK_PATH)
     async def agent_link(websocket: WebSocket) -> None:

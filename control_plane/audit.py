@@ -69,9 +69,35 @@ def record(
     )
 
 
-def entries(conn: Connection, org_id: str, *, limit: int = 100, before: int | None = None) -> list[dict[str, Any]]:
+def entries(
+    conn: Connection,
+    org_id: str,
+    *,
+    limit: int = 100,
+    before: int | None = None,
+    server_id: str | None = None,
+    action: str | None = None,
+) -> list[dict[str, Any]]:
+    """The org's entries, newest first; `before` is the id of the oldest entry already seen."""
     query = sa.select(audit_log).where(audit_log.c.org_id == org_id)
     if before is not None:
         query = query.where(audit_log.c.id < before)
+    if server_id is not None:
+        query = query.where(audit_log.c.server_id == server_id)
+    if action is not None:
+        query = query.where(audit_log.c.action == action)
     rows = conn.execute(query.order_by(audit_log.c.id.desc()).limit(limit)).mappings()
-    return [{**r, "details": orjson.loads(r["details"])} for r in rows]
+    return [
+        {
+            "id": str(r["id"]),
+            "at": r["at"],
+            "actor": {"user_id": r["user_id"], "email": r["actor_email"]},
+            "server_id": r["server_id"],
+            "action": r["action"],
+            "target": r["target"],
+            "details": orjson.loads(r["details"]),
+            "outcome": r["outcome"],
+            "error_code": r["error_code"],
+        }
+        for r in rows
+    ]

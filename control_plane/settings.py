@@ -18,3 +18,5 @@ class Settings:
     session_ttl: timedelta = timedelta(days=30)
     heartbeat_s: float = field(default_factory=lambda: _env_float("FLEETDECK_HEARTBEAT_S", 10.0))
     agent_call_timeout_s: float = 30.0
+    # How long a running job waits for its agent to come back before it ends `interrupted`.
+    job_grace_s: float = field(default_factory=lambda: _env_float("FLEETDECK_JOB_GRACE_S", 30.0))

@@ -14,6 +14,7 @@ from . import audit
 from .auth.principal import Principal, capabilities_for
 from .clock import parse, utcnow
 from .hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError
+from .jobs.runner import JobRunner
 from .presence import PresenceFeed
 from .settings import Settings
 from .storage import Database
@@ -26,6 +27,7 @@ class Fleet:
     db: Database
     hub: AgentHub
     presence: PresenceFeed
+    jobs: JobRunner
 
     async def call_agent(self, server_id: str, method: str, params: dict[str, Any]) -> Any:
         """One RPC to a server's agent, its failures turned into the contract's errors."""

@@ -54,6 +54,13 @@ class Stack:
         result: dict[str, object] = json.loads(done.stdout)
         return result
 
+    def login(self, email: str, password: str) -> str:
+        """A session token for another user of this stack."""
+        answer = httpx.post(f"{self.base_url}/v1/auth/login", json={"email": email, "password": password})
+        answer.raise_for_status()
+        token: str = answer.json()["token"]
+        return token
+
     def http(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token or self.token}"}
         return httpx.Client(base_url=self.base_url, headers=headers, timeout=30)
@@ -63,7 +70,7 @@ def start_local(data_dir: Path, port: int = 0) -> Stack:
     """Start `fleetdeck local` on `data_dir` and wait until it says it runs (its agent is linked)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "control_plane", "local", "--data-dir", str(data_dir), "--port", str(port)],
-        env=python_env(FLEETDECK_HEARTBEAT_S="1"),
+        env=python_env(FLEETDECK_HEARTBEAT_S="1", FLEETDECK_JOB_GRACE_S="2"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

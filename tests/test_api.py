@@ -106,7 +106,7 @@ async def test_api_tokens_refused_below_max(stack: Stack) -> None:
 
 def test_api_token_stops_working_when_plan_drops(stack: Stack) -> None:
     email, password, _ = _other_org(stack, "max")
-    token = httpx.post(f"{stack.base_url}/v1/auth/login", json={"email": email, "password": password}).json()["token"]
+    token = stack.login(email, password)
     with stack.http(token) as http:
         api_token = http.post("/v1/tokens", json={"name": "x"}).json()["token"]
     org_name = email.split("@")[1].removesuffix(".test")
@@ -130,7 +130,7 @@ SERVER_ROUTES = [
 
 def test_another_orgs_server_is_404_everywhere(stack: Stack) -> None:
     email, password, other_server = _other_org(stack, "max")
-    token = httpx.post(f"{stack.base_url}/v1/auth/login", json={"email": email, "password": password}).json()["token"]
+    token = stack.login(email, password)
     for owner_token, foreign_id in ((token, stack.server_id), (stack.token, other_server)):
         with stack.http(owner_token) as http:
             for method, route, body in SERVER_ROUTES:
@@ -184,9 +184,7 @@ def test_server_crud_and_roles(stack: Stack) -> None:
     org_name = "demo"
     email = f"member-{uuid.uuid4().hex[:6]}@demo.test"
     stack.admin("create-user", email, "--org", org_name, "--role", "member", "--password", "pw-member-1")
-    token = httpx.post(f"{stack.base_url}/v1/auth/login", json={"email": email, "password": "pw-member-1"}).json()[
-        "token"
-    ]
+    token = stack.login(email, "pw-member-1")
     with stack.http(token) as http:
         assert http.get(f"/v1/servers/{stack.server_id}").status_code == 200
         refused = http.post("/v1/servers", json={"name": "nope", "kind": "full"})

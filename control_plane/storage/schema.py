@@ -110,14 +110,15 @@ jobs = sa.Table(
     sa.Index("ix_jobs_server_created", "server_id", "created_at"),
 )
 
-job_lines = sa.Table(
-    "job_lines",
+# A job's captured output, in chunks of consecutive lines (a JSON list of line objects, secrets
+# already masked). A row per line made the inserts the hottest thing in the process.
+job_output = sa.Table(
+    "job_output",
     metadata,
     sa.Column("job_id", sa.String, sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
-    sa.Column("seq", sa.Integer, primary_key=True),
-    sa.Column("stream", sa.String, nullable=False),
-    sa.Column("text", sa.String, nullable=False),  # secrets already masked
-    sa.Column("at", sa.String, nullable=False),
+    sa.Column("first_seq", sa.Integer, primary_key=True),
+    sa.Column("last_seq", sa.Integer, nullable=False),
+    sa.Column("lines", sa.LargeBinary, nullable=False),
 )
 
 # The last successful result of each read (kind, args) per server: answered while its agent is offline.

@@ -1,4 +1,4 @@
-"""Jobs, their captured lines, and the cache of read results for offline agents.
+"""Jobs, their captured output (in chunks of lines), and the cache of read results for offline agents.
 
 Revision ID: 0002
 Revises: 0001
@@ -37,12 +37,11 @@ def upgrade() -> None:
     )
     op.create_index("ix_jobs_server_created", "jobs", ["server_id", "created_at"])
     op.create_table(
-        "job_lines",
+        "job_output",
         sa.Column("job_id", sa.String, sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
-        sa.Column("seq", sa.Integer, primary_key=True),
-        sa.Column("stream", sa.String, nullable=False),
-        sa.Column("text", sa.String, nullable=False),
-        sa.Column("at", sa.String, nullable=False),
+        sa.Column("first_seq", sa.Integer, primary_key=True),
+        sa.Column("last_seq", sa.Integer, nullable=False),
+        sa.Column("lines", sa.LargeBinary, nullable=False),
     )
     op.create_table(
         "read_cache",
@@ -56,5 +55,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in ("read_cache", "job_lines", "jobs"):
+    for table in ("read_cache", "job_output", "jobs"):
         op.drop_table(table)

@@ -1,0 +1,60 @@
+"""Masking secrets in job output, in every form they are likely to leak in.
+
+A registry password echoed by a tool may appear raw, inside a longer string, base64-encoded
+(e.g. in an HTTP Basic header), URL-encoded (in a URL) or JSON-escaped (in a config dump). Each
+secret is expanded into those forms once; lines are then scrubbed with one compiled regex.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterable
+from urllib.parse import quote, quote_plus
+
+MASK = "***"
+MIN_SECRET_LENGTH = 4  # shorter values would mask half the output and hide nothing
+
+
+def _base64_forms(secret: bytes) -> set[str]:
+    """The base64 text a secret produces wherever it sits inside longer data.
+
+    Base64 maps 3-byte groups, so the encoding of the secret depends on its offset mod 3. For
+    each offset, encode with that many filler bytes before it and keep only the characters that
+    depend on the secret alone (drop the ones shared with the filler or the unknown bytes after).
+    """
+    forms: set[str] = set()
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + secret).decode()
+        start = (offset * 4 + 2) // 3  # characters touched by the filler bytes
+        end = ((offset + len(secret)) // 3) * 4  # only complete groups are certain
+        core = encoded[start:end]
+        if len(core) >= MIN_SECRET_LENGTH:
+            forms.add(core)
+            forms.add(core.replace("+", "-").replace("/", "_"))  # the URL-safe alphabet
+    return forms
+
+
+def secret_forms(secret: str) -> set[str]:
+    forms = {secret, quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1]}
+    forms |= _base64_forms(secret.encode())
+    return {f for f in forms if len(f) >= MIN_SECRET_LENGTH}
+
+
+class Masker:
+    """Replaces every form of the given secrets by `***`. With no secrets it is a no-op."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        forms: set[str] = set()
+        for secret in secrets:
+            if secret and len(secret) >= MIN_SECRET_LENGTH:
+                forms |= secret_forms(secret)
+        ordered = sorted(forms, key=len, reverse=True)  # longest first: mask whole forms, not pieces
+        self._pattern = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+
+    def __bool__(self) -> bool:
+        return self._pattern is not None
+
+    def __call__(self, text: str) -> str:
+        return self._pattern.sub(MASK, text) if self._pattern is not None else text

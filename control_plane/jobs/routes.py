@@ -1,0 +1,174 @@
+"""`/v1/job-kinds`, `/v1/servers/{id}/jobs`, `/v1/jobs/{id}` and its SSE stream.
+
+Every check happens here, before anything reaches a server: the kind is in the whitelist, may be
+created on this route, the org's plan allows it, the caller's role has its capability group,
+and its arguments fit its schema. Only then is a fixed argv built and dispatched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Header, Query, Request, Response
+from pydantic import ValidationError
+
+from api_client.errors import AgentOffline, KindNotAllowed, LiteServer, NotFound, UnknownKind, ValidationFailed
+from api_client.models import Job, JobCreate, JobKindList, JobList
+
+from .. import sse
+from ..auth.principal import Principal
+from ..clock import parse
+from ..routes.servers import server_row
+from ..state import Caller, Fleet, FleetDep
+from . import store
+from .catalog import JobKind, json_schemas, lookup
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+
+# Backups get routes of their own (retention, restore targets); they are not plain jobs.
+DEDICATED_ROUTE_DOMAINS = frozenset({"backup"})
+# These queue while the node's agent is offline and run when it returns: the definition in the
+# control plane is the source of truth, so applying it late is right.
+QUEUEABLE_KINDS = frozenset({"lb.apply", "lb.remove"})
+MASK = "***"
+
+
+def job_model(row: dict[str, Any]) -> Job:
+    return Job(
+        id=row["id"],
+        server_id=row["server_id"],
+        kind=row["kind"],
+        args=orjson.loads(row["args"]),
+        status=row["status"],
+        exit_code=row["exit_code"],
+        created_at=parse(row["created_at"]),
+        started_at=parse(row["started_at"]) if row["started_at"] else None,
+        finished_at=parse(row["finished_at"]) if row["finished_at"] else None,
+        result=orjson.loads(row["result"]) if row["result"] else None,
+        cached=bool(row["cached"]),
+        cached_at=parse(row["cached_at"]) if row["cached_at"] else None,
+        created_by=row["created_by"],
+    )
+
+
+def _json(model: Job, status: int = 200) -> Response:
+    return Response(model.model_dump_json(), status_code=status, media_type="application/json")
+
+
+@router.get("/job-kinds", response_model=JobKindList)
+async def job_kinds(caller: Caller) -> Response:
+    return Response(orjson.dumps({"kinds": json_schemas()}), media_type="application/json")
+
+
+def _checked_kind(caller: Principal, name: str) -> JobKind:
+    kind = lookup(name)
+    if kind is None:
+        raise UnknownKind(f"{name!r} is not a job kind", details={"kind": name})
+    if kind.domain in DEDICATED_ROUTE_DOMAINS:
+        raise KindNotAllowed(f"{name} has a dedicated route; it cannot be created as a job")
+    caller.require_plan(kind.min_plan)
+    caller.require(kind.group)
+    return kind
+
+
+def _validation_details(exc: ValidationError) -> dict[str, Any]:
+    errors = [{"loc": ["body", "args", *map(str, e["loc"])], "msg": e["msg"]} for e in exc.errors()]
+    return {"errors": errors}
+
+
+def masked_args(kind: JobKind, args: dict[str, Any]) -> dict[str, Any]:
+    return {k: (MASK if k in kind.secret_fields and v not in (None, "") else v) for k, v in args.items()}
+
+
+@router.post("/servers/{server_id}/jobs", response_model=Job, status_code=201)
+async def create_job(
+    server_id: str,
+    body: JobCreate,
+    caller: Caller,
+    fleet: FleetDep,
+    idempotency_key: str | None = Header(default=None, max_length=200),
+) -> Response:
+    server = await server_row(fleet, caller.org_id, server_id)
+    kind = _checked_kind(caller, body.kind)
+    if server["kind"] != "full":
+        raise LiteServer("this is a lite server: it has no agent to run jobs")
+    try:
+        built = kind.build(body.args)
+    except ValidationError as exc:
+        details = _validation_details(exc)
+        first = details["errors"][0]
+        raise ValidationFailed(f"{'.'.join(first['loc'])}: {first['msg']}", details=details) from exc
+    if idempotency_key:
+        earlier = await fleet.db.run(store.job_by_idempotency_key, server_id, caller.user_id, idempotency_key)
+        if earlier is not None:
+            return _json(job_model(earlier), 201)
+    args = masked_args(kind, built.args)
+    online = fleet.hub.is_online(server_id)
+    if not online and kind.read:
+        return await _cached_answer(fleet, caller, server_id, kind, args)
+    if not online and kind.kind not in QUEUEABLE_KINDS:
+        raise AgentOffline("the server's agent is not connected")
+    row = await fleet.db.run(
+        store.create_job,
+        org_id=caller.org_id,
+        server_id=server_id,
+        kind=kind.kind,
+        args=args,
+        argv=built.argv,
+        created_by=caller.user_id,
+        idempotency_key=idempotency_key,
+    )
+    await fleet.audit(
+        caller,
+        "jobs.create",
+        server_id=server_id,
+        target=kind.kind,
+        details={"job_id": row["id"], "args": args, "queued": not online},
+        secrets=built.secrets.values(),
+    )
+    if online:
+        fleet.jobs.start(row, secrets=built.secrets, read=kind.read)
+    return _json(job_model(row), 201)
+
+
+async def _cached_answer(
+    fleet: Fleet, caller: Principal, server_id: str, kind: JobKind, args: dict[str, Any]
+) -> Response:
+    """A read while the agent is away: the last successful result of the same kind and args."""
+    cached = await fleet.db.run(store.cached_read, server_id, kind.kind, store.args_key(args))
+    if cached is None:
+        raise AgentOffline("the server's agent is not connected, and this read has no earlier result")
+    original = await fleet.db.run(store.get_job, caller.org_id, cached["job_id"])
+    if original is None:
+        raise AgentOffline("the server's agent is not connected, and this read has no earlier result")
+    answer = job_model(original).model_copy(update={"cached": True, "cached_at": parse(cached["at"])})
+    return _json(answer, 200)
+
+
+@router.get("/servers/{server_id}/jobs", response_model=JobList)
+async def list_jobs(server_id: str, caller: Caller, fleet: FleetDep, limit: int = Query(50, ge=1, le=500)) -> JobList:
+    await server_row(fleet, caller.org_id, server_id)
+    rows = await fleet.db.run(store.list_jobs, caller.org_id, server_id, limit)
+    return JobList(jobs=[job_model(r) for r in rows])
+
+
+async def _job_row(fleet: Fleet, caller: Principal, job_id: str) -> dict[str, Any]:
+    row = await fleet.db.run(store.get_job, caller.org_id, job_id)
+    if row is None:
+        raise NotFound("no such job")
+    return row
+
+
+@router.get("/jobs/{job_id}", response_model=Job)
+async def get_job(job_id: str, caller: Caller, fleet: FleetDep) -> Response:
+    return _json(job_model(await _job_row(fleet, caller, job_id)))
+
+
+@router.get("/jobs/{job_id}/stream", response_class=Response, responses={200: {"content": {"text/event-stream": {}}}})
+async def stream_job(job_id: str, request: Request, caller: Caller, fleet: FleetDep) -> Response:
+    """SSE: `line` events (id = seq) as they come, then `exit`; resumes after `Last-Event-ID`."""
+    await _job_row(fleet, caller, job_id)
+    resume = request.headers.get("last-event-id", "")
+    after = int(resume) if resume.isdigit() else 0
+    return sse.response(fleet.jobs.events(caller.org_id, job_id, after))

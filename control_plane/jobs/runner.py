@@ -1,0 +1,251 @@
+"""Running jobs: dispatch to the agent, capture and mask lines, feed live streams, finish the row.
+
+The runner owns one task group, opened by the app's lifespan, so every job task is a child of
+the server's own structure (cancelled with it; a job cut off that way is found `running` at the
+next start and marked `interrupted`).
+
+While a job runs, its lines live in memory (`LiveJob`) for the streams that follow it and are
+written to the database in batches by a writer task beside it. A job's row is finished only
+after all its lines are stored, so a stream that starts after that reads everything from the
+database.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import orjson
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from .. import sse
+from ..clock import now_iso
+from ..hub import AgentCallError, AgentHub, AgentOfflineError
+from ..storage import Database
+from . import store
+from .masking import Masker
+
+log = logging.getLogger("fleetdeck.jobs")
+
+STREAM_WINDOW = 8 * 1024 * 1024
+EVENTS_PER_WRITE = 10_000
+DB_PAGE = 20_000
+QUEUED_POLL_S = 0.25
+WRITE_GATHER_S = 0.05
+
+
+def line_event(line: dict[str, Any]) -> bytes:
+    return b"id: %d\nevent: line\ndata: %s\n\n" % (line["seq"], orjson.dumps(line))
+
+
+def exit_event(exit_code: int | None, status: str, last_seq: int) -> bytes:
+    return sse.event("exit", {"exit_code": exit_code, "status": status}, last_seq + 1)
+
+
+class LiveJob:
+    """The lines of a running job, in memory, and a way to wait for more."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.lines: list[dict[str, Any]] = []
+        self.exit: tuple[int | None, str] | None = None
+        self._changed = anyio.Event()
+
+    @property
+    def last_seq(self) -> int:
+        return self.lines[-1]["seq"] if self.lines else 0
+
+    def extend(self, batch: list[dict[str, Any]]) -> None:
+        self.lines.extend(batch)
+        self._wake()
+
+    def finish(self, exit_code: int | None, status: str) -> None:
+        self.exit = (exit_code, status)
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def follow(self, after: int) -> AsyncIterator[bytes]:
+        """Chunks of SSE bytes: every line after `after` as it comes, then the `exit` event."""
+        while True:
+            start = bisect.bisect_right(self.lines, after, key=lambda line: line["seq"])
+            if start < len(self.lines):
+                batch = self.lines[start : start + EVENTS_PER_WRITE]
+                after = batch[-1]["seq"]
+                yield b"".join(map(line_event, batch))
+                continue
+            if self.exit is not None:
+                yield exit_event(self.exit[0], self.exit[1], after)
+                return
+            await self._changed.wait()
+
+
+class JobRunner:
+    def __init__(self, db: Database, hub: AgentHub, *, grace_s: float) -> None:
+        self._db = db
+        self._hub = hub
+        self._grace_s = grace_s
+        self._group: TaskGroup | None = None
+        self.live: dict[str, LiveJob] = {}
+
+    def bind(self, group: TaskGroup) -> None:
+        """Give the runner the task group its jobs run in (the app's lifespan owns it)."""
+        self._group = group
+
+    def start(self, job: dict[str, Any], *, secrets: dict[str, str], read: bool) -> None:
+        if self._group is None:
+            raise RuntimeError("the job runner is not running (no lifespan task group)")
+        if job["id"] in self.live:
+            return
+        self.live[job["id"]] = LiveJob(job["id"])
+        self._group.start_soon(self._run, job, secrets, read, name=f"job {job['id']}")
+
+    async def dispatch_queued(self, server_id: str, is_read: Any) -> None:
+        """Start the jobs that waited for this server's agent (load-balancer applies)."""
+        for job in await self._db.run(store.queued_jobs, server_id):
+            self.start(job, secrets={}, read=bool(is_read(job["kind"])))
+
+    async def _run(self, job: dict[str, Any], secrets: dict[str, str], read: bool) -> None:
+        live = self.live[job["id"]]
+        send, receive = anyio.create_memory_object_stream[list[dict[str, Any]]](max_buffer_size=math.inf)
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._store_lines, job["id"], receive)
+                with send:
+                    exit_code, status = await self._follow(job, secrets, live, send)
+                # Finish while the writer drains: the row, the result and the exit event do not
+                # wait for the last lines to reach the database. Until they have, the job stays
+                # in `live`, so a stream that starts meanwhile is served from memory.
+                await self._finish(job, live, exit_code, status, read)
+        finally:
+            self.live.pop(job["id"], None)
+
+    async def _finish(self, job: dict[str, Any], live: LiveJob, exit_code: int | None, status: str, read: bool) -> None:
+        result = _read_result(live) if read and status == "succeeded" else None
+        await self._db.run(
+            store.update_job,
+            job["id"],
+            status=status,
+            exit_code=exit_code,
+            finished_at=now_iso(),
+            result=orjson.dumps(result).decode() if result is not None else None,
+        )
+        if read and status == "succeeded":
+            key = store.args_key(orjson.loads(job["args"]))
+            await self._db.run(store.remember_read, job["server_id"], job["kind"], key, job["id"], result)
+        live.finish(exit_code, status)
+
+    async def _follow(
+        self,
+        job: dict[str, Any],
+        secrets: dict[str, str],
+        live: LiveJob,
+        lines: MemoryObjectSendStream[list[dict[str, Any]]],
+    ) -> tuple[int | None, str]:
+        """Stream the job from its agent; across a short link drop, re-attach to the same run."""
+        server_id = job["server_id"]
+        session = self._hub.session(server_id)
+        if session is None:
+            return None, "interrupted"
+        boot_id = session.boot_id
+        await self._db.run(store.update_job, job["id"], status="running", started_at=now_iso(), agent_boot_id=boot_id)
+        mask = Masker(secrets.values())
+        method = "job.run"
+        params: dict[str, Any] = {
+            "job_id": job["id"],
+            "kind": job["kind"],
+            "argv": orjson.loads(job["argv"]),
+            "secrets": secrets,
+        }
+        while True:
+            try:
+                async with self._hub.open_stream(server_id, method, params, window=STREAM_WINDOW) as stream:
+                    async for chunk in stream:
+                        if isinstance(chunk, list):
+                            batch = [line for line in chunk if line["seq"] > live.last_seq]
+                            if mask:
+                                for line in batch:
+                                    line["text"] = mask(line["text"])
+                            live.extend(batch)
+                            lines.send_nowait(batch)
+                    exit_code = int(stream.result["exit_code"])
+                    return exit_code, "succeeded" if exit_code == 0 else "failed"
+            except AgentOfflineError:
+                if not await self._same_agent_returns(server_id, boot_id):
+                    return None, "interrupted"
+                method, params = "job.attach", {"job_id": job["id"], "after": live.last_seq}
+            except AgentCallError as exc:
+                if method == "job.attach" and exc.code == "not_found":
+                    return None, "interrupted"  # the agent restarted: the run is gone, never re-run it
+                note = {
+                    "seq": live.last_seq + 1,
+                    "stream": "stderr",
+                    "text": f"agent error: {exc.message}",
+                    "at": now_iso(),
+                }
+                live.extend([note])
+                lines.send_nowait([note])
+                return None, "failed"
+
+    async def _same_agent_returns(self, server_id: str, boot_id: str) -> bool:
+        """Wait up to the grace period for the agent to come back; only the same process counts."""
+        with anyio.move_on_after(self._grace_s):
+            while True:
+                session = self._hub.session(server_id)
+                if session is not None:
+                    return session.boot_id == boot_id
+                await anyio.sleep(0.1)
+        return False
+
+    async def _store_lines(self, job_id: str, batches: MemoryObjectReceiveStream[list[dict[str, Any]]]) -> None:
+        """Write lines in few transactions: gather up to a chunk's worth, or what came in 50 ms."""
+        async with batches:
+            async for batch in batches:
+                pending = list(batch)
+                with anyio.move_on_after(WRITE_GATHER_S):
+                    while len(pending) < store.CHUNK_LINES:
+                        try:
+                            pending.extend(await batches.receive())
+                        except anyio.EndOfStream:
+                            break
+                await self._db.run(store.insert_lines, job_id, pending)
+
+    async def events(self, org_id: str, job_id: str, after: int) -> AsyncIterator[bytes]:
+        """The SSE body of a job stream: its lines after `after` (stored, then live), then `exit`."""
+        while True:
+            live = self.live.get(job_id)
+            if live is not None:
+                async for chunk in live.follow(after):
+                    yield chunk
+                return
+            rows = await self._db.run(store.lines_after, job_id, after, DB_PAGE)
+            if rows:
+                after = rows[-1]["seq"]
+                yield b"".join(map(line_event, rows))
+                continue
+            job = await self._db.run(store.get_job, org_id, job_id)
+            if job is None:
+                return
+            if job["status"] not in store.RUNNING_STATUSES:
+                yield exit_event(job["exit_code"], job["status"], after)
+                return
+            await anyio.sleep(QUEUED_POLL_S)  # queued for an offline agent: wait for it to start
+
+
+def _read_result(live: LiveJob) -> Any:
+    """A read prints JSON: the job's result is its parsed stdout (None when it is not JSON)."""
+    stdout = [line["text"] for line in live.lines if line["stream"] == "stdout"]
+    if not stdout or stdout[0].lstrip()[:1] not in ("{", "["):
+        return None  # not JSON (e.g. log lines): don't join and parse a million lines to find out
+    text = "\n".join(stdout)
+    try:
+        return orjson.loads(text) if text.strip() else None
+    except orjson.JSONDecodeError:
+        return None

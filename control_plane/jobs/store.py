@@ -1,0 +1,144 @@
+"""Queries of jobs, their lines and the read cache."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..auth.secrets import new_id
+from ..clock import now_iso
+from ..storage.schema import job_output, jobs, read_cache
+
+Row = dict[str, Any]
+
+RUNNING_STATUSES = ("queued", "running")
+
+
+def args_key(args: dict[str, Any]) -> str:
+    return hashlib.sha256(orjson.dumps(args, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def create_job(
+    conn: Connection,
+    *,
+    org_id: str,
+    server_id: str,
+    kind: str,
+    args: dict[str, Any],
+    argv: list[str],
+    created_by: str | None,
+    idempotency_key: str | None,
+    status: str = "queued",
+) -> Row:
+    row: Row = {
+        "id": new_id("job"),
+        "org_id": org_id,
+        "server_id": server_id,
+        "kind": kind,
+        "args": orjson.dumps(args).decode(),
+        "argv": orjson.dumps(argv).decode(),
+        "status": status,
+        "cached": False,
+        "created_by": created_by,
+        "idempotency_key": idempotency_key,
+        "created_at": now_iso(),
+    }
+    conn.execute(jobs.insert().values(row))
+    return get_job(conn, org_id, row["id"]) or row
+
+
+def get_job(conn: Connection, org_id: str, job_id: str) -> Row | None:
+    found = conn.execute(jobs.select().where(jobs.c.id == job_id, jobs.c.org_id == org_id)).mappings().first()
+    return dict(found) if found else None
+
+
+def job_by_idempotency_key(conn: Connection, server_id: str, user_id: str, key: str) -> Row | None:
+    query = jobs.select().where(
+        jobs.c.server_id == server_id, jobs.c.created_by == user_id, jobs.c.idempotency_key == key
+    )
+    found = conn.execute(query).mappings().first()
+    return dict(found) if found else None
+
+
+def list_jobs(conn: Connection, org_id: str, server_id: str, limit: int) -> list[Row]:
+    query = (
+        jobs.select()
+        .where(jobs.c.org_id == org_id, jobs.c.server_id == server_id)
+        .order_by(jobs.c.created_at.desc(), jobs.c.id.desc())
+        .limit(limit)
+    )
+    return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def queued_jobs(conn: Connection, server_id: str) -> list[Row]:
+    query = jobs.select().where(jobs.c.server_id == server_id, jobs.c.status == "queued").order_by(jobs.c.created_at)
+    return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def update_job(conn: Connection, /, job_id: str, **values: Any) -> None:
+    conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
+
+
+def interrupt_unfinished(conn: Connection) -> int:
+    """At start-up: a job left `running` by a previous process can no longer be followed."""
+    result = conn.execute(
+        jobs.update().where(jobs.c.status == "running").values(status="interrupted", finished_at=now_iso())
+    )
+    return result.rowcount
+
+
+CHUNK_LINES = 5000
+
+
+def insert_lines(conn: Connection, job_id: str, lines: list[dict[str, Any]]) -> None:
+    """Store consecutive lines as chunks of at most `CHUNK_LINES`, each one row."""
+    rows = [
+        {
+            "job_id": job_id,
+            "first_seq": chunk[0]["seq"],
+            "last_seq": chunk[-1]["seq"],
+            "lines": orjson.dumps(chunk),
+        }
+        for chunk in (lines[i : i + CHUNK_LINES] for i in range(0, len(lines), CHUNK_LINES))
+    ]
+    if rows:
+        conn.execute(job_output.insert(), rows)
+
+
+def lines_after(conn: Connection, job_id: str, after: int, limit: int) -> list[dict[str, Any]]:
+    """Stored lines with seq > `after`, in order: whole chunks, about `limit` lines."""
+    query = (
+        sa.select(job_output.c.lines)
+        .where(job_output.c.job_id == job_id, job_output.c.last_seq > after)
+        .order_by(job_output.c.first_seq)
+        .limit(max(1, limit // CHUNK_LINES))
+    )
+    found: list[dict[str, Any]] = []
+    for (chunk,) in conn.execute(query):
+        found.extend(orjson.loads(chunk))
+    if found and found[0]["seq"] <= after:
+        found = [line for line in found if line["seq"] > after]
+    return found
+
+
+def remember_read(conn: Connection, server_id: str, kind: str, key: str, job_id: str, result: Any) -> None:
+    values = {"job_id": job_id, "result": orjson.dumps(result).decode(), "at": now_iso()}
+    updated = conn.execute(
+        read_cache.update()
+        .where(read_cache.c.server_id == server_id, read_cache.c.kind == kind, read_cache.c.args_key == key)
+        .values(values)
+    )
+    if updated.rowcount == 0:
+        conn.execute(read_cache.insert().values(server_id=server_id, kind=kind, args_key=key, **values))
+
+
+def cached_read(conn: Connection, server_id: str, kind: str, key: str) -> Row | None:
+    query = read_cache.select().where(
+        read_cache.c.server_id == server_id, read_cache.c.kind == kind, read_cache.c.args_key == key
+    )
+    found = conn.execute(query).mappings().first()
+    return dict(found) if found else None

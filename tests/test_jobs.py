@@ -1,0 +1,334 @@
+"""Job dispatch end to end: the real control plane, the real agent, real SQLite, over 127.0.0.1."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from api_client import Client
+from api_client.errors import AgentOffline
+
+from .conftest import Stack, start_agent, wait_until
+
+
+def code(response: httpx.Response) -> str:
+    value: str = response.json()["error"]["code"]
+    return value
+
+
+def run(http: httpx.Client, server_id: str, kind: str, args: dict[str, Any] | None = None, **kw: Any) -> httpx.Response:
+    return http.post(f"/v1/servers/{server_id}/jobs", json={"kind": kind, "args": args or {}}, **kw)
+
+
+def wait_finished(http: httpx.Client, job_id: str, timeout: float = 30) -> dict[str, Any]:
+    job: dict[str, Any] = {}
+
+    def finished() -> bool:
+        job.update(http.get(f"/v1/jobs/{job_id}").json())
+        return job["status"] in ("succeeded", "failed", "interrupted")
+
+    wait_until(finished, timeout=timeout)
+    return job
+
+
+def test_catalog_is_served_with_schemas(stack: Stack) -> None:
+    with stack.http() as http:
+        kinds = http.get("/v1/job-kinds").json()["kinds"]
+    assert len(kinds) >= 120
+    by_name = {k["kind"]: k for k in kinds}
+    assert by_name["site.create"]["group"] == "content" and not by_name["site.create"]["read"]
+    assert by_name["site.list"]["group"] == "observe" and by_name["site.list"]["read"]
+    assert by_name["site.create"]["args_schema"]["properties"]["domain"]
+    assert any(k["secret_fields"] for k in kinds)
+
+
+@pytest.mark.parametrize("kind", ["nope.nothing", "Site.List", " site.list", "site.list ", "site list", "SITE.LIST"])
+def test_unknown_kinds(stack: Stack, kind: str) -> None:
+    with stack.http() as http:
+        answer = run(http, stack.server_id, kind)
+    assert answer.status_code == 422 and code(answer) == "unknown_kind"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"domain": "-rf.example.com"},
+        {"domain": "example.com; rm -rf /"},
+        {"domain": "$(reboot).example.com"},
+        {"domain": "example.com", "profile": "../x"},
+        {"domain": "example.com", "surprise": 1},
+        {},
+    ],
+)
+def test_bad_arguments(stack: Stack, args: dict[str, Any]) -> None:
+    with stack.http() as http:
+        answer = run(http, stack.server_id, "site.create", args)
+    assert answer.status_code == 422 and code(answer) == "validation_error", answer.text
+    assert answer.json()["error"]["details"]["errors"]
+
+
+def test_backup_kinds_have_their_own_routes(stack: Stack) -> None:
+    with stack.http() as http:
+        kinds = [k["kind"] for k in http.get("/v1/job-kinds").json()["kinds"] if k["domain"] == "backup"]
+        assert kinds
+        answer = run(http, stack.server_id, kinds[0], {})
+    assert answer.status_code == 422 and code(answer) == "kind_not_allowed"
+
+
+def _org(stack: Stack, plan: str, role: str = "owner") -> tuple[str, str]:
+    """A new org on `plan` with a user of `role` and a server; returns (token, server_id)."""
+    name = f"org-{uuid.uuid4().hex[:8]}"
+    stack.admin("create-org", name, "--plan", plan)
+    email = f"{role}@{name}.test"
+    stack.admin("create-user", email, "--org", name, "--role", role, "--password", "pw-123456")
+    server = stack.admin("create-server", "web-1", "--org", name)
+    token = stack.login(email, "pw-123456")
+    return token, str(server["id"])
+
+
+def test_plan_below_the_kind_is_refused_before_the_server(stack: Stack) -> None:
+    token, server_id = _org(stack, "plus")
+    with stack.http(token) as http:
+        pro_kind = next(k for k in http.get("/v1/job-kinds").json()["kinds"] if k["min_plan"] == "pro")
+        answer = run(http, server_id, pro_kind["kind"], {})
+        assert answer.status_code == 403 and code(answer) == "tier_required"
+        assert answer.json()["error"]["details"] == {"required_plan": "pro", "current_plan": "plus"}
+        assert http.get(f"/v1/servers/{server_id}/jobs").json()["jobs"] == []
+
+
+def test_role_without_the_group_is_forbidden(stack: Stack) -> None:
+    email = f"member-{uuid.uuid4().hex[:6]}@demo.test"
+    stack.admin("create-user", email, "--org", "demo", "--role", "member", "--password", "pw-123456")
+    token = stack.login(email, "pw-123456")
+    with stack.http(token) as http:
+        refused = run(http, stack.server_id, "site.create", {"domain": "member.example.com"})
+        assert refused.status_code == 403 and code(refused) == "forbidden"
+        refused = run(http, stack.server_id, "service.restart", {"name": "cron"})
+        assert refused.status_code == 403 and code(refused) == "forbidden"
+        allowed = run(http, stack.server_id, "site.list")
+        assert allowed.status_code == 201, allowed.text
+
+
+def test_other_orgs_servers_and_jobs_are_404(stack: Stack) -> None:
+    token, other_server = _org(stack, "max")
+    with stack.http() as http:
+        mine = run(http, stack.server_id, "system.info").json()["id"]
+        assert run(http, other_server, "system.info").status_code == 404
+        assert http.get(f"/v1/servers/{other_server}/jobs").status_code == 404
+    with stack.http(token) as http:
+        for route in (f"/v1/jobs/{mine}", f"/v1/jobs/{mine}/stream"):
+            answer = http.get(route)
+            assert answer.status_code == 404 and code(answer) == "not_found"
+        assert run(http, stack.server_id, "system.info").status_code == 404
+
+
+def test_lite_server(stack: Stack) -> None:
+    with stack.http() as http:
+        lite = http.post("/v1/servers", json={"name": f"lite-{uuid.uuid4().hex[:6]}", "kind": "lite"}).json()["server"]
+        answer = run(http, lite["id"], "system.info")
+    assert answer.status_code == 422 and code(answer) == "lite_server"
+
+
+def test_idempotency_key_returns_the_first_job(stack: Stack) -> None:
+    key = uuid.uuid4().hex
+    with stack.http() as http:
+        first = run(http, stack.server_id, "system.info", headers={"Idempotency-Key": key})
+        again = run(http, stack.server_id, "system.info", headers={"Idempotency-Key": key})
+        other = run(http, stack.server_id, "system.info", headers={"Idempotency-Key": key + "x"})
+    assert first.status_code == again.status_code == 201
+    assert first.json()["id"] == again.json()["id"] != other.json()["id"]
+
+
+def test_read_job_result_and_history(stack: Stack) -> None:
+    with stack.http() as http:
+        job = run(http, stack.server_id, "site.list").json()
+        done = wait_finished(http, job["id"])
+        assert done["status"] == "succeeded" and done["exit_code"] == 0
+        assert "example.com" in str(done["result"])
+        history = http.get(f"/v1/servers/{stack.server_id}/jobs", params={"limit": 5}).json()["jobs"]
+        assert history[0]["id"] == job["id"]
+        assert [j["created_at"] for j in history] == sorted((j["created_at"] for j in history), reverse=True)
+
+
+def test_unknown_handler_exits_127(stack: Stack) -> None:
+    with stack.http() as http:
+        job = run(http, stack.server_id, "docker.status").json()
+        done = wait_finished(http, job["id"])
+        stream = http.get(f"/v1/jobs/{job['id']}/stream").text
+    assert done["exit_code"] == 127 and done["status"] == "failed"
+    assert "update" in stream and "docker.status" in stream
+
+
+BIG = 200_000
+
+
+@pytest.fixture(scope="module")
+def big_log(stack: Stack) -> int:
+    log = stack.data_dir / "home" / "example-com" / "logs" / "big.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(stack.data_dir / "home" / "example-com" / "logs" / "access.log", "w") as handle:
+        for i in range(BIG):
+            handle.write(f'203.0.113.{i % 250} - - [22/Nov/2026] "GET /item/{i} HTTP/1.1" 200 {i}\n')
+    return BIG
+
+
+async def _collect(
+    client: Client, job_id: str, *, last_event_id: str | None = None, stop_after: int | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None, str | None]:
+    lines: list[dict[str, Any]] = []
+    stream = client.jobs.stream(job_id, last_event_id=last_event_id)
+    events = stream.__aiter__()
+    exit_data = None
+    async for event in events:
+        if event.event == "line":
+            lines.append(event.data)
+            if stop_after is not None and len(lines) >= stop_after:
+                await events.aclose()  # type: ignore[attr-defined]
+                break
+        elif event.event == "exit":
+            exit_data = event.data
+    return lines, exit_data, stream.last_event_id
+
+
+@pytest.mark.anyio
+async def test_200k_lines_arrive_complete_and_resume_after_a_drop(stack: Stack, big_log: int) -> None:
+    async with Client(stack.base_url, token=stack.token) as client:
+        job = await client.jobs.create(stack.server_id, "logs.tail", {"domain": "example.com", "lines": BIG})
+        with trio.fail_after(120):
+            first, exit_data, last_id = await _collect(client, job.id, stop_after=50_000)
+            assert exit_data is None and last_id == str(first[-1]["seq"])
+            rest, exit_data, _ = await _collect(client, job.id, last_event_id=last_id)
+        seqs = [line["seq"] for line in first + rest]
+        assert seqs == list(range(1, BIG + 1))  # nothing lost, nothing repeated
+        assert exit_data == {"exit_code": 0, "status": "succeeded"}
+        assert first[0]["text"].startswith("203.0.113.0 ") and rest[-1]["text"].endswith(f" {BIG - 1}")
+        # A finished job replays its stored lines, then `exit`.
+        replay, exit_again, _ = await _collect(client, job.id)
+        assert len(replay) == BIG and exit_again == exit_data
+        assert (await client.jobs.get(job.id)).status == "succeeded"
+
+
+SECRET_JOBS = [
+    ("image.pull", {"image": "nginx:1.27", "registry_user": "ci"}, "registry_password"),
+    ("deploy.git", {"domain": "example.com", "repo": "https://git.example.com/shop.git"}, "token"),
+]
+
+
+@pytest.mark.parametrize(("kind", "args", "secret_field"), SECRET_JOBS)
+def test_secret_arguments_reach_no_storage(stack: Stack, kind: str, args: dict[str, Any], secret_field: str) -> None:
+    secret = f"s3cr3t-{uuid.uuid4().hex}"
+    with stack.http() as http:
+        created = run(http, stack.server_id, kind, {**args, secret_field: secret})
+        assert created.status_code == 201, created.text
+        job = created.json()
+        assert job["args"][secret_field] == "***"
+        done = wait_finished(http, job["id"])
+        stream = http.get(f"/v1/jobs/{job['id']}/stream").text
+        audit = http.get("/v1/audit", params={"action": "jobs.create"})
+        assert audit.status_code == 200 and job["id"] in audit.text
+    assert secret not in str(done) and secret not in stream and secret not in audit.text
+    database = Path(stack.db_url.removeprefix("sqlite:///"))
+    conn = sqlite3.connect(database)
+    conn.execute("PRAGMA wal_checkpoint(FULL)")
+    conn.close()
+    for path in database.parent.glob(database.name + "*"):
+        assert secret.encode() not in path.read_bytes(), path
+
+
+# --- the agent goes away ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_agent(stack: Stack, tmp_path: Path) -> Any:
+    """A second server with its own agent process, which a test may kill."""
+    with stack.http() as http:
+        created = http.post("/v1/servers", json={"name": f"jobs-{tmp_path.name[-8:]}", "kind": "full"}).json()
+    home, state = tmp_path / "home", tmp_path / "state"
+    (home / "site-a" / "logs").mkdir(parents=True)
+    (home / "site-a" / "logs" / "access.log").write_text("".join(f"line {i}\n" for i in range(100)))
+    state.mkdir()
+    (state / "sites.json").write_text('{"sites": [{"domain": "a.example.com", "slug": "site-a"}]}')
+    server_id, token = created["server"]["id"], created["agent_token"]
+
+    class Agent:
+        def __init__(self) -> None:
+            self.server_id = server_id
+            self.process = start_agent(stack.base_url, token, home, state)
+
+        def online(self) -> bool:
+            with stack.http() as http:
+                return bool(http.get(f"/v1/servers/{server_id}").json()["agent"]["online"])
+
+        def kill(self) -> None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+            wait_until(lambda: not self.online(), timeout=10)
+
+        def restart(self) -> None:
+            self.process = start_agent(stack.base_url, token, home, state)
+            wait_until(self.online, timeout=20)
+
+    agent = Agent()
+    wait_until(agent.online, timeout=20)
+    yield agent
+    agent.process.kill()
+    agent.process.wait()
+
+
+def test_offline_reads_answer_cached_and_mutations_409(stack: Stack, own_agent: Any) -> None:
+    server_id = own_agent.server_id
+    args = {"domain": "a.example.com", "lines": 10}
+    with stack.http() as http:
+        live = run(http, server_id, "logs.tail", args).json()
+        wait_finished(http, live["id"])
+        listed = run(http, server_id, "site.list").json()
+        listed_done = wait_finished(http, listed["id"])
+        own_agent.kill()
+        cached = run(http, server_id, "site.list")
+        assert cached.status_code == 200, cached.text
+        assert cached.json()["cached"] is True and cached.json()["cached_at"]
+        assert cached.json()["result"] == listed_done["result"]
+        never_seen = run(http, server_id, "logs.tail", {"domain": "a.example.com", "lines": 11})
+        assert never_seen.status_code == 409 and code(never_seen) == "agent_offline"
+        mutation = run(http, server_id, "site.create", {"domain": "b.example.com"})
+        assert mutation.status_code == 409 and code(mutation) == "agent_offline"
+
+
+@pytest.mark.anyio
+async def test_offline_client_error_class(stack: Stack, own_agent: Any) -> None:
+    await trio.to_thread.run_sync(own_agent.kill)
+    async with Client(stack.base_url, token=stack.token) as client:
+        with pytest.raises(AgentOffline):
+            await client.jobs.create(own_agent.server_id, "site.create", {"domain": "c.example.com"})
+
+
+def test_lb_apply_queues_until_the_agent_returns(stack: Stack, own_agent: Any) -> None:
+    with stack.http() as http:
+        own_agent.kill()
+        queued = run(http, own_agent.server_id, "lb.apply", _lb_spec(own_agent.server_id))
+        assert queued.status_code == 201, queued.text
+        assert queued.json()["status"] == "queued"
+        assert http.get(f"/v1/jobs/{queued.json()['id']}").json()["status"] == "queued"
+        own_agent.restart()
+        done = wait_finished(http, queued.json()["id"])
+        assert done["status"] in ("succeeded", "failed") and done["exit_code"] is not None
+
+
+def _lb_spec(server_id: str) -> dict[str, Any]:
+    """A whole, self-contained load-balancer spec, as the load-balancer routes will send it."""
+    return {
+        "id": "lb_test1",
+        "name": "web",
+        "revision": 1,
+        "port": 80,
+        "engine": "nginx",
+        "algorithm": "round_robin",
+        "backends": [{"id": "be_1", "server_id": server_id, "address": "127.0.0.1", "port": 8080}],
+    }
