@@ -1,0 +1,146 @@
+"""Shared by the benchmarks: a `fleetdeck local` stack in a temporary data dir, and sshd on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class LocalStack:
+    data_dir: Path
+    base_url: str
+    token: str
+    server_id: str
+
+    @contextmanager
+    def separate_agent(self) -> Iterator[str]:
+        """A second server whose agent is its own process (as on a real server), on the same demo
+        workspace; yields its server id. `fleetdeck local` runs its agent inside the control
+        plane's process, where the two share one core's worth of Python."""
+        import httpx
+
+        headers = {"Authorization": f"Bearer {self.token}"}
+        created = httpx.post(
+            f"{self.base_url}/v1/servers", json={"name": "bench-agent", "kind": "full"}, headers=headers
+        ).json()
+        server_id = created["server"]["id"]
+        state = self.data_dir / "bench-agent"
+        state.mkdir(exist_ok=True)
+        shutil.copy(self.data_dir / "agent" / "sites.json", state / "sites.json")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        command = [sys.executable, "-m", "agent", "--url", self.base_url, "--token", created["agent_token"]]
+        agent = subprocess.Popen(
+            [*command, "--home", str(self.data_dir / "home"), "--state-dir", str(state)],
+            env=env,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 20
+            while not httpx.get(f"{self.base_url}/v1/servers/{server_id}", headers=headers).json()["agent"]["online"]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the benchmark's agent did not come online")
+                time.sleep(0.1)
+            yield server_id
+        finally:
+            agent.terminate()
+            agent.wait(10)
+
+
+@contextmanager
+def local_stack() -> Iterator[LocalStack]:
+    with tempfile.TemporaryDirectory(prefix="fleetdeck-bench-") as folder:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        process = subprocess.Popen(
+            [sys.executable, "-m", "control_plane", "local", "--data-dir", folder],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            while "running at" not in process.stdout.readline():
+                if process.poll() is not None:
+                    raise RuntimeError("fleetdeck local did not start")
+            credentials = json.loads((Path(folder) / "demo-credentials.json").read_text())
+            yield LocalStack(Path(folder), credentials["base_url"], credentials["token"], credentials["server_id"])
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(20)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class Ssh:
+    port: int
+    key: Path
+
+    def command(self, remote: str) -> list[str]:
+        return [
+            "ssh", "-p", str(self.port), "-i", str(self.key), "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+            "root@127.0.0.1", remote,
+        ]  # fmt: skip
+
+    def scp_from(self, remote: str, local: Path) -> list[str]:
+        return [
+            "scp", "-q", "-P", str(self.port), "-i", str(self.key), "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+            f"root@127.0.0.1:{remote}", str(local),
+        ]  # fmt: skip
+
+
+@contextmanager
+def loopback_sshd() -> Iterator[Ssh | None]:
+    """sshd on 127.0.0.1 with a throwaway host key and client key; None where sshd is not installed."""
+    sshd = shutil.which("sshd") or ("/usr/sbin/sshd" if Path("/usr/sbin/sshd").exists() else None)
+    if sshd is None or shutil.which("ssh") is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="fleetdeck-sshd-") as folder:
+        base = Path(folder)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "host")], check=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "client")], check=True)
+        (base / "authorized_keys").write_text((base / "client.pub").read_text())
+        os.chmod(base / "authorized_keys", 0o600)
+        Path("/run/sshd").mkdir(exist_ok=True)
+        port = _free_port()
+        config = base / "sshd_config"
+        config.write_text(
+            f"Port {port}\nListenAddress 127.0.0.1\nHostKey {base / 'host'}\nPermitRootLogin prohibit-password\n"
+            f"AuthorizedKeysFile {base / 'authorized_keys'}\nPasswordAuthentication no\nStrictModes no\n"
+            f"PidFile {base / 'sshd.pid'}\nUsePAM no\n"
+        )
+        process = subprocess.Popen([sshd, "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL)
+        try:
+            ssh = Ssh(port, base / "client")
+            deadline = time.monotonic() + 10
+            while subprocess.run(ssh.command("true"), capture_output=True).returncode != 0:
+                if time.monotonic() > deadline:
+                    yield None
+                    return
+                time.sleep(0.2)
+            yield ssh
+        finally:
+            process.terminate()
+            process.wait(10)

@@ -1,0 +1,100 @@
+"""Job output throughput: agent → control plane → API client (SSE), and into the TUI log panel,
+beside the same 200,000 lines read through `ssh localhost` (sshd started on loopback).
+
+    python benchmarks/job_stream.py [--lines 200000]
+
+It prints figures; it asserts nothing. Targets: ≥ 300,000 lines/s to the client, first line on
+screen within 100 ms of the job starting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from api_client import Client
+from benchmarks._stack import local_stack, loopback_sshd
+
+
+def write_log(path: Path, lines: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        for i in range(lines):
+            handle.write(f'203.0.113.{i % 250} - - [22/Nov/2026:10:00:00 +0000] "GET /item/{i} HTTP/1.1" 200 {i}\n')
+
+
+async def through_api(base_url: str, token: str, server_id: str, lines: int) -> tuple[float, float, int, list[str]]:
+    """(seconds to the exit event, seconds to the first line, lines received, texts) for one logs.tail job."""
+    texts: list[str] = []
+    async with Client(base_url, token=token) as client:
+        started = time.perf_counter()
+        job = await client.jobs.create(server_id, "logs.tail", {"domain": "example.com", "lines": lines})
+        first = 0.0
+        async for event in client.jobs.stream(job.id):
+            if event.event == "line":
+                if not texts:
+                    first = time.perf_counter() - started
+                texts.append(event.data["text"])
+        return time.perf_counter() - started, first, len(texts), texts
+
+
+def into_log_panel(texts: list[str]) -> tuple[float, float] | None:
+    """(seconds to append every line to the TUI log panel and paint, seconds to the first painted frame)."""
+    try:
+        from tui.widgets.log_panel import benchmark_feed
+    except ImportError:
+        return None
+    return asyncio.run(benchmark_feed(texts))
+
+
+def through_ssh(log: Path, lines: int) -> float | None:
+    with loopback_sshd() as ssh:
+        if ssh is None:
+            return None
+        started = time.perf_counter()
+        done = subprocess.run(ssh.command(f"tail -n {lines} {log}"), capture_output=True, check=True)
+        elapsed = time.perf_counter() - started
+        assert done.stdout.count(b"\n") == lines
+        return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lines", type=int, default=200_000)
+    lines = parser.parse_args().lines
+    with local_stack() as stack:
+        log = stack.data_dir / "home" / "example-com" / "logs" / "access.log"
+        write_log(log, lines)
+        print(f"lines: {lines:,}")
+        with stack.separate_agent() as server_id:
+            trio.run(through_api, stack.base_url, stack.token, server_id, 1000)  # warm up
+            total, first, received, texts = trio.run(through_api, stack.base_url, stack.token, server_id, lines)
+        assert received == lines, f"received {received} of {lines} lines"
+        print(f"agent → API client (SSE):  {lines / total:>12,.0f} lines/s   ({total * 1000:.0f} ms in all)")
+        print(f"  first line after start:  {first * 1000:>12.1f} ms (POST /jobs to the first SSE line)")
+        shared, _, _, _ = trio.run(through_api, stack.base_url, stack.token, stack.server_id, lines)
+        print(f"  same, agent in the control plane's process (fleetdeck local): {lines / shared:,.0f} lines/s")
+        panel = into_log_panel(texts)
+        if panel is None:
+            print("TUI log panel:             not measured (tui.widgets.log_panel.benchmark_feed missing)")
+        else:
+            feed, first_frame = panel
+            print(f"into the TUI log panel:    {lines / feed:>12,.0f} lines/s   ({feed * 1000:.0f} ms in all)")
+            print(f"  first frame with a line: {first_frame * 1000:>12.1f} ms after its batch arrived")
+        ssh = through_ssh(log, lines)
+        if ssh is None:
+            print("ssh localhost:             not measured (no sshd/ssh on this machine)")
+        else:
+            print(f"ssh localhost tail -n:     {lines / ssh:>12,.0f} lines/s   ({ssh * 1000:.0f} ms in all)")
+
+
+if __name__ == "__main__":
+    main()
