@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import subprocess
 import sqlite3
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -332,3 +336,63 @@ def _lb_spec(server_id: str) -> dict[str, Any]:
         "algorithm": "round_robin",
         "backends": [{"id": "be_1", "server_id": server_id, "address": "127.0.0.1", "port": 8080}],
     }
+
+
+needs_cron_as_root = pytest.mark.skipif(
+    shutil.which("crontab") is None or os.geteuid() != 0,
+    reason="needs crontab (Debian: cron) and root, for a real site user's long-running cron job",
+)
+
+
+def _long_job(http: httpx.Client, server_id: str, domain: str) -> str:
+    """Start a job that runs for a while: a site of its own, a cron entry that sleeps, run now."""
+    site = run(http, server_id, "site.create", {"domain": domain})
+    assert wait_finished(http, site.json()["id"])["status"] == "succeeded"
+    add = run(http, server_id, "cron.add", {"domain": domain, "schedule": "@daily", "command": "/bin/sleep 60"})
+    assert wait_finished(http, add.json()["id"])["status"] == "succeeded"
+    listed = wait_finished(http, run(http, server_id, "cron.list", {"domain": domain}).json()["id"])
+    entries = listed["result"]["entries"] if isinstance(listed["result"], dict) else listed["result"]
+    entry = entries[0]["id"]
+    job = run(http, server_id, "cron.run", {"id": entry}).json()
+    wait_until(lambda: http.get(f"/v1/jobs/{job['id']}").json()["status"] == "running", timeout=10)
+    return str(job["id"])
+
+
+@pytest.fixture
+def long_job_site(stack: Stack, own_agent: Any) -> Any:
+    """A fresh domain for `_long_job`; its site (and system user) is deleted afterwards."""
+    domain = f"int-{uuid.uuid4().hex[:6]}.example.com"
+    yield domain
+    # The killed agent's `sleep` outlives it, as the site user; userdel refuses a user with processes.
+    subprocess.run(["pkill", "-KILL", "-u", domain.replace(".", "-")], check=False)
+    if not own_agent.online():
+        own_agent.restart()
+    with stack.http() as http:
+        wait_finished(http, run(http, own_agent.server_id, "site.delete", {"domain": domain}).json()["id"])
+
+
+@needs_cron_as_root
+def test_agent_killed_mid_job_ends_interrupted(stack: Stack, own_agent: Any, long_job_site: str) -> None:
+    with stack.http() as http:
+        job_id = _long_job(http, own_agent.server_id, long_job_site)
+        own_agent.kill()
+        done = wait_finished(http, job_id, timeout=20)  # the stack's grace period is 2 s
+        assert done["status"] == "interrupted" and done["exit_code"] is None
+        stream = http.get(f"/v1/jobs/{job_id}/stream").text
+        assert 'event: exit\ndata: {"exit_code":null,"status":"interrupted"}' in stream
+        own_agent.restart()
+        time.sleep(1)  # a restarted agent does not make the job run again
+        assert http.get(f"/v1/jobs/{job_id}").json()["status"] == "interrupted"
+
+
+@needs_cron_as_root
+def test_agent_restarted_within_the_grace_period_also_interrupts(
+    stack: Stack, own_agent: Any, long_job_site: str
+) -> None:
+    with stack.http() as http:
+        job_id = _long_job(http, own_agent.server_id, long_job_site)
+        own_agent.process.send_signal(signal.SIGKILL)
+        own_agent.process.wait()
+        own_agent.restart()  # back within 2 s, but a new process: the run is gone
+        done = wait_finished(http, job_id, timeout=20)
+        assert done["status"] == "interrupted"

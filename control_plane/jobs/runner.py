@@ -25,7 +25,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from .. import sse
 from ..clock import now_iso
-from ..hub import AgentCallError, AgentHub, AgentOfflineError
+from ..hub import AgentCallError, AgentHub, AgentOfflineError, AgentSession
 from ..storage import Database
 from . import store
 from .masking import Masker
@@ -154,8 +154,9 @@ class JobRunner:
         session = self._hub.session(server_id)
         if session is None:
             return None, "interrupted"
-        boot_id = session.boot_id
-        await self._db.run(store.update_job, job["id"], status="running", started_at=now_iso(), agent_boot_id=boot_id)
+        await self._db.run(
+            store.update_job, job["id"], status="running", started_at=now_iso(), agent_boot_id=session.boot_id
+        )
         mask = Masker(secrets.values())
         method = "job.run"
         params: dict[str, Any] = {
@@ -178,8 +179,10 @@ class JobRunner:
                     exit_code = int(stream.result["exit_code"])
                     return exit_code, "succeeded" if exit_code == 0 else "failed"
             except AgentOfflineError:
-                if not await self._same_agent_returns(server_id, boot_id):
-                    return None, "interrupted"
+                returned = await self._next_session(server_id, after=session)
+                if returned is None or returned.boot_id != session.boot_id:
+                    return None, "interrupted"  # gone past the grace period, or a new process
+                session = returned
                 method, params = "job.attach", {"job_id": job["id"], "after": live.last_seq}
             except AgentCallError as exc:
                 if method == "job.attach" and exc.code == "not_found":
@@ -194,15 +197,19 @@ class JobRunner:
                 lines.send_nowait([note])
                 return None, "failed"
 
-    async def _same_agent_returns(self, server_id: str, boot_id: str) -> bool:
-        """Wait up to the grace period for the agent to come back; only the same process counts."""
+    async def _next_session(self, server_id: str, *, after: AgentSession) -> AgentSession | None:
+        """The agent's next link after the one that dropped, if one comes within the grace period.
+
+        The hub may still list the dropped link for a moment: only a newer link counts, or the
+        runner would re-attach to a dead link in a loop that never yields.
+        """
         with anyio.move_on_after(self._grace_s):
             while True:
                 session = self._hub.session(server_id)
-                if session is not None:
-                    return session.boot_id == boot_id
+                if session is not None and session.connected_at > after.connected_at:
+                    return session
                 await anyio.sleep(0.1)
-        return False
+        return None
 
     async def _store_lines(self, job_id: str, batches: MemoryObjectReceiveStream[list[dict[str, Any]]]) -> None:
         """Write lines in few transactions: gather up to a chunk's worth, or what came in 50 ms."""
