@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import sqlite3
+import subprocess
 import time
 import uuid
 from pathlib import Path
