@@ -11,20 +11,25 @@ as the `api_client.errors` class of its code.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import builtins
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 import orjson
 from pydantic import BaseModel
 
-from .errors import ApiError, TransportError
+from .errors import ApiError, TooLarge, TransportError
 from .models import (
+    RELAY_UPLOAD_LIMIT,
     ApiToken,
     ApiTokenCreated,
     Entry,
     FileContent,
+    FsDestination,
+    FsEntryResult,
+    FsWriteResult,
     Health,
     Job,
     JobKindInfo,
@@ -33,6 +38,7 @@ from .models import (
     Listing,
     LoginResponse,
     Me,
+    OperationStarted,
     PresenceEvent,
     Scope,
     ScopeList,
@@ -41,6 +47,7 @@ from .models import (
     ServerKind,
     ServerList,
     TokenList,
+    TrashItem,
 )
 from .sse import EventStream
 
@@ -109,14 +116,19 @@ class Client:
         *,
         params: Mapping[str, Any] | None = None,
         json: Any = None,
+        content: bytes | AsyncIterable[bytes] | None = None,
         headers: Mapping[str, str] | None = None,
         expect_body: bool = True,
     ) -> Any:
         """Send one request and return its decoded JSON body; raise the error class of its code."""
-        content = orjson.dumps(json) if json is not None else None
-        headers = {"Content-Type": "application/json"} if content is not None else None
+        sent_headers = dict(headers or {})
+        if json is not None:
+            content = orjson.dumps(json)
+            sent_headers["Content-Type"] = "application/json"
         try:
-            response = await self._http.request(method, path, params=_clean(params), content=content, headers=headers)
+            response = await self._http.request(
+                method, path, params=_clean(params), content=content, headers=sent_headers
+            )
         except httpx.TransportError as exc:
             raise TransportError(f"cannot reach {self.base_url}: {exc}") from exc
         body: Any = None
@@ -131,6 +143,22 @@ class Client:
         if expect_body and body is None:
             raise TransportError(f"{method} {path}: empty answer")
         return body
+
+    async def stream_bytes(self, path: str, *, params: Mapping[str, Any] | None = None) -> AsyncIterator[bytes]:
+        """A GET whose body is raw bytes, as they arrive; an error answer raises its class."""
+        try:
+            async with self._http.stream("GET", path, params=_clean(params), timeout=None) as response:
+                if not response.is_success:
+                    await response.aread()
+                    try:
+                        body = orjson.loads(response.content)
+                    except orjson.JSONDecodeError:
+                        body = None
+                    raise ApiError.from_body(response.status_code, body)
+                async for chunk in response.aiter_bytes():
+                    yield chunk
+        except httpx.TransportError as exc:
+            raise TransportError(f"cannot reach {self.base_url}: {exc}") from exc
 
     def events(
         self,
@@ -202,7 +230,7 @@ class ServersAPI(_SubAPI):
 class FilesAPI(_SubAPI):
     """The file workspace of one server, jailed to a scope (`Scope(scope="site", domain=...)`)."""
 
-    async def scopes(self, server_id: str) -> list[Scope]:
+    async def scopes(self, server_id: str) -> builtins.list[Scope]:
         body = await self._client.request("GET", f"/v1/servers/{server_id}/fs/scopes")
         return ScopeList.model_validate(body).scopes
 
@@ -241,11 +269,188 @@ class FilesAPI(_SubAPI):
         )
         return FileContent.model_validate(body)
 
+    async def write(
+        self,
+        server_id: str,
+        scope: Scope,
+        path: str,
+        content: str,
+        *,
+        if_match: str | None = None,
+        create_only: bool = False,
+    ) -> FsWriteResult:
+        """Save a text file atomically. With `if_match` (the etag of the read), a newer save on the
+        server makes this fail with `Conflict` instead of overwriting it."""
+        body = {
+            **_scope_body(scope),
+            "path": path,
+            "content": content,
+            "if_match": if_match,
+            "create_only": create_only,
+        }
+        return FsWriteResult.model_validate(await self._fs("PUT", server_id, "write", json=body))
+
+    async def mkdir(self, server_id: str, scope: Scope, path: str, *, parents: bool = False) -> Entry:
+        body = {**_scope_body(scope), "path": path, "parents": parents}
+        return FsEntryResult.model_validate(await self._fs("POST", server_id, "mkdir", json=body)).entry
+
+    async def move(
+        self,
+        server_id: str,
+        scope: Scope,
+        paths: Sequence[str],
+        destination: str,
+        *,
+        overwrite: bool = False,
+        to: FsDestination | None = None,
+    ) -> builtins.list[str]:
+        """Move (or rename, for one path to a new name) within the scope, or `to` another one."""
+        body = self._move_body(scope, paths, destination, overwrite, to)
+        moved: builtins.list[str] = (await self._fs("POST", server_id, "move", json=body))["moved"]
+        return moved
+
+    async def copy(
+        self,
+        server_id: str,
+        scope: Scope,
+        paths: Sequence[str],
+        destination: str,
+        *,
+        overwrite: bool = False,
+        to: FsDestination | None = None,
+    ) -> builtins.list[str]:
+        body = self._move_body(scope, paths, destination, overwrite, to)
+        copied: builtins.list[str] = (await self._fs("POST", server_id, "copy", json=body))["copied"]
+        return copied
+
+    @staticmethod
+    def _move_body(
+        scope: Scope, paths: Sequence[str], destination: str, overwrite: bool, to: FsDestination | None
+    ) -> dict[str, Any]:
+        body = {**_scope_body(scope), "paths": list(paths), "destination": destination, "overwrite": overwrite}
+        if to is not None:
+            body["to"] = to.model_dump(exclude_none=True)
+        return body
+
+    async def delete(
+        self, server_id: str, scope: Scope, paths: Sequence[str], *, permanent: bool = False
+    ) -> builtins.list[TrashItem] | builtins.list[str]:
+        """To the scope's trash (restorable), or gone for good with `permanent`."""
+        body = {**_scope_body(scope), "paths": list(paths), "permanent": permanent}
+        answer = await self._fs("POST", server_id, "delete", json=body)
+        if "trashed" in answer:
+            return [TrashItem.model_validate(item) for item in answer["trashed"]]
+        deleted: builtins.list[str] = answer["deleted"]
+        return deleted
+
+    async def chmod(
+        self,
+        server_id: str,
+        scope: Scope,
+        paths: Sequence[str],
+        mode: int | str,
+        *,
+        recursive: bool = False,
+        only: Literal["files", "dirs"] | None = None,
+    ) -> int:
+        body = {**_scope_body(scope), "paths": list(paths), "mode": mode, "recursive": recursive, "only": only}
+        changed: int = (await self._fs("POST", server_id, "chmod", json=body))["changed"]
+        return changed
+
+    async def dirsize(self, server_id: str, scope: Scope, path: str) -> dict[str, Any]:
+        answer: dict[str, Any] = await self._fs(
+            "GET", server_id, "dirsize", params={**_scope_params(scope), "path": path}
+        )
+        return answer
+
+    async def search(
+        self, server_id: str, scope: Scope, path: str, query: str, *, content: bool = False, limit: int = 500
+    ) -> dict[str, Any]:
+        params = {**_scope_params(scope), "path": path, "query": query, "content": content, "limit": limit}
+        answer: dict[str, Any] = await self._fs("GET", server_id, "search", params=params)
+        return answer
+
+    async def trash(self, server_id: str, scope: Scope) -> tuple[builtins.list[TrashItem], int]:
+        """The scope's trash, and how many items older than 30 days opening it purged."""
+        answer = await self._fs("GET", server_id, "trash", params=_scope_params(scope))
+        return [TrashItem.model_validate(item) for item in answer["items"]], int(answer["purged"])
+
+    async def restore(
+        self, server_id: str, scope: Scope, ids: Sequence[str], *, overwrite: bool = False
+    ) -> builtins.list[str]:
+        body = {**_scope_body(scope), "ids": list(ids), "overwrite": overwrite}
+        restored: builtins.list[str] = (await self._fs("POST", server_id, "trash/restore", json=body))["restored"]
+        return restored
+
+    async def empty_trash(self, server_id: str, scope: Scope) -> int:
+        return int((await self._fs("POST", server_id, "trash/empty", json=_scope_body(scope)))["removed"])
+
+    async def compress(
+        self, server_id: str, scope: Scope, paths: Sequence[str], destination: str, *, format: Literal["zip", "tar.gz"]
+    ) -> str:
+        """Start compressing; returns the operation id to follow with `operation()`."""
+        body = {**_scope_body(scope), "paths": list(paths), "format": format, "destination": destination}
+        return OperationStarted.model_validate(await self._fs("POST", server_id, "compress", json=body)).operation_id
+
+    async def extract(self, server_id: str, scope: Scope, path: str, destination: str) -> str:
+        body = {**_scope_body(scope), "path": path, "destination": destination}
+        return OperationStarted.model_validate(await self._fs("POST", server_id, "extract", json=body)).operation_id
+
+    def operation(self, server_id: str, operation_id: str) -> EventStream:
+        """`progress` events, then `done` (data: `{"result"}`) or `error` (`{"code", "message"}`)."""
+        return self._client.events(
+            f"/v1/servers/{server_id}/fs/operations/{operation_id}/stream",
+            final_events=frozenset({"done", "error"}),
+        )
+
+    async def cancel_operation(self, server_id: str, operation_id: str) -> None:
+        await self._client.request("DELETE", f"/v1/servers/{server_id}/fs/operations/{operation_id}", expect_body=False)
+
+    async def upload(
+        self,
+        server_id: str,
+        scope: Scope,
+        path: str,
+        data: bytes | AsyncIterable[bytes],
+        *,
+        size: int | None = None,
+        overwrite: bool = False,
+    ) -> Entry:
+        """Upload bytes to `path`. The agent keeps them in a temporary file until the last byte has
+        arrived, so an interrupted upload leaves nothing at `path`."""
+        if isinstance(data, bytes):
+            size = len(data)
+        if size is not None and size > RELAY_UPLOAD_LIMIT:
+            raise TooLarge(
+                "uploads over 64 MiB need the streaming upload, which this client does not have yet",
+                details={"limit": RELAY_UPLOAD_LIMIT, "size": size},
+            )
+        params = {**_scope_params(scope), "path": path, "overwrite": overwrite}
+        body = await self._client.request(
+            "PUT",
+            f"/v1/servers/{server_id}/fs/upload",
+            params=params,
+            content=data,
+            headers={"Content-Length": str(size)} if size is not None and not isinstance(data, bytes) else None,
+        )
+        return FsEntryResult.model_validate(body).entry
+
+    async def download(self, server_id: str, scope: Scope, path: str) -> AsyncIterator[bytes]:
+        """The file's bytes as they arrive (no size limit, little memory)."""
+        params = {**_scope_params(scope), "path": path}
+        async for chunk in self._client.stream_bytes(f"/v1/servers/{server_id}/fs/download", params=params):
+            yield chunk
+
+    async def _fs(
+        self, method: str, server_id: str, route: str, *, params: Mapping[str, Any] | None = None, json: Any = None
+    ) -> Any:
+        return await self._client.request(method, f"/v1/servers/{server_id}/fs/{route}", params=params, json=json)
+
 
 class JobsAPI(_SubAPI):
     """Whitelisted jobs: `<domain>.<action>` kinds with a schema each, streamed as they run."""
 
-    async def kinds(self) -> list[JobKindInfo]:
+    async def kinds(self) -> builtins.list[JobKindInfo]:
         return JobKindList.model_validate(await self._client.request("GET", "/v1/job-kinds")).kinds
 
     async def create(
@@ -260,7 +465,7 @@ class JobsAPI(_SubAPI):
         )
         return Job.model_validate(body)
 
-    async def list(self, server_id: str, *, limit: int = 50) -> list[Job]:
+    async def list(self, server_id: str, *, limit: int = 50) -> builtins.list[Job]:
         body = await self._client.request("GET", f"/v1/servers/{server_id}/jobs", params={"limit": limit})
         return JobList.model_validate(body).jobs
 
@@ -275,6 +480,10 @@ class JobsAPI(_SubAPI):
         return self._client.events(
             f"/v1/jobs/{job_id}/stream", last_event_id=last_event_id, final_events=frozenset({"exit"})
         )
+
+
+def _scope_body(scope: Scope) -> dict[str, Any]:
+    return {"scope": scope.scope, "domain": scope.domain}
 
 
 def _scope_params(scope: Scope) -> dict[str, Any]:

@@ -278,3 +278,101 @@ class AuditEntry(WireModel):
 
 class AuditList(WireModel):
     entries: list[AuditEntry]
+
+
+# --- file workspace: writes ------------------------------------------------------------------
+
+RELAY_UPLOAD_LIMIT = 64 * 1024 * 1024  # bytes through the control plane in one request body
+READ_LIMIT = 10 * 1024 * 1024  # the editor's read and write limit
+
+
+class FsRequest(RequestModel):
+    scope: ScopeName
+    domain: str | None = Field(default=None, max_length=253)
+
+
+class FsWrite(FsRequest):
+    path: str = Field(max_length=4096)
+    content: str = Field(max_length=READ_LIMIT)
+    if_match: str | None = Field(default=None, max_length=128)
+    create_only: bool = False
+
+
+class FsWriteResult(WireModel):
+    entry: Entry
+    etag: str
+
+
+class FsMkdir(FsRequest):
+    path: str = Field(max_length=4096)
+    parents: bool = False
+
+
+class FsEntryResult(WireModel):
+    entry: Entry
+
+
+class FsDestination(RequestModel):
+    """Where a move or copy goes when it leaves the source scope (cross-site or cross-server)."""
+
+    server_id: str | None = Field(default=None, max_length=100)
+    scope: ScopeName | None = None
+    domain: str | None = Field(default=None, max_length=253)
+
+
+class FsMoveCopy(FsRequest):
+    paths: list[str] = Field(min_length=1, max_length=10000)
+    destination: str = Field(max_length=4096)
+    overwrite: bool = False
+    to: FsDestination | None = None
+
+
+class FsDelete(FsRequest):
+    paths: list[str] = Field(min_length=1, max_length=10000)
+    permanent: bool = False
+
+
+class FsChmod(FsRequest):
+    paths: list[str] = Field(min_length=1, max_length=10000)
+    mode: int | str
+    recursive: bool = False
+    only: Literal["files", "dirs"] | None = None
+
+
+class FsArchive(FsRequest):
+    paths: list[str] = Field(min_length=1, max_length=10000)
+    format: Literal["zip", "tar.gz"]
+    destination: str = Field(max_length=4096)
+
+
+class FsExtract(FsRequest):
+    path: str = Field(max_length=4096)
+    destination: str = Field(max_length=4096)
+
+
+class FsTrashRestore(FsRequest):
+    ids: list[str] = Field(min_length=1, max_length=10000)
+    overwrite: bool = False
+
+
+class FsUploadDirect(FsRequest):
+    path: str = Field(max_length=4096)
+    size: int = Field(ge=0)
+
+
+class TrashItem(WireModel):
+    id: str
+    name: str
+    original_path: str
+    deleted_at: datetime
+    size: int
+    type: EntryType
+
+
+class OperationStarted(WireModel):
+    operation_id: str
+
+
+class DirectUpload(WireModel):
+    url: str | None = None
+    expires_at: datetime | None = None

@@ -14,6 +14,7 @@ from fastapi import FastAPI, WebSocket
 
 from . import __version__, errors
 from .clock import now_iso
+from .files.operations import FileOperations
 from .files.routes import router as files_router
 from .hub import AgentHub, AgentSession
 from .jobs import store as job_store
@@ -66,7 +67,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
 
     hub = AgentHub(authenticate=authenticate_agent, on_presence=on_presence, heartbeat_s=settings.heartbeat_s)
     runner = JobRunner(db, hub, grace_s=settings.job_grace_s)
-    return Fleet(settings=settings, db=db, hub=hub, presence=presence, jobs=runner)
+    return Fleet(settings=settings, db=db, hub=hub, presence=presence, jobs=runner, operations=FileOperations(hub))
 
 
 def is_read(kind_name: str) -> bool:
@@ -80,6 +81,7 @@ async def _lifespan(fleet: Fleet) -> AsyncIterator[None]:
     await fleet.db.run(job_store.interrupt_unfinished)
     async with anyio.create_task_group() as group:
         fleet.jobs.bind(group)
+        fleet.operations.bind(group)
         yield
         group.cancel_scope.cancel()
 

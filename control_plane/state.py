@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -13,7 +15,8 @@ from api_client.errors import InternalError as AgentInternal
 from . import audit
 from .auth.principal import Principal, capabilities_for
 from .clock import parse, utcnow
-from .hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError
+from .files.operations import FileOperations
+from .hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError, ReplyStream, UploadStream
 from .jobs.runner import JobRunner
 from .presence import PresenceFeed
 from .settings import Settings
@@ -28,30 +31,50 @@ class Fleet:
     hub: AgentHub
     presence: PresenceFeed
     jobs: JobRunner
+    operations: FileOperations
 
     async def call_agent(self, server_id: str, method: str, params: dict[str, Any]) -> Any:
         """One RPC to a server's agent, its failures turned into the contract's errors."""
-        try:
+        with agent_errors():
             return await self.hub.call(server_id, method, params, timeout=self.settings.agent_call_timeout_s)
-        except AgentOfflineError as exc:
-            raise AgentOffline("the server's agent is not connected") from exc
-        except AgentTimeoutError as exc:
-            error = ApiError("the server's agent did not answer in time", status=504)
-            error.error_code = "agent_timeout"
-            raise error from exc
-        except AgentCallError as exc:
-            klass = ApiError.for_code(exc.code)
-            if klass is ApiError:
-                raise AgentInternal(
-                    f"agent error: {exc.message}", status=502, details={"agent_code": exc.code}
-                ) from exc
-            raise klass(exc.message, details=exc.details) from exc
+
+    @asynccontextmanager
+    async def agent_stream(self, server_id: str, method: str, params: dict[str, Any]) -> AsyncIterator[ReplyStream]:
+        """A streamed reply from the agent (downloads), with the contract's errors."""
+        with agent_errors():
+            async with self.hub.open_stream(server_id, method, params) as stream:
+                yield stream
+
+    @asynccontextmanager
+    async def agent_upload(self, server_id: str, method: str, params: dict[str, Any]) -> AsyncIterator[UploadStream]:
+        """Bytes streamed to the agent (uploads), with the contract's errors."""
+        with agent_errors():
+            async with self.hub.open_upload(server_id, method, params) as upload:
+                yield upload
 
     async def audit(self, principal: Principal | None, action: str, **fields: Any) -> None:
         identity: dict[str, Any] = {}
         if principal is not None:
             identity = {"org_id": principal.org_id, "user_id": principal.user_id, "actor_email": principal.email}
         await self.db.run(audit.record, action=action, **identity, **fields)
+
+
+@contextmanager
+def agent_errors() -> Iterator[None]:
+    """Turn the hub's failures into the contract's errors."""
+    try:
+        yield
+    except AgentOfflineError as exc:
+        raise AgentOffline("the server's agent is not connected") from exc
+    except AgentTimeoutError as exc:
+        error = ApiError("the server's agent did not answer in time", status=504)
+        error.error_code = "agent_timeout"
+        raise error from exc
+    except AgentCallError as exc:
+        klass = ApiError.for_code(exc.code)
+        if klass is ApiError:
+            raise AgentInternal(f"agent error: {exc.message}", status=502, details={"agent_code": exc.code}) from exc
+        raise klass(exc.message, details=exc.details) from exc
 
 
 def fleet_of(request: Request) -> Fleet:

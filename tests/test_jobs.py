@@ -396,3 +396,13 @@ def test_agent_restarted_within_the_grace_period_also_interrupts(
         own_agent.restart()  # back within 2 s, but a new process: the run is gone
         done = wait_finished(http, job_id, timeout=20)
         assert done["status"] == "interrupted"
+
+
+@pytest.mark.anyio
+async def test_client_sends_the_idempotency_key(stack: Stack) -> None:
+    key = uuid.uuid4().hex
+    async with Client(stack.base_url, token=stack.token) as client:
+        first = await client.jobs.create(stack.server_id, "system.info", idempotency_key=key)
+        again = await client.jobs.create(stack.server_id, "system.info", idempotency_key=key)
+        other = await client.jobs.create(stack.server_id, "system.info")
+    assert first.id == again.id != other.id

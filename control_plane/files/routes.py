@@ -3,18 +3,45 @@ in which scope, relays the call to the server's agent (which jails every path), 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import orjson
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
+from starlette.responses import StreamingResponse
 
-from api_client.errors import BadRequest, LiteServer, ValidationFailed
-from api_client.models import Entry, FileContent, Scope, ScopeList
+from api_client.errors import ApiError, BadRequest, LiteServer, NotFound, TooLarge, ValidationFailed
+from api_client.models import (
+    RELAY_UPLOAD_LIMIT,
+    DirectUpload,
+    Entry,
+    FileContent,
+    FsArchive,
+    FsChmod,
+    FsDelete,
+    FsDestination,
+    FsEntryResult,
+    FsExtract,
+    FsMkdir,
+    FsMoveCopy,
+    FsRequest,
+    FsTrashRestore,
+    FsUploadDirect,
+    FsWrite,
+    FsWriteResult,
+    OperationStarted,
+    Scope,
+    ScopeList,
+)
 
+from .. import sse
 from ..auth.principal import Principal
 from ..routes.servers import server_row
 from ..state import Caller, Fleet, FleetDep
+from .operations import Operation
 
 router = APIRouter(prefix="/v1/servers/{server_id}/fs", tags=["files"])
 
@@ -39,12 +66,16 @@ async def _full_server(fleet: Fleet, caller: Principal, server_id: str) -> None:
         raise LiteServer("this is a lite server: it has no agent to run file operations")
 
 
-async def resolve_target(fleet: Fleet, caller: Principal, server_id: str, scope: str, domain: str | None) -> FsTarget:
+async def resolve_target(
+    fleet: Fleet, caller: Principal, server_id: str, scope: str, domain: str | None, *, write: bool = False
+) -> FsTarget:
+    """Check the server and the scope for this caller: site reads for any member, site writes
+    for operators and above, the server-root scope for owners and super-admins."""
     await _full_server(fleet, caller, server_id)
     if scope not in ("site", "root"):
         raise BadRequest(f"unknown scope {scope!r}: use site or root", details={"allowed": ["site", "root"]})
     if scope == "site":
-        caller.require("observe")
+        caller.require("file_write" if write else "observe")
         if not domain:
             raise ValidationFailed(
                 "scope=site needs a domain", details={"errors": [{"loc": ["query", "domain"], "msg": "required"}]}
@@ -101,3 +132,328 @@ async def read(
 ) -> Response:
     target = await resolve_target(fleet, caller, server_id, scope, domain)
     return _json(await fleet.call_agent(server_id, "fs.read", target.params(path=path)))
+
+
+# --- writes -----------------------------------------------------------------------------------
+# Every write is audited, failed ones too: who, what, which paths, the outcome. File content
+# never reaches the audit log (only its size).
+
+
+async def _audited(
+    fleet: Fleet,
+    caller: Principal,
+    target: FsTarget,
+    method: str,
+    params: dict[str, Any],
+    audit_details: dict[str, Any],
+) -> Any:
+    try:
+        result = await fleet.call_agent(target.server_id, method, target.params(**params))
+    except ApiError as exc:
+        await _audit(fleet, caller, target, method, audit_details, outcome="error", error_code=exc.error_code)
+        raise
+    await _audit(fleet, caller, target, method, audit_details)
+    return result
+
+
+async def _audit(
+    fleet: Fleet,
+    caller: Principal,
+    target: FsTarget,
+    method: str,
+    details: dict[str, Any],
+    *,
+    outcome: str = "ok",
+    error_code: str | None = None,
+) -> None:
+    where = {"scope": target.scope, "domain": target.domain}
+    paths = details.get("paths") or [details.get("path", "")]
+    await fleet.audit(
+        caller,
+        method,
+        server_id=target.server_id,
+        target=", ".join(str(p) for p in paths)[:1000],
+        details={**where, **details},
+        outcome=outcome,
+        error_code=error_code,
+    )
+
+
+async def _write_target(fleet: Fleet, caller: Principal, server_id: str, body: FsRequest) -> FsTarget:
+    return await resolve_target(fleet, caller, server_id, body.scope, body.domain, write=True)
+
+
+@router.put("/write", response_model=FsWriteResult)
+async def write(server_id: str, body: FsWrite, caller: Caller, fleet: FleetDep) -> Response:
+    target = await _write_target(fleet, caller, server_id, body)
+    params = body.model_dump(include={"path", "content", "if_match", "create_only"})
+    details = {"path": body.path, "bytes": len(body.content.encode()), "create_only": body.create_only}
+    return _json(await _audited(fleet, caller, target, "fs.write", params, details))
+
+
+@router.post("/mkdir", response_model=FsEntryResult)
+async def mkdir(server_id: str, body: FsMkdir, caller: Caller, fleet: FleetDep) -> Response:
+    target = await _write_target(fleet, caller, server_id, body)
+    params = {"path": body.path, "parents": body.parents}
+    return _json(await _audited(fleet, caller, target, "fs.mkdir", params, params))
+
+
+async def _move_or_copy(server_id: str, body: FsMoveCopy, caller: Principal, fleet: Fleet, method: str) -> Response:
+    target = await _write_target(fleet, caller, server_id, body)
+    params: dict[str, Any] = {"paths": body.paths, "destination": body.destination, "overwrite": body.overwrite}
+    if body.to is not None:
+        params["to"] = await _cross_scope(fleet, caller, target, body.to)
+    return _json(await _audited(fleet, caller, target, method, params, params))
+
+
+async def _cross_scope(fleet: Fleet, caller: Principal, source: FsTarget, to: FsDestination) -> dict[str, Any]:
+    """The destination scope of a cross-site move or copy: owners and super-admins only."""
+    if to.server_id not in (None, source.server_id):
+        caller.require_role("owner")
+        await _full_server(fleet, caller, to.server_id)
+        raise BadRequest("copying between servers is not available yet: copy within one server")
+    scope = to.scope or source.scope
+    domain = to.domain if scope == "site" else None
+    if (scope, domain) != (source.scope, source.domain):
+        caller.require("root_scope")
+        await resolve_target(fleet, caller, source.server_id, scope, domain, write=True)
+    return {"scope": scope, "domain": domain}
+
+
+@router.post("/move")
+async def move(server_id: str, body: FsMoveCopy, caller: Caller, fleet: FleetDep) -> Response:
+    return await _move_or_copy(server_id, body, caller, fleet, "fs.move")
+
+
+@router.post("/copy")
+async def copy(server_id: str, body: FsMoveCopy, caller: Caller, fleet: FleetDep) -> Response:
+    return await _move_or_copy(server_id, body, caller, fleet, "fs.copy")
+
+
+@router.post("/delete")
+async def delete(server_id: str, body: FsDelete, caller: Caller, fleet: FleetDep) -> Response:
+    target = await _write_target(fleet, caller, server_id, body)
+    params = {"paths": body.paths, "permanent": body.permanent}
+    return _json(await _audited(fleet, caller, target, "fs.delete", params, params))
+
+
+def _mode(value: int | str) -> int:
+    """`"0755"`, `"755"` or `493`; only permission bits (setuid, setgid and sticky are refused)."""
+    try:
+        mode = int(value, 8) if isinstance(value, str) else value
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise ValidationFailed(
+            "mode must be permission bits 000-777 (setuid, setgid and sticky bits are refused)",
+            details={"errors": [{"loc": ["body", "mode"], "msg": "not a permission mode"}]},
+        )
+    return mode
+
+
+@router.post("/chmod")
+async def chmod(server_id: str, body: FsChmod, caller: Caller, fleet: FleetDep) -> Response:
+    target = await _write_target(fleet, caller, server_id, body)
+    params = {"paths": body.paths, "mode": _mode(body.mode), "recursive": body.recursive, "only": body.only}
+    return _json(await _audited(fleet, caller, target, "fs.chmod", params, params))
+
+
+@router.get("/dirsize")
+async def dirsize(
+    server_id: str, caller: Caller, fleet: FleetDep, scope: str = "site", domain: str | None = None, path: str = ""
+) -> Response:
+    target = await resolve_target(fleet, caller, server_id, scope, domain)
+    return _json(await fleet.call_agent(server_id, "fs.dirsize", target.params(path=path)))
+
+
+@router.get("/search")
+async def search(
+    server_id: str,
+    caller: Caller,
+    fleet: FleetDep,
+    query: str = Query(min_length=1, max_length=256),
+    scope: str = "site",
+    domain: str | None = None,
+    path: str = "",
+    content: bool = False,
+    limit: int = Query(500, ge=1, le=5000),
+) -> Response:
+    target = await resolve_target(fleet, caller, server_id, scope, domain)
+    params = target.params(path=path, query=query, content=content, limit=limit)
+    return _json(await fleet.call_agent(server_id, "fs.search", params))
+
+
+# --- trash ------------------------------------------------------------------------------------
+
+
+@router.get("/trash")
+async def trash(
+    server_id: str, caller: Caller, fleet: FleetDep, scope: str = "site", domain: str | None = None
+) -> Response:
+    # Opening the trash purges what is older than 30 days: a write, so it needs write access.
+    target = await resolve_target(fleet, caller, server_id, scope, domain, write=True)
+    return _json(await fleet.call_agent(server_id, "fs.trash.list", target.params()))
+
+
+@router.post("/trash/restore")
+async def trash_restore(server_id: str, body: FsTrashRestore, caller: Caller, fleet: FleetDep) -> Response:
+    target = await _write_target(fleet, caller, server_id, body)
+    params = {"ids": body.ids, "overwrite": body.overwrite}
+    return _json(await _audited(fleet, caller, target, "fs.trash.restore", params, {"paths": body.ids, **params}))
+
+
+@router.post("/trash/empty")
+async def trash_empty(server_id: str, body: FsRequest, caller: Caller, fleet: FleetDep) -> Response:
+    target = await _write_target(fleet, caller, server_id, body)
+    return _json(await _audited(fleet, caller, target, "fs.trash.empty", {}, {"path": ".Trash"}))
+
+
+# --- archives ---------------------------------------------------------------------------------
+
+
+async def _start_operation(
+    fleet: Fleet, caller: Principal, target: FsTarget, method: str, params: dict[str, Any]
+) -> Response:
+    async def finished(operation: Operation, error_code: str | None) -> None:
+        outcome = "ok" if error_code is None else "error"
+        details = {**params, "operation_id": operation.id}
+        await _audit(fleet, caller, target, method, details, outcome=outcome, error_code=error_code)
+
+    await fleet.call_agent(target.server_id, "fs.stat", target.params(path=""))  # fail fast: offline, bad scope
+    operation_id = fleet.operations.start(caller.org_id, target.server_id, method, target.params(**params), finished)
+    return Response(orjson.dumps({"operation_id": operation_id}), status_code=202, media_type="application/json")
+
+
+@router.post("/compress", status_code=202, response_model=OperationStarted)
+async def compress(server_id: str, body: FsArchive, caller: Caller, fleet: FleetDep) -> Response:
+    target = await _write_target(fleet, caller, server_id, body)
+    params = {"paths": body.paths, "format": body.format, "destination": body.destination}
+    return await _start_operation(fleet, caller, target, "fs.compress", params)
+
+
+ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
+
+
+@router.post("/extract", status_code=202, response_model=OperationStarted)
+async def extract(server_id: str, body: FsExtract, caller: Caller, fleet: FleetDep) -> Response:
+    target = await _write_target(fleet, caller, server_id, body)
+    if not body.path.lower().endswith(ARCHIVE_SUFFIXES):
+        raise ValidationFailed(
+            f"only {', '.join(ARCHIVE_SUFFIXES)} archives can be extracted",
+            details={"errors": [{"loc": ["body", "path"], "msg": "not a supported archive"}]},
+        )
+    params = {"path": body.path, "destination": body.destination}
+    return await _start_operation(fleet, caller, target, "fs.extract", params)
+
+
+@router.get("/operations/{operation_id}/stream", response_class=Response)
+async def operation_stream(
+    operation_id: str, request: Request, server_id: str, caller: Caller, fleet: FleetDep
+) -> Response:
+    """SSE: `progress` events, then `done` or `error`. Resumes after `Last-Event-ID`."""
+    await server_row(fleet, caller.org_id, server_id)
+    operation = fleet.operations.get(caller.org_id, server_id, operation_id)
+    if operation is None:
+        raise NotFound("no such operation")
+    resume = request.headers.get("last-event-id", "")
+    return sse.response(operation.follow(int(resume) if resume.isdigit() else 0))
+
+
+@router.delete("/operations/{operation_id}", status_code=204)
+async def cancel_operation(operation_id: str, server_id: str, caller: Caller, fleet: FleetDep) -> Response:
+    """Cancel a compress or extract: the agent stops and removes the partial result."""
+    await server_row(fleet, caller.org_id, server_id)
+    caller.require("file_write")
+    operation = fleet.operations.get(caller.org_id, server_id, operation_id)
+    if operation is None:
+        raise NotFound("no such operation")
+    operation.scope.cancel()
+    return Response(status_code=204)
+
+
+# --- transfers --------------------------------------------------------------------------------
+
+
+@router.put("/upload", response_model=FsEntryResult)
+async def upload(
+    server_id: str,
+    request: Request,
+    caller: Caller,
+    fleet: FleetDep,
+    path: str,
+    scope: str = "site",
+    domain: str | None = None,
+    overwrite: bool = False,
+) -> Response:
+    """Relay upload: the raw body, up to 64 MiB, streamed to the agent as it arrives (never held
+    whole here). The agent writes a temporary file and renames it only once every byte is in."""
+    target = await resolve_target(fleet, caller, server_id, scope, domain, write=True)
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > RELAY_UPLOAD_LIMIT:
+        raise _too_large(int(declared))
+    details = {
+        "path": path,
+        "overwrite": overwrite,
+        "bytes": int(declared) if declared and declared.isdigit() else None,
+    }
+    params = target.params(
+        path=path, overwrite=overwrite, size=int(declared) if declared and declared.isdigit() else None
+    )
+    try:
+        async with fleet.agent_upload(server_id, "fs.upload", params) as sending:
+            received = 0
+            async for chunk in request.stream():
+                received += len(chunk)
+                if received > RELAY_UPLOAD_LIMIT:
+                    raise _too_large(received)  # leaving the upload unfinished cancels it
+                if chunk:
+                    await sending.send(chunk)
+            result = await sending.finish()
+    except ApiError as exc:
+        await _audit(fleet, caller, target, "fs.upload", details, outcome="error", error_code=exc.error_code)
+        raise
+    await _audit(fleet, caller, target, "fs.upload", {**details, "bytes": received})
+    return _json(result)
+
+
+def _too_large(size: int) -> TooLarge:
+    return TooLarge(
+        "relay uploads stop at 64 MiB: larger files go over the streaming upload",
+        details={"limit": RELAY_UPLOAD_LIMIT, "size": size},
+    )
+
+
+@router.post("/upload/direct", response_model=DirectUpload)
+async def upload_direct(server_id: str, body: FsUploadDirect, caller: Caller, fleet: FleetDep) -> DirectUpload:
+    """A signed URL on the server's own ingress, when it has one; `{url: null}` tells the client
+    to fall back to the relay without bothering the user."""
+    await _write_target(fleet, caller, server_id, body)
+    return DirectUpload(url=None)
+
+
+@router.get("/download", response_class=Response, responses={200: {"content": {"application/octet-stream": {}}}})
+async def download(
+    server_id: str, caller: Caller, fleet: FleetDep, path: str, scope: str = "site", domain: str | None = None
+) -> Response:
+    """The file's bytes, streamed from the agent with flow control: no size cap, little memory."""
+    target = await resolve_target(fleet, caller, server_id, scope, domain)
+    stack = AsyncExitStack()
+    stream = await stack.enter_async_context(fleet.agent_stream(server_id, "fs.download", target.params(path=path)))
+    try:
+        head = await anext(aiter(stream))
+    except BaseException:
+        await stack.aclose()
+        raise
+    size = int(head[0]["size"]) if isinstance(head, list) and head else None
+
+    async def body() -> AsyncIterator[bytes]:
+        async with stack:
+            async for chunk in stream:
+                if isinstance(chunk, bytes):
+                    yield chunk
+
+    name = path.rstrip("/").rsplit("/", 1)[-1] or "download"
+    headers = {"Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"}
+    if size is not None:
+        headers["Content-Length"] = str(size)
+    return StreamingResponse(body(), media_type="application/octet-stream", headers=headers)
