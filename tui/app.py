@@ -19,6 +19,7 @@ from .bridge import TrioBridge
 from .connection import Connection
 from .screens.files import FilesScreen
 from .screens.help import HelpScreen
+from .screens.jobs import JobsScreen
 from .screens.servers import ServerListScreen
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ class FleetdeckApp(App[None]):
         "styles/files.tcss",
         "styles/viewer.tcss",
         "styles/help.tcss",
+        "styles/jobs.tcss",
     ]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", "Help", key_display="?"),
@@ -104,6 +106,21 @@ class FleetdeckApp(App[None]):
         self.action_go_servers()
         self.push_screen(FilesScreen(server))
 
+    def action_go_jobs(self) -> None:
+        """The jobs of the server picked on the server list (or of the only server)."""
+        if isinstance(self.screen, JobsScreen):
+            return
+        server_list = next((s for s in self.screen_stack if isinstance(s, ServerListScreen)), None)
+        server = server_list.highlighted_server if server_list is not None else None
+        if server is None:
+            self.notify("No server to open: pick one in the server list.", severity="warning")
+            return
+        self.open_jobs(server)
+
+    def open_jobs(self, server: Server) -> None:
+        self.action_go_servers()
+        self.push_screen(JobsScreen(server))
+
     def action_switch_theme(self, name: str) -> None:
         self._apply_theme(name)
 
@@ -119,4 +136,6 @@ class FleetdeckApp(App[None]):
         yield SystemCommand("Go to servers", "The server list", self.action_go_servers)
         if not isinstance(screen, FilesScreen):
             yield SystemCommand("Go to files", "The files of the highlighted server", self.action_go_files)
+        if not isinstance(screen, JobsScreen):
+            yield SystemCommand("Go to jobs", "Run and follow jobs on the highlighted server", self.action_go_jobs)
         yield SystemCommand("Help", "The key bindings of this screen", self.action_help)

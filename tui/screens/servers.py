@@ -43,6 +43,7 @@ class ServerListScreen(FleetScreen):
     """Servers in a table; Enter opens the files of the highlighted one."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("j", "open_jobs", "Jobs"),
         Binding("r", "reload", "Reload"),
         Binding("q", "app.quit", "Quit", show=False),
     ]
@@ -194,7 +195,7 @@ class ServerListScreen(FleetScreen):
         online = sum(1 for s in full if s.agent.online)
         live = "" if self._presence_supported else " · no live updates"
         servers = f"{len(self.servers)} server" + ("" if len(self.servers) == 1 else "s")
-        text = f"{servers} · {online}/{len(full)} agents online{live} · Enter: files"
+        text = f"{servers} · {online}/{len(full)} agents online{live} · Enter: files · j: jobs"
         self.query_one("#servers-status", Static).update(text)
 
     # --- actions --------------------------------------------------------------------------
@@ -202,6 +203,10 @@ class ServerListScreen(FleetScreen):
     def action_open_files(self) -> None:
         if (server := self.highlighted_server) is not None:
             self.fleet.open_files(server)
+
+    def action_open_jobs(self) -> None:
+        if (server := self.highlighted_server) is not None:
+            self.fleet.open_jobs(server)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
