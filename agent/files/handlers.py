@@ -1,11 +1,22 @@
 """The ``fs.*`` RPC handlers: validate params, pick the scope's jail, do the work in a thread.
 
 The blocking file work runs in `trio.to_thread.run_sync`, so the link keeps answering heartbeats
-and other calls while a big directory is listed.
+and other calls while a big directory is listed. Long operations (copy, delete, chmod, sizes,
+search, compress, extract) run with ``abandon_on_cancel=False`` and a `CancelToken` the worker
+checks between files: a cancelled call stops promptly and its cleanup (a partial archive, a
+temporary folder) runs before the call ends.
+
+Methods: ``fs.scopes``, ``fs.list``, ``fs.stat``, ``fs.read``, ``fs.write``, ``fs.mkdir``,
+``fs.move``, ``fs.copy``, ``fs.delete``, ``fs.trash.list``, ``fs.trash.restore``,
+``fs.trash.empty``, ``fs.chmod``, ``fs.dirsize``, ``fs.search``, ``fs.compress`` and
+``fs.extract`` (streamed: progress items), ``fs.download`` (streamed: one items message, then
+bytes) and ``fs.upload`` (an upload call).
 """
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -16,19 +27,28 @@ from agent.link.call import Call, Handler
 from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
 
-from . import read
+from . import archives, read, transfer, trash, tree, write
+from .entries import rfc3339
+from .fdops import CancelToken, OperationCancelled, Progress
 from .jail import Jail
 
 T = TypeVar("T")
 
 _MAX_CURSOR = 1024  # base64 of a file name (at most 255 bytes)
+MAX_PATHS = 10_000
+DEFAULT_SEARCH_LIMIT = 500
+PROGRESS_INTERVAL_S = 0.1  # at most ~10 progress items a second
+UPLOAD_BUFFER = 1024 * 1024
+DOWNLOAD_READ = 1024 * 1024
+_OCTAL = re.compile(r"^0?o?[0-7]{1,4}$")
 
 
 class FileHandlers:
-    """``fs.scopes``, ``fs.list``, ``fs.stat`` and ``fs.read`` over `home` and its sites.
+    """The file workspace over `home` and its sites.
 
     The root scope is `home` itself; a site scope is ``home/<slug>``, itself resolved inside
-    the home jail (a site folder that is a symlink cannot lead out of the home).
+    the home jail (a site folder that is a symlink cannot lead out of the home). When the agent
+    runs as root, what it creates in a site scope is given to the owner of the site folder.
     """
 
     def __init__(self, home: str, sites: SiteRegistry, *, use_openat2: bool | None = None) -> None:
@@ -42,6 +62,21 @@ class FileHandlers:
             "fs.list": self.fs_list,
             "fs.stat": self.fs_stat,
             "fs.read": self.fs_read,
+            "fs.write": self.fs_write,
+            "fs.mkdir": self.fs_mkdir,
+            "fs.move": self.fs_move,
+            "fs.copy": self.fs_copy,
+            "fs.delete": self.fs_delete,
+            "fs.trash.list": self.fs_trash_list,
+            "fs.trash.restore": self.fs_trash_restore,
+            "fs.trash.empty": self.fs_trash_empty,
+            "fs.chmod": self.fs_chmod,
+            "fs.dirsize": self.fs_dirsize,
+            "fs.search": self.fs_search,
+            "fs.compress": self.fs_compress,
+            "fs.extract": self.fs_extract,
+            "fs.download": self.fs_download,
+            "fs.upload": self.fs_upload,
         }
 
     async def fs_scopes(self, call: Call) -> dict[str, Any]:
@@ -61,6 +96,239 @@ class FileHandlers:
         path = _path(call.params)
         return await self._in_scope(call.params, lambda jail: read.read_text(jail, path))
 
+    # --- writes ---------------------------------------------------------------------------
+
+    async def fs_write(self, call: Call) -> dict[str, Any]:
+        params = call.params
+        path = _path(params)
+        content = params.get("content")
+        if not isinstance(content, str):
+            raise RpcError("validation_error", "content must be a string")
+        if_match = params.get("if_match")
+        if if_match is not None and not isinstance(if_match, str):
+            raise RpcError("validation_error", "if_match must be a string")
+        create_only = _flag(params, "create_only")
+
+        def work(jail: Jail) -> dict[str, Any]:
+            return write.write_text(jail, path, content, if_match=if_match, create_only=create_only)
+
+        return await self._in_scope(params, work)
+
+    async def fs_mkdir(self, call: Call) -> dict[str, Any]:
+        params = call.params
+        path, parents = _path(params), _flag(params, "parents")
+        return await self._in_scope(params, lambda jail: write.make_dir(jail, path, parents=parents))
+
+    async def fs_move(self, call: Call) -> dict[str, Any]:
+        return await self._transfer(call, transfer.move)
+
+    async def fs_copy(self, call: Call) -> dict[str, Any]:
+        return await self._transfer(call, transfer.copy)
+
+    async def _transfer(self, call: Call, operation: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+        params = call.params
+        paths, destination, overwrite = _paths(params), _text(params, "destination"), _flag(params, "overwrite")
+        target = _to(params)
+
+        def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
+            if target is None:
+                return operation(jail, jail, paths, destination, overwrite=overwrite, token=token)
+            with self.open_scope(target) as other:
+                return operation(jail, other, paths, destination, overwrite=overwrite, token=token)
+
+        return await self._cancellable(params, work)
+
+    async def fs_delete(self, call: Call) -> dict[str, Any]:
+        params = call.params
+        paths, permanent = _paths(params), _flag(params, "permanent")
+        return await self._cancellable(
+            params, lambda jail, token: trash.delete(jail, paths, permanent=permanent, token=token)
+        )
+
+    async def fs_trash_list(self, call: Call) -> dict[str, Any]:
+        return await self._cancellable(call.params, lambda jail, token: trash.trash_list(jail, token=token))
+
+    async def fs_trash_restore(self, call: Call) -> dict[str, Any]:
+        params = call.params
+        ids = params.get("ids")
+        if not isinstance(ids, list) or not ids or len(ids) > MAX_PATHS or not all(isinstance(i, str) for i in ids):
+            raise RpcError("validation_error", f"ids must be a list of 1 to {MAX_PATHS} strings")
+        overwrite = _flag(params, "overwrite")
+        return await self._cancellable(
+            params, lambda jail, token: trash.restore(jail, ids, overwrite=overwrite, token=token)
+        )
+
+    async def fs_trash_empty(self, call: Call) -> dict[str, Any]:
+        return await self._cancellable(call.params, lambda jail, token: trash.empty(jail, token=token))
+
+    async def fs_chmod(self, call: Call) -> dict[str, Any]:
+        params = call.params
+        paths, mode, recursive = _paths(params), _mode(params), _flag(params, "recursive")
+        only = params.get("only")
+        if only not in (None, "files", "dirs"):
+            raise RpcError("validation_error", "only must be 'files', 'dirs' or null")
+
+        def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
+            return tree.chmod(jail, paths, mode, recursive=recursive, only=only, token=token)
+
+        return await self._cancellable(params, work)
+
+    # --- reads over trees -----------------------------------------------------------------
+
+    async def fs_dirsize(self, call: Call) -> dict[str, Any]:
+        path = _path(call.params)
+        return await self._cancellable(call.params, lambda jail, token: tree.dirsize(jail, path, token=token))
+
+    async def fs_search(self, call: Call) -> dict[str, Any]:
+        params = call.params
+        path, query, content = _path(params), _text(params, "query"), _flag(params, "content")
+        if not query:
+            raise RpcError("validation_error", "query must not be empty")
+        limit = params.get("limit", DEFAULT_SEARCH_LIMIT)
+        if limit is None:
+            limit = DEFAULT_SEARCH_LIMIT
+        if type(limit) is not int or not 1 <= limit <= tree.MAX_SEARCH_LIMIT:
+            raise RpcError("validation_error", f"limit must be an integer from 1 to {tree.MAX_SEARCH_LIMIT}")
+
+        def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
+            return tree.search(jail, path, query, content=content, limit=limit, token=token)
+
+        return await self._cancellable(params, work)
+
+    # --- archives -------------------------------------------------------------------------
+
+    async def fs_compress(self, call: Call) -> dict[str, Any]:
+        params = call.params
+        paths, fmt, destination = _paths(params), _text(params, "format"), _text(params, "destination")
+        if fmt not in archives.FORMATS:
+            raise RpcError("validation_error", "format must be 'zip' or 'tar.gz'")
+        progress = Progress()
+
+        def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
+            return archives.compress(jail, paths, fmt, destination, token=token, progress=progress)
+
+        return await self._cancellable(params, work, call=call, progress=progress)
+
+    async def fs_extract(self, call: Call) -> dict[str, Any]:
+        params = call.params
+        path, destination = _path(params), _text(params, "destination")
+        archives.archive_kind(path)
+        progress = Progress()
+
+        def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
+            return archives.extract(jail, path, destination, token=token, progress=progress)
+
+        return await self._cancellable(params, work, call=call, progress=progress)
+
+    # --- transfers ------------------------------------------------------------------------
+
+    async def fs_download(self, call: Call) -> dict[str, Any]:
+        """One items message ``[{size, mtime}]``, then the bytes (frames of at most the link's
+        chunk size), then ``{size}``: the bytes sent (the size at open time, or less if the file
+        shrank meanwhile)."""
+        if not call.streaming:
+            raise RpcError("validation_error", "fs.download must be called as a streamed call")
+        path = _path(call.params)
+        fd, st = await self._in_scope(call.params, lambda jail: write.open_regular(jail, path))
+        try:
+            await call.send_items([{"size": st.st_size, "mtime": rfc3339(st.st_mtime)}])
+            sent = 0
+            while sent < st.st_size:
+                data = await trio.to_thread.run_sync(os.pread, fd, min(DOWNLOAD_READ, st.st_size - sent), sent)
+                if not data:
+                    break
+                await call.send_bytes(data)
+                sent += len(data)
+            return {"size": sent}
+        finally:
+            os.close(fd)
+
+    async def fs_upload(self, call: Call) -> dict[str, Any]:
+        """Bytes arrive with `Call.receive_bytes` into a temporary file beside the destination;
+        it is renamed into place only once all of them did (and match ``size`` when given). A
+        failure or a cancel removes it: an interrupted transfer leaves nothing at the path."""
+        params = call.params
+        path, overwrite = _path(params), _flag(params, "overwrite")
+        size = params.get("size")
+        if size is not None and (type(size) is not int or size < 0):
+            raise RpcError("validation_error", "size must be a non-negative integer")
+        if not call.upload:
+            raise RpcError("validation_error", "fs.upload must be called as an upload")
+        upload = await self._in_scope(params, lambda jail: write.Upload(jail, path, overwrite=overwrite))
+        try:
+            buffer = bytearray()
+            while (chunk := await call.receive_bytes()) is not None:
+                if size is not None and upload.received + len(buffer) + len(chunk) > size:
+                    raise RpcError("validation_error", "more bytes arrived than the announced size", {"size": size})
+                buffer += chunk
+                if len(buffer) >= UPLOAD_BUFFER:
+                    data, buffer = bytes(buffer), bytearray()
+                    await trio.to_thread.run_sync(upload.write, data)
+            if buffer:
+                await trio.to_thread.run_sync(upload.write, bytes(buffer))
+            if size is not None and upload.received != size:
+                raise RpcError(
+                    "validation_error",
+                    f"the upload ended after {upload.received} of {size} bytes",
+                    {"size": size, "received": upload.received},
+                )
+            return await trio.to_thread.run_sync(upload.commit)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(upload.close)
+
+    # --- plumbing -------------------------------------------------------------------------
+
+    async def _cancellable(
+        self,
+        params: dict[str, Any],
+        work: Callable[[Jail, CancelToken], T],
+        *,
+        call: Call | None = None,
+        progress: Progress | None = None,
+    ) -> T:
+        """`work` in a thread with a token that a cancellation of this task sets; progress (if
+        any) goes out as items while it runs, and once more at the end."""
+        token = CancelToken()
+        finished = trio.Event()
+        watch_scope = trio.CancelScope()
+        outcome: list[Any] = []
+        failure: list[Exception] = []
+        pumping = progress is not None and call is not None and call.streaming
+
+        async def watch() -> None:
+            with watch_scope:
+                try:
+                    await trio.sleep_forever()
+                finally:
+                    token.cancel()
+
+        def run() -> T:
+            with self.open_scope(params) as jail:
+                return work(jail, token)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            if pumping:
+                assert call is not None and progress is not None
+                nursery.start_soon(_pump_progress, call, progress, finished)
+            try:
+                outcome.append(await trio.to_thread.run_sync(run, abandon_on_cancel=False))
+            except Exception as exc:
+                failure.append(exc)
+            finished.set()
+            watch_scope.cancel()
+        if failure:
+            if isinstance(failure[0], OperationCancelled):
+                await trio.lowlevel.checkpoint()  # raises Cancelled: the token is only set by one
+                raise RpcError("cancelled", "the operation was cancelled")
+            raise failure[0]
+        if pumping:
+            assert call is not None and progress is not None
+            await call.send_items([progress.snapshot()[1]])
+        result: T = outcome[0]
+        return result
+
     async def _in_scope(self, params: dict[str, Any], work: Callable[[Jail], T]) -> T:
         return await trio.to_thread.run_sync(partial(self._run_in_scope, params, work))
 
@@ -78,11 +346,33 @@ class FileHandlers:
         site = self.sites.lookup(params.get("domain"))
         with Jail(self.home, use_openat2=self._use_openat2) as home:
             try:
-                return home.subjail(site.slug)
+                jail = home.subjail(site.slug)
             except RpcError as exc:
                 if exc.code == "not_found":
                     raise RpcError("not_found", f"the folder of site {site.domain} is missing") from None
                 raise
+        if os.geteuid() == 0:
+            st = os.fstat(jail.fileno())
+            jail.owner = (st.st_uid, st.st_gid)
+        return jail
+
+
+async def _pump_progress(call: Call, progress: Progress, finished: trio.Event) -> None:
+    """Send the progress as an items message when it changed, at most every 0.1 s, until
+    `finished` (never cancelled mid-send by its caller: it ends between sends)."""
+    last = -1
+    try:
+        while not finished.is_set():
+            with trio.move_on_after(PROGRESS_INTERVAL_S):
+                await finished.wait()
+            if finished.is_set():
+                return
+            version, snapshot = progress.snapshot()
+            if version != last:
+                last = version
+                await call.send_items([snapshot])
+    except Exception:  # the link went away: the call ends with it, the work must not
+        return
 
 
 def _path(params: dict[str, Any]) -> str:
@@ -106,3 +396,50 @@ def _limit(params: dict[str, Any]) -> int:
     if type(limit) is not int or not 1 <= limit <= read.MAX_LIMIT:
         raise RpcError("validation_error", f"limit must be an integer from 1 to {read.MAX_LIMIT}")
     return limit
+
+
+def _paths(params: dict[str, Any]) -> list[str]:
+    paths = params.get("paths")
+    if not isinstance(paths, list) or not paths or len(paths) > MAX_PATHS:
+        raise RpcError("validation_error", f"paths must be a list of 1 to {MAX_PATHS} paths")
+    if not all(isinstance(p, str) for p in paths):
+        raise RpcError("validation_error", "paths must be strings")
+    return paths
+
+
+def _text(params: dict[str, Any], key: str) -> str:
+    value = params.get(key)
+    if not isinstance(value, str):
+        raise RpcError("validation_error", f"{key} must be a string")
+    return value
+
+
+def _flag(params: dict[str, Any], key: str) -> bool:
+    value = params.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise RpcError("validation_error", f"{key} must be true or false")
+    return value
+
+
+def _mode(params: dict[str, Any]) -> int:
+    mode = params.get("mode")
+    if isinstance(mode, str) and _OCTAL.match(mode):
+        mode = int(mode.replace("o", ""), 8)
+    if type(mode) is not int or not 0 <= mode <= 0o7777:
+        raise RpcError("validation_error", "mode must be an integer (or an octal string) from 0 to 0o7777")
+    return mode
+
+
+def _to(params: dict[str, Any]) -> dict[str, Any] | None:
+    """The destination scope of a cross-scope move or copy, on this same server."""
+    to = params.get("to")
+    if to is None:
+        return None
+    if not isinstance(to, dict):
+        raise RpcError("validation_error", "to must be an object")
+    if to.get("server_id") is not None:
+        raise RpcError("validation_error", "a transfer to another server is not done by fs.move or fs.copy")
+    scope = to.get("scope") or ("site" if to.get("domain") else params.get("scope"))
+    return {"scope": scope, "domain": to.get("domain", params.get("domain") if scope == "site" else None)}

@@ -143,9 +143,24 @@ class Jail:
         fd = os.open(root, _O_PATH_DIR)  # the root itself is configuration, trusted
         self._setup(fd, root, use_openat2)
 
+    @classmethod
+    def at(cls, dir_fd: int, name: str, root: str, *, use_openat2: bool | None = None) -> Jail:
+        """A jail rooted at the directory `name` inside `dir_fd`, opened without following a link.
+
+        For a folder the workspace itself just created (an extraction's temporary folder), so no
+        path is resolved twice.
+        """
+        fd = os.open(name, _O_PATH_DIR | os.O_NOFOLLOW, dir_fd=dir_fd)
+        jail = cls.__new__(cls)
+        jail._setup(fd, root, use_openat2)
+        return jail
+
     def _setup(self, fd: int, root: str, use_openat2: bool | None) -> None:
         self._fd = fd
         self.root = root
+        # (uid, gid) that whatever the workspace creates beneath this root is given (fchown),
+        # or None to leave it to the agent's own. Set by the handlers for a site scope as root.
+        self.owner: tuple[int, int] | None = None
         if use_openat2 and not openat2_supported():
             os.close(fd)
             raise OSError(errno.ENOSYS, "openat2 is not available")
@@ -170,7 +185,13 @@ class Jail:
         fd = self.open(path, _O_PATH_DIR, follow_last=True)
         jail = Jail.__new__(Jail)
         jail._setup(fd, os.path.join(self.root, normalize(path)), self.uses_openat2)
+        jail.owner = self.owner
         return jail
+
+    def identity(self) -> tuple[int, int]:
+        """(st_dev, st_ino) of the root."""
+        st = os.fstat(self._fd)
+        return st.st_dev, st.st_ino
 
     # --- resolution ---------------------------------------------------------------------
 
@@ -199,6 +220,35 @@ class Jail:
         if not parts:
             raise RpcError("validation_error", "the scope root itself cannot be the target")
         return self._resolve(parts[:-1], _O_PATH_DIR, True, 0, path), parts[-1]
+
+    def resolve_entry(self, path: str) -> tuple[int, str, str]:
+        """(parent directory descriptor, final name, scope-relative path) of what `path` names
+        once an in-root symlink at its end is followed: for writing *through* a link (an editor
+        saving ``index-link`` replaces the file it points to, not the link).
+
+        The followed path is read back from the kernel (``/proc/self/fd``) and resolved through
+        the jail again, and the entry found must be the very inode the link led to: the string is
+        only a hint, every access still goes through the jail.
+        """
+        with self.opened(path, os.O_PATH, follow_last=True) as fd:
+            st = os.fstat(fd)
+            real = _fd_path(fd)
+            root = _fd_path(self._fd)
+        prefix = root.rstrip("/") + "/"
+        if not real.startswith(prefix):
+            if real == root:
+                raise RpcError("validation_error", "the scope root itself cannot be the target")
+            raise RpcError("conflict", "the path changed while it was resolved", {"path": path})
+        rel = real[len(prefix) :]
+        dir_fd, name = self.open_parent(rel)
+        try:
+            found = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except OSError:
+            found = None
+        if found is None or (found.st_dev, found.st_ino) != (st.st_dev, st.st_ino):
+            os.close(dir_fd)
+            raise RpcError("conflict", "the path changed while it was resolved", {"path": path})
+        return dir_fd, name, normalize(rel)
 
     def lstat(self, path: str) -> os.stat_result:
         """Status of the entry itself (a symlink is reported as a symlink)."""
@@ -301,6 +351,13 @@ class Jail:
         finally:
             for fd in stack:
                 os.close(fd)
+
+
+def _fd_path(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        raise RpcError("validation_error", "cannot follow the link here (/proc is not mounted)") from None
 
 
 def _open_final(name: str, flags: int, mode: int, dir_fd: int) -> int:

@@ -1,0 +1,470 @@
+"""Descriptor-level building blocks of the write operations: act on ``(directory fd, name)``.
+
+The jail resolves a request's path once; everything below a resolved directory is reached
+from its descriptor, one component at a time, never following a symbolic link
+(``O_NOFOLLOW``, ``AT_SYMLINK_NOFOLLOW``, ``*at`` calls). A recursive walk therefore stays in
+the tree it started in even when a folder is swapped for a link to elsewhere while it runs:
+the swap makes an open fail (ELOOP, ENOTDIR) or shows a link, which is skipped or copied as a
+link, never entered.
+
+Long operations take a `CancelToken` and check it between files and between chunks of a file;
+`OperationCancelled` then unwinds through the callers' cleanup.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import secrets
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, cast
+
+from agent.link.protocol import RpcError
+
+from .entries import join
+
+O_DIR_READ = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+O_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+O_READ_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+MAX_DEPTH = 256
+COPY_CHUNK = 8 * 1024 * 1024
+RENAME_NOREPLACE = 1
+_SWAPPED = (errno.ELOOP, errno.ENOTDIR, errno.ENOENT)  # what a folder swapped for a link (or removed) gives
+
+Identity = tuple[int, int]
+
+
+# --- cancellation and progress ---------------------------------------------------------------
+
+
+class OperationCancelled(Exception):
+    """The call was cancelled; raised between files by `CancelToken.check`."""
+
+
+class CancelToken:
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def check(self) -> None:
+        if self._event.is_set():
+            raise OperationCancelled()
+
+
+def never() -> CancelToken:
+    """A token nobody cancels: for cleanup that must run to its end."""
+    return CancelToken()
+
+
+class Progress:
+    """Counters a worker thread updates and the streaming side reads (``snapshot``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.version = 0
+        self._state: dict[str, Any] = {
+            "done_files": 0,
+            "total_files": 0,
+            "done_bytes": 0,
+            "total_bytes": 0,
+            "current": None,
+        }
+
+    def update(self, **changes: Any) -> None:
+        with self._lock:
+            self._state.update(changes)
+            self.version += 1
+
+    def add(self, *, files: int = 0, nbytes: int = 0, current: str | None = None) -> None:
+        with self._lock:
+            self._state["done_files"] += files
+            self._state["done_bytes"] += nbytes
+            if current is not None:
+                self._state["current"] = current
+            self.version += 1
+
+    def snapshot(self) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            return self.version, dict(self._state)
+
+
+# --- single entries --------------------------------------------------------------------------
+
+
+def identity(st: os.stat_result) -> Identity:
+    return st.st_dev, st.st_ino
+
+
+def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def open_dir_at(dir_fd: int, name: str) -> int:
+    """A readable descriptor of the folder `name` itself (OSError ELOOP/ENOTDIR if it is not one)."""
+    return os.open(name, O_DIR_READ, dir_fd=dir_fd)
+
+
+def reopen_dir(dir_fd: int) -> int:
+    """A readable descriptor of the folder an O_PATH descriptor holds."""
+    return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=dir_fd)
+
+
+def listdir(dir_fd: int) -> list[str]:
+    fd = reopen_dir(dir_fd)
+    try:
+        with os.scandir(fd) as it:
+            return sorted(e.name for e in it)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(dir_fd: int) -> None:
+    fd = reopen_dir(dir_fd)
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.EROFS):
+            raise
+    finally:
+        os.close(fd)
+
+
+def chown_fd(fd: int, owner: tuple[int, int] | None) -> None:
+    if owner is not None:
+        os.fchown(fd, *owner)
+
+
+def lchown_at(dir_fd: int, name: str, owner: tuple[int, int] | None) -> None:
+    """Own the entry `name` itself (a symlink is not followed)."""
+    if owner is not None:
+        os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
+
+
+def keep_owner(fd: int, st: os.stat_result) -> None:
+    """Give a replacement the owner of what it replaces (only root may give a file away)."""
+    try:
+        os.fchown(fd, st.st_uid, st.st_gid)
+    except PermissionError:
+        if os.geteuid() == 0:
+            raise
+
+
+def chmod_fd(fd: int, mode: int) -> None:
+    """chmod the inode an O_PATH descriptor holds (fchmod refuses O_PATH): through /proc, which
+    resolves to that very inode, so a rename or swap of its name cannot redirect it."""
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", mode)
+    except FileNotFoundError:
+        if not os.path.isdir("/proc/self/fd"):
+            raise RpcError("validation_error", "chmod needs /proc on this agent") from None
+        raise
+
+
+def temp_name(name: str, tag: str = "tmp") -> str:
+    """A hidden name beside `name` for work in progress: ``.name.fleetdeck-<random>.tag``."""
+    base = os.fsencode(name)[:120].decode("utf-8", "ignore") or "x"
+    return f".{base}.fleetdeck-{secrets.token_hex(6)}.{tag}"
+
+
+def create_temp(dir_fd: int, name: str, mode: int = 0o600) -> tuple[int, str]:
+    """(descriptor, name) of a new file beside `name`, created exclusively (never through a link)."""
+    for _ in range(16):
+        temp = temp_name(name)
+        try:
+            return os.open(temp, O_NEW_FILE, mode, dir_fd=dir_fd), temp
+        except FileExistsError:
+            continue
+    raise RpcError("conflict", "could not pick a temporary name")
+
+
+def mkdir_temp(dir_fd: int, name: str) -> str:
+    for _ in range(16):
+        temp = temp_name(name)
+        try:
+            os.mkdir(temp, 0o700, dir_fd=dir_fd)
+            return temp
+        except FileExistsError:
+            continue
+    raise RpcError("conflict", "could not pick a temporary name")
+
+
+def unlink_quietly(dir_fd: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
+# --- renames ---------------------------------------------------------------------------------
+
+
+def _load_renameat2() -> Callable[..., int] | None:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_int
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    return cast("Callable[..., int]", function)
+
+
+_renameat2 = _load_renameat2()
+
+
+def rename_noreplace(src_dir: int, src: str, dst_dir: int, dst: str) -> None:
+    """Rename that refuses to replace: FileExistsError when `dst` is taken (atomically, with
+    ``renameat2(RENAME_NOREPLACE)``; a file system without it gets link + unlink for files)."""
+    if _renameat2 is not None:
+        if _renameat2(src_dir, os.fsencode(src), dst_dir, os.fsencode(dst), RENAME_NOREPLACE) == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise OSError(err, os.strerror(err), dst)
+    st = os.stat(src, dir_fd=src_dir, follow_symlinks=False)
+    if not stat.S_ISDIR(st.st_mode):
+        os.link(src, dst, src_dir_fd=src_dir, dst_dir_fd=dst_dir, follow_symlinks=False)
+        os.unlink(src, dir_fd=src_dir)
+        return
+    if lstat_at(dst_dir, dst) is not None:  # a folder on such a file system: best effort
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst)
+    os.rename(src, dst, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
+
+
+def put(src_dir: int, src: str, dst_dir: int, dst: str, *, overwrite: bool) -> None:
+    """Move the entry `src` to `dst`; with `overwrite`, whatever is at `dst` is replaced (a file
+    atomically; a folder is renamed aside, replaced, then removed; put back if the move fails)."""
+    try:
+        rename_noreplace(src_dir, src, dst_dir, dst)
+        return
+    except FileExistsError:
+        if not overwrite:
+            raise RpcError("conflict", "the name is already taken", {"name": dst}) from None
+    existing = lstat_at(dst_dir, dst)
+    incoming = os.stat(src, dir_fd=src_dir, follow_symlinks=False)
+    if existing is None:  # gone meanwhile
+        rename_noreplace(src_dir, src, dst_dir, dst)
+        return
+    if not stat.S_ISDIR(existing.st_mode) and not stat.S_ISDIR(incoming.st_mode):
+        os.rename(src, dst, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
+        return
+    aside = temp_name(dst, "old")
+    os.rename(dst, aside, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
+    try:
+        rename_noreplace(src_dir, src, dst_dir, dst)
+    except BaseException:
+        os.rename(aside, dst, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
+        raise
+    remove_entry(dst_dir, aside, never())
+
+
+# --- trees -----------------------------------------------------------------------------------
+
+
+def remove_entry(dir_fd: int, name: str, token: CancelToken, depth: int = 0) -> None:
+    """Remove `name` and, for a folder, everything in it; a link is removed, never followed.
+
+    A folder is emptied through its own descriptor (opened O_NOFOLLOW); if it is swapped for a
+    link meanwhile, the open fails or the rmdir does, and the entry is looked at again.
+    """
+    if depth > MAX_DEPTH:
+        raise RpcError("validation_error", "the folder is nested too deeply")
+    for _ in range(16):
+        token.check()
+        st = lstat_at(dir_fd, name)
+        if st is None:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+                return
+            except FileNotFoundError:
+                return
+            except IsADirectoryError:
+                continue  # became a folder
+        try:
+            sub = open_dir_at(dir_fd, name)
+        except OSError as exc:
+            if exc.errno in _SWAPPED:
+                continue
+            raise
+        try:
+            for child in listdir(sub):
+                remove_entry(sub, child, token, depth + 1)
+        finally:
+            os.close(sub)
+        try:
+            os.rmdir(name, dir_fd=dir_fd)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTDIR, errno.ENOTEMPTY, errno.EEXIST):
+                raise
+    raise RpcError("conflict", "the folder kept changing while it was removed", {"name": name})
+
+
+@dataclass
+class Item:
+    """One entry met by `walk`.
+
+    ``dir_fd`` is the readable descriptor of its folder; a folder is met twice (``post`` False,
+    then True after its contents) with ``fd``, its own readable descriptor, open both times.
+    ``st`` is the lstat of the entry (for a folder: the fstat of the folder actually opened).
+    """
+
+    dir_fd: int
+    name: str
+    path: str
+    st: os.stat_result
+    fd: int | None = None
+    post: bool = False
+    depth: int = 0
+
+
+def walk(
+    dir_fd: int,
+    base: str,
+    token: CancelToken,
+    *,
+    exclude: frozenset[Identity] = frozenset(),
+    depth: int = 0,
+) -> Iterator[Item]:
+    """Every entry beneath the readable folder `dir_fd`, sorted by name, links not followed.
+
+    Paths are `base`-relative joins. Entries whose identity is in `exclude` are left out (with
+    their contents). A folder that cannot be entered any more (swapped, removed) is left out.
+    """
+    if depth >= MAX_DEPTH:
+        raise RpcError("validation_error", "the folder is nested too deeply")
+    for name in listdir(dir_fd):
+        token.check()
+        st = lstat_at(dir_fd, name)
+        if st is None or identity(st) in exclude:
+            continue
+        path = join(base, name)
+        if not stat.S_ISDIR(st.st_mode):
+            yield Item(dir_fd, name, path, st, depth=depth)
+            continue
+        try:
+            sub = open_dir_at(dir_fd, name)
+        except OSError as exc:
+            if exc.errno in _SWAPPED:
+                continue
+            raise
+        try:
+            sub_st = os.fstat(sub)
+            if identity(sub_st) in exclude:
+                continue
+            yield Item(dir_fd, name, path, sub_st, sub, depth=depth)
+            yield from walk(sub, path, token, exclude=exclude, depth=depth + 1)
+            yield Item(dir_fd, name, path, sub_st, sub, post=True, depth=depth)
+        finally:
+            os.close(sub)
+
+
+def tree_size(dir_fd: int, name: str, st: os.stat_result, token: CancelToken) -> tuple[int, int, int]:
+    """(bytes of regular files, files, folders) of an entry (a folder's own entry not counted)."""
+    if not stat.S_ISDIR(st.st_mode):
+        return (st.st_size, 1, 0) if stat.S_ISREG(st.st_mode) else (0, 0, 0)
+    try:
+        fd = open_dir_at(dir_fd, name)
+    except OSError as exc:
+        if exc.errno in _SWAPPED:
+            return 0, 0, 0
+        raise
+    try:
+        return dir_totals(fd, token)
+    finally:
+        os.close(fd)
+
+
+def dir_totals(fd: int, token: CancelToken, exclude: frozenset[Identity] = frozenset()) -> tuple[int, int, int]:
+    nbytes = files = dirs = 0
+    seen: set[Identity] = set()
+    for item in walk(fd, "", token, exclude=exclude):
+        if item.post:
+            continue
+        if stat.S_ISDIR(item.st.st_mode):
+            dirs += 1
+        elif stat.S_ISREG(item.st.st_mode):
+            files += 1
+            if item.st.st_nlink > 1:  # a hard-linked file's bytes are counted once
+                if identity(item.st) in seen:
+                    continue
+                seen.add(identity(item.st))
+            nbytes += item.st.st_size
+    return nbytes, files, dirs
+
+
+def ancestors(dir_fd: int, stop: Identity | None) -> Iterator[Identity]:
+    """Identities of the folder `dir_fd` and of each folder above it, up to `stop` (included) or
+    the file system's root: to tell whether a target lies inside a source (``..`` is read through
+    descriptors, only to compare identities)."""
+    fd = os.dup(dir_fd)
+    try:
+        for _ in range(4096):
+            st = os.fstat(fd)
+            here = identity(st)
+            yield here
+            if here == stop:
+                return
+            parent = os.open("..", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            if identity(os.fstat(fd)) == here:  # "/" is its own parent
+                return
+    finally:
+        os.close(fd)
+
+
+def is_within(dir_fd: int, target: Identity, stop: Identity | None) -> bool:
+    """Whether the folder `dir_fd` is `target` or lies beneath it."""
+    return any(here == target for here in ancestors(dir_fd, stop))
+
+
+def copy_data(
+    src: int,
+    dst: int,
+    token: CancelToken,
+    on_bytes: Callable[[int], None] | None = None,
+    limit: int | None = None,
+) -> int:
+    """Copy from the current offsets to the end of `src` (or `limit` bytes); returns the count."""
+    total = 0
+    use_range = True
+    while limit is None or total < limit:
+        token.check()
+        want = COPY_CHUNK if limit is None else min(COPY_CHUNK, limit - total)
+        n = -1
+        if use_range:
+            try:
+                n = os.copy_file_range(src, dst, want)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF):
+                    raise
+                use_range = False
+        if not use_range:
+            data = os.read(src, min(want, 1024 * 1024))
+            n = len(data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(dst, view) :]
+        if n == 0:
+            break
+        total += n
+        if on_bytes is not None:
+            on_bytes(n)
+    return total

@@ -1,0 +1,183 @@
+"""``fs.chmod``, ``fs.dirsize`` and ``fs.search``: walks that never follow a link.
+
+The path named by the request is resolved by the jail (an in-root link at its end is followed,
+as chmod(1) and du(1) do); beneath it, `fdops.walk` goes through descriptors only and skips links.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Any
+
+from agent.link.protocol import RpcError
+
+from .entries import entry, wire_name
+from .fdops import (
+    O_READ_FILE,
+    CancelToken,
+    Identity,
+    chmod_fd,
+    dir_totals,
+    identity,
+    lstat_at,
+    reopen_dir,
+    walk,
+)
+from .jail import Jail, normalize
+from .read import BINARY_SNIFF, READ_LIMIT
+
+SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
+MAX_SEARCH_LIMIT = 10_000
+MAX_LINE_TEXT = 500
+TRASH = ".Trash"
+
+
+def _applies(mode: int, only: str | None) -> bool:
+    if stat.S_ISREG(mode):
+        return only in (None, "files")
+    if stat.S_ISDIR(mode):
+        return only in (None, "dirs")
+    return False  # links, FIFOs, sockets, devices: never
+
+
+def chmod(
+    jail: Jail, paths: list[str], mode: int, *, recursive: bool, only: str | None, token: CancelToken
+) -> dict[str, Any]:
+    """``fs.chmod``: ``{changed}``, the number of files and folders given `mode`."""
+    if mode & SPECIAL_BITS or not 0 <= mode <= 0o777:
+        raise RpcError("validation_error", "mode may only hold permission bits (no setuid, setgid or sticky)")
+    fds: list[int] = []
+    try:
+        for path in paths:  # resolve every path first: a bad one changes nothing
+            fds.append(jail.open(path, os.O_PATH, follow_last=True))
+        changed = 0
+        for fd in fds:
+            st = os.fstat(fd)
+            if recursive and stat.S_ISDIR(st.st_mode):
+                changed += _chmod_tree(fd, mode, only, token)
+            if _applies(st.st_mode, only):
+                chmod_fd(fd, mode)
+                changed += 1
+        return {"changed": changed}
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _chmod_tree(path_fd: int, mode: int, only: str | None, token: CancelToken) -> int:
+    changed = 0
+    dir_fd = reopen_dir(path_fd)
+    try:
+        for item in walk(dir_fd, "", token):
+            if item.fd is not None:
+                # A folder is done after its contents, so a mode without x never locks the walk out.
+                if item.post and _applies(item.st.st_mode, only):
+                    os.fchmod(item.fd, mode)
+                    changed += 1
+                continue
+            if not stat.S_ISREG(item.st.st_mode) or only == "dirs":
+                continue
+            try:
+                fd = os.open(item.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=item.dir_fd)
+            except FileNotFoundError:
+                continue  # gone meanwhile
+            try:
+                st = os.fstat(fd)
+                if stat.S_ISREG(st.st_mode):  # still a file (a link swapped in is left alone)
+                    chmod_fd(fd, mode)
+                    changed += 1
+            finally:
+                os.close(fd)
+    finally:
+        os.close(dir_fd)
+    return changed
+
+
+def dirsize(jail: Jail, path: str, *, token: CancelToken) -> dict[str, Any]:
+    """``fs.dirsize``: ``{path, bytes, files, dirs}`` beneath `path` (the folder itself not counted)."""
+    rel = normalize(path)
+    with jail.opened(path, os.O_PATH, follow_last=True) as fd:
+        st = os.fstat(fd)
+        if not stat.S_ISDIR(st.st_mode):
+            regular = stat.S_ISREG(st.st_mode)
+            return {"path": rel, "bytes": st.st_size if regular else 0, "files": int(regular), "dirs": 0}
+        dir_fd = reopen_dir(fd)
+    try:
+        nbytes, files, dirs = dir_totals(dir_fd, token)
+    finally:
+        os.close(dir_fd)
+    return {"path": rel, "bytes": nbytes, "files": files, "dirs": dirs}
+
+
+def search(jail: Jail, path: str, query: str, *, content: bool, limit: int, token: CancelToken) -> dict[str, Any]:
+    """``fs.search``: names containing `query` (case-insensitive), or with `content`, the lines
+    of text files containing it (binaries and files over the read limit are skipped)."""
+    needle = query.casefold()
+    rel = normalize(path)
+    matches: list[dict[str, Any]] = []
+    with jail.opened(path, os.O_PATH, follow_last=True) as fd:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise RpcError("validation_error", "not a directory", {"path": rel})
+        dir_fd = reopen_dir(fd)
+    exclude: frozenset[Identity] = frozenset()
+    if rel == "":  # the scope's own trash is not searched
+        trash = lstat_at(dir_fd, TRASH)
+        if trash is not None and stat.S_ISDIR(trash.st_mode):
+            exclude = frozenset({identity(trash)})
+    try:
+        for item in walk(dir_fd, rel, token, exclude=exclude):
+            if item.post:
+                continue
+            if not content:
+                if needle in item.name.casefold():
+                    if len(matches) >= limit:
+                        return {"matches": matches, "truncated": True}
+                    matches.append({"entry": _entry(item.dir_fd, item.name, item.path, item.st)})
+                continue
+            if not stat.S_ISREG(item.st.st_mode) or item.st.st_size > READ_LIMIT:
+                continue
+            for number, text in _matching_lines(item.dir_fd, item.name, needle):
+                if len(matches) >= limit:
+                    return {"matches": matches, "truncated": True}
+                found = {"entry": _entry(item.dir_fd, item.name, item.path, item.st), "line": number, "text": text}
+                matches.append(found)
+    finally:
+        os.close(dir_fd)
+    return {"matches": matches, "truncated": False}
+
+
+def _entry(dir_fd: int, name: str, path: str, st: os.stat_result) -> dict[str, Any]:
+    target = None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(name, dir_fd=dir_fd)
+        except OSError:
+            target = ""
+    return entry(name, path, st, target)
+
+
+def _matching_lines(dir_fd: int, name: str, needle: str) -> list[tuple[int, str]]:
+    try:
+        fd = os.open(name, O_READ_FILE, dir_fd=dir_fd)
+    except OSError:
+        return []  # gone, swapped for a link, unreadable
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > READ_LIMIT:
+            return []
+        data = os.read(fd, READ_LIMIT + 1)
+        while len(data) <= READ_LIMIT and (more := os.read(fd, READ_LIMIT + 1 - len(data))):
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > READ_LIMIT or b"\0" in data[:BINARY_SNIFF]:
+        return []
+    text = data.decode("utf-8", "replace")
+    if needle not in text.casefold():
+        return []
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if needle in line.casefold():
+            found.append((number, wire_name(line[:MAX_LINE_TEXT])))
+    return found
