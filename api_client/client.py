@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 import httpx
 import orjson
+from httpx_ws import AsyncWebSocketSession, WebSocketDisconnect, WebSocketNetworkError, aconnect_ws
 from pydantic import BaseModel
 
-from .errors import ApiError, TooLarge, TransportError
+from .errors import ApiError, TransportError
 from .models import (
     RELAY_UPLOAD_LIMIT,
     ApiToken,
@@ -53,6 +55,7 @@ from .sse import EventStream
 
 M = TypeVar("M", bound=BaseModel)
 
+UPLOAD_CHUNK = 1024 * 1024  # one WebSocket frame of a streamed upload
 USER_AGENT = "fleetdeck-api-client/0.1"
 
 
@@ -159,6 +162,11 @@ class Client:
                     yield chunk
         except httpx.TransportError as exc:
             raise TransportError(f"cannot reach {self.base_url}: {exc}") from exc
+
+    def websocket(self, path: str, *, params: Mapping[str, str]) -> AbstractAsyncContextManager[AsyncWebSocketSession]:
+        """A WebSocket to `path` with this client's base URL and token (httpx-ws)."""
+        connect: AbstractAsyncContextManager[AsyncWebSocketSession] = aconnect_ws(path, self._http, params=params)
+        return connect
 
     def events(
         self,
@@ -420,12 +428,9 @@ class FilesAPI(_SubAPI):
         arrived, so an interrupted upload leaves nothing at `path`."""
         if isinstance(data, bytes):
             size = len(data)
-        if size is not None and size > RELAY_UPLOAD_LIMIT:
-            raise TooLarge(
-                "uploads over 64 MiB need the streaming upload, which this client does not have yet",
-                details={"limit": RELAY_UPLOAD_LIMIT, "size": size},
-            )
         params = {**_scope_params(scope), "path": path, "overwrite": overwrite}
+        if size is None or size > RELAY_UPLOAD_LIMIT:
+            return await self._upload_stream(server_id, params, data, size)
         body = await self._client.request(
             "PUT",
             f"/v1/servers/{server_id}/fs/upload",
@@ -434,6 +439,26 @@ class FilesAPI(_SubAPI):
             headers={"Content-Length": str(size)} if size is not None and not isinstance(data, bytes) else None,
         )
         return FsEntryResult.model_validate(body).entry
+
+    async def _upload_stream(
+        self, server_id: str, params: dict[str, Any], data: bytes | AsyncIterable[bytes], size: int | None
+    ) -> Entry:
+        """Large uploads go over a WebSocket, in binary frames, with no size limit of the relay."""
+        if size is None:
+            raise ValueError("a streamed upload needs its size up front")
+        query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in _clean(params).items()}
+        try:
+            path = f"/v1/servers/{server_id}/fs/upload/stream"
+            async with self._client.websocket(path, params={**query, "size": str(size)}) as socket:
+                async for chunk in _chunks(data, UPLOAD_CHUNK):
+                    await socket.send_bytes(chunk)
+                await socket.send_text('{"done": true}')
+                answer = orjson.loads(await socket.receive_text())
+        except (httpx.TransportError, WebSocketDisconnect, WebSocketNetworkError) as exc:
+            raise TransportError(f"upload stream lost: {exc}") from exc
+        if "error" in answer:
+            raise ApiError.from_body(400, answer)
+        return FsEntryResult.model_validate(answer).entry
 
     async def download(self, server_id: str, scope: Scope, path: str) -> AsyncIterator[bytes]:
         """The file's bytes as they arrive (no size limit, little memory)."""
@@ -480,6 +505,15 @@ class JobsAPI(_SubAPI):
         return self._client.events(
             f"/v1/jobs/{job_id}/stream", last_event_id=last_event_id, final_events=frozenset({"exit"})
         )
+
+
+async def _chunks(data: bytes | AsyncIterable[bytes], size: int) -> AsyncIterator[bytes]:
+    if isinstance(data, bytes):
+        for start in range(0, len(data), size):
+            yield data[start : start + size]
+    else:
+        async for chunk in data:
+            yield chunk
 
 
 def _scope_body(scope: Scope) -> dict[str, Any]:

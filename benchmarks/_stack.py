@@ -68,7 +68,7 @@ def local_stack() -> Iterator[LocalStack]:
             [sys.executable, "-m", "control_plane", "local", "--data-dir", folder],
             env=env,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=open(Path(folder) / "control-plane.log", "w"),  # noqa: SIM115 - lives as long as the process
             text=True,
         )
         try:
@@ -79,6 +79,8 @@ def local_stack() -> Iterator[LocalStack]:
             credentials = json.loads((Path(folder) / "demo-credentials.json").read_text())
             yield LocalStack(Path(folder), credentials["base_url"], credentials["token"], credentials["server_id"])
         finally:
+            if process.poll() is not None:
+                print((Path(folder) / "control-plane.log").read_text()[-3000:], file=sys.stderr)
             process.send_signal(signal.SIGTERM)
             process.wait(20)
 
@@ -129,7 +131,7 @@ def loopback_sshd() -> Iterator[Ssh | None]:
         config.write_text(
             f"Port {port}\nListenAddress 127.0.0.1\nHostKey {base / 'host'}\nPermitRootLogin prohibit-password\n"
             f"AuthorizedKeysFile {base / 'authorized_keys'}\nPasswordAuthentication no\nStrictModes no\n"
-            f"PidFile {base / 'sshd.pid'}\nUsePAM no\n"
+            f"PidFile {base / 'sshd.pid'}\nUsePAM no\nSubsystem sftp /usr/lib/openssh/sftp-server\n"
         )
         process = subprocess.Popen([sshd, "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL)
         try:

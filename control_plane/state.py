@@ -7,7 +7,8 @@ from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends
+from starlette.requests import HTTPConnection
 
 from api_client.errors import AgentOffline, ApiError, TierRequired, Unauthenticated
 from api_client.errors import InternalError as AgentInternal
@@ -77,12 +78,13 @@ def agent_errors() -> Iterator[None]:
         raise klass(exc.message, details=exc.details) from exc
 
 
-def fleet_of(request: Request) -> Fleet:
+def fleet_of(request: HTTPConnection) -> Fleet:
     fleet: Fleet = request.app.state.fleet
     return fleet
 
 
-async def authenticate(request: Request) -> Principal:
+async def authenticate(request: HTTPConnection) -> Principal:
+    """The caller of an HTTP request or a WebSocket, from its bearer token."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():

@@ -3,6 +3,7 @@ in which scope, relays the call to the server's agent (which jails every path), 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -10,7 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response, WebSocket
 from starlette.responses import StreamingResponse
 
 from api_client.errors import ApiError, BadRequest, LiteServer, NotFound, TooLarge, ValidationFailed
@@ -40,7 +41,7 @@ from api_client.models import (
 from .. import sse
 from ..auth.principal import Principal
 from ..routes.servers import server_row
-from ..state import Caller, Fleet, FleetDep
+from ..state import Caller, Fleet, FleetDep, authenticate
 from .operations import Operation
 
 router = APIRouter(prefix="/v1/servers/{server_id}/fs", tags=["files"])
@@ -414,6 +415,63 @@ async def upload(
         raise
     await _audit(fleet, caller, target, "fs.upload", {**details, "bytes": received})
     return _json(result)
+
+
+@router.websocket("/upload/stream")
+async def upload_stream(websocket: WebSocket, server_id: str) -> None:
+    """Uploads of any size: binary frames in, then `{"done": true}`; answers `{"entry"}` or
+    `{"error"}`. Bytes go on to the agent as they come, paced by its credit (so by TCP back to
+    the client); a client that goes away mid-way leaves no file behind."""
+    await websocket.accept()
+    fleet: Fleet = websocket.app.state.fleet
+    caller: Principal | None = None
+    target: FsTarget | None = None
+    details: dict[str, Any] = {}
+    try:
+        caller = await authenticate(websocket)
+        query = websocket.query_params
+        target = await resolve_target(
+            fleet, caller, server_id, query.get("scope", "site"), query.get("domain"), write=True
+        )
+        size = _query_size(query.get("size"))
+        overwrite = query.get("overwrite", "").lower() in ("1", "true", "yes")
+        details = {"path": query.get("path", ""), "overwrite": overwrite, "bytes": size, "via": "stream"}
+        params = target.params(path=query.get("path", ""), overwrite=overwrite, size=size)
+        async with fleet.agent_upload(server_id, "fs.upload", params) as sending:
+            received = 0
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    raise BadRequest("the client went away before the upload was done")
+                if message.get("bytes"):
+                    received += len(message["bytes"])
+                    if received > size:
+                        raise BadRequest(f"more bytes than the announced size ({size})")
+                    await sending.send(message["bytes"])
+                elif message.get("text") and orjson.loads(message["text"]).get("done"):
+                    break
+            result = await sending.finish()
+    except ApiError as exc:
+        if caller is not None and target is not None:
+            await _audit(fleet, caller, target, "fs.upload", details, outcome="error", error_code=exc.error_code)
+        body = {"error": {"code": exc.error_code, "message": exc.message, "details": exc.details}}
+        with contextlib.suppress(Exception):  # the client may be gone already
+            await websocket.send_text(orjson.dumps(body).decode())
+            await websocket.close()
+        return
+    assert caller is not None and target is not None
+    await _audit(fleet, caller, target, "fs.upload", details)
+    await websocket.send_text(orjson.dumps(result).decode())
+    await websocket.close()
+
+
+def _query_size(text: str | None) -> int:
+    if text is None or not text.isdigit():
+        raise ValidationFailed(
+            "size (bytes, a whole number) is required",
+            details={"errors": [{"loc": ["query", "size"], "msg": "required"}]},
+        )
+    return int(text)
 
 
 def _too_large(size: int) -> TooLarge:

@@ -1,0 +1,296 @@
+"""The file workspace through the HTTP API with the real agent: every operation, roles, audit."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from api_client import Client
+from api_client.errors import Conflict
+from api_client.models import RELAY_UPLOAD_LIMIT, Scope
+
+from .conftest import Stack
+
+SITE = Scope(scope="site", domain="example.com")
+
+
+def fs(stack: Stack, http: httpx.Client, method: str, route: str, **kwargs: Any) -> httpx.Response:
+    return http.request(method, f"/v1/servers/{stack.server_id}/fs/{route}", **kwargs)
+
+
+def site_body(**fields: Any) -> dict[str, Any]:
+    return {"scope": "site", "domain": "example.com", **fields}
+
+
+@pytest.fixture
+def folder(stack: Stack) -> str:
+    """A fresh folder in example.com for one test."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    with stack.http() as http:
+        assert fs(stack, http, "POST", "mkdir", json=site_body(path=name)).status_code == 200
+    return name
+
+
+def site_root(stack: Stack) -> Path:
+    return stack.data_dir / "home" / "example-com"
+
+
+@pytest.mark.anyio
+async def test_write_read_conflict_and_create_only(stack: Stack, folder: str) -> None:
+    path = f"{folder}/notes.md"
+    async with Client(stack.base_url, token=stack.token) as client:
+        created = await client.files.write(stack.server_id, SITE, path, "# one\n", create_only=True)
+        with pytest.raises(Conflict):
+            await client.files.write(stack.server_id, SITE, path, "again", create_only=True)
+        read = await client.files.read(stack.server_id, SITE, path)
+        assert read.content == "# one\n" and read.etag == created.etag
+        saved = await client.files.write(stack.server_id, SITE, path, "# two\n", if_match=read.etag)
+        with pytest.raises(Conflict):  # a stale editor never clobbers a newer save
+            await client.files.write(stack.server_id, SITE, path, "# stale\n", if_match=read.etag)
+        assert (await client.files.read(stack.server_id, SITE, path)).etag == saved.etag
+    assert (site_root(stack) / path).read_text() == "# two\n"
+
+
+def test_edit_keeps_mode(stack: Stack, folder: str) -> None:
+    target = site_root(stack) / folder / "run.sh"
+    target.write_text("#!/bin/sh\n")
+    target.chmod(0o750)
+    with stack.http() as http:
+        etag = fs(
+            stack, http, "GET", "read", params={"scope": "site", "domain": "example.com", "path": f"{folder}/run.sh"}
+        ).json()["etag"]
+        answer = fs(
+            stack,
+            http,
+            "PUT",
+            "write",
+            json=site_body(path=f"{folder}/run.sh", content="#!/bin/sh\necho hi\n", if_match=etag),
+        )
+    assert answer.status_code == 200, answer.text
+    assert oct(target.stat().st_mode & 0o777) == oct(0o750)
+
+
+@pytest.mark.anyio
+async def test_move_copy_rename_delete_restore(stack: Stack, folder: str) -> None:
+    async with Client(stack.base_url, token=stack.token) as client:
+        await client.files.write(stack.server_id, SITE, f"{folder}/a.txt", "A")
+        await client.files.mkdir(stack.server_id, SITE, f"{folder}/sub/deep", parents=True)
+        assert await client.files.copy(stack.server_id, SITE, [f"{folder}/a.txt"], f"{folder}/sub") == [
+            f"{folder}/sub/a.txt"
+        ]
+        assert await client.files.move(stack.server_id, SITE, [f"{folder}/a.txt"], f"{folder}/b.txt") == [
+            f"{folder}/b.txt"
+        ]
+        with pytest.raises(Conflict):
+            await client.files.copy(stack.server_id, SITE, [f"{folder}/b.txt"], f"{folder}/sub/a.txt")
+        trashed = await client.files.delete(stack.server_id, SITE, [f"{folder}/b.txt"])
+        assert len(trashed) == 1 and not (site_root(stack) / folder / "b.txt").exists()
+        items, _ = await client.files.trash(stack.server_id, SITE)
+        item = next(i for i in items if i.original_path == f"{folder}/b.txt")
+        assert await client.files.restore(stack.server_id, SITE, [item.id]) == [f"{folder}/b.txt"]
+        assert (site_root(stack) / folder / "b.txt").read_text() == "A"
+        assert await client.files.delete(stack.server_id, SITE, [f"{folder}/b.txt"], permanent=True) == [
+            f"{folder}/b.txt"
+        ]
+        items, _ = await client.files.trash(stack.server_id, SITE)
+        assert all(i.original_path != f"{folder}/b.txt" or i.id == item.id for i in items)
+
+
+def test_chmod_dirsize_search(stack: Stack, folder: str) -> None:
+    root = site_root(stack) / folder
+    (root / "x").mkdir()
+    (root / "x" / "one.php").write_text("<?php echo 'needle';\n")
+    (root / "x" / "two.txt").write_text("haystack\n")
+    with stack.http() as http:
+        changed = fs(
+            stack,
+            http,
+            "POST",
+            "chmod",
+            json=site_body(paths=[f"{folder}/x"], mode="0750", recursive=True, only="files"),
+        )
+        assert changed.status_code == 200 and changed.json()["changed"] == 2
+        assert oct((root / "x" / "one.php").stat().st_mode & 0o777) == oct(0o750)
+        for bad in ("4755", "2755", "1777", 0o4755, "abc"):
+            refused = fs(stack, http, "POST", "chmod", json=site_body(paths=[f"{folder}/x"], mode=bad))
+            assert refused.status_code == 422, bad
+        size = fs(
+            stack, http, "GET", "dirsize", params={"scope": "site", "domain": "example.com", "path": folder}
+        ).json()
+        assert size["files"] == 2 and size["dirs"] >= 1 and size["bytes"] > 0
+        found = fs(
+            stack,
+            http,
+            "GET",
+            "search",
+            params={"scope": "site", "domain": "example.com", "path": folder, "query": "needle", "content": "true"},
+        ).json()
+        assert [m["entry"]["name"] for m in found["matches"]] == ["one.php"] and found["matches"][0]["line"] == 1
+        by_name = fs(
+            stack,
+            http,
+            "GET",
+            "search",
+            params={"scope": "site", "domain": "example.com", "path": folder, "query": "TWO"},
+        ).json()
+        assert [m["entry"]["name"] for m in by_name["matches"]] == ["two.txt"]
+
+
+@pytest.mark.anyio
+async def test_compress_and_extract_with_progress(stack: Stack, folder: str) -> None:
+    root = site_root(stack) / folder
+    (root / "src").mkdir()
+    for i in range(20):
+        (root / "src" / f"f{i}.txt").write_text(f"file {i}\n" * 100)
+    async with Client(stack.base_url, token=stack.token) as client:
+        for fmt, name in (("zip", "a.zip"), ("tar.gz", "a.tar.gz")):
+            operation = await client.files.compress(
+                stack.server_id, SITE, [f"{folder}/src"], f"{folder}/{name}", format=fmt
+            )
+            events = [e async for e in client.files.operation(stack.server_id, operation)]
+            assert events[-1].event == "done", events[-1]
+            assert any(e.event == "progress" for e in events)
+            extracted = await client.files.extract(stack.server_id, SITE, f"{folder}/{name}", f"{folder}/out-{fmt}")
+            events = [e async for e in client.files.operation(stack.server_id, extracted)]
+            assert events[-1].event == "done", events[-1]
+            assert (root / f"out-{fmt}" / "src" / "f7.txt").read_text() == "file 7\n" * 100
+    with stack.http() as http:
+        refused = fs(stack, http, "POST", "extract", json=site_body(path=f"{folder}/src/f1.txt", destination=folder))
+        assert refused.status_code == 422
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    "size", [0, 1, 3 * 1024 * 1024 + 7, RELAY_UPLOAD_LIMIT, RELAY_UPLOAD_LIMIT + 1, 300 * 1024 * 1024]
+)
+async def test_upload_and_download_round_trip(stack: Stack, folder: str, size: int) -> None:
+    data = os.urandom(size)
+    path = f"{folder}/blob-{size}.bin"
+    async with Client(stack.base_url, token=stack.token) as client:
+        entry = await client.files.upload(stack.server_id, SITE, path, data)
+        assert entry.size == size
+        received = b"".join([chunk async for chunk in client.files.download(stack.server_id, SITE, path)])
+    assert received == data
+
+
+def _raw_upload(stack: Stack, path: str, *, chunked: bool) -> bytes:
+    """PUT an upload over raw HTTP/1.1 and return the status line; stop sending once answered.
+
+    The server answers 413 without reading a body it will refuse, so an ordinary client would
+    sit writing into a connection nobody reads: here the sender watches for the answer.
+    """
+    host, port = stack.base_url.removeprefix("http://").split(":")
+    query = f"scope=site&domain=example.com&path={path}"
+    length = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {RELAY_UPLOAD_LIMIT + 1}"
+    head = f"PUT /v1/servers/{stack.server_id}/fs/upload?{query} HTTP/1.1\r\nHost: {host}\r\n"
+    head += f"Authorization: Bearer {stack.token}\r\n{length}\r\n\r\n"
+    chunk = b"x" * (1024 * 1024)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head.encode())
+        sent = 0
+        while chunked and sent <= RELAY_UPLOAD_LIMIT:
+            readable, _, _ = select.select([sock], [], [], 0)
+            if readable:
+                break
+            try:
+                sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            except OSError:
+                break
+            sent += len(chunk)
+        return sock.recv(65536).split(b"\r\n", 1)[0]
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_relay_upload_over_64_mib_is_413(stack: Stack, folder: str, chunked: bool) -> None:
+    status = _raw_upload(stack, f"{folder}/big.bin", chunked=chunked)
+    assert status.startswith(b"HTTP/1.1 413"), status
+    time.sleep(0.5)
+    assert list((site_root(stack) / folder).iterdir()) == []  # no file, no temporary left
+
+
+@pytest.mark.anyio
+async def test_interrupted_upload_leaves_nothing(stack: Stack, folder: str) -> None:
+    path = f"{folder}/cut.bin"
+
+    async def half_then_fail() -> Any:
+        yield b"x" * (1024 * 1024)
+        await trio.sleep(0.2)
+        raise ConnectionResetError("the client went away")
+
+    with pytest.raises(Exception):  # noqa: B017 - whatever the transport makes of a cut request
+        async with httpx.AsyncClient(
+            base_url=stack.base_url, headers={"Authorization": f"Bearer {stack.token}"}
+        ) as http:
+            await http.put(
+                f"/v1/servers/{stack.server_id}/fs/upload",
+                params={"scope": "site", "domain": "example.com", "path": path},
+                content=half_then_fail(),
+                headers={"Content-Length": str(4 * 1024 * 1024)},
+            )
+    await trio.sleep(1)
+    leftovers = [p.name for p in (site_root(stack) / folder).iterdir()]
+    assert leftovers == [], leftovers
+
+
+@pytest.mark.anyio
+async def test_interrupted_stream_upload_leaves_nothing(stack: Stack, folder: str) -> None:
+    params = {
+        "scope": "site",
+        "domain": "example.com",
+        "path": f"{folder}/cut-stream.bin",
+        "size": str(200 * 1024 * 1024),
+    }
+    route = f"/v1/servers/{stack.server_id}/fs/upload/stream"
+    async with Client(stack.base_url, token=stack.token) as client, client.websocket(route, params=params) as socket:
+        for _ in range(20):
+            await socket.send_bytes(b"y" * (1024 * 1024))
+        # and gone, a tenth of the way in, without `done`
+    await trio.sleep(1)
+    assert list((site_root(stack) / folder).iterdir()) == []
+
+
+def test_roles_matrix(stack: Stack, folder: str) -> None:
+    tokens = {}
+    for role in ("admin", "operator", "member"):
+        email = f"{role}-{uuid.uuid4().hex[:6]}@demo.test"
+        stack.admin("create-user", email, "--org", "demo", "--role", role, "--password", "pw-123456")
+        tokens[role] = stack.login(email, "pw-123456")
+    tokens["owner"] = stack.token
+    expect_site_write = {"owner": 200, "admin": 200, "operator": 200, "member": 403}
+    expect_root = {"owner": 200, "admin": 403, "operator": 403, "member": 403}
+    for role, token in tokens.items():
+        with stack.http(token) as http:
+            read = fs(stack, http, "GET", "list", params={"scope": "site", "domain": "example.com", "path": folder})
+            assert read.status_code == 200, role
+            write = fs(stack, http, "POST", "mkdir", json=site_body(path=f"{folder}/by-{role}"))
+            assert write.status_code == expect_site_write[role], (role, write.text)
+            root = fs(stack, http, "GET", "list", params={"scope": "root", "path": ""})
+            assert root.status_code == expect_root[role], role
+            cross = fs(
+                stack,
+                http,
+                "POST",
+                "copy",
+                json=site_body(paths=[f"{folder}"], destination="", to={"scope": "site", "domain": "shop.example.org"}),
+            )
+            assert (cross.status_code == 200) == (role == "owner"), (role, cross.text)
+
+
+def test_every_write_is_audited(stack: Stack, folder: str) -> None:
+    with stack.http() as http:
+        fs(stack, http, "PUT", "write", json=site_body(path=f"{folder}/audited.txt", content="secret-content-xyz"))
+        fs(stack, http, "POST", "mkdir", json=site_body(path=f"{folder}/audited.txt"))  # conflict: audited as error
+        entries = http.get("/v1/audit", params={"server_id": stack.server_id, "limit": 20}).json()["entries"]
+    mine = [e for e in entries if folder in (e["target"] or "")]
+    outcomes = {(e["action"], e["outcome"], e["error_code"]) for e in mine}
+    assert ("fs.write", "ok", None) in outcomes and ("fs.mkdir", "error", "conflict") in outcomes
+    assert "secret-content-xyz" not in str(entries)
