@@ -312,10 +312,9 @@ class FilesAPI(_SubAPI):
         overwrite: bool = False,
         to: FsDestination | None = None,
     ) -> builtins.list[str]:
-        """Move (or rename, for one path to a new name) within the scope, or `to` another one."""
-        body = self._move_body(scope, paths, destination, overwrite, to)
-        moved: builtins.list[str] = (await self._fs("POST", server_id, "move", json=body))["moved"]
-        return moved
+        """Move into the folder `destination`, or rename one path to `destination`; `to` names
+        another scope (cross-site). Returns the new paths."""
+        return await self._transfer("move", "moved", server_id, scope, paths, destination, overwrite, to)
 
     async def copy(
         self,
@@ -327,18 +326,25 @@ class FilesAPI(_SubAPI):
         overwrite: bool = False,
         to: FsDestination | None = None,
     ) -> builtins.list[str]:
-        body = self._move_body(scope, paths, destination, overwrite, to)
-        copied: builtins.list[str] = (await self._fs("POST", server_id, "copy", json=body))["copied"]
-        return copied
+        """Copy like `move` moves (recursively, links copied as links). Returns the new paths."""
+        return await self._transfer("copy", "copied", server_id, scope, paths, destination, overwrite, to)
 
-    @staticmethod
-    def _move_body(
-        scope: Scope, paths: Sequence[str], destination: str, overwrite: bool, to: FsDestination | None
-    ) -> dict[str, Any]:
+    async def _transfer(
+        self,
+        route: str,
+        answer_key: str,
+        server_id: str,
+        scope: Scope,
+        paths: Sequence[str],
+        destination: str,
+        overwrite: bool,
+        to: FsDestination | None,
+    ) -> builtins.list[str]:
         body = {**_scope_body(scope), "paths": list(paths), "destination": destination, "overwrite": overwrite}
         if to is not None:
             body["to"] = to.model_dump(exclude_none=True)
-        return body
+        done: builtins.list[str] = (await self._fs("POST", server_id, route, json=body))[answer_key]
+        return done
 
     async def delete(
         self, server_id: str, scope: Scope, paths: Sequence[str], *, permanent: bool = False
