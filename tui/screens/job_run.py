@@ -12,6 +12,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tree
 
 from api_client import Server
+from api_client.errors import TransportError
 from api_client.models import FINISHED_STATUSES, Job, JobKindInfo
 
 from ..bridge import TaskHandle
@@ -83,6 +84,7 @@ class JobRunScreen(FleetScreen):
         self.title = server.name
         self.exited = job.status in FINISHED_STATUSES
         self.stream_lost = False
+        self._exit_seen = False  # the stream delivered the job's `exit`: its output is complete
         self._last_seq: int | None = None
         self._stream_tasks: list[TaskHandle] = []
         self._clock: Timer | None = None
@@ -129,6 +131,7 @@ class JobRunScreen(FleetScreen):
         send, receive = open_batch_channel()
         last = str(self._last_seq) if self._last_seq is not None else None
         self.stream_lost = False
+        self._exit_seen = False
         pump = self.bridge.run(
             self, pump_job_events, self.client, self.job.id, send, last, on_error=self._stream_failed
         )
@@ -155,6 +158,7 @@ class JobRunScreen(FleetScreen):
     def _exited(self, data: dict[str, object]) -> None:
         status = str(data.get("status") or self.job.status)
         exit_code = data.get("exit_code")
+        self._exit_seen = True
         was_live = not self.exited
         self.exited = True
         self.job = self.job.model_copy(
@@ -167,11 +171,11 @@ class JobRunScreen(FleetScreen):
                             on_error=lambda exc: None)  # fmt: skip
 
     def _stream_ended(self) -> None:
-        if self.exited:
+        if self._exit_seen:
             return
-        # The stream closed without an `exit`: ask the job itself how it stands.
-        self.bridge.run(self, self.client.jobs.get, self.job.id, on_done=self._job_refreshed,
-                        on_error=self._stream_failed)  # fmt: skip
+        # The stream closed without its `exit`: the output may be cut short, even of a job that
+        # has finished (a replay), so say so and offer `r`, which resumes after the last line.
+        self._stream_failed(TransportError("the output stream ended before the job's exit"))
 
     def _stream_failed(self, exc: BaseException) -> None:
         if self.stream_lost:
