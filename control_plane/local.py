@@ -40,7 +40,7 @@ async def run_local(data_dir: Path, port: int = 0) -> None:
             async with trio.open_nursery() as nursery:
                 await nursery.start(serve_fleet, fleet, sock)
                 agent = AgentConfig(url=url, token=account.agent_token, home=str(home), state_dir=str(agent_state))
-                nursery.start_soon(run_agent, agent)
+                nursery.start_soon(_supervised_agent, agent)
                 with trio.fail_after(AGENT_READY_TIMEOUT_S):
                     # The hub has no "came online" event to wait on; 20 ms polls cost nothing at start-up.
                     while not fleet.hub.is_online(account.server_id):  # noqa: ASYNC110
@@ -69,3 +69,14 @@ async def run_local(data_dir: Path, port: int = 0) -> None:
         finally:
             close_unless_served(sock)
             fleet.db.dispose()
+
+
+async def _supervised_agent(config: AgentConfig) -> None:
+    """The in-process agent, restarted if it ever fails: on a real server the agent is its own
+    process, so its failure never takes the control plane down; here it must not either."""
+    while True:
+        try:
+            await run_agent(config)
+        except Exception:
+            log.exception("the local agent failed; restarting it in 1 s")
+        await trio.sleep(1)

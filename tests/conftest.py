@@ -68,13 +68,16 @@ class Stack:
 
 def start_local(data_dir: Path, port: int = 0) -> Stack:
     """Start `fleetdeck local` on `data_dir` and wait until it says it runs (its agent is linked)."""
+    # stderr goes to a file: a pipe nobody reads would stall the stack once it fills.
+    log = open(data_dir.parent / f"{data_dir.name}-control-plane.log", "a")  # noqa: SIM115 - the process keeps it
     process = subprocess.Popen(
         [sys.executable, "-m", "control_plane", "local", "--data-dir", str(data_dir), "--port", str(port)],
-        env=python_env(FLEETDECK_HEARTBEAT_S="1", FLEETDECK_JOB_GRACE_S="2"),
+        env=python_env(FLEETDECK_HEARTBEAT_S="1", FLEETDECK_JOB_GRACE_S="2", FLEETDECK_LOG="INFO"),
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=log,
         text=True,
     )
+    log.close()
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     assert process.stdout is not None
     while time.monotonic() < deadline:
@@ -82,7 +85,7 @@ def start_local(data_dir: Path, port: int = 0) -> Stack:
         if "running at" in line:
             break
         if not line and process.poll() is not None:
-            raise RuntimeError(f"fleetdeck local exited: {process.stderr.read() if process.stderr else ''}")
+            raise RuntimeError(f"fleetdeck local exited: {control_plane_log(data_dir)[-2000:]}")
     else:
         process.kill()
         raise RuntimeError("fleetdeck local did not start in time")
@@ -101,11 +104,18 @@ def stop(process: subprocess.Popen[str], timeout: float = 15) -> int:
         raise
 
 
+def control_plane_log(data_dir: Path) -> str:
+    return (data_dir.parent / f"{data_dir.name}-control-plane.log").read_text(errors="replace")
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     running = start_local(tmp_path_factory.mktemp("local"))
     yield running
+    died = running.process.poll()
     stop(running.process)
+    # A stack that died mid-session fails every later test with ConnectError: say why, once.
+    assert died is None, f"fleetdeck local exited with {died}:\n{control_plane_log(running.data_dir)[-4000:]}"
 
 
 def start_agent(base_url: str, token: str, home: Path, state_dir: Path) -> subprocess.Popen[str]:

@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import orjson
 from fastapi import APIRouter, Query, Request, Response, WebSocket
+from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
 
 from api_client.errors import ApiError, BadRequest, LiteServer, NotFound, TooLarge, ValidationFailed
@@ -403,7 +404,7 @@ async def upload(
     try:
         async with fleet.agent_upload(server_id, "fs.upload", params) as sending:
             received = 0
-            async for chunk in request.stream():
+            async for chunk in _body(request):
                 received += len(chunk)
                 if received > RELAY_UPLOAD_LIMIT:
                     raise _too_large(received)  # leaving the upload unfinished cancels it
@@ -472,6 +473,15 @@ def _query_size(text: str | None) -> int:
             details={"errors": [{"loc": ["query", "size"], "msg": "required"}]},
         )
     return int(text)
+
+
+async def _body(request: Request) -> AsyncIterator[bytes]:
+    """The request body as it arrives; a client that goes away is an error of the upload."""
+    try:
+        async for chunk in request.stream():
+            yield chunk
+    except ClientDisconnect:
+        raise BadRequest("the client went away before the upload was done") from None
 
 
 def _too_large(size: int) -> TooLarge:
