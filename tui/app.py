@@ -36,6 +36,7 @@ class FleetdeckApp(App[None]):
         "styles/viewer.tcss",
         "styles/help.tcss",
         "styles/jobs.tcss",
+        "styles/editor.tcss",
     ]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", "Help", key_display="?"),

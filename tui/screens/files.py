@@ -11,13 +11,15 @@ from textual.timer import Timer
 from textual.widgets import Footer, Select, Static
 
 from api_client import FileContent, Listing, Scope, Server
+from api_client import errors as api_errors
 
 from ..bridge import TaskHandle
-from ..errors import describe_error
+from ..errors import describe_error, format_size
 from ..text import join_path, parent_path, printable
 from ..widgets.directory_pane import DirectoryPane, EntryDict
 from ..widgets.header import SafeHeader
 from .base import FleetScreen
+from .editor import EditorScreen
 from .viewer import ViewerScreen
 
 BUSY_INDICATOR_DELAY_S = 0.2
@@ -41,6 +43,7 @@ class FilesScreen(FleetScreen):
         Binding("escape", "back", "Servers"),
         Binding("s", "pick_scope", "Scope"),
         Binding("r", "reload", "Reload"),
+        Binding("f4", "edit", "Edit"),
         Binding("tilde", "go_root", "Scope root", key_display="~", show=False),
     ]
 
@@ -225,6 +228,47 @@ class FilesScreen(FleetScreen):
     def _open_failed(self, exc: BaseException, path: str) -> None:
         self._update_status_for(self.query_one(DirectoryPane).highlighted)
         self.show_error(exc, server=self.server.name, path=path.rpartition("/")[2] or path)
+
+    # --- editor ---------------------------------------------------------------------------
+
+    def action_edit(self) -> None:
+        """F4: open the highlighted file in the editor."""
+        entry = self.query_one(DirectoryPane).highlighted
+        if entry is None or self.scope is None:
+            return
+        target = join_path(self.path, str(entry.get("name", "")))
+        if entry.get("type") not in ("file", "symlink"):
+            self.notify(f"{printable(target)} is not a file: only files can be edited.", severity="warning")
+            return
+        if self._opening_task is not None:
+            self._opening_task.cancel()
+        self._set_status(f"Opening /{target} for editing…")
+        scope = self.scope
+        self._opening_task = self.bridge.run(
+            self,
+            self.client.files.read,
+            self.server.id,
+            scope,
+            target,
+            on_done=lambda content: self._edit_file(scope, content),
+            on_error=lambda exc: self._edit_failed(exc, target),
+        )
+
+    def _edit_file(self, scope: Scope, content: FileContent) -> None:
+        self._update_status_for(self.query_one(DirectoryPane).highlighted)
+        self.app.push_screen(EditorScreen(self.server, scope, content))
+
+    def _edit_failed(self, exc: BaseException, path: str) -> None:
+        self._update_status_for(self.query_one(DirectoryPane).highlighted)
+        name = printable(path.rpartition("/")[2] or path)
+        if isinstance(exc, api_errors.BinaryFile):
+            self.notify(f"{name} is binary: download it instead.", severity="error", timeout=8)
+        elif isinstance(exc, api_errors.TooLarge):
+            limit = exc.details.get("limit")
+            limit_text = f" (the limit is {format_size(limit)})" if isinstance(limit, int) else ""
+            self.notify(f"{name} is too large to edit{limit_text}: download it instead.", severity="error", timeout=8)
+        else:
+            self.show_error(exc, server=self.server.name, path=name)
 
     # --- bars -----------------------------------------------------------------------------
 

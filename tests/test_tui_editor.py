@@ -1,0 +1,319 @@
+"""The file editor: F4 → edit → ctrl+s on the real stack (`fleetdeck local`), save conflicts, and
+the `Editor` widget alone (undo/redo, search, a 10 MiB file).
+
+Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio side has delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from textual import events
+from textual.app import App, ComposeResult
+from textual.pilot import Pilot
+
+from api_client import Client
+from tests.conftest import Stack
+from tui.app import FleetdeckApp
+from tui.connection import Connection
+from tui.screens.editor import EditorScreen
+from tui.screens.files import FilesScreen
+from tui.screens.save_conflict import CopyNameDialog, SaveConflictDialog, UnsavedChangesDialog
+from tui.screens.servers import ServerListScreen
+from tui.widgets.directory_pane import DirectoryPane
+from tui.widgets.editor import Editor
+from tui.widgets.highlight import BLOCK_LINES, LEAD_IN_LINES
+
+SIZE = (80, 24)
+
+
+async def wait_for(pilot: Pilot[None], predicate: Callable[[], object], seconds: float = 15) -> None:
+    """Poll until `predicate()` is true: results from trio arrive on their own schedule."""
+    for _ in range(int(seconds / 0.05)):
+        if predicate():
+            return
+        await pilot.pause(0.05)
+    notes = [n.message for n in pilot.app._notifications]
+    raise AssertionError(f"timed out; screen {pilot.app.screen!r}, notifications {notes}")
+
+
+def run(app: App[None], scenario: Callable[[Pilot[None]], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await scenario(pilot)
+
+    asyncio.run(main())
+
+
+def site_dir(stack: Stack) -> Path:
+    """The directory of the `example.com` scope (the one the files screen opens first)."""
+    return stack.data_dir / "home" / "example-com"
+
+
+def real_app(stack: Stack) -> FleetdeckApp:
+    client = Client(stack.base_url, token=stack.token)
+    return FleetdeckApp(Connection(stack.base_url, stack.token, "test stack"), theme="fleetdeck-dark", client=client)
+
+
+async def open_files(pilot: Pilot[None]) -> FilesScreen:
+    app = pilot.app
+    await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(app.screen, FilesScreen) and app.screen.query_one(DirectoryPane).entries)
+    screen = app.screen
+    assert isinstance(screen, FilesScreen)
+    return screen
+
+
+async def press_f4_on(pilot: Pilot[None], files: FilesScreen, name: str) -> None:
+    pane = files.query_one(DirectoryPane)
+    await wait_for(pilot, lambda: pane.index_of(name) is not None)
+    index = pane.index_of(name)
+    assert index is not None
+    pane.move_cursor(index)
+    await pilot.press("f4")
+
+
+async def edit(pilot: Pilot[None], name: str) -> EditorScreen:
+    """From the server list to `name` (at the scope root) in the editor."""
+    files = await open_files(pilot)
+    await press_f4_on(pilot, files, name)
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, EditorScreen))
+    screen = pilot.app.screen
+    assert isinstance(screen, EditorScreen)
+    await pilot.pause()
+    return screen
+
+
+# --- on the real stack --------------------------------------------------------------------------
+
+
+def test_f4_edits_a_file_and_ctrl_s_saves_it(stack: Stack) -> None:
+    target = site_dir(stack) / "editor-save.py"
+    target.write_text("def hello():\n    return 'world'\n")
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await edit(pilot, "editor-save.py")
+        editor = screen.editor
+        assert app.focused is editor
+        assert editor.lines == ["def hello():", "    return 'world'"]
+        assert editor.language == "Python"
+        assert not editor.modified
+
+        await pilot.press("down", "end", "enter", "p", "a", "s", "s")
+        assert editor.lines == ["def hello():", "    return 'world'", "    pass"]
+        assert editor.modified
+        assert str(screen.query_one("#editor-bar").render()).startswith("● /editor-save.py")
+
+        # Escape with unsaved changes asks first; Escape there goes back to editing.
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, UnsavedChangesDialog))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen)
+
+        # Search: ctrl+f, a word, Enter puts the cursor on it.
+        await pilot.press("ctrl+f", *"world", "enter")
+        assert editor.match == (1, 12, 5) and editor.cursor == (1, 12)
+        await pilot.press("escape")
+        assert editor.match is None and app.focused is editor
+
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: target.read_text() == "def hello():\n    return 'world'\n    pass\n")
+        await wait_for(pilot, lambda: not editor.modified and not screen.saving)
+
+        # Saved: Escape closes at once.
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, FilesScreen))
+
+        # A binary file is not opened.
+        files = app.screen
+        assert isinstance(files, FilesScreen)
+        files.load("public_html")
+        await wait_for(pilot, lambda: files.path == "public_html")
+        await press_f4_on(pilot, files, "favicon.ico")
+        await wait_for(pilot, lambda: any("binary: download it instead" in n.message for n in app._notifications))
+        assert app.screen is files
+
+    run(app, scenario)
+
+
+def test_a_save_conflict_offers_overwrite_reload_or_a_copy(stack: Stack) -> None:
+    target = site_dir(stack) / "editor-conflict.txt"
+    copy = site_dir(stack) / "editor-conflict.mine.txt"
+    copy.unlink(missing_ok=True)
+    target.write_text("original\n")
+    app = real_app(stack)
+
+    async def conflict(pilot: Pilot[None], screen: EditorScreen, theirs: str, key: str) -> None:
+        """Someone else saves `theirs`; we type `key` and ctrl+s: the conflict dialog opens."""
+        target.write_text(theirs)
+        await pilot.press("ctrl+home", key, "ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SaveConflictDialog))
+        assert target.read_text() == theirs
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await edit(pilot, "editor-conflict.txt")
+        editor = screen.editor
+
+        # Overwrite: our text replaces theirs.
+        await conflict(pilot, screen, "theirs 1\n", "x")
+        await pilot.press("o")
+        await wait_for(pilot, lambda: target.read_text() == "xoriginal\n")
+        await wait_for(pilot, lambda: app.screen is screen and not editor.modified and not screen.saving)
+
+        # Reload: their text replaces ours in the editor.
+        await conflict(pilot, screen, "theirs 2\n", "y")
+        await pilot.press("r")
+        await wait_for(pilot, lambda: editor.text == "theirs 2\n")
+        assert not editor.modified and target.read_text() == "theirs 2\n"
+
+        # Save a copy: ours goes to a new file, theirs stays.
+        await conflict(pilot, screen, "theirs 3\n", "z")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: isinstance(app.screen, CopyNameDialog))
+        await pilot.press("enter")  # the offered name: editor-conflict.mine.txt
+        await wait_for(pilot, lambda: copy.exists() and copy.read_text() == "ztheirs 2\n")
+        assert target.read_text() == "theirs 3\n"
+        await wait_for(pilot, lambda: screen.path == "editor-conflict.mine.txt" and not editor.modified)
+
+        # And the etag of the copy is the one the next save sends.
+        await pilot.press("ctrl+home", "w", "ctrl+s")
+        await wait_for(pilot, lambda: copy.read_text() == "wztheirs 2\n")
+
+    run(app, scenario)
+
+
+# --- the widget alone ---------------------------------------------------------------------------
+
+
+class EditorApp(App[None]):
+    def __init__(self, content: str, path: str = "example.py") -> None:
+        super().__init__()
+        self.content = content
+        self.path = path
+
+    def compose(self) -> ComposeResult:
+        yield Editor()
+
+    def on_mount(self) -> None:
+        editor = self.query_one(Editor)
+        editor.load(self.content, self.path)
+        editor.focus()
+
+
+def test_editing_keys_and_undo_redo() -> None:
+    app = EditorApp("hello\nworld\n")
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        editor = app.query_one(Editor)
+        await pilot.pause()
+        await pilot.press("a", "b", "c")
+        assert editor.lines == ["abchello", "world"] and editor.cursor == (0, 3)
+        await pilot.press("enter")
+        assert editor.lines == ["abc", "hello", "world"] and editor.cursor == (1, 0)
+        await pilot.press("backspace")
+        assert editor.lines == ["abchello", "world"]
+        await pilot.press("end", "delete")
+        assert editor.lines == ["abchelloworld"]
+        await pilot.press("tab")
+        assert editor.lines == ["abchello    world"]
+
+        # One undo per step; the three typed letters are one step.
+        for expected in (["abchelloworld"], ["abchello", "world"], ["abc", "hello", "world"], ["abchello", "world"]):
+            await pilot.press("ctrl+z")
+            assert editor.lines == expected
+        await pilot.press("ctrl+z")
+        assert editor.lines == ["hello", "world"] and editor.cursor == (0, 0)
+        assert not editor.modified and not editor.can_undo
+        await pilot.press("ctrl+y", "ctrl+y")
+        assert editor.lines == ["abc", "hello", "world"] and editor.modified
+        await pilot.press("ctrl+y", "ctrl+y", "ctrl+y")
+        assert editor.lines == ["abchello    world"] and not editor.can_redo
+        assert editor.text == "abchello    world\n"
+
+        # Typing after undo drops the redo steps; a move starts a new undo group.
+        await pilot.press("ctrl+z", "q")
+        assert editor.lines == ["abchelloqworld"] and not editor.can_redo
+        await pilot.press("left", "right", "r")
+        await pilot.press("ctrl+z")
+        assert editor.lines == ["abchelloqworld"]
+
+        # Moving: ctrl+end / ctrl+home, Home is smart about indentation.
+        editor.load("  x\n  y\nlast", "a.txt")
+        await pilot.press("ctrl+end")
+        assert editor.cursor == (2, 4)
+        await pilot.press("ctrl+home", "down", "end", "home")
+        assert editor.cursor == (1, 2)
+        await pilot.press("home")
+        assert editor.cursor == (1, 0)
+        assert editor.text == "  x\n  y\nlast"
+
+        # A burst of keys (a fast typist, a terminal paste without brackets) is applied in order.
+        for key, character in [("down", None), ("end", None), ("enter", "\r"), ("z", "z")]:
+            app.post_message(events.Key(key, character))
+        await pilot.pause(0.2)
+        assert editor.lines == ["  x", "  y", "last", "z"]
+
+    run(app, scenario)
+
+
+def test_search_finds_the_next_match_and_wraps() -> None:
+    app = EditorApp("alpha\nbeta Alpha\ngamma\nalphabet\n")
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        editor = app.query_one(Editor)
+        await pilot.pause()
+        assert editor.find("alpha")
+        assert editor.match == (0, 0, 5) and editor.cursor == (0, 0)
+        assert editor.find("alpha")
+        assert editor.match == (1, 5, 5)  # case-insensitive
+        assert editor.find("alpha")
+        assert editor.match == (3, 0, 5)
+        assert editor.find("alpha")
+        assert editor.match == (0, 0, 5)  # wrapped
+        assert not editor.find("delta")
+        assert editor.match is None
+        # The match is drawn in its own style.
+        editor.find("gamma")
+        await pilot.pause()
+        match_style = editor.get_component_rich_style("editor--match", partial=True)
+        line = editor.render_line(2)
+        assert any(seg.text.startswith("amma") and match_style.bgcolor == seg.style.bgcolor for seg in line)
+
+    run(app, scenario)
+
+
+def generated_python(size: int) -> str:
+    chunk = "".join(f"def function_{i}(value):\n    '''Doc {i}.'''\n    return value * {i} + 1\n\n" for i in range(100))
+    return chunk * (size // len(chunk) + 1)
+
+
+def test_a_10_mib_file_types_without_lexing_the_whole_file() -> None:
+    content = generated_python(10 * 1024 * 1024)
+    app = EditorApp(content, "big.py")
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        editor = app.query_one(Editor)
+        await pilot.pause()
+        line_count = editor.line_count
+        assert line_count > 250_000
+        block = BLOCK_LINES + LEAD_IN_LINES
+        assert 0 < editor.highlighter.lexed_line_count <= 2 * block
+
+        for key in ("x", "y", "z", "enter", "backspace"):
+            await pilot.press(key)
+        await pilot.press("ctrl+end")
+        await pilot.press("k", "enter", "m")
+        await pilot.press("pageup", "pageup", "q")
+        await pilot.pause()
+        assert editor.lines[0].startswith("xyzdef function_0")
+        assert editor.lines[-2:] == ["k", "m"]
+        assert editor.line_count == line_count + 1
+        # Lexed: the visible blocks, again after each edit; never the whole file.
+        assert editor.highlighter.lexed_line_count < 40 * block
+        assert editor.text.startswith("xyzdef function_0(value):\n")
+
+    run(app, scenario)
