@@ -16,12 +16,12 @@ from textual.pilot import Pilot
 
 from api_client import Client
 from tests.conftest import Stack
+from tests.test_tui_jobs import highlight_server
 from tui.app import FleetdeckApp
 from tui.connection import Connection
 from tui.screens.editor import EditorScreen
 from tui.screens.files import FilesScreen
 from tui.screens.save_conflict import CopyNameDialog, SaveConflictDialog, UnsavedChangesDialog
-from tui.screens.servers import ServerListScreen
 from tui.widgets.directory_pane import DirectoryPane
 from tui.widgets.editor import Editor
 from tui.widgets.highlight import BLOCK_LINES, LEAD_IN_LINES
@@ -58,8 +58,9 @@ def real_app(stack: Stack) -> FleetdeckApp:
 
 
 async def open_files(pilot: Pilot[None]) -> FilesScreen:
+    """The files of the demo server "local" (other tests add servers to the shared stack)."""
     app = pilot.app
-    await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
+    await highlight_server(pilot, "local")
     await pilot.press("enter")
     await wait_for(pilot, lambda: isinstance(app.screen, FilesScreen) and app.screen.query_one(DirectoryPane).entries)
     screen = app.screen

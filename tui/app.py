@@ -96,12 +96,9 @@ class FleetdeckApp(App[None]):
         """The files of the server picked on the server list (or of the only server)."""
         if isinstance(self.screen, FilesScreen):
             return
-        server_list = next((s for s in self.screen_stack if isinstance(s, ServerListScreen)), None)
-        server = server_list.highlighted_server if server_list is not None else None
-        if server is None:
-            self.notify("No server to open: pick one in the server list.", severity="warning")
-            return
-        self.open_files(server)
+        server = self._picked_server()
+        if server is not None:
+            self.open_files(server)
 
     def open_files(self, server: Server) -> None:
         self.action_go_servers()
@@ -111,12 +108,17 @@ class FleetdeckApp(App[None]):
         """The jobs of the server picked on the server list (or of the only server)."""
         if isinstance(self.screen, JobsScreen):
             return
+        server = self._picked_server()
+        if server is not None:
+            self.open_jobs(server)
+
+    def _picked_server(self) -> Server | None:
+        """The server highlighted on the server list; None (and a word to the user) if there is none."""
         server_list = next((s for s in self.screen_stack if isinstance(s, ServerListScreen)), None)
         server = server_list.highlighted_server if server_list is not None else None
         if server is None:
             self.notify("No server to open: pick one in the server list.", severity="warning")
-            return
-        self.open_jobs(server)
+        return server
 
     def open_jobs(self, server: Server) -> None:
         self.action_go_servers()
