@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from textual.screen import Screen
 
@@ -15,12 +15,12 @@ if TYPE_CHECKING:
     from ..app import FleetdeckApp
 
 
-class FleetScreen(BridgedMixin, Screen[None]):
-    """A screen whose trio tasks are cancelled when it is dismissed (see `BridgedMixin`)."""
+class FleetAccess:
+    """The app's API client and trio bridge, for screens and modal screens alike."""
 
     @property
     def fleet(self) -> FleetdeckApp:
-        return cast("FleetdeckApp", self.app)
+        return cast("FleetdeckApp", cast("Screen[Any]", self).app)
 
     @property
     def client(self) -> Client:
@@ -29,6 +29,10 @@ class FleetScreen(BridgedMixin, Screen[None]):
     @property
     def bridge(self) -> TrioBridge:
         return self.fleet.bridge
+
+
+class FleetScreen(FleetAccess, BridgedMixin, Screen[None]):
+    """A screen whose trio tasks are cancelled when it is dismissed (see `BridgedMixin`)."""
 
     @property
     def dismissed(self) -> bool:

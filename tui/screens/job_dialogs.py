@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from rich.text import Text
 from textual import on
@@ -20,34 +20,23 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from api_client import Client, Server
+from api_client import Server
 from api_client.models import PLANS, Job, JobKindInfo
 
-from ..bridge import BridgedMixin, TrioBridge
+from ..bridge import BridgedMixin
 from ..text import printable
 from ..widgets.job_form import Invalid, JobForm, parse_schema
+from .base import FleetAccess
 from .job_errors import describe_job_error, validation_errors
 
 if TYPE_CHECKING:
-    from ..app import FleetdeckApp
+    pass
 
 T = TypeVar("T")
 
 
-class FleetModal(BridgedMixin, ModalScreen[T]):
+class FleetModal(FleetAccess, BridgedMixin, ModalScreen[T]):
     """A modal screen that may submit trio work (cancelled when it closes)."""
-
-    @property
-    def fleet(self) -> FleetdeckApp:
-        return cast("FleetdeckApp", self.app)
-
-    @property
-    def client(self) -> Client:
-        return self.fleet.client
-
-    @property
-    def bridge(self) -> TrioBridge:
-        return self.fleet.bridge
 
 
 # --- what a kind needs ------------------------------------------------------------------------
