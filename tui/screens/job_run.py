@@ -190,7 +190,8 @@ class JobRunScreen(FleetScreen):
         self.job = job
         if job.status in FINISHED_STATUSES:
             self.exited = True
-            self._show_banner()
+            if self._exit_seen:  # the banner closes complete output only; the bar shows the status
+                self._show_banner()
         elif not self._stream_alive():
             self.stream_lost = True
             self.refresh_bindings()
