@@ -44,6 +44,7 @@ class PaneApp(App[None]):
         super().__init__()
         self.opened: list[dict[str, Any]] = []
         self.up_requests = 0
+        self.marks_changes = 0
 
     def compose(self) -> ComposeResult:
         yield DirectoryPane()
@@ -53,6 +54,9 @@ class PaneApp(App[None]):
 
     def on_directory_pane_up_requested(self, _event: DirectoryPane.UpRequested) -> None:
         self.up_requests += 1
+
+    def on_directory_pane_marks_changed(self, _event: DirectoryPane.MarksChanged) -> None:
+        self.marks_changes += 1
 
 
 class ViewerApp(App[None]):
@@ -130,6 +134,66 @@ def test_directory_pane_sorts_directories_first_then_names_case_insensitively() 
     names = [("b.txt", "file"), ("Z", "dir"), ("a", "dir"), ("C.txt", "file"), ("a.txt", "file")]
     entries = [{"name": name, "type": kind} for name, kind in names]
     assert [e["name"] for e in sort_entries(entries)] == ["a", "Z", "a.txt", "b.txt", "C.txt"]
+
+
+def test_sorting_by_size_and_time_keeps_directories_first_and_can_be_reversed() -> None:
+    entries = [
+        {"name": "small", "type": "file", "size": 1, "mtime": "2026-01-03T00:00:00Z"},
+        {"name": "big", "type": "file", "size": 900, "mtime": "2026-01-01T00:00:00Z"},
+        {"name": "mid", "type": "file", "size": 50, "mtime": "2026-01-02T00:00:00Z"},
+        {"name": "folder", "type": "dir", "size": 4096, "mtime": "2025-01-01T00:00:00Z"},
+    ]
+    assert [e["name"] for e in sort_entries(entries, "size")] == ["folder", "big", "mid", "small"]
+    assert [e["name"] for e in sort_entries(entries, "size", reverse=True)] == ["folder", "small", "mid", "big"]
+    assert [e["name"] for e in sort_entries(entries, "mtime")] == ["folder", "small", "mid", "big"]
+
+
+def test_marks_survive_sorting_and_filtering_and_a_reload_keeps_them() -> None:
+    app = PaneApp()
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        pane = app.query_one(DirectoryPane)
+        pane.set_entries(make_entries(50))
+        pane.focus()
+        await pilot.pause()
+        # Space marks and moves down, as Insert does in Midnight Commander.
+        await pilot.press("space", "space", "insert")
+        assert pane.cursor == 3
+        marked = [e["name"] for e in pane.marked]
+        assert marked == ["dir-000000", "dir-000010", "dir-000020"]
+        assert [e["name"] for e in pane.selection] == marked
+        assert pane.render_line(1).text.startswith("* dir-000000")
+
+        # The filter hides entries but not their marks; a glob or a substring, any case.
+        pane.set_filter("FILE-00000?.TXT")
+        assert [e["name"] for e in pane.entries] == [f"file-00000{i}.txt" for i in range(1, 10)]
+        assert len(pane.all_entries) == 50 and [e["name"] for e in pane.marked] == marked
+        pane.set_filter("")
+        assert len(pane.entries) == 50
+
+        # Sorting keeps the marks and the cursor's entry.
+        pane.move_cursor(pane.index_of("file-000049.txt") or 0)
+        pane.sort_by("size")
+        assert pane.highlighted is not None and pane.highlighted["name"] == "file-000049.txt"
+        assert pane.entries[5]["name"] == "file-000049.txt"  # the 5 folders, then the largest file
+        assert [e["name"] for e in pane.marked] == ["dir-000020", "dir-000010", "dir-000000"]
+        assert pane.render_line(0).text.split()[:2] == ["Name", "Size↓"]
+
+        # A reload of the same folder keeps the marks of names that are still there; a new folder clears them.
+        remaining = [e for e in make_entries(50) if e["name"] != "dir-000010"]
+        pane.set_entries(remaining, keep_marks=True)
+        assert [e["name"] for e in pane.marked] == ["dir-000020", "dir-000000"]
+        await pilot.press("asterisk")  # invert
+        assert len(pane.marked) == 47
+        await pilot.press("minus")
+        assert pane.marked == [] and pane.selection == [pane.highlighted]
+        await pilot.press("plus")
+        pane.set_entries(remaining)
+        assert pane.marked == []
+        await pilot.pause()
+        assert app.marks_changes >= 6
+
+    run_app(app, scenario)
 
 
 def test_directory_pane_drops_columns_when_narrow_and_shows_no_control_characters() -> None:

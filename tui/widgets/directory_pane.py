@@ -9,9 +9,10 @@ Line 0 of the view is a sticky column header; entry `i` is drawn on virtual line
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import fnmatch
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -69,13 +70,43 @@ class ColumnLayout:
         raise AssertionError("unreachable")
 
 
-def sort_entries(entries: Iterable[EntryDict]) -> list[EntryDict]:
-    """Directories first, then everything else; by name, case-insensitively, within each group."""
-    return sorted(entries, key=lambda e: (e.get("type") != "dir", e.get("name", "").casefold(), e.get("name", "")))
+SortKey = Literal["name", "size", "mtime"]
+SORT_KEYS: tuple[SortKey, ...] = ("name", "size", "mtime")
+
+
+def sort_entries(entries: Iterable[EntryDict], by: SortKey = "name", *, reverse: bool = False) -> list[EntryDict]:
+    """Directories first, then everything else (as in Midnight Commander, whatever the order).
+
+    Within each group: by name, case-insensitively; or by size or modification time, largest or
+    newest first (`reverse` turns either order around), ties broken by name.
+    """
+    by_name = sorted(entries, key=lambda e: (e.get("name", "").casefold(), e.get("name", "")))
+    if by == "size":
+        by_name.sort(key=lambda e: int(e.get("size", 0)), reverse=True)
+    elif by == "mtime":
+        by_name.sort(key=lambda e: str(e.get("mtime", "")), reverse=True)
+    if reverse:
+        by_name.reverse()
+    # A stable sort keeps the order above within each group.
+    by_name.sort(key=lambda e: e.get("type") != "dir")
+    return by_name
+
+
+def name_filter(pattern: str) -> Callable[[str], bool]:
+    """What `/` filters with: a glob when `pattern` has `*`, `?` or `[`, else a substring; no case."""
+    folded = pattern.casefold()
+    if any(c in folded for c in "*?["):
+        return lambda name: fnmatch.fnmatchcase(name.casefold(), folded)
+    return lambda name: folded in name.casefold()
 
 
 class DirectoryPane(ScrollView, can_focus=True):
-    """The entries of one directory, a cursor row, Enter to open, Backspace to go up."""
+    """The entries of one directory, a cursor row, Enter to open, Backspace to go up.
+
+    Entries can be marked (Insert or Space) for actions on many at once, sorted by name, size or
+    time, and narrowed by a name filter; the marks survive sorting and filtering (a mark hidden
+    by the filter still counts, as in Midnight Commander).
+    """
 
     DEFAULT_CSS = load_tcss(__file__)
 
@@ -87,6 +118,7 @@ class DirectoryPane(ScrollView, can_focus=True):
         "directory-pane--other",
         "directory-pane--meta",
         "directory-pane--empty",
+        "directory-pane--marked",
     }
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -98,6 +130,10 @@ class DirectoryPane(ScrollView, can_focus=True):
         Binding("end", "last", "Last", show=False),
         Binding("enter", "open", "Open"),
         Binding("backspace", "up_directory", "Parent"),
+        Binding("insert,space", "toggle_mark", "Mark", show=False),
+        Binding("asterisk", "invert_marks", "Invert marks", key_display="*", show=False),
+        Binding("plus", "mark_all", "Mark all", key_display="+", show=False),
+        Binding("minus", "unmark_all", "Unmark all", key_display="-", show=False),
     ]
 
     cursor: reactive[int] = reactive(0, always_update=False, init=False)
@@ -127,11 +163,24 @@ class DirectoryPane(ScrollView, can_focus=True):
             self.index = index
             self.entry = entry
 
+    class MarksChanged(Message):
+        """The set of marked names changed."""
+
+        def __init__(self, pane: DirectoryPane) -> None:
+            super().__init__()
+            self.pane = pane
+
     EMPTY_DIRECTORY = "This directory is empty."
+    NO_MATCH = "Nothing matches the filter."
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
+        self._all_entries: list[EntryDict] = []
         self._entries: list[EntryDict] = []
+        self._marked: set[str] = set()
+        self._sort_by: SortKey = "name"
+        self._sort_reverse = False
+        self._filter = ""
         self._owner_width = 5
         self._longest_name = 0
         self.message = ""
@@ -141,33 +190,93 @@ class DirectoryPane(ScrollView, can_focus=True):
 
     @property
     def entries(self) -> list[EntryDict]:
-        """The entries in display order (directories first)."""
+        """The entries shown, in display order (directories first), after the filter."""
         return self._entries
+
+    @property
+    def all_entries(self) -> list[EntryDict]:
+        """Every entry of the directory, filter or not, in display order."""
+        return self._all_entries
 
     @property
     def highlighted(self) -> EntryDict | None:
         """The entry under the cursor, if any."""
         return self._entries[self.cursor] if self._entries else None
 
-    def set_entries(self, entries: Iterable[EntryDict], *, select: str | None = None) -> None:
-        """Show `entries` (sorted here); put the cursor on the one named `select`, or the first."""
-        self._entries = sort_entries(entries)
-        self.message = self.EMPTY_DIRECTORY
-        self._owner_width = max((len(str(e.get("owner", ""))) for e in self._entries), default=5)
+    @property
+    def marked(self) -> list[EntryDict]:
+        """The marked entries, in display order (including those the filter hides)."""
+        return [entry for entry in self._all_entries if entry.get("name") in self._marked]
+
+    @property
+    def selection(self) -> list[EntryDict]:
+        """What an action applies to: the marked entries, or else the highlighted one."""
+        if self._marked:
+            return self.marked
+        return [self.highlighted] if self.highlighted is not None else []
+
+    @property
+    def ordering(self) -> tuple[SortKey, bool]:
+        return self._sort_by, self._sort_reverse
+
+    @property
+    def filter_text(self) -> str:
+        return self._filter
+
+    def set_entries(self, entries: Iterable[EntryDict], *, select: str | None = None, keep_marks: bool = False) -> None:
+        """Show `entries` (sorted here); put the cursor on the one named `select`, or the first.
+
+        Marks are cleared (a new directory), unless `keep_marks` (a reload of the same one), in
+        which case the marks of names that still exist stay.
+        """
+        self._all_entries = sort_entries(entries, self._sort_by, reverse=self._sort_reverse)
+        names = {entry.get("name") for entry in self._all_entries}
+        self._marked = {name for name in self._marked if name in names} if keep_marks else set()
+        self._owner_width = max((len(str(e.get("owner", ""))) for e in self._all_entries), default=5)
         # +2: the `/` after directory names, and some air.
-        self._longest_name = max(map(_display_name_length, self._entries), default=0) + 2
+        self._longest_name = max(map(_display_name_length, self._all_entries), default=0) + 2
+        self._show(select, top=True)
+        self.post_message(self.MarksChanged(self))
+
+    def _show(self, select: str | None, *, top: bool = False) -> None:
+        """Apply the filter to the sorted entries and redraw, the cursor on `select` if shown."""
+        if self._filter:
+            matches = name_filter(self._filter)
+            self._entries = [entry for entry in self._all_entries if matches(str(entry.get("name", "")))]
+            self.message = self.NO_MATCH
+        else:
+            self._entries = self._all_entries
+            self.message = self.EMPTY_DIRECTORY
         self.virtual_size = Size(1, len(self._entries) + 1)
         index = self.index_of(select) if select is not None else None
         self.set_reactive(DirectoryPane.cursor, self.validate_cursor(index or 0))
-        self.scroll_to(y=0, animate=False, immediate=True)
-        if index:
+        if top:
+            self.scroll_to(y=0, animate=False, immediate=True)
+        if index or not top:
             self._scroll_cursor_into_view(center=True)
         self.refresh()
         self._post_cursor()
 
+    def sort_by(self, key: SortKey, *, reverse: bool = False) -> None:
+        """Re-sort in place, keeping the cursor on the same entry."""
+        self._sort_by, self._sort_reverse = key, reverse
+        current = self.highlighted
+        self._all_entries = sort_entries(self._all_entries, key, reverse=reverse)
+        self._show(str(current["name"]) if current else None)
+
+    def set_filter(self, text: str) -> None:
+        """Show only the names matching `text` (see `name_filter`); `""` shows everything."""
+        if text == self._filter:
+            return
+        self._filter = text
+        current = self.highlighted
+        self._show(str(current["name"]) if current else None)
+
     def show_message(self, message: str) -> None:
         """Clear the entries and show `message` in their place (e.g. why nothing could be listed)."""
+        self._all_entries = []
         self._entries = []
+        self._marked = set()
         self.message = message
         self.virtual_size = Size(1, 1)
         self.set_reactive(DirectoryPane.cursor, 0)
@@ -247,6 +356,35 @@ class DirectoryPane(ScrollView, can_focus=True):
     def action_up_directory(self) -> None:
         self.post_message(self.UpRequested(self))
 
+    # --- marks ----------------------------------------------------------------------------
+
+    def action_toggle_mark(self) -> None:
+        """Mark or unmark the highlighted entry and move on to the next (as in Midnight Commander)."""
+        entry = self.highlighted
+        if entry is None:
+            return
+        name = str(entry.get("name", ""))
+        self._marked.symmetric_difference_update({name})
+        self._marks_changed()
+        self.cursor += 1
+
+    def action_invert_marks(self) -> None:
+        """Invert the marks of the entries shown."""
+        self._marked.symmetric_difference_update(str(entry.get("name", "")) for entry in self._entries)
+        self._marks_changed()
+
+    def action_mark_all(self) -> None:
+        self._marked.update(str(entry.get("name", "")) for entry in self._entries)
+        self._marks_changed()
+
+    def action_unmark_all(self) -> None:
+        self._marked.clear()
+        self._marks_changed()
+
+    def _marks_changed(self) -> None:
+        self.refresh()
+        self.post_message(self.MarksChanged(self))
+
     def on_click(self, event: events.Click) -> None:
         index = round(self.scroll_y) + event.y - 1
         if event.y < 1 or not 0 <= index < len(self._entries):
@@ -267,14 +405,20 @@ class DirectoryPane(ScrollView, can_focus=True):
             if index == 0 and self.message:
                 return Strip([Segment(_fit(self.message.center(width), width), self._style("empty"))], width)
             return Strip.blank(width, self.rich_style)
-        return self._entry_strip(self._entries[index], layout, width, index == self.cursor)
+        entry = self._entries[index]
+        return self._entry_strip(entry, layout, width, index == self.cursor, entry.get("name") in self._marked)
 
     def _header_strip(self, layout: ColumnLayout, width: int) -> Strip:
-        cells = ["", "Name", "Size", "Mode", "Owner", "Modified"]
+        arrow = "↑" if self._sort_reverse else "↓"
+        titles = {"name": "Name", "size": "Size", "mtime": "Modified"}
+        titles[self._sort_by] = f"{titles[self._sort_by]}{arrow}"
+        cells = ["", titles["name"], titles["size"], "Mode", "Owner", titles["mtime"]]
         text = self._join_cells(layout, cells, right_aligned={2})
         return Strip([Segment(text.ljust(width)[:width], self._style("header"))], width)
 
-    def _entry_strip(self, entry: EntryDict, layout: ColumnLayout, width: int, is_cursor: bool) -> Strip:
+    def _entry_strip(
+        self, entry: EntryDict, layout: ColumnLayout, width: int, is_cursor: bool, is_marked: bool
+    ) -> Strip:
         kind = entry.get("type", "other")
         name = printable(str(entry.get("name", "")))
         if kind == "dir":
@@ -285,9 +429,13 @@ class DirectoryPane(ScrollView, can_focus=True):
         # On the cursor row the cursor's colours win; elsewhere the type tints the name.
         name_style = base + self._style(kind) if kind in TINTED_TYPES and not is_cursor else base
         meta_style = base if is_cursor else base + self._style("meta")
+        if is_marked:
+            # A mark shows on every row, the cursor's too: its colour on top, and a `*` marker.
+            name_style = meta_style = base + self._style("marked")
+        marker = "*" if is_marked else TYPE_MARKERS.get(kind, "?")
 
         segments = [
-            Segment(TYPE_MARKERS.get(kind, "?") + " ", name_style),
+            Segment(marker + " ", name_style),
             Segment(_fit(name, layout.name), name_style),
         ]
         metadata = [
