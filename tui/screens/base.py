@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 
 from api_client import Client
 
@@ -13,6 +13,8 @@ from ..errors import describe_error
 
 if TYPE_CHECKING:
     from ..app import FleetdeckApp
+
+T = TypeVar("T")
 
 
 class FleetAccess:
@@ -42,3 +44,7 @@ class FleetScreen(FleetAccess, BridgedMixin, Screen[None]):
     def show_error(self, exc: BaseException, *, server: str | None = None, path: str | None = None) -> None:
         """An error as a notification, worded for humans."""
         self.notify(describe_error(exc, server=server, path=path), severity="error", timeout=8)
+
+
+class FleetModal(FleetAccess, BridgedMixin, ModalScreen[T]):
+    """A modal screen that may submit trio work (cancelled when it closes)."""

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on
@@ -23,21 +23,10 @@ from textual.widgets.option_list import Option
 from api_client import Server
 from api_client.models import PLANS, Job, JobKindInfo
 
-from ..bridge import BridgedMixin
 from ..text import printable
 from ..widgets.job_form import Invalid, JobForm, parse_schema
-from .base import FleetAccess
+from .base import FleetModal
 from .job_errors import describe_job_error, validation_errors
-
-if TYPE_CHECKING:
-    pass
-
-T = TypeVar("T")
-
-
-class FleetModal(FleetAccess, BridgedMixin, ModalScreen[T]):
-    """A modal screen that may submit trio work (cancelled when it closes)."""
-
 
 # --- what a kind needs ------------------------------------------------------------------------
 
