@@ -19,10 +19,9 @@ from tests.conftest import Stack
 from tests.test_tui_jobs import highlight_server
 from tui.app import FleetdeckApp
 from tui.connection import Connection
+from tui.screens.commander import CommanderScreen
 from tui.screens.editor import EditorScreen
-from tui.screens.files import FilesScreen
 from tui.screens.save_conflict import CopyNameDialog, SaveConflictDialog, UnsavedChangesDialog
-from tui.widgets.directory_pane import DirectoryPane
 from tui.widgets.editor import Editor
 from tui.widgets.highlight import BLOCK_LINES, LEAD_IN_LINES
 
@@ -57,19 +56,19 @@ def real_app(stack: Stack) -> FleetdeckApp:
     return FleetdeckApp(Connection(stack.base_url, stack.token, "test stack"), theme="fleetdeck-dark", client=client)
 
 
-async def open_files(pilot: Pilot[None]) -> FilesScreen:
+async def open_files(pilot: Pilot[None]) -> CommanderScreen:
     """The files of the demo server "local" (other tests add servers to the shared stack)."""
     app = pilot.app
     await highlight_server(pilot, "local")
     await pilot.press("enter")
-    await wait_for(pilot, lambda: isinstance(app.screen, FilesScreen) and app.screen.query_one(DirectoryPane).entries)
+    await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and app.screen.active.pane.entries)
     screen = app.screen
-    assert isinstance(screen, FilesScreen)
+    assert isinstance(screen, CommanderScreen)
     return screen
 
 
-async def press_f4_on(pilot: Pilot[None], files: FilesScreen, name: str) -> None:
-    pane = files.query_one(DirectoryPane)
+async def press_f4_on(pilot: Pilot[None], files: CommanderScreen, name: str) -> None:
+    pane = files.active.pane
     await wait_for(pilot, lambda: pane.index_of(name) is not None)
     index = pane.index_of(name)
     assert index is not None
@@ -127,15 +126,17 @@ def test_f4_edits_a_file_and_ctrl_s_saves_it(stack: Stack) -> None:
 
         # Saved: Escape closes at once.
         await pilot.press("escape")
-        await wait_for(pilot, lambda: isinstance(app.screen, FilesScreen))
+        await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen))
 
         # A binary file is not opened.
         files = app.screen
-        assert isinstance(files, FilesScreen)
-        files.load("public_html")
-        await wait_for(pilot, lambda: files.path == "public_html")
+        assert isinstance(files, CommanderScreen)
+        files.active.load("public_html")
+        await wait_for(pilot, lambda: files.active.path == "public_html")
         await press_f4_on(pilot, files, "favicon.ico")
-        await wait_for(pilot, lambda: any("binary: download it instead" in n.message for n in app._notifications))
+        await wait_for(
+            pilot, lambda: any("is a binary file: download it instead" in n.message for n in app._notifications)
+        )
         assert app.screen is files
 
     run(app, scenario)

@@ -17,7 +17,7 @@ from themes.palettes import automatic_theme_name
 
 from .bridge import TrioBridge
 from .connection import Connection
-from .screens.files import FilesScreen
+from .screens.commander import CommanderScreen
 from .screens.help import HelpScreen
 from .screens.jobs import JobsScreen
 from .screens.servers import ServerListScreen
@@ -94,7 +94,7 @@ class FleetdeckApp(App[None]):
 
     def action_go_files(self) -> None:
         """The files of the server picked on the server list (or of the only server)."""
-        if isinstance(self.screen, FilesScreen):
+        if isinstance(self.screen, CommanderScreen):
             return
         server = self._picked_server()
         if server is not None:
@@ -102,7 +102,7 @@ class FleetdeckApp(App[None]):
 
     def open_files(self, server: Server) -> None:
         self.action_go_servers()
-        self.push_screen(FilesScreen(server))
+        self.push_screen(CommanderScreen(server))
 
     def action_go_jobs(self) -> None:
         """The jobs of the server picked on the server list (or of the only server)."""
@@ -137,7 +137,7 @@ class FleetdeckApp(App[None]):
                 yield SystemCommand(f"Switch theme: {name}", f"Use the {kind} theme", partial(self._apply_theme, name))
         yield SystemCommand("Switch theme…", "Pick any installed theme", self.action_change_theme)
         yield SystemCommand("Go to servers", "The server list", self.action_go_servers)
-        if not isinstance(screen, FilesScreen):
+        if not isinstance(screen, CommanderScreen):
             yield SystemCommand("Go to files", "The files of the highlighted server", self.action_go_files)
         if not isinstance(screen, JobsScreen):
             yield SystemCommand("Go to jobs", "Run and follow jobs on the highlighted server", self.action_go_jobs)

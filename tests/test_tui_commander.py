@@ -1,0 +1,192 @@
+"""The two-pane browser on the real stack: panels on different scopes, keys, copy between panes,
+trash and restore. At 80x24, the size of a small SSH session.
+
+Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio side has delivered.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from textual.pilot import Pilot
+from textual.widgets import OptionList, SelectionList
+
+from tests.conftest import Stack
+from tests.test_tui_editor import real_app, run, site_dir, wait_for
+from tests.test_tui_jobs import highlight_server
+from tui.screens.commander import CommanderScreen
+from tui.screens.file_dialogs import CopyDialog, DeleteDialog, NameDialog, TrashDialog
+from tui.screens.file_panel import FilePanel
+from tui.screens.location_picker import LocationPicker
+from tui.screens.viewer import ViewerScreen
+
+
+def names(panel: FilePanel) -> list[str]:
+    return [str(entry["name"]) for entry in panel.pane.entries]
+
+
+async def open_commander(pilot: Pilot[None]) -> CommanderScreen:
+    app = pilot.app
+    await highlight_server(pilot, "local")
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.right))
+    screen = app.screen
+    assert isinstance(screen, CommanderScreen)
+    return screen
+
+
+async def highlight(pilot: Pilot[None], panel: FilePanel, name: str) -> None:
+    await wait_for(pilot, lambda: panel.pane.index_of(name) is not None)
+    panel.pane.move_cursor(panel.pane.index_of(name) or 0)
+    await pilot.pause()
+
+
+async def show_location(pilot: Pilot[None], screen: CommanderScreen, label: str) -> None:
+    """`s` in the active panel, then the picker's line called `label` (e.g. `local · /home (server root)`)."""
+    await pilot.press("s")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, LocationPicker) and pilot.app.screen.locations)
+    options = pilot.app.screen.query_one(OptionList)
+    labels = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+    options.highlighted = labels.index(label)
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: pilot.app.screen is screen)
+
+
+def test_two_panels_browse_their_own_scopes_with_the_keyboard(stack: Stack) -> None:
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await open_commander(pilot)
+        left, right = screen.left, screen.right
+        assert left.scope is not None and left.scope.domain == "example.com"
+        assert right.scope == left.scope and screen.active is left
+        assert app.focused is left.pane and left.has_class("-active")
+
+        # Tab: the other panel; `s` there: the server root, in that panel only.
+        await pilot.press("tab")
+        assert screen.active is right and app.focused is right.pane and not left.has_class("-active")
+        await show_location(pilot, screen, "local · /home (server root)")
+        await wait_for(pilot, lambda: "example-com" in names(right))
+        assert right.scope is not None and right.scope.scope == "root"
+        assert left.scope is not None and left.scope.scope == "site"
+        assert "/home (server root)" in right.query_one(".file-panel--title").render().plain  # type: ignore[attr-defined]
+
+        # Enter opens a folder, Backspace goes up with the cursor on where we came from.
+        await highlight(pilot, right, "example-com")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: right.path == "example-com" and "public_html" in names(right))
+        await pilot.press("backspace")
+        await wait_for(pilot, lambda: right.path == "")
+        assert right.pane.highlighted is not None and right.pane.highlighted["name"] == "example-com"
+
+        # `/` filters as you type; Esc clears it; Enter keeps it.
+        await pilot.press("tab")
+        assert screen.active is left
+        await pilot.press("slash", "p", "u", "b")
+        await wait_for(pilot, lambda: names(left) == ["public_html"])
+        assert "filter 'pub': 1 of" in left.query_one(".file-panel--status").render().plain  # type: ignore[attr-defined]
+        await pilot.press("escape")
+        assert len(names(left)) > 1 and app.focused is left.pane
+        await pilot.press("slash", "l", "o", "g", "enter")
+        assert names(left) == ["logs"] and app.focused is left.pane
+        await pilot.press("slash", "backspace", "backspace", "backspace", "enter")
+        assert len(names(left)) > 1
+
+        # `o` cycles the order: size, time, name.
+        await pilot.press("o")
+        assert left.pane.ordering == ("size", False)
+        await pilot.press("O")
+        assert left.pane.ordering == ("size", True)
+
+        # Esc then a digit is an F-key: Esc 3 views the highlighted file (F3).
+        await highlight(pilot, left, ".env")
+        await pilot.press("escape", "3")
+        await wait_for(pilot, lambda: isinstance(app.screen, ViewerScreen))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen)
+
+        # `=`: the other panel shows this folder; Esc Esc leaves.
+        await highlight(pilot, left, "public_html")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: left.path == "public_html")
+        await pilot.press("equals_sign")
+        await wait_for(pilot, lambda: right.path == "public_html" and right.scope == left.scope)
+        await pilot.press("escape", "escape")
+        await wait_for(pilot, lambda: app.screen is not screen)
+
+    run(app, scenario)
+
+
+def test_copy_and_move_between_panes_then_trash_and_restore(stack: Stack) -> None:
+    site = site_dir(stack)
+    shop = stack.data_dir / "home" / "shop-example-org"
+    sources = {"pane-a.txt": b"alpha\n", "pane-b.txt": b"beta\n" * 1000}
+    for name, data in sources.items():
+        (site / name).write_bytes(data)
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await open_commander(pilot)
+        left, right = screen.left, screen.right
+        await pilot.press("tab")
+        await show_location(pilot, screen, "local · shop.example.org")
+        await wait_for(pilot, lambda: right.scope is not None and right.scope.domain == "shop.example.org")
+        await pilot.press("tab")
+
+        # Mark two files, F5: a cross-site copy into the other panel's folder.
+        for name in sources:
+            await highlight(pilot, left, name)
+            await pilot.press("space")
+        assert [entry["name"] for entry in left.pane.marked] == list(sources)
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: isinstance(app.screen, CopyDialog))
+        assert app.screen.cross == "site"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: set(sources) <= set(names(right)))
+        assert {name: (shop / name).read_bytes() for name in sources} == sources
+        assert all((site / name).exists() for name in sources)  # a copy: the sources stay
+        assert left.pane.marked == []
+
+        # F7 in the left panel: a folder; F6 moves a file into it (the right panel shows it first).
+        await pilot.press("f7")
+        await wait_for(pilot, lambda: isinstance(app.screen, NameDialog))
+        await pilot.press(*"moved-here", "enter")
+        await wait_for(pilot, lambda: (site / "moved-here").is_dir() and "moved-here" in names(left))
+        await highlight(pilot, left, "moved-here")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: left.path == "moved-here")
+        await pilot.press("equals_sign", "backspace")  # right: moved-here; left: back up
+        await wait_for(pilot, lambda: right.path == "moved-here" and left.path == "")
+        await highlight(pilot, left, "pane-a.txt")
+        await pilot.press("f6")
+        await wait_for(pilot, lambda: isinstance(app.screen, CopyDialog))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "pane-a.txt" in names(right) and "pane-a.txt" not in names(left))
+        assert (site / "moved-here" / "pane-a.txt").read_bytes() == sources["pane-a.txt"]
+        assert not (site / "pane-a.txt").exists()
+
+        # F8: to the trash (the default), then `t`: the trash dialog restores it.
+        await highlight(pilot, left, "pane-b.txt")
+        await pilot.press("f8")
+        await wait_for(pilot, lambda: isinstance(app.screen, DeleteDialog))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "pane-b.txt" not in names(left))
+        assert not (site / "pane-b.txt").exists()
+        await pilot.press("t")
+        await wait_for(pilot, lambda: isinstance(app.screen, TrashDialog) and app.screen.items)
+        trash = app.screen
+        assert isinstance(trash, TrashDialog)
+        position = next(i for i, item in enumerate(trash.items) if item.original_path == "pane-b.txt")
+        trash.query_one(SelectionList).highlighted = position
+        await pilot.press("r")
+        await wait_for(pilot, lambda: (site / "pane-b.txt").exists())
+        assert (site / "pane-b.txt").read_bytes() == sources["pane-b.txt"]
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen and "pane-b.txt" in names(left))
+
+    try:
+        run(app, scenario)
+    finally:
+        for path in (site / "pane-b.txt", shop / "pane-a.txt", shop / "pane-b.txt"):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(site / "moved-here", ignore_errors=True)
