@@ -57,7 +57,7 @@ class CommanderScreen(FleetScreen):
     """Two panels side by side; Tab switches, F-keys act on the marked entries or the highlighted."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("tab", "switch_panel", "Other panel", show=False),
+        Binding("tab", "switch_panel", "Other panel", key_display="Tab", show=False),
         Binding("f3", "view", "View"),
         Binding("f4", "edit", "Edit"),
         Binding("f5", "copy", "Copy"),
@@ -65,11 +65,11 @@ class CommanderScreen(FleetScreen):
         Binding("f7", "mkdir", "Mkdir"),
         Binding("f8", "delete", "Delete"),
         Binding("f2,shift+f6", "rename", "Rename", show=False),
-        Binding("f10", "back", "Back", show=False),
-        Binding("escape", "escape", "Esc+digit = F-key", show=False),
+        Binding("f10", "back", "Back to the servers", show=False),
+        Binding("escape", "escape", "", show=False),
         Binding("s", "pick_location", "Scope"),
         Binding("slash", "filter", "Filter", key_display="/", show=False),
-        Binding("o", "cycle_sort", "Sort", show=False),
+        Binding("o", "cycle_sort", "Sort: name, size, time", show=False),
         Binding("O", "reverse_sort", "Reverse sort", key_display="O", show=False),
         Binding("r,ctrl+r", "reload", "Reload", show=False),
         Binding("tilde", "go_root", "Scope root", key_display="~", show=False),
@@ -83,6 +83,13 @@ class CommanderScreen(FleetScreen):
         Binding("u", "upload", "Upload", show=False),
         Binding("c", "compress", "Compress", show=False),
         Binding("x", "extract", "Extract", show=False),
+    ]
+
+    HELP_KEYS: ClassVar[list[tuple[str, str]]] = [
+        ("Enter / ⌫", "Open / parent folder"),
+        ("Space Insert", "Mark and move down"),
+        ("* + -", "Invert, mark all, unmark all"),
+        ("Esc 1…0", "F1…F10 where F-keys do not reach (SSH, tmux); Esc Esc leaves"),
     ]
 
     F_KEY_ACTIONS: ClassVar[dict[str, str]] = {

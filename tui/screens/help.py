@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
@@ -22,7 +22,10 @@ NAVIGATION_KEYS = [
 
 
 class HelpScreen(ModalScreen[None]):
-    """The bindings active on `screen`, with their descriptions."""
+    """The bindings active on `screen`, with their descriptions.
+
+    A screen may list keys handled by its widgets (not in its own bindings) in `HELP_KEYS`.
+    """
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark", "dismiss", "Close")]
 
@@ -31,9 +34,9 @@ class HelpScreen(ModalScreen[None]):
         self.described = screen
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="help-box"):
+        with VerticalScroll(id="help-box"):
             yield Static(self._bindings_table(), id="help-table")
-            yield Static("Escape closes this help.", id="help-hint")
+            yield Static("↑ ↓ PgUp PgDn scroll · Escape closes this help.", id="help-hint")
 
     def on_mount(self) -> None:
         box = self.query_one("#help-box")
@@ -47,6 +50,7 @@ class HelpScreen(ModalScreen[None]):
         # widgets' many cursor bindings are summed up by NAVIGATION_KEYS instead.
         keys_by_description: dict[str, list[str]] = {}
         shown: set[str] = set()
+        own_actions = {b.action for b in type(self.described).BINDINGS if isinstance(b, Binding)}
         for active in self.described.active_bindings.values():
             binding = active.binding
             if binding.description:
@@ -54,11 +58,12 @@ class HelpScreen(ModalScreen[None]):
                 keys = keys_by_description.setdefault(binding.description, [])
                 if display not in keys:
                     keys.append(display)
-                if binding.show:
+                # A screen's own keys all belong here, also those the footer has no room for.
+                if binding.show or (active.node is self.described and binding.action in own_actions):
                     shown.add(binding.description)
         for description, keys in keys_by_description.items():
             if description in shown:
                 table.add_row(Text(" / ".join(keys)), Text(description))
-        for display, description in NAVIGATION_KEYS:
+        for display, description in [*getattr(self.described, "HELP_KEYS", []), *NAVIGATION_KEYS]:
             table.add_row(Text(display), Text(description))
         return table

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import trio
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
@@ -16,7 +13,7 @@ from api_client import Client, Scope, Server
 
 from ..errors import describe_error
 from ..text import printable
-from .base import FleetModal
+from .file_dialogs.base import FileDialog
 from .file_panel import scope_key, scope_label
 
 Location = tuple[Server, Scope]
@@ -47,10 +44,8 @@ async def browsable_locations(client: Client) -> tuple[list[Location], list[str]
     return locations, sorted(problems)
 
 
-class LocationPicker(FleetModal[Location | None]):
+class LocationPicker(FileDialog[Location | None]):
     """A list of `server · scope` lines; Enter picks, Esc keeps the panel where it is."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, current: tuple[str, str] | None) -> None:
         super().__init__()
@@ -61,7 +56,7 @@ class LocationPicker(FleetModal[Location | None]):
         with Vertical(id="location-box", classes="file-dialog"):
             yield Static("Show in this panel", classes="file-dialog--title")
             yield OptionList(id="locations")
-            yield Static("", id="location-problems", classes="file-dialog--hint", markup=False)
+            yield Static("", id="status", classes="file-dialog--hint", markup=False)
             yield Static("Enter: show · Esc: cancel", classes="file-dialog--hint")
 
     def on_mount(self) -> None:
@@ -83,18 +78,14 @@ class LocationPicker(FleetModal[Location | None]):
         for index, (server, scope) in enumerate(self.locations):
             if (server.id, scope_key(scope)) == self.current:
                 options.highlighted = index
-        self.query_one("#location-problems", Static).update("\n".join(problems))
+        self.set_status("\n".join(problems))
 
     def _failed(self, exc: BaseException) -> None:
         self.query_one(OptionList).loading = False
-        self.notify(describe_error(exc), severity="error", timeout=8)
-        self.dismiss(None)
+        self.show_error(exc)
 
     @on(OptionList.OptionSelected)
     def _picked(self, event: OptionList.OptionSelected) -> None:
         event.stop()
         if event.option.id is not None:
-            self.dismiss(self.locations[int(event.option.id)])
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
+            self.finish(self.locations[int(event.option.id)])
