@@ -503,3 +503,37 @@ def test_a_server_with_another_host_key_is_refused(sshd: Sshd, pair: Pair, tmp_p
         assert os.listdir(Path(pair.source.state_dir) / "transfers") == []
 
     trio.run(main)
+
+
+def test_a_cancelled_push_leaves_nothing_on_either_side(sshd: Sshd, pair: Pair) -> None:
+    """Cancelled mid-stream (as when the control plane's call is cancelled or times out): ssh is
+    killed, the receiver finds the stream cut short and removes its temporary folder, the keys go."""
+    with (pair.source_home / "big.bin").open("wb") as big:
+        big.truncate(512 * 1024 * 1024)  # sparse: cheap to make, slow enough to stream
+    dest_home = Path(pair.dest.files.home)
+
+    async def main() -> None:
+        tid = secrets.token_hex(16)
+        prepared = await pair.source.prepare(
+            Call(1, "fs.xfer.prepare", {"transfer_id": tid, "scope": "root", "paths": ["big.bin"]})
+        )
+        accept = {"transfer_id": tid, "scope": "root", "destination": "", "names": prepared["names"]}
+        accept |= {"public_key": prepared["public_key"], "source_ip": "127.0.0.1"}
+        await pair.dest.accept(Call(2, "fs.xfer.accept", accept))
+        push: dict[str, Any] = {"transfer_id": tid, "scope": "root", "paths": ["big.bin"], "host": "127.0.0.1"}
+        push |= {"port": sshd.port, "user": "root", "host_keys": pair.dest.ssh.public_host_keys()}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pair.source.push, Call(3, "fs.xfer.push", push))
+            with trio.fail_after(30):
+                while not os.listdir(dest_home):  # noqa: ASYNC110 - the receiver is spooling
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+        assert not (Path(pair.source.state_dir) / "transfers" / f"out-{tid}").exists()
+        await pair.dest.close(Call(4, "fs.xfer.close", {"transfer_id": tid}))
+        assert sshd.authorized_keys.read_bytes() == ORIGINAL_KEYS
+        with trio.fail_after(20):
+            while os.listdir(dest_home):  # noqa: ASYNC110 - the receiver notices the cut and cleans up
+                await trio.sleep(0.05)
+        assert os.listdir(Path(pair.dest.state_dir) / "transfers") == []
+
+    trio.run(main)
