@@ -11,6 +11,7 @@ import sys
 import trio
 
 from agent import __version__
+from agent.files.remote_copy import SshSettings
 from agent.link.client import link_url
 from agent.runner import AgentConfig, default_state_dir, run_agent
 
@@ -33,6 +34,21 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--home", default="/home", help="the folder holding the sites (default: /home)")
     p.add_argument("--state-dir", default=None, help=f"the agent's state folder (default: {default_state_dir()})")
+    ssh = p.add_argument_group("cross-server copies", "how other servers' agents reach this one over SSH")
+    ssh.add_argument(
+        "--ssh-port", type=int, default=int(os.environ.get("FLEETDECK_AGENT_SSH_PORT", "22")), help="default: 22"
+    )
+    ssh.add_argument("--ssh-host", default=None, help="the address to connect to (default: the server's address)")
+    ssh.add_argument("--ssh-user", default=None, help="the account (default: the one the agent runs as)")
+    ssh.add_argument(
+        "--ssh-authorized-keys", default=None, help="that account's authorized_keys (default: ~/.ssh/authorized_keys)"
+    )
+    ssh.add_argument(
+        "--ssh-host-key",
+        action="append",
+        default=[],
+        help="a public host key file of this server's sshd (repeatable; default: /etc/ssh/ssh_host_*_key.pub)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--version", action="version", version=f"fleetdeck agent {__version__}")
     return p
@@ -44,6 +60,10 @@ def main(argv: list[str]) -> int:
         from agent.jobs.local import main as run_job
 
         return run_job(argv[1:])
+    if argv[:1] == ["receive"]:  # the forced SSH command of a cross-server copy
+        from agent.files.remote_copy import receive_main
+
+        return receive_main(argv[1:])
     args = parser().parse_args(argv)
     if not args.token:
         print(f"fleetdeck agent: no token: pass --token or set {TOKEN_ENV}", file=sys.stderr)
@@ -54,8 +74,15 @@ def main(argv: list[str]) -> int:
         print(f"fleetdeck agent: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ssh = SshSettings(
+        port=args.ssh_port,
+        host=args.ssh_host,
+        user=args.ssh_user,
+        authorized_keys=args.ssh_authorized_keys,
+        host_keys=tuple(args.ssh_host_key),
+    )
     config = AgentConfig(
-        url=args.url, token=args.token, home=args.home, state_dir=args.state_dir or default_state_dir()
+        url=args.url, token=args.token, home=args.home, state_dir=args.state_dir or default_state_dir(), ssh=ssh
     )
     trio.run(serve_until_signal, config)
     return 0

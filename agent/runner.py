@@ -11,6 +11,7 @@ import trio
 
 from agent import __version__
 from agent.files.handlers import FileHandlers
+from agent.files.remote_copy import RemoteCopy, SshSettings
 from agent.jobs.base import JobContext
 from agent.jobs.manager import JobManager
 from agent.link.call import Handler
@@ -33,12 +34,15 @@ class AgentConfig:
     home: str = "/home"
     state_dir: str = field(default_factory=default_state_dir)
     version: str = __version__
+    ssh: SshSettings = field(default_factory=SshSettings)  # how other agents reach this one (cross-server copy)
 
 
 def build_handlers(config: AgentConfig, jobs: JobManager | None = None) -> dict[str, Handler]:
     """Every RPC method this agent serves, by name (``job.*`` when given its job manager)."""
     sites = jobs.ctx.sites if jobs is not None else SiteRegistry(config.state_dir)
-    handlers = FileHandlers(config.home, sites).handlers()
+    files = FileHandlers(config.home, sites)
+    handlers = files.handlers()
+    handlers.update(RemoteCopy(files, config.state_dir, config.ssh).handlers())
     if jobs is not None:
         handlers.update(jobs.handlers())
     return handlers

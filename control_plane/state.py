@@ -34,10 +34,18 @@ class Fleet:
     jobs: JobRunner
     operations: FileOperations
 
-    async def call_agent(self, server_id: str, method: str, params: dict[str, Any]) -> Any:
+    async def call_agent(
+        self,
+        server_id: str,
+        method: str,
+        params: dict[str, Any],
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the agent is told too
+    ) -> Any:
         """One RPC to a server's agent, its failures turned into the contract's errors."""
+        limit = self.settings.agent_call_timeout_s if timeout is None else timeout
         with agent_errors():
-            return await self.hub.call(server_id, method, params, timeout=self.settings.agent_call_timeout_s)
+            return await self.hub.call(server_id, method, params, timeout=limit)
 
     @asynccontextmanager
     async def agent_stream(self, server_id: str, method: str, params: dict[str, Any]) -> AsyncIterator[ReplyStream]:

@@ -118,7 +118,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     assert died is None, f"fleetdeck local exited with {died}:\n{control_plane_log(running.data_dir)[-4000:]}"
 
 
-def start_agent(base_url: str, token: str, home: Path, state_dir: Path) -> subprocess.Popen[str]:
+def start_agent(base_url: str, token: str, home: Path, state_dir: Path, *extra: str) -> subprocess.Popen[str]:
+    """A `fleetdeck agent` process; `extra` are more of its options (``--ssh-port``, ...)."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -132,6 +133,7 @@ def start_agent(base_url: str, token: str, home: Path, state_dir: Path) -> subpr
             str(home),
             "--state-dir",
             str(state_dir),
+            *extra,
         ],
         env=python_env(),
         stdout=subprocess.DEVNULL,

@@ -226,11 +226,18 @@ def _write_archive(
     token: CancelToken,
     progress: Progress,
     exclude: frozenset[Identity],
+    *,
+    contained_links: bool = False,
 ) -> list[str]:
+    """Write the archive; ``fmt`` ``"tar"`` is an uncompressed stream (to a pipe). With
+    `contained_links`, links that extraction would refuse (absolute, or leading out of the
+    archive) are skipped and reported instead of stored."""
     skipped: list[str] = []
     archive: zipfile.ZipFile | tarfile.TarFile
     if fmt == "zip":
         archive = zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, allowZip64=True)
+    elif fmt == "tar":
+        archive = tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT)  # noqa: SIM115
     else:
         archive = tarfile.open(fileobj=out, mode="w:gz", compresslevel=6, format=tarfile.PAX_FORMAT)  # noqa: SIM115
     try:
@@ -249,6 +256,12 @@ def _write_archive(
                     info.linkname = os.readlink(item.name, dir_fd=item.dir_fd)
                 except OSError:
                     continue  # no longer a link
+                if contained_links:
+                    try:
+                        check_link_target(item.path, tuple(item.path.split("/")), info.linkname)
+                    except RpcError:
+                        skipped.append(item.path)
+                        continue
                 archive.addfile(info)
             else:
                 skipped.append(item.path)
@@ -691,9 +704,10 @@ class _Extractor:
             os.close(src_dir)
         self.files.add("/".join(parts))
 
-    def check_links(self) -> None:
+    def check_links(self, *, allow_dangling: bool = False) -> None:
         """Once everything is written: no link may resolve outside the extraction folder (a link
-        can be made to lead out by the links written after it, which the names alone cannot tell)."""
+        can be made to lead out by the links written after it, which the names alone cannot tell).
+        With `allow_dangling`, a link to nothing (yet) is kept: it leads nowhere."""
         for path in self.links:
             self.token.check()
             try:
@@ -701,3 +715,35 @@ class _Extractor:
             except RpcError as exc:
                 if exc.code == "path_outside_scope":
                     raise refuse(path, "link leads out of the extraction folder") from None
+                if not (allow_dangling and exc.code == "not_found"):
+                    raise
+
+
+# --- streams between servers -----------------------------------------------------------------
+
+
+def stream_tar(jail: Jail, paths: list[str], out: IO[bytes], *, token: CancelToken) -> list[str]:
+    """An uncompressed tar of `paths` (each under its own name) written to `out`, a pipe: the
+    sending side of a cross-server copy. Returns what was skipped: FIFOs, sockets, devices, and
+    links that `extract_tar` would refuse."""
+    if any(not split_path(p) for p in paths):
+        raise RpcError("validation_error", "the scope root itself cannot be copied to another server")
+    fds: list[int] = []
+    try:
+        sources = _sources(jail, paths, fds)
+        return _write_archive(out, "tar", sources, token, Progress(), frozenset(), contained_links=True)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def extract_tar(inner: Jail, archive_fd: int, size: int, *, token: CancelToken) -> int:
+    """Unpack the tar in `archive_fd` into `inner` (a jail on a fresh temporary folder) with every
+    rule of `extract`; returns the number of members. The receiving side of a cross-server copy."""
+    extractor = _Extractor(inner, token, Progress(), size)
+    try:
+        extractor.tar(archive_fd)
+    except (tarfile.TarError, EOFError) as exc:
+        raise RpcError("validation_error", f"not a valid archive: {exc}") from None
+    extractor.check_links(allow_dangling=True)
+    return extractor.count

@@ -43,6 +43,7 @@ from .. import sse
 from ..auth.principal import Principal
 from ..routes.servers import server_row
 from ..state import Caller, Fleet, FleetDep, authenticate
+from . import remote_copy
 from .operations import Operation
 
 router = APIRouter(prefix="/v1/servers/{server_id}/fs", tags=["files"])
@@ -203,17 +204,62 @@ async def mkdir(server_id: str, body: FsMkdir, caller: Caller, fleet: FleetDep) 
 async def _move_or_copy(server_id: str, body: FsMoveCopy, caller: Principal, fleet: Fleet, method: str) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params: dict[str, Any] = {"paths": body.paths, "destination": body.destination, "overwrite": body.overwrite}
+    if body.to is not None and body.to.server_id not in (None, server_id):
+        return _json(await _across_servers(fleet, caller, target, body, body.to, method, params))
     if body.to is not None:
         params["to"] = await _cross_scope(fleet, caller, target, body.to)
     return _json(await _audited(fleet, caller, target, method, params, params))
 
 
+async def _across_servers(
+    fleet: Fleet,
+    caller: Principal,
+    source: FsTarget,
+    body: FsMoveCopy,
+    to: FsDestination,
+    method: str,
+    params: dict[str, Any],
+) -> dict[str, Any]:
+    """A move or copy to another server of the caller's org: owners and super-admins only; the
+    bytes go server to server over SSH (`remote_copy`). Audited on both servers."""
+    assert to.server_id is not None
+    caller.require_role("owner")
+    scope = to.scope or source.scope
+    domain = (to.domain or source.domain) if scope == "site" else None
+    dest = await resolve_target(fleet, caller, to.server_id, scope, domain, write=True)
+    transfer_id = remote_copy.new_transfer_id()
+    source_details = {**params, "to": {"server_id": dest.server_id, "scope": dest.scope, "domain": dest.domain}}
+    dest_details: dict[str, Any] = {
+        "paths": [body.destination],
+        "overwrite": body.overwrite,
+        "from": {"server_id": source.server_id, "scope": source.scope, "domain": source.domain, "paths": body.paths},
+    }
+    for details in (source_details, dest_details):
+        details["transfer_id"] = transfer_id
+    try:
+        result = await remote_copy.transfer(
+            fleet,
+            caller.org_id,
+            source,
+            dest,
+            body.paths,
+            body.destination,
+            overwrite=body.overwrite,
+            move=method == "fs.move",
+            transfer_id=transfer_id,
+        )
+    except ApiError as exc:
+        for target, details in ((source, source_details), (dest, dest_details)):
+            await _audit(fleet, caller, target, method, details, outcome="error", error_code=exc.error_code)
+        raise
+    placed = result.get("moved", result.get("copied", []))
+    await _audit(fleet, caller, source, method, {**source_details, "skipped": result.get("skipped", [])})
+    await _audit(fleet, caller, dest, method, {**dest_details, "paths": placed or [body.destination]})
+    return result
+
+
 async def _cross_scope(fleet: Fleet, caller: Principal, source: FsTarget, to: FsDestination) -> dict[str, Any]:
     """The destination scope of a cross-site move or copy: owners and super-admins only."""
-    if to.server_id not in (None, source.server_id):
-        caller.require_role("owner")
-        await _full_server(fleet, caller, to.server_id)
-        raise BadRequest("copying between servers is not available yet: copy within one server")
     scope = to.scope or source.scope
     domain = to.domain if scope == "site" else None
     if (scope, domain) != (source.scope, source.domain):

@@ -230,7 +230,8 @@ class AgentHub:
             return
         try:
             with anyio.fail_after(protocol.HELLO_TIMEOUT_S):
-                session = _session_from_hello(server_id, await _receive_text(websocket))
+                peer = websocket.client.host if websocket.client else None
+                session = _session_from_hello(server_id, await _receive_text(websocket), peer)
         except (TimeoutError, ProtocolError, WebSocketDisconnect) as exc:
             log.warning("agent link of server %s dropped before hello: %s", server_id, exc or "timeout")
             await _close(websocket, protocol.CLOSE_PROTOCOL_ERROR)
@@ -301,7 +302,7 @@ async def _receive_text(websocket: WebSocket) -> str:
     return str(text)
 
 
-def _session_from_hello(server_id: str, frame: str) -> AgentSession:
+def _session_from_hello(server_id: str, frame: str, peer: str | None = None) -> AgentSession:
     hello = protocol.decode(frame)
     if hello["t"] != protocol.HELLO:
         raise ProtocolError(f"expected hello, got {hello['t']!r}")
@@ -327,6 +328,7 @@ def _session_from_hello(server_id: str, frame: str) -> AgentSession:
         handlers=frozenset(handlers),
         direct_ingress_url=ingress,
         connected_at=datetime.now(UTC),
+        peer=peer,
     )
 
 

@@ -35,6 +35,7 @@ class AgentSession:
     handlers: frozenset[str]
     direct_ingress_url: str | None
     connected_at: datetime
+    peer: str | None = None  # the IP address the link comes from, as this control plane sees it
 
 
 class Pending:

@@ -1,0 +1,539 @@
+"""Cross-server copy and move through the real stack: two agents of the demo org, each with its
+own home, and a real sshd on 127.0.0.1 that the destination agent installs its one-transfer key
+for. Bytes go agent to agent over SSH; the tests check them byte for byte, check that the key
+is gone afterwards (authorized_keys back to its original bytes) and cannot be used again."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import stat
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from agent.files.handlers import FileHandlers
+from agent.files.remote_copy import RESULT_PREFIX, RemoteCopy, SshSettings
+from agent.link.call import Call
+from agent.link.protocol import RpcError
+from agent.sites import SiteRegistry
+
+from .conftest import Stack, start_agent, wait_until
+
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+ORIGINAL_KEYS = (
+    b"# kept as it is\nssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ0e6FJQxVjRnxS4iYzYhWrMTvSxPtfiS6e0ZyFq9hWo keep\n"
+)
+SITE = "example.com"
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(SSHD) or not shutil.which("ssh") or not shutil.which("ssh-keygen"),
+    reason="needs OpenSSH (sshd, ssh, ssh-keygen): scripts/test installs openssh-server",
+)
+
+
+@dataclass
+class Sshd:
+    port: int
+    folder: Path
+    authorized_keys: Path
+    host_key_pub: Path
+    log: Path
+
+    def agent_options(self) -> list[str]:
+        return [
+            "--ssh-port",
+            str(self.port),
+            "--ssh-authorized-keys",
+            str(self.authorized_keys),
+            "--ssh-host-key",
+            str(self.host_key_pub),
+        ]
+
+    def settings(self, **changes: Any) -> SshSettings:
+        fields: dict[str, Any] = {
+            "port": self.port,
+            "host": "127.0.0.1",
+            "authorized_keys": str(self.authorized_keys),
+            "host_keys": (str(self.host_key_pub),),
+            **changes,
+        }
+        return SshSettings(**fields)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """A real sshd on 127.0.0.1 with its own host key and authorized_keys file."""
+    folder = tmp_path_factory.mktemp("sshd")
+    host_key = folder / "host_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
+    keys = folder / "authorized_keys"
+    keys.write_bytes(ORIGINAL_KEYS)
+    keys.chmod(0o600)
+    port = _free_port()
+    config = folder / "sshd_config"
+    config.write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {folder / 'sshd.pid'}\n"
+        f"AuthorizedKeysFile {keys}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nPermitRootLogin forced-commands-only\n"
+        "LogLevel VERBOSE\n"
+    )
+    if os.geteuid() == 0:
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # its privilege separation folder
+    log = folder / "sshd.log"
+    with log.open("w") as out:
+        process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: "Server listening" in log.read_text() or process.poll() is not None, timeout=15)
+        if process.poll() is not None:
+            pytest.skip(f"sshd would not start here: {log.read_text()[-500:]}")
+        yield Sshd(port, folder, keys, folder / "host_ed25519.pub", log)
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@dataclass
+class Agent:
+    server_id: str
+    home: Path
+    state: Path
+    process: subprocess.Popen[str]
+
+
+def _online(stack: Stack, server_id: str) -> bool:
+    with stack.http() as http:
+        return bool(http.get(f"/v1/servers/{server_id}").json()["agent"]["online"])
+
+
+def _server(stack: Stack, name: str, address: str | None = None) -> tuple[str, str]:
+    with stack.http() as http:
+        answer = http.post("/v1/servers", json={"name": name, "kind": "full", "address": address})
+        assert answer.status_code in (200, 201), answer.text
+        created = answer.json()
+    return created["server"]["id"], created["agent_token"]
+
+
+def _agent(stack: Stack, folder: Path, token: str, server_id: str, *options: str) -> Agent:
+    home, state = folder / "home", folder / "state"
+    (home / "example-com").mkdir(parents=True)
+    state.mkdir()
+    (state / "sites.json").write_text('{"sites": [{"domain": "example.com", "slug": "example-com"}]}')
+    process = start_agent(stack.base_url, token, home, state, *options)
+    return Agent(server_id, home, state, process)
+
+
+@pytest.fixture(scope="module")
+def agents(stack: Stack, sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Agent, Agent]]:
+    """Server A (no address: the link's address is its source IP; reached at --ssh-host) and
+    server B (address 127.0.0.1), both of the demo org, both pointing at the test sshd."""
+    tag = uuid.uuid4().hex[:6]
+    a_id, a_token = _server(stack, f"xa-{tag}")
+    b_id, b_token = _server(stack, f"xb-{tag}", "127.0.0.1")
+    a = _agent(stack, tmp_path_factory.mktemp("xa"), a_token, a_id, *sshd.agent_options(), "--ssh-host", "127.0.0.1")
+    b = _agent(stack, tmp_path_factory.mktemp("xb"), b_token, b_id, *sshd.agent_options())
+    try:
+        wait_until(lambda: _online(stack, a_id) and _online(stack, b_id), timeout=30)
+        yield a, b
+    finally:
+        for agent in (a, b):
+            agent.process.terminate()
+            agent.process.wait(15)
+
+
+def fs(stack: Stack, http: httpx.Client, server_id: str, route: str, body: dict[str, Any]) -> httpx.Response:
+    return http.post(f"/v1/servers/{server_id}/fs/{route}", json=body, timeout=120)
+
+
+def to_server(agent: Agent, **fields: Any) -> dict[str, Any]:
+    return {"server_id": agent.server_id, **fields}
+
+
+def site_dir(agent: Agent) -> Path:
+    return agent.home / "example-com"
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, Any, int]]:
+    """Every entry beneath `root`: (kind, bytes or link target, permission bits), links not followed."""
+    seen: dict[str, tuple[str, Any, int]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = Path(dirpath, name)
+            st = path.lstat()
+            rel = str(path.relative_to(root))
+            if stat.S_ISLNK(st.st_mode):
+                seen[rel] = ("link", os.readlink(path), 0)
+            elif stat.S_ISDIR(st.st_mode):
+                seen[rel] = ("dir", None, stat.S_IMODE(st.st_mode))
+            else:
+                seen[rel] = ("file", path.read_bytes(), stat.S_IMODE(st.st_mode))
+    return seen
+
+
+def leftovers(agent: Agent) -> list[str]:
+    folder = agent.state / "transfers"
+    return sorted(os.listdir(folder)) if folder.exists() else []
+
+
+def audit(stack: Stack, server_id: str, action: str) -> list[dict[str, Any]]:
+    with stack.http() as http:
+        entries: list[dict[str, Any]] = http.get(
+            "/v1/audit", params={"server_id": server_id, "action": action, "limit": 50}
+        ).json()["entries"]
+    return entries
+
+
+def make_tree(root: Path) -> None:
+    (root / "tree" / "a" / "b" / "c").mkdir(parents=True)
+    (root / "tree" / "empty").mkdir()
+    (root / "tree" / "a" / "readme.md").write_text("# hello\n")
+    (root / "tree" / "a" / "b" / "big.bin").write_bytes(os.urandom(3 * 1024 * 1024 + 17))
+    (root / "tree" / "a" / "b" / "c" / "zero").write_bytes(b"")
+    (root / "tree" / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (root / "tree" / "run.sh").chmod(0o750)
+    os.symlink("a/readme.md", root / "tree" / "readme-link")
+    (root / "one.bin").write_bytes(os.urandom(70_000))
+
+
+def test_copy_files_and_a_tree_byte_exact(stack: Stack, sshd: Sshd, agents: tuple[Agent, Agent]) -> None:
+    a, b = agents
+    folder = f"c-{uuid.uuid4().hex[:6]}"
+    make_tree(site_dir(a) / folder)
+    os.symlink("../../outside", site_dir(a) / folder / "tree" / "escaping-link")  # left out, reported
+    (site_dir(b) / "incoming").mkdir(exist_ok=True)
+    if os.geteuid() == 0:  # what arrives in a site belongs to the site's owner, as other creations do
+        os.chown(site_dir(b), 4242, 4242)
+    started = time.monotonic()
+    with stack.http() as http:
+        answer = fs(
+            stack,
+            http,
+            a.server_id,
+            "copy",
+            {
+                "scope": "site",
+                "domain": SITE,
+                "paths": [f"{folder}/tree", f"{folder}/one.bin"],
+                "destination": "incoming",
+                "to": to_server(b),
+            },
+        )
+    elapsed = time.monotonic() - started
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert sorted(body["copied"]) == ["incoming/one.bin", "incoming/tree"]
+    assert body["skipped"] == ["tree/escaping-link"]
+    source = snapshot(site_dir(a) / folder)
+    del source["tree/escaping-link"]
+    copied = snapshot(site_dir(b) / "incoming")
+    assert copied == source  # contents, link targets and modes (0750 kept)
+    assert copied["tree/run.sh"][2] == 0o750
+    if os.geteuid() == 0:
+        owners = {p.lstat().st_uid for p in (site_dir(b) / "incoming").rglob("*")}
+        assert owners == {4242}
+    assert (site_dir(a) / folder / "one.bin").exists()  # a copy leaves the source
+    assert sshd.authorized_keys.read_bytes() == ORIGINAL_KEYS  # the key is gone again
+    assert leftovers(a) == [] and leftovers(b) == []  # no private key, no spec
+    print(f"cross-server copy of ~3.1 MiB in {elapsed:.2f} s")
+    for server in (a, b):
+        mine = [e for e in audit(stack, server.server_id, "fs.copy") if e["outcome"] == "ok"]
+        assert mine, server.server_id
+    source_entry = audit(stack, a.server_id, "fs.copy")[0]
+    dest_entry = audit(stack, b.server_id, "fs.copy")[0]
+    assert source_entry["details"]["transfer_id"] == dest_entry["details"]["transfer_id"]
+    assert source_entry["details"]["to"]["server_id"] == b.server_id
+    assert dest_entry["details"]["from"]["server_id"] == a.server_id
+
+
+def test_move_removes_the_source_only_on_success(stack: Stack, sshd: Sshd, agents: tuple[Agent, Agent]) -> None:
+    a, b = agents
+    name = f"m-{uuid.uuid4().hex[:6]}"
+    make_tree(site_dir(a) / name)
+    before = snapshot(site_dir(a) / name)
+    (site_dir(b) / "taken").mkdir(exist_ok=True)
+    (site_dir(b) / "taken" / name).write_text("already here")
+    with stack.http() as http:
+        # The destination holds the name: nothing moves, the source stays whole.
+        refused = fs(
+            stack,
+            http,
+            a.server_id,
+            "move",
+            {"scope": "root", "paths": [f"example-com/{name}"], "destination": "example-com/taken", "to": to_server(b)},
+        )
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "conflict", refused.text
+        assert snapshot(site_dir(a) / name) == before
+        assert (site_dir(b) / "taken" / name).read_text() == "already here"
+        moved = fs(
+            stack,
+            http,
+            a.server_id,
+            "move",
+            {
+                "scope": "root",
+                "paths": [f"example-com/{name}"],
+                "destination": f"example-com/{name}-moved",
+                "to": to_server(b),
+            },
+        )
+    assert moved.status_code == 200, moved.text
+    assert moved.json()["moved"] == [f"example-com/{name}-moved"]
+    assert not (site_dir(a) / name).exists()
+    assert snapshot(site_dir(b) / f"{name}-moved") == before
+    assert sshd.authorized_keys.read_bytes() == ORIGINAL_KEYS
+    assert leftovers(a) == [] and leftovers(b) == []
+    errors = [e for e in audit(stack, b.server_id, "fs.move") if e["outcome"] == "error"]
+    assert errors and errors[0]["error_code"] == "conflict"
+
+
+def test_a_failed_push_keeps_the_source_and_removes_the_key(
+    stack: Stack, sshd: Sshd, agents: tuple[Agent, Agent], tmp_path: Path
+) -> None:
+    """A destination whose SSH port answers nothing: the push fails after the key was installed;
+    the move leaves the source, and the key and the spec are gone all the same."""
+    a, _ = agents
+    server_id, token = _server(stack, f"xc-{uuid.uuid4().hex[:6]}", "127.0.0.1")
+    options = ["--ssh-port", str(_free_port()), "--ssh-authorized-keys", str(sshd.authorized_keys)]
+    c = _agent(stack, tmp_path, token, server_id, *options)
+    try:
+        wait_until(lambda: _online(stack, server_id), timeout=30)
+        name = f"f-{uuid.uuid4().hex[:6]}.txt"
+        (site_dir(a) / name).write_text("stays")
+        with stack.http() as http:
+            failed = fs(
+                stack,
+                http,
+                a.server_id,
+                "move",
+                {"scope": "site", "domain": SITE, "paths": [name], "destination": "", "to": to_server(c)},
+            )
+        assert failed.status_code == 502, failed.text
+        assert failed.json()["error"]["details"]["agent_code"] == "transfer_failed"
+        assert (site_dir(a) / name).read_text() == "stays"
+        assert not (site_dir(c) / name).exists()
+        assert sshd.authorized_keys.read_bytes() == ORIGINAL_KEYS
+        assert leftovers(a) == [] and leftovers(c) == []
+    finally:
+        c.process.terminate()
+        c.process.wait(15)
+
+
+def test_overwrite(stack: Stack, agents: tuple[Agent, Agent]) -> None:
+    a, b = agents
+    name = f"o-{uuid.uuid4().hex[:6]}.txt"
+    (site_dir(a) / name).write_text("new")
+    (site_dir(b) / name).write_text("old")
+    body = {"scope": "site", "domain": SITE, "paths": [name], "destination": "", "to": to_server(b)}
+    with stack.http() as http:
+        conflict = fs(stack, http, a.server_id, "copy", body)
+        assert conflict.status_code == 409 and conflict.json()["error"]["code"] == "conflict"
+        assert (site_dir(b) / name).read_text() == "old"
+        replaced = fs(stack, http, a.server_id, "copy", {**body, "overwrite": True})
+    assert replaced.status_code == 200, replaced.text
+    assert (site_dir(b) / name).read_text() == "new"
+    assert leftovers(b) == []
+
+
+def test_refusals(stack: Stack, agents: tuple[Agent, Agent]) -> None:
+    a, b = agents
+    name = f"r-{uuid.uuid4().hex[:6]}.txt"
+    (site_dir(a) / name).write_text("x")
+    body = {"scope": "site", "domain": SITE, "paths": [name], "destination": "", "to": to_server(b)}
+    admin = f"admin-{uuid.uuid4().hex[:6]}@demo.test"
+    stack.admin("create-user", admin, "--org", "demo", "--role", "admin", "--password", "pw-123456")
+    with stack.http(stack.login(admin, "pw-123456")) as http:
+        forbidden = fs(stack, http, a.server_id, "copy", body)
+        assert forbidden.status_code == 403, forbidden.text  # cross-server is for owners
+    other_org = f"other-{uuid.uuid4().hex[:6]}"
+    stack.admin("create-org", other_org, "--plan", "max")
+    foreign = stack.admin("create-server", "theirs", "--org", other_org)
+    foreign_id = str(foreign["id"])
+    offline_id, _ = _server(stack, f"off-{uuid.uuid4().hex[:6]}", "127.0.0.1")
+    with stack.http() as http:
+        for server_id in (foreign_id, "no-such-server"):
+            missing = fs(stack, http, a.server_id, "copy", {**body, "to": {"server_id": server_id}})
+            assert missing.status_code == 404, missing.text
+        offline = fs(stack, http, a.server_id, "copy", {**body, "to": {"server_id": offline_id}})
+        assert offline.status_code == 409 and offline.json()["error"]["code"] == "agent_offline", offline.text
+        outside = fs(stack, http, a.server_id, "copy", {**body, "paths": ["../../etc/passwd"]})
+        assert outside.status_code == 422 and outside.json()["error"]["code"] == "path_outside_scope", outside.text
+        outside_dest = fs(stack, http, a.server_id, "copy", {**body, "destination": "../escape"})
+        assert outside_dest.status_code == 422 and outside_dest.json()["error"]["code"] == "path_outside_scope"
+    assert leftovers(a) == [] and leftovers(b) == []
+
+
+# --- the key itself, against the real sshd, with the agents' handlers in this process ----------
+
+
+def _ssh(sshd: Sshd, key: Path, *command: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [
+            "ssh", "-F", "/dev/null", "-T", "-i", str(key), "-p", str(sshd.port),
+            "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@127.0.0.1", *command,
+        ],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+
+
+@dataclass
+class Pair:
+    source: RemoteCopy
+    dest: RemoteCopy
+    source_home: Path
+
+
+@pytest.fixture
+def pair(sshd: Sshd, tmp_path: Path) -> Pair:
+    for name in ("src-home", "src-state", "dst-home", "dst-state"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "src-home" / "note.txt").write_text("note")
+
+    def side(home: str, state: str, settings: SshSettings) -> RemoteCopy:
+        files = FileHandlers(str(tmp_path / home), SiteRegistry(str(tmp_path / state)))
+        return RemoteCopy(files, str(tmp_path / state), settings)
+
+    return Pair(
+        side("src-home", "src-state", SshSettings()),
+        side("dst-home", "dst-state", sshd.settings()),
+        tmp_path / "src-home",
+    )
+
+
+async def _prepare_and_accept(pair: Pair, source_ip: str = "127.0.0.1") -> tuple[str, Path]:
+    """A transfer up to the installed key; returns its id and a copy of the private key."""
+    tid = secrets.token_hex(16)
+    prepared = await pair.source.prepare(
+        Call(1, "fs.xfer.prepare", {"transfer_id": tid, "scope": "root", "paths": ["note.txt"]})
+    )
+    key = Path(pair.source.state_dir) / "transfers" / f"out-{tid}" / "key"
+    stolen = Path(pair.source.state_dir).parent / f"stolen-{tid}"
+    shutil.copy(key, stolen)
+    stolen.chmod(0o600)
+    params = {
+        "transfer_id": tid,
+        "scope": "root",
+        "destination": "",
+        "names": prepared["names"],
+        "public_key": prepared["public_key"],
+        "source_ip": source_ip,
+    }
+    await pair.dest.accept(Call(2, "fs.xfer.accept", params))
+    return tid, stolen
+
+
+def test_the_key_serves_one_transfer_only(sshd: Sshd, pair: Pair) -> None:
+    async def main() -> None:
+        tid, stolen = await _prepare_and_accept(pair)
+        assert f"fleetdeck-xfer:{tid}".encode() in sshd.authorized_keys.read_bytes()
+        accepted_keys = pair.dest.ssh.public_host_keys()
+        push: dict[str, Any] = {"transfer_id": tid, "scope": "root", "paths": ["note.txt"], "host": "127.0.0.1"}
+        push |= {"port": sshd.port, "user": "root", "host_keys": accepted_keys}
+        result = await pair.source.push(Call(3, "fs.xfer.push", push))
+        assert result["copied"] == ["note.txt"]
+        await pair.dest.close(Call(4, "fs.xfer.close", {"transfer_id": tid}))
+        await pair.source.close(Call(5, "fs.xfer.close", {"transfer_id": tid}))
+        assert sshd.authorized_keys.read_bytes() == ORIGINAL_KEYS
+        assert not (Path(pair.source.state_dir) / "transfers" / f"out-{tid}").exists()
+        again = await trio.to_thread.run_sync(lambda: _ssh(sshd, stolen, stdin=b"more"))
+        assert again.returncode == 255 and b"Permission denied" in again.stderr
+
+    trio.run(main)
+
+
+def test_the_key_runs_only_the_receive_command_and_only_from_the_source(sshd: Sshd, pair: Pair) -> None:
+    async def main() -> None:
+        tid, stolen = await _prepare_and_accept(pair)
+        # Whatever command is asked for, the forced one runs: here it gets no stream and says so.
+        forced = await trio.to_thread.run_sync(lambda: _ssh(sshd, stolen, "id"))
+        assert b"uid=" not in forced.stdout and RESULT_PREFIX.encode() in forced.stdout, forced
+        assert b"ended before all of its bytes" in forced.stdout
+        assert sshd.authorized_keys.read_bytes() == ORIGINAL_KEYS  # used once: gone
+        await pair.dest.close(Call(4, "fs.xfer.close", {"transfer_id": tid}))
+
+        tid, stolen = await _prepare_and_accept(pair, source_ip="192.0.2.7")
+        elsewhere = await trio.to_thread.run_sync(lambda: _ssh(sshd, stolen))
+        assert elsewhere.returncode == 255 and b"Permission denied" in elsewhere.stderr
+        await pair.dest.close(Call(4, "fs.xfer.close", {"transfer_id": tid}))
+        await pair.source.close(Call(5, "fs.xfer.close", {"transfer_id": tid}))
+        assert sshd.authorized_keys.read_bytes() == ORIGINAL_KEYS
+        assert os.listdir(Path(pair.dest.state_dir) / "transfers") == []
+
+    trio.run(main)
+
+
+def test_a_server_with_another_host_key_is_refused(sshd: Sshd, pair: Pair, tmp_path: Path) -> None:
+    """The source pins the host keys the destination's agent reported: an impostor is refused
+    before the key is offered, and the transfer leaves nothing behind."""
+    other = tmp_path / "other_host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    impostor = " ".join(Path(f"{other}.pub").read_text().split()[:2])
+
+    async def main() -> None:
+        tid, _ = await _prepare_and_accept(pair)
+        push: dict[str, Any] = {"transfer_id": tid, "scope": "root", "paths": ["note.txt"], "host": "127.0.0.1"}
+        push |= {"port": sshd.port, "user": "root", "host_keys": [impostor]}
+        with pytest.raises(RpcError) as refused:
+            await pair.source.push(Call(3, "fs.xfer.push", push))
+        assert refused.value.code == "transfer_failed" and "Host key verification failed" in refused.value.message
+        assert not (Path(pair.dest.files.home) / "note.txt").exists()
+        await pair.dest.close(Call(4, "fs.xfer.close", {"transfer_id": tid}))
+        await pair.source.close(Call(5, "fs.xfer.close", {"transfer_id": tid}))
+        assert sshd.authorized_keys.read_bytes() == ORIGINAL_KEYS
+        assert os.listdir(Path(pair.dest.state_dir) / "transfers") == []
+        assert os.listdir(Path(pair.source.state_dir) / "transfers") == []
+
+    trio.run(main)
+
+
+def test_a_cancelled_push_leaves_nothing_on_either_side(sshd: Sshd, pair: Pair) -> None:
+    """Cancelled mid-stream (as when the control plane's call is cancelled or times out): ssh is
+    killed, the receiver finds the stream cut short and removes its temporary folder, the keys go."""
+    with (pair.source_home / "big.bin").open("wb") as big:
+        big.truncate(512 * 1024 * 1024)  # sparse: cheap to make, slow enough to stream
+    dest_home = Path(pair.dest.files.home)
+
+    async def main() -> None:
+        tid = secrets.token_hex(16)
+        prepared = await pair.source.prepare(
+            Call(1, "fs.xfer.prepare", {"transfer_id": tid, "scope": "root", "paths": ["big.bin"]})
+        )
+        accept = {"transfer_id": tid, "scope": "root", "destination": "", "names": prepared["names"]}
+        accept |= {"public_key": prepared["public_key"], "source_ip": "127.0.0.1"}
+        await pair.dest.accept(Call(2, "fs.xfer.accept", accept))
+        push: dict[str, Any] = {"transfer_id": tid, "scope": "root", "paths": ["big.bin"], "host": "127.0.0.1"}
+        push |= {"port": sshd.port, "user": "root", "host_keys": pair.dest.ssh.public_host_keys()}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pair.source.push, Call(3, "fs.xfer.push", push))
+            with trio.fail_after(30):
+                while not os.listdir(dest_home):  # noqa: ASYNC110 - the receiver is spooling
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+        assert not (Path(pair.source.state_dir) / "transfers" / f"out-{tid}").exists()
+        await pair.dest.close(Call(4, "fs.xfer.close", {"transfer_id": tid}))
+        assert sshd.authorized_keys.read_bytes() == ORIGINAL_KEYS
+        with trio.fail_after(20):
+            while os.listdir(dest_home):  # noqa: ASYNC110 - the receiver notices the cut and cleans up
+                await trio.sleep(0.05)
+        assert os.listdir(Path(pair.dest.state_dir) / "transfers") == []
+
+    trio.run(main)
