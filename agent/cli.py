@@ -11,6 +11,7 @@ import sys
 import trio
 
 from agent import __version__
+from agent.ingress import parse_listen
 from agent.link.client import link_url
 from agent.runner import AgentConfig, default_state_dir, run_agent
 
@@ -33,6 +34,18 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--home", default="/home", help="the folder holding the sites (default: /home)")
     p.add_argument("--state-dir", default=None, help=f"the agent's state folder (default: {default_state_dir()})")
+    p.add_argument(
+        "--ingress",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve direct uploads (signed by the control plane, up to 2 GiB) over HTTP on HOST:PORT",
+    )
+    p.add_argument(
+        "--ingress-url",
+        metavar="URL",
+        default=None,
+        help="the ingress's public base URL, when it is not http://HOST:PORT (e.g. behind a TLS proxy)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--version", action="version", version=f"fleetdeck agent {__version__}")
     return p
@@ -54,8 +67,19 @@ def main(argv: list[str]) -> int:
         print(f"fleetdeck agent: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.ingress is not None:
+        try:
+            parse_listen(args.ingress)
+        except ValueError as exc:
+            print(f"fleetdeck agent: --ingress: {exc}", file=sys.stderr)
+            return 2
     config = AgentConfig(
-        url=args.url, token=args.token, home=args.home, state_dir=args.state_dir or default_state_dir()
+        url=args.url,
+        token=args.token,
+        home=args.home,
+        state_dir=args.state_dir or default_state_dir(),
+        ingress=args.ingress,
+        ingress_url=args.ingress_url,
     )
     trio.run(serve_until_signal, config)
     return 0

@@ -118,7 +118,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     assert died is None, f"fleetdeck local exited with {died}:\n{control_plane_log(running.data_dir)[-4000:]}"
 
 
-def start_agent(base_url: str, token: str, home: Path, state_dir: Path) -> subprocess.Popen[str]:
+def start_agent(
+    base_url: str, token: str, home: Path, state_dir: Path, *, ingress: str | None = None
+) -> subprocess.Popen[str]:
+    """An agent process; `ingress` (HOST:PORT, port 0 for any) gives it a direct-upload ingress."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -132,6 +135,7 @@ def start_agent(base_url: str, token: str, home: Path, state_dir: Path) -> subpr
             str(home),
             "--state-dir",
             str(state_dir),
+            *(["--ingress", ingress] if ingress else []),
         ],
         env=python_env(),
         stdout=subprocess.DEVNULL,
