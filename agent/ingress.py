@@ -27,6 +27,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import h11
@@ -191,32 +192,33 @@ class Ingress:
         if not sep or not token:
             raise HttpError(404, "not_found", "no such route: PUT <ingress>/upload/<token>")
         claims = self._check(token.decode("ascii", "replace"))
+        upload: Upload | None = None
         try:
-            received = 0
             declared = _content_length(request, claims.size)
             upload = await _in_thread(lambda token: self._open(claims))
+            assert upload is not None
             try:
                 if _header(request, b"expect").lower() == b"100-continue":
                     await stream.send_all(b"HTTP/1.1 100 Continue\r\n\r\n")
                 initial = _buffered_body(conn)
-                received = await _in_thread(lambda token: _receive(stream, upload, initial, declared, token))
+                await _in_thread(partial(_receive, stream, upload, initial, declared))
                 result: dict[str, Any] = await _in_thread(lambda token: upload.commit())
             finally:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(upload.close)
         except HttpError as exc:
-            self._report(claims, exc.code, received)
+            self._report(claims, exc.code, upload)
             raise
         except RpcError as exc:
-            self._report(claims, exc.code, received)
+            self._report(claims, exc.code, upload)
             raise HttpError.from_rpc(exc) from None
         except ClientGone as exc:
-            self._report(claims, "bad_request", received)
+            self._report(claims, "bad_request", upload)
             raise HttpError(400, "bad_request", f"the upload was cut: {exc}") from None
         except OperationCancelled:
-            self._report(claims, "cancelled", received)
+            self._report(claims, "cancelled", upload)
             raise
-        self._report(claims, None, received, result["entry"])
+        self._report(claims, None, upload, result["entry"])
         return 200, result
 
     def _check(self, token: str) -> grant.UploadGrant:
@@ -233,7 +235,7 @@ class Ingress:
         for nonce in [n for n, expires in self._used.items() if expires <= now]:
             del self._used[nonce]
         if claims.nonce in self._used:
-            self._report(claims, "forbidden", 0)
+            self._report(claims, "forbidden", None)
             raise HttpError(403, "forbidden", "the upload URL was used already: ask for a new one")
         self._used[claims.nonce] = claims.expires
         return claims
@@ -244,7 +246,11 @@ class Ingress:
             return Upload(jail, claims.path, overwrite=claims.overwrite)
 
     def _report(
-        self, claims: grant.UploadGrant, error_code: str | None, received: int, entry: dict[str, Any] | None = None
+        self,
+        claims: grant.UploadGrant,
+        error_code: str | None,
+        upload: Upload | None,
+        entry: dict[str, Any] | None = None,
     ) -> None:
         if self.report is None:
             return
@@ -256,7 +262,7 @@ class Ingress:
                 "user_id": claims.user_id,
                 "outcome": "ok" if error_code is None else "error",
                 "error_code": error_code,
-                "bytes": received,
+                "bytes": upload.received if upload is not None else 0,
                 "entry": entry,
             }
         )
@@ -312,46 +318,46 @@ def _buffered_body(conn: h11.Connection) -> bytes:
         return b"".join(parts)
 
 
-def _receive(stream: trio.SocketStream, upload: Upload, initial: bytes, length: int, token: CancelToken) -> int:
+def _receive(stream: trio.SocketStream, upload: Upload, initial: bytes, length: int, token: CancelToken) -> None:
     """Blocking (a worker thread): the rest of the body, straight from the socket into `upload`.
 
     The socket stays non-blocking (trio owns it): readv until it would block, then poll, checking
     the cancel token and the idle time between polls.
     """
-    if len(initial) > length:
-        initial = initial[:length]
-    upload.write(initial)
-    remaining = length - len(initial)
+    upload.write(initial[:length])
+    remaining = length - len(initial[:length])
     fd = stream.socket.fileno()
-    buffer = bytearray(BODY_BUFFER)
-    view = memoryview(buffer)
+    view = memoryview(bytearray(BODY_BUFFER))
     filled = 0
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     last = time.monotonic()
-    while remaining:
-        try:
-            n = os.readv(fd, [view[filled : filled + min(BODY_BUFFER - filled, remaining)]])
-        except BlockingIOError:
-            if filled:  # write what we have while the client is slower than the disk
+    try:
+        while remaining:
+            try:
+                n = os.readv(fd, [view[filled : filled + min(BODY_BUFFER - filled, remaining)]])
+            except BlockingIOError:
+                if filled:  # write what we have while the client is slower than the disk
+                    upload.write(view[:filled])
+                    filled = 0
+                while not poller.poll(_POLL_MS):
+                    token.check()
+                    if time.monotonic() - last > IDLE_TIMEOUT_S:
+                        raise ClientGone(f"nothing arrived for {IDLE_TIMEOUT_S:.0f} s") from None
+                continue
+            except OSError as exc:
+                raise ClientGone(os.strerror(exc.errno or 0)) from None
+            if n == 0:
+                raise ClientGone(f"the connection closed {remaining} bytes before the end")
+            last = time.monotonic()
+            filled += n
+            remaining -= n
+            if filled == BODY_BUFFER or not remaining:
                 upload.write(view[:filled])
                 filled = 0
-            while not poller.poll(_POLL_MS):
-                token.check()
-                if time.monotonic() - last > IDLE_TIMEOUT_S:
-                    raise ClientGone(f"nothing arrived for {IDLE_TIMEOUT_S:.0f} s") from None
-            continue
-        except OSError as exc:
-            raise ClientGone(os.strerror(exc.errno or 0)) from None
-        if n == 0:
-            raise ClientGone(f"the connection closed {remaining} bytes before the end")
-        last = time.monotonic()
-        filled += n
-        remaining -= n
-        if filled == BODY_BUFFER or not remaining:
-            upload.write(view[:filled])
-            filled = 0
-    return upload.received
+    except ClientGone:
+        upload.write(view[:filled])  # only to count what arrived: the file is removed
+        raise
 
 
 async def _in_thread(work: Callable[[CancelToken], Any]) -> Any:

@@ -119,9 +119,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 
 def start_agent(
-    base_url: str, token: str, home: Path, state_dir: Path, *, ingress: str | None = None
+    base_url: str,
+    token: str,
+    home: Path,
+    state_dir: Path,
+    *,
+    ingress: str | None = None,
+    ingress_url: str | None = None,
 ) -> subprocess.Popen[str]:
-    """An agent process; `ingress` (HOST:PORT, port 0 for any) gives it a direct-upload ingress."""
+    """An agent process; `ingress` (HOST:PORT, port 0 for any) gives it a direct-upload ingress,
+    announced as `ingress_url` when given."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -136,6 +143,7 @@ def start_agent(
             "--state-dir",
             str(state_dir),
             *(["--ingress", ingress] if ingress else []),
+            *(["--ingress-url", ingress_url] if ingress_url else []),
         ],
         env=python_env(),
         stdout=subprocess.DEVNULL,
