@@ -238,17 +238,20 @@ def test_body_larger_than_signed_size_is_refused(stack: Stack, direct: IngressSe
     assert codes == {"too_large", "validation_error", "bad_request"}
 
 
-def test_interrupted_put_leaves_no_file_and_no_temporary(stack: Stack, direct: IngressServer, folder: str) -> None:
-    path = f"{folder}/cut.bin"
-    size = 64 * MiB
-    url = urlsplit(_url(stack, direct, path, size))
+def _cut_put(stack: Stack, direct: IngressServer, folder: str, path: str, size: int, **extra: Any) -> None:
+    """Start a PUT of `size` bytes, send an eighth of them, and vanish."""
+    url = urlsplit(_url(stack, direct, path, size, **extra))
     with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
         sock.sendall(f"PUT {url.path} HTTP/1.1\r\nHost: x\r\nContent-Length: {size}\r\n\r\n".encode())
-        for _ in range(8):
+        for _ in range(size // MiB // 8):
             sock.sendall(os.urandom(MiB))
         time.sleep(0.3)  # the temporary file exists now
         assert [p.name for p in (direct.site / folder).iterdir() if p.name.endswith(".tmp")]
-    # and the client is gone, an eighth of the way in
+
+
+def test_interrupted_put_leaves_no_file_and_no_temporary(stack: Stack, direct: IngressServer, folder: str) -> None:
+    path = f"{folder}/cut.bin"
+    _cut_put(stack, direct, folder, path, 64 * MiB)
     wait_until(lambda: list((direct.site / folder).iterdir()) == [], timeout=10)
     wait_until(
         lambda: any(e["target"] == path and e["outcome"] == "error" for e in _audit(stack, direct.server_id)),
@@ -256,6 +259,13 @@ def test_interrupted_put_leaves_no_file_and_no_temporary(stack: Stack, direct: I
     )
     entry = next(e for e in _audit(stack, direct.server_id) if e["target"] == path)
     assert entry["error_code"] == "bad_request" and entry["details"]["bytes"] == 8 * MiB
+
+
+def test_interrupted_replace_keeps_the_old_file(stack: Stack, direct: IngressServer, folder: str) -> None:
+    (direct.site / folder / "keep.bin").write_bytes(b"the old content")
+    _cut_put(stack, direct, folder, f"{folder}/keep.bin", 16 * MiB, overwrite=True)
+    wait_until(lambda: [p.name for p in (direct.site / folder).iterdir()] == ["keep.bin"], timeout=10)
+    assert (direct.site / folder / "keep.bin").read_bytes() == b"the old content"
 
 
 def test_path_outside_scope_is_refused_before_and_at_the_put(stack: Stack, direct: IngressServer, folder: str) -> None:
