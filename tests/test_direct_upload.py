@@ -431,3 +431,15 @@ async def test_ingress_honours_expect_100_continue(local_ingress: Any) -> None:
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert (local.site / "curl.bin").read_bytes() == b"hello"
+
+
+def test_only_writers_get_a_url(stack: Stack, direct: IngressServer) -> None:
+    email = f"member-{uuid.uuid4().hex[:6]}@demo.test"
+    stack.admin("create-user", email, "--org", "demo", "--role", "member", "--password", "pw-123456")
+    member = stack.login(email, "pw-123456")
+    with stack.http(member) as http:
+        body = {"scope": "site", "domain": SITE.domain, "path": "m.bin", "size": 4}
+        refused = http.post(f"/v1/servers/{direct.server_id}/fs/upload/direct", json=body)
+        assert _error(refused) == (403, "forbidden")
+        root = http.post(f"/v1/servers/{direct.server_id}/fs/upload/direct", json={**body, "scope": "root"})
+        assert _error(root) == (403, "forbidden")
