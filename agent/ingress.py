@@ -215,7 +215,11 @@ class Ingress:
         except ClientGone as exc:
             self._report(claims, "bad_request", upload)
             raise HttpError(400, "bad_request", f"the upload was cut: {exc}") from None
-        except OperationCancelled:
+        except OSError as exc:  # the disk's (no space, quota, I/O error): the socket's are ClientGone
+            log.error("direct upload to %s failed: %s", claims.path, exc)
+            self._report(claims, "internal", upload)
+            raise HttpError(500, "internal", f"the agent could not write the file: {exc.strerror or exc}") from None
+        except trio.Cancelled:  # the agent is stopping
             self._report(claims, "cancelled", upload)
             raise
         self._report(claims, None, upload, result["entry"])
