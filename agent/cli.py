@@ -12,6 +12,7 @@ import trio
 
 from agent import __version__
 from agent.files.remote_copy import SshSettings
+from agent.ingress import parse_listen
 from agent.link.client import link_url
 from agent.runner import AgentConfig, default_state_dir, run_agent
 
@@ -49,6 +50,18 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         help="a public host key file of this server's sshd (repeatable; default: /etc/ssh/ssh_host_*_key.pub)",
     )
+    p.add_argument(
+        "--ingress",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve direct uploads (signed by the control plane, up to 2 GiB) over HTTP on HOST:PORT",
+    )
+    p.add_argument(
+        "--ingress-url",
+        metavar="URL",
+        default=None,
+        help="the ingress's public base URL, when it is not http://HOST:PORT (e.g. behind a TLS proxy)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--version", action="version", version=f"fleetdeck agent {__version__}")
     return p
@@ -81,8 +94,20 @@ def main(argv: list[str]) -> int:
         authorized_keys=args.ssh_authorized_keys,
         host_keys=tuple(args.ssh_host_key),
     )
+    if args.ingress is not None:
+        try:
+            parse_listen(args.ingress)
+        except ValueError as exc:
+            print(f"fleetdeck agent: --ingress: {exc}", file=sys.stderr)
+            return 2
     config = AgentConfig(
-        url=args.url, token=args.token, home=args.home, state_dir=args.state_dir or default_state_dir(), ssh=ssh
+        url=args.url,
+        token=args.token,
+        home=args.home,
+        state_dir=args.state_dir or default_state_dir(),
+        ssh=ssh,
+        ingress=args.ingress,
+        ingress_url=args.ingress_url,
     )
     trio.run(serve_until_signal, config)
     return 0

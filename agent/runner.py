@@ -12,6 +12,7 @@ import trio
 from agent import __version__
 from agent.files.handlers import FileHandlers
 from agent.files.remote_copy import RemoteCopy, SshSettings
+from agent.ingress import Ingress
 from agent.jobs.base import JobContext
 from agent.jobs.manager import JobManager
 from agent.link.call import Handler
@@ -35,12 +36,16 @@ class AgentConfig:
     state_dir: str = field(default_factory=default_state_dir)
     version: str = __version__
     ssh: SshSettings = field(default_factory=SshSettings)  # how other agents reach this one (cross-server copy)
+    ingress: str | None = None  # HOST:PORT of the direct-upload ingress (None: no ingress)
+    ingress_url: str | None = None  # its public base URL, when not http://HOST:PORT (TLS proxy)
 
 
-def build_handlers(config: AgentConfig, jobs: JobManager | None = None) -> dict[str, Handler]:
+def build_handlers(
+    config: AgentConfig, jobs: JobManager | None = None, files: FileHandlers | None = None
+) -> dict[str, Handler]:
     """Every RPC method this agent serves, by name (``job.*`` when given its job manager)."""
     sites = jobs.ctx.sites if jobs is not None else SiteRegistry(config.state_dir)
-    files = FileHandlers(config.home, sites)
+    files = files or FileHandlers(config.home, sites)
     handlers = files.handlers()
     handlers.update(RemoteCopy(files, config.state_dir, config.ssh).handlers())
     if jobs is not None:
@@ -59,7 +64,23 @@ async def run_agent(config: AgentConfig, *, task_status: trio.TaskStatus[None] =
     async with trio.open_nursery() as nursery:
         jobs = job_manager(config)
         await nursery.start(jobs.run)
-        link = AgentLink(config.url, config.token, build_handlers(config, jobs), version=config.version)
+        files = FileHandlers(config.home, jobs.ctx.sites)
+        ingress = Ingress(files, config.ingress, public_url=config.ingress_url) if config.ingress else None
+        ingress_url: str | None = None
+        if ingress is not None:
+            ingress_url = await nursery.start(ingress.serve)
+            if not ingress_url.startswith("https:") and not _is_loopback(ingress_url):
+                log.warning("the direct upload ingress is not https: upload URLs and bytes travel in clear text")
+        link = AgentLink(
+            config.url,
+            config.token,
+            build_handlers(config, jobs, files),
+            version=config.version,
+            direct_ingress_url=ingress_url,
+            on_welcome=ingress.on_welcome if ingress is not None else None,
+        )
+        if ingress is not None:
+            ingress.report = link.report
         if link.url.startswith("ws:") and not _is_loopback(link.url):
             log.warning("the control plane URL is not https: the agent token travels in clear text")
         log.info("fleetdeck agent %s serving %s for %s", config.version, config.home, link.url)

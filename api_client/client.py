@@ -24,9 +24,11 @@ from pydantic import BaseModel
 
 from .errors import ApiError, TransportError
 from .models import (
+    DIRECT_UPLOAD_LIMIT,
     RELAY_UPLOAD_LIMIT,
     ApiToken,
     ApiTokenCreated,
+    DirectUpload,
     Entry,
     FileContent,
     FsDestination,
@@ -56,6 +58,12 @@ from .sse import EventStream
 M = TypeVar("M", bound=BaseModel)
 
 UPLOAD_CHUNK = 1024 * 1024  # one WebSocket frame of a streamed upload
+# Above this size an upload goes straight to the server's ingress when it has one. Below it the
+# relay wins: one request to a connection already open, where direct costs a grant request, a new
+# TCP connection to the agent and its fsync for the same handful of bytes.
+DIRECT_THRESHOLD = 1024 * 1024
+INGRESS_ANSWER_TIMEOUT_S = 600.0  # after the last byte, the agent fsyncs up to 2 GiB
+UploadPath = Literal["direct", "relay", "stream"]
 USER_AGENT = "fleetdeck-api-client/0.1"
 
 
@@ -78,6 +86,8 @@ class Client:
             headers={"User-Agent": USER_AGENT},
         )
         self.token = token
+        self._timeout = timeout
+        self._ingress_http: httpx.AsyncClient | None = None
         self.auth = AuthAPI(self)
         self.servers = ServersAPI(self)
         self.files = FilesAPI(self)
@@ -108,6 +118,19 @@ class Client:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        if self._ingress_http is not None:
+            await self._ingress_http.aclose()
+
+    @property
+    def ingress_http(self) -> httpx.AsyncClient:
+        """An HTTP client for agents' ingresses: without this client's token (the signed URL is
+        the only authority a PUT there carries; the session token never leaves for a server)."""
+        if self._ingress_http is None:
+            self._ingress_http = httpx.AsyncClient(
+                timeout=httpx.Timeout(self._timeout, read=INGRESS_ANSWER_TIMEOUT_S),
+                headers={"User-Agent": USER_AGENT},
+            )
+        return self._ingress_http
 
     async def health(self) -> Health:
         return Health.model_validate(await self.request("GET", "/v1/health"))
@@ -236,6 +259,9 @@ class ServersAPI(_SubAPI):
 
 
 class FilesAPI(_SubAPI):
+    last_upload_via: UploadPath | None = None
+    """Which path the last `upload` took: ``direct`` (the server's ingress), ``relay`` or ``stream``."""
+
     """The file workspace of one server, jailed to a scope (`Scope(scope="site", domain=...)`)."""
 
     async def scopes(self, server_id: str) -> builtins.list[Scope]:
@@ -431,12 +457,25 @@ class FilesAPI(_SubAPI):
         overwrite: bool = False,
     ) -> Entry:
         """Upload bytes to `path`. The agent keeps them in a temporary file until the last byte has
-        arrived, so an interrupted upload leaves nothing at `path`."""
+        arrived, so an interrupted upload leaves nothing at `path`.
+
+        The path is picked by size: above 1 MiB and up to 2 GiB straight to the server's ingress
+        when it has one (the control plane signs a one-time URL and never sees the bytes), else
+        the relay up to 64 MiB, else the WebSocket stream. `last_upload_via` tells which."""
         if isinstance(data, bytes):
             size = len(data)
         params = {**_scope_params(scope), "path": path, "overwrite": overwrite}
+        if size is not None and DIRECT_THRESHOLD < size <= DIRECT_UPLOAD_LIMIT:
+            grant = await self.direct_url(server_id, scope, path, size, overwrite=overwrite)
+            if grant.url is not None:
+                entry = await self._upload_direct(grant.url, data, size)
+                if entry is not None:
+                    self.last_upload_via = "direct"
+                    return entry
         if size is None or size > RELAY_UPLOAD_LIMIT:
+            self.last_upload_via = "stream"
             return await self._upload_stream(server_id, params, data, size)
+        self.last_upload_via = "relay"
         body = await self._client.request(
             "PUT",
             f"/v1/servers/{server_id}/fs/upload",
@@ -444,6 +483,32 @@ class FilesAPI(_SubAPI):
             content=data,
             headers={"Content-Length": str(size)} if size is not None and not isinstance(data, bytes) else None,
         )
+        return FsEntryResult.model_validate(body).entry
+
+    async def direct_url(
+        self, server_id: str, scope: Scope, path: str, size: int, *, overwrite: bool = False
+    ) -> DirectUpload:
+        """A signed one-time URL on the server's ingress for `size` bytes, or ``url: None``."""
+        body = {**_scope_body(scope), "path": path, "size": size, "overwrite": overwrite}
+        return DirectUpload.model_validate(await self._fs("POST", server_id, "upload/direct", json=body))
+
+    async def _upload_direct(self, url: str, data: bytes | AsyncIterable[bytes], size: int) -> Entry | None:
+        """PUT to a signed ingress URL. None when the ingress cannot be reached at all (nothing
+        was sent, so the caller falls back to the control plane)."""
+        try:
+            response = await self._client.ingress_http.put(
+                url, content=data, headers={"Content-Length": str(size), "Content-Type": "application/octet-stream"}
+            )
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            return None
+        except httpx.TransportError as exc:
+            raise TransportError(f"direct upload lost: {exc}") from exc
+        try:
+            body = orjson.loads(response.content)
+        except orjson.JSONDecodeError as exc:
+            raise TransportError(f"the server's ingress answered {response.status_code}, not JSON") from exc
+        if not response.is_success:
+            raise ApiError.from_body(response.status_code, body)
         return FsEntryResult.model_validate(body).entry
 
     async def _upload_stream(

@@ -283,6 +283,7 @@ class AuditList(WireModel):
 # --- file workspace: writes ------------------------------------------------------------------
 
 RELAY_UPLOAD_LIMIT = 64 * 1024 * 1024  # bytes through the control plane in one request body
+DIRECT_UPLOAD_LIMIT = 2 * 1024**3  # bytes in one PUT on an agent's ingress (fs/upload/direct)
 READ_LIMIT = 10 * 1024 * 1024  # the editor's read and write limit
 
 
@@ -358,6 +359,7 @@ class FsTrashRestore(FsRequest):
 class FsUploadDirect(FsRequest):
     path: str = Field(max_length=4096)
     size: int = Field(ge=0)
+    overwrite: bool = False
 
 
 class TrashItem(WireModel):

@@ -27,24 +27,27 @@ class LocalStack:
     server_id: str
 
     @contextmanager
-    def separate_agent(self) -> Iterator[str]:
+    def separate_agent(self, name: str = "bench-agent", *, ingress: bool = False) -> Iterator[str]:
         """A second server whose agent is its own process (as on a real server), on the same demo
         workspace; yields its server id. `fleetdeck local` runs its agent inside the control
-        plane's process, where the two share one core's worth of Python."""
+        plane's process, where the two share one core's worth of Python. `ingress`: the agent
+        serves direct uploads on 127.0.0.1 (any port)."""
         import httpx
 
         headers = {"Authorization": f"Bearer {self.token}"}
-        created = httpx.post(
-            f"{self.base_url}/v1/servers", json={"name": "bench-agent", "kind": "full"}, headers=headers
-        ).json()
+        created = httpx.post(f"{self.base_url}/v1/servers", json={"name": name, "kind": "full"}, headers=headers).json()
         server_id = created["server"]["id"]
-        state = self.data_dir / "bench-agent"
+        state = self.data_dir / name
         state.mkdir(exist_ok=True)
         shutil.copy(self.data_dir / "agent" / "sites.json", state / "sites.json")
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         command = [sys.executable, "-m", "agent", "--url", self.base_url, "--token", created["agent_token"]]
         agent = subprocess.Popen(
-            [*command, "--home", str(self.data_dir / "home"), "--state-dir", str(state)],
+            [
+                *command,
+                *(["--ingress", "127.0.0.1:0"] if ingress else []),
+                *["--home", str(self.data_dir / "home"), "--state-dir", str(state)],
+            ],
             env=env,
             stderr=subprocess.DEVNULL,
         )

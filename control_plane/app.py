@@ -14,6 +14,7 @@ from fastapi import FastAPI, WebSocket
 
 from . import __version__, errors
 from .clock import now_iso
+from .files.direct import DirectUploads
 from .files.operations import FileOperations
 from .files.routes import router as files_router
 from .hub import AgentHub, AgentSession
@@ -65,9 +66,23 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         if session is not None:
             await runner.dispatch_queued(server_id, is_read)
 
-    hub = AgentHub(authenticate=authenticate_agent, on_presence=on_presence, heartbeat_s=settings.heartbeat_s)
+    direct = DirectUploads(db)
+    hub = AgentHub(
+        authenticate=authenticate_agent,
+        on_presence=on_presence,
+        on_report=direct.on_report,
+        heartbeat_s=settings.heartbeat_s,
+    )
     runner = JobRunner(db, hub, grace_s=settings.job_grace_s)
-    return Fleet(settings=settings, db=db, hub=hub, presence=presence, jobs=runner, operations=FileOperations(hub))
+    return Fleet(
+        settings=settings,
+        db=db,
+        hub=hub,
+        presence=presence,
+        jobs=runner,
+        operations=FileOperations(hub),
+        direct_uploads=direct,
+    )
 
 
 def is_read(kind_name: str) -> bool:

@@ -45,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
     local = commands.add_parser("local", help="the embedded stack (control plane, agent, demo) in the foreground")
     local.add_argument("--data-dir", type=Path, default=default_local_dir())
     local.add_argument("--port", type=int, default=0, help="0 (the default) picks a free port")
+    local.add_argument(
+        "--ingress",
+        metavar="HOST:PORT",
+        default=None,
+        help="give the local agent a direct-upload ingress on HOST:PORT (e.g. 127.0.0.1:0); off by default",
+    )
 
     serve = commands.add_parser("serve", help="the control plane alone")
     serve.add_argument("--db", default=default_db_url(), help="SQLAlchemy URL (default: a SQLite file)")
@@ -93,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "local":
             from .local import run_local
 
-            trio.run(run_local, args.data_dir, args.port)
+            trio.run(run_local, args.data_dir, args.port, args.ingress)
         elif args.command == "serve":
             trio.run(_serve, args.db, args.listen)
         else:

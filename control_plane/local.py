@@ -27,7 +27,7 @@ def credentials_path(data_dir: Path) -> Path:
     return data_dir / "demo-credentials.json"
 
 
-async def run_local(data_dir: Path, port: int = 0) -> None:
+async def run_local(data_dir: Path, port: int = 0, ingress: str | None = None) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         home, agent_state = data_dir / "home", data_dir / "agent"
         await trio.to_thread.run_sync(ensure_workspace, home, agent_state)
@@ -39,7 +39,9 @@ async def run_local(data_dir: Path, port: int = 0) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(serve_fleet, fleet, sock)
-                agent = AgentConfig(url=url, token=account.agent_token, home=str(home), state_dir=str(agent_state))
+                agent = AgentConfig(
+                    url=url, token=account.agent_token, home=str(home), state_dir=str(agent_state), ingress=ingress
+                )
                 nursery.start_soon(_supervised_agent, agent)
                 with trio.fail_after(AGENT_READY_TIMEOUT_S):
                     # The hub has no "came online" event to wait on; 20 ms polls cost nothing at start-up.

@@ -16,6 +16,7 @@ from api_client.errors import InternalError as AgentInternal
 from . import audit
 from .auth.principal import Principal, capabilities_for
 from .clock import parse, utcnow
+from .files.direct import DirectUploads
 from .files.operations import FileOperations
 from .hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError, ReplyStream, UploadStream
 from .jobs.runner import JobRunner
@@ -33,6 +34,7 @@ class Fleet:
     presence: PresenceFeed
     jobs: JobRunner
     operations: FileOperations
+    direct_uploads: DirectUploads
 
     async def call_agent(
         self,

@@ -118,8 +118,17 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     assert died is None, f"fleetdeck local exited with {died}:\n{control_plane_log(running.data_dir)[-4000:]}"
 
 
-def start_agent(base_url: str, token: str, home: Path, state_dir: Path, *extra: str) -> subprocess.Popen[str]:
-    """A `fleetdeck agent` process; `extra` are more of its options (``--ssh-port``, ...)."""
+def start_agent(
+    base_url: str,
+    token: str,
+    home: Path,
+    state_dir: Path,
+    *extra: str,
+    ingress: str | None = None,
+    ingress_url: str | None = None,
+) -> subprocess.Popen[str]:
+    """An agent process; `extra` are more of its options (``--ssh-port``, ...); `ingress`
+    (HOST:PORT, port 0 for any) gives it a direct-upload ingress, announced as `ingress_url` when given."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -134,6 +143,8 @@ def start_agent(base_url: str, token: str, home: Path, state_dir: Path, *extra: 
             "--state-dir",
             str(state_dir),
             *extra,
+            *(["--ingress", ingress] if ingress else []),
+            *(["--ingress-url", ingress_url] if ingress_url else []),
         ],
         env=python_env(),
         stdout=subprocess.DEVNULL,

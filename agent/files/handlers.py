@@ -10,7 +10,8 @@ Methods: ``fs.scopes``, ``fs.list``, ``fs.stat``, ``fs.read``, ``fs.write``, ``f
 ``fs.move``, ``fs.copy``, ``fs.delete``, ``fs.trash.list``, ``fs.trash.restore``,
 ``fs.trash.empty``, ``fs.chmod``, ``fs.dirsize``, ``fs.search``, ``fs.compress`` and
 ``fs.extract`` (streamed: progress items), ``fs.download`` (streamed: one items message, then
-bytes) and ``fs.upload`` (an upload call).
+bytes), ``fs.upload`` (an upload call) and ``fs.upload.check`` (would an upload to this path be
+accepted now: the scope, the jail, the folder, a name taken without ``overwrite``).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class FileHandlers:
             "fs.extract": self.fs_extract,
             "fs.download": self.fs_download,
             "fs.upload": self.fs_upload,
+            "fs.upload.check": self.fs_upload_check,
         }
 
     async def fs_scopes(self, call: Call) -> dict[str, Any]:
@@ -276,6 +278,17 @@ class FileHandlers:
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(upload.close)
+
+    async def fs_upload_check(self, call: Call) -> dict[str, Any]:
+        """Before a direct upload is signed: refuse now what the upload itself would refuse."""
+        params = call.params
+        path, overwrite = _path(params), _flag(params, "overwrite")
+
+        def check(jail: Jail) -> dict[str, Any]:
+            write.file_target(jail, path, may_exist=overwrite).close()
+            return {"ok": True}
+
+        return await self._in_scope(params, check)
 
     # --- plumbing -------------------------------------------------------------------------
 

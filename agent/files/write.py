@@ -255,7 +255,7 @@ class Upload:
         self.received = 0
         self.done = False
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         _write_all(self.fd, data)
         self.received += len(data)
 

@@ -8,7 +8,8 @@ import random
 import socket
 import ssl
 import uuid
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
@@ -48,6 +49,9 @@ _DISCONNECT_TIMEOUT_S = 2.0
 
 NETWORK_BACKOFF = Backoff(base=1.0, cap=60.0)
 AUTH_BACKOFF = Backoff(base=30.0, cap=600.0)
+MAX_QUEUED_REPORTS = 1000
+
+OnWelcome = Callable[[dict[str, Any]], None]
 
 
 class LinkAuthRefused(Exception):
@@ -82,6 +86,7 @@ class AgentLink:
         version: str,
         hostname: str | None = None,
         direct_ingress_url: str | None = None,
+        on_welcome: OnWelcome | None = None,
         backoff: Backoff = NETWORK_BACKOFF,
         auth_backoff: Backoff = AUTH_BACKOFF,
         ssl_context: ssl.SSLContext | None = None,
@@ -93,6 +98,7 @@ class AgentLink:
         self.version = version
         self.hostname = hostname or socket.gethostname()
         self.direct_ingress_url = direct_ingress_url
+        self.on_welcome = on_welcome
         self.backoff = backoff
         self.auth_backoff = auth_backoff
         if ssl_context is None and self.url.startswith("wss:"):
@@ -100,6 +106,25 @@ class AgentLink:
         self._ssl_context = ssl_context
         self._connect_timeout = connect_timeout
         self.server_id: str | None = None
+        # Reports wait here until a link is up (the oldest go first when too many pile up).
+        self._reports: deque[dict[str, Any]] = deque(maxlen=MAX_QUEUED_REPORTS)
+        self._reports_waiting = trio.Event()
+
+    def report(self, message: dict[str, Any]) -> None:
+        """Queue a ``report`` message for the control plane; sent now, or once the link is up."""
+        self._reports.append({**message, "t": protocol.REPORT})
+        self._reports_waiting.set()
+
+    async def _send_reports(self, session: _Session) -> None:
+        while True:
+            while self._reports:
+                try:
+                    await session.send_text(protocol.encode(self._reports[0]))
+                except ConnectionClosed:
+                    return  # kept for the next link
+                self._reports.popleft()
+            self._reports_waiting = trio.Event()
+            await self._reports_waiting.wait()
 
     async def run(self) -> NoReturn:
         """Connect, serve, and reconnect forever (until cancelled)."""
@@ -216,6 +241,7 @@ class _Session:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._heartbeat, heartbeat_s, nursery.cancel_scope)
+                nursery.start_soon(link._send_reports, self)
                 await self._receive_loop(nursery)
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
@@ -232,6 +258,8 @@ class _Session:
         if not isinstance(heartbeat_s, int | float) or not 0 < heartbeat_s < 3600:
             raise ProtocolError("welcome carries no usable heartbeat_s")
         self._link.server_id = server_id
+        if self._link.on_welcome is not None:
+            self._link.on_welcome(welcome)
         return float(heartbeat_s)
 
     async def _heartbeat(self, heartbeat_s: float, scope: trio.CancelScope) -> None:

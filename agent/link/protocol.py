@@ -23,7 +23,12 @@ Handshake
 
     cp → agent::
 
-        {"t": "welcome", "server_id": str, "heartbeat_s": float}
+        {"t": "welcome", "server_id": str, "heartbeat_s": float,
+         "ingress_key": str (only when hello announced an ingress), "now": float}
+
+    ``ingress_key`` is the base64url HMAC key with which the control plane signs this link's
+    direct-upload URLs (see `agent.link.grant`); ``now`` is the control plane's unix time, so the
+    agent checks their expiry in the control plane's clock.
 
     ``boot_id`` is random per agent process start, so the control plane can tell a reconnect of
     the same process from a restart. The control plane waits at most `HELLO_TIMEOUT_S` for hello.
@@ -75,6 +80,13 @@ Flow control
     request's ``window``; uploads start with `UPLOAD_WINDOW`. Data frames stay under
     `DEFAULT_CHUNK_SIZE` (one item larger than that travels alone).
 
+Reports (agent → cp)
+    ``{"t": "report", "kind": str, ..}``: something the agent did outside any call, that the
+    control plane records. ``kind`` ``"fs.upload.direct"``: a direct upload on the agent's HTTP
+    ingress ended; fields ``nonce, scope, domain, path, size, overwrite, user_id, outcome ("ok" |
+    "error"), error_code | null, bytes, entry | null``. No answer; a report made while the link is
+    down is sent once it is up again.
+
 Close codes
     4401 `CLOSE_AUTH_REFUSED`, 4408 `CLOSE_HEARTBEAT_TIMEOUT`, 4409 `CLOSE_REPLACED` (a newer
     link of the same server took over), 1002 `CLOSE_PROTOCOL_ERROR`, 1011 `CLOSE_INTERNAL_ERROR`.
@@ -119,6 +131,7 @@ CANCEL: Final = "cancel"
 ITEMS: Final = "items"
 CREDIT: Final = "credit"
 END: Final = "end"
+REPORT: Final = "report"
 
 # Error codes the link itself produces (handlers use the contract's codes).
 UNKNOWN_METHOD: Final = "unknown_method"

@@ -15,8 +15,9 @@ from fastapi import APIRouter, Query, Request, Response, WebSocket
 from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
 
-from api_client.errors import ApiError, BadRequest, LiteServer, NotFound, TooLarge, ValidationFailed
+from api_client.errors import AgentOffline, ApiError, BadRequest, LiteServer, NotFound, TooLarge, ValidationFailed
 from api_client.models import (
+    DIRECT_UPLOAD_LIMIT,
     RELAY_UPLOAD_LIMIT,
     DirectUpload,
     Entry,
@@ -540,9 +541,34 @@ def _too_large(size: int) -> TooLarge:
 @router.post("/upload/direct", response_model=DirectUpload)
 async def upload_direct(server_id: str, body: FsUploadDirect, caller: Caller, fleet: FleetDep) -> DirectUpload:
     """A signed URL on the server's own ingress, when it has one; `{url: null}` tells the client
-    to fall back to the relay without bothering the user."""
-    await _write_target(fleet, caller, server_id, body)
-    return DirectUpload(url=None)
+    to fall back to the relay without bothering the user (also above 2 GiB: the stream takes those).
+
+    What the upload would refuse (a path outside the scope, a missing folder, a name taken
+    without `overwrite`) is refused here, before a byte is sent; the agent checks again at the PUT.
+    The audit entry is written when the agent reports the upload's end (see `direct.py`)."""
+    target = await _write_target(fleet, caller, server_id, body)
+    session = fleet.hub.session(server_id)
+    if session is None:
+        raise AgentOffline("the server's agent is not connected")
+    if session.ingress_key is None or session.direct_ingress_url is None or body.size > DIRECT_UPLOAD_LIMIT:
+        return DirectUpload(url=None)
+    if "fs.upload.check" in session.handlers:
+        params = {"path": body.path, "overwrite": body.overwrite}
+        details = {**params, "bytes": body.size, "via": "direct"}
+        try:
+            await fleet.call_agent(server_id, "fs.upload.check", target.params(**params))
+        except ApiError as exc:
+            await _audit(fleet, caller, target, "fs.upload", details, outcome="error", error_code=exc.error_code)
+            raise
+    return fleet.direct_uploads.issue(
+        caller,
+        session,
+        scope=target.scope,
+        domain=target.domain,
+        path=body.path,
+        size=body.size,
+        overwrite=body.overwrite,
+    )
 
 
 @router.get("/download", response_class=Response, responses={200: {"content": {"application/octet-stream": {}}}})

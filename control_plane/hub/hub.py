@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
@@ -12,11 +14,11 @@ from typing import Any
 import anyio
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from agent.link import protocol
+from agent.link import grant, protocol
 from agent.link.protocol import ProtocolError
 
 from .errors import AgentOfflineError, AgentTimeoutError
-from .link import AgentSession, Link, Pending
+from .link import AgentSession, Link, OnReport, Pending
 
 log = logging.getLogger("fleetdeck.hub")
 
@@ -116,12 +118,14 @@ class AgentHub:
         *,
         authenticate: Authenticate,
         on_presence: OnPresence | None = None,
+        on_report: OnReport | None = None,
         heartbeat_s: float = protocol.DEFAULT_HEARTBEAT_S,
     ) -> None:
         if heartbeat_s <= 0:
             raise ValueError("heartbeat_s must be positive")
         self._authenticate = authenticate
         self._on_presence = on_presence
+        self._on_report = on_report
         self._heartbeat_s = heartbeat_s
         self._links: dict[str, Link] = {}
         # Presence reports of one server are serialised and always report the current state,
@@ -236,8 +240,18 @@ class AgentHub:
             log.warning("agent link of server %s dropped before hello: %s", server_id, exc or "timeout")
             await _close(websocket, protocol.CLOSE_PROTOCOL_ERROR)
             return
-        link = Link(websocket, session, self._heartbeat_s)
-        welcome = {"t": protocol.WELCOME, "server_id": server_id, "heartbeat_s": self._heartbeat_s}
+        welcome: dict[str, Any] = {
+            "t": protocol.WELCOME,
+            "server_id": server_id,
+            "heartbeat_s": self._heartbeat_s,
+            "now": time.time(),
+        }
+        if session.direct_ingress_url is not None:
+            # A fresh signing key per link: URLs signed for a link die with it (agent.link.grant).
+            key = grant.new_key()
+            session = dataclasses.replace(session, ingress_key=key)
+            welcome["ingress_key"] = grant.encode_key(key)
+        link = Link(websocket, session, self._heartbeat_s, self._on_report)
         try:
             await link.send_text(protocol.encode(welcome))
         except AgentOfflineError:

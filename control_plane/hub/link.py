@@ -8,7 +8,8 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +37,11 @@ class AgentSession:
     direct_ingress_url: str | None
     connected_at: datetime
     peer: str | None = None  # the IP address the link comes from, as this control plane sees it
+    # The key this link's direct-upload URLs are signed with (None: the agent has no ingress).
+    ingress_key: bytes | None = field(default=None, repr=False)
+
+
+OnReport = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
 class Pending:
@@ -105,10 +111,13 @@ class Pending:
 class Link:
     """A connected agent's WebSocket: one send lock, the calls in flight, `serve` until it drops."""
 
-    def __init__(self, websocket: WebSocket, session: AgentSession, heartbeat_s: float) -> None:
+    def __init__(
+        self, websocket: WebSocket, session: AgentSession, heartbeat_s: float, on_report: OnReport | None = None
+    ) -> None:
         self.websocket = websocket
         self.session = session
         self.heartbeat_s = heartbeat_s
+        self._on_report = on_report
         self.close_code = 1000
         self._send_lock = anyio.Lock()
         self._ids = itertools.count(1)
@@ -261,7 +270,16 @@ class Link:
                 pending.add_credit(n)
         elif kind == protocol.PING:
             self.send_soon({"t": protocol.PONG})
+        elif kind == protocol.REPORT and self._on_report is not None and self._task_group is not None:
+            self._task_group.start_soon(self._report, message)
         # pong needs nothing (any frame is a sign of life); unknown types are ignored.
+
+    async def _report(self, message: dict[str, Any]) -> None:
+        assert self._on_report is not None
+        try:
+            await self._on_report(self.session.server_id, message)
+        except Exception:
+            log.exception("report %r of server %s failed", message.get("kind"), self.session.server_id)
 
     def _push(self, pending: Pending, data: list[Any] | bytes, cost: int) -> None:
         pending.push(data, cost)
