@@ -21,14 +21,20 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from textual.pilot import Pilot
 
 from agent.files.handlers import FileHandlers
 from agent.files.remote_copy import RESULT_PREFIX, RemoteCopy, SshSettings
 from agent.link.call import Call
 from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
+from tui.screens.commander import CommanderScreen
+from tui.screens.file_dialogs import CopyDialog
 
 from .conftest import Stack, start_agent, wait_until
+from .test_tui_commander import highlight, names, show_location
+from .test_tui_editor import real_app, run, wait_for
+from .test_tui_jobs import highlight_server
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 ORIGINAL_KEYS = (
@@ -537,3 +543,36 @@ def test_a_cancelled_push_leaves_nothing_on_either_side(sshd: Sshd, pair: Pair) 
         assert os.listdir(Path(pair.dest.state_dir) / "transfers") == []
 
     trio.run(main)
+
+
+def test_the_tui_copies_between_panels_on_two_servers(stack: Stack, agents: tuple[Agent, Agent]) -> None:
+    """F5 in the two-pane browser, left panel on server A, right panel on server B."""
+    a, b = agents
+    with stack.http() as http:
+        servers = {s["id"]: s["name"] for s in http.get("/v1/servers").json()["servers"]}
+    (site_dir(a) / "tui-cross.bin").write_bytes(os.urandom(300_000))
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, servers[a.server_id])
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.left))
+        screen = app.screen
+        assert isinstance(screen, CommanderScreen)
+        await pilot.press("tab")
+        await show_location(pilot, screen, f"{servers[b.server_id]} · example.com")
+        await wait_for(pilot, lambda: screen.right.server is not None and screen.right.server.id == b.server_id)
+        await pilot.press("tab")
+        await highlight(pilot, screen.left, "tui-cross.bin")
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: isinstance(app.screen, CopyDialog))
+        assert app.screen.cross == "server"  # type: ignore[attr-defined]
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "tui-cross.bin" in names(screen.right), seconds=60)
+
+    try:
+        run(app, scenario)
+        assert (site_dir(b) / "tui-cross.bin").read_bytes() == (site_dir(a) / "tui-cross.bin").read_bytes()
+    finally:
+        for agent in agents:
+            (site_dir(agent) / "tui-cross.bin").unlink(missing_ok=True)
