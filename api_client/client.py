@@ -65,6 +65,9 @@ DIRECT_THRESHOLD = 1024 * 1024
 INGRESS_ANSWER_TIMEOUT_S = 600.0  # after the last byte, the agent fsyncs up to 2 GiB
 UploadPath = Literal["direct", "relay", "stream"]
 USER_AGENT = "fleetdeck-api-client/0.1"
+# Copies and moves answer when the whole tree is done (across servers too): wait as long as the
+# control plane lets the agents work (its transfer timeout, 6 h by default).
+TREE_OPERATION_TIMEOUT_S = 6 * 3600.0
 
 
 class Client:
@@ -145,15 +148,24 @@ class Client:
         content: bytes | AsyncIterable[bytes] | None = None,
         headers: Mapping[str, str] | None = None,
         expect_body: bool = True,
+        read_timeout: float | None = None,
     ) -> Any:
-        """Send one request and return its decoded JSON body; raise the error class of its code."""
+        """Send one request and return its decoded JSON body; raise the error class of its code.
+
+        `read_timeout` replaces the client's timeout for the wait on the answer (a recursive copy
+        of a big tree answers when it is done)."""
         sent_headers = dict(headers or {})
         if json is not None:
             content = orjson.dumps(json)
             sent_headers["Content-Type"] = "application/json"
         try:
             response = await self._http.request(
-                method, path, params=_clean(params), content=content, headers=sent_headers
+                method,
+                path,
+                params=_clean(params),
+                content=content,
+                headers=sent_headers,
+                timeout=httpx.Timeout(self._timeout, read=read_timeout) if read_timeout else httpx.USE_CLIENT_DEFAULT,
             )
         except httpx.TransportError as exc:
             raise TransportError(f"cannot reach {self.base_url}: {exc}") from exc
@@ -369,7 +381,8 @@ class FilesAPI(_SubAPI):
         body = {**_scope_body(scope), "paths": list(paths), "destination": destination, "overwrite": overwrite}
         if to is not None:
             body["to"] = to.model_dump(exclude_none=True)
-        done: builtins.list[str] = (await self._fs("POST", server_id, route, json=body))[answer_key]
+        answer = await self._fs("POST", server_id, route, json=body, read_timeout=TREE_OPERATION_TIMEOUT_S)
+        done: builtins.list[str] = answer[answer_key]
         return done
 
     async def delete(
@@ -377,7 +390,7 @@ class FilesAPI(_SubAPI):
     ) -> builtins.list[TrashItem] | builtins.list[str]:
         """To the scope's trash (restorable), or gone for good with `permanent`."""
         body = {**_scope_body(scope), "paths": list(paths), "permanent": permanent}
-        answer = await self._fs("POST", server_id, "delete", json=body)
+        answer = await self._fs("POST", server_id, "delete", json=body, read_timeout=TREE_OPERATION_TIMEOUT_S)
         if "trashed" in answer:
             return [TrashItem.model_validate(item) for item in answer["trashed"]]
         deleted: builtins.list[str] = answer["deleted"]
@@ -394,7 +407,8 @@ class FilesAPI(_SubAPI):
         only: Literal["files", "dirs"] | None = None,
     ) -> int:
         body = {**_scope_body(scope), "paths": list(paths), "mode": mode, "recursive": recursive, "only": only}
-        changed: int = (await self._fs("POST", server_id, "chmod", json=body))["changed"]
+        answer = await self._fs("POST", server_id, "chmod", json=body, read_timeout=TREE_OPERATION_TIMEOUT_S)
+        changed: int = answer["changed"]
         return changed
 
     async def dirsize(self, server_id: str, scope: Scope, path: str) -> dict[str, Any]:
@@ -538,9 +552,18 @@ class FilesAPI(_SubAPI):
             yield chunk
 
     async def _fs(
-        self, method: str, server_id: str, route: str, *, params: Mapping[str, Any] | None = None, json: Any = None
+        self,
+        method: str,
+        server_id: str,
+        route: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        read_timeout: float | None = None,
     ) -> Any:
-        return await self._client.request(method, f"/v1/servers/{server_id}/fs/{route}", params=params, json=json)
+        return await self._client.request(
+            method, f"/v1/servers/{server_id}/fs/{route}", params=params, json=json, read_timeout=read_timeout
+        )
 
 
 class JobsAPI(_SubAPI):

@@ -143,6 +143,11 @@ async def read(
 # never reaches the audit log (only its size).
 
 
+# Writes that walk a tree answer when the whole tree is done: they get the transfer timeout (hours),
+# not the few seconds of a single-file call.
+TREE_METHODS = frozenset({"fs.move", "fs.copy", "fs.delete", "fs.chmod", "fs.trash.restore", "fs.trash.empty"})
+
+
 async def _audited(
     fleet: Fleet,
     caller: Principal,
@@ -152,7 +157,8 @@ async def _audited(
     audit_details: dict[str, Any],
 ) -> Any:
     try:
-        result = await fleet.call_agent(target.server_id, method, target.params(**params))
+        timeout = fleet.settings.transfer_timeout_s if method in TREE_METHODS else None
+        result = await fleet.call_agent(target.server_id, method, target.params(**params), timeout=timeout)
     except ApiError as exc:
         await _audit(fleet, caller, target, method, audit_details, outcome="error", error_code=exc.error_code)
         raise
