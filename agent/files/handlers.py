@@ -84,9 +84,17 @@ class FileHandlers:
         return {"sites": [site.to_wire() for site in sites]}
 
     async def fs_list(self, call: Call) -> dict[str, Any]:
+        """A page as the result; or, streamed with ``"encoded": true``, as the bytes of its JSON
+        document: one items message ``[{size}]``, the bytes, then ``{size}``. The control plane
+        then answers with those bytes as they are, never decoding a 50,000-entry page."""
         params = call.params
         path, cursor, limit = _path(params), _cursor(params), _limit(params)
-        return await self._in_scope(params, lambda jail: read.list_dir(jail, path, cursor=cursor, limit=limit))
+        if not (call.streaming and _flag(params, "encoded")):
+            return await self._in_scope(params, lambda jail: read.list_dir(jail, path, cursor=cursor, limit=limit))
+        data = await self._in_scope(params, lambda jail: read.list_dir_json(jail, path, cursor=cursor, limit=limit))
+        await call.send_items([{"size": len(data)}])
+        await call.send_bytes(data)
+        return {"size": len(data)}
 
     async def fs_stat(self, call: Call) -> dict[str, Any]:
         path = _path(call.params)
