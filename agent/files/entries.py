@@ -22,7 +22,7 @@ def entry(name: str, path: str, st: os.stat_result, link_target: str | None) -> 
         "permissions": stat.filemode(st.st_mode)[1:],
         "owner": user_name(st.st_uid),
         "group": group_name(st.st_gid),
-        "mtime": rfc3339(st.st_mtime),
+        "mtime": rfc3339_ns(st.st_mtime_ns),
         "link_target": wire_name(link_target) if link_target is not None else None,
     }
 

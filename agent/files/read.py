@@ -85,9 +85,10 @@ class Snapshots:
     re-read nor re-sort a big folder.
 
     Keyed by the folder's (device, inode), valid while its mtime and ctime are those seen before
-    the names were read (adding, removing or renaming an entry changes both). A folder changed
-    less than `RACY_NS` before it was read is not kept: a change within the same timestamp tick
-    would not show. Bounded in folders, in names, and in time.
+    the names were read (adding, removing or renaming an entry sets both to the current time). A
+    folder whose mtime is less than `RACY_NS` before the read is not kept: a change within the
+    same timestamp tick would not show (one after an older mtime always does). Bounded in
+    folders, in names, and in time.
     """
 
     TTL_S = 30.0
@@ -116,7 +117,7 @@ class Snapshots:
         key, version = (st.st_dev, st.st_ino), (st.st_mtime_ns, st.st_ctime_ns)
         with self._lock:
             self._drop(key)
-            if len(names) > self.MAX_NAMES or read_at_ns - max(version) < self.RACY_NS:
+            if len(names) > self.MAX_NAMES or read_at_ns - st.st_mtime_ns < self.RACY_NS:
                 return
             now = time.monotonic()
             for old in [k for k, (_, at, _) in self._items.items() if now - at > self.TTL_S]:
