@@ -15,10 +15,13 @@ import httpx
 import orjson
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as hs
 
 from agent.files import read
 from agent.files.entries import entries, entry
 from agent.files.handlers import FileHandlers
+from agent.link import fastmask
 from agent.link.call import Call
 from agent.link.client import AgentLink, Backoff
 from agent.sites import SiteRegistry
@@ -230,3 +233,32 @@ async def test_an_agent_answering_with_the_page_itself_still_works(stack: Stack)
         nursery.cancel_scope.cancel()
     assert [e["name"] for e in listing.entries] == ["a"] and listing.total == 1
     assert seen and seen[0]["encoded"] is True
+
+
+# --- the C WebSocket masker ------------------------------------------------------------------
+
+
+@given(key=hs.binary(min_size=4, max_size=4), parts=hs.lists(hs.binary(max_size=70), max_size=6))
+def test_c_masker_is_wsprotos_masker(key: bytes, parts: list[bytes]) -> None:
+    assert fastmask.install()
+    reference, masker = fastmask.WSPROTO_MASKER(key), fastmask.CMasker(key)
+    for part in parts:  # one payload in parts: the key must carry on where the last part ended
+        assert masker.process(bytearray(part)) == bytes(reference.process(bytearray(part)))
+
+
+def test_wsproto_uses_the_c_masker_both_ways() -> None:
+    from wsproto import ConnectionType, WSConnection
+    from wsproto.events import AcceptConnection, BytesMessage, Request
+
+    assert fastmask.install()
+    client, server = WSConnection(ConnectionType.CLIENT), WSConnection(ConnectionType.SERVER)
+    server.receive_data(client.send(Request(host="x", target="/")))
+    next(server.events())
+    client.receive_data(server.send(AcceptConnection()))
+    next(client.events())
+    payload = os.urandom(300_001)
+    frame = client.send(BytesMessage(data=payload))
+    assert payload[:1000] not in frame  # masked on the wire
+    server.receive_data(frame)
+    received = b"".join(bytes(e.data) for e in server.events() if isinstance(e, BytesMessage))
+    assert received == payload

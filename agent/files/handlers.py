@@ -39,7 +39,7 @@ MAX_PATHS = 10_000
 DEFAULT_SEARCH_LIMIT = 500
 PROGRESS_INTERVAL_S = 0.1  # at most ~10 progress items a second
 UPLOAD_BUFFER = 1024 * 1024
-DOWNLOAD_READ = 1024 * 1024
+DOWNLOAD_READ = 4 * 1024 * 1024  # per thread hop; the link cuts it into frames
 _OCTAL = re.compile(r"^0?o?[0-7]{1,4}$")
 
 
