@@ -10,7 +10,8 @@ Methods: ``fs.scopes``, ``fs.list``, ``fs.stat``, ``fs.read``, ``fs.write``, ``f
 ``fs.move``, ``fs.copy``, ``fs.delete``, ``fs.trash.list``, ``fs.trash.restore``,
 ``fs.trash.empty``, ``fs.chmod``, ``fs.dirsize``, ``fs.search``, ``fs.compress`` and
 ``fs.extract`` (streamed: progress items), ``fs.download`` (streamed: one items message, then
-bytes) and ``fs.upload`` (an upload call).
+bytes) and ``fs.upload`` (an upload call). ``fs.list`` called as a stream with ``encoded: true``
+answers like a download, with the bytes of the page's JSON document.
 """
 
 from __future__ import annotations
