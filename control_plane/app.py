@@ -12,8 +12,6 @@ from contextlib import asynccontextmanager
 import anyio
 from fastapi import FastAPI, WebSocket
 
-from agent.link import fastmask
-
 from . import __version__, errors
 from .clock import now_iso
 from .files.operations import FileOperations
@@ -89,7 +87,6 @@ async def _lifespan(fleet: Fleet) -> AsyncIterator[None]:
 
 
 def create_app(fleet: Fleet) -> FastAPI:
-    fastmask.install()  # agent links (and every WebSocket) unmasked in C: downloads cross it all
     app = FastAPI(
         lifespan=lambda _app: _lifespan(fleet),
         title="fleetdeck",
