@@ -50,10 +50,13 @@ class Fleet:
             return await self.hub.call(server_id, method, params, timeout=limit)
 
     @asynccontextmanager
-    async def agent_stream(self, server_id: str, method: str, params: dict[str, Any]) -> AsyncIterator[ReplyStream]:
-        """A streamed reply from the agent (downloads), with the contract's errors."""
+    async def agent_stream(
+        self, server_id: str, method: str, params: dict[str, Any], *, time_limit: float | None = None
+    ) -> AsyncIterator[ReplyStream]:
+        """A streamed reply from the agent (downloads, encoded listings), with the contract's
+        errors; `time_limit` bounds the whole call (None: no limit, for transfers of any size)."""
         with agent_errors():
-            async with self.hub.open_stream(server_id, method, params) as stream:
+            async with self.hub.open_stream(server_id, method, params, timeout=time_limit) as stream:
                 yield stream
 
     @asynccontextmanager

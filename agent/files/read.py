@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import errno
 import hashlib
-import heapq
 import os
 import stat
+import threading
+import time
+from collections import OrderedDict
 from typing import Any
+
+import orjson
 
 from agent.link.protocol import RpcError
 
-from .entries import entry, join, rfc3339, wire_name
+from .entries import entries, entry, rfc3339, wire_name
 from .jail import Jail, normalize, split_path
 
 READ_LIMIT = 10 * 1024 * 1024
@@ -46,33 +51,107 @@ def decode_cursor(cursor: str) -> str:
 def list_dir(jail: Jail, path: str, *, cursor: str | None = None, limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
     """One page of a directory, sorted by name; the cursor is the last name of the previous page.
 
-    Every page re-reads the names (cheap next to the lstat of each entry, done for the page
-    only), so entries added or removed between pages never make a name appear twice.
+    The first page (no cursor) reads the names afresh. A later page reuses the sorted names its
+    first page read, as long as the folder has not changed since (`SNAPSHOTS`); otherwise it
+    reads them again. Either way a page holds the names after the cursor, so entries added or
+    removed between pages never make a name appear twice. Only the page's entries are lstat'ed.
     """
     rel = normalize(path)
     after = decode_cursor(cursor) if cursor else None
     dir_fd = _open_dir(jail, path, rel)
     try:
-        with os.scandir(dir_fd) as it:
-            names = [e.name for e in it]
-        total = len(names)
-        if after is not None:
-            names = [n for n in names if n > after]
-        page = heapq.nsmallest(limit, names) if limit < len(names) else sorted(names)
-        entries = []
-        for name in page:
-            item = _entry_at(dir_fd, name, join(rel, name))
-            if item is not None:
-                entries.append(item)
-        more = len(names) > len(page)
+        names = _sorted_names(dir_fd, fresh=after is None)
+        start = bisect.bisect_right(names, after) if after is not None else 0
+        page = names[start : start + limit]
+        more = start + limit < len(names)
         return {
-            "path": rel,
-            "entries": entries,
+            "path": wire_name(rel),
+            "entries": entries(dir_fd, rel, page),
             "next_cursor": encode_cursor(page[-1]) if more else None,
-            "total": total,
+            "total": len(names),
         }
     finally:
         os.close(dir_fd)
+
+
+def list_dir_json(jail: Jail, path: str, *, cursor: str | None = None, limit: int = DEFAULT_LIMIT) -> bytes:
+    """`list_dir` as the JSON document of the `/v1` answer, encoded here in one go: the control
+    plane passes these bytes on without decoding them."""
+    return orjson.dumps(list_dir(jail, path, cursor=cursor, limit=limit))
+
+
+class Snapshots:
+    """The sorted names of recently listed folders, so the later pages of one listing neither
+    re-read nor re-sort a big folder.
+
+    Keyed by the folder's (device, inode), valid while its mtime and ctime are those seen before
+    the names were read (adding, removing or renaming an entry sets both to the current time). A
+    folder whose mtime is less than `RACY_NS` before the read is not kept: a change within the
+    same timestamp tick would not show (one after an older mtime always does). Bounded in
+    folders, in names, and in time.
+    """
+
+    TTL_S = 30.0
+    MAX_FOLDERS = 16
+    MAX_NAMES = 500_000
+    RACY_NS = 1_000_000_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple[int, int], tuple[tuple[int, int], float, list[str]]] = OrderedDict()
+        self._names = 0
+
+    def get(self, st: os.stat_result) -> list[str] | None:
+        key, version = (st.st_dev, st.st_ino), (st.st_mtime_ns, st.st_ctime_ns)
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                return None
+            if item[0] != version or time.monotonic() - item[1] > self.TTL_S:
+                self._drop(key)
+                return None
+            self._items.move_to_end(key)
+            return item[2]
+
+    def put(self, st: os.stat_result, read_at_ns: int, names: list[str]) -> None:
+        key, version = (st.st_dev, st.st_ino), (st.st_mtime_ns, st.st_ctime_ns)
+        with self._lock:
+            self._drop(key)
+            if len(names) > self.MAX_NAMES or read_at_ns - st.st_mtime_ns < self.RACY_NS:
+                return
+            now = time.monotonic()
+            for old in [k for k, (_, at, _) in self._items.items() if now - at > self.TTL_S]:
+                self._drop(old)
+            while self._items and (len(self._items) >= self.MAX_FOLDERS or self._names + len(names) > self.MAX_NAMES):
+                self._drop(next(iter(self._items)))
+            self._items[key] = (version, now, names)
+            self._names += len(names)
+
+    def _drop(self, key: tuple[int, int]) -> None:
+        item = self._items.pop(key, None)
+        if item is not None:
+            self._names -= len(item[2])
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._names = 0
+
+
+SNAPSHOTS = Snapshots()
+
+
+def _sorted_names(dir_fd: int, *, fresh: bool) -> list[str]:
+    st = os.fstat(dir_fd)  # before reading: a change while the names are read shows as a new version
+    if not fresh:
+        names = SNAPSHOTS.get(st)
+        if names is not None:
+            return names
+    read_at_ns = time.time_ns()
+    with os.scandir(dir_fd) as it:
+        names = sorted([e.name for e in it])
+    SNAPSHOTS.put(st, read_at_ns, names)
+    return names
 
 
 def _open_dir(jail: Jail, path: str, rel: str) -> int:
@@ -81,15 +160,6 @@ def _open_dir(jail: Jail, path: str, rel: str) -> int:
         if not stat.S_ISDIR(os.fstat(path_fd).st_mode):
             raise RpcError("validation_error", "not a directory", {"path": rel})
         return os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=path_fd)
-
-
-def _entry_at(dir_fd: int, name: str, path: str) -> dict[str, Any] | None:
-    try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        target = os.readlink(name, dir_fd=dir_fd) if stat.S_ISLNK(st.st_mode) else None
-    except FileNotFoundError:
-        return None  # removed since the directory was read
-    return entry(name, path, st, target)
 
 
 def stat_entry(jail: Jail, path: str) -> dict[str, Any]:

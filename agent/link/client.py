@@ -23,7 +23,7 @@ from trio_websocket import (
     open_websocket_url,
 )
 
-from . import protocol
+from . import fastmask, protocol
 from .call import Call, Handler
 from .protocol import ProtocolError, RpcError
 
@@ -92,6 +92,7 @@ class AgentLink:
         ssl_context: ssl.SSLContext | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
+        fastmask.install()  # every byte the agent sends is masked: in C when it can be
         self.url = link_url(url)
         self._token = token
         self.handlers = dict(handlers)

@@ -216,7 +216,7 @@ def text_cost(frame: str) -> int:
 
 
 def pack_binary(call_id: int, payload: bytes | memoryview) -> bytes:
-    return _CALL_ID.pack(call_id) + bytes(payload)
+    return _CALL_ID.pack(call_id) + payload  # one copy: bytes + a buffer is bytes
 
 
 def unpack_binary(frame: bytes) -> tuple[int, bytes]:

@@ -16,6 +16,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
 
 from api_client.errors import AgentOffline, ApiError, BadRequest, LiteServer, NotFound, TooLarge, ValidationFailed
+from api_client.errors import InternalError as AgentInternal
 from api_client.models import (
     DIRECT_UPLOAD_LIMIT,
     RELAY_UPLOAD_LIMIT,
@@ -42,8 +43,9 @@ from api_client.models import (
 
 from .. import sse
 from ..auth.principal import Principal
+from ..hub import ReplyStream
 from ..routes.servers import server_row
-from ..state import Caller, Fleet, FleetDep, authenticate
+from ..state import Caller, Fleet, FleetDep, agent_errors, authenticate
 from . import remote_copy
 from .operations import Operation
 
@@ -118,8 +120,50 @@ async def list_dir(
     limit: int = Query(5000, ge=1, le=MAX_LIST_LIMIT),
 ) -> Response:
     target = await resolve_target(fleet, caller, server_id, scope, domain)
-    params = target.params(path=path, cursor=cursor, limit=limit)
-    return _json(await fleet.call_agent(server_id, "fs.list", params))
+    params = target.params(path=path, cursor=cursor, limit=limit, encoded=True)
+    time_limit = fleet.settings.agent_call_timeout_s
+    head, stream, stack = await _open_agent_stream(fleet, server_id, "fs.list", params, time_limit=time_limit)
+    if head is None:  # an agent that answers with the page itself
+        return _json(stream.result)
+    return StreamingResponse(
+        _bytes_of(stream, stack), media_type="application/json", headers={"Content-Length": str(int(head["size"]))}
+    )
+
+
+async def _open_agent_stream(
+    fleet: Fleet, server_id: str, method: str, params: dict[str, Any], *, time_limit: float | None = None
+) -> tuple[dict[str, Any] | None, ReplyStream, AsyncExitStack]:
+    """A streamed agent call up to its first items message (its head: the agent has done the
+    part that can fail, so its errors are still the contract's errors of this request).
+
+    Returns the head's first item, or None when the call ended without one (its result is then
+    `stream.result`, and the call is over). Otherwise the caller owns `stack`: closing it ends
+    the call, cancelling it on the agent if its bytes were not all read.
+    """
+    stack = AsyncExitStack()
+    try:
+        stream = await stack.enter_async_context(fleet.agent_stream(server_id, method, params, time_limit=time_limit))
+        with agent_errors():
+            first = await anext(stream, None)
+    except BaseException:
+        await stack.aclose()
+        raise
+    if first is None:
+        await stack.aclose()
+        return None, stream, stack
+    if not isinstance(first, list) or not first or not isinstance(first[0], dict):
+        await stack.aclose()
+        raise AgentInternal(f"agent error: {method} answered without a head", status=502)
+    return first[0], stream, stack
+
+
+async def _bytes_of(stream: ReplyStream, stack: AsyncExitStack) -> AsyncIterator[bytes]:
+    """The binary frames of a streamed agent call, as they come (credit goes back as they are
+    taken, so a slow HTTP client slows the agent down); closes the call at the end."""
+    async with stack:
+        async for chunk in stream:
+            if isinstance(chunk, bytes):
+                yield chunk
 
 
 @router.get("/stat", response_model=Entry)
@@ -583,23 +627,12 @@ async def download(
 ) -> Response:
     """The file's bytes, streamed from the agent with flow control: no size cap, little memory."""
     target = await resolve_target(fleet, caller, server_id, scope, domain)
-    stack = AsyncExitStack()
-    stream = await stack.enter_async_context(fleet.agent_stream(server_id, "fs.download", target.params(path=path)))
-    try:
-        head = await anext(aiter(stream))
-    except BaseException:
-        await stack.aclose()
-        raise
-    size = int(head[0]["size"]) if isinstance(head, list) and head else None
-
-    async def body() -> AsyncIterator[bytes]:
-        async with stack:
-            async for chunk in stream:
-                if isinstance(chunk, bytes):
-                    yield chunk
-
+    head, stream, stack = await _open_agent_stream(fleet, server_id, "fs.download", target.params(path=path))
+    if head is None:
+        raise AgentInternal("agent error: fs.download answered without the file's size", status=502)
     name = path.rstrip("/").rsplit("/", 1)[-1] or "download"
-    headers = {"Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"}
-    if size is not None:
-        headers["Content-Length"] = str(size)
-    return StreamingResponse(body(), media_type="application/octet-stream", headers=headers)
+    headers = {
+        "Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}",
+        "Content-Length": str(int(head["size"])),
+    }
+    return StreamingResponse(_bytes_of(stream, stack), media_type="application/octet-stream", headers=headers)
