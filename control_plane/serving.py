@@ -6,6 +6,7 @@ port is known before serving starts, with no window in which another process cou
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -13,9 +14,35 @@ from typing import Any
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
+from hypercorn.trio.tcp_server import TCPServer
 
 from .app import create_app
 from .state import Fleet
+
+log = logging.getLogger(__name__)
+
+
+def _contain_connection_failures() -> None:
+    """Make one connection's failure end that connection, not the whole server.
+
+    hypercorn's trio worker runs every connection in one nursery, so an exception that escapes a
+    connection task (a `BusyResourceError` when a WebSocket close races the client's close reply;
+    hypercorn issues #177, #225) cancels every other request and the agent links, and the control
+    plane exits. Seen here as a rare death after streamed uploads. Each connection is wrapped so
+    its failure is logged and its socket closed, as a broken connection should be.
+    """
+    if getattr(TCPServer.run, "_fleetdeck_contained", False):
+        return
+    original = TCPServer.run
+
+    async def run(self: TCPServer) -> None:
+        try:
+            await original(self)
+        except Exception:
+            log.exception("a connection failed; the server goes on")
+
+    run._fleetdeck_contained = True  # type: ignore[attr-defined]
+    TCPServer.run = run  # type: ignore[method-assign]
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -46,6 +73,7 @@ async def serve_fleet(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
+    _contain_connection_failures()
     config = Config()
     # Hypercorn takes the descriptor over and closes it when it stops: hand it over for good.
     config.bind = [f"fd://{sock.detach()}"]

@@ -88,3 +88,26 @@ def test_serve_alone_starts_and_stops(tmp_path: Path) -> None:
     finally:
         process.kill()
         process.wait()
+
+
+def test_one_broken_connection_does_not_take_the_control_plane_down(tmp_path: Path) -> None:
+    """A WebSocket upgrade with a stray byte after its head makes hypercorn's h11 protocol raise in
+    that connection's task (hypercorn #225); unguarded, that ended the whole server."""
+    from .conftest import start_local, stop
+
+    stack = start_local(tmp_path / "data")
+    try:
+        host, port = stack.base_url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as raw:
+            raw.sendall(
+                b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: bKdPyn3u98cTfZJSh4TNeQ==\r\n\r\nx\n"
+            )
+            time.sleep(1)
+        time.sleep(0.5)
+        assert stack.process.poll() is None, "the control plane exited"
+        assert httpx.get(f"{stack.base_url}/v1/health", timeout=10).status_code == 200
+        with stack.http() as http:
+            assert http.get(f"/v1/servers/{stack.server_id}").json()["agent"]["online"]
+    finally:
+        stop(stack.process)
