@@ -17,12 +17,12 @@ from typing import Any
 
 from textual.app import App
 from textual.pilot import Pilot
-from textual.screen import Screen
 from textual.widgets import Checkbox, Input, OptionList, RadioSet, Select, SelectionList, Static
 
 from api_client import Scope, Server
 from tests.conftest import Stack
 from tests.test_tui_editor import real_app, site_dir, wait_for
+from tui.app import FleetdeckApp
 from tui.screens.file_dialogs import (
     ArchiveDialog,
     ConfirmDialog,
@@ -63,8 +63,8 @@ def run(app: App[Any], scenario: Callable[[Pilot[Any]], Awaitable[None]]) -> Non
 async def push(pilot: Pilot[Any], dialog: FileDialog[Any]) -> list[Any]:
     """Open `dialog` (over the server list of the real app); its result lands in the list returned."""
     app = pilot.app
-    if app.screen_stack and not isinstance(app.screen, FileDialog):
-        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) or type(app.screen) is Screen)
+    if isinstance(app, FleetdeckApp):  # its server list first, or it would open over the dialog
+        await wait_for(pilot, lambda: any(isinstance(s, ServerListScreen) for s in app.screen_stack))
     results: list[Any] = []
     app.push_screen(dialog, results.append)
     await wait_for(pilot, lambda: app.screen is dialog)
