@@ -94,7 +94,9 @@ class ArchiveDialog(FileDialog[bool]):
                     stem = archive_stem(self.paths[0].rpartition("/")[2])
                     yield Input(join_path(self.directory, stem), id="archive-destination", compact=True,
                                 select_on_focus=False)  # fmt: skip
-            yield ProgressBar(total=None, show_eta=False, id="archive-bar")
+            bar = ProgressBar(total=None, show_eta=False, id="archive-bar")
+            bar.display = False  # shown once the operation runs
+            yield bar
             yield Static("", id="archive-numbers", markup=False)
             yield Static("", id="archive-current", markup=False)
             yield Static("", id="status", markup=False)
@@ -104,7 +106,6 @@ class ArchiveDialog(FileDialog[bool]):
             yield Static("Enter: start · Esc: cancel (stops a running operation)", classes="file-dialog--hint")
 
     def on_mount(self) -> None:
-        self.query_one("#archive-bar", ProgressBar).display = False
         field = self.query_one("#archive-name" if self.kind == "compress" else "#archive-destination", Input)
         field.focus()
 
@@ -162,7 +163,7 @@ class ArchiveDialog(FileDialog[bool]):
     def _set_running(self, running: bool) -> None:
         self.running = running
         self.query_one("#archive-form").disabled = running
-        self.query_one("#archive-start", Button).disabled = running
+        self.query_one("#archive-start", Button).display = not running
         self.query_one("#archive-bar", ProgressBar).display = running or bool(self.last_progress)
         if running:
             self.query_one("#archive-cancel", Button).focus()

@@ -32,6 +32,8 @@ class FileDialog(FleetModal[T]):
     DEFAULT_CSS = load_tcss(__file__)
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
+    _pending_result: tuple[T] | None = None
+
     def cancel_result(self) -> T:
         """What Esc dismisses with (None for most dialogs)."""
         return None  # type: ignore[return-value]
@@ -45,9 +47,20 @@ class FileDialog(FleetModal[T]):
         return self not in self.app.screen_stack
 
     def finish(self, result: T) -> None:
-        """Dismiss with `result`, once, and only while this dialog is on top."""
-        if not self.closed and self.app.screen is self:
+        """Dismiss with `result`, once. Under another screen (a confirmation, a notification
+        screen pushed over it), the dialog closes as soon as it is on top again."""
+        if self.closed:
+            return
+        if self.app.screen is self:
             self.dismiss(result)
+        else:
+            self._pending_result = (result,)
+
+    def on_screen_resume(self) -> None:
+        pending = self._pending_result
+        if pending is not None:
+            self._pending_result = None
+            self.call_later(self.finish, pending[0])
 
     def set_status(self, text: str, *, error: bool = False) -> None:
         """The status line of the dialog (`#status`, when it has one)."""

@@ -170,7 +170,6 @@ class PermissionsDialog(FileDialog[int | None]):
             return
         only = {"all": None, "files": "files", "dirs": "dirs"}[self.apply_to]
         self.applying = True
-        self.query_one("#permissions-apply", Button).disabled = True
         self.set_status(f"Setting {octal(mode)} on {describe_items(self.paths)}…")
         self.bridge.run(
             self,
@@ -194,5 +193,4 @@ class PermissionsDialog(FileDialog[int | None]):
 
     def _failed(self, exc: BaseException) -> None:
         self.applying = False
-        self.query_one("#permissions-apply", Button).disabled = False
         self.show_error(exc)

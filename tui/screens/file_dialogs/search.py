@@ -128,7 +128,7 @@ class SearchDialog(FileDialog[str | None]):
         if self.truncated:
             self.set_status(f"Truncated: only the first {found} are shown; narrow the search.", error=True)
         else:
-            self.set_status(f"{found}. Enter on one opens its folder.")
+            self.set_status(f"{found}. Enter on one picks it.")
 
     def _failed(self, exc: BaseException) -> None:
         self.searching = False

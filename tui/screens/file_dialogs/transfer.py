@@ -43,9 +43,24 @@ SPEED_WINDOW_S = 3.0  # the speed shown is the average over the last seconds
 MIB = 1024 * 1024
 
 
+def _read_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# A download gets the mode any new file of this user gets (mkstemp would leave it 0600).
+NEW_FILE_MODE = 0o666 & ~_read_umask()
+
+
 def temp_name(target: Path) -> str:
     """The prefix of the temporary file a download goes to, next to its target."""
     return f".{target.name}."
+
+
+class RemoteExists(Exception):
+    """The upload's target exists on the server (asked before sending: a 409 that the server
+    gives while the body is still being sent can reach the client as a dropped connection)."""
 
 
 class SpeedMeter:
@@ -178,7 +193,7 @@ class TransferDialog(FileDialog[bool]):
 
     def _failed(self, exc: BaseException) -> None:
         self.running = False
-        if isinstance(exc, api_errors.Conflict) and self.direction == "upload":
+        if isinstance(exc, RemoteExists | api_errors.Conflict) and self.direction == "upload":
             self._ask_overwrite()
             return
         self.failed = True
@@ -230,6 +245,7 @@ class TransferDialog(FileDialog[bool]):
         fd, temp = await trio.to_thread.run_sync(make_temp)
         placed = False
         try:
+            os.fchmod(fd, NEW_FILE_MODE)
             with os.fdopen(fd, "wb") as out:
                 done = await self._write_chunks(out, size)
                 await trio.to_thread.run_sync(out.flush)
@@ -269,6 +285,8 @@ class TransferDialog(FileDialog[bool]):
             self._scope = scope
             if self._cancel_requested:
                 scope.cancel()
+            if not overwrite and await self._remote_exists():
+                raise RemoteExists(self.remote_path)
             size = (await trio.to_thread.run_sync(self.local_path.stat)).st_size
             self.report(self.progress, 0, size)
             source = await trio.to_thread.run_sync(partial(open, self.local_path, "rb"))
@@ -283,6 +301,13 @@ class TransferDialog(FileDialog[bool]):
             self.report(self.progress, size, size)
             return True
         return False
+
+    async def _remote_exists(self) -> bool:
+        try:
+            await self.client.files.stat(self.server.id, self.scope, self.remote_path)
+        except api_errors.NotFound:
+            return False
+        return True
 
     async def _read_chunks(self, source: BinaryIO, size: int) -> AsyncGenerator[bytes, None]:
         sent = 0

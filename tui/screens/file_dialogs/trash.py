@@ -97,7 +97,7 @@ class TrashDialog(FileDialog[list[str]]):
             self.purged = purged
         listing = self.query_one("#trash-items", SelectionList)
         listing.clear_options()
-        width = max(20, listing.size.width or 70) - 4  # the tick box and a margin
+        width = max(20, listing.size.width or 70) - 8  # the tick box, padding and a scrollbar
         fixed = 2 + 16 + 2 + 6
         name_width = max(8, min(28, (width - fixed) // 2))
         path_width = max(8, width - fixed - name_width)

@@ -1,0 +1,601 @@
+"""The file dialogs (`tui/screens/file_dialogs`) at 80x24, pushed over the real TUI on the real
+stack (`fleetdeck local`): each dialog's effect is checked on disk, in the demo's site folder.
+
+Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio side has delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import stat
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from textual.app import App
+from textual.pilot import Pilot
+from textual.widgets import Checkbox, Input, OptionList, RadioSet, Select, SelectionList, Static
+
+from api_client import Scope, Server
+from tests.conftest import Stack
+from tests.test_tui_editor import real_app, site_dir, wait_for
+from tui.app import FleetdeckApp
+from tui.screens.file_dialogs import (
+    ArchiveDialog,
+    ConfirmDialog,
+    CopyDialog,
+    DeleteDialog,
+    LocalPathDialog,
+    NameDialog,
+    NewFileDialog,
+    PermissionsDialog,
+    PropertiesDialog,
+    SearchDialog,
+    TransferDialog,
+    TrashDialog,
+)
+from tui.screens.file_dialogs.base import FileDialog
+from tui.screens.servers import ServerListScreen
+
+SIZE = (80, 24)
+SITE = Scope(scope="site", domain="example.com")
+MIB = 1024 * 1024
+
+
+def demo_server(stack: Stack) -> Server:
+    with stack.http() as http:
+        answer = http.get(f"/v1/servers/{stack.server_id}")
+        answer.raise_for_status()
+        return Server.model_validate(answer.json())
+
+
+def run(app: App[Any], scenario: Callable[[Pilot[Any]], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with app.run_test(size=SIZE) as pilot:
+            await scenario(pilot)
+
+    asyncio.run(main())
+
+
+async def push(pilot: Pilot[Any], dialog: FileDialog[Any]) -> list[Any]:
+    """Open `dialog` (over the server list of the real app); its result lands in the list returned."""
+    app = pilot.app
+    if isinstance(app, FleetdeckApp):  # its server list first, or it would open over the dialog
+        await wait_for(pilot, lambda: any(isinstance(s, ServerListScreen) for s in app.screen_stack))
+    results: list[Any] = []
+    app.push_screen(dialog, results.append)
+    await wait_for(pilot, lambda: app.screen is dialog)
+    await pilot.pause()
+    if app.screen is dialog:  # a fast transfer may be over already
+        assert_fits(dialog)
+    return results
+
+
+def assert_fits(dialog: FileDialog[Any]) -> None:
+    """The dialog's box, buttons and hint are inside an 80x24 screen."""
+    box = dialog.query_one(".file-dialog")
+    width, height = SIZE
+    assert box.region.right <= width and box.region.bottom <= height, box.region
+    for part in dialog.query(".file-dialog--hint, .file-dialog--buttons Button"):
+        assert part.region.height >= 1 and part.region.bottom <= box.region.bottom, part
+
+
+def status(dialog: FileDialog[Any]) -> str:
+    return str(dialog.query_one("#status", Static).render())
+
+
+# --- the small dialogs (no server needed) -------------------------------------------------------
+
+
+class Bare(App[None]):
+    pass
+
+
+def test_confirm_defaults_to_no_when_destructive_and_delete_defaults_to_the_trash() -> None:
+    async def scenario(pilot: Pilot[Any]) -> None:
+        # Destructive: Enter is No; y is yes; Esc is No.
+        for keys, expected in ((["enter"], False), (["y"], True), (["escape"], False), (["n"], False)):
+            confirm = ConfirmDialog("Empty the trash?", "For good.", confirm_label="Empty")
+            answers = await push(pilot, confirm)
+            assert pilot.app.focused is not None and pilot.app.focused.id == "confirm-no"
+            await pilot.press(*keys)
+            await wait_for(pilot, lambda answers=answers: answers)  # type: ignore[misc]
+            assert answers == [expected], keys
+        # Not destructive: Enter confirms.
+        results = await push(pilot, ConfirmDialog("Go?", "", confirm_label="Go", destructive=False))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: results)
+        assert results == [True]
+
+        # Delete: Enter is the trash.
+        results = await push(pilot, DeleteDialog(["a.txt", "b"]))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: results)
+        assert results == ["trash"]
+        # Permanent needs a second, explicit yes: Enter there is No and leaves the choice open.
+        dialog = DeleteDialog(["a.txt"])
+        results = await push(pilot, dialog)
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: pilot.app.screen is dialog)
+        assert results == []
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: results)
+        assert results == ["permanent"]
+        results = await push(pilot, DeleteDialog(["a.txt"]))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: results)
+        assert results == [None]
+
+    run(Bare(), scenario)
+
+
+def test_name_dialog_refuses_bad_names() -> None:
+    async def scenario(pilot: Pilot[Any]) -> None:
+        dialog = NameDialog("Rename", "index.php", hint="In the same folder.")
+        results = await push(pilot, dialog)
+        field = dialog.query_one("#name-input", Input)
+        assert pilot.app.focused is field and field.selected_text == "index"  # the stem, ready to retype
+        for bad in ("a/b", "..", ".", "   ", "x" * 300):
+            field.value = bad
+            await pilot.press("enter")
+            await pilot.pause()
+            assert results == [] and "-error" in dialog.query_one("#status").classes, bad
+        field.value = "home.php"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: results)
+        assert results == ["home.php"]
+        results = await push(pilot, NameDialog("New folder", ""))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: results)
+        assert results == [None]
+
+    run(Bare(), scenario)
+
+
+def test_copy_dialog_says_what_goes_where(tmp_path: Path) -> None:
+    async def scenario(pilot: Pilot[Any]) -> None:
+        dialog = CopyDialog("copy", ["public_html/a", "public_html/b", "x"], "web1:example.com:/public_html",
+                            "web2:/home:/backup", "backup", cross="server")  # fmt: skip
+        results = await push(pilot, dialog)
+        assert dialog.summary() == "Copy 3 items from web1:example.com:/public_html → web2:/home:/backup"
+        assert "needs the owner role and both agents online" in str(dialog.query_one("#copy-cross").render())
+        assert pilot.app.focused is dialog.query_one("#copy-destination", Input)
+        await pilot.press("end", *"/old", "ctrl+o", "enter")
+        await wait_for(pilot, lambda: results)
+        assert results == [("backup/old", True)]
+
+        dialog = CopyDialog("move", ["a.txt"], "web1:example.com:/", "web1:example.com:/", "", cross=None)
+        results = await push(pilot, dialog)
+        assert not dialog.query("#copy-cross")
+        dialog.query_one("#copy-destination", Input).value = "../etc"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert results == [] and "'..'" in status(dialog)
+        dialog.query_one("#copy-destination", Input).value = "/"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: results)
+        assert results == [("", False)]  # the scope root, no overwrite
+
+    run(Bare(), scenario)
+
+
+def test_local_path_dialog_checks_the_path(tmp_path: Path) -> None:
+    existing = tmp_path / "there.bin"
+    existing.write_bytes(b"x")
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        dialog = LocalPathDialog("Upload", str(tmp_path / "missing.bin"), mode="open")
+        results = await push(pilot, dialog)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert results == [] and "does not exist" in status(dialog)
+        dialog.query_one("#local-path", Input).value = str(existing)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: results)
+        assert results == [existing]
+
+        dialog = LocalPathDialog("Save as", str(tmp_path / "no-such-folder" / "x.bin"))
+        results = await push(pilot, dialog)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert results == [] and "does not exist" in status(dialog)
+        dialog.query_one("#local-path", Input).value = str(existing)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert results == [] and "Enter again to replace" in status(dialog)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: results)
+        assert results == [existing]
+
+    run(Bare(), scenario)
+
+
+# --- on the real stack ---------------------------------------------------------------------------
+
+
+def fresh_dir(stack: Stack, name: str) -> Path:
+    """An empty folder of the example.com site, owned by nobody else's test."""
+    folder = site_dir(stack) / name
+    if folder.exists():
+        for path in sorted(folder.rglob("*"), key=lambda p: -len(p.parts)):
+            path.unlink() if not path.is_dir() or path.is_symlink() else path.rmdir()
+        folder.rmdir()
+    folder.mkdir()
+    return folder
+
+
+def mode_of(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_properties_show_owner_mode_and_folder_size(stack: Stack) -> None:
+    folder = fresh_dir(stack, "dlg-props")
+    target = folder / "notes.txt"
+    target.write_text("hello properties\n")
+    target.chmod(0o640)
+    (folder / "sub").mkdir()
+    (folder / "sub" / "more.txt").write_bytes(b"x" * 2000)
+    owner = pwd.getpwuid(target.stat().st_uid).pw_name
+    app = real_app(stack)
+    server = demo_server(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        dialog = PropertiesDialog(server, SITE, "dlg-props/notes.txt")
+        results = await push(pilot, dialog)
+        await wait_for(pilot, lambda: dialog.entry is not None)
+        rows = dict(dialog.rows())
+        assert rows["Type"] == "File" and rows["Size"] == "17 bytes"
+        assert rows["Owner"].startswith(f"{owner}:")
+        assert rows["Permissions"] == "rw-r----- (0640)"
+        modified = datetime.fromtimestamp(target.stat().st_mtime).astimezone()
+        assert rows["Modified"].startswith(f"{modified:%Y-%m-%d %H:%M:%S}")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: results)
+        assert results == [None]
+
+        dialog = PropertiesDialog(server, SITE, "dlg-props")
+        results = await push(pilot, dialog)
+        await wait_for(pilot, lambda: dialog.totals is not None)
+        rows = dict(dialog.rows())
+        assert rows["Type"] == "Folder"
+        assert rows["Size"] == "2,017 bytes (2.0 KiB) in 2 files, 1 folder"
+        assert rows["Permissions"] == f"{stat.filemode(folder.stat().st_mode)[1:]} (0{mode_of(folder):o})"
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: results)
+
+    run(app, scenario)
+
+
+def test_permissions_grid_sets_the_mode_and_recursive_files_only_leaves_folders(stack: Stack) -> None:
+    folder = fresh_dir(stack, "dlg-perms")
+    top = folder / "top.txt"
+    top.write_text("top\n")
+    top.chmod(0o644)
+    sub = folder / "sub"
+    sub.mkdir()
+    sub.chmod(0o755)
+    inner = sub / "inner.txt"
+    inner.write_text("inner\n")
+    inner.chmod(0o644)
+    app = real_app(stack)
+    server = demo_server(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        # One file: tick group write in the grid; the octal field follows; ctrl+s applies.
+        dialog = PermissionsDialog(server, SITE, ["dlg-perms/top.txt"], 0o100644, has_dirs=False)
+        results = await push(pilot, dialog)
+        octal_field = dialog.query_one("#permissions-octal", Input)
+        assert pilot.app.focused is octal_field and octal_field.value == "644"
+        assert not dialog.query("#permissions-recursive")
+        await pilot.click("#bit-group-write")
+        await wait_for(pilot, lambda: octal_field.value == "664")
+        assert str(dialog.query_one("#permissions-symbolic", Static).render()) == "rw-rw-r--"
+        # The field drives the grid too; setuid is refused before anything is sent.
+        octal_field.value = "4755"
+        await pilot.pause()
+        assert "setuid" in status(dialog)
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.3)
+        assert results == [] and mode_of(top) == 0o644
+        octal_field.value = "660"
+        await wait_for(pilot, lambda: not dialog.query_one("#bit-other-read", Checkbox).value)
+        assert dialog.query_one("#bit-group-write", Checkbox).value
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: results)
+        assert results == [1] and mode_of(top) == 0o660
+
+        # The folder, recursive, files only: files get 600, folders keep 755.
+        dialog = PermissionsDialog(server, SITE, ["dlg-perms"], 0o40755, has_dirs=True)
+        results = await push(pilot, dialog)
+        octal_field = dialog.query_one("#permissions-octal", Input)
+        apply_to = dialog.query_one("#permissions-apply-to", RadioSet)
+        assert apply_to.disabled
+        await pilot.click("#permissions-recursive")
+        await wait_for(pilot, lambda: not apply_to.disabled)
+        await pilot.click("#apply-files")
+        await wait_for(pilot, lambda: dialog.apply_to == "files")
+        octal_field.value = "600"
+        octal_field.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: results)
+        assert results == [2]
+        assert mode_of(top) == 0o600 and mode_of(inner) == 0o600
+        assert mode_of(folder) == 0o755 and mode_of(sub) == 0o755
+
+        # Folders only, recursive: the files stay as they are.
+        dialog = PermissionsDialog(server, SITE, ["dlg-perms"], 0o40755, has_dirs=True)
+        results = await push(pilot, dialog)
+        await pilot.click("#permissions-recursive")
+        await pilot.click("#apply-dirs")
+        await wait_for(pilot, lambda: dialog.apply_to == "dirs")
+        dialog.query_one("#permissions-octal", Input).value = "750"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: results)
+        assert results == [2] and mode_of(folder) == 0o750 and mode_of(sub) == 0o750
+        assert mode_of(top) == 0o600 and mode_of(inner) == 0o600
+        folder.chmod(0o755)
+
+    run(app, scenario)
+
+
+def test_new_file_from_a_template_and_a_taken_name(stack: Stack) -> None:
+    folder = fresh_dir(stack, "dlg-new")
+    app = real_app(stack)
+    server = demo_server(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        dialog = NewFileDialog(server, SITE, "dlg-new")
+        results = await push(pilot, dialog)
+        name = dialog.query_one("#new-file-name", Input)
+        assert pilot.app.focused is name and name.value == "untitled.txt"
+        await pilot.press(*"hello")  # replaces the selected stem
+        assert name.value == "hello.txt"
+        dialog.query_one("#new-file-template", Select).value = "php"
+        await wait_for(pilot, lambda: name.value == "hello.php")
+        name.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: results)
+        assert results == ["dlg-new/hello.php"]
+        assert (folder / "hello.php").read_text() == "<?php\n\n"
+
+        # The same name again: 409, said plainly, and the dialog stays open.
+        dialog = NewFileDialog(server, SITE, "dlg-new")
+        results = await push(pilot, dialog)
+        dialog.query_one("#new-file-template", Select).value = "php"
+        name = dialog.query_one("#new-file-name", Input)
+        name.value = "hello.php"
+        name.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "already exists" in status(dialog))
+        assert pilot.app.screen is dialog and results == []
+        assert (folder / "hello.php").read_text() == "<?php\n\n"
+
+        # Another template from the same dialog: a shell script is made executable.
+        dialog.query_one("#new-file-template", Select).value = "shell"
+        name.value = "deploy"
+        await pilot.pause()
+        dialog.query_one("#new-file-template", Select).value = "markdown"
+        await wait_for(pilot, lambda: name.value == "deploy.md")
+        dialog.query_one("#new-file-template", Select).value = "shell"
+        await wait_for(pilot, lambda: name.value == "deploy.sh")
+        name.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: results)
+        script = folder / "deploy.sh"
+        assert results == ["dlg-new/deploy.sh"] and script.read_text().startswith("#!/bin/sh\n")
+        assert mode_of(script) & 0o100
+
+    run(app, scenario)
+
+
+def trash_via_api(stack: Stack, *paths: str) -> list[dict[str, Any]]:
+    with stack.http() as http:
+        answer = http.post(f"/v1/servers/{stack.server_id}/fs/delete",
+                           json={"scope": "site", "domain": "example.com", "paths": list(paths)})  # fmt: skip
+        answer.raise_for_status()
+        trashed: list[dict[str, Any]] = answer.json()["trashed"]
+        return trashed
+
+
+def test_trash_restores_asks_before_overwriting_and_empties(stack: Stack) -> None:
+    folder = fresh_dir(stack, "dlg-trash")
+    (folder / "one.txt").write_text("one\n")
+    (folder / "two.txt").write_text("two\n")
+    one, two = trash_via_api(stack, "dlg-trash/one.txt", "dlg-trash/two.txt")
+    (folder / "two.txt").write_text("a new two\n")  # something took two's place meanwhile
+    app = real_app(stack)
+    server = demo_server(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        dialog = TrashDialog(server, SITE)
+        results = await push(pilot, dialog)
+        await wait_for(pilot, lambda: {one["id"], two["id"]} <= {item.id for item in dialog.items})
+        assert "in the trash" in status(dialog)
+        listing: SelectionList[str] = dialog.query_one("#trash-items", SelectionList)
+        assert pilot.app.focused is listing
+
+        listing.select(one["id"])
+        await pilot.press("r")
+        await wait_for(pilot, lambda: (folder / "one.txt").exists())
+        assert (folder / "one.txt").read_text() == "one\n"
+        await wait_for(pilot, lambda: one["id"] not in {item.id for item in dialog.items})
+
+        # two.txt is taken: restoring asks; No keeps the new one, Yes overwrites it.
+        listing.deselect_all()
+        listing.select(two["id"])
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: pilot.app.screen is dialog)
+        assert (folder / "two.txt").read_text() == "a new two\n"
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: (folder / "two.txt").read_text() == "two\n")
+        await wait_for(pilot, lambda: not dialog.busy and two["id"] not in {item.id for item in dialog.items})
+
+        # Empty: asks first (Enter is No), then y empties it.
+        (folder / "three.txt").write_text("three\n")
+        trash_via_api(stack, "dlg-trash/three.txt")
+        dialog.load()
+        await wait_for(pilot, lambda: not dialog.busy and dialog.items)
+        await pilot.press("e")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: pilot.app.screen is dialog)
+        assert dialog.items
+        await pilot.press("e")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: not dialog.busy and not dialog.items)
+        assert "The trash is empty." in status(dialog)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: results)
+        assert sorted(results[0]) == ["dlg-trash/one.txt", "dlg-trash/two.txt"]
+
+    run(app, scenario)
+
+
+def test_search_by_name_and_by_content(stack: Stack) -> None:
+    app = real_app(stack)
+    server = demo_server(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        dialog = SearchDialog(server, SITE, "public_html")
+        results = await push(pilot, dialog)
+        query = dialog.query_one("#search-query", Input)
+        assert pilot.app.focused is query
+        await pilot.press(*"wp-conf", "enter")
+        await wait_for(pilot, lambda: dialog.matches)
+        assert [m["entry"]["path"] for m in dialog.matches] == ["public_html/wp-config.php"]
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: results)
+        assert results == ["public_html/wp-config.php"]
+
+        dialog = SearchDialog(server, SITE, "")
+        results = await push(pilot, dialog)
+        await pilot.press(*"db_password", "ctrl+t", "enter")
+        await wait_for(pilot, lambda: dialog.matches and not dialog.searching)
+        found = {(m["entry"]["path"], m.get("line")) for m in dialog.matches}
+        assert {(".env", 2), ("public_html/wp-config.php", 4)} <= found
+        options = dialog.query_one("#search-results", OptionList)
+        prompts = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+        assert any(p.startswith(".env:2") and "DB_PASSWORD=change-me" in p for p in prompts)
+        assert "match" in status(dialog)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: results)
+        assert results == [None]
+
+    run(app, scenario)
+
+
+def test_download_writes_the_exact_bytes_and_cancel_leaves_no_file(stack: Stack, tmp_path: Path) -> None:
+    folder = fresh_dir(stack, "dlg-down")
+    payload = os.urandom(3 * MIB + 12345)
+    (folder / "data.bin").write_bytes(payload)
+    big = folder / "big.bin"
+    with open(big, "wb") as out:
+        out.truncate(400 * MIB)  # sparse: cheap to make, as long to send as any
+    app = real_app(stack)
+    server = demo_server(stack)
+    target = tmp_path / "data.bin"
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        dialog = TransferDialog.download(server, SITE, "dlg-down/data.bin", target)
+        results = await push(pilot, dialog)
+        await wait_for(pilot, lambda: results, seconds=60)
+        assert results == [True]
+        assert target.read_bytes() == payload
+        assert dialog.done == len(payload) and dialog.total == len(payload)
+
+        cancelled = tmp_path / "big.bin"
+        dialog = TransferDialog.download(server, SITE, "dlg-down/big.bin", cancelled)
+        results = await push(pilot, dialog)
+        await wait_for(pilot, lambda: dialog.done > 0, seconds=60)
+        assert_fits(dialog)
+        assert "MiB/s" in str(dialog.query_one("#transfer-numbers", Static).render())
+        await pilot.press("c")
+        await wait_for(pilot, lambda: results, seconds=30)
+        assert results == [False]
+        assert not cancelled.exists()
+
+    run(app, scenario)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.bin"]  # no partial file left
+    big.unlink()
+
+
+def test_upload_lands_byte_exact_and_asks_before_replacing(stack: Stack, tmp_path: Path) -> None:
+    folder = fresh_dir(stack, "dlg-up")
+    payload = os.urandom(5 * MIB + 7)
+    local = tmp_path / "up.bin"
+    local.write_bytes(payload)
+    app = real_app(stack)
+    server = demo_server(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        dialog = TransferDialog.upload(server, SITE, local, "dlg-up/up.bin")
+        results = await push(pilot, dialog)
+        await wait_for(pilot, lambda: results, seconds=60)
+        assert results == [True]
+        assert (folder / "up.bin").read_bytes() == payload
+
+        # The name is taken now: the upload asks; Replace sends it again with overwrite.
+        local.write_bytes(payload[::-1])
+        dialog = TransferDialog.upload(server, SITE, local, "dlg-up/up.bin")
+        results = await push(pilot, dialog)
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmDialog), seconds=30)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: results, seconds=60)
+        assert results == [True]
+        assert (folder / "up.bin").read_bytes() == payload[::-1]
+
+    run(app, scenario)
+
+
+def test_compress_then_extract_round_trips_with_progress(stack: Stack) -> None:
+    folder = fresh_dir(stack, "dlg-arch")
+    source = folder / "src"
+    (source / "deep").mkdir(parents=True)
+    files = {"a.txt": b"alpha\n", "deep/b.bin": os.urandom(300_000), "deep/c.txt": b"gamma\n" * 1000}
+    for name, data in files.items():
+        (source / name).write_bytes(data)
+    app = real_app(stack)
+    server = demo_server(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        dialog = ArchiveDialog.compress(server, SITE, ["dlg-arch/src"], "dlg-arch")
+        results = await push(pilot, dialog)
+        name = dialog.query_one("#archive-name", Input)
+        assert pilot.app.focused is name and name.value == "src.zip"
+        dialog.query_one("#archive-format", Select).value = "tar.gz"
+        await wait_for(pilot, lambda: name.value == "src.tar.gz")
+        name.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: results, seconds=60)
+        assert results == [True]
+        assert (folder / "src.tar.gz").is_file()
+        assert dialog.last_progress.get("total_files") == 3
+        assert dialog.last_progress.get("total_bytes") == sum(len(d) for d in files.values())
+
+        dialog = ArchiveDialog.extract(server, SITE, "dlg-arch/src.tar.gz", "dlg-arch")
+        results = await push(pilot, dialog)
+        destination = dialog.query_one("#archive-destination", Input)
+        assert destination.value == "dlg-arch/src"
+        destination.value = "dlg-arch/out"
+        destination.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: results, seconds=60)
+        assert results == [True]
+        out = folder / "out"
+        extracted = {p.relative_to(out).as_posix().removeprefix("src/"): p.read_bytes()
+                     for p in out.rglob("*") if p.is_file()}  # fmt: skip
+        assert extracted == files
+
+    run(app, scenario)
