@@ -6,16 +6,18 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
 
 from textual.pilot import Pilot
-from textual.widgets import OptionList, SelectionList
+from textual.widgets import Input, OptionList, SelectionList
 
 from tests.conftest import Stack
 from tests.test_tui_editor import real_app, run, site_dir, wait_for
 from tests.test_tui_jobs import highlight_server
 from tui.screens.commander import CommanderScreen
-from tui.screens.file_dialogs import CopyDialog, DeleteDialog, NameDialog, TrashDialog
+from tui.screens.file_dialogs import CopyDialog, DeleteDialog, LocalPathDialog, NameDialog, TrashDialog
 from tui.screens.file_panel import FilePanel
 from tui.screens.location_picker import LocationPicker
 from tui.screens.viewer import ViewerScreen
@@ -190,3 +192,35 @@ def test_copy_and_move_between_panes_then_trash_and_restore(stack: Stack) -> Non
         for path in (site / "pane-b.txt", shop / "pane-a.txt", shop / "pane-b.txt"):
             path.unlink(missing_ok=True)
         shutil.rmtree(site / "moved-here", ignore_errors=True)
+
+
+def test_download_then_upload_from_the_commander(stack: Stack, tmp_path: Path) -> None:
+    site = site_dir(stack)
+    payload = os.urandom(2 * 1024 * 1024 + 3)
+    (site / "pane-download.bin").write_bytes(payload)
+    app = real_app(stack)
+
+    async def type_path(pilot: Pilot[None], path: Path) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, LocalPathDialog))
+        app.screen.query_one(Input).value = str(path)
+        await pilot.press("enter")
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await open_commander(pilot)
+        await highlight(pilot, screen.left, "pane-download.bin")
+        await pilot.press("d")
+        await type_path(pilot, tmp_path / "got.bin")
+        await wait_for(pilot, lambda: (tmp_path / "got.bin").exists() and app.screen is screen, seconds=60)
+        assert (tmp_path / "got.bin").read_bytes() == payload
+
+        (tmp_path / "pane-upload.bin").write_bytes(payload[::-1])
+        await pilot.press("u")
+        await type_path(pilot, tmp_path / "pane-upload.bin")
+        await wait_for(pilot, lambda: "pane-upload.bin" in names(screen.left), seconds=60)
+        assert (site / "pane-upload.bin").read_bytes() == payload[::-1]
+
+    try:
+        run(app, scenario)
+    finally:
+        (site / "pane-download.bin").unlink(missing_ok=True)
+        (site / "pane-upload.bin").unlink(missing_ok=True)

@@ -519,7 +519,7 @@ class CommanderScreen(FleetScreen):
                     TransferDialog.upload(server, scope, local, remote), self._reload_after(panel, local.name)
                 )
 
-        self.app.push_screen(LocalPathDialog("Upload a local file", os.getcwd() + os.sep), chosen)
+        self.app.push_screen(LocalPathDialog("Upload a local file", os.getcwd() + os.sep, mode="open"), chosen)
 
     def action_compress(self) -> None:
         panel = self.active
