@@ -33,7 +33,7 @@ from starlette.routing import WebSocketRoute
 
 from agent import __version__
 from agent.jobs.base import JobContext
-from agent.jobs.manager import JobManager
+from agent.jobs.manager import BLOCK, RUN_LINES, Job, JobManager
 from agent.jobs.proc import LineSplitter
 from agent.link import protocol
 from agent.link.client import AgentLink, Backoff
@@ -293,6 +293,51 @@ async def test_attach_after_a_dropped_stream_resumes_without_loss_or_repeat(env:
         assert again.exit_code == 0
         assert_complete(again.items, count)
         assert len(agent.jobs._jobs) == 1
+
+
+def expand_runs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for run in runs:
+        assert set(run) == {"seq", "stream", "at", "texts"} and 0 < len(run["texts"]) <= RUN_LINES
+    return [
+        {"seq": run["seq"] + i, "stream": run["stream"], "text": text, "at": run["at"]}
+        for run in runs
+        for i, text in enumerate(run["texts"])
+    ]
+
+
+def test_runs_carry_exactly_the_lines_of_per_line_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter(range(10**6))
+    monkeypatch.setattr("agent.jobs.manager.now_at", lambda: f"2026-11-22T10:00:00.{next(clock) // 3:03d}Z")
+    job = Job("runs", "x.y", [], max_lines=3 * BLOCK)
+    writes = [("stdout", 1), ("stdout", 2), ("stderr", 1), ("stdout", BLOCK + 5), ("stderr", 3000), ("stdout", 7)]
+    for round_ in range(4):  # past max_lines: the oldest blocks go, mid-run
+        for stream, n in writes:
+            job.append(stream, [f"{round_}-{stream}-{i}" for i in range(n)])
+    assert job.first_seq > 1
+    runs = job.runs_after(0, 10**6)
+    assert runs[0]["seq"] == job.first_seq and len(runs) < job.last_seq - job.first_seq
+    assert expand_runs(runs) == job.lines_after(0, 10**6)
+    for pos in (0, job.first_seq, job.first_seq + BLOCK - 1, job.last_seq - 4000, job.last_seq - 1, job.last_seq):
+        for limit in (1, 5, 1000, BLOCK + 1, 8192):
+            assert expand_runs(job.runs_after(pos, limit)) == job.lines_after(pos, limit), (pos, limit)
+
+
+@pytest.mark.anyio
+async def test_runs_over_the_link_resume_without_loss_or_repeat(env: Env) -> None:
+    count = 50_000
+    folder = env.add_site("logs.example.com")
+    write_log(folder / "logs/access.log", count)
+    argv = ["logs", "tail", "logs.example.com", "--lines", str(count)]
+    params = {"job_id": "runs", "kind": "logs.tail", "argv": argv, "secrets": {}, "runs": True}
+    async with linked(env) as agent:
+        first = await agent.stream("job.run", params, window=64 * 1024, stop_after=10)
+        lines = expand_runs(first.items)
+        rest = await agent.stream("job.attach", {"job_id": "runs", "after": lines[-1]["seq"] - 3, "runs": True})
+    assert rest.exit_code == 0
+    lines = lines[:-3] + expand_runs(rest.items)
+    assert_complete(lines, count)
+    assert [line["text"] for line in lines] == [f"line {i}" for i in range(1, count + 1)]
+    assert len(first.items) + len(rest.items) < count / 10
 
 
 @needs_root
