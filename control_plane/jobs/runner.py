@@ -16,7 +16,7 @@ import bisect
 import logging
 import math
 from collections.abc import AsyncIterator
-from itertools import chain
+from itertools import chain, islice
 from typing import Any
 
 import anyio
@@ -79,7 +79,7 @@ class LiveJob:
             start = bisect.bisect_right(self._ends, after)
             if start < len(self.runs):
                 batch, count = [], 0
-                for run in self.runs[start:]:
+                for run in islice(self.runs, start, None):
                     run = run.after(after)
                     batch.append(run)
                     after = run.last_seq
