@@ -5,9 +5,9 @@ the server's own structure (cancelled with it; a job cut off that way is found `
 next start and marked `interrupted`).
 
 While a job runs, its lines live in memory (`LiveJob`, as runs: see `lines`) for the streams
-that follow it and are written to the database in batches by a writer task beside it. A job's row is finished only
-after all its lines are stored, so a stream that starts after that reads everything from the
-database.
+that follow it and are written to the database in batches by a writer task beside it. A job's
+row is finished only after all its lines are stored, so a stream that starts after that reads
+everything from the database.
 """
 
 from __future__ import annotations
