@@ -25,6 +25,8 @@ class LocalStack:
     base_url: str
     token: str
     server_id: str
+    pid: int = 0  # the control plane's process
+    agent_pid: int = 0  # the separate agent's process, while `separate_agent` runs
 
     @contextmanager
     def separate_agent(self, name: str = "bench-agent", *, ingress: bool = False) -> Iterator[str]:
@@ -51,6 +53,7 @@ class LocalStack:
             env=env,
             stderr=subprocess.DEVNULL,
         )
+        self.agent_pid = agent.pid
         try:
             deadline = time.monotonic() + 20
             while not httpx.get(f"{self.base_url}/v1/servers/{server_id}", headers=headers).json()["agent"]["online"]:
@@ -61,6 +64,7 @@ class LocalStack:
         finally:
             agent.terminate()
             agent.wait(10)
+            self.agent_pid = 0
 
 
 @contextmanager
@@ -80,12 +84,23 @@ def local_stack() -> Iterator[LocalStack]:
                 if process.poll() is not None:
                     raise RuntimeError("fleetdeck local did not start")
             credentials = json.loads((Path(folder) / "demo-credentials.json").read_text())
-            yield LocalStack(Path(folder), credentials["base_url"], credentials["token"], credentials["server_id"])
+            yield LocalStack(
+                Path(folder), credentials["base_url"], credentials["token"], credentials["server_id"], process.pid
+            )
         finally:
             if process.poll() is not None:
                 print((Path(folder) / "control-plane.log").read_text()[-3000:], file=sys.stderr)
             process.send_signal(signal.SIGTERM)
             process.wait(20)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux /proc; 0.0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _free_port() -> int:

@@ -21,7 +21,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api_client import Client
-from benchmarks._stack import local_stack, loopback_sshd
+from benchmarks._stack import cpu_seconds, local_stack, loopback_sshd
 
 
 def write_log(path: Path, lines: int) -> None:
@@ -76,10 +76,16 @@ def main() -> None:
         print(f"lines: {lines:,}")
         with stack.separate_agent() as server_id:
             trio.run(through_api, stack.base_url, stack.token, server_id, 1000)  # warm up
+            pids = {"control plane": stack.pid, "agent": stack.agent_pid}
+            before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            client_before = time.process_time()
             total, first, received, texts = trio.run(through_api, stack.base_url, stack.token, server_id, lines)
+            cpu = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+            cpu["client"] = time.process_time() - client_before
         assert received == lines, f"received {received} of {lines} lines"
         print(f"agent → API client (SSE):  {lines / total:>12,.0f} lines/s   ({total * 1000:.0f} ms in all)")
         print(f"  first line after start:  {first * 1000:>12.1f} ms (POST /jobs to the first SSE line)")
+        print("  CPU seconds:             " + ", ".join(f"{name} {seconds:.2f}" for name, seconds in cpu.items()))
         shared, _, _, _ = trio.run(through_api, stack.base_url, stack.token, stack.server_id, lines)
         print(f"  same, agent in the control plane's process (fleetdeck local): {lines / shared:,.0f} lines/s")
         panel = into_log_panel(texts)

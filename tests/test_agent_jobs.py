@@ -8,6 +8,7 @@ users run only as root.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pwd
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 import pytest
@@ -32,14 +34,20 @@ from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 
 from agent import __version__
-from agent.jobs.base import JobContext
-from agent.jobs.manager import JobManager
+from agent.jobs.base import JobContext, Kind, Output
+from agent.jobs.manager import BLOCK, RUN_LINES, Job, JobManager
 from agent.jobs.proc import LineSplitter
 from agent.link import protocol
 from agent.link.client import AgentLink, Backoff
 from agent.runner import AgentConfig, build_handlers
 from agent.sites import SiteRegistry
+from api_client.sse import SSEParser
 from control_plane.hub import AgentCallError, AgentHub
+from control_plane.jobs import store
+from control_plane.jobs.masking import Masker
+from control_plane.jobs.runner import JobRunner
+from control_plane.storage import Database
+from control_plane.storage.schema import orgs, servers
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "agent-token-jobs"
@@ -293,6 +301,51 @@ async def test_attach_after_a_dropped_stream_resumes_without_loss_or_repeat(env:
         assert again.exit_code == 0
         assert_complete(again.items, count)
         assert len(agent.jobs._jobs) == 1
+
+
+def expand_runs(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for run in runs:
+        assert set(run) == {"seq", "stream", "at", "texts"} and 0 < len(run["texts"]) <= RUN_LINES
+    return [
+        {"seq": run["seq"] + i, "stream": run["stream"], "text": text, "at": run["at"]}
+        for run in runs
+        for i, text in enumerate(run["texts"])
+    ]
+
+
+def test_runs_carry_exactly_the_lines_of_per_line_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter(range(10**6))
+    monkeypatch.setattr("agent.jobs.manager.now_at", lambda: f"2026-11-22T10:00:00.{next(clock) // 3:03d}Z")
+    job = Job("runs", "x.y", [], max_lines=3 * BLOCK)
+    writes = [("stdout", 1), ("stdout", 2), ("stderr", 1), ("stdout", BLOCK + 5), ("stderr", 3000), ("stdout", 7)]
+    for round_ in range(4):  # past max_lines: the oldest blocks go, mid-run
+        for stream, n in writes:
+            job.append(stream, [f"{round_}-{stream}-{i}" for i in range(n)])
+    assert job.first_seq > 1
+    runs = job.runs_after(0, 10**6)
+    assert runs[0]["seq"] == job.first_seq and len(runs) < job.last_seq - job.first_seq
+    assert expand_runs(runs) == job.lines_after(0, 10**6)
+    for pos in (0, job.first_seq, job.first_seq + BLOCK - 1, job.last_seq - 4000, job.last_seq - 1, job.last_seq):
+        for limit in (1, 5, 1000, BLOCK + 1, 8192):
+            assert expand_runs(job.runs_after(pos, limit)) == job.lines_after(pos, limit), (pos, limit)
+
+
+@pytest.mark.anyio
+async def test_runs_over_the_link_resume_without_loss_or_repeat(env: Env) -> None:
+    count = 50_000
+    folder = env.add_site("logs.example.com")
+    write_log(folder / "logs/access.log", count)
+    argv = ["logs", "tail", "logs.example.com", "--lines", str(count)]
+    params = {"job_id": "runs", "kind": "logs.tail", "argv": argv, "secrets": {}, "runs": True}
+    async with linked(env) as agent:
+        first = await agent.stream("job.run", params, window=64 * 1024, stop_after=10)
+        lines = expand_runs(first.items)
+        rest = await agent.stream("job.attach", {"job_id": "runs", "after": lines[-1]["seq"] - 3, "runs": True})
+    assert rest.exit_code == 0
+    lines = lines[:-3] + expand_runs(rest.items)
+    assert_complete(lines, count)
+    assert [line["text"] for line in lines] == [f"line {i}" for i in range(1, count + 1)]
+    assert len(first.items) + len(rest.items) < count / 10
 
 
 @needs_root
@@ -630,3 +683,86 @@ def test_python_m_agent_run_site_list(env: Env) -> None:
     done = run_cli("--home", str(env.home / "missing"), "metrics", "get", "--json")
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.splitlines() == [done.stderr.strip()] and "FileNotFoundError" in done.stderr
+
+
+# --- the control plane's runner over a real link ---------------------------------------------
+
+SECRET = 'hunter2+Pa/ss=w"rd'
+
+
+async def _echo_secret(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+    """A handler that leaks its secret in every form, between many clean lines and runs."""
+    secret = ctx.secrets["password"]
+    for block in range(args.blocks):
+        out.lines("stdout", [f"clean {block}-{i}" for i in range(997)])
+        out.lines("stderr", [f"auth {secret} at {block}", f"url https://ci:{quote(secret, safe='')}@r.example.com/"])
+        out.stdout(json.dumps({"password": secret}))
+        await out.drain()
+    return 3
+
+
+ECHO_SECRET = Kind("echo", "secret", lambda p: p.add_argument("--blocks", type=int, default=40), _echo_secret)
+
+
+def _files_bytes(folder: Path, pattern: str) -> bytes:
+    return b"".join(path.read_bytes() for path in folder.glob(pattern))
+
+
+async def _sse(runner: JobRunner, org_id: str, job_id: str, after: int = 0) -> tuple[bytes, list[Any]]:
+    body = b"".join([chunk async for chunk in runner.events(org_id, job_id, after)])
+    return body, SSEParser().feed(body)
+
+
+@pytest.mark.anyio
+async def test_the_runner_masks_stores_and_replays_runs_from_a_real_agent(env: Env, tmp_path: Path) -> None:
+
+    db = Database(f"sqlite:///{tmp_path / 'cp.db'}")
+    db.migrate()
+    with db.engine.begin() as conn:
+        at = "2026-11-22T00:00:00Z"
+        conn.execute(orgs.insert().values(id="org-1", name="o", plan="max", created_at=at))
+        conn.execute(servers.insert().values(id=SERVER_ID, org_id="org-1", name="s", kind="full", created_at=at))
+    kinds = {"echo.secret": ECHO_SECRET}
+    async with linked(env, kinds=kinds) as agent, trio.open_nursery() as nursery:
+        runner = JobRunner(db, agent.hub, grace_s=1)
+        runner.bind(nursery)
+        job = db.run_sync(
+            store.create_job,
+            org_id="org-1",
+            server_id=SERVER_ID,
+            kind="echo.secret",
+            args={},
+            argv=["echo", "secret"],
+            created_by=None,
+            idempotency_key=None,
+        )
+        runner.start(job, secrets={"password": SECRET}, read=False)
+        with trio.fail_after(30):
+            live_body, live = await _sse(runner, "org-1", job["id"])
+            while job["id"] in runner.live:  # noqa: ASYNC110 - until the writer has stored every line
+                await trio.sleep(0.02)
+            stored_body, _ = await _sse(runner, "org-1", job["id"])
+            resumed_body, resumed = await _sse(runner, "org-1", job["id"], after=1234)
+        nursery.cancel_scope.cancel()
+    mask = Masker([SECRET])
+    expected = [
+        text
+        for block in range(40)
+        for text in (
+            *(f"clean {block}-{i}" for i in range(997)),
+            mask(f"auth {SECRET} at {block}"),
+            mask(f"url https://ci:{quote(SECRET, safe='')}@r.example.com/"),
+            mask(json.dumps({"password": SECRET})),
+        )
+    ]
+    lines = [event.data for event in live if event.event == "line"]
+    assert [line["text"] for line in lines] == expected and "***" in expected[997]
+    assert [line["seq"] for line in lines] == list(range(1, len(expected) + 1)) == [int(e.id) for e in live[:-1]]
+    assert {line["stream"] for line in lines[997:999]} == {"stderr"} and lines[0]["stream"] == "stdout"
+    assert live[-1].event == "exit" and live[-1].data == {"exit_code": 3, "status": "failed"}
+    assert stored_body == live_body  # the replay of the stored job is the live stream, byte for byte
+    assert resumed_body == live_body[live_body.index(b"id: 1235\n") :] and resumed[0].id == "1235"
+    stored_bytes = _files_bytes(tmp_path, "cp.db*")
+    assert b"clean 39-996" in stored_bytes
+    for form in (SECRET, quote(SECRET, safe=""), json.dumps(SECRET)[1:-1]):
+        assert form.encode() not in stored_bytes

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from control_plane.jobs.masking import MASK, Masker
 
-SECRET = "hunter2+Pa/ss=w\"rd"
+SECRET = 'hunter2+Pa/ss=w"rd'
 
 
 @pytest.mark.parametrize(
@@ -45,3 +45,23 @@ def test_no_secret_no_change() -> None:
 def test_raw_secret_never_survives(secret: str, around: str) -> None:
     masked = Masker([secret])(around + secret + around)
     assert secret not in masked
+
+
+@given(
+    st.lists(st.text(alphabet='ab\n=+/%"xy', max_size=12), max_size=8),
+    st.lists(st.text(alphabet='ab\n=+/%"xy', min_size=4, max_size=8), min_size=1, max_size=2),
+)
+def test_many_texts_are_masked_as_one_by_one(texts: list[str], secrets: list[str]) -> None:
+    masker = Masker(secrets)
+    # Secrets with newlines, texts with newlines, secrets spanning two texts: all as one by one.
+    texts = [*texts, *(s[: len(s) // 2] for s in secrets), *(s[len(s) // 2 :] for s in secrets), *secrets]
+    assert masker.many(texts) == [masker(text) for text in texts]
+
+
+def test_many_masks_a_block_of_lines_and_leaves_a_clean_one_alone() -> None:
+    masker = Masker([SECRET])
+    texts = [f"line {i}" for i in range(1000)]
+    assert masker.many(texts) is texts
+    texts[500] = f"password {SECRET} and {quote(SECRET, safe='')}"
+    masked = masker.many(texts)
+    assert masked[500] == "password *** and ***" and masked[:500] == texts[:500] and len(masked) == 1000

@@ -1,23 +1,30 @@
 """The job manager: jobs run in the agent's own nursery, and RPC calls only watch them.
 
-``job.run {job_id, kind, argv, secrets}`` starts the job (a job id this agent already has is
-attached from the start instead: the call is idempotent) and streams its lines;
-``job.attach {job_id, after}`` streams the lines with ``seq > after``, then the live ones. Both
-answer ``{"exit_code": n}`` once the job is over, and a dropped call or link never stops the job.
+``job.run {job_id, kind, argv, secrets, runs?}`` starts the job (a job id this agent already has
+is attached from the start instead: the call is idempotent) and streams its lines;
+``job.attach {job_id, after, runs?}`` streams the lines with ``seq > after``, then the live ones.
+Both answer ``{"exit_code": n}`` once the job is over, and a dropped call or link never stops the
+job.
 
 Each job keeps its last `max_lines` lines (500,000) with seq numbers 1, 2, 3…; a line is
-``{"seq", "stream": "stdout"|"stderr", "text", "at"}``. The buffer holds texts in blocks beside
-shared ``stream`` and ``at`` strings; the line objects are built per batch when sent. A
-reader sends what has piled up as one ``items`` batch: at once when 1,000 lines wait, else after
-at most 20 ms of gathering. While a reader is live, a producer that would overrun it (more than
-half the buffer ahead) waits at its next `Output.drain`, and no line a live reader has yet to
-send is dropped; with nobody attached a producer never waits and the oldest lines go. A finished
-job stays attachable for `keep_s` (10 minutes).
+``{"seq", "stream": "stdout"|"stderr", "text", "at"}``. The buffer holds texts in blocks, each
+with its runs: the offsets where ``stream`` or ``at`` change (one run per write, mostly). A
+caller that passes ``"runs": true`` gets its lines as run items ``{"seq", "stream", "at",
+"texts": [..]}``: consecutive lines that share a stream and a time, at most `RUN_LINES` each,
+which cost nothing per line to build or to decode (the control plane asks for them; without the
+flag each line is its own item, as older control planes expect).
+
+A reader sends what has piled up as one ``items`` batch: at once when 1,000 lines wait, else
+after at most 20 ms of gathering. While a reader is live, a producer that would overrun it (more
+than half the buffer ahead) waits at its next `Output.drain`, and no line a live reader has yet
+to send is dropped; with nobody attached a producer never waits and the oldest lines go. A
+finished job stays attachable for `keep_s` (10 minutes).
 """
 
 from __future__ import annotations
 
 import logging
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +46,7 @@ KEEP_S = 600.0
 FLUSH_LINES = 1000
 FLUSH_S = 0.020
 MAX_BATCH = 8192  # lines handed to one send_items call
+RUN_LINES = 1024  # lines in one run item at most (keeps frames far below the chunk size)
 MAX_JOB_ID = 128
 
 
@@ -62,8 +70,9 @@ class Job:
         self.exit_code: int | None = None
         self.finished_at: float | None = None  # trio clock
         self.started_at = now_at()
-        # blocks[i] holds seqs (base_block + i) * BLOCK + 1 ...; each is (texts, streams, ats).
-        self._blocks: deque[tuple[list[str], list[str], list[str]]] = deque()
+        # blocks[i] holds seqs (base_block + i) * BLOCK + 1 ...: (texts, runs), where runs are
+        # (offset in the block, stream, at), one at each offset where stream or at changes.
+        self._blocks: deque[tuple[list[str], list[tuple[int, str, str]]]] = deque()
         self._base_block = 0
         self._changed = trio.Event()
         self._room = trio.Event()
@@ -88,12 +97,12 @@ class Job:
         while index < n:
             fill = (self.next_seq - 1) % BLOCK
             if fill == 0:
-                blocks.append(([], [], []))
-            block_texts, block_streams, block_ats = blocks[-1]
+                blocks.append(([], []))
+            block_texts, runs = blocks[-1]
+            if not runs or runs[-1][1] != stream or runs[-1][2] != at:
+                runs.append((fill, stream, at))
             take = min(BLOCK - fill, n - index)
             block_texts.extend(texts[index : index + take] if index or take < n else texts)
-            block_streams.extend([stream] * take)
-            block_ats.extend([at] * take)
             index += take
             self.next_seq += take
         if self.next_seq - self.first_seq > self.max_lines:
@@ -134,33 +143,45 @@ class Job:
                 self._changed = trio.Event()
             await self._changed.wait()
 
-    def lines_after(self, pos: int, limit: int) -> list[dict[str, Any]]:
-        """Up to `limit` line objects with seq > `pos` (from the oldest held line)."""
+    def _segments(self, pos: int, limit: int) -> list[tuple[int, str, str, list[str]]]:
+        """Up to `limit` lines with seq > `pos` as (first seq, stream, at, texts) segments."""
         start = max(pos + 1, self.first_seq)
         end = min(self.last_seq, start + limit - 1)
-        items: list[dict[str, Any]] = []
+        segments: list[tuple[int, str, str, list[str]]] = []
         seq = start
         while seq <= end:
             block_no, offset = divmod(seq - 1, BLOCK)
-            texts, streams, ats = self._blocks[block_no - self._base_block]
-            stop = min(BLOCK, offset + end - seq + 1)
-            items.extend(
-                [
-                    {"seq": s, "stream": st, "text": t, "at": a}
-                    for s, t, st, a in zip(
-                        range(seq, seq + stop - offset),
-                        texts[offset:stop],
-                        streams[offset:stop],
-                        ats[offset:stop],
-                        strict=True,
-                    )
-                ]
-            )
-            seq += stop - offset
-        return items
+            texts, runs = self._blocks[block_no - self._base_block]
+            stop = min(len(texts), offset + end - seq + 1)
+            run = bisect_right(runs, offset, key=_run_offset) - 1
+            while offset < stop:
+                run_end = runs[run + 1][0] if run + 1 < len(runs) else len(texts)
+                cut = min(stop, run_end, offset + RUN_LINES)
+                segments.append((seq, runs[run][1], runs[run][2], texts[offset:cut]))
+                seq += cut - offset
+                offset = cut
+                if offset == run_end:
+                    run += 1
+        return segments
 
-    async def stream_to(self, call: Call, after: int) -> dict[str, Any]:
-        """Send the lines after `after` (then the live ones) as items; the exit code at the end."""
+    def lines_after(self, pos: int, limit: int) -> list[dict[str, Any]]:
+        """Up to `limit` line objects with seq > `pos` (from the oldest held line)."""
+        return [
+            {"seq": s, "stream": stream, "text": t, "at": at}
+            for first, stream, at, texts in self._segments(pos, limit)
+            for s, t in zip(range(first, first + len(texts)), texts, strict=True)
+        ]
+
+    def runs_after(self, pos: int, limit: int) -> list[dict[str, Any]]:
+        """The same lines as `lines_after`, as run items ``{"seq", "stream", "at", "texts"}``."""
+        return [
+            {"seq": first, "stream": stream, "at": at, "texts": texts}
+            for first, stream, at, texts in self._segments(pos, limit)
+        ]
+
+    async def stream_to(self, call: Call, after: int, *, runs: bool = False) -> dict[str, Any]:
+        """Send the lines after `after` (then the live ones) as items, or as run items when `runs`;
+        the exit code at the end."""
         if not call.streaming:
             await self.wait_done()
             return {"exit_code": self.exit_code}
@@ -176,16 +197,21 @@ class Job:
                         while self.last_seq - pos < FLUSH_LINES and not self.done:
                             await self.wait_beyond(self.last_seq)
                     pos = reader.pos = max(reader.pos, self.first_seq - 1)
-                batch = self.lines_after(pos, MAX_BATCH)
+                batch = self.runs_after(pos, MAX_BATCH) if runs else self.lines_after(pos, MAX_BATCH)
                 if batch:
                     await call.send_items(batch)
-                    reader.pos = batch[-1]["seq"]
+                    last = batch[-1]
+                    reader.pos = last["seq"] + len(last["texts"]) - 1 if runs else last["seq"]
                     self._room.set()
                 elif self.done:
                     return {"exit_code": self.exit_code}
         finally:
             self._readers.discard(reader)
             self._room.set()
+
+
+def _run_offset(run: tuple[int, str, str]) -> int:
+    return run[0]
 
 
 class _JobOutput(Output):
@@ -279,7 +305,7 @@ class JobManager:
         if not isinstance(secrets, dict) or not all(isinstance(v, str) for v in secrets.values()):
             raise RpcError("validation_error", "secrets must map names to strings")
         job = self.start(job_id, kind, argv, secrets)
-        return await job.stream_to(call, 0)
+        return await job.stream_to(call, 0, runs=params.get("runs") is True)
 
     async def job_attach(self, call: Call) -> dict[str, Any]:
         job_id, after = call.params.get("job_id"), call.params.get("after", 0)
@@ -290,4 +316,4 @@ class JobManager:
         job = self.get(job_id)
         if job is None:
             raise RpcError("not_found", f"this agent has no job {job_id}", {"job_id": job_id})
-        return await job.stream_to(call, after)
+        return await job.stream_to(call, after, runs=call.params.get("runs") is True)

@@ -4,10 +4,10 @@ The runner owns one task group, opened by the app's lifespan, so every job task 
 the server's own structure (cancelled with it; a job cut off that way is found `running` at the
 next start and marked `interrupted`).
 
-While a job runs, its lines live in memory (`LiveJob`) for the streams that follow it and are
-written to the database in batches by a writer task beside it. A job's row is finished only
-after all its lines are stored, so a stream that starts after that reads everything from the
-database.
+While a job runs, its lines live in memory (`LiveJob`, as runs: see `lines`) for the streams
+that follow it and are written to the database in batches by a writer task beside it. A job's
+row is finished only after all its lines are stored, so a stream that starts after that reads
+everything from the database.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import bisect
 import logging
 import math
 from collections.abc import AsyncIterator
+from itertools import chain, islice
 from typing import Any
 
 import anyio
@@ -27,7 +28,9 @@ from .. import sse
 from ..clock import now_iso
 from ..hub import AgentCallError, AgentHub, AgentOfflineError, AgentSession
 from ..storage import Database
+from . import lines as output
 from . import store
+from .lines import BadOutput, Run
 from .masking import Masker
 
 log = logging.getLogger("fleetdeck.jobs")
@@ -39,10 +42,6 @@ QUEUED_POLL_S = 0.25
 WRITE_GATHER_S = 0.05
 
 
-def line_event(line: dict[str, Any]) -> bytes:
-    return b"id: %d\nevent: line\ndata: %s\n\n" % (line["seq"], orjson.dumps(line))
-
-
 def exit_event(exit_code: int | None, status: str, last_seq: int) -> bytes:
     return sse.event("exit", {"exit_code": exit_code, "status": status}, last_seq + 1)
 
@@ -52,16 +51,18 @@ class LiveJob:
 
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
-        self.lines: list[dict[str, Any]] = []
+        self.runs: list[Run] = []
+        self._ends: list[int] = []  # each run's last seq, for bisect
         self.exit: tuple[int | None, str] | None = None
         self._changed = anyio.Event()
 
     @property
     def last_seq(self) -> int:
-        return self.lines[-1]["seq"] if self.lines else 0
+        return self._ends[-1] if self._ends else 0
 
-    def extend(self, batch: list[dict[str, Any]]) -> None:
-        self.lines.extend(batch)
+    def extend(self, runs: list[Run]) -> None:
+        self.runs.extend(runs)
+        self._ends.extend([run.last_seq for run in runs])
         self._wake()
 
     def finish(self, exit_code: int | None, status: str) -> None:
@@ -75,11 +76,17 @@ class LiveJob:
     async def follow(self, after: int) -> AsyncIterator[bytes]:
         """Chunks of SSE bytes: every line after `after` as it comes, then the `exit` event."""
         while True:
-            start = bisect.bisect_right(self.lines, after, key=lambda line: line["seq"])
-            if start < len(self.lines):
-                batch = self.lines[start : start + EVENTS_PER_WRITE]
-                after = batch[-1]["seq"]
-                yield b"".join(map(line_event, batch))
+            start = bisect.bisect_right(self._ends, after)
+            if start < len(self.runs):
+                batch, count = [], 0
+                for run in islice(self.runs, start, None):
+                    run = run.after(after)
+                    batch.append(run)
+                    after = run.last_seq
+                    count += len(run.texts)
+                    if count >= EVENTS_PER_WRITE:
+                        break
+                yield output.sse(batch)
                 continue
             if self.exit is not None:
                 yield exit_event(self.exit[0], self.exit[1], after)
@@ -114,7 +121,7 @@ class JobRunner:
 
     async def _run(self, job: dict[str, Any], secrets: dict[str, str], read: bool) -> None:
         live = self.live[job["id"]]
-        send, receive = anyio.create_memory_object_stream[list[dict[str, Any]]](max_buffer_size=math.inf)
+        send, receive = anyio.create_memory_object_stream[list[Run]](max_buffer_size=math.inf)
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._store_lines, job["id"], receive)
@@ -147,7 +154,7 @@ class JobRunner:
         job: dict[str, Any],
         secrets: dict[str, str],
         live: LiveJob,
-        lines: MemoryObjectSendStream[list[dict[str, Any]]],
+        lines: MemoryObjectSendStream[list[Run]],
     ) -> tuple[int | None, str]:
         """Stream the job from its agent; across a short link drop, re-attach to the same run."""
         server_id = job["server_id"]
@@ -164,18 +171,18 @@ class JobRunner:
             "kind": job["kind"],
             "argv": orjson.loads(job["argv"]),
             "secrets": secrets,
+            "runs": True,  # lines as runs (an older agent ignores this and sends line items)
         }
         while True:
             try:
                 async with self._hub.open_stream(server_id, method, params, window=STREAM_WINDOW) as stream:
                     async for chunk in stream:
                         if isinstance(chunk, list):
-                            batch = [line for line in chunk if line["seq"] > live.last_seq]
+                            runs = output.from_items(chunk, live.last_seq)
                             if mask:
-                                for line in batch:
-                                    line["text"] = mask(line["text"])
-                            live.extend(batch)
-                            lines.send_nowait(batch)
+                                runs = [run.masked(mask.many) for run in runs]
+                            live.extend(runs)
+                            lines.send_nowait(runs)
                     exit_code = int(stream.result["exit_code"])
                     return exit_code, "succeeded" if exit_code == 0 else "failed"
             except AgentOfflineError:
@@ -183,19 +190,22 @@ class JobRunner:
                 if returned is None or returned.boot_id != session.boot_id:
                     return None, "interrupted"  # gone past the grace period, or a new process
                 session = returned
-                method, params = "job.attach", {"job_id": job["id"], "after": live.last_seq}
+                method, params = "job.attach", {"job_id": job["id"], "after": live.last_seq, "runs": True}
             except AgentCallError as exc:
                 if method == "job.attach" and exc.code == "not_found":
                     return None, "interrupted"  # the agent restarted: the run is gone, never re-run it
-                note = {
-                    "seq": live.last_seq + 1,
-                    "stream": "stderr",
-                    "text": f"agent error: {exc.message}",
-                    "at": now_iso(),
-                }
-                live.extend([note])
-                lines.send_nowait([note])
-                return None, "failed"
+                return self._fail(live, lines, f"agent error: {exc.message}")
+            except BadOutput as exc:
+                log.warning("job %s: the agent of server %s sent bad output: %s", job["id"], server_id, exc)
+                return self._fail(live, lines, f"agent error: {exc}")
+
+    @staticmethod
+    def _fail(live: LiveJob, lines: MemoryObjectSendStream[list[Run]], text: str) -> tuple[int | None, str]:
+        """End the job `failed`, with `text` as its last line."""
+        note = [Run(live.last_seq + 1, "stderr", now_iso(), [text])]
+        live.extend(note)
+        lines.send_nowait(note)
+        return None, "failed"
 
     async def _next_session(self, server_id: str, *, after: AgentSession) -> AgentSession | None:
         """The agent's next link after the one that dropped, if one comes within the grace period.
@@ -211,17 +221,20 @@ class JobRunner:
                 await anyio.sleep(0.1)
         return None
 
-    async def _store_lines(self, job_id: str, batches: MemoryObjectReceiveStream[list[dict[str, Any]]]) -> None:
+    async def _store_lines(self, job_id: str, batches: MemoryObjectReceiveStream[list[Run]]) -> None:
         """Write lines in few transactions: gather up to a chunk's worth, or what came in 50 ms."""
         async with batches:
             async for batch in batches:
                 pending = list(batch)
+                count = output.line_count(pending)
                 with anyio.move_on_after(WRITE_GATHER_S):
-                    while len(pending) < store.CHUNK_LINES:
+                    while count < store.CHUNK_LINES:
                         try:
-                            pending.extend(await batches.receive())
+                            more = await batches.receive()
                         except anyio.EndOfStream:
                             break
+                        pending.extend(more)
+                        count += output.line_count(more)
                 await self._db.run(store.insert_lines, job_id, pending)
 
     async def events(self, org_id: str, job_id: str, after: int) -> AsyncIterator[bytes]:
@@ -232,10 +245,10 @@ class JobRunner:
                 async for chunk in live.follow(after):
                     yield chunk
                 return
-            rows = await self._db.run(store.lines_after, job_id, after, DB_PAGE)
-            if rows:
-                after = rows[-1]["seq"]
-                yield b"".join(map(line_event, rows))
+            runs = await self._db.run(store.lines_after, job_id, after, DB_PAGE)
+            if runs:
+                after = runs[-1].last_seq
+                yield output.sse(runs)
                 continue
             job = await self._db.run(store.get_job, org_id, job_id)
             if job is None:
@@ -248,10 +261,10 @@ class JobRunner:
 
 def _read_result(live: LiveJob) -> Any:
     """A read prints JSON: the job's result is its parsed stdout (None when it is not JSON)."""
-    stdout = [line["text"] for line in live.lines if line["stream"] == "stdout"]
-    if not stdout or stdout[0].lstrip()[:1] not in ("{", "["):
+    stdout = [run.texts for run in live.runs if run.stream == "stdout"]
+    if not stdout or stdout[0][0].lstrip()[:1] not in ("{", "["):
         return None  # not JSON (e.g. log lines): don't join and parse a million lines to find out
-    text = "\n".join(stdout)
+    text = "\n".join(chain.from_iterable(stdout))
     try:
         return orjson.loads(text) if text.strip() else None
     except orjson.JSONDecodeError:

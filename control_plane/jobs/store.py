@@ -12,6 +12,8 @@ from sqlalchemy.engine import Connection
 from ..auth.secrets import new_id
 from ..clock import now_iso
 from ..storage.schema import job_output, jobs, read_cache
+from . import lines
+from .lines import Run
 
 Row = dict[str, Any]
 
@@ -94,34 +96,39 @@ def interrupt_unfinished(conn: Connection) -> int:
 CHUNK_LINES = 5000
 
 
-def insert_lines(conn: Connection, job_id: str, lines: list[dict[str, Any]]) -> None:
-    """Store consecutive lines as chunks of at most `CHUNK_LINES`, each one row."""
+def insert_lines(conn: Connection, job_id: str, runs: list[Run]) -> None:
+    """Store consecutive runs as chunks of at most `CHUNK_LINES` lines, each one row.
+
+    A row's ``lines`` is the JSON list of its runs (``{"seq", "stream", "at", "texts"}``); rows
+    written before runs hold a list of line objects, which `lines_after` reads too.
+    """
     rows = [
         {
             "job_id": job_id,
-            "first_seq": chunk[0]["seq"],
-            "last_seq": chunk[-1]["seq"],
-            "lines": orjson.dumps(chunk),
+            "first_seq": chunk[0].seq,
+            "last_seq": chunk[-1].last_seq,
+            "lines": orjson.dumps([run.wire() for run in chunk]),
         }
-        for chunk in (lines[i : i + CHUNK_LINES] for i in range(0, len(lines), CHUNK_LINES))
+        for chunk in lines.chunks(runs, CHUNK_LINES)
     ]
     if rows:
         conn.execute(job_output.insert(), rows)
 
 
-def lines_after(conn: Connection, job_id: str, after: int, limit: int) -> list[dict[str, Any]]:
-    """Stored lines with seq > `after`, in order: whole chunks, about `limit` lines."""
+def lines_after(conn: Connection, job_id: str, after: int, limit: int) -> list[Run]:
+    """Stored lines with seq > `after`, in order, as runs: whole chunks, about `limit` lines."""
     query = (
         sa.select(job_output.c.lines)
         .where(job_output.c.job_id == job_id, job_output.c.last_seq > after)
         .order_by(job_output.c.first_seq)
         .limit(max(1, limit // CHUNK_LINES))
     )
-    found: list[dict[str, Any]] = []
+    found: list[Run] = []
     for (chunk,) in conn.execute(query):
-        found.extend(orjson.loads(chunk))
-    if found and found[0]["seq"] <= after:
-        found = [line for line in found if line["seq"] > after]
+        runs = lines.from_items(orjson.loads(chunk), after)
+        if runs:
+            found.extend(runs)
+            after = runs[-1].last_seq
     return found
 
 

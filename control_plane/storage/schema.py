@@ -110,8 +110,9 @@ jobs = sa.Table(
     sa.Index("ix_jobs_server_created", "server_id", "created_at"),
 )
 
-# A job's captured output, in chunks of consecutive lines (a JSON list of line objects, secrets
-# already masked). A row per line made the inserts the hottest thing in the process.
+# A job's captured output, in chunks of consecutive lines (a JSON list of runs {seq, stream, at,
+# texts}, or of line objects in rows written before runs; secrets already masked). A row per line
+# made the inserts the hottest thing in the process.
 job_output = sa.Table(
     "job_output",
     metadata,
