@@ -223,8 +223,8 @@ class CommanderScreen(FleetScreen):
     def action_same_folder(self) -> None:
         """`=`: the other panel shows the folder of this one."""
         source = self.active
-        if source.server is not None and source.scope is not None:
-            self.other.open_location(source.server, source.scope, source.path)
+        if source.place is not None:
+            self.other.open_location(*source.place, source.path)
 
     def action_filter(self) -> None:
         self.active.start_filter()
@@ -270,9 +270,9 @@ class CommanderScreen(FleetScreen):
 
     def _open(self, panel: FilePanel, path: str, *, edit: bool) -> None:
         """Read `path` and show it in the viewer or the editor; binary and huge files are reported."""
-        server, scope = panel.server, panel.scope
-        if server is None or scope is None:
+        if panel.place is None:
             return
+        server, scope = panel.place
         if self._opening_task is not None:
             self._opening_task.cancel()
 
@@ -367,9 +367,9 @@ class CommanderScreen(FleetScreen):
 
     def action_mkdir(self) -> None:
         panel = self.active
-        if panel.server is None or panel.scope is None:
+        if panel.place is None:
             return
-        server, scope, where = panel.server, panel.scope, panel.path
+        (server, scope), where = panel.place, panel.path
 
         def create(name: str | None) -> None:
             if not name:
@@ -388,21 +388,21 @@ class CommanderScreen(FleetScreen):
 
     def action_new_file(self) -> None:
         panel = self.active
-        if panel.server is None or panel.scope is None:
+        if panel.place is None:
             return
 
         def created(path: str | None) -> None:
             if path:
                 panel.reload(select=path.rpartition("/")[2])
 
-        self.app.push_screen(NewFileDialog(panel.server, panel.scope, panel.path), created)
+        self.app.push_screen(NewFileDialog(*panel.place, panel.path), created)
 
     def action_rename(self) -> None:
         panel = self.active
         entry = panel.pane.highlighted
-        if entry is None or panel.server is None or panel.scope is None:
+        if entry is None or panel.place is None:
             return
-        server, scope, old = panel.server, panel.scope, str(entry.get("name", ""))
+        (server, scope), old = panel.place, str(entry.get("name", ""))
 
         def rename(new: str | None) -> None:
             if not new or new == old:
@@ -426,9 +426,9 @@ class CommanderScreen(FleetScreen):
     def action_delete(self) -> None:
         panel = self.active
         paths = panel.selected_paths()
-        if not paths or panel.server is None or panel.scope is None:
+        if not paths or panel.place is None:
             return
-        server, scope = panel.server, panel.scope
+        server, scope = panel.place
 
         def delete(choice: str | None) -> None:
             if choice is None:
@@ -455,24 +455,22 @@ class CommanderScreen(FleetScreen):
 
     def action_properties(self) -> None:
         panel = self.active
-        entry = panel.pane.highlighted
-        if entry is not None and panel.server is not None and panel.scope is not None:
-            path = join_path(panel.path, str(entry.get("name", "")))
-            self.app.push_screen(PropertiesDialog(panel.server, panel.scope, path))
+        if panel.place is not None and panel.highlighted_path is not None:
+            self.app.push_screen(PropertiesDialog(*panel.place, panel.highlighted_path))
 
     def action_permissions(self) -> None:
         panel = self.active
         selection = panel.pane.selection
-        if not selection or panel.server is None or panel.scope is None:
+        if not selection or panel.place is None:
             return
         mode = int(selection[0].get("mode", 0o644)) & 0o777
         has_dirs = any(entry.get("type") == "dir" for entry in selection)
-        dialog = PermissionsDialog(panel.server, panel.scope, panel.selected_paths(), mode, has_dirs)
+        dialog = PermissionsDialog(*panel.place, panel.selected_paths(), mode, has_dirs)
         self.app.push_screen(dialog, self._reload_after(panel))
 
     def action_search(self) -> None:
         panel = self.active
-        if panel.server is None or panel.scope is None:
+        if panel.place is None:
             return
 
         def jump(path: str | None) -> None:
@@ -480,24 +478,23 @@ class CommanderScreen(FleetScreen):
                 folder, _, name = path.strip("/").rpartition("/")
                 panel.load(folder, select=name)
 
-        self.app.push_screen(SearchDialog(panel.server, panel.scope, panel.path), jump)
+        self.app.push_screen(SearchDialog(*panel.place, panel.path), jump)
 
     def action_trash(self) -> None:
         panel = self.active
-        if panel.server is not None and panel.scope is not None:
-            self.app.push_screen(TrashDialog(panel.server, panel.scope), self._reload_after(panel))
+        if panel.place is not None:
+            self.app.push_screen(TrashDialog(*panel.place), self._reload_after(panel))
 
     def action_download(self) -> None:
         panel = self.active
-        entry = panel.pane.highlighted
-        if entry is None or panel.server is None or panel.scope is None:
+        entry, remote = panel.pane.highlighted, panel.highlighted_path
+        if entry is None or remote is None or panel.place is None:
             return
         if entry.get("type") != "file":
             self.notify("Only files can be downloaded: compress a folder first (c).", severity="warning")
             return
-        server, scope = panel.server, panel.scope
+        server, scope = panel.place
         name = str(entry.get("name", ""))
-        remote = join_path(panel.path, name)
 
         def chosen(local: Path | None) -> None:
             if local is not None:
@@ -508,9 +505,9 @@ class CommanderScreen(FleetScreen):
 
     def action_upload(self) -> None:
         panel = self.active
-        if panel.server is None or panel.scope is None:
+        if panel.place is None:
             return
-        server, scope, where = panel.server, panel.scope, panel.path
+        (server, scope), where = panel.place, panel.path
 
         def chosen(local: Path | None) -> None:
             if local is not None:
@@ -524,19 +521,15 @@ class CommanderScreen(FleetScreen):
     def action_compress(self) -> None:
         panel = self.active
         paths = panel.selected_paths()
-        if paths and panel.server is not None and panel.scope is not None:
-            dialog = ArchiveDialog.compress(panel.server, panel.scope, paths, panel.path)
+        if paths and panel.place is not None:
+            dialog = ArchiveDialog.compress(*panel.place, paths, panel.path)
             self.app.push_screen(dialog, self._reload_after(panel))
 
     def action_extract(self) -> None:
         panel = self.active
-        entry = panel.pane.highlighted
-        if entry is None or panel.server is None or panel.scope is None:
-            return
-        path = join_path(panel.path, str(entry.get("name", "")))
-        self.app.push_screen(
-            ArchiveDialog.extract(panel.server, panel.scope, path, panel.path), self._reload_after(panel)
-        )
+        if panel.place is not None and panel.highlighted_path is not None:
+            dialog = ArchiveDialog.extract(*panel.place, panel.highlighted_path, panel.path)
+            self.app.push_screen(dialog, self._reload_after(panel))
 
     def _reload_after(self, panel: FilePanel, select: str | None = None) -> Callable[[Any], None]:
         """A dialog's callback: list the panel's folder again whatever the dialog did."""

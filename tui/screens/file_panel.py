@@ -83,6 +83,17 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         scope = scope_label(self.scope) if self.scope else "?"
         return printable(f"{server}:{scope}:/{self.path}")
 
+    @property
+    def place(self) -> tuple[Server, Scope] | None:
+        """The panel's server and scope, once it shows one."""
+        return (self.server, self.scope) if self.server is not None and self.scope is not None else None
+
+    @property
+    def highlighted_path(self) -> str | None:
+        """The scope-relative path of the entry under the cursor."""
+        entry = self.pane.highlighted
+        return join_path(self.path, str(entry.get("name", ""))) if entry is not None else None
+
     def selected_paths(self) -> list[str]:
         """The scope-relative paths an action applies to: the marked entries, else the highlighted."""
         return [join_path(self.path, str(entry.get("name", ""))) for entry in self.pane.selection]
