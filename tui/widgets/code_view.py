@@ -15,11 +15,8 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from themes import pygments_style_for, rich_style_map
-from themes.pygments_styles import rich_style_for_token
-
 from ..text import load_tcss
-from .highlight import LazyHighlighter, lexer_for_path, split_lines
+from .highlight import LazyHighlighter, lexer_for_path, split_lines, themed_segments
 
 
 class CodeView(ScrollView, can_focus=True):
@@ -89,20 +86,10 @@ class CodeView(ScrollView, can_focus=True):
             return Strip.blank(width, self.rich_style)
         code_width = max(0, width - self._gutter_width)
         gutter = Segment(f"{index + 1:>{self._gutter_width - 1}} ", self._gutter_style())
-        code = Strip(self._code_segments(index)).crop_extend(scroll_x, scroll_x + code_width, self.rich_style)
+        code = Strip(themed_segments(self, self.highlighter.tokens(index))).crop_extend(
+            scroll_x, scroll_x + code_width, self.rich_style
+        )
         return Strip([gutter, *code], width)
-
-    def _code_segments(self, index: int) -> list[Segment]:
-        base = self.rich_style
-        styles = rich_style_map(self._pygments_style())
-        return [
-            Segment(text, base + rich_style_for_token(styles, token_type))
-            for token_type, text in self.highlighter.tokens(index)
-        ]
-
-    def _pygments_style(self) -> type:
-        theme = self.app.current_theme
-        return pygments_style_for(theme.name, dark=theme.dark, ansi=theme.ansi)
 
     def _gutter_style(self) -> Style:
         return self.get_component_rich_style("code-view--gutter")

@@ -25,11 +25,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from themes import pygments_style_for, rich_style_map
-from themes.pygments_styles import rich_style_for_token
-
 from ..text import printable_line
-from .highlight import BLOCK_LINES, LazyHighlighter, lexer_for_path, split_lines
+from .highlight import BLOCK_LINES, LazyHighlighter, lexer_for_path, split_lines, themed_segments
 
 TAB_SIZE = 4
 UNDO_LIMIT = 10_000
@@ -469,7 +466,7 @@ class Editor(ScrollView, can_focus=True):
         gutter_style = self.get_component_rich_style("editor--cursor-line-number" if index == row else "editor--gutter")
         gutter = Segment(f"{index + 1:>{self._gutter_width - 1}} ", gutter_style)
         code_width = max(0, width - self._gutter_width)
-        strip = Strip(self._code_segments(index))
+        strip = Strip(themed_segments(self, self.highlighter.tokens(index)))
         if self.match is not None and self.match[0] == index:
             start = self._display_column(index, self.match[1])
             end = self._display_column(index, min(len(self.lines[index]), self.match[1] + self.match[2]))
@@ -479,18 +476,6 @@ class Editor(ScrollView, can_focus=True):
             strip = _overlay(strip.extend_cell_length(at + 1), at, at + 1, Style(reverse=True))
         code = strip.crop_extend(scroll_x, scroll_x + code_width, self.rich_style)
         return Strip([gutter, *code], width)
-
-    def _code_segments(self, index: int) -> list[Segment]:
-        base = self.rich_style
-        styles = rich_style_map(self._pygments_style())
-        return [
-            Segment(text, base + rich_style_for_token(styles, token_type))
-            for token_type, text in self.highlighter.tokens(index)
-        ]
-
-    def _pygments_style(self) -> type:
-        theme = self.app.current_theme
-        return pygments_style_for(theme.name, dark=theme.dark, ansi=theme.ansi)
 
 
 def _overlay(strip: Strip, start: int, end: int, style: Style) -> Strip:

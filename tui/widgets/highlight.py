@@ -22,6 +22,11 @@ from pygments.lexers.configs import NginxConfLexer
 from pygments.lexers.php import PhpLexer
 from pygments.token import Token, _TokenType
 from pygments.util import ClassNotFound
+from rich.segment import Segment
+from textual.widget import Widget
+
+from themes import pygments_style_for, rich_style_map
+from themes.pygments_styles import rich_style_for_token
 
 from ..text import printable_line
 
@@ -163,3 +168,12 @@ def _tokens_by_line(tokens: Iterator[tuple[_TokenType, str]]) -> list[LineTokens
             if piece:
                 lines[-1].append((token_type, piece))
     return lines
+
+
+def themed_segments(widget: Widget, tokens: LineTokens) -> list[Segment]:
+    """A line's tokens as segments, coloured by the pygments style of the app's current theme."""
+    theme = widget.app.current_theme
+    style: type = pygments_style_for(theme.name, dark=theme.dark, ansi=theme.ansi)
+    styles = rich_style_map(style)
+    base = widget.rich_style
+    return [Segment(text, base + rich_style_for_token(styles, token_type)) for token_type, text in tokens]
