@@ -13,7 +13,7 @@ MIB = 1024 * 1024
 
 def describe_error(exc: BaseException, *, server: str | None = None, path: str | None = None) -> str:
     """A one-line, human description of `exc`; `server` and `path` name what was being accessed."""
-    exc = _unwrap_group(exc)
+    exc = unwrap(exc)
     server_name = server or "this server"
     file_name = path or "this file"
     match exc:
@@ -63,7 +63,7 @@ def format_size(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _unwrap_group(exc: BaseException) -> BaseException:
+def unwrap(exc: BaseException) -> BaseException:
     """An exception group of one (trio nurseries make these) reads as its single member."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]

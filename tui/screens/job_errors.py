@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from api_client import errors as api_errors
 
-from ..errors import describe_error
-
-
-def unwrap(exc: BaseException) -> BaseException:
-    """An exception group of one (trio nurseries make these) is its single member."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
+from ..errors import describe_error, unwrap
 
 
 def describe_job_error(exc: BaseException, *, server: str, kind: str | None = None) -> str:
