@@ -7,9 +7,7 @@ keeps the marks; everything that acts on files is the screen's (`tui.screens.com
 
 from __future__ import annotations
 
-from typing import Any
-
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
@@ -48,13 +46,6 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
             super().__init__()
             self.panel = panel
             self.path = path
-
-    class Listed(Message):
-        """A listing arrived and is shown."""
-
-        def __init__(self, panel: FilePanel) -> None:
-            super().__init__()
-            self.panel = panel
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, classes="file-panel")
@@ -143,7 +134,6 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self._set_busy(False)
         self.pane.set_entries(listing.entries, select=select, keep_marks=keep_marks)
         self._update_title()
-        self.post_message(self.Listed(self))
 
     def _listing_failed(self, exc: BaseException, path: str) -> None:
         self._set_busy(False)
@@ -211,7 +201,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         event.stop()
         self._end_filter(keep=True)
 
-    def on_key(self, event: Any) -> None:
+    def on_key(self, event: events.Key) -> None:
         if event.key == "escape" and self.has_class("-filtering"):
             event.stop()
             event.prevent_default()
