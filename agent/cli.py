@@ -11,8 +11,8 @@ import sys
 import trio
 
 from agent import __version__
+from agent.files.ingress import parse_listen
 from agent.files.remote_copy import SshSettings
-from agent.ingress import parse_listen
 from agent.link.client import link_url
 from agent.runner import AgentConfig, default_state_dir, run_agent
 

@@ -11,8 +11,8 @@ import trio
 
 from agent import __version__
 from agent.files.handlers import FileHandlers
+from agent.files.ingress import Ingress
 from agent.files.remote_copy import RemoteCopy, SshSettings
-from agent.ingress import Ingress
 from agent.jobs.base import JobContext
 from agent.jobs.manager import JobManager
 from agent.link.call import Handler

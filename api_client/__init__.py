@@ -1,10 +1,10 @@
 """fleetdeck's typed `/v1` client: `Client`, the wire models, and one exception per error code."""
 
-from . import errors, models
-from .client import Client
-from .errors import ApiError, FleetdeckError, TransportError
-from .models import Entry, FileContent, Listing, Me, Scope, Server
-from .sse import Event, EventStream
+from api_client import errors, models
+from api_client.client import Client
+from api_client.errors import ApiError, FleetdeckError, TransportError
+from api_client.models import Entry, FileContent, Listing, Me, Scope, Server
+from api_client.sse import Event, EventStream
 
 __version__ = "0.1.0"
 

@@ -22,8 +22,8 @@ import orjson
 from httpx_ws import AsyncWebSocketSession, WebSocketDisconnect, WebSocketNetworkError, aconnect_ws
 from pydantic import BaseModel
 
-from .errors import ApiError, TransportError
-from .models import (
+from api_client.errors import ApiError, TransportError
+from api_client.models import (
     DIRECT_UPLOAD_LIMIT,
     RELAY_UPLOAD_LIMIT,
     ApiToken,
@@ -53,7 +53,7 @@ from .models import (
     TokenList,
     TrashItem,
 )
-from .sse import EventStream
+from api_client.sse import EventStream
 
 M = TypeVar("M", bound=BaseModel)
 

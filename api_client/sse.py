@@ -28,7 +28,7 @@ import httpx
 import orjson
 from httpx_sse import SSEError, aconnect_sse
 
-from .errors import ApiError, TransportError
+from api_client.errors import ApiError, TransportError
 
 
 @dataclass(slots=True)

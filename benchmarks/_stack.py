@@ -72,7 +72,7 @@ def local_stack() -> Iterator[LocalStack]:
     with tempfile.TemporaryDirectory(prefix="fleetdeck-bench-") as folder:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         process = subprocess.Popen(
-            [sys.executable, "-m", "control_plane", "local", "--data-dir", folder],
+            [sys.executable, "-m", "fleetdeck", "local", "--data-dir", folder],
             env=env,
             stdout=subprocess.PIPE,
             stderr=open(Path(folder) / "control-plane.log", "w"),  # noqa: SIM115 - lives as long as the process

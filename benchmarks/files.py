@@ -107,7 +107,7 @@ async def editor_figures(text: str) -> tuple[float, list[float]]:
     from textual.strip import Strip
 
     from tui.app import freeze_startup_objects
-    from tui.widgets.editor import Editor
+    from tui.files.editor import Editor
 
     class WatchedEditor(Editor):
         drawn: asyncio.Event | None = None

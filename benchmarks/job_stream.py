@@ -49,7 +49,7 @@ async def through_api(base_url: str, token: str, server_id: str, lines: int) -> 
 def into_log_panel(texts: list[str]) -> tuple[float, float] | None:
     """(seconds to append every line to the TUI log panel and paint, seconds to the first painted frame)."""
     try:
-        from tui.widgets.log_panel import benchmark_feed
+        from tui.jobs.log_panel import benchmark_feed
     except ImportError:
         return None
     return asyncio.run(benchmark_feed(texts))
@@ -90,7 +90,7 @@ def main() -> None:
         print(f"  same, agent in the control plane's process (fleetdeck local): {lines / shared:,.0f} lines/s")
         panel = into_log_panel(texts)
         if panel is None:
-            print("TUI log panel:             not measured (tui.widgets.log_panel.benchmark_feed missing)")
+            print("TUI log panel:             not measured (tui.jobs.log_panel.benchmark_feed missing)")
         else:
             feed, first_frame = panel
             print(f"into the TUI log panel:    {lines / feed:>12,.0f} lines/s   ({feed * 1000:.0f} ms in all)")

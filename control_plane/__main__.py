@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from control_plane.cli import main
 
 sys.exit(main(sys.argv[1:]))

@@ -12,24 +12,24 @@ from contextlib import asynccontextmanager
 import anyio
 from fastapi import FastAPI, WebSocket
 
-from . import __version__, errors
-from .clock import now_iso
-from .files.direct import DirectUploads
-from .files.operations import FileOperations
-from .files.routes import router as files_router
-from .hub import AgentHub, AgentSession
-from .jobs import store as job_store
-from .jobs.catalog import lookup
-from .jobs.routes import router as jobs_router
-from .jobs.runner import JobRunner
-from .presence import PresenceFeed
-from .routes.audit import router as audit_router
-from .routes.auth import router as auth_router
-from .routes.servers import router as servers_router
-from .settings import Settings
-from .state import Fleet
-from .storage import Database
-from .storage import servers as server_store
+from control_plane import __version__, errors
+from control_plane.audit.routes import router as audit_router
+from control_plane.auth.routes import router as auth_router
+from control_plane.clock import now_iso
+from control_plane.files.direct import DirectUploads
+from control_plane.files.operations import FileOperations
+from control_plane.files.routes import router as files_router
+from control_plane.hub import AgentHub, AgentSession
+from control_plane.jobs import store as job_store
+from control_plane.jobs.catalog import lookup
+from control_plane.jobs.routes import router as jobs_router
+from control_plane.jobs.runner import JobRunner
+from control_plane.servers import store as server_store
+from control_plane.servers.presence import PresenceFeed
+from control_plane.servers.routes import router as servers_router
+from control_plane.settings import Settings
+from control_plane.state import Fleet
+from control_plane.storage import Database
 
 AGENT_LINK_PATH = "/v1/agent/link"
 

@@ -1,4 +1,4 @@
-"""The control plane's commands: `fleetdeck local`, `fleetdeck serve`, `fleetdeck admin ...`.
+"""The control plane's commands: `fleetdeck serve`, `fleetdeck admin ...`.
 
 `main(argv)` takes the arguments from the subcommand on (`["serve", "--db", ...]`); the
 `fleetdeck` console script dispatches here.
@@ -20,10 +20,10 @@ import platformdirs
 import trio
 
 from api_client.models import PLANS, Role, ServerKind
-
-from .auth.passwords import hash_password
-from .storage import Database, accounts
-from .storage import servers as server_store
+from control_plane.auth import store as accounts
+from control_plane.auth.passwords import hash_password
+from control_plane.servers import store as server_store
+from control_plane.storage import Database
 
 ROLES = get_args(Role)
 
@@ -34,23 +34,9 @@ def default_db_url() -> str:
     )
 
 
-def default_local_dir() -> Path:
-    return Path(platformdirs.user_data_dir("fleetdeck")) / "local"
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleetdeck", description="fleetdeck's control plane commands")
     commands = parser.add_subparsers(dest="command", required=True)
-
-    local = commands.add_parser("local", help="the embedded stack (control plane, agent, demo) in the foreground")
-    local.add_argument("--data-dir", type=Path, default=default_local_dir())
-    local.add_argument("--port", type=int, default=0, help="0 (the default) picks a free port")
-    local.add_argument(
-        "--ingress",
-        metavar="HOST:PORT",
-        default=None,
-        help="give the local agent a direct-upload ingress on HOST:PORT (e.g. 127.0.0.1:0); off by default",
-    )
 
     serve = commands.add_parser("serve", help="the control plane alone")
     serve.add_argument("--db", default=default_db_url(), help="SQLAlchemy URL (default: a SQLite file)")
@@ -96,11 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=os.environ.get("FLEETDECK_LOG", "WARNING"), format="%(levelname)s %(name)s: %(message)s")
     try:
-        if args.command == "local":
-            from .local import run_local
-
-            trio.run(run_local, args.data_dir, args.port, args.ingress)
-        elif args.command == "serve":
+        if args.command == "serve":
             trio.run(_serve, args.db, args.listen)
         else:
             _admin(args)
@@ -111,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve(db_url: str, listen: str) -> None:
-    from .app import build_fleet
-    from .serving import base_url, bind, close_unless_served, serve_fleet
-    from .settings import Settings
+    from control_plane.app import build_fleet
+    from control_plane.serving import base_url, bind, close_unless_served, serve_fleet
+    from control_plane.settings import Settings
 
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():

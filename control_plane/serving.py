@@ -16,8 +16,8 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from hypercorn.trio.tcp_server import TCPServer
 
-from .app import create_app
-from .state import Fleet
+from control_plane.app import create_app
+from control_plane.state import Fleet
 
 log = logging.getLogger(__name__)
 

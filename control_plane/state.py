@@ -12,18 +12,17 @@ from starlette.requests import HTTPConnection
 
 from api_client.errors import AgentOffline, ApiError, TierRequired, Unauthenticated
 from api_client.errors import InternalError as AgentInternal
-
-from . import audit
-from .auth.principal import Principal, capabilities_for
-from .clock import parse, utcnow
-from .files.direct import DirectUploads
-from .files.operations import FileOperations
-from .hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError, ReplyStream, UploadStream
-from .jobs.runner import JobRunner
-from .presence import PresenceFeed
-from .settings import Settings
-from .storage import Database
-from .storage.accounts import identity_for_token
+from control_plane.audit import store as audit
+from control_plane.auth.principal import Principal, capabilities_for
+from control_plane.auth.store import identity_for_token
+from control_plane.clock import parse, utcnow
+from control_plane.files.direct import DirectUploads
+from control_plane.files.operations import FileOperations
+from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError, ReplyStream, UploadStream
+from control_plane.jobs.runner import JobRunner
+from control_plane.servers.presence import PresenceFeed
+from control_plane.settings import Settings
+from control_plane.storage import Database
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Open one file dialog in the real TUI, against a running `fleetdeck local` (for trying by hand).
 
-    python -m control_plane local --data-dir /tmp/fd-demo &
+    python -m fleetdeck local --data-dir /tmp/fd-demo &
     PYTHONPATH=. python scripts/try_file_dialog.py /tmp/fd-demo permissions public_html/index.php
 
 The dialog opens over the server list of the demo server, on the `example.com` scope; its
@@ -20,7 +20,7 @@ from api_client import Client, Scope, Server
 from tui import app as app_module
 from tui.app import FleetdeckApp
 from tui.connection import Connection
-from tui.screens import file_dialogs as fd
+from tui.files import dialogs as fd
 
 
 def make_dialog(name: str, server: Server, scope: Scope, arg: str) -> Any:

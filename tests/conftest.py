@@ -71,7 +71,7 @@ def start_local(data_dir: Path, port: int = 0) -> Stack:
     # stderr goes to a file: a pipe nobody reads would stall the stack once it fills.
     log = open(data_dir.parent / f"{data_dir.name}-control-plane.log", "a")  # noqa: SIM115 - the process keeps it
     process = subprocess.Popen(
-        [sys.executable, "-m", "control_plane", "local", "--data-dir", str(data_dir), "--port", str(port)],
+        [sys.executable, "-m", "fleetdeck", "local", "--data-dir", str(data_dir), "--port", str(port)],
         env=python_env(FLEETDECK_HEARTBEAT_S="1", FLEETDECK_JOB_GRACE_S="2", FLEETDECK_LOG="INFO"),
         stdout=subprocess.PIPE,
         stderr=log,

@@ -18,8 +18,7 @@ from agent.files import archives
 from agent.files.handlers import FileHandlers
 from agent.link.call import Call
 from agent.link.protocol import RpcError
-
-from .test_agent_files_support import (
+from tests.test_agent_files_support import (
     SERVER_ID,
     SITE,
     Home,

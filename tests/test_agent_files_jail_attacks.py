@@ -30,8 +30,7 @@ from agent.files.jail import Jail
 from agent.files.trash import TRASH
 from agent.link.call import Call
 from agent.link.protocol import RpcError
-
-from .test_agent_files_support import (
+from tests.test_agent_files_support import (
     SERVER_ID,
     SITE,
     Home,

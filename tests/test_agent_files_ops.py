@@ -20,8 +20,7 @@ from agent.files.handlers import FileHandlers
 from agent.files.read import READ_LIMIT, content_etag
 from agent.files.trash import TRASH
 from api_client.models import Entry, TrashItem
-
-from .test_agent_files_support import (
+from tests.test_agent_files_support import (
     SERVER_ID,
     SITE,
     Home,

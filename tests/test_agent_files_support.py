@@ -24,8 +24,7 @@ from agent.link.client import AgentLink
 from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
 from control_plane.hub import AgentHub
-
-from .test_link import FAST, NEVER, SERVER_ID, TOKEN, make_control_plane, serving
+from tests.test_link import FAST, NEVER, SERVER_ID, TOKEN, make_control_plane, serving
 
 SITE = {"scope": "site", "domain": "example.com"}
 

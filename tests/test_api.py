@@ -14,8 +14,7 @@ import pytest
 from api_client import Client
 from api_client.errors import NotFound, TierRequired, Unauthenticated
 from api_client.models import Scope
-
-from .conftest import Stack
+from tests.conftest import Stack
 
 SITE = {"scope": "site", "domain": "example.com"}
 

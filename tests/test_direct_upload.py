@@ -29,15 +29,14 @@ import pytest
 import trio
 
 from agent.files.handlers import FileHandlers
-from agent.ingress import Ingress
+from agent.files.ingress import Ingress
 from agent.link import grant
 from agent.sites import SiteRegistry
 from api_client import Client
 from api_client.client import DIRECT_THRESHOLD
 from api_client.errors import Conflict, PathOutsideScope
 from api_client.models import DIRECT_UPLOAD_LIMIT, Scope
-
-from .conftest import Stack, start_agent, wait_until
+from tests.conftest import Stack, start_agent, wait_until
 
 SITE = Scope(scope="site", domain="a.example")
 DEMO_SITE = Scope(scope="site", domain="example.com")

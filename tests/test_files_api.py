@@ -17,8 +17,7 @@ import trio
 from api_client import Client
 from api_client.errors import Conflict
 from api_client.models import RELAY_UPLOAD_LIMIT, Scope
-
-from .conftest import Stack
+from tests.conftest import Stack
 
 SITE = Scope(scope="site", domain="example.com")
 

@@ -28,13 +28,12 @@ from agent.files.remote_copy import RESULT_PREFIX, RemoteCopy, SshSettings
 from agent.link.call import Call
 from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
-from tui.screens.commander import CommanderScreen
-from tui.screens.file_dialogs import CopyDialog
-
-from .conftest import Stack, start_agent, wait_until
-from .test_tui_commander import highlight, names, show_location
-from .test_tui_editor import real_app, run, wait_for
-from .test_tui_jobs import highlight_server
+from tests.conftest import Stack, start_agent, wait_until
+from tests.test_tui_commander import highlight, names, show_location
+from tests.test_tui_editor import real_app, run, wait_for
+from tests.test_tui_jobs import highlight_server
+from tui.files.commander import CommanderScreen
+from tui.files.dialogs import CopyDialog
 
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 ORIGINAL_KEYS = (

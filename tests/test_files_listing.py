@@ -27,8 +27,7 @@ from agent.link.client import AgentLink, Backoff
 from agent.sites import SiteRegistry
 from api_client import Client
 from api_client.models import Entry, Listing, Scope
-
-from .conftest import Stack
+from tests.conftest import Stack
 
 SITE = Scope(scope="site", domain="example.com")
 OLD = time.time() - 3600  # a folder mtime well past the snapshots' racy window

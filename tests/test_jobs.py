@@ -18,8 +18,7 @@ import trio
 
 from api_client import Client
 from api_client.errors import AgentOffline
-
-from .conftest import Stack, start_agent, wait_until
+from tests.conftest import Stack, start_agent, wait_until
 
 
 def code(response: httpx.Response) -> str:

@@ -15,13 +15,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .conftest import python_env
+from tests.conftest import python_env
 
 
 def _launch(data_dir: Path) -> subprocess.Popen[str]:
     # Through the `fleetdeck` console script when it is installed, else its module.
     script = shutil.which("fleetdeck")
-    command = [script] if script else [sys.executable, "-m", "tui.cli"]
+    command = [script] if script else [sys.executable, "-m", "fleetdeck"]
     return subprocess.Popen(
         [*command, "local", "--data-dir", str(data_dir)],
         env=python_env(),
@@ -93,7 +93,7 @@ def test_serve_alone_starts_and_stops(tmp_path: Path) -> None:
 def test_one_broken_connection_does_not_take_the_control_plane_down(tmp_path: Path) -> None:
     """A WebSocket upgrade with a stray byte after its head makes hypercorn's h11 protocol raise in
     that connection's task (hypercorn #225); unguarded, that ended the whole server."""
-    from .conftest import start_local, stop
+    from tests.conftest import start_local, stop
 
     stack = start_local(tmp_path / "data")
     try:

@@ -10,8 +10,7 @@ import pytest
 import trio
 
 from api_client import Client
-
-from .conftest import Stack, start_agent, start_local, stop, wait_until
+from tests.conftest import Stack, start_agent, start_local, stop, wait_until
 
 
 def _online(stack: Stack, server_id: str) -> bool:

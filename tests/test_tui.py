@@ -13,17 +13,17 @@ import pytest
 from textual.pilot import Pilot
 
 from api_client import Client
+from fleetdeck.embedded import EmbeddedStack
 from tests.conftest import Stack
 from tests.test_tui_jobs import highlight_server
 from tui.app import FleetdeckApp
 from tui.connection import Connection
-from tui.embedded import EmbeddedStack
-from tui.screens.commander import CommanderScreen
-from tui.screens.help import HelpScreen
-from tui.screens.servers import ServerListScreen
-from tui.screens.viewer import ViewerScreen
-from tui.widgets.code_view import CodeView
-from tui.widgets.directory_pane import DirectoryPane
+from tui.files.code_view import CodeView
+from tui.files.commander import CommanderScreen
+from tui.files.directory_pane import DirectoryPane
+from tui.files.viewer import ViewerScreen
+from tui.help import HelpScreen
+from tui.servers.screen import ServerListScreen
 
 SIZE = (80, 24)
 

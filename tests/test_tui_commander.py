@@ -16,11 +16,11 @@ from textual.widgets import Input, OptionList, SelectionList
 from tests.conftest import Stack
 from tests.test_tui_editor import real_app, run, site_dir, wait_for
 from tests.test_tui_jobs import highlight_server
-from tui.screens.commander import CommanderScreen
-from tui.screens.file_dialogs import CopyDialog, DeleteDialog, LocalPathDialog, NameDialog, TrashDialog
-from tui.screens.file_panel import FilePanel
-from tui.screens.location_picker import LocationPicker
-from tui.screens.viewer import ViewerScreen
+from tui.files.commander import CommanderScreen
+from tui.files.dialogs import CopyDialog, DeleteDialog, LocalPathDialog, NameDialog, TrashDialog
+from tui.files.location_picker import LocationPicker
+from tui.files.panel import FilePanel
+from tui.files.viewer import ViewerScreen
 
 
 def names(panel: FilePanel) -> list[str]:

@@ -19,11 +19,11 @@ from tests.conftest import Stack
 from tests.test_tui_jobs import highlight_server
 from tui.app import FleetdeckApp
 from tui.connection import Connection
-from tui.screens.commander import CommanderScreen
-from tui.screens.editor import EditorScreen
-from tui.screens.save_conflict import CopyNameDialog, SaveConflictDialog, UnsavedChangesDialog
-from tui.widgets.editor import Editor
-from tui.widgets.highlight import BLOCK_LINES, LEAD_IN_LINES
+from tui.files.commander import CommanderScreen
+from tui.files.editor import Editor
+from tui.files.editor_screen import EditorScreen
+from tui.files.highlight import BLOCK_LINES, LEAD_IN_LINES
+from tui.files.save_conflict import CopyNameDialog, SaveConflictDialog, UnsavedChangesDialog
 
 SIZE = (80, 24)
 

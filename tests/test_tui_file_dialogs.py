@@ -23,7 +23,7 @@ from api_client import Scope, Server
 from tests.conftest import Stack
 from tests.test_tui_editor import real_app, site_dir, wait_for
 from tui.app import FleetdeckApp
-from tui.screens.file_dialogs import (
+from tui.files.dialogs import (
     ArchiveDialog,
     ConfirmDialog,
     CopyDialog,
@@ -37,8 +37,8 @@ from tui.screens.file_dialogs import (
     TransferDialog,
     TrashDialog,
 )
-from tui.screens.file_dialogs.base import FileDialog
-from tui.screens.servers import ServerListScreen
+from tui.files.dialogs.base import FileDialog
+from tui.servers.screen import ServerListScreen
 
 SIZE = (80, 24)
 SITE = Scope(scope="site", domain="example.com")

@@ -28,19 +28,18 @@ from textual.widgets import Checkbox, DataTable, Input, Select, SelectionList, T
 
 from api_client import Client
 from api_client.models import Job, JobKindInfo, Server
+from tests.conftest import Stack, start_agent, wait_until
 from themes import register_themes
 from tui.app import FleetdeckApp
 from tui.connection import Connection
-from tui.screens.job_dialogs import ConfirmRun, JobFormScreen, KindPicker, rank_kinds
-from tui.screens.job_run import JobRunScreen
-from tui.screens.jobs import JobsScreen
-from tui.screens.log_save import LogSavePrompt
-from tui.screens.servers import ServerListScreen
-from tui.widgets.job_form import Invalid, JobForm, check_value, field_of_error, parse_schema
-from tui.widgets.log_panel import MAX_REFRESH_HZ, Banner, LogLine, LogPanel, LogView, benchmark_feed, write_log
-from tui.widgets.result_view import ResultView, result_shape, table_columns
-
-from .conftest import Stack, start_agent, wait_until
+from tui.jobs.dialogs import ConfirmRun, JobFormScreen, KindPicker, rank_kinds
+from tui.jobs.form import Invalid, JobForm, check_value, field_of_error, parse_schema
+from tui.jobs.log_panel import MAX_REFRESH_HZ, Banner, LogLine, LogPanel, LogView, benchmark_feed, write_log
+from tui.jobs.log_save import LogSavePrompt
+from tui.jobs.result_view import ResultView, result_shape, table_columns
+from tui.jobs.run import JobRunScreen
+from tui.jobs.screen import JobsScreen
+from tui.servers.screen import ServerListScreen
 
 SIZE = (80, 24)
 BIG = 200_000

@@ -11,9 +11,9 @@ from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 
 from themes import register_themes
-from tui.widgets.code_view import CodeView
-from tui.widgets.directory_pane import ColumnLayout, DirectoryPane, sort_entries
-from tui.widgets.highlight import BLOCK_LINES, LEAD_IN_LINES, LazyHighlighter, lexer_for_path, split_lines
+from tui.files.code_view import CodeView
+from tui.files.directory_pane import ColumnLayout, DirectoryPane, sort_entries
+from tui.files.highlight import BLOCK_LINES, LEAD_IN_LINES, LazyHighlighter, lexer_for_path, split_lines
 
 ENTRY_COUNT = 100_000
 

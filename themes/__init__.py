@@ -12,8 +12,8 @@ theme unless `COLORTERM` announces truecolor.
 
 from __future__ import annotations
 
-from .palettes import ANSI, DARK, LIGHT, THEMES, default_theme_name, register_themes
-from .pygments_styles import (
+from themes.palettes import ANSI, DARK, LIGHT, THEMES, default_theme_name, register_themes
+from themes.pygments_styles import (
     FleetdeckAnsiStyle,
     FleetdeckDarkStyle,
     FleetdeckLightStyle,

@@ -27,7 +27,7 @@ from pygments.token import (
 )
 from rich.style import Style as RichStyle
 
-from .palettes import ANSI, DARK, LIGHT
+from themes.palettes import ANSI, DARK, LIGHT
 
 
 class FleetdeckDarkStyle(Style):  # type: ignore[misc]  # pygments has no type hints

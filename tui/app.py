@@ -15,13 +15,12 @@ from textual.screen import Screen
 from api_client import Client, Me, Server
 from themes import THEMES, default_theme_name, register_themes
 from themes.palettes import automatic_theme_name
-
-from .bridge import TrioBridge
-from .connection import Connection
-from .screens.commander import CommanderScreen
-from .screens.help import HelpScreen
-from .screens.jobs import JobsScreen
-from .screens.servers import ServerListScreen
+from tui.bridge import TrioBridge
+from tui.connection import Connection
+from tui.files.commander import CommanderScreen
+from tui.help import HelpScreen
+from tui.jobs.screen import JobsScreen
+from tui.servers.screen import ServerListScreen
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +42,13 @@ class FleetdeckApp(App[None]):
 
     TITLE = "fleetdeck"
     CSS_PATH = [
-        "styles/app.tcss",
-        "styles/servers.tcss",
-        "styles/files.tcss",
-        "styles/viewer.tcss",
-        "styles/help.tcss",
-        "styles/jobs.tcss",
-        "styles/editor.tcss",
+        "app.tcss",
+        "servers/servers.tcss",
+        "files/files.tcss",
+        "files/viewer.tcss",
+        "help.tcss",
+        "jobs/jobs.tcss",
+        "files/editor.tcss",
     ]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", "Help", key_display="?"),

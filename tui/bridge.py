@@ -279,7 +279,7 @@ def _name_of(fn: Callable[..., Any]) -> str:
 
 def _notify_error(requester: MessagePump) -> ErrorCallback:
     """The default `on_error`: an error notification worded for humans."""
-    from .errors import describe_error
+    from tui.errors import describe_error
 
     def notify(exc: BaseException) -> None:
         requester.app.notify(describe_error(exc), severity="error", timeout=8)

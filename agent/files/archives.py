@@ -40,10 +40,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
 
-from agent.link.protocol import RpcError
-
-from .entries import entry, group_name, join, user_name
-from .fdops import (
+from agent.files.entries import entry, group_name, join, user_name
+from agent.files.fdops import (
     O_NEW_FILE,
     O_READ_FILE,
     CancelToken,
@@ -65,8 +63,9 @@ from .fdops import (
     unlink_quietly,
     walk,
 )
-from .jail import Jail, normalize, split_path
-from .write import ensure_dirs, open_regular
+from agent.files.jail import Jail, normalize, split_path
+from agent.files.write import ensure_dirs, open_regular
+from agent.link.protocol import RpcError
 
 FORMATS = ("zip", "tar.gz")
 MAX_EXTRACT_BYTES = 10 * 1024**3

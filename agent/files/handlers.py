@@ -26,14 +26,13 @@ from typing import Any, TypeVar
 
 import trio
 
+from agent.files import archives, read, transfer, trash, tree, write
+from agent.files.entries import rfc3339
+from agent.files.fdops import CancelToken, OperationCancelled, Progress
+from agent.files.jail import Jail
 from agent.link.call import Call, Handler
 from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
-
-from . import archives, read, transfer, trash, tree, write
-from .entries import rfc3339
-from .fdops import CancelToken, OperationCancelled, Progress
-from .jail import Jail
 
 T = TypeVar("T")
 

@@ -51,13 +51,9 @@ from typing import IO, Any
 import trio
 
 import agent as agent_package
-from agent.link.call import Call, Handler
-from agent.link.protocol import RpcError
-from agent.sites import SiteRegistry
-
-from . import archives
-from .entries import join
-from .fdops import (
+from agent.files import archives
+from agent.files.entries import join
+from agent.files.fdops import (
     CancelToken,
     OperationCancelled,
     chown_fd,
@@ -70,8 +66,11 @@ from .fdops import (
     put,
     remove_entry,
 )
-from .handlers import FileHandlers, _paths
-from .jail import Jail, normalize, split_path
+from agent.files.handlers import FileHandlers, _paths
+from agent.files.jail import Jail, normalize, split_path
+from agent.link.call import Call, Handler
+from agent.link.protocol import RpcError
+from agent.sites import SiteRegistry
 
 log = logging.getLogger("fleetdeck.agent")
 

@@ -19,10 +19,8 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.link.protocol import RpcError
-
-from .entries import join
-from .fdops import (
+from agent.files.entries import join
+from agent.files.fdops import (
     MAX_DEPTH,
     O_NEW_FILE,
     O_READ_FILE,
@@ -41,7 +39,8 @@ from .fdops import (
     temp_name,
     walk,
 )
-from .jail import Jail, normalize
+from agent.files.jail import Jail, normalize
+from agent.link.protocol import RpcError
 
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY
 _SWAPPED = (errno.ELOOP, errno.ENOTDIR, errno.ENOENT)

@@ -25,10 +25,8 @@ from typing import Any
 
 import orjson
 
-from agent.link.protocol import RpcError
-
-from .entries import entry_type, rfc3339, wire_name
-from .fdops import (
+from agent.files.entries import entry_type, rfc3339, wire_name
+from agent.files.fdops import (
     O_NEW_FILE,
     O_READ_FILE,
     CancelToken,
@@ -46,8 +44,9 @@ from .fdops import (
     tree_size,
     unlink_quietly,
 )
-from .jail import Jail, normalize, split_path
-from .write import ensure_dirs, make_dir_at
+from agent.files.jail import Jail, normalize, split_path
+from agent.files.write import ensure_dirs, make_dir_at
+from agent.link.protocol import RpcError
 
 TRASH = ".Trash"
 RETENTION = timedelta(days=30)

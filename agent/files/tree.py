@@ -10,10 +10,8 @@ import os
 import stat
 from typing import Any
 
-from agent.link.protocol import RpcError
-
-from .entries import entry, wire_name
-from .fdops import (
+from agent.files.entries import entry, wire_name
+from agent.files.fdops import (
     O_READ_FILE,
     CancelToken,
     Identity,
@@ -24,8 +22,9 @@ from .fdops import (
     reopen_dir,
     walk,
 )
-from .jail import Jail, normalize
-from .read import BINARY_SNIFF, READ_LIMIT
+from agent.files.jail import Jail, normalize
+from agent.files.read import BINARY_SNIFF, READ_LIMIT
+from agent.link.protocol import RpcError
 
 SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 MAX_SEARCH_LIMIT = 10_000

@@ -17,10 +17,8 @@ import stat
 from dataclasses import dataclass
 from typing import Any
 
-from agent.link.protocol import RpcError
-
-from .entries import entry
-from .fdops import (
+from agent.files.entries import entry
+from agent.files.fdops import (
     O_READ_FILE,
     chown_fd,
     create_temp,
@@ -31,8 +29,9 @@ from .fdops import (
     rename_noreplace,
     unlink_quietly,
 )
-from .jail import Jail, normalize, split_path
-from .read import READ_LIMIT, content_etag
+from agent.files.jail import Jail, normalize, split_path
+from agent.files.read import READ_LIMIT, content_etag
+from agent.link.protocol import RpcError
 
 WRITE_LIMIT = READ_LIMIT
 NEW_FILE_MODE = 0o644

@@ -8,9 +8,8 @@ from dataclasses import dataclass
 
 import trio
 
+from agent.jobs.base import JobContext, JobError
 from agent.sites import Site
-
-from .base import JobContext, JobError
 
 
 @dataclass(frozen=True)

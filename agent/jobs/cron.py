@@ -28,11 +28,10 @@ from typing import Any
 import orjson
 import trio
 
+from agent.jobs.base import JobContext, JobError, Kind, Output, domain_arg, id_arg, rfc3339
+from agent.jobs.common import Account, find_site, site_account
+from agent.jobs.proc import SYSTEM_PATH, capture_command, stream_command, which
 from agent.sites import Site, write_atomically
-
-from .base import JobContext, JobError, Kind, Output, domain_arg, id_arg, rfc3339
-from .common import Account, find_site, site_account
-from .proc import SYSTEM_PATH, capture_command, stream_command, which
 
 CRON_FILE = "cron.json"
 BEGIN = "# BEGIN fleetdeck-agent: entries managed by the fleetdeck agent; edits inside are overwritten"

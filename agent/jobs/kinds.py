@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import cron, logs, metrics, service, site, ssl, storage, system, updates
-from .base import Kind, kind_table
+from agent.jobs import cron, logs, metrics, service, site, ssl, storage, system, updates
+from agent.jobs.base import Kind, kind_table
 
 
 def all_kinds() -> dict[str, Kind]:

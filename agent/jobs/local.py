@@ -15,10 +15,9 @@ from typing import TextIO
 import trio
 
 from agent import __version__
+from agent.jobs.base import STDOUT, JobContext, Output, run_kind
+from agent.jobs.kinds import all_kinds
 from agent.sites import SiteRegistry
-
-from .base import STDOUT, JobContext, Output, run_kind
-from .kinds import all_kinds
 
 
 class TerminalOutput(Output):

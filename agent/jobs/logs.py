@@ -15,10 +15,9 @@ import stat
 import trio
 
 from agent.files.jail import Jail
-
-from .base import STDOUT, JobContext, JobError, Kind, Output, domain_arg, int_range
-from .common import find_site
-from .proc import LineSplitter
+from agent.jobs.base import STDOUT, JobContext, JobError, Kind, Output, domain_arg, int_range
+from agent.jobs.common import find_site
+from agent.jobs.proc import LineSplitter
 
 BACK_BLOCK = 1024 * 1024
 FORWARD_BLOCK = 256 * 1024

@@ -32,11 +32,10 @@ from typing import Any
 
 import trio
 
+from agent.jobs.base import JobContext, Kind, Output, now_at, run_kind
+from agent.jobs.kinds import all_kinds
 from agent.link.call import Call, Handler
 from agent.link.protocol import RpcError
-
-from .base import JobContext, Kind, Output, now_at, run_kind
-from .kinds import all_kinds
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from .base import JobContext, Kind, Output
+from agent.jobs.base import JobContext, Kind, Output
 
 MEMINFO_FIELDS = {
     "MemTotal": "total",

@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from .base import STDERR, STDOUT, JobError, Output
+from agent.jobs.base import STDERR, STDOUT, JobError, Output
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READ_SIZE = 64 * 1024

@@ -13,8 +13,8 @@ from typing import Any
 
 import trio
 
-from .base import JobContext, JobError, Kind, Output
-from .proc import capture_command, require, stream_command
+from agent.jobs.base import JobContext, JobError, Kind, Output
+from agent.jobs.proc import capture_command, require, stream_command
 
 SERVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9@._-]{0,127}$")
 INIT_D = "/etc/init.d"

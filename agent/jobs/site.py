@@ -20,12 +20,11 @@ from typing import Any
 
 import trio
 
+from agent.jobs.base import JobContext, JobError, Kind, Output, domain_arg, rfc3339
+from agent.jobs.common import Account, account_by_name, current_account, find_site, user_name_of
+from agent.jobs.proc import capture_command, require, which
+from agent.jobs.storage import measure_path
 from agent.sites import SLUG_RE, Site
-
-from .base import JobContext, JobError, Kind, Output, domain_arg, rfc3339
-from .common import Account, account_by_name, current_account, find_site, user_name_of
-from .proc import capture_command, require, which
-from .storage import measure_path
 
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 _O_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -269,7 +268,7 @@ async def _create(args: argparse.Namespace, ctx: JobContext, out: Output) -> int
 
 
 async def _delete(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
-    from .cron import forget_site  # cron imports this family's helpers
+    from agent.jobs.cron import forget_site  # cron imports this family's helpers
 
     site = await find_site(ctx, args.domain)
     home = ctx.site_home(site.slug)

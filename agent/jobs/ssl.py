@@ -14,8 +14,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from .base import JobContext, JobError, Kind, Output
-from .proc import capture_command, which
+from agent.jobs.base import JobContext, JobError, Kind, Output
+from agent.jobs.proc import capture_command, which
 
 LETSENCRYPT_LIVE = "/etc/letsencrypt/live"
 

@@ -17,9 +17,8 @@ import trio
 
 from agent.files.entries import entry_type, wire_name
 from agent.files.jail import Jail, normalize
+from agent.jobs.base import JobContext, JobError, Kind, Output, int_range
 from agent.link.protocol import RpcError
-
-from .base import JobContext, JobError, Kind, Output, int_range
 
 MAX_ENTRIES = 5000
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK

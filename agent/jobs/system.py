@@ -10,8 +10,8 @@ from typing import Any
 
 import trio
 
-from .base import JobContext, Kind, Output
-from .metrics import meminfo, uptime_s
+from agent.jobs.base import JobContext, Kind, Output
+from agent.jobs.metrics import meminfo, uptime_s
 
 
 def os_release(path: str = "/etc/os-release") -> dict[str, str]:

@@ -9,8 +9,8 @@ import argparse
 import re
 from typing import Any
 
-from .base import JobContext, JobError, Kind, Output
-from .proc import capture_command, require
+from agent.jobs.base import JobContext, JobError, Kind, Output
+from agent.jobs.proc import capture_command, require
 
 # name/suite[,suite..] version arch [upgradable from: old]
 _LINE = re.compile(

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import orjson
 import trio
 
-from . import protocol
+from agent.link import protocol
 
 
 class Outbound(Protocol):

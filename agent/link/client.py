@@ -23,9 +23,9 @@ from trio_websocket import (
     open_websocket_url,
 )
 
-from . import fastmask, protocol
-from .call import Call, Handler
-from .protocol import ProtocolError, RpcError
+from agent.link import fastmask, protocol
+from agent.link.call import Call, Handler
+from agent.link.protocol import ProtocolError, RpcError
 
 log = logging.getLogger("fleetdeck.agent")
 

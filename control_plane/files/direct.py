@@ -17,12 +17,11 @@ from typing import Any
 from agent.link import grant
 from agent.link.grant import UploadGrant
 from api_client.models import DirectUpload
-
-from .. import audit
-from ..auth.principal import Principal
-from ..hub import AgentSession
-from ..storage import Database
-from ..storage import servers as server_store
+from control_plane.audit import store as audit
+from control_plane.auth.principal import Principal
+from control_plane.hub import AgentSession
+from control_plane.servers import store as server_store
+from control_plane.storage import Database
 
 REPORT_KIND = "fs.upload.direct"
 # Who asked for a grant is kept until its upload is reported: a long upload may end well after

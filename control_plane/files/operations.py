@@ -16,9 +16,9 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from .. import sse
-from ..auth.secrets import new_id
-from ..hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError
+from control_plane import sse
+from control_plane.auth.secrets import new_id
+from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError
 
 KEEP_S = 600.0
 PROGRESS_WINDOW = 1024 * 1024

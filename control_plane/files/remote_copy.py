@@ -16,9 +16,8 @@ from typing import Any, Protocol
 import anyio
 
 from api_client.errors import AgentOffline, ApiError, ValidationFailed
-
-from ..routes.servers import server_row
-from ..state import Fleet
+from control_plane.servers.routes import server_row
+from control_plane.state import Fleet
 
 log = logging.getLogger("fleetdeck.files")
 

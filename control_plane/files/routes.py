@@ -40,14 +40,13 @@ from api_client.models import (
     Scope,
     ScopeList,
 )
-
-from .. import sse
-from ..auth.principal import Principal
-from ..hub import ReplyStream
-from ..routes.servers import server_row
-from ..state import Caller, Fleet, FleetDep, agent_errors, authenticate
-from . import remote_copy
-from .operations import Operation
+from control_plane import sse
+from control_plane.auth.principal import Principal
+from control_plane.files import remote_copy
+from control_plane.files.operations import Operation
+from control_plane.hub import ReplyStream
+from control_plane.servers.routes import server_row
+from control_plane.state import Caller, Fleet, FleetDep, agent_errors, authenticate
 
 router = APIRouter(prefix="/v1/servers/{server_id}/fs", tags=["files"])
 

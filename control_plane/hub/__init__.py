@@ -5,9 +5,9 @@ control plane reaches agents through `AgentHub.call`, `open_stream` and `open_up
 protocol is `agent.link.protocol`.
 """
 
-from .errors import AgentCallError, AgentOfflineError, AgentTimeoutError
-from .hub import AgentHub, ReplyStream, UploadStream
-from .link import AgentSession
+from control_plane.hub.errors import AgentCallError, AgentOfflineError, AgentTimeoutError
+from control_plane.hub.hub import AgentHub, ReplyStream, UploadStream
+from control_plane.hub.link import AgentSession
 
 __all__ = [
     "AgentCallError",

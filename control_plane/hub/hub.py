@@ -16,9 +16,8 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agent.link import grant, protocol
 from agent.link.protocol import ProtocolError
-
-from .errors import AgentOfflineError, AgentTimeoutError
-from .link import AgentSession, Link, OnReport, Pending
+from control_plane.hub.errors import AgentOfflineError, AgentTimeoutError
+from control_plane.hub.link import AgentSession, Link, OnReport, Pending
 
 log = logging.getLogger("fleetdeck.hub")
 

@@ -19,8 +19,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agent.link import protocol
 from agent.link.protocol import ProtocolError
-
-from .errors import AgentCallError, AgentOfflineError, AgentTimeoutError
+from control_plane.hub.errors import AgentCallError, AgentOfflineError, AgentTimeoutError
 
 log = logging.getLogger("fleetdeck.hub")
 

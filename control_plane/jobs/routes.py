@@ -15,14 +15,13 @@ from pydantic import ValidationError
 
 from api_client.errors import AgentOffline, KindNotAllowed, LiteServer, NotFound, UnknownKind, ValidationFailed
 from api_client.models import Job, JobCreate, JobKindList, JobList
-
-from .. import sse
-from ..auth.principal import Principal
-from ..clock import parse
-from ..routes.servers import server_row
-from ..state import Caller, Fleet, FleetDep
-from . import store
-from .catalog import JobKind, json_schemas, lookup
+from control_plane import sse
+from control_plane.auth.principal import Principal
+from control_plane.clock import parse
+from control_plane.jobs import store
+from control_plane.jobs.catalog import JobKind, json_schemas, lookup
+from control_plane.servers.routes import server_row
+from control_plane.state import Caller, Fleet, FleetDep
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 

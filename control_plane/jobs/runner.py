@@ -24,14 +24,14 @@ import orjson
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .. import sse
-from ..clock import now_iso
-from ..hub import AgentCallError, AgentHub, AgentOfflineError, AgentSession
-from ..storage import Database
-from . import lines as output
-from . import store
-from .lines import BadOutput, Run
-from .masking import Masker
+from control_plane import sse
+from control_plane.clock import now_iso
+from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentSession
+from control_plane.jobs import lines as output
+from control_plane.jobs import store
+from control_plane.jobs.lines import BadOutput, Run
+from control_plane.jobs.masking import Masker
+from control_plane.storage import Database
 
 log = logging.getLogger("fleetdeck.jobs")
 

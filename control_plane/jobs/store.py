@@ -9,11 +9,11 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..auth.secrets import new_id
-from ..clock import now_iso
-from ..storage.schema import job_output, jobs, read_cache
-from . import lines
-from .lines import Run
+from control_plane.auth.secrets import new_id
+from control_plane.clock import now_iso
+from control_plane.jobs import lines
+from control_plane.jobs.lines import Run
+from control_plane.storage.schema import job_output, jobs, read_cache
 
 Row = dict[str, Any]
 

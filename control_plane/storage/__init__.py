@@ -1,5 +1,5 @@
 """Storage: the schema, its migrations, and the queries of each area."""
 
-from .db import Database
+from control_plane.storage.db import Database
 
 __all__ = ["Database"]

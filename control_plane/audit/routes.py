@@ -1,0 +1,27 @@
+"""`GET /v1/audit`: the org's audit log, for owners and admins. Secrets were masked on the way in."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query
+
+from api_client.models import AuditList
+from control_plane.audit import store as audit
+from control_plane.state import Caller, FleetDep
+
+router = APIRouter(prefix="/v1", tags=["audit"])
+
+
+@router.get("/audit", response_model=AuditList)
+async def audit_entries(
+    caller: Caller,
+    fleet: FleetDep,
+    server_id: str | None = None,
+    action: str | None = None,
+    limit: int = Query(100, ge=1, le=1000),
+    before: int | None = Query(None, ge=1),
+) -> AuditList:
+    caller.require_role("owner", "admin")
+    rows = await fleet.db.run(
+        audit.entries, caller.org_id, limit=limit, before=before, server_id=server_id, action=action
+    )
+    return AuditList.model_validate({"entries": rows})

@@ -1,0 +1,91 @@
+"""`/v1/health`, `/v1/auth/login`, `/v1/me`, `/v1/tokens`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from api_client.errors import Forbidden, NotFound, Unauthenticated
+from api_client.models import (
+    ApiToken,
+    ApiTokenCreated,
+    Health,
+    LoginRequest,
+    LoginResponse,
+    Me,
+    Org,
+    TokenCreate,
+    TokenList,
+    User,
+)
+from control_plane import __version__
+from control_plane.auth import store as accounts
+from control_plane.auth.passwords import verify_password
+from control_plane.auth.principal import Principal
+from control_plane.clock import parse
+from control_plane.state import Caller, FleetDep
+
+router = APIRouter(prefix="/v1")
+
+
+@router.get("/health", response_model=Health, tags=["health"])
+async def health(fleet: FleetDep) -> Health:
+    return Health(status="ok", version=__version__, agents_online=fleet.hub.online_count)
+
+
+@router.post("/auth/login", response_model=LoginResponse, tags=["auth"])
+async def login(body: LoginRequest, fleet: FleetDep) -> LoginResponse:
+    user = await fleet.db.run(accounts.user_by_email, body.email)
+    # Verify even for an unknown email: both failures take the same time and say the same thing.
+    if not verify_password(user["password_hash"] if user else None, body.password) or user is None:
+        await fleet.audit(None, "auth.login", outcome="error", error_code="unauthenticated", target=body.email)
+        raise Unauthenticated("wrong email or password")
+    membership = await fleet.db.run(accounts.first_membership, user["id"])
+    if membership is None:
+        raise Forbidden("this user belongs to no organisation")
+    token, expires_at = await fleet.db.run(
+        accounts.create_session, user["id"], membership["org_id"], fleet.settings.session_ttl
+    )
+    await fleet.audit(None, "auth.login", org_id=membership["org_id"], user_id=user["id"], actor_email=user["email"])
+    return LoginResponse(
+        token=token,
+        expires_at=parse(expires_at),
+        user=User(id=user["id"], email=user["email"], name=user["name"], super_admin=bool(user["super_admin"])),
+    )
+
+
+@router.get("/me", response_model=Me, tags=["auth"])
+async def me(caller: Caller) -> Me:
+    return Me(
+        user=User(id=caller.user_id, email=caller.email, name=caller.name, super_admin=caller.super_admin),
+        org=Org(id=caller.org_id, name=caller.org_name, plan=caller.plan),
+        role=caller.role,
+        capabilities=sorted(caller.capabilities),
+    )
+
+
+def _require_max(caller: Principal) -> None:
+    caller.require_plan("max")
+
+
+@router.get("/tokens", response_model=TokenList, tags=["auth"])
+async def list_tokens(caller: Caller, fleet: FleetDep) -> TokenList:
+    _require_max(caller)
+    rows = await fleet.db.run(accounts.list_api_tokens, caller.user_id, caller.org_id)
+    return TokenList(tokens=[ApiToken.model_validate(r) for r in rows])
+
+
+@router.post("/tokens", response_model=ApiTokenCreated, status_code=201, tags=["auth"])
+async def create_token(body: TokenCreate, caller: Caller, fleet: FleetDep) -> ApiTokenCreated:
+    _require_max(caller)
+    row, token = await fleet.db.run(accounts.create_api_token, caller.user_id, caller.org_id, body.name)
+    await fleet.audit(caller, "tokens.create", target=row["id"], details={"name": body.name}, secrets=[token])
+    return ApiTokenCreated(**row, token=token)
+
+
+@router.delete("/tokens/{token_id}", status_code=204, tags=["auth"])
+async def delete_token(token_id: str, caller: Caller, fleet: FleetDep) -> Response:
+    _require_max(caller)
+    if not await fleet.db.run(accounts.delete_api_token, caller.user_id, caller.org_id, token_id):
+        raise NotFound("no such token")
+    await fleet.audit(caller, "tokens.delete", target=token_id)
+    return Response(status_code=204)

@@ -1,0 +1,107 @@
+"""`/v1/servers`: the org's servers, their agents' presence, and its live feed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from api_client.errors import Conflict, NotFound
+from api_client.models import AgentInfo, Server, ServerCreate, ServerCreated, ServerList
+from control_plane import sse
+from control_plane.clock import parse, utcnow
+from control_plane.hub import AgentSession
+from control_plane.servers import store
+from control_plane.state import Caller, Fleet, FleetDep
+
+router = APIRouter(prefix="/v1", tags=["servers"])
+
+
+def _when(text: str | None) -> datetime | None:
+    return parse(text) if text else None
+
+
+def server_model(row: dict[str, Any], session: AgentSession | None) -> Server:
+    """The wire `Server`: presence from the live hub, the rest from the stored row."""
+    if session is not None:
+        agent = AgentInfo(
+            online=True,
+            version=session.version,
+            connected_at=session.connected_at,
+            last_seen_at=utcnow(),
+            direct_ingress_url=session.direct_ingress_url,
+        )
+    else:
+        agent = AgentInfo(
+            online=False,
+            version=row["agent_version"],
+            connected_at=_when(row["agent_connected_at"]),
+            last_seen_at=_when(row["agent_last_seen_at"]),
+        )
+    return Server(
+        id=row["id"],
+        name=row["name"],
+        kind=row["kind"],
+        address=row["address"],
+        agent=agent,
+        created_at=parse(row["created_at"]),
+    )
+
+
+async def server_row(fleet: Fleet, caller_org: str, server_id: str) -> dict[str, Any]:
+    """The caller's server, or 404: another org's server is indistinguishable from none."""
+    row = await fleet.db.run(store.get_server, caller_org, server_id)
+    if row is None:
+        raise NotFound("no such server")
+    return row
+
+
+@router.get("/servers", response_model=ServerList)
+async def list_servers(caller: Caller, fleet: FleetDep) -> ServerList:
+    rows = await fleet.db.run(store.list_servers, caller.org_id)
+    return ServerList(servers=[server_model(r, fleet.hub.session(r["id"])) for r in rows])
+
+
+@router.post("/servers", response_model=ServerCreated, status_code=201)
+async def create_server(body: ServerCreate, caller: Caller, fleet: FleetDep) -> ServerCreated:
+    caller.require_role("owner", "admin")
+    if await fleet.db.run(store.server_by_name, caller.org_id, body.name):
+        raise Conflict(f"a server named {body.name} exists already")
+    row, token = await fleet.db.run(store.create_server, caller.org_id, body.name, body.kind, body.address)
+    await fleet.audit(caller, "servers.create", server_id=row["id"], target=body.name, details={"kind": body.kind})
+    return ServerCreated(server=server_model(row, None), agent_token=token or "")
+
+
+@router.get("/servers/events", response_class=Response, responses={200: {"content": {"text/event-stream": {}}}})
+async def presence_events(request: Request, caller: Caller, fleet: FleetDep) -> Response:
+    """SSE: `event: presence` with a `PresenceEvent` each time an agent of the org connects or drops."""
+    after = fleet.presence.resume_point(request.headers.get("last-event-id"))
+    return sse.response(_presence_chunks(fleet, caller.org_id, after))
+
+
+async def _presence_chunks(fleet: Fleet, org_id: str, after: int) -> AsyncIterator[bytes]:
+    # The first event names where the stream starts, so a client can resume even if nothing happens.
+    feed = fleet.presence
+    yield b"retry: 2000\n" + sse.event("ready", {}, feed.event_id(after))
+    async for batch in feed.follow(org_id, after):
+        if not batch:
+            yield sse.KEEPALIVE
+            continue
+        yield b"".join(sse.event("presence", payload, feed.event_id(seq)) for seq, payload in batch)
+
+
+@router.get("/servers/{server_id}", response_model=Server)
+async def get_server(server_id: str, caller: Caller, fleet: FleetDep) -> Server:
+    row = await server_row(fleet, caller.org_id, server_id)
+    return server_model(row, fleet.hub.session(server_id))
+
+
+@router.delete("/servers/{server_id}", status_code=204)
+async def delete_server(server_id: str, caller: Caller, fleet: FleetDep) -> Response:
+    await server_row(fleet, caller.org_id, server_id)
+    caller.require_role("owner", "admin")
+    await fleet.db.run(store.delete_server, caller.org_id, server_id)
+    await fleet.audit(caller, "servers.delete", server_id=server_id, target=server_id)
+    return Response(status_code=204)

@@ -1,0 +1,548 @@
+"""The two-pane file browser, in the style of Midnight Commander.
+
+Each panel shows its own server and scope, so F5 (copy) and F6 (move) from one panel to the other
+are same-folder, cross-site or cross-server transfers; the server decides who may do which. F-keys
+that do not reach through SSH or tmux have a fallback: Esc, then a digit (Esc 5 is F5, Esc 0 F10).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from textual import events, on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.widget import Widget
+from textual.widgets import Footer
+
+from api_client import FileContent, Scope, Server
+from api_client.models import FsDestination
+from tui.bridge import TaskHandle
+from tui.files.dialogs import (
+    ArchiveDialog,
+    CopyDialog,
+    DeleteDialog,
+    LocalPathDialog,
+    NameDialog,
+    NewFileDialog,
+    PermissionsDialog,
+    PropertiesDialog,
+    SearchDialog,
+    TransferDialog,
+    TrashDialog,
+)
+from tui.files.directory_pane import SORT_KEYS
+from tui.files.editor_screen import EditorScreen
+from tui.files.location_picker import LocationPicker
+from tui.files.panel import FilePanel, scope_key
+from tui.files.viewer import ViewerScreen
+from tui.screen import FleetScreen
+from tui.text import join_path, printable
+from tui.widgets.header import SafeHeader
+
+ESCAPE_DIGIT_WINDOW_S = 1.5
+"""How long after Esc a digit still counts as an F-key (Esc 1 … Esc 0 = F1 … F10)."""
+
+Cross = Literal["site", "server"]
+
+
+class CommanderScreen(FleetScreen):
+    """Two panels side by side; Tab switches, F-keys act on the marked entries or the highlighted."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("tab", "switch_panel", "Other panel", key_display="Tab", show=False),
+        Binding("f3", "view", "View"),
+        Binding("f4", "edit", "Edit"),
+        Binding("f5", "copy", "Copy"),
+        Binding("f6", "move", "Move"),
+        Binding("f7", "mkdir", "Mkdir"),
+        Binding("f8", "delete", "Delete"),
+        Binding("f2,shift+f6", "rename", "Rename", show=False),
+        Binding("f10", "back", "Back to the servers", show=False),
+        Binding("escape", "escape", "", show=False),
+        Binding("s", "pick_location", "Scope"),
+        Binding("slash", "filter", "Filter", key_display="/", show=False),
+        Binding("o", "cycle_sort", "Sort: name, size, time", show=False),
+        Binding("O", "reverse_sort", "Reverse sort", key_display="O", show=False),
+        Binding("r,ctrl+r", "reload", "Reload", show=False),
+        Binding("tilde", "go_root", "Scope root", key_display="~", show=False),
+        Binding("equals_sign", "same_folder", "Same folder in the other panel", key_display="=", show=False),
+        Binding("i", "properties", "Properties", show=False),
+        Binding("p", "permissions", "Permissions", show=False),
+        Binding("n", "new_file", "New file", show=False),
+        Binding("ctrl+f", "search", "Search", show=False),
+        Binding("t", "trash", "Trash", show=False),
+        Binding("d", "download", "Download", show=False),
+        Binding("u", "upload", "Upload", show=False),
+        Binding("c", "compress", "Compress", show=False),
+        Binding("x", "extract", "Extract", show=False),
+    ]
+
+    HELP_KEYS: ClassVar[list[tuple[str, str]]] = [
+        ("Enter / ⌫", "Open / parent folder"),
+        ("Space Insert", "Mark and move down"),
+        ("* + -", "Invert, mark all, unmark all"),
+        ("Esc 1…0", "F1…F10 where F-keys do not reach (SSH, tmux); Esc Esc leaves"),
+    ]
+
+    F_KEY_ACTIONS: ClassVar[dict[str, str]] = {
+        "2": "rename",
+        "3": "view",
+        "4": "edit",
+        "5": "copy",
+        "6": "move",
+        "7": "mkdir",
+        "8": "delete",
+        "0": "back",
+    }
+
+    def __init__(self, server: Server) -> None:
+        super().__init__()
+        self.server = server
+        self.title = f"{server.name} · files"
+        self._active = "left"
+        self._escape_at: float | None = None
+        self._opening_task: TaskHandle | None = None
+
+    def compose(self) -> ComposeResult:
+        yield SafeHeader()
+        with Horizontal(id="panels"):
+            yield FilePanel(id="left")
+            yield FilePanel(id="right")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self.dismissed:
+            return
+        self.left.add_class("-active")
+        self.left.pane.focus()
+        self.bridge.run(
+            self, self.client.files.scopes, self.server.id, on_done=self._open_first_scope, on_error=self._no_scopes
+        )
+
+    def _open_first_scope(self, scopes: list[Scope]) -> None:
+        if not scopes:
+            for panel in (self.left, self.right):
+                panel.pane.show_message("You may not browse any scope of this server.")
+            return
+        # Both panels start on the first scope, as Midnight Commander starts on one folder twice.
+        for panel in (self.left, self.right):
+            panel.open_location(self.server, scopes[0])
+
+    def _no_scopes(self, exc: BaseException) -> None:
+        self.show_error(exc, server=self.server.name)
+        for panel in (self.left, self.right):
+            panel.pane.show_message("Could not load the scopes: r to try again, Esc Esc to go back.")
+
+    # --- panels ---------------------------------------------------------------------------
+
+    @property
+    def left(self) -> FilePanel:
+        return self.query_one("#left", FilePanel)
+
+    @property
+    def right(self) -> FilePanel:
+        return self.query_one("#right", FilePanel)
+
+    @property
+    def active(self) -> FilePanel:
+        return self.left if self._active == "left" else self.right
+
+    @property
+    def other(self) -> FilePanel:
+        return self.right if self._active == "left" else self.left
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        panel = _panel_of(event.widget)
+        if panel is not None and panel.id != self._active:
+            self._active = panel.id or "left"
+            self.left.set_class(panel is self.left, "-active")
+            self.right.set_class(panel is self.right, "-active")
+
+    def action_switch_panel(self) -> None:
+        self.other.pane.focus()
+
+    # --- Esc then a digit -----------------------------------------------------------------
+
+    def action_escape(self) -> None:
+        now = time.monotonic()
+        if self._escape_at is not None and now - self._escape_at < ESCAPE_DIGIT_WINDOW_S:
+            self._escape_at = None
+            self.action_back()  # Esc Esc
+            return
+        self._escape_at = now
+        self.active.show_hint("Esc: now a digit for an F-key (5 = F5, 0 = F10), or Esc again to leave")
+
+    def on_key(self, event: events.Key) -> None:
+        if event.key == "escape":
+            return  # the binding above: it arms, or leaves on a second Esc
+        armed, self._escape_at = self._escape_at, None
+        if armed is None:
+            return
+        self.active.update_status()  # the hint goes
+        if time.monotonic() - armed > ESCAPE_DIGIT_WINDOW_S:
+            return
+        action = self.F_KEY_ACTIONS.get(event.key)
+        if action is not None:
+            event.stop()
+            event.prevent_default()
+            getattr(self, f"action_{action}")()
+
+    def action_back(self) -> None:
+        self.dismiss()
+
+    # --- moving around --------------------------------------------------------------------
+
+    def action_pick_location(self) -> None:
+        panel = self.active
+
+        def picked(choice: tuple[Server, Scope] | None) -> None:
+            if choice is not None:
+                panel.open_location(*choice)
+                panel.pane.focus()
+
+        current = (panel.server.id, scope_key(panel.scope)) if panel.server and panel.scope else None
+        self.app.push_screen(LocationPicker(current), picked)
+
+    def action_reload(self) -> None:
+        if self.active.scope is None:
+            self.bridge.run(self, self.client.files.scopes, self.server.id, on_done=self._open_first_scope)
+            return
+        self.active.reload()
+
+    def action_go_root(self) -> None:
+        self.active.go_root()
+
+    def action_same_folder(self) -> None:
+        """`=`: the other panel shows the folder of this one."""
+        source = self.active
+        if source.place is not None:
+            self.other.open_location(*source.place, source.path)
+
+    def action_filter(self) -> None:
+        self.active.start_filter()
+
+    def action_cycle_sort(self) -> None:
+        pane = self.active.pane
+        key, reverse = pane.ordering
+        next_key = SORT_KEYS[(SORT_KEYS.index(key) + 1) % len(SORT_KEYS)]
+        pane.sort_by(next_key, reverse=reverse)
+        self.notify(f"Sorted by {next_key}", timeout=1.5)
+
+    def action_reverse_sort(self) -> None:
+        pane = self.active.pane
+        key, reverse = pane.ordering
+        pane.sort_by(key, reverse=not reverse)
+
+    # --- view and edit --------------------------------------------------------------------
+
+    @on(FilePanel.FileOpened)
+    def _file_opened(self, event: FilePanel.FileOpened) -> None:
+        self._open(event.panel, event.path, edit=False)
+
+    def action_view(self) -> None:
+        self._open_highlighted(edit=False)
+
+    def action_edit(self) -> None:
+        self._open_highlighted(edit=True)
+
+    def _open_highlighted(self, *, edit: bool) -> None:
+        panel = self.active
+        entry = panel.pane.highlighted
+        if entry is None:
+            return
+        target = join_path(panel.path, str(entry.get("name", "")))
+        if entry.get("type") == "dir":
+            if not edit:
+                panel.load(target)
+            return
+        if entry.get("type") not in ("file", "symlink"):
+            self.notify(f"{printable(target)} is not a file.", severity="warning")
+            return
+        self._open(panel, target, edit=edit)
+
+    def _open(self, panel: FilePanel, path: str, *, edit: bool) -> None:
+        """Read `path` and show it in the viewer or the editor; binary and huge files are reported."""
+        if panel.place is None:
+            return
+        server, scope = panel.place
+        if self._opening_task is not None:
+            self._opening_task.cancel()
+
+        def show(content: FileContent) -> None:
+            screen = EditorScreen(server, scope, content) if edit else ViewerScreen(server, scope, content)
+            self.app.push_screen(screen, lambda _result: panel.reload())
+
+        self._opening_task = self.bridge.run(
+            self,
+            self.client.files.read,
+            server.id,
+            scope,
+            path,
+            on_done=show,
+            on_error=lambda exc: self._open_failed(exc, server, path),
+        )
+
+    def _open_failed(self, exc: BaseException, server: Server, path: str) -> None:
+        self.show_error(exc, server=server.name, path=path.rpartition("/")[2] or path)
+
+    # --- copy and move between the panels -------------------------------------------------
+
+    def action_copy(self) -> None:
+        self._transfer("copy")
+
+    def action_move(self) -> None:
+        self._transfer("move")
+
+    def _transfer(self, operation: Literal["copy", "move"]) -> None:
+        source, target = self.active, self.other
+        paths = source.selected_paths()
+        if not paths or source.server is None or source.scope is None:
+            return
+        if target.server is None or target.scope is None:
+            self.notify("The other panel shows no folder yet.", severity="warning")
+            return
+        cross: Cross | None = None
+        if target.server.id != source.server.id:
+            cross = "server"
+        elif target.scope != source.scope:
+            cross = "site"
+        if cross is None and target.path == source.path:
+            self.notify("Both panels show the same folder: pick another destination first.", severity="warning")
+            return
+        dialog = CopyDialog(operation, paths, source.location, target.location, target.path, cross=cross)
+        self.app.push_screen(dialog, lambda answer: self._run_transfer(operation, source, target, paths, cross, answer))
+
+    def _run_transfer(
+        self,
+        operation: Literal["copy", "move"],
+        source: FilePanel,
+        target: FilePanel,
+        paths: list[str],
+        cross: Cross | None,
+        answer: tuple[str, bool] | None,
+    ) -> None:
+        if answer is None or source.server is None or source.scope is None or target.scope is None:
+            return
+        destination, overwrite = answer
+        to = None
+        if cross is not None and target.server is not None:
+            to = FsDestination(
+                server_id=target.server.id if cross == "server" else None,
+                scope=target.scope.scope,
+                domain=target.scope.domain,
+            )
+        call = self.client.files.copy if operation == "copy" else self.client.files.move
+        verb = "Copied" if operation == "copy" else "Moved"
+        count = f"{len(paths)} items" if len(paths) > 1 else printable(paths[0].rpartition("/")[2])
+        self.notify(f"{'Copying' if operation == 'copy' else 'Moving'} {count}…", timeout=2)
+
+        def done(result: list[str]) -> None:
+            self.notify(f"{verb} {count} to {target.location}.")
+            source.pane.action_unmark_all()
+            source.reload()
+            target.reload(select=result[0].rpartition("/")[2] if result else None)
+
+        server_name = source.server.name
+        self.bridge.run(
+            self,
+            partial(call, source.server.id, source.scope, paths, destination, overwrite=overwrite, to=to),
+            on_done=done,
+            on_error=lambda exc: self._action_failed(exc, server_name, source, target),
+        )
+
+    def _action_failed(self, exc: BaseException, server: str, *panels: FilePanel) -> None:
+        self.show_error(exc, server=server)
+        for panel in panels:
+            panel.reload()
+
+    # --- create, rename, delete -----------------------------------------------------------
+
+    def action_mkdir(self) -> None:
+        panel = self.active
+        if panel.place is None:
+            return
+        (server, scope), where = panel.place, panel.path
+
+        def create(name: str | None) -> None:
+            if not name:
+                return
+            self.bridge.run(
+                self,
+                self.client.files.mkdir,
+                server.id,
+                scope,
+                join_path(where, name),
+                on_done=lambda _entry: panel.reload(select=name),
+                on_error=lambda exc: self.show_error(exc, server=server.name, path=name),
+            )
+
+        self.app.push_screen(NameDialog("New folder", "", hint=f"in {panel.location}"), create)
+
+    def action_new_file(self) -> None:
+        panel = self.active
+        if panel.place is None:
+            return
+
+        def created(path: str | None) -> None:
+            if path:
+                panel.reload(select=path.rpartition("/")[2])
+
+        self.app.push_screen(NewFileDialog(*panel.place, panel.path), created)
+
+    def action_rename(self) -> None:
+        panel = self.active
+        entry = panel.pane.highlighted
+        if entry is None or panel.place is None:
+            return
+        (server, scope), old = panel.place, str(entry.get("name", ""))
+
+        def rename(new: str | None) -> None:
+            if not new or new == old:
+                return
+            if panel.pane.index_of(new) is not None:
+                self.notify(f"{printable(new)} already exists here.", severity="error")
+                return
+            self.bridge.run(
+                self,
+                self.client.files.move,
+                server.id,
+                scope,
+                [join_path(panel.path, old)],
+                join_path(panel.path, new),
+                on_done=lambda _paths: panel.reload(select=new),
+                on_error=lambda exc: self._action_failed(exc, server.name, panel),
+            )
+
+        self.app.push_screen(NameDialog("Rename", old, hint=f"in {panel.location}"), rename)
+
+    def action_delete(self) -> None:
+        panel = self.active
+        paths = panel.selected_paths()
+        if not paths or panel.place is None:
+            return
+        server, scope = panel.place
+
+        def delete(choice: str | None) -> None:
+            if choice is None:
+                return
+            permanent = choice == "permanent"
+            word = "Deleted" if permanent else "Moved to the trash:"
+            count = f"{len(paths)} items" if len(paths) > 1 else printable(paths[0].rpartition("/")[2])
+
+            def done(_result: Any) -> None:
+                panel.pane.action_unmark_all()
+                panel.reload()
+                self.notify(f"{word} {count}" + ("" if permanent else " (t opens the trash)."))
+
+            self.bridge.run(
+                self,
+                partial(self.client.files.delete, server.id, scope, paths, permanent=permanent),
+                on_done=done,
+                on_error=lambda exc: self._action_failed(exc, server.name, panel),
+            )
+
+        self.app.push_screen(DeleteDialog([p.rpartition("/")[2] for p in paths]), delete)
+
+    # --- dialogs on the selection ---------------------------------------------------------
+
+    def action_properties(self) -> None:
+        panel = self.active
+        if panel.place is not None and panel.highlighted_path is not None:
+            self.app.push_screen(PropertiesDialog(*panel.place, panel.highlighted_path))
+
+    def action_permissions(self) -> None:
+        panel = self.active
+        selection = panel.pane.selection
+        if not selection or panel.place is None:
+            return
+        mode = int(selection[0].get("mode", 0o644)) & 0o777
+        has_dirs = any(entry.get("type") == "dir" for entry in selection)
+        dialog = PermissionsDialog(*panel.place, panel.selected_paths(), mode, has_dirs)
+        self.app.push_screen(dialog, self._reload_after(panel))
+
+    def action_search(self) -> None:
+        panel = self.active
+        if panel.place is None:
+            return
+
+        def jump(path: str | None) -> None:
+            if path:
+                folder, _, name = path.strip("/").rpartition("/")
+                panel.load(folder, select=name)
+
+        self.app.push_screen(SearchDialog(*panel.place, panel.path), jump)
+
+    def action_trash(self) -> None:
+        panel = self.active
+        if panel.place is not None:
+            self.app.push_screen(TrashDialog(*panel.place), self._reload_after(panel))
+
+    def action_download(self) -> None:
+        panel = self.active
+        entry, remote = panel.pane.highlighted, panel.highlighted_path
+        if entry is None or remote is None or panel.place is None:
+            return
+        if entry.get("type") != "file":
+            self.notify("Only files can be downloaded: compress a folder first (c).", severity="warning")
+            return
+        server, scope = panel.place
+        name = str(entry.get("name", ""))
+
+        def chosen(local: Path | None) -> None:
+            if local is not None:
+                self.app.push_screen(TransferDialog.download(server, scope, remote, local))
+
+        initial = str(Path(os.getcwd()) / name)
+        self.app.push_screen(LocalPathDialog("Download to", initial), chosen)
+
+    def action_upload(self) -> None:
+        panel = self.active
+        if panel.place is None:
+            return
+        (server, scope), where = panel.place, panel.path
+
+        def chosen(local: Path | None) -> None:
+            if local is not None:
+                remote = join_path(where, local.name)
+                self.app.push_screen(
+                    TransferDialog.upload(server, scope, local, remote), self._reload_after(panel, local.name)
+                )
+
+        self.app.push_screen(LocalPathDialog("Upload a local file", os.getcwd() + os.sep, mode="open"), chosen)
+
+    def action_compress(self) -> None:
+        panel = self.active
+        paths = panel.selected_paths()
+        if paths and panel.place is not None:
+            dialog = ArchiveDialog.compress(*panel.place, paths, panel.path)
+            self.app.push_screen(dialog, self._reload_after(panel))
+
+    def action_extract(self) -> None:
+        panel = self.active
+        if panel.place is not None and panel.highlighted_path is not None:
+            dialog = ArchiveDialog.extract(*panel.place, panel.highlighted_path, panel.path)
+            self.app.push_screen(dialog, self._reload_after(panel))
+
+    def _reload_after(self, panel: FilePanel, select: str | None = None) -> Callable[[Any], None]:
+        """A dialog's callback: list the panel's folder again whatever the dialog did."""
+
+        def reload(_result: Any) -> None:
+            panel.reload(select=select)
+            if self.other.same_place(panel) and self.other.path == panel.path:
+                self.other.reload()
+
+        return reload
+
+
+def _panel_of(widget: Widget) -> FilePanel | None:
+    node: Any = widget
+    while node is not None and not isinstance(node, FilePanel):
+        node = node.parent
+    return node

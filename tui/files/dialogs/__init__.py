@@ -1,0 +1,31 @@
+"""The dialogs of the file browser (issue 4, point 12), each a self-contained modal screen that
+returns its result through `dismiss`: properties, permissions, new file from a template, a name,
+confirmations and delete, search, the trash, transfers, archives, copy and move."""
+
+from __future__ import annotations
+
+from tui.files.dialogs.archive import ArchiveDialog
+from tui.files.dialogs.copy import CopyDialog
+from tui.files.dialogs.new_file import TEMPLATES, NewFileDialog
+from tui.files.dialogs.permissions import PermissionsDialog
+from tui.files.dialogs.properties import PropertiesDialog
+from tui.files.dialogs.search import SearchDialog
+from tui.files.dialogs.simple import ConfirmDialog, DeleteDialog, NameDialog
+from tui.files.dialogs.transfer import LocalPathDialog, TransferDialog
+from tui.files.dialogs.trash import TrashDialog
+
+__all__ = [
+    "TEMPLATES",
+    "ArchiveDialog",
+    "ConfirmDialog",
+    "CopyDialog",
+    "DeleteDialog",
+    "LocalPathDialog",
+    "NameDialog",
+    "NewFileDialog",
+    "PermissionsDialog",
+    "PropertiesDialog",
+    "SearchDialog",
+    "TransferDialog",
+    "TrashDialog",
+]

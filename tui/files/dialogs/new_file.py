@@ -1,0 +1,164 @@
+"""A new file from a template: a name, a template (which suggests the extension), created with
+`create_only` so an existing file is never replaced."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Button, Input, Label, Select, Static
+from textual.widgets.input import Selection
+
+from api_client import Scope, Server
+from api_client import errors as api_errors
+from api_client.models import FsWriteResult
+from tui.files.dialogs.base import FileDialog, name_problem
+from tui.text import join_path, printable
+
+UNTITLED = "untitled"
+EXECUTABLE = 0o755
+
+
+@dataclass(frozen=True)
+class Template:
+    label: str
+    extension: str
+    content: str
+    executable: bool = False
+
+
+TEMPLATES: dict[str, Template] = {
+    "text": Template("Text", ".txt", ""),
+    "php": Template("PHP", ".php", "<?php\n\n"),
+    "html": Template(
+        "HTML",
+        ".html",
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n    <meta charset="utf-8">\n'
+        '    <meta name="viewport" content="width=device-width, initial-scale=1">\n    <title></title>\n'
+        "</head>\n<body>\n\n</body>\n</html>\n",
+    ),
+    "css": Template("CSS", ".css", "body {\n    margin: 0;\n}\n"),
+    "js": Template("JavaScript", ".js", "'use strict';\n\n"),
+    "json": Template("JSON", ".json", "{}\n"),
+    "markdown": Template("Markdown", ".md", "# Title\n\n"),
+    "shell": Template("Shell script", ".sh", "#!/bin/sh\nset -eu\n\n", executable=True),
+    "empty": Template("Empty", "", ""),
+}
+EXTENSIONS = {template.extension for template in TEMPLATES.values() if template.extension}
+
+
+def suggest_name(name: str, template: Template) -> str:
+    """`name` with the template's extension in place of a template extension it had (or none);
+    an extension of the user's own (`.yaml`) is kept."""
+    stem = name
+    for extension in EXTENSIONS:
+        if name.endswith(extension) and len(name) > len(extension):
+            stem = name[: -len(extension)]
+            break
+    if stem == name and "." in name.lstrip("."):
+        return name
+    return (stem or UNTITLED) + template.extension
+
+
+class NewFileDialog(FileDialog[str | None]):
+    """Enter creates the file (never over an existing one) and returns its path; Esc cancels."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("ctrl+t", "pick_template", "Template"),
+    ]
+
+    def __init__(self, server: Server, scope: Scope, directory: str) -> None:
+        super().__init__()
+        self.server = server
+        self.scope = scope
+        self.directory = directory.strip("/")
+        self.creating = False
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="new-file-box", classes="file-dialog"):
+            yield Static(printable(f"New file in /{self.directory}"), classes="file-dialog--title", markup=False)
+            yield Label("Name", classes="file-dialog--label")
+            yield Input(suggest_name("", TEMPLATES["text"]), id="new-file-name", compact=True, select_on_focus=False)
+            yield Label("Template", classes="file-dialog--label")
+            options = [(template.label, key) for key, template in TEMPLATES.items()]
+            yield Select(options, value="text", allow_blank=False, id="new-file-template", compact=True)
+            yield Static("", id="status", markup=False)
+            with Horizontal(classes="file-dialog--buttons"):
+                yield Button("Create", id="new-file-create", variant="primary", compact=True)
+                yield Button("Cancel", id="new-file-cancel", compact=True)
+            yield Static("Enter: create · Tab/ctrl+t: template · Esc: cancel", classes="file-dialog--hint")
+
+    def on_mount(self) -> None:
+        name = self.query_one("#new-file-name", Input)
+        name.focus()
+        name.selection = Selection(0, len(UNTITLED))
+
+    @property
+    def template(self) -> Template:
+        value = self.query_one("#new-file-template", Select).value
+        return TEMPLATES.get(str(value), TEMPLATES["empty"])
+
+    def action_pick_template(self) -> None:
+        picker = self.query_one("#new-file-template", Select)
+        picker.focus()
+        picker.expanded = True
+
+    @on(Select.Changed, "#new-file-template")
+    def _template_changed(self, event: Select.Changed) -> None:
+        event.stop()
+        name = self.query_one("#new-file-name", Input)
+        name.value = suggest_name(name.value, self.template)
+
+    @on(Input.Submitted, "#new-file-name")
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_create()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        if event.button.id == "new-file-create":
+            self.action_create()
+        else:
+            self.action_cancel()
+
+    def action_create(self) -> None:
+        if self.creating:
+            return
+        name = self.query_one("#new-file-name", Input).value
+        problem = name_problem(name)
+        if problem:
+            self.set_status(problem, error=True)
+            return
+        template = self.template
+        path = join_path(self.directory, name)
+        self.creating = True
+        self.set_status(f"Creating /{path}…")
+        self.bridge.run(self, self._create, path, template, on_done=self._created, on_error=self._failed)
+
+    async def _create(self, path: str, template: Template) -> str:
+        answer: FsWriteResult = await self.client.files.write(
+            self.server.id, self.scope, path, template.content, create_only=True
+        )
+        if template.executable:
+            await self.client.files.chmod(self.server.id, self.scope, [answer.entry.path], EXECUTABLE)
+        return answer.entry.path
+
+    def _created(self, path: str) -> None:
+        self.creating = False
+        self.notify(printable(f"Created /{path}."))
+        self.finish(path)
+
+    def _failed(self, exc: BaseException) -> None:
+        self.creating = False
+        if isinstance(exc, api_errors.Conflict):
+            name = self.query_one("#new-file-name", Input)
+            self.set_status(f"{name.value!r} already exists here: choose another name.", error=True)
+            name.focus()
+            return
+        self.show_error(exc)

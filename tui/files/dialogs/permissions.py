@@ -1,0 +1,195 @@
+"""Permissions of one or more paths: a 3x3 grid (owner, group, other by read, write, execute)
+kept in step with an octal field, recursive with files-only or folders-only; the dialog runs
+the chmod itself. setuid, setgid and sticky are refused here as on the server."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, Literal
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Grid, Horizontal, Vertical
+from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet, Static
+
+from api_client import Scope, Server
+from tui.files.dialogs.base import FileDialog, describe_items, octal, permission_string, plural
+from tui.text import printable
+
+WHO = ("owner", "group", "other")
+WHAT = ("read", "write", "execute")
+# The bit of each checkbox: owner read = 0o400 … other execute = 0o001.
+BITS = {f"{who}-{what}": 1 << (8 - 3 * row - col) for row, who in enumerate(WHO) for col, what in enumerate(WHAT)}
+
+ApplyTo = Literal["all", "files", "dirs"]
+
+
+def parse_mode(text: str) -> int | str:
+    """The mode typed in the octal field, or why it is refused."""
+    text = text.strip()
+    if not text:
+        return "Type an octal mode such as 644 or 755."
+    try:
+        mode = int(text, 8)
+    except ValueError:
+        return "An octal mode has only the digits 0 to 7."
+    if mode > 0o777:
+        return "setuid, setgid and sticky bits cannot be set here: use three digits (e.g. 755)."
+    return mode
+
+
+class PermissionsDialog(FileDialog[int | None]):
+    """Enter (or ctrl+s, or Apply) changes the mode; the result is how many paths changed."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("ctrl+s", "apply", "Apply"),
+    ]
+
+    def __init__(self, server: Server, scope: Scope, paths: Sequence[str], mode: int, has_dirs: bool) -> None:
+        super().__init__()
+        self.server = server
+        self.scope = scope
+        self.paths = list(paths)
+        self.initial_mode = mode
+        self.has_dirs = has_dirs
+        self.applying = False
+
+    def compose(self) -> ComposeResult:
+        mode = self.initial_mode & 0o777
+        with Vertical(id="permissions-box", classes="file-dialog"):
+            yield Static(printable(f"Permissions of {describe_items(self.paths)}"), classes="file-dialog--title",
+                         markup=False)  # fmt: skip
+            with Grid(id="permissions-grid"):
+                yield Label("")
+                for what in WHAT:
+                    yield Label(what.capitalize(), classes="permissions--head")
+                for who in WHO:
+                    yield Label(who.capitalize(), classes="permissions--who")
+                    for what in WHAT:
+                        key = f"{who}-{what}"
+                        yield Checkbox("", bool(mode & BITS[key]), id=f"bit-{key}", compact=True)
+            with Horizontal(classes="file-dialog--row"):
+                yield Label("Octal ", classes="permissions--who")
+                yield Input(octal(mode)[1:], id="permissions-octal", restrict=r"[0-7]{0,4}", max_length=4,
+                            compact=True)  # fmt: skip
+                yield Static(permission_string(mode), id="permissions-symbolic", markup=False)
+            if self.has_dirs:
+                with Horizontal(classes="file-dialog--row"):
+                    yield Checkbox("Recursive", False, id="permissions-recursive", compact=True)
+                    with RadioSet(id="permissions-apply-to", disabled=True, compact=True):
+                        yield RadioButton("all", True, id="apply-all", compact=True)
+                        yield RadioButton("files only", id="apply-files", compact=True)
+                        yield RadioButton("folders only", id="apply-dirs", compact=True)
+            note = ""
+            if self.initial_mode & 0o7000:
+                note = f"Now {octal(self.initial_mode)}: applying clears setuid, setgid and sticky."
+            yield Static(note, id="status", markup=False)
+            with Horizontal(classes="file-dialog--buttons"):
+                yield Button("Apply", id="permissions-apply", variant="primary", compact=True)
+                yield Button("Cancel", id="permissions-cancel", compact=True)
+            yield Static("Enter/ctrl+s: apply · Tab: grid · Space: tick · Esc: cancel", classes="file-dialog--hint")
+
+    def on_mount(self) -> None:
+        field = self.query_one("#permissions-octal", Input)
+        field.focus()
+
+    # --- the grid and the field stay in step ---------------------------------------------------
+
+    def grid_mode(self) -> int:
+        mode = 0
+        for key, bit in BITS.items():
+            if self.query_one(f"#bit-{key}", Checkbox).value:
+                mode |= bit
+        return mode
+
+    @on(Checkbox.Changed, "#permissions-grid Checkbox")
+    def _bit_changed(self, event: Checkbox.Changed) -> None:
+        event.stop()
+        mode = self.grid_mode()
+        field = self.query_one("#permissions-octal", Input)
+        if parse_mode(field.value) != mode:  # typed there: the grid followed, nothing to write back
+            field.value = octal(mode)[1:]
+        self.query_one("#permissions-symbolic", Static).update(permission_string(mode))
+
+    @on(Input.Changed, "#permissions-octal")
+    def _octal_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        mode = parse_mode(event.value)
+        if isinstance(mode, str):
+            self.set_status(mode, error=bool(event.value))
+            return
+        self.set_status("")
+        for key, bit in BITS.items():
+            self.query_one(f"#bit-{key}", Checkbox).value = bool(mode & bit)
+        self.query_one("#permissions-symbolic", Static).update(permission_string(mode))
+
+    @on(Checkbox.Changed, "#permissions-recursive")
+    def _recursive_changed(self, event: Checkbox.Changed) -> None:
+        event.stop()
+        self.query_one("#permissions-apply-to", RadioSet).disabled = not event.value
+
+    # --- applying -----------------------------------------------------------------------------
+
+    @property
+    def recursive(self) -> bool:
+        return self.has_dirs and self.query_one("#permissions-recursive", Checkbox).value
+
+    @property
+    def apply_to(self) -> ApplyTo:
+        if not self.recursive:
+            return "all"
+        pressed = self.query_one("#permissions-apply-to", RadioSet).pressed_button
+        choice = (pressed.id if pressed is not None else None) or "apply-all"
+        return "files" if choice == "apply-files" else "dirs" if choice == "apply-dirs" else "all"
+
+    @on(Input.Submitted, "#permissions-octal")
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_apply()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        if event.button.id == "permissions-apply":
+            self.action_apply()
+        else:
+            self.action_cancel()
+
+    def action_apply(self) -> None:
+        if self.applying:
+            return
+        mode = parse_mode(self.query_one("#permissions-octal", Input).value)
+        if isinstance(mode, str):
+            self.set_status(mode, error=True)
+            return
+        if mode != self.grid_mode():  # cannot happen through the widgets; never apply a mode not shown
+            self.set_status("The grid and the octal field disagree: check them.", error=True)
+            return
+        only = {"all": None, "files": "files", "dirs": "dirs"}[self.apply_to]
+        self.applying = True
+        self.set_status(f"Setting {octal(mode)} on {describe_items(self.paths)}…")
+        self.bridge.run(
+            self,
+            self._chmod,
+            mode,
+            self.recursive,
+            only,
+            on_done=self._applied,
+            on_error=self._failed,
+        )
+
+    async def _chmod(self, mode: int, recursive: bool, only: Literal["files", "dirs"] | None) -> int:
+        return await self.client.files.chmod(
+            self.server.id, self.scope, self.paths, mode, recursive=recursive, only=only
+        )
+
+    def _applied(self, changed: int) -> None:
+        self.applying = False
+        self.notify(f"Permissions changed on {plural(changed, 'item')}.")
+        self.finish(changed)
+
+    def _failed(self, exc: BaseException) -> None:
+        self.applying = False
+        self.show_error(exc)

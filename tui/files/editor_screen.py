@@ -1,0 +1,209 @@
+"""Edit one text file of a server: ctrl+s saves it, unless someone else saved it meanwhile.
+
+Every save carries `if_match` = the etag of the last read or save. When the file changed on the
+server since, the save fails with `Conflict` and `SaveConflictDialog` offers to reload theirs,
+overwrite it with ours, or save ours as a copy (`create_only`, never replacing a file).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.widgets import Footer, Input, Static
+
+from api_client import FileContent, Scope, Server
+from api_client import errors as api_errors
+from api_client.models import FsWriteResult
+from tui.files.editor import Editor
+from tui.files.save_conflict import (
+    CloseChoice,
+    ConflictChoice,
+    CopyNameDialog,
+    SaveConflictDialog,
+    UnsavedChangesDialog,
+    copy_name,
+)
+from tui.screen import FleetScreen
+from tui.text import printable
+from tui.widgets.header import SafeHeader
+
+
+class EditorScreen(FleetScreen):
+    """A file in the editor; ctrl+s saves, ctrl+f searches, Escape closes (asking if unsaved)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+s", "save", "Save"),
+        Binding("ctrl+f", "find", "Find"),
+        Binding("f3", "find_next", "Next", show=False),
+        Binding("escape", "close", "Close"),
+    ]
+
+    AUTO_FOCUS = "#editor"
+
+    def __init__(self, server: Server, scope: Scope, content: FileContent) -> None:
+        super().__init__()
+        self.server = server
+        self.title = server.name
+        self.scope = scope
+        self.path = content.path.lstrip("/")
+        self.etag = content.etag
+        self.content = content
+        self.saving = False
+        self._close_after_save = False
+
+    def compose(self) -> ComposeResult:
+        yield SafeHeader()
+        yield Static("", id="editor-bar", markup=False)
+        yield Editor(id="editor")
+        yield Input(placeholder="Find… (Enter/F3: next, Esc: close)", id="editor-search", compact=True)
+        yield Footer()
+
+    @property
+    def editor(self) -> Editor:
+        return self.query_one(Editor)
+
+    def on_mount(self) -> None:
+        if self.dismissed:
+            return
+        self.editor.load(self.content.content, self.path)
+        self.editor.focus()
+
+    # --- status -----------------------------------------------------------------------------
+
+    @on(Editor.Changed)
+    def _editor_changed(self, event: Editor.Changed) -> None:
+        event.stop()
+        self._update_bar()
+
+    def _update_bar(self) -> None:
+        editor = self.editor
+        row, col = editor.cursor
+        marker = "● " if editor.modified else ""
+        state = " · saving…" if self.saving else ""
+        text = f"{marker}/{self.path} · {row + 1}:{col + 1} · {editor.line_count:,} lines · {editor.language}{state}"
+        self.query_one("#editor-bar", Static).update(printable(text))
+
+    # --- search -----------------------------------------------------------------------------
+
+    def action_find(self) -> None:
+        search = self.query_one("#editor-search", Input)
+        search.display = True
+        search.focus()
+
+    def action_find_next(self) -> None:
+        search = self.query_one("#editor-search", Input)
+        query = search.value or self.editor.search_text
+        if not query:
+            self.action_find()
+            return
+        if not self.editor.find(query):
+            self.notify(printable(f"Not found: {query}"), severity="warning", timeout=3)
+
+    @on(Input.Submitted, "#editor-search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_find_next()
+
+    def _close_search(self) -> None:
+        search = self.query_one("#editor-search", Input)
+        search.display = False
+        self.editor.clear_match()
+        self.editor.focus()
+
+    # --- saving -----------------------------------------------------------------------------
+
+    def action_save(self) -> None:
+        self._write(self.path, if_match=self.etag)
+
+    def _write(self, path: str, *, if_match: str | None, create_only: bool = False) -> None:
+        if self.saving:
+            return
+        editor = self.editor
+        text, version = editor.text, editor.version
+        server_id, scope = self.server.id, self.scope
+        files = self.client.files
+
+        async def write() -> FsWriteResult:
+            return await files.write(server_id, scope, path, text, if_match=if_match, create_only=create_only)
+
+        self.saving = True
+        self._update_bar()
+        self.bridge.run(
+            self,
+            write,
+            on_done=lambda result: self._saved(result, path, version, copy=create_only),
+            on_error=lambda exc: self._save_failed(exc, path, copy=create_only),
+        )
+
+    def _saved(self, result: FsWriteResult, path: str, version: int, *, copy: bool) -> None:
+        self.saving = False
+        self.path = path
+        self.etag = result.etag
+        self.editor.mark_saved(version)
+        self.notify(printable(f"Saved {'a copy as ' if copy else ''}/{path}"), timeout=3)
+        if self._close_after_save:
+            self.dismiss()
+
+    def _save_failed(self, exc: BaseException, path: str, *, copy: bool) -> None:
+        self.saving = False
+        self._close_after_save = False
+        self._update_bar()
+        if isinstance(exc, api_errors.Conflict) and not copy:
+            self.app.push_screen(SaveConflictDialog(path), self._resolve_conflict)
+            return
+        if copy and isinstance(exc, api_errors.ApiError) and exc.status == 409:
+            self.notify(printable(f"/{path} exists: pick another name."), severity="error", timeout=8)
+            return
+        self.show_error(exc, server=self.server.name, path=path)
+
+    def _resolve_conflict(self, choice: ConflictChoice | None) -> None:
+        if choice == "overwrite":
+            self._write(self.path, if_match=None)
+        elif choice == "reload":
+            self._reload()
+        elif choice == "copy":
+            self.app.push_screen(CopyNameDialog(copy_name(self.path)), self._save_copy)
+
+    def _save_copy(self, path: str | None) -> None:
+        if path:
+            self._write(path, if_match=None, create_only=True)
+
+    def _reload(self) -> None:
+        self.bridge.run(
+            self,
+            self.client.files.read,
+            self.server.id,
+            self.scope,
+            self.path,
+            on_done=self._reloaded,
+            on_error=lambda exc: self.show_error(exc, server=self.server.name, path=self.path),
+        )
+
+    def _reloaded(self, content: FileContent) -> None:
+        self.content = content
+        self.etag = content.etag
+        row, col = self.editor.cursor
+        self.editor.load(content.content, self.path)
+        self.editor.move_to(row, col)
+        self.notify(printable(f"Reloaded /{self.path}"), timeout=3)
+
+    # --- closing ----------------------------------------------------------------------------
+
+    def action_close(self) -> None:
+        if self.query_one("#editor-search", Input).has_focus:
+            self._close_search()
+            return
+        if self.editor.modified:
+            self.app.push_screen(UnsavedChangesDialog(self.path), self._close_answered)
+            return
+        self.dismiss()
+
+    def _close_answered(self, choice: CloseChoice | None) -> None:
+        if choice == "discard":
+            self.dismiss()
+        elif choice == "save":
+            self._close_after_save = True
+            self.action_save()

@@ -1,0 +1,277 @@
+"""One pane of the two-pane browser: a server, a scope of it, a folder, and its listing.
+
+Each panel is independent (its own server and scope), so the commander screen can copy from one
+panel to the other across sites and servers. The panel lists, opens folders, goes up, filters and
+keeps the marks; everything that acts on files is the screen's (`tui.files.commander`).
+"""
+
+from __future__ import annotations
+
+from textual import events, on
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.timer import Timer
+from textual.widgets import Input, Static
+
+from api_client import Listing, Scope, Server
+from tui.bridge import BridgedMixin, TaskHandle
+from tui.errors import describe_error, format_size
+from tui.files.directory_pane import DirectoryPane, EntryDict
+from tui.screen import FleetAccess
+from tui.text import join_path, parent_path, printable
+
+BUSY_INDICATOR_DELAY_S = 0.2
+
+
+def scope_label(scope: Scope) -> str:
+    """`example.com` for a site scope, `/home (server root)` for the root scope."""
+    if scope.scope == "root":
+        return "/home (server root)"
+    return scope.domain or scope.slug or "site"
+
+
+def scope_key(scope: Scope) -> str:
+    return f"{scope.scope}:{scope.domain or ''}"
+
+
+class FilePanel(FleetAccess, BridgedMixin, Vertical):
+    """A title (server, scope, folder), the virtualised listing, a filter line and a status line."""
+
+    class FileOpened(Message):
+        """Enter on a file (or on a link that is not a folder): the screen views it."""
+
+        def __init__(self, panel: FilePanel, path: str) -> None:
+            super().__init__()
+            self.panel = panel
+            self.path = path
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, classes="file-panel")
+        self.server: Server | None = None
+        self.scope: Scope | None = None
+        self.path = ""
+        self._listing_task: TaskHandle | None = None
+        self._busy_timer: Timer | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static("", classes="file-panel--title", markup=False)
+        yield DirectoryPane(classes="file-panel--listing")
+        yield Input(placeholder="filter: text or glob (*.php) · Enter keep · Esc clear", classes="file-panel--filter")
+        yield Static("", classes="file-panel--status", markup=False)
+
+    # --- parts ----------------------------------------------------------------------------
+
+    @property
+    def pane(self) -> DirectoryPane:
+        return self.query_one(DirectoryPane)
+
+    @property
+    def location(self) -> str:
+        """`web1:example.com:/public_html`: where this panel is, for titles and dialogs."""
+        server = self.server.name if self.server else "?"
+        scope = scope_label(self.scope) if self.scope else "?"
+        return printable(f"{server}:{scope}:/{self.path}")
+
+    @property
+    def place(self) -> tuple[Server, Scope] | None:
+        """The panel's server and scope, once it shows one."""
+        return (self.server, self.scope) if self.server is not None and self.scope is not None else None
+
+    @property
+    def highlighted_path(self) -> str | None:
+        """The scope-relative path of the entry under the cursor."""
+        entry = self.pane.highlighted
+        return join_path(self.path, str(entry.get("name", ""))) if entry is not None else None
+
+    def selected_paths(self) -> list[str]:
+        """The scope-relative paths an action applies to: the marked entries, else the highlighted."""
+        return [join_path(self.path, str(entry.get("name", ""))) for entry in self.pane.selection]
+
+    def same_place(self, other: FilePanel) -> bool:
+        return (
+            self.server is not None
+            and other.server is not None
+            and self.server.id == other.server.id
+            and self.scope == other.scope
+        )
+
+    # --- listing --------------------------------------------------------------------------
+
+    def open_location(self, server: Server, scope: Scope, path: str = "") -> None:
+        """Show `path` of `scope` on `server` (another server or scope than before, maybe)."""
+        self.server, self.scope = server, scope
+        self.load(path)
+
+    def load(self, path: str, *, select: str | None = None, keep_marks: bool = False) -> None:
+        """List `path`; put the cursor on `select` once shown."""
+        if self.server is None or self.scope is None:
+            return
+        if self._listing_task is not None:
+            self._listing_task.cancel()  # a newer click wins over a slow listing
+        self._set_busy(True)
+        self._set_status(f"Listing /{path}…")
+        server, scope = self.server, self.scope
+        self._listing_task = self.bridge.run(
+            self,
+            self.client.files.list_all,
+            server.id,
+            scope,
+            path,
+            on_done=lambda listing: self._show_listing(path, listing, select, keep_marks),
+            on_error=lambda exc: self._listing_failed(exc, path),
+        )
+
+    def reload(self, *, select: str | None = None) -> None:
+        """List the same folder again, keeping the cursor (or moving it to `select`) and the marks."""
+        highlighted = self.pane.highlighted
+        name = select or (str(highlighted.get("name")) if highlighted else None)
+        self.load(self.path, select=name, keep_marks=True)
+
+    def _show_listing(self, path: str, listing: Listing, select: str | None, keep_marks: bool) -> None:
+        self.path = path
+        self._set_busy(False)
+        self.pane.set_entries(listing.entries, select=select, keep_marks=keep_marks)
+        self._update_title()
+
+    def _listing_failed(self, exc: BaseException, path: str) -> None:
+        self._set_busy(False)
+        self.update_status()
+        server = self.server.name if self.server else None
+        if not self.pane.all_entries:
+            self.pane.show_message(describe_error(exc, server=server))
+        self.app.notify(describe_error(exc, server=server, path=f"/{path}"), severity="error", timeout=8)
+
+    # --- moving around --------------------------------------------------------------------
+
+    @on(DirectoryPane.Opened)
+    def _opened(self, event: DirectoryPane.Opened) -> None:
+        event.stop()
+        entry = event.entry
+        target = join_path(self.path, str(entry.get("name", "")))
+        if entry.get("type") == "dir":
+            self.load(target)
+        elif entry.get("type") == "symlink":
+            self._open_symlink(target)
+        elif entry.get("type") == "file":
+            self.post_message(self.FileOpened(self, target))
+        else:
+            self.app.notify(f"{printable(target)} is not a regular file.", severity="warning")
+
+    def _open_symlink(self, target: str) -> None:
+        """A link may point to a folder or a file: try to list it, open it as a file if that fails."""
+        if self.server is None or self.scope is None:
+            return
+        self.bridge.run(
+            self,
+            self.client.files.list_all,
+            self.server.id,
+            self.scope,
+            target,
+            on_done=lambda listing: self._show_listing(target, listing, None, False),
+            on_error=lambda _exc: self.post_message(self.FileOpened(self, target)),
+        )
+
+    @on(DirectoryPane.UpRequested)
+    def _up(self, event: DirectoryPane.UpRequested) -> None:
+        event.stop()
+        if self.path:
+            self.load(parent_path(self.path), select=self.path.rpartition("/")[2])
+
+    def go_root(self) -> None:
+        self.load("")
+
+    # --- filter ---------------------------------------------------------------------------
+
+    def start_filter(self) -> None:
+        """`/`: show the filter line with the current filter, focused."""
+        field = self.query_one(Input)
+        field.value = self.pane.filter_text
+        self.add_class("-filtering")
+        field.focus()
+
+    @on(Input.Changed)
+    def _filter_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self.pane.set_filter(event.value)
+
+    @on(Input.Submitted)
+    def _filter_kept(self, event: Input.Submitted) -> None:
+        event.stop()
+        self._end_filter(keep=True)
+
+    def on_key(self, event: events.Key) -> None:
+        if event.key == "escape" and self.has_class("-filtering"):
+            event.stop()
+            event.prevent_default()
+            self._end_filter(keep=False)
+
+    def _end_filter(self, *, keep: bool) -> None:
+        if not keep:
+            self.pane.set_filter("")
+        self.remove_class("-filtering")
+        self.set_class(bool(self.pane.filter_text), "-filtered")
+        self.pane.focus()
+        self.update_status()
+
+    # --- bars -----------------------------------------------------------------------------
+
+    @on(DirectoryPane.CursorMoved)
+    @on(DirectoryPane.MarksChanged)
+    def _pane_changed(self, event: Message) -> None:
+        self.update_status()
+
+    def _update_title(self) -> None:
+        self.query_one(".file-panel--title", Static).update(self.location)
+
+    def update_status(self) -> None:
+        pane = self.pane
+        shown, total = len(pane.entries), len(pane.all_entries)
+        parts = []
+        marked = pane.marked
+        if marked:
+            files = [entry for entry in marked if entry.get("type") != "dir"]
+            size = f" ({format_size(sum(int(entry.get('size', 0)) for entry in files))})" if files else ""
+            parts.append(f"{len(marked):,} marked{size}")
+        if pane.filter_text:
+            parts.append(f"filter {printable(pane.filter_text)!r}: {shown:,} of {total:,}")
+        entry = pane.highlighted
+        if entry is not None and shown:
+            parts.append(f"{pane.cursor + 1:,}/{shown:,} · {describe_entry(entry)}")
+        elif not pane.filter_text:
+            parts.append(f"{total:,} entries" if total != 1 else "1 entry")
+        self._set_status(" · ".join(parts))
+
+    def show_hint(self, text: str) -> None:
+        """A word on the status line until the next key (see `update_status`)."""
+        self._set_status(text)
+
+    def _set_status(self, text: str) -> None:
+        self.query_one(".file-panel--status", Static).update(text)
+
+    def _set_busy(self, busy: bool) -> None:
+        """Cover the listing with a loading indicator (after a short delay), or uncover it."""
+        if self._busy_timer is not None:
+            self._busy_timer.stop()
+            self._busy_timer = None
+        if busy:
+            # Most listings arrive within a frame or two: a spinner for those would only flicker.
+            self._busy_timer = self.set_timer(BUSY_INDICATOR_DELAY_S, self._show_busy)
+            return
+        if self.pane.loading:
+            self.pane.loading = False
+            self.screen.refresh_bindings()
+
+    def _show_busy(self) -> None:
+        self._busy_timer = None
+        self.pane.loading = True
+
+
+def describe_entry(entry: EntryDict) -> str:
+    name = printable(str(entry.get("name", "")))
+    kind = entry.get("type")
+    if kind == "symlink" and entry.get("link_target"):
+        return f"{name} → {printable(str(entry['link_target']))}"
+    if kind == "dir":
+        return f"{name}/"
+    return f"{name} · {entry.get('size', 0):,} bytes · {entry.get('owner', '')}:{entry.get('group', '')}"

@@ -1,0 +1,373 @@
+"""The dialogs of the jobs screen: pick a kind (fuzzy search), fill its form, confirm a change."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.fuzzy import FuzzySearch
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from api_client import Server
+from api_client.models import PLANS, Job, JobKindInfo
+from tui.jobs.errors import describe_job_error, validation_errors
+from tui.jobs.form import Invalid, JobForm, parse_schema
+from tui.screen import FleetModal
+from tui.text import printable
+
+# --- what a kind needs ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Access:
+    """What the caller's org and role allow, to mark kinds they cannot run (the server decides)."""
+
+    plan: str | None = None
+    capabilities: frozenset[str] | None = None
+
+    def missing_plan(self, kind: JobKindInfo) -> str | None:
+        """The plan `kind` needs when the org's is lower, else None."""
+        if self.plan not in PLANS or kind.min_plan not in PLANS:
+            return None
+        return kind.min_plan if PLANS.index(kind.min_plan) > PLANS.index(self.plan) else None
+
+    def lacks_right(self, kind: JobKindInfo) -> bool:
+        return self.capabilities is not None and kind.group not in self.capabilities
+
+
+BADGE_WIDTH = len("sysadmin") + 1
+
+
+def kind_badges(kind: JobKindInfo, access: Access) -> Text:
+    """`read` or the group of a change, and what is missing to run it."""
+    badges = Text()
+    if kind.read:
+        badges.append("read".ljust(BADGE_WIDTH), style="bold green")
+    else:
+        badges.append(kind.group.ljust(BADGE_WIDTH), style="bold yellow")
+    if (plan := access.missing_plan(kind)) is not None:
+        badges.append(f"needs {plan} ", style="bold red")
+    elif access.lacks_right(kind):
+        badges.append("not your role ", style="bold red")
+    return badges
+
+
+# --- the kind picker --------------------------------------------------------------------------
+
+_SEARCH = FuzzySearch()
+
+
+@dataclass(frozen=True)
+class KindMatch:
+    kind: JobKindInfo
+    score: float
+    offsets: Sequence[int]  # the matched characters of `kind.kind`
+
+
+def rank_kinds(kinds: Iterable[JobKindInfo], query: str) -> list[KindMatch]:
+    """Kinds matching `query`, best first.
+
+    A fuzzy match on the kind name comes first (spaces ignored and words taken in any order:
+    "log tail" and "tail log" find `logs.tail`); a name that begins with what was typed, or has a
+    word that does, ranks higher. Kinds whose name does not match but whose summary does come after
+    ("unused packages" finds `storage.cleanup`).
+    """
+    query = query.strip()
+    if not query:
+        return [KindMatch(kind, 0.0, ()) for kind in sorted(kinds, key=lambda k: k.kind)]
+    words = query.split()
+    compacts = ["".join(order) for order in itertools.permutations(words[:3])] if len(words) > 1 else [query]
+    ranked: list[tuple[int, KindMatch]] = []
+    for kind in kinds:
+        best: tuple[float, Sequence[int]] = (0.0, ())
+        for compact in compacts:
+            score, offsets = _SEARCH.match(compact, kind.kind)
+            if score and kind.kind.startswith(compact):
+                score *= 2
+            elif score and any(word.startswith(compact) for word in re.split(r"[.-]", kind.kind)):
+                score *= 1.5
+            if score > best[0]:
+                best = (score, offsets)
+        if best[0] > 0:
+            ranked.append((1, KindMatch(kind, best[0], best[1])))
+        elif len(query) >= 3 and kind.summary and (score := _SEARCH.match(query, kind.summary)[0]) > 0:
+            ranked.append((0, KindMatch(kind, score, ())))
+    ranked.sort(key=lambda item: (-item[0], -item[1].score, len(item[1].kind.kind), item[1].kind.kind))
+    return [match for _, match in ranked]
+
+
+class KindPicker(FleetModal[JobKindInfo | None]):
+    """Type to narrow the catalog (fuzzy); ↑↓ move; Enter picks; Esc cancels."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("pagedown", "move(10)", "Page down", show=False),
+        Binding("pageup", "move(-10)", "Page up", show=False),
+    ]
+
+    def __init__(self, kinds: Sequence[JobKindInfo], server: Server, access: Access) -> None:
+        super().__init__()
+        self.kinds = list(kinds)
+        self.server = server
+        self.access = access
+        self.matches: list[KindMatch] = []
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="kind-picker-box", classes="job-dialog"):
+            yield Static(printable(f"Run a job on {self.server.name}"), classes="job-dialog--title", markup=False)
+            yield Input(placeholder="Search the job kinds (e.g. sysinfo, log tail, restart)…", id="kind-search",
+                        compact=True)  # fmt: skip
+            yield OptionList(id="kind-options")
+            yield Static("", id="kind-hint", classes="job-dialog--hint", markup=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#kind-search", Input).focus()
+        self._refilter("")
+
+    @on(Input.Changed, "#kind-search")
+    def _search_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self._refilter(event.value)
+
+    def _refilter(self, query: str) -> None:
+        self.matches = rank_kinds(self.kinds, query)
+        options = self.query_one(OptionList)
+        width = max((len(m.kind.kind) for m in self.matches), default=10)
+        options.clear_options()
+        options.add_options(self._option(match, width) for match in self.matches)
+        if self.matches:
+            options.highlighted = 0
+        count = len(self.matches)
+        hint = f"{count} of {len(self.kinds)} kinds · ↑↓ move · Enter: pick · Esc: cancel"
+        self.query_one("#kind-hint", Static).update(hint if count else "No kind matches: try fewer letters.")
+
+    def _option(self, match: KindMatch, width: int) -> Option:
+        kind = match.kind
+        name = Text(kind.kind.ljust(width), style="bold")
+        for offset in match.offsets:
+            name.stylize("underline reverse", offset, offset + 1)
+        prompt = Text.assemble(name, "  ", kind_badges(kind, self.access), "  ", (printable(kind.summary), "dim"))
+        prompt.no_wrap = True
+        prompt.overflow = "ellipsis"
+        return Option(prompt, id=kind.kind)
+
+    def action_move(self, delta: int) -> None:
+        options = self.query_one(OptionList)
+        if not self.matches:
+            return
+        current = options.highlighted if options.highlighted is not None else 0
+        options.highlighted = max(0, min(len(self.matches) - 1, current + delta))
+
+    @on(Input.Submitted, "#kind-search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        options = self.query_one(OptionList)
+        if options.highlighted is not None and self.matches:
+            self.dismiss(self.matches[options.highlighted].kind)
+
+    @on(OptionList.OptionSelected, "#kind-options")
+    def _option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.dismiss(self.matches[event.option_index].kind)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+# --- confirmation -----------------------------------------------------------------------------
+
+
+def args_lines(args: Mapping[str, Any], secret_fields: Iterable[str] = ()) -> list[str]:
+    """`name = value` lines, secrets as `***`."""
+    secrets = set(secret_fields)
+    lines = []
+    for name, value in args.items():
+        shown = "***" if name in secrets and value not in (None, "") else value
+        if isinstance(shown, list):
+            shown = ", ".join(map(str, shown))
+        lines.append(printable(f"{name} = {shown}"))
+    return lines
+
+
+class ConfirmRun(ModalScreen[bool]):
+    """A job that changes the server runs only once confirmed: y/Enter runs, n/Esc cancels."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "Run"),
+        Binding("n,escape", "answer(False)", "Cancel"),
+    ]
+
+    def __init__(self, kind: JobKindInfo, server: Server, args: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.kind = kind
+        self.server = server
+        self.args = dict(args)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm-box", classes="job-dialog"):
+            yield Static(printable(f"Run {self.kind.kind} on {self.server.name}?"), classes="job-dialog--title",
+                         markup=False)  # fmt: skip
+            what = f"{self.kind.summary}. " if self.kind.summary else ""
+            yield Static(printable(f"{what}This changes the server ({self.kind.group})."), markup=False)
+            lines = args_lines(self.args, self.kind.secret_fields)
+            if lines:
+                yield Static("\n".join(lines), id="confirm-args", markup=False)
+            with Horizontal(classes="job-dialog--buttons"):
+                yield Button("Run (y)", variant="warning", id="confirm-run", compact=True)
+                yield Button("Cancel (n)", id="confirm-cancel", compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#confirm-run", Button).focus()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(event.button.id == "confirm-run")
+
+    def action_answer(self, run: bool) -> None:
+        self.dismiss(run)
+
+
+# --- the form ---------------------------------------------------------------------------------
+
+
+def takes_arguments(kind: JobKindInfo) -> bool:
+    return bool(parse_schema(kind.args_schema, kind.secret_fields))
+
+
+class JobFormScreen(FleetModal[Job | None]):
+    """The arguments of one kind; Enter (or ctrl+r, or the Run button) starts the job.
+
+    The job is created here, so the server's `validation_error` details land next to their
+    fields. A retry with the same arguments reuses the idempotency key: a request that did reach
+    the server before the connection dropped does not start a second job.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("ctrl+r", "run", "Run"),
+    ]
+
+    def __init__(self, server: Server, kind: JobKindInfo, access: Access | None = None) -> None:
+        super().__init__()
+        self.server = server
+        self.kind = kind
+        self.access = access or Access()
+        self.creating = False
+        self._idempotency: tuple[dict[str, Any], str] | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="job-form-box", classes="job-dialog"):
+            title = Text.assemble((self.kind.kind, "bold"), (f" on {printable(self.server.name)}", ""), "  ",
+                                  kind_badges(self.kind, self.access))  # fmt: skip
+            yield Static(title, classes="job-dialog--title")
+            if self.kind.summary:
+                yield Static(printable(self.kind.summary), classes="job-dialog--summary", markup=False)
+            yield JobForm(self.kind.args_schema, self.kind.secret_fields, id="job-form")
+            yield Static("", id="job-form-status", classes="job-dialog--hint", markup=False)
+            with Horizontal(classes="job-dialog--buttons"):
+                yield Button("Run", variant="primary" if self.kind.read else "warning", id="job-form-run", compact=True)
+                yield Button("Cancel", id="job-form-cancel", compact=True)
+
+    @property
+    def form(self) -> JobForm:
+        return self.query_one(JobForm)
+
+    def on_mount(self) -> None:
+        self._status_hint()
+        self.form.focus_first()
+
+    def _status_hint(self) -> None:
+        confirm = "" if self.kind.read else " (asks first)"
+        self._status(f"* required · Enter: run{confirm} · Tab: next field · Esc: cancel")
+
+    def _status(self, text: str, *, error: bool = False) -> None:
+        line = self.query_one("#job-form-status", Static)
+        line.update(text)
+        line.set_class(error, "-error")
+
+    @on(Button.Pressed, "#job-form-run")
+    def _run_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_run()
+
+    @on(Button.Pressed, "#job-form-cancel")
+    def _cancel_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_cancel()
+
+    @on(JobForm.Submitted)
+    def _form_submitted(self, event: JobForm.Submitted) -> None:
+        event.stop()
+        self.action_run()
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def action_run(self) -> None:
+        if self.creating:
+            return
+        try:
+            args = self.form.values()
+        except Invalid as exc:
+            self._status(f"Not run: {exc} (marked ✘).", error=True)
+            self.form.focus_first_invalid()
+            return
+        if self.kind.read:
+            self._create(args)
+            return
+
+        def confirmed(run: bool | None) -> None:
+            if run:
+                self._create(args)
+
+        self.app.push_screen(ConfirmRun(self.kind, self.server, args), confirmed)
+
+    def _create(self, args: dict[str, Any]) -> None:
+        if self._idempotency is None or self._idempotency[0] != args:
+            self._idempotency = (args, uuid.uuid4().hex)
+        key = self._idempotency[1]
+        self.creating = True
+        self.query_one("#job-form-run", Button).disabled = True
+        self._status(f"Starting {self.kind.kind}…")
+        self.bridge.run(
+            self,
+            partial(self.client.jobs.create, idempotency_key=key),
+            self.server.id,
+            self.kind.kind,
+            args,
+            on_done=self._created,
+            on_error=self._failed,
+        )
+
+    def _created(self, job: Job) -> None:
+        self.creating = False
+        self.dismiss(job)
+
+    def _failed(self, exc: BaseException) -> None:
+        self.creating = False
+        self.query_one("#job-form-run", Button).disabled = False
+        errors = validation_errors(exc)
+        if errors:
+            general = self.form.show_server_errors(errors)
+            self._status("The server refused " + ("these arguments." if general else "the fields marked ✘."),
+                         error=True)  # fmt: skip
+            self.notify("Some arguments are not valid: see the form.", severity="warning")
+            return
+        message = describe_job_error(exc, server=self.server.name, kind=self.kind.kind)
+        self._status(message, error=True)
+        self.notify(message, severity="error", timeout=8)

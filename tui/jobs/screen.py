@@ -1,0 +1,279 @@
+"""The jobs of one server: its history, newest first, and `n` to run a new one.
+
+* `n`: pick a kind (fuzzy search), fill its form, confirm a change, watch it (`JobRunScreen`);
+* Enter: open a job of the history (a finished one is replayed, a running one followed);
+* `r`: reload (the list also reloads by itself while a job in it is still running).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import ClassVar
+from weakref import WeakKeyDictionary
+
+from rich.text import Text
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Static
+
+from api_client import Client, Server
+from api_client.models import FINISHED_STATUSES, Job, JobKindInfo
+from tui.bridge import TaskHandle
+from tui.jobs.dialogs import Access, ConfirmRun, JobFormScreen, KindPicker, takes_arguments
+from tui.jobs.errors import describe_job_error
+from tui.jobs.log_panel import format_duration
+from tui.jobs.run import JobRunScreen, args_summary, job_duration, local_time, status_text
+from tui.screen import FleetScreen
+from tui.text import printable
+from tui.widgets.header import SafeHeader
+
+HISTORY_LIMIT = 100
+# While a job of the list is queued or running, reload the list this often.
+HISTORY_POLL_S = 2.0
+
+# The catalog is the same for every server of a control plane: fetched once per client.
+_CATALOGS: WeakKeyDictionary[Client, list[JobKindInfo]] = WeakKeyDictionary()
+
+# (key, label, width); the kind column fits the kinds shown, the arguments take what is left.
+COLUMNS = [("kind", "Kind", 0), ("status", "Status", 13), ("exit", "Exit", 4), ("created", "Created", 11),
+           ("took", "Took", 10)]  # fmt: skip
+KIND_WIDTH = (8, 26)
+ARGS_MIN_WIDTH = 10
+
+
+class JobTable(DataTable[Text]):
+    """The history; Enter (named in the footer) opens the highlighted job."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Open")]
+
+
+class JobsScreen(FleetScreen):
+    """A server's job history and the way to start new jobs on it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Servers"),
+        Binding("n", "new_job", "New job"),
+        Binding("r", "reload", "Reload"),
+    ]
+
+    AUTO_FOCUS = "#job-history"
+
+    def __init__(self, server: Server) -> None:
+        super().__init__()
+        self.server = server
+        self.title = server.name
+        self.jobs: dict[str, Job] = {}
+        self.kinds: dict[str, JobKindInfo] = {}
+        self._loaded = False
+        self._history_task: TaskHandle | None = None
+        self._poll_timer: Timer | None = None
+        self._pick_when_loaded = False
+        self._args_shown = False
+
+    def compose(self) -> ComposeResult:
+        yield SafeHeader()
+        yield Static("", id="jobs-bar", markup=False)
+        yield JobTable(id="job-history", cursor_type="row", zebra_stripes=True)
+        yield Static("Loading the jobs…", id="jobs-status", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self.dismissed:
+            return
+        self._update_bar()
+        if self.server.kind == "lite":
+            self.notify(f"{self.server.name} is a lite server: it has no agent to run jobs.", severity="warning")
+        self._load_kinds()
+        self.action_reload()
+
+    def on_screen_resume(self) -> None:
+        if self._loaded:
+            self.action_reload()
+
+    # --- data ---------------------------------------------------------------------------------
+
+    def _load_kinds(self) -> None:
+        cached = _CATALOGS.get(self.client)
+        if cached is not None:
+            self._show_kinds(cached)
+            return
+        self.bridge.run(self, self.client.jobs.kinds, on_done=self._show_kinds, on_error=self._kinds_failed)
+
+    def _show_kinds(self, kinds: list[JobKindInfo]) -> None:
+        _CATALOGS[self.client] = kinds
+        self.kinds = {kind.kind: kind for kind in kinds}
+        if self._pick_when_loaded:
+            self._pick_when_loaded = False
+            self.action_new_job()
+
+    def _kinds_failed(self, exc: BaseException) -> None:
+        self._pick_when_loaded = False
+        self.notify(f"Could not load the job catalog: {describe_job_error(exc, server=self.server.name)}",
+                    severity="error", timeout=8)  # fmt: skip
+
+    def action_reload(self) -> None:
+        if self._history_task is not None:
+            self._history_task.cancel()
+        self._history_task = self.bridge.run(
+            self,
+            partial(self.client.jobs.list, limit=HISTORY_LIMIT),
+            self.server.id,
+            on_done=self._show_history,
+            on_error=self._history_failed,
+        )
+
+    def _show_history(self, jobs: list[Job]) -> None:
+        self._loaded = True
+        highlighted = self.highlighted_job
+        self.jobs = {job.id: job for job in jobs}
+        self._draw_table()
+        table = self.query_one(JobTable)
+        if highlighted is not None and highlighted.id in self.jobs:
+            table.move_cursor(row=table.get_row_index(highlighted.id))
+        self._update_status()
+        self._schedule_poll()
+
+    def _history_failed(self, exc: BaseException) -> None:
+        self.query_one("#jobs-status", Static).update("Could not load the jobs · r: try again")
+        self.notify(describe_job_error(exc, server=self.server.name), severity="error", timeout=8)
+
+    def _schedule_poll(self) -> None:
+        if self._poll_timer is not None:
+            self._poll_timer.stop()
+            self._poll_timer = None
+        if any(job.status not in FINISHED_STATUSES for job in self.jobs.values()):
+            self._poll_timer = self.set_timer(HISTORY_POLL_S, self._poll)
+
+    def _poll(self) -> None:
+        self._poll_timer = None
+        if self.is_current:
+            self.action_reload()
+
+    @property
+    def highlighted_job(self) -> Job | None:
+        table = self.query_one(JobTable)
+        if not table.row_count:
+            return None
+        row_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+        return self.jobs.get(str(row_key.value))
+
+    # --- drawing ------------------------------------------------------------------------------
+
+    def _draw_table(self) -> None:
+        table = self.query_one(JobTable)
+        table.clear(columns=True)
+        longest = max((len(job.kind) for job in self.jobs.values()), default=0)
+        kind_width = max(KIND_WIDTH[0], min(longest, KIND_WIDTH[1]))
+        used = 0
+        for key, label, width in COLUMNS:
+            width = width or kind_width
+            table.add_column(label, key=key, width=width)
+            used += width + 2  # DataTable pads each cell by one on both sides
+        # The arguments when there is room for them (always in the job's own screen).
+        room = self.size.width - used - 2
+        self._args_shown = room >= ARGS_MIN_WIDTH
+        if self._args_shown:
+            table.add_column("Arguments", key="args", width=room)
+        for job in self.jobs.values():
+            table.add_row(*self._cells(job), key=job.id)
+
+    def _cells(self, job: Job) -> list[Text]:
+        kind = Text(job.kind, style="bold")
+        status = status_text(job.status)
+        if job.cached:
+            status.append(" cached", style="yellow")
+        exit_code = Text("—" if job.exit_code is None else str(job.exit_code), justify="right",
+                         style="dim" if job.exit_code is None else ("" if job.exit_code == 0 else "red"))  # fmt: skip
+        duration = job_duration(job)
+        took = Text(format_duration(duration) if duration is not None else "—", justify="right")
+        cells = [kind, status, exit_code, Text(local_time(job.created_at, short=True)), took]
+        if self._args_shown:
+            cells.append(Text(args_summary(job.args), style="dim", no_wrap=True, overflow="ellipsis"))
+        return cells
+
+    def on_resize(self, _event: events.Resize) -> None:
+        if self.jobs:
+            self._draw_table()
+
+    def _update_bar(self) -> None:
+        agent = self.server.agent
+        if self.server.kind == "lite":
+            state = "lite server: no agent"
+        else:
+            state = "agent online" if agent.online else "agent offline (reads answer from the cache)"
+        self.query_one("#jobs-bar", Static).update(printable(f"Jobs of {self.server.name} · {state}"))
+
+    def _update_status(self) -> None:
+        count = len(self.jobs)
+        if not count:
+            text = f"No jobs yet on {self.server.name} · n: run one"
+        else:
+            running = sum(1 for job in self.jobs.values() if job.status not in FINISHED_STATUSES)
+            text = f"{count} job{'s' if count != 1 else ''}" + (f" · {running} running" if running else "")
+            text += " · Enter: open · n: new job"
+        self.query_one("#jobs-status", Static).update(text)
+
+    # --- opening and starting jobs ------------------------------------------------------------
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        job = self.jobs.get(str(event.row_key.value))
+        if job is not None:
+            self.open_job(job)
+
+    def open_job(self, job: Job) -> None:
+        self.app.push_screen(JobRunScreen(self.server, job, self.kinds.get(job.kind)))
+
+    @property
+    def access(self) -> Access:
+        me = self.fleet.me
+        if me is None:
+            return Access()
+        return Access(plan=me.org.plan, capabilities=frozenset(me.capabilities))
+
+    def action_new_job(self) -> None:
+        if not self.kinds:
+            self._pick_when_loaded = True
+            self.notify("Loading the job catalog…", timeout=3)
+            self._load_kinds()
+            return
+        self.app.push_screen(KindPicker(list(self.kinds.values()), self.server, self.access), self._kind_picked)
+
+    def _kind_picked(self, kind: JobKindInfo | None) -> None:
+        if kind is None:
+            return
+        if takes_arguments(kind):
+            self.app.push_screen(JobFormScreen(self.server, kind, self.access), self._form_done)
+        elif kind.read:
+            self._create(kind)
+        else:
+
+            def confirmed(run: bool | None) -> None:
+                if run:
+                    self._create(kind)
+
+            self.app.push_screen(ConfirmRun(kind, self.server, {}), confirmed)
+
+    def _create(self, kind: JobKindInfo) -> None:
+        """A kind without arguments: no form, straight to the job."""
+        self.bridge.run(
+            self,
+            self.client.jobs.create,
+            self.server.id,
+            kind.kind,
+            {},
+            on_done=self._form_done,
+            on_error=lambda exc: self.notify(
+                describe_job_error(exc, server=self.server.name, kind=kind.kind), severity="error", timeout=8
+            ),
+        )
+
+    def _form_done(self, job: Job | None) -> None:
+        if job is not None:
+            self.jobs[job.id] = job
+            self.open_job(job)
+
+    def action_back(self) -> None:
+        self.dismiss()

@@ -1,0 +1,49 @@
+"""What every fleetdeck screen shares: access to the API client and the trio bridge."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from textual.screen import ModalScreen, Screen
+
+from api_client import Client
+from tui.bridge import BridgedMixin, TrioBridge
+from tui.errors import describe_error
+
+if TYPE_CHECKING:
+    from tui.app import FleetdeckApp
+
+T = TypeVar("T")
+
+
+class FleetAccess:
+    """The app's API client and trio bridge, for screens and modal screens alike."""
+
+    @property
+    def fleet(self) -> FleetdeckApp:
+        return cast("FleetdeckApp", cast("Screen[Any]", self).app)
+
+    @property
+    def client(self) -> Client:
+        return self.fleet.client
+
+    @property
+    def bridge(self) -> TrioBridge:
+        return self.fleet.bridge
+
+
+class FleetScreen(FleetAccess, BridgedMixin, Screen[None]):
+    """A screen whose trio tasks are cancelled when it is dismissed (see `BridgedMixin`)."""
+
+    @property
+    def dismissed(self) -> bool:
+        """True once the screen left the stack: even before its `on_mount` ran (Enter, Escape fast)."""
+        return self not in self.app.screen_stack
+
+    def show_error(self, exc: BaseException, *, server: str | None = None, path: str | None = None) -> None:
+        """An error as a notification, worded for humans."""
+        self.notify(describe_error(exc, server=server, path=path), severity="error", timeout=8)
+
+
+class FleetModal(FleetAccess, BridgedMixin, ModalScreen[T]):
+    """A modal screen that may submit trio work (cancelled when it closes)."""
