@@ -32,7 +32,7 @@ O_READ_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_C
 MAX_DEPTH = 256
 COPY_CHUNK = 8 * 1024 * 1024
 RENAME_NOREPLACE = 1
-_SWAPPED = (errno.ELOOP, errno.ENOTDIR, errno.ENOENT)  # what a folder swapped for a link (or removed) gives
+SWAPPED = (errno.ELOOP, errno.ENOTDIR, errno.ENOENT)  # what a folder swapped for a link (or removed) gives
 
 Identity = tuple[int, int]
 
@@ -114,6 +114,17 @@ def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
 def open_dir_at(dir_fd: int, name: str) -> int:
     """A readable descriptor of the folder `name` itself (OSError ELOOP/ENOTDIR if it is not one)."""
     return os.open(name, O_DIR_READ, dir_fd=dir_fd)
+
+
+def open_dir_if_still(dir_fd: int, name: str) -> int | None:
+    """`open_dir_at`, or None when `name` is no longer a folder (swapped for a link, or removed)
+    since the caller's lstat: a tree walk skips it instead of failing."""
+    try:
+        return open_dir_at(dir_fd, name)
+    except OSError as exc:
+        if exc.errno in SWAPPED:
+            return None
+        raise
 
 
 def reopen_dir(dir_fd: int) -> int:
@@ -293,12 +304,9 @@ def remove_entry(dir_fd: int, name: str, token: CancelToken, depth: int = 0) -> 
                 return
             except IsADirectoryError:
                 continue  # became a folder
-        try:
-            sub = open_dir_at(dir_fd, name)
-        except OSError as exc:
-            if exc.errno in _SWAPPED:
-                continue
-            raise
+        sub = open_dir_if_still(dir_fd, name)
+        if sub is None:
+            continue
         try:
             for child in listdir(sub):
                 remove_entry(sub, child, token, depth + 1)
@@ -357,12 +365,9 @@ def walk(
         if not stat.S_ISDIR(st.st_mode):
             yield Item(dir_fd, name, path, st, depth=depth)
             continue
-        try:
-            sub = open_dir_at(dir_fd, name)
-        except OSError as exc:
-            if exc.errno in _SWAPPED:
-                continue
-            raise
+        sub = open_dir_if_still(dir_fd, name)
+        if sub is None:
+            continue
         try:
             sub_st = os.fstat(sub)
             if identity(sub_st) in exclude:
@@ -378,12 +383,9 @@ def tree_size(dir_fd: int, name: str, st: os.stat_result, token: CancelToken) ->
     """(bytes of regular files, files, folders) of an entry (a folder's own entry not counted)."""
     if not stat.S_ISDIR(st.st_mode):
         return (st.st_size, 1, 0) if stat.S_ISREG(st.st_mode) else (0, 0, 0)
-    try:
-        fd = open_dir_at(dir_fd, name)
-    except OSError as exc:
-        if exc.errno in _SWAPPED:
-            return 0, 0, 0
-        raise
+    fd = open_dir_if_still(dir_fd, name)
+    if fd is None:
+        return 0, 0, 0
     try:
         return dir_totals(fd, token)
     finally:

@@ -24,6 +24,7 @@ from agent.files.fdops import (
     MAX_DEPTH,
     O_NEW_FILE,
     O_READ_FILE,
+    SWAPPED,
     CancelToken,
     Identity,
     copy_data,
@@ -34,6 +35,7 @@ from agent.files.fdops import (
     lstat_at,
     never,
     open_dir_at,
+    open_dir_if_still,
     put,
     remove_entry,
     temp_name,
@@ -43,7 +45,6 @@ from agent.files.jail import Jail, normalize
 from agent.link.protocol import RpcError
 
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY
-_SWAPPED = (errno.ELOOP, errno.ENOTDIR, errno.ENOENT)
 _KEPT_BITS = 0o1777  # permission bits and sticky; never setuid or setgid on a copy
 
 
@@ -243,7 +244,7 @@ class Copier:
         try:
             sfd = os.open(src_name, O_READ_FILE, dir_fd=src_dir)
         except OSError as exc:
-            if exc.errno in _SWAPPED or exc.errno in (errno.ENXIO, errno.ENODEV):
+            if exc.errno in (*SWAPPED, errno.ENXIO, errno.ENODEV):
                 raise _Swapped() from None
             raise
         try:
@@ -253,23 +254,24 @@ class Copier:
             dfd = os.open(dst_name, O_NEW_FILE, 0o600, dir_fd=dst_dir)
             try:
                 copy_data(sfd, dfd, self.token)
-                self._chown(dfd, st)
-                os.fchmod(dfd, stat.S_IMODE(st.st_mode) & _KEPT_BITS)
-                os.utime(dfd, ns=(st.st_atime_ns, st.st_mtime_ns))
+                self._keep_metadata(dfd, st)
             finally:
                 os.close(dfd)
         finally:
             os.close(sfd)
 
+    def _keep_metadata(self, fd: int, st: os.stat_result) -> None:
+        """The source's owner (when the copy keeps it), permission bits and times, on the copy."""
+        self._chown(fd, st)
+        os.fchmod(fd, stat.S_IMODE(st.st_mode) & _KEPT_BITS)
+        os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+
     def _dir(self, src_dir: int, src_name: str, dst_dir: int, dst_name: str, rel: str, depth: int) -> None:
         if depth >= MAX_DEPTH:
             raise RpcError("validation_error", "the folder is nested too deeply", {"path": rel})
-        try:
-            sfd = open_dir_at(src_dir, src_name)
-        except OSError as exc:
-            if exc.errno in _SWAPPED:
-                raise _Swapped() from None
-            raise
+        sfd = open_dir_if_still(src_dir, src_name)
+        if sfd is None:
+            raise _Swapped()
         try:
             st = os.fstat(sfd)
             os.mkdir(dst_name, 0o700, dir_fd=dst_dir)
@@ -277,9 +279,7 @@ class Copier:
             try:
                 for child in listdir(sfd):
                     self.copy(sfd, child, dfd, child, join(rel, child), depth=depth + 1)
-                self._chown(dfd, st)
-                os.fchmod(dfd, stat.S_IMODE(st.st_mode) & _KEPT_BITS)
-                os.utime(dfd, ns=(st.st_atime_ns, st.st_mtime_ns))
+                self._keep_metadata(dfd, st)
             finally:
                 os.close(dfd)
         finally:
@@ -295,12 +295,9 @@ def chown_tree(dir_fd: int, name: str, owner: tuple[int, int] | None, token: Can
     if owner is None:
         return
     os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
-    try:
-        fd = open_dir_at(dir_fd, name)
-    except OSError as exc:
-        if exc.errno in _SWAPPED:
-            return
-        raise
+    fd = open_dir_if_still(dir_fd, name)
+    if fd is None:
+        return
     try:
         os.fchown(fd, *owner)
         for item in walk(fd, "", token):
