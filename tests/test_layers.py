@@ -1,0 +1,60 @@
+"""The layering rule, read from the imports: towers import only what sits below them, and only the
+composition root (`fleetdeck/`) imports more than one tower."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("fleetdeck", "tui", "api_client", "themes", "control_plane", "agent")
+
+# What each package may import of the project's packages (itself always). `control_plane` reaches
+# agents only through the link protocol (and the transfer grants it signs).
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "api_client": (),
+    "themes": (),
+    "tui": ("api_client", "themes"),
+    "agent": ("api_client",),
+    "control_plane": ("api_client", "agent.link"),
+    "fleetdeck": ("tui", "api_client", "themes", "control_plane", "agent"),
+}
+
+
+def _project_imports(path: Path) -> set[str]:
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules.add(node.module)
+    return {m for m in modules if m.split(".")[0] in PACKAGES}
+
+
+def _allowed(package: str, module: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in (package, *ALLOWED[package]))
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_package_imports_only_what_sits_below_it(package: str) -> None:
+    wrong = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for module in _project_imports(path)
+        if not _allowed(package, module)
+    }
+    assert not wrong, "imports against the layering:\n" + "\n".join(sorted(wrong))
+
+
+def test_no_relative_imports_anywhere() -> None:
+    """Every import names its module in full, so moving a module is a search for its name."""
+    relative = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.level > 0
+    ]
+    assert not relative, relative
