@@ -59,6 +59,36 @@ async def test_write_read_conflict_and_create_only(stack: Stack, folder: str) ->
     assert (site_root(stack) / path).read_text() == "# two\n"
 
 
+@pytest.mark.anyio
+async def test_concurrent_saves_with_one_etag_have_one_winner(stack: Stack, folder: str) -> None:
+    """Twenty editors that read the same version all save at once: exactly one wins, the others
+    get 409 and the file holds the winner's text."""
+    path = f"{folder}/race.txt"
+    async with Client(stack.base_url, token=stack.token) as client:
+        etag = (await client.files.write(stack.server_id, SITE, path, "start\n")).etag
+        winners: list[str] = []
+        conflicts = 0
+
+        async def save(text: str) -> None:
+            nonlocal conflicts
+            try:
+                await client.files.write(stack.server_id, SITE, path, text, if_match=etag)
+                winners.append(text)
+            except Conflict:
+                conflicts += 1
+
+        padding = "x" * 256 * 1024  # a write that takes a while widens the window between check and rename
+        for round_ in range(10):  # each round's texts are new: identical bytes would keep the etag
+            winners.clear()
+            conflicts = 0
+            async with trio.open_nursery() as nursery:
+                for n in range(20):
+                    nursery.start_soon(save, f"round {round_}, editor {n}\n{padding}")
+            assert len(winners) == 1 and conflicts == 19
+            assert (site_root(stack) / path).read_text() == winners[0]
+            etag = (await client.files.read(stack.server_id, SITE, path)).etag
+
+
 def test_edit_keeps_mode(stack: Stack, folder: str) -> None:
     target = site_root(stack) / folder / "run.sh"
     target.write_text("#!/bin/sh\n")

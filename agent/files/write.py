@@ -14,6 +14,7 @@ import errno
 import hashlib
 import os
 import stat
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,10 @@ from agent.files.read import READ_LIMIT, content_etag
 from agent.link.protocol import RpcError
 
 WRITE_LIMIT = READ_LIMIT
+# A conditional save checks the etag, then renames: two saves with the same etag must not both pass
+# the check before either renames. The agent serialises them per destination (folder inode and
+# name), over a fixed set of locks so that the table never grows.
+_SAVE_LOCKS = tuple(threading.Lock() for _ in range(64))
 NEW_FILE_MODE = 0o644
 NEW_DIR_MODE = 0o755
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY
@@ -129,25 +134,37 @@ def write_text(
         raise RpcError("too_large", "the content is too large", {"limit": WRITE_LIMIT, "size": len(data)})
     target = file_target(jail, path, may_exist=not create_only)
     try:
-        if if_match is not None:
-            current = _etag_at(target) if target.existing is not None else None
-            if current != if_match:
-                raise RpcError("conflict", "the file changed since it was read", {"etag": current})
-        fd, temp = create_temp(target.dir_fd, target.name)
-        placed = False
-        try:
-            _write_all(fd, data)
-            st = _finish_file(fd, target, jail.owner)
-            _place(temp, target, replace=not create_only)
-            placed = True
-        finally:
-            os.close(fd)
-            if not placed:
-                unlink_quietly(target.dir_fd, temp)
-        fsync_dir(target.dir_fd)
-        return {"entry": entry(target.name, target.rel, st, None), "etag": content_etag(data)}
+        with _save_lock(target):
+            return _save(target, data, jail.owner, if_match=if_match, replace=not create_only)
     finally:
         target.close()
+
+
+def _save_lock(target: Target) -> threading.Lock:
+    folder = os.fstat(target.dir_fd)
+    return _SAVE_LOCKS[hash((folder.st_dev, folder.st_ino, target.name)) % len(_SAVE_LOCKS)]
+
+
+def _save(
+    target: Target, data: bytes, owner: tuple[int, int] | None, *, if_match: str | None, replace: bool
+) -> dict[str, Any]:
+    if if_match is not None:
+        current = _etag_at(target) if target.existing is not None else None
+        if current != if_match:
+            raise RpcError("conflict", "the file changed since it was read", {"etag": current})
+    fd, temp = create_temp(target.dir_fd, target.name)
+    placed = False
+    try:
+        _write_all(fd, data)
+        st = _finish_file(fd, target, owner)
+        _place(temp, target, replace=replace)
+        placed = True
+    finally:
+        os.close(fd)
+        if not placed:
+            unlink_quietly(target.dir_fd, temp)
+    fsync_dir(target.dir_fd)
+    return {"entry": entry(target.name, target.rel, st, None), "etag": content_etag(data)}
 
 
 def _etag_at(target: Target) -> str | None:
