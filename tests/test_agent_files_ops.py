@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import random
+import shutil
 import socket
 import stat
 import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,9 +20,13 @@ from typing import Any
 import orjson
 import pytest
 
+from agent.files import transfer
+from agent.files.fdops import CancelToken
 from agent.files.handlers import FileHandlers
+from agent.files.jail import Jail
 from agent.files.read import READ_LIMIT, content_etag
 from agent.files.trash import TRASH
+from agent.link.protocol import RpcError
 from api_client.models import Entry, TrashItem
 from tests.test_agent_files_support import (
     SERVER_ID,
@@ -567,3 +575,51 @@ async def test_sockets_and_fifos_are_never_opened(fsa: FileHandlers, home: Home)
         result = await call(fsa.fs_copy, **SITE, paths=["fifo", "sock"], destination="public")
         assert result == {"copied": [], "skipped": ["fifo", "sock"]}
         assert not lexists(site / "public" / "fifo") and temp_leftovers(site / "public") == []
+
+
+def test_overwriting_copy_while_the_destination_changes_is_ok_or_conflict(home: Home) -> None:
+    """A thread keeps turning the destination into a file, a folder, or nothing while copies
+    overwrite it: every copy either lands or answers `conflict`; nothing else escapes, and no
+    work-in-progress name is left behind."""
+    site = home.site
+    (site / "src.txt").write_text("the copy\n")
+    destination = site / "dst"
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            for change in (
+                lambda: destination.write_text("someone else\n"),
+                lambda: destination.mkdir(),
+                lambda: (destination / "inner.txt").write_text("x\n"),
+            ):
+                with contextlib.suppress(OSError):
+                    change()
+            with contextlib.suppress(OSError):
+                if destination.is_dir() and not destination.is_symlink():
+                    shutil.rmtree(destination)
+                else:
+                    destination.unlink()
+
+    outcomes: set[str] = set()
+    token = CancelToken()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # let the churn land between the copy's steps
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    try:
+        with Jail(str(site)) as jail:
+            for _ in range(2500):
+                try:
+                    transfer.copy(jail, jail, ["src.txt"], "dst", overwrite=True, token=token)
+                    outcomes.add("copied")
+                except RpcError as exc:
+                    assert exc.code == "conflict", exc.message
+                    outcomes.add("conflict")
+    finally:
+        stop.set()
+        churner.join(5)
+        sys.setswitchinterval(interval)
+    assert "copied" in outcomes
+    leftovers = [p.name for p in site.rglob("*") if ".fleetdeck-" in p.name and not p.name.endswith(".old")]
+    assert leftovers == []

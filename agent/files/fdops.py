@@ -255,29 +255,60 @@ def rename_noreplace(src_dir: int, src: str, dst_dir: int, dst: str) -> None:
 
 def put(src_dir: int, src: str, dst_dir: int, dst: str, *, overwrite: bool) -> None:
     """Move the entry `src` to `dst`; with `overwrite`, whatever is at `dst` is replaced (a file
-    atomically; a folder is renamed aside, replaced, then removed; put back if the move fails)."""
-    try:
-        rename_noreplace(src_dir, src, dst_dir, dst)
-        return
-    except FileExistsError:
-        if not overwrite:
-            raise RpcError("conflict", "the name is already taken", {"name": dst}) from None
+    atomically; a folder is renamed aside, replaced, then removed; put back if the move fails).
+
+    Something else may change `dst` at any step (created, removed, a file become a folder): each
+    step is tried again on what is there now, and a destination that keeps changing is
+    ``conflict``, never an unexplained failure."""
+    for _ in range(8):
+        try:
+            rename_noreplace(src_dir, src, dst_dir, dst)
+            return
+        except FileExistsError:
+            if not overwrite:
+                raise RpcError("conflict", "the name is already taken", {"name": dst}) from None
+        try:
+            if _replace(src_dir, src, dst_dir, dst):
+                return
+        except OSError as exc:
+            if exc.errno not in _DESTINATION_CHANGED:
+                raise
+    raise RpcError("conflict", "the destination kept changing while it was replaced", {"name": dst})
+
+
+# What a rename gives when its destination changed since it was looked at.
+_DESTINATION_CHANGED = (errno.EEXIST, errno.ENOENT, errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY)
+
+
+def _replace(src_dir: int, src: str, dst_dir: int, dst: str) -> bool:
+    """Replace the entry at `dst` with `src`; False when `dst` is gone (the caller tries again)."""
     existing = lstat_at(dst_dir, dst)
+    if existing is None:
+        return False
     incoming = os.stat(src, dir_fd=src_dir, follow_symlinks=False)
-    if existing is None:  # gone meanwhile
-        rename_noreplace(src_dir, src, dst_dir, dst)
-        return
     if not stat.S_ISDIR(existing.st_mode) and not stat.S_ISDIR(incoming.st_mode):
         os.rename(src, dst, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
-        return
+        return True
     aside = temp_name(dst, "old")
     os.rename(dst, aside, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
     try:
         rename_noreplace(src_dir, src, dst_dir, dst)
     except BaseException:
-        os.rename(aside, dst, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
+        _put_back(dst_dir, aside, dst)
         raise
     remove_entry(dst_dir, aside, never())
+    return True
+
+
+def _put_back(dir_fd: int, aside: str, name: str) -> None:
+    """The entry set aside returns to its name; if something took the name meanwhile, it stays
+    aside (and is reported) rather than be lost or replace the newcomer."""
+    try:
+        rename_noreplace(dir_fd, aside, dir_fd, name)
+    except FileExistsError:
+        raise RpcError(
+            "conflict", "the destination changed while it was replaced; the old item was kept aside", {"kept_as": aside}
+        ) from None
 
 
 # --- trees -----------------------------------------------------------------------------------
