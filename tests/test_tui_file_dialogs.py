@@ -474,7 +474,7 @@ def test_search_by_name_and_by_content(stack: Stack) -> None:
         assert pilot.app.focused is query
         await pilot.press(*"wp-conf", "enter")
         await wait_for(pilot, lambda: dialog.matches)
-        assert [m["entry"]["path"] for m in dialog.matches] == ["public_html/wp-config.php"]
+        assert [m.entry.path for m in dialog.matches] == ["public_html/wp-config.php"]
         await pilot.press("down", "enter")
         await wait_for(pilot, lambda: results)
         assert results == ["public_html/wp-config.php"]
@@ -483,7 +483,7 @@ def test_search_by_name_and_by_content(stack: Stack) -> None:
         results = await push(pilot, dialog)
         await pilot.press(*"db_password", "ctrl+t", "enter")
         await wait_for(pilot, lambda: dialog.matches and not dialog.searching)
-        found = {(m["entry"]["path"], m.get("line")) for m in dialog.matches}
+        found = {(m.entry.path, m.line) for m in dialog.matches}
         assert {(".env", 2), ("public_html/wp-config.php", 4)} <= found
         options = dialog.query_one("#search-results", OptionList)
         prompts = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
