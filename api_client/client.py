@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar
 import httpx
 import orjson
 from httpx_ws import AsyncWebSocketSession, WebSocketDisconnect, WebSocketNetworkError, aconnect_ws
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from api_client.errors import ApiError, TransportError
 from api_client.models import (
@@ -31,8 +31,18 @@ from api_client.models import (
     DirectUpload,
     Entry,
     FileContent,
+    FsChmodResult,
+    FsCopyResult,
+    FsDeleted,
+    FsDeleteResult,
     FsDestination,
+    FsDirSize,
+    FsEmptyTrashResult,
     FsEntryResult,
+    FsMoveResult,
+    FsRestoreResult,
+    FsSearchResult,
+    FsTrashList,
     FsWriteResult,
     Health,
     Job,
@@ -56,6 +66,7 @@ from api_client.models import (
 from api_client.sse import EventStream
 
 M = TypeVar("M", bound=BaseModel)
+_DELETE_RESULT: TypeAdapter[FsDeleteResult] = TypeAdapter(FsDeleteResult)
 
 UPLOAD_CHUNK = 1024 * 1024  # one WebSocket frame of a streamed upload
 # Above this size an upload goes straight to the server's ingress when it has one. Below it the
@@ -352,7 +363,8 @@ class FilesAPI(_SubAPI):
     ) -> builtins.list[str]:
         """Move into the folder `destination`, or rename one path to `destination`; `to` names
         another scope (cross-site). Returns the new paths."""
-        return await self._transfer("move", "moved", server_id, scope, paths, destination, overwrite, to)
+        answer = await self._transfer("move", server_id, scope, paths, destination, overwrite, to)
+        return FsMoveResult.model_validate(answer).moved
 
     async def copy(
         self,
@@ -365,25 +377,23 @@ class FilesAPI(_SubAPI):
         to: FsDestination | None = None,
     ) -> builtins.list[str]:
         """Copy like `move` moves (recursively, links copied as links). Returns the new paths."""
-        return await self._transfer("copy", "copied", server_id, scope, paths, destination, overwrite, to)
+        answer = await self._transfer("copy", server_id, scope, paths, destination, overwrite, to)
+        return FsCopyResult.model_validate(answer).copied
 
     async def _transfer(
         self,
         route: str,
-        answer_key: str,
         server_id: str,
         scope: Scope,
         paths: Sequence[str],
         destination: str,
         overwrite: bool,
         to: FsDestination | None,
-    ) -> builtins.list[str]:
+    ) -> Any:
         body = {**_scope_body(scope), "paths": list(paths), "destination": destination, "overwrite": overwrite}
         if to is not None:
             body["to"] = to.model_dump(exclude_none=True)
-        answer = await self._fs("POST", server_id, route, json=body, read_timeout=TREE_OPERATION_TIMEOUT_S)
-        done: builtins.list[str] = answer[answer_key]
-        return done
+        return await self._fs("POST", server_id, route, json=body, read_timeout=TREE_OPERATION_TIMEOUT_S)
 
     async def delete(
         self, server_id: str, scope: Scope, paths: Sequence[str], *, permanent: bool = False
@@ -391,10 +401,8 @@ class FilesAPI(_SubAPI):
         """To the scope's trash (restorable), or gone for good with `permanent`."""
         body = {**_scope_body(scope), "paths": list(paths), "permanent": permanent}
         answer = await self._fs("POST", server_id, "delete", json=body, read_timeout=TREE_OPERATION_TIMEOUT_S)
-        if "trashed" in answer:
-            return [TrashItem.model_validate(item) for item in answer["trashed"]]
-        deleted: builtins.list[str] = answer["deleted"]
-        return deleted
+        result = _DELETE_RESULT.validate_python(answer)
+        return result.deleted if isinstance(result, FsDeleted) else result.trashed
 
     async def chmod(
         self,
@@ -408,36 +416,35 @@ class FilesAPI(_SubAPI):
     ) -> int:
         body = {**_scope_body(scope), "paths": list(paths), "mode": mode, "recursive": recursive, "only": only}
         answer = await self._fs("POST", server_id, "chmod", json=body, read_timeout=TREE_OPERATION_TIMEOUT_S)
-        changed: int = answer["changed"]
-        return changed
+        return FsChmodResult.model_validate(answer).changed
 
-    async def dirsize(self, server_id: str, scope: Scope, path: str) -> dict[str, Any]:
-        answer: dict[str, Any] = await self._fs(
-            "GET", server_id, "dirsize", params={**_scope_params(scope), "path": path}
-        )
-        return answer
+    async def dirsize(self, server_id: str, scope: Scope, path: str) -> FsDirSize:
+        """The total size of a folder (bytes, files, folders), walked on the server."""
+        answer = await self._fs("GET", server_id, "dirsize", params={**_scope_params(scope), "path": path})
+        return FsDirSize.model_validate(answer)
 
     async def search(
         self, server_id: str, scope: Scope, path: str, query: str, *, content: bool = False, limit: int = 500
-    ) -> dict[str, Any]:
+    ) -> FsSearchResult:
+        """Names containing `query` under `path`, or with `content` the matching lines of text files;
+        `truncated` says the `limit` cut the answer short."""
         params = {**_scope_params(scope), "path": path, "query": query, "content": content, "limit": limit}
-        answer: dict[str, Any] = await self._fs("GET", server_id, "search", params=params)
-        return answer
+        return FsSearchResult.model_validate(await self._fs("GET", server_id, "search", params=params))
 
     async def trash(self, server_id: str, scope: Scope) -> tuple[builtins.list[TrashItem], int]:
         """The scope's trash, and how many items older than 30 days opening it purged."""
-        answer = await self._fs("GET", server_id, "trash", params=_scope_params(scope))
-        return [TrashItem.model_validate(item) for item in answer["items"]], int(answer["purged"])
+        answer = FsTrashList.model_validate(await self._fs("GET", server_id, "trash", params=_scope_params(scope)))
+        return answer.items, answer.purged
 
     async def restore(
         self, server_id: str, scope: Scope, ids: Sequence[str], *, overwrite: bool = False
     ) -> builtins.list[str]:
         body = {**_scope_body(scope), "ids": list(ids), "overwrite": overwrite}
-        restored: builtins.list[str] = (await self._fs("POST", server_id, "trash/restore", json=body))["restored"]
-        return restored
+        return FsRestoreResult.model_validate(await self._fs("POST", server_id, "trash/restore", json=body)).restored
 
     async def empty_trash(self, server_id: str, scope: Scope) -> int:
-        return int((await self._fs("POST", server_id, "trash/empty", json=_scope_body(scope)))["removed"])
+        answer = await self._fs("POST", server_id, "trash/empty", json=_scope_body(scope))
+        return FsEmptyTrashResult.model_validate(answer).removed
 
     async def compress(
         self, server_id: str, scope: Scope, paths: Sequence[str], destination: str, *, format: Literal["zip", "tar.gz"]

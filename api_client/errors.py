@@ -137,6 +137,11 @@ class InternalError(ApiError):
     status = 500
 
 
+class AgentTimeout(ApiError):
+    code = "agent_timeout"
+    status = 504
+
+
 _BY_CODE: dict[str, type[ApiError]] = {
     klass.code: klass
     for klass in (
@@ -156,5 +161,6 @@ _BY_CODE: dict[str, type[ApiError]] = {
         LiteServer,
         PathOutsideScope,
         InternalError,
+        AgentTimeout,
     )
 }

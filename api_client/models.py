@@ -8,7 +8,7 @@ the shape (and to give the OpenAPI document a schema), not to be built 100,000 t
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -369,6 +369,80 @@ class TrashItem(WireModel):
     deleted_at: datetime
     size: int
     type: EntryType
+
+
+class FsMoveResult(WireModel):
+    """`fs/move`: the paths where the moved items are now. Across servers also what was left out
+    (`skipped`: special files, links leading out of the scope) and what is in place at the
+    destination but could not be removed at the source (`left_at_source`)."""
+
+    moved: list[str]
+    skipped: list[str] = Field(default_factory=list)
+    left_at_source: list[str] = Field(default_factory=list)
+
+
+class FsCopyResult(WireModel):
+    """`fs/copy`: the paths of the copies, and what was left out (`skipped`: FIFOs, sockets,
+    devices; across servers also links leading out of the scope)."""
+
+    copied: list[str]
+    skipped: list[str] = Field(default_factory=list)
+
+
+class FsTrashed(WireModel):
+    """`fs/delete` to the trash: one item per deleted path (an item inside another goes with it)."""
+
+    trashed: list[TrashItem]
+
+
+class FsDeleted(WireModel):
+    """`fs/delete` with `permanent`: the paths that are gone for good."""
+
+    deleted: list[str]
+
+
+FsDeleteResult: TypeAlias = FsTrashed | FsDeleted
+
+
+class FsChmodResult(WireModel):
+    changed: int
+
+
+class FsDirSize(WireModel):
+    """`fs/dirsize`: a folder's total, walked on the server (a file counts itself)."""
+
+    path: str
+    bytes: int
+    files: int
+    dirs: int
+
+
+class FsSearchMatch(WireModel):
+    """One match of `fs/search`: the entry; a content search adds the line number and its text."""
+
+    entry: Entry
+    line: int | None = None
+    text: str | None = None
+
+
+class FsSearchResult(WireModel):
+    matches: list[FsSearchMatch]
+    truncated: bool
+
+
+class FsTrashList(WireModel):
+    """`fs/trash`: the scope's trash, and how many items older than 30 days opening it purged."""
+
+    items: list[TrashItem]
+    purged: int
+
+
+class FsRestoreResult(WireModel):
+    restored: list[str]
+
+
+class FsEmptyTrashResult(WireModel):
+    removed: int
 
 
 class OperationStarted(WireModel):

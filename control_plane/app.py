@@ -109,6 +109,7 @@ def create_app(fleet: Fleet) -> FastAPI:
         openapi_url="/v1/openapi.json",
         docs_url=None,
         redoc_url=None,
+        responses=errors.OPENAPI_RESPONSES,
     )
     app.state.fleet = fleet
     errors.install(app)

@@ -17,8 +17,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from api_client.errors import ApiError
+from api_client.models import ErrorBody
 
 log = logging.getLogger("fleetdeck.control_plane")
+
+# What the OpenAPI document says of every route's errors: the one shape above (and not FastAPI's
+# own 422 body, which this app never sends).
+OPENAPI_RESPONSES: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorBody, "description": "The request was refused: `{error: {code, message, details}}`"},
+    "5XX": {"model": ErrorBody, "description": "The control plane or the agent failed: the same error shape"},
+}
 
 
 def error_response(status: int, code: str, message: str, details: dict[str, Any] | None = None) -> Response:

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import Depends
 from starlette.requests import HTTPConnection
 
-from api_client.errors import AgentOffline, ApiError, TierRequired, Unauthenticated
+from api_client.errors import AgentOffline, AgentTimeout, ApiError, TierRequired, Unauthenticated
 from api_client.errors import InternalError as AgentInternal
 from control_plane.audit import store as audit
 from control_plane.auth.principal import Principal, capabilities_for
@@ -80,9 +80,7 @@ def agent_errors() -> Iterator[None]:
     except AgentOfflineError as exc:
         raise AgentOffline("the server's agent is not connected") from exc
     except AgentTimeoutError as exc:
-        error = ApiError("the server's agent did not answer in time", status=504)
-        error.error_code = "agent_timeout"
-        raise error from exc
+        raise AgentTimeout("the server's agent did not answer in time") from exc
     except AgentCallError as exc:
         klass = ApiError.for_code(exc.code)
         if klass is ApiError:

@@ -16,7 +16,7 @@ import trio
 
 from api_client import Client
 from api_client.errors import Conflict
-from api_client.models import RELAY_UPLOAD_LIMIT, Scope
+from api_client.models import RELAY_UPLOAD_LIMIT, FsDirSize, FsSearchResult, Scope
 from tests.conftest import Stack
 
 SITE = Scope(scope="site", domain="example.com")
@@ -172,6 +172,30 @@ def test_chmod_dirsize_search(stack: Stack, folder: str) -> None:
             params={"scope": "site", "domain": "example.com", "path": folder, "query": "TWO"},
         ).json()
         assert [m["entry"]["name"] for m in by_name["matches"]] == ["two.txt"]
+
+
+@pytest.mark.anyio
+async def test_tree_answers_are_typed(stack: Stack, folder: str) -> None:
+    """The client gives the models of the tree operations, not the agent's dicts."""
+    root = site_root(stack) / folder
+    (root / "x").mkdir()
+    (root / "x" / "one.php").write_text("<?php echo 'needle';\n")
+    (root / "x" / "two.txt").write_text("haystack\n")
+    async with Client(stack.base_url, token=stack.token) as client:
+        size = await client.files.dirsize(stack.server_id, SITE, folder)
+        assert size == FsDirSize(path=folder, bytes=len("<?php echo 'needle';\n") + len("haystack\n"), files=2, dirs=1)
+        found = await client.files.search(stack.server_id, SITE, folder, "needle", content=True)
+        assert isinstance(found, FsSearchResult) and not found.truncated
+        [match] = found.matches
+        assert (match.entry.path, match.entry.type, match.line, match.text) == (
+            f"{folder}/x/one.php",
+            "file",
+            1,
+            "<?php echo 'needle';",
+        )
+        by_name = await client.files.search(stack.server_id, SITE, folder, "o", limit=1)
+        assert len(by_name.matches) == 1 and by_name.truncated and by_name.matches[0].line is None
+        assert await client.files.chmod(stack.server_id, SITE, [f"{folder}/x"], "0750", recursive=True) == 3
 
 
 @pytest.mark.anyio

@@ -1,4 +1,4 @@
-"""The file dialogs (`tui/screens/file_dialogs`) at 80x24, pushed over the real TUI on the real
+"""The file dialogs (`tui/files/dialogs`) at 80x24, pushed over the real TUI on the real
 stack (`fleetdeck local`): each dialog's effect is checked on disk, in the demo's site folder.
 
 Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio side has delivered.
@@ -474,7 +474,7 @@ def test_search_by_name_and_by_content(stack: Stack) -> None:
         assert pilot.app.focused is query
         await pilot.press(*"wp-conf", "enter")
         await wait_for(pilot, lambda: dialog.matches)
-        assert [m["entry"]["path"] for m in dialog.matches] == ["public_html/wp-config.php"]
+        assert [m.entry.path for m in dialog.matches] == ["public_html/wp-config.php"]
         await pilot.press("down", "enter")
         await wait_for(pilot, lambda: results)
         assert results == ["public_html/wp-config.php"]
@@ -483,7 +483,7 @@ def test_search_by_name_and_by_content(stack: Stack) -> None:
         results = await push(pilot, dialog)
         await pilot.press(*"db_password", "ctrl+t", "enter")
         await wait_for(pilot, lambda: dialog.matches and not dialog.searching)
-        found = {(m["entry"]["path"], m.get("line")) for m in dialog.matches}
+        found = {(m.entry.path, m.line) for m in dialog.matches}
         assert {(".env", 2), ("public_html/wp-config.php", 4)} <= found
         options = dialog.query_one("#search-results", OptionList)
         prompts = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]

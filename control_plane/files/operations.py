@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
+from api_client.errors import AgentOffline, AgentTimeout
 from control_plane import sse
 from control_plane.auth.secrets import new_id
 from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError
@@ -103,10 +104,10 @@ class FileOperations:
                 error_code = exc.code
                 operation.push("error", {"code": exc.code, "message": exc.message})
             except AgentOfflineError:
-                error_code = "agent_offline"
+                error_code = AgentOffline.code
                 operation.push("error", {"code": error_code, "message": "the server's agent went away"})
             except AgentTimeoutError:
-                error_code = "agent_timeout"
+                error_code = AgentTimeout.code
                 operation.push("error", {"code": error_code, "message": "the server's agent did not answer in time"})
         if operation.scope.cancelled_caught:
             error_code = "cancelled"

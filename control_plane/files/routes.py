@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import orjson
 from fastapi import APIRouter, Query, Request, Response, WebSocket
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
 
@@ -25,17 +26,27 @@ from api_client.models import (
     FileContent,
     FsArchive,
     FsChmod,
+    FsChmodResult,
+    FsCopyResult,
     FsDelete,
+    FsDeleteResult,
     FsDestination,
+    FsDirSize,
+    FsEmptyTrashResult,
     FsEntryResult,
     FsExtract,
     FsMkdir,
     FsMoveCopy,
+    FsMoveResult,
     FsRequest,
+    FsRestoreResult,
+    FsSearchResult,
+    FsTrashList,
     FsTrashRestore,
     FsUploadDirect,
     FsWrite,
     FsWriteResult,
+    Listing,
     OperationStarted,
     Scope,
     ScopeList,
@@ -96,6 +107,19 @@ def _json(body: Any) -> Response:
     return Response(orjson.dumps(body), media_type="application/json")
 
 
+_DELETE_RESULT: TypeAdapter[FsDeleteResult] = TypeAdapter(FsDeleteResult)
+
+
+def _checked(shape: type[BaseModel] | TypeAdapter[Any], answer: Any, method: str) -> Response:
+    """The agent's answer validated through its wire model, then sent as that model says (an
+    answer of another shape is the agent's fault: 502, never passed on)."""
+    try:
+        model = shape.validate_python(answer) if isinstance(shape, TypeAdapter) else shape.model_validate(answer)
+    except ValidationError as exc:
+        raise AgentInternal(f"agent error: {method} answered an unexpected shape", status=502) from exc
+    return Response(model.model_dump_json(), media_type="application/json")
+
+
 @router.get("/scopes", response_model=ScopeList)
 async def scopes(server_id: str, caller: Caller, fleet: FleetDep) -> ScopeList:
     await _full_server(fleet, caller, server_id)
@@ -107,7 +131,7 @@ async def scopes(server_id: str, caller: Caller, fleet: FleetDep) -> ScopeList:
     return ScopeList(scopes=listed)
 
 
-@router.get("/list", response_class=Response, responses={200: {"description": "a `Listing`"}})
+@router.get("/list", response_model=Listing)
 async def list_dir(
     server_id: str,
     caller: Caller,
@@ -251,14 +275,14 @@ async def mkdir(server_id: str, body: FsMkdir, caller: Caller, fleet: FleetDep) 
     return _json(await _audited(fleet, caller, target, "fs.mkdir", params, params))
 
 
-async def _move_or_copy(server_id: str, body: FsMoveCopy, caller: Principal, fleet: Fleet, method: str) -> Response:
+async def _move_or_copy(server_id: str, body: FsMoveCopy, caller: Principal, fleet: Fleet, method: str) -> Any:
     target = await _write_target(fleet, caller, server_id, body)
     params: dict[str, Any] = {"paths": body.paths, "destination": body.destination, "overwrite": body.overwrite}
     if body.to is not None and body.to.server_id not in (None, server_id):
-        return _json(await _across_servers(fleet, caller, target, body, body.to, method, params))
+        return await _across_servers(fleet, caller, target, body, body.to, method, params)
     if body.to is not None:
         params["to"] = await _cross_scope(fleet, caller, target, body.to)
-    return _json(await _audited(fleet, caller, target, method, params, params))
+    return await _audited(fleet, caller, target, method, params, params)
 
 
 async def _across_servers(
@@ -318,21 +342,21 @@ async def _cross_scope(fleet: Fleet, caller: Principal, source: FsTarget, to: Fs
     return {"scope": scope, "domain": domain}
 
 
-@router.post("/move")
+@router.post("/move", response_model=FsMoveResult)
 async def move(server_id: str, body: FsMoveCopy, caller: Caller, fleet: FleetDep) -> Response:
-    return await _move_or_copy(server_id, body, caller, fleet, "fs.move")
+    return _checked(FsMoveResult, await _move_or_copy(server_id, body, caller, fleet, "fs.move"), "fs.move")
 
 
-@router.post("/copy")
+@router.post("/copy", response_model=FsCopyResult)
 async def copy(server_id: str, body: FsMoveCopy, caller: Caller, fleet: FleetDep) -> Response:
-    return await _move_or_copy(server_id, body, caller, fleet, "fs.copy")
+    return _checked(FsCopyResult, await _move_or_copy(server_id, body, caller, fleet, "fs.copy"), "fs.copy")
 
 
-@router.post("/delete")
+@router.post("/delete", response_model=FsDeleteResult)
 async def delete(server_id: str, body: FsDelete, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = {"paths": body.paths, "permanent": body.permanent}
-    return _json(await _audited(fleet, caller, target, "fs.delete", params, params))
+    return _checked(_DELETE_RESULT, await _audited(fleet, caller, target, "fs.delete", params, params), "fs.delete")
 
 
 def _mode(value: int | str) -> int:
@@ -349,22 +373,22 @@ def _mode(value: int | str) -> int:
     return mode
 
 
-@router.post("/chmod")
+@router.post("/chmod", response_model=FsChmodResult)
 async def chmod(server_id: str, body: FsChmod, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = {"paths": body.paths, "mode": _mode(body.mode), "recursive": body.recursive, "only": body.only}
-    return _json(await _audited(fleet, caller, target, "fs.chmod", params, params))
+    return _checked(FsChmodResult, await _audited(fleet, caller, target, "fs.chmod", params, params), "fs.chmod")
 
 
-@router.get("/dirsize")
+@router.get("/dirsize", response_model=FsDirSize)
 async def dirsize(
     server_id: str, caller: Caller, fleet: FleetDep, scope: str = "site", domain: str | None = None, path: str = ""
 ) -> Response:
     target = await resolve_target(fleet, caller, server_id, scope, domain)
-    return _json(await fleet.call_agent(server_id, "fs.dirsize", target.params(path=path)))
+    return _checked(FsDirSize, await fleet.call_agent(server_id, "fs.dirsize", target.params(path=path)), "fs.dirsize")
 
 
-@router.get("/search")
+@router.get("/search", response_model=FsSearchResult)
 async def search(
     server_id: str,
     caller: Caller,
@@ -378,32 +402,34 @@ async def search(
 ) -> Response:
     target = await resolve_target(fleet, caller, server_id, scope, domain)
     params = target.params(path=path, query=query, content=content, limit=limit)
-    return _json(await fleet.call_agent(server_id, "fs.search", params))
+    return _checked(FsSearchResult, await fleet.call_agent(server_id, "fs.search", params), "fs.search")
 
 
 # --- trash ------------------------------------------------------------------------------------
 
 
-@router.get("/trash")
+@router.get("/trash", response_model=FsTrashList)
 async def trash(
     server_id: str, caller: Caller, fleet: FleetDep, scope: str = "site", domain: str | None = None
 ) -> Response:
     # Opening the trash purges what is older than 30 days: a write, so it needs write access.
     target = await resolve_target(fleet, caller, server_id, scope, domain, write=True)
-    return _json(await fleet.call_agent(server_id, "fs.trash.list", target.params()))
+    return _checked(FsTrashList, await fleet.call_agent(server_id, "fs.trash.list", target.params()), "fs.trash.list")
 
 
-@router.post("/trash/restore")
+@router.post("/trash/restore", response_model=FsRestoreResult)
 async def trash_restore(server_id: str, body: FsTrashRestore, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = {"ids": body.ids, "overwrite": body.overwrite}
-    return _json(await _audited(fleet, caller, target, "fs.trash.restore", params, {"paths": body.ids, **params}))
+    answer = await _audited(fleet, caller, target, "fs.trash.restore", params, {"paths": body.ids, **params})
+    return _checked(FsRestoreResult, answer, "fs.trash.restore")
 
 
-@router.post("/trash/empty")
+@router.post("/trash/empty", response_model=FsEmptyTrashResult)
 async def trash_empty(server_id: str, body: FsRequest, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
-    return _json(await _audited(fleet, caller, target, "fs.trash.empty", {}, {"path": ".Trash"}))
+    answer = await _audited(fleet, caller, target, "fs.trash.empty", {}, {"path": ".Trash"})
+    return _checked(FsEmptyTrashResult, answer, "fs.trash.empty")
 
 
 # --- archives ---------------------------------------------------------------------------------
@@ -444,7 +470,11 @@ async def extract(server_id: str, body: FsExtract, caller: Caller, fleet: FleetD
     return await _start_operation(fleet, caller, target, "fs.extract", params)
 
 
-@router.get("/operations/{operation_id}/stream", response_class=Response)
+@router.get(
+    "/operations/{operation_id}/stream",
+    response_class=Response,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
 async def operation_stream(
     operation_id: str, request: Request, server_id: str, caller: Caller, fleet: FleetDep
 ) -> Response:

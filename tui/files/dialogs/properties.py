@@ -4,7 +4,7 @@ permissions, modification time, link target."""
 from __future__ import annotations
 
 from datetime import UTC
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
@@ -15,6 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Static
 
 from api_client import Entry, Scope, Server
+from api_client.models import FsDirSize
 from tui.bridge import TaskHandle
 from tui.errors import format_size
 from tui.files.dialogs.base import FileDialog, octal, permission_string, plural
@@ -42,7 +43,7 @@ class PropertiesDialog(FileDialog[None]):
         self.scope = scope
         self.path = path
         self.entry: Entry | None = None
-        self.totals: dict[str, Any] | None = None
+        self.totals: FsDirSize | None = None
         self._dirsize_task: TaskHandle | None = None
 
     def compose(self) -> ComposeResult:
@@ -93,7 +94,7 @@ class PropertiesDialog(FileDialog[None]):
         else:
             self.set_status("")
 
-    def _show_totals(self, totals: dict[str, Any]) -> None:
+    def _show_totals(self, totals: FsDirSize) -> None:
         self.totals = totals
         self._render_table()
         self.set_status("")
@@ -109,8 +110,8 @@ class PropertiesDialog(FileDialog[None]):
             if self.totals is None:
                 rows.append(("Size", "adding up…"))
             else:
-                contents = f"{plural(self.totals['files'], 'file')}, {plural(self.totals['dirs'], 'folder')}"
-                rows.append(("Size", f"{size_text(int(self.totals['bytes']))} in {contents}"))
+                contents = f"{plural(self.totals.files, 'file')}, {plural(self.totals.dirs, 'folder')}"
+                rows.append(("Size", f"{size_text(self.totals.bytes)} in {contents}"))
         else:
             rows.append(("Size", size_text(entry.size)))
         rows.append(("Owner", f"{entry.owner}:{entry.group}"))

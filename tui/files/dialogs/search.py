@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import events, on
@@ -13,6 +13,7 @@ from textual.widgets import Checkbox, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from api_client import Scope, Server
+from api_client.models import FsSearchMatch, FsSearchResult
 from tui.bridge import TaskHandle
 from tui.files.dialogs.base import FileDialog, plural
 from tui.text import printable
@@ -20,14 +21,14 @@ from tui.text import printable
 SEARCH_LIMIT = 500
 
 
-def match_prompt(match: dict[str, Any]) -> Text:
+def match_prompt(match: FsSearchMatch) -> Text:
     """`public_html/index.php` (a folder ends with `/`); a content match adds `:12  the line`."""
-    entry = match["entry"]
-    path = printable(entry["path"]) + ("/" if entry.get("type") == "dir" else "")
+    entry = match.entry
+    path = printable(entry.path) + ("/" if entry.type == "dir" else "")
     prompt = Text(path, style="bold")
-    if match.get("line") is not None:
-        prompt.append(f":{match['line']}", style="dim")
-        prompt.append("  " + printable(str(match.get("text", "")).strip()))
+    if match.line is not None:
+        prompt.append(f":{match.line}", style="dim")
+        prompt.append("  " + printable((match.text or "").strip()))
     prompt.no_wrap = True
     prompt.overflow = "ellipsis"
     return prompt
@@ -46,7 +47,7 @@ class SearchDialog(FileDialog[str | None]):
         self.server = server
         self.scope = scope
         self.directory = directory.strip("/")
-        self.matches: list[dict[str, Any]] = []
+        self.matches: list[FsSearchMatch] = []
         self.truncated = False
         self.searching = False
         self._search_task: TaskHandle | None = None
@@ -107,15 +108,15 @@ class SearchDialog(FileDialog[str | None]):
             on_error=self._failed,
         )
 
-    async def _search(self, query: str, content: bool) -> dict[str, Any]:
+    async def _search(self, query: str, content: bool) -> FsSearchResult:
         return await self.client.files.search(
             self.server.id, self.scope, self.directory, query, content=content, limit=SEARCH_LIMIT
         )
 
-    def _show(self, answer: dict[str, Any]) -> None:
+    def _show(self, answer: FsSearchResult) -> None:
         self.searching = False
-        self.matches = list(answer.get("matches", []))
-        self.truncated = bool(answer.get("truncated"))
+        self.matches = answer.matches
+        self.truncated = answer.truncated
         results = self.query_one("#search-results", OptionList)
         results.clear_options()
         results.add_options(Option(match_prompt(match)) for match in self.matches)
@@ -137,4 +138,4 @@ class SearchDialog(FileDialog[str | None]):
     def _picked(self, event: OptionList.OptionSelected) -> None:
         event.stop()
         if 0 <= event.option_index < len(self.matches):
-            self.finish(str(self.matches[event.option_index]["entry"]["path"]))
+            self.finish(self.matches[event.option_index].entry.path)
