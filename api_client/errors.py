@@ -132,6 +132,11 @@ class PathOutsideScope(ApiError):
     status = 422
 
 
+class IdempotencyMismatch(ApiError):
+    code = "idempotency_mismatch"
+    status = 422
+
+
 class InternalError(ApiError):
     code = "internal"
     status = 500
@@ -160,6 +165,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         ImmutableField,
         LiteServer,
         PathOutsideScope,
+        IdempotencyMismatch,
         InternalError,
         AgentTimeout,
     )
