@@ -137,6 +137,14 @@ class IdempotencyMismatch(ApiError):
     status = 422
 
 
+class RateLimited(ApiError):
+    """Too many attempts (login); `details.retry_after_s` (and the `Retry-After` header) say when
+    to try again."""
+
+    code = "rate_limited"
+    status = 429
+
+
 class InternalError(ApiError):
     code = "internal"
     status = 500
@@ -166,6 +174,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         LiteServer,
         PathOutsideScope,
         IdempotencyMismatch,
+        RateLimited,
         InternalError,
         AgentTimeout,
     )
