@@ -280,6 +280,11 @@ class AuditList(WireModel):
     entries: list[AuditEntry]
 
 
+# The largest whole number the API takes anywhere (a signed 64-bit integer: what SQLite and
+# PostgreSQL store); larger ones are 422, never an overflow further in.
+MAX_INTEGER = 2**63 - 1
+
+
 # --- file workspace: writes ------------------------------------------------------------------
 
 RELAY_UPLOAD_LIMIT = 64 * 1024 * 1024  # bytes through the control plane in one request body

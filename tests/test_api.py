@@ -384,3 +384,9 @@ def test_jail_allows_links_that_stay_inside(stack: Stack, jail_tree: Path) -> No
         assert read.status_code == 200 and "site1" in read.json()["content"]
         stat = http.get(f"/v1/servers/{stack.server_id}/fs/stat", params={**params, "path": "etc-link"})
         assert stat.status_code == 200 and stat.json()["type"] == "symlink" and stat.json()["link_target"] == "/etc"
+
+
+def test_audit_before_past_any_entry_id_is_422(stack: Stack) -> None:
+    with stack.http() as http:
+        assert error_code(http.get("/v1/audit", params={"before": 2**63})) == "validation_error"
+        assert http.get("/v1/audit", params={"before": 2**63 - 1}).status_code == 200

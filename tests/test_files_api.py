@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import trio
 
 from api_client import Client
 from api_client.errors import Conflict
 from api_client.models import RELAY_UPLOAD_LIMIT, FsDirSize, FsSearchResult, Scope
-from tests.conftest import Stack
+from tests.conftest import Stack, wait_until
 
 SITE = Scope(scope="site", domain="example.com")
 
@@ -309,6 +310,31 @@ async def test_interrupted_stream_upload_leaves_nothing(stack: Stack, folder: st
         # and gone, a tenth of the way in, without `done`
     await trio.sleep(1)
     assert list((site_root(stack) / folder).iterdir()) == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("size", "frame", "code"),
+    [
+        (str(2**63), None, "validation_error"),  # past what any integer column or the link takes
+        ("5", "not json", "bad_request"),  # a text frame that is not {"done": true}
+        ("5", "[1, 2]", "bad_request"),
+    ],
+)
+async def test_stream_upload_refuses_bad_input_with_an_error_frame(
+    stack: Stack, folder: str, size: str, frame: str | None, code: str
+) -> None:
+    params = {"scope": "site", "domain": "example.com", "path": f"{folder}/bad.bin", "size": size}
+    route = f"/v1/servers/{stack.server_id}/fs/upload/stream"
+    async with Client(stack.base_url, token=stack.token) as client, client.websocket(route, params=params) as socket:
+        if frame is not None:
+            await socket.send_bytes(b"hello")
+            await socket.send_text(frame)
+        with trio.fail_after(30):  # before the fix the server closed with 1011 and sent no answer
+            answer = orjson.loads(await socket.receive_text())
+    assert answer["error"]["code"] == code
+    # The agent removes the upload's temporary file once the control plane calls the upload off.
+    wait_until(lambda: list((site_root(stack) / folder).iterdir()) == [])
 
 
 def test_roles_matrix(stack: Stack, folder: str) -> None:

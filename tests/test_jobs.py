@@ -182,6 +182,16 @@ def test_an_idempotency_key_reused_with_another_body_is_422(stack: Stack) -> Non
         assert answer.json()["error"]["details"] == {"job_id": first.json()["id"]}
 
 
+def test_a_resume_id_past_any_sequence_number_is_422(stack: Stack) -> None:
+    with stack.http() as http:
+        job = run(http, stack.server_id, "site.list").json()
+        wait_finished(http, job["id"])
+        answer = http.get(f"/v1/jobs/{job['id']}/stream", headers={"Last-Event-ID": str(2**63)})
+        assert answer.status_code == 422 and answer.json()["error"]["code"] == "validation_error"
+        largest = http.get(f"/v1/jobs/{job['id']}/stream", headers={"Last-Event-ID": str(2**63 - 1)})
+        assert largest.status_code == 200 and "event: exit" in largest.text and "event: line" not in largest.text
+
+
 def test_read_job_result_and_history(stack: Stack) -> None:
     with stack.http() as http:
         job = run(http, stack.server_id, "site.list").json()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
-from api_client.models import AuditList
+from api_client.models import MAX_INTEGER, AuditList
 from control_plane.audit import store as audit
 from control_plane.state import Caller, FleetDep
 
@@ -18,7 +18,7 @@ async def audit_entries(
     server_id: str | None = None,
     action: str | None = None,
     limit: int = Query(100, ge=1, le=1000),
-    before: int | None = Query(None, ge=1),
+    before: int | None = Query(None, ge=1, le=MAX_INTEGER),
 ) -> AuditList:
     caller.require_role("owner", "admin")
     rows = await fleet.db.run(

@@ -20,6 +20,7 @@ from api_client.errors import AgentOffline, ApiError, BadRequest, LiteServer, No
 from api_client.errors import InternalError as AgentInternal
 from api_client.models import (
     DIRECT_UPLOAD_LIMIT,
+    MAX_INTEGER,
     RELAY_UPLOAD_LIMIT,
     DirectUpload,
     Entry,
@@ -483,8 +484,7 @@ async def operation_stream(
     operation = fleet.operations.get(caller.org_id, server_id, operation_id)
     if operation is None:
         raise NotFound("no such operation")
-    resume = request.headers.get("last-event-id", "")
-    return sse.response(operation.follow(int(resume) if resume.isdigit() else 0))
+    return sse.response(operation.follow(sse.resume_seq(request)))
 
 
 @router.delete("/operations/{operation_id}", status_code=204)
@@ -575,7 +575,7 @@ async def upload_stream(websocket: WebSocket, server_id: str) -> None:
                     if received > size:
                         raise BadRequest(f"more bytes than the announced size ({size})")
                     await sending.send(message["bytes"])
-                elif message.get("text") and orjson.loads(message["text"]).get("done"):
+                elif message.get("text") is not None and _is_done(message["text"]):
                     break
             result = await sending.finish()
     except ApiError as exc:
@@ -593,12 +593,24 @@ async def upload_stream(websocket: WebSocket, server_id: str) -> None:
 
 
 def _query_size(text: str | None) -> int:
-    if text is None or not text.isdigit():
+    if text is None or not (text.isascii() and text.isdigit()) or int(text) > MAX_INTEGER:
         raise ValidationFailed(
             "size (bytes, a whole number) is required",
-            details={"errors": [{"loc": ["query", "size"], "msg": "required"}]},
+            details={"errors": [{"loc": ["query", "size"], "msg": f"a whole number from 0 to {MAX_INTEGER}"}]},
         )
     return int(text)
+
+
+def _is_done(text: str) -> bool:
+    """Whether a text frame of an upload stream is the `{"done": true}` that ends it; any other
+    text is the client's mistake (400), not the server's."""
+    try:
+        message = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        message = None
+    if not isinstance(message, dict) or message.get("done") is not True:
+        raise BadRequest('a text frame of an upload must be {"done": true}')
+    return True
 
 
 async def _body(request: Request) -> AsyncIterator[bytes]:

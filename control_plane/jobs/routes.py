@@ -196,6 +196,4 @@ async def get_job(job_id: str, caller: Caller, fleet: FleetDep) -> Response:
 async def stream_job(job_id: str, request: Request, caller: Caller, fleet: FleetDep) -> Response:
     """SSE: `line` events (id = seq) as they come, then `exit`; resumes after `Last-Event-ID`."""
     await _job_row(fleet, caller, job_id)
-    resume = request.headers.get("last-event-id", "")
-    after = int(resume) if resume.isdigit() else 0
-    return sse.response(fleet.jobs.events(caller.org_id, job_id, after))
+    return sse.response(fleet.jobs.events(caller.org_id, job_id, sse.resume_seq(request)))
