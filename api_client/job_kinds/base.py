@@ -1,6 +1,6 @@
 """The machinery of the job catalog: `JobKind`, `BuiltJob`, the argv builder and the domain policy.
 
-The per-domain modules (`catalog_*.py`) only declare argument models and call `kind(...)`; the
+The per-area modules (`web.py`, `system.py`, ...) only declare argument models and call `kind(...)`; the
 rules live here, once:
 
 - group and plan come from the domain (`DOMAINS`), a read kind is always `observe`;
@@ -28,8 +28,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from api_client.job_kinds.argtypes import value_problem
 from api_client.models import Plan
-from control_plane.jobs.argtypes import value_problem
 
 Group = Literal["observe", "content", "infra", "sysadmin"]
 
