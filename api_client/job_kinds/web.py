@@ -407,10 +407,6 @@ DNS = [
 # --- mail ------------------------------------------------------------------------------------------
 
 
-class Mailbox(Args):
-    address: Email
-
-
 class MailboxAdd(Args):
     address: Email
     password: Secret
