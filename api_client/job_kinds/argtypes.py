@@ -686,8 +686,8 @@ def _cron_atom(atom: str, low: int, high: int, names: tuple[str, ...]) -> int | 
     if atom.isdigit() and atom.isascii():
         number = int(atom)
         return number if low <= number <= high else None
-    if atom in names:
-        return names.index(atom) + (1 if low == 1 else 0)
+    if atom.lower() in names:  # cron reads names in any case: MON-FRI, Jan
+        return names.index(atom.lower()) + (1 if low == 1 else 0)
     return None
 
 
@@ -728,8 +728,9 @@ def _cron_schedule(value: str) -> str:
 CronSchedule = Annotated[
     str,
     shaped(
-        r"^(?:@[a-z]+|[0-9a-z*,/-]+(?: [0-9a-z*,/-]+){4})$",
-        "five cron fields or @hourly|@daily|@weekly|@monthly|@yearly|@reboot",
+        r"^(?:@[a-z]+|[0-9A-Za-z*,/-]+(?: [0-9A-Za-z*,/-]+){4})$",
+        "five cron fields (numbers, *, ranges, steps, month and weekday names) or "
+        "@hourly|@daily|@midnight|@weekly|@monthly|@yearly|@annually|@reboot",
         max_length=200,
         check=_cron_schedule,
         safe=False,

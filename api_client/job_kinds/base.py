@@ -223,7 +223,7 @@ class JobKind:
                 slot.take(raw, value)
         if len(positionals) > len(self.positional):
             extra = positionals[len(self.positional) :]
-            errors.append(_error(("argv",), " ".join(extra), "unexpected arguments"))
+            errors.append(_error(("argv",), " ".join(extra), f"unexpected argument(s): {' '.join(extra)}"))
         for name, value in zip(self.positional, positionals, strict=False):
             problem = value_problem(value)
             if problem is not None:

@@ -53,9 +53,13 @@ class Lines(Args):
 # --- site ------------------------------------------------------------------------------------------
 
 
+SiteProfile = Literal["static", "php", "wordpress"]
+"""What a new site's public_html starts with; the agent has a template for each (and no other)."""
+
+
 class SiteCreate(Args):
     domain: DomainName
-    profile: Slug = "static"
+    profile: SiteProfile = Field(default="static", description="what the site's public_html starts with")
 
 
 class SiteDelete(Args):
