@@ -184,6 +184,7 @@ class JobKind:
         slots = self.slots()
         raw: dict[str, Any] = {}
         errors: list[InitErrorDetails] = []
+        unsafe: list[InitErrorDetails] = []
         positionals: list[str] = []
         tokens = list(argv[2:])
         index = 0
@@ -216,8 +217,8 @@ class JobKind:
                 continue
             problem = value_problem(value)
             if problem is not None:
-                errors.append(_error((flag,), value, f"argument {problem}"))
-            elif slot.shape != "models" and _get(raw, slot.path) is not None:
+                unsafe.append(_error((flag,), value, f"argument {problem}"))
+            if slot.shape != "models" and _get(raw, slot.path) is not None:
                 errors.append(_error((flag,), value, "given more than once"))
             else:
                 slot.take(raw, value)
@@ -227,7 +228,7 @@ class JobKind:
         for name, value in zip(self.positional, positionals, strict=False):
             problem = value_problem(value)
             if problem is not None:
-                errors.append(_error((name,), value, f"argument {problem}"))
+                unsafe.append(_error((name,), value, f"argument {problem}"))
             raw[name] = _coerce(self.args.model_fields[name].annotation, value)
         for name, value in (secrets or {}).items():
             if name in self.secret_fields:
@@ -236,7 +237,10 @@ class JobKind:
                 errors.append(_error(("secrets", name), "***", "not a secret field of this kind"))
         if errors:
             raise _argv_error(errors, self.kind)
-        return self.args.model_validate(raw)
+        model = self.args.model_validate(raw)  # its errors name the field
+        if unsafe:  # the central rule, as `build` applies it, over what the model let through
+            raise _argv_error(unsafe, self.kind)
+        return model
 
     def wants_json(self, argv: Sequence[str]) -> bool:
         """Whether `argv` asks for JSON output (a terminal may leave `--json` out)."""
