@@ -688,6 +688,9 @@ def test_python_m_agent_run_site_list(env: Env) -> None:
     assert done.returncode == 127 and "has no handler for nosuch.thing" in done.stderr
     done = run_cli("site", "inspect", env=env)
     assert done.returncode == 2 and "usage: site inspect" in done.stderr
+    done = run_cli("cron", "add", "--help", env=env)  # generated from the catalog's model
+    assert done.returncode == 0 and done.stdout.startswith("usage: cron add DOMAIN --schedule SCHEDULE")
+    assert "@midnight" in done.stdout and "run without a shell" in done.stdout
     done = run_cli("--home", str(env.home / "missing"), "metrics", "get", "--json")
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.splitlines() == [done.stderr.strip()] and "FileNotFoundError" in done.stderr
