@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 import anyio
 from fastapi import FastAPI, WebSocket
 
+from api_client.job_kinds import lookup
 from control_plane import __version__, errors
 from control_plane.audit.routes import router as audit_router
 from control_plane.auth.routes import router as auth_router
@@ -21,7 +22,6 @@ from control_plane.files.operations import FileOperations
 from control_plane.files.routes import router as files_router
 from control_plane.hub import AgentHub, AgentSession
 from control_plane.jobs import store as job_store
-from control_plane.jobs.catalog import lookup
 from control_plane.jobs.routes import router as jobs_router
 from control_plane.jobs.runner import JobRunner
 from control_plane.servers import store as server_store

@@ -11,9 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from control_plane.jobs import argtypes
-from control_plane.jobs.catalog import CATALOG, BuiltJob, JobKind, json_schemas, lookup
-from control_plane.jobs.catalog_base import Args, Argv, kind
+from api_client.job_kinds import CATALOG, BuiltJob, JobKind, argtypes, json_schemas, lookup
+from api_client.job_kinds.base import Args, Argv, kind
 
 REQUIRED_DOMAINS = [
     "site",

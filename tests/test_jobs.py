@@ -77,6 +77,35 @@ def test_bad_arguments(stack: Stack, args: dict[str, Any]) -> None:
     assert answer.json()["error"]["details"]["errors"]
 
 
+# What the API accepts, the agent accepts: one model decides (measured once: the API took
+# "laravel" and "@midnight" and the agent refused them with exit 2; the agent took MON-FRI and
+# minute 61, the API refused them).
+
+
+@pytest.mark.parametrize(
+    ("kind", "args"),
+    [
+        ("site.create", {"domain": "example.com", "profile": "laravel"}),  # no template on the agent
+        ("cron.add", {"domain": "example.com", "schedule": "61 * * * *", "command": "/bin/true"}),
+    ],
+)
+def test_what_the_agent_cannot_run_is_refused_by_the_api(stack: Stack, kind: str, args: dict[str, Any]) -> None:
+    with stack.http() as http:
+        answer = run(http, stack.server_id, kind, args)
+    assert answer.status_code == 422 and code(answer) == "validation_error", answer.text
+
+
+@pytest.mark.parametrize("schedule", ["@midnight", "0 0 * * MON-FRI"])
+def test_a_schedule_the_api_accepts_reaches_the_agents_handler(stack: Stack, schedule: str) -> None:
+    args = {"domain": "absent.example.org", "schedule": schedule, "command": "/bin/true"}
+    with stack.http() as http:
+        job = run(http, stack.server_id, "cron.add", args).json()
+        done = wait_finished(http, job["id"])
+        stream = http.get(f"/v1/jobs/{job['id']}/stream").text
+    # The handler ran (and found no such site): the argv was not refused (that would be exit 2).
+    assert done["exit_code"] == 1 and "no site absent.example.org on this server" in stream, stream
+
+
 def test_backup_kinds_have_their_own_routes(stack: Stack) -> None:
     with stack.http() as http:
         kinds = [k["kind"] for k in http.get("/v1/job-kinds").json()["kinds"] if k["domain"] == "backup"]

@@ -27,6 +27,7 @@ from textual.pilot import Pilot
 from textual.widgets import Checkbox, DataTable, Input, Select, SelectionList, Tree
 
 from api_client import Client
+from api_client.job_kinds import json_schemas
 from api_client.models import Job, JobKindInfo, Server
 from tests.conftest import Stack, start_agent, wait_until
 from themes import register_themes
@@ -44,96 +45,25 @@ from tui.servers.screen import ServerListScreen
 SIZE = (80, 24)
 BIG = 200_000
 
-# --- real-looking schemas (as `GET /v1/job-kinds` gives them) -------------------------------------
+# --- the real catalog's schemas (as `GET /v1/job-kinds` serves them) ---------------------------------
 
-DOMAIN = {
-    "description": "RFC 1123 host name, lowercase, at least one dot (IDNs in punycode)",
-    "maxLength": 253,
-    "minLength": 3,
-    "pattern": r"^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$",
-    "title": "Domain",
-    "type": "string",
-}
-LOGS_TAIL = {
-    "additionalProperties": False,
-    "properties": {
-        "domain": DOMAIN,
-        "log": {"default": "access", "enum": ["access", "error"], "title": "Log", "type": "string"},
-        "lines": {"default": 200, "maximum": 1000000, "minimum": 1, "title": "Lines", "type": "integer"},
-    },
-    "required": ["domain"],
-    "title": "LogsTail",
-    "type": "object",
-}
-DB_USER_CREATE = {
-    "additionalProperties": False,
-    "properties": {
-        "user": {"pattern": "^[A-Za-z_][A-Za-z0-9_]{0,31}$", "title": "User", "type": "string",
-                 "description": "a database account name (not a system account)"},
-        "password": {"format": "password", "maxLength": 4096, "minLength": 8, "title": "Password", "type": "string",
-                     "writeOnly": True},
-        "host": {"default": "localhost", "pattern": "^(?:localhost|%|[0-9A-Fa-f.:]{2,39})$", "title": "Host",
-                 "type": "string"},
-    },
-    "required": ["user", "password"],
-    "title": "DbUserCreate",
-    "type": "object",
-}  # fmt: skip
-CONTAINER_RUN = {
-    "additionalProperties": False,
-    "properties": {
-        "name": {"pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$", "title": "Name", "type": "string"},
-        "publish": {
-            "items": {"pattern": "^[0-9]{1,5}:[0-9]{1,5}(?:/(?:tcp|udp))?$", "type": "string",
-                      "description": "host_port:container_port[/tcp|/udp], e.g. 8080:80"},
-            "maxItems": 3,
-            "title": "Publish",
-            "type": "array",
-        },
-        "memory_mb": {"anyOf": [{"maximum": 1048576, "minimum": 6, "type": "integer"}, {"type": "null"}],
-                      "default": None, "title": "Memory Mb"},
-        "restart": {"default": "unless-stopped", "enum": ["no", "always", "unless-stopped", "on-failure"],
-                    "title": "Restart", "type": "string"},
-    },
-    "required": ["name"],
-    "title": "ContainerRun",
-    "type": "object",
-}  # fmt: skip
-STORAGE_CLEANUP = {
-    "additionalProperties": False,
-    "properties": {
-        "targets": {"items": {"enum": ["tmp", "logs", "cache"], "type": "string"}, "maxItems": 3, "minItems": 1,
-                    "title": "Targets", "type": "array"},
-        "older_than_days": {"default": 7, "maximum": 3650, "minimum": 0, "title": "Older Than Days",
-                            "type": "integer"},
-        "dry_run": {"default": False, "title": "Dry Run", "type": "boolean"},
-    },
-    "required": ["targets"],
-    "title": "StorageCleanup",
-    "type": "object",
-}  # fmt: skip
-NO_ARGS = {"additionalProperties": False, "properties": {}, "title": "NoArgs", "type": "object"}
+CATALOG_KINDS = {entry["kind"]: entry for entry in json_schemas()}
 
 
-def kind_info(kind: str, schema: dict[str, Any], *, read: bool, group: str = "observe", min_plan: str = "free",
-              secret_fields: tuple[str, ...] = (), summary: str = "") -> dict[str, Any]:  # fmt: skip
-    domain, action = kind.split(".", 1)
-    return {"kind": kind, "domain": domain, "action": action, "read": read, "group": group if not read else "observe",
-            "min_plan": min_plan, "args_schema": schema, "secret_fields": list(secret_fields),
-            "summary": summary}  # fmt: skip
+def schema_of(kind: str) -> dict[str, Any]:
+    schema: dict[str, Any] = CATALOG_KINDS[kind]["args_schema"]
+    return schema
 
 
+LOGS_TAIL = schema_of("logs.tail")
+DB_USER_CREATE = schema_of("db.user-create")
+CONTAINER_RUN = schema_of("container.run")
+STORAGE_CLEANUP = schema_of("storage.cleanup")
+NO_ARGS = schema_of("system.info")
 KINDS = [
-    kind_info("system.info", NO_ARGS, read=True, summary="Show the server: OS, kernel, CPU, memory, uptime, load"),
-    kind_info("logs.tail", LOGS_TAIL, read=True, summary="Show the last lines of a site's log"),
-    kind_info("db.user-create", DB_USER_CREATE, read=False, group="infra", secret_fields=("password",),
-              summary="Create a database account"),
-    kind_info("container.run", CONTAINER_RUN, read=False, group="infra", summary="Run a container"),
-    kind_info("storage.cleanup", STORAGE_CLEANUP, read=False, group="sysadmin", summary="Free disk space"),
-    kind_info("site.create", {**NO_ARGS, "properties": {"domain": DOMAIN}, "required": ["domain"]}, read=False,
-              group="content", summary="Create a site from a profile"),
-    kind_info("quota.set", NO_ARGS, read=False, group="infra", min_plan="pro", summary="Set a site's quota"),
-    kind_info("system.reboot", NO_ARGS, read=False, group="sysadmin", summary="Reboot the server"),
+    CATALOG_KINDS[kind]
+    for kind in ("system.info", "logs.tail", "db.user-create", "container.run", "storage.cleanup", "site.create",
+                 "quota.set", "system.reboot")
 ]  # fmt: skip
 
 
@@ -381,7 +311,7 @@ def test_fields_are_generated_from_the_schemas() -> None:
     assert secret["password"].secret and not secret["user"].secret
 
     container = {f.name: f for f in parse_schema(CONTAINER_RUN)}
-    assert container["publish"].kind == "string_list" and container["publish"].max_items == 3
+    assert container["publish"].kind == "string_list" and container["publish"].max_items == 64
     assert container["memory_mb"].kind == "integer" and container["memory_mb"].nullable
     assert container["memory_mb"].minimum == 6
 
@@ -407,8 +337,8 @@ def test_values_are_validated_against_the_schema() -> None:
     assert check_value(fields["publish"], "8080:80, 443:443/tcp") == ["8080:80", "443:443/tcp"]
     with pytest.raises(Invalid, match=r"item 2 \(99999:x\)"):
         check_value(fields["publish"], "8080:80, 99999:x")
-    with pytest.raises(Invalid, match="at most 3 items"):
-        check_value(fields["publish"], "1:1,2:2,3:3,4:4")
+    with pytest.raises(Invalid, match="at most 64 items"):
+        check_value(fields["publish"], ",".join(f"{port}:{port}" for port in range(1, 66)))
     assert field_of_error(["body", "args", "domain"], fields) == "domain"
     assert field_of_error(["body", "args", "argv", "3"], fields) is None
 

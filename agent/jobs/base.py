@@ -1,30 +1,32 @@
 """What every job handler shares: its context, its `Output`, its argv parser and the dispatcher.
 
-A kind ``<family>.<action>`` is a `Kind`: an argparse definition of the argv the control plane
-builds (``[<family>, <action>, *positionals, *flags]``, see the seam table) and an async run
-function ``run(args, ctx, out) -> exit code``. `run_kind` is the one way a job runs, whether the
-job manager started it for the control plane or ``fleetdeck agent run`` did on a terminal:
+A handler (`Kind`) implements one kind of the job catalog (`api_client.job_kinds`): the argv the
+control plane built with ``JobKind.build`` is validated back into the SAME model by
+``JobKind.parse``, and the async run function ``run(args, ctx, out) -> exit code`` receives that
+model. `run_kind` is the one way a job runs, whether the job manager started it for the control
+plane or ``fleetdeck agent run`` did on a terminal:
 
 - a kind with no handler: exit 127 and one stderr line asking for an agent update;
-- argv the parser refuses: exit 2 with the usage on stderr;
+- argv the model refuses: exit 2, the usage and one line per refused field on stderr;
+- ``--help``: the kind's help (generated from its model) on stdout, exit 0;
 - a handler that raises: exit 1 and one stderr line (the traceback goes to the log only).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import orjson
+from pydantic import ValidationError
 
 from agent.link.protocol import RpcError
-from agent.sites import DOMAIN_RE, SiteRegistry
+from agent.sites import SiteRegistry
+from api_client.job_kinds import JobKind, lookup
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 
@@ -49,6 +51,7 @@ class JobContext:
     sites: SiteRegistry
     version: str
     secrets: Mapping[str, str] = field(default_factory=dict)
+    as_json: bool = False  # the job's argv asked for JSON (--json): results print as JSON, not for a person
 
     @property
     def is_root(self) -> bool:
@@ -130,92 +133,51 @@ def _scalar(value: Any) -> str:
     return str(value)
 
 
-# --- argv ----------------------------------------------------------------------------------
-
-
-class ArgvError(Exception):
-    """The parser's verdict: `text` goes to stderr (or stdout for --help) with `exit_code`."""
-
-    def __init__(self, exit_code: int, text: str) -> None:
-        super().__init__(text)
-        self.exit_code = exit_code
-        self.text = text
-
-
-class JobArgumentParser(argparse.ArgumentParser):
-    """An argparse parser that never prints or exits: it raises `ArgvError` instead."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("exit_on_error", False)
-        super().__init__(*args, **kwargs)
-        self._printed: list[str] = []
-
-    def _print_message(self, message: str, file: Any = None) -> None:
-        if message:
-            self._printed.append(message)
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        text = "".join(self._printed) + (message or "")
-        self._printed.clear()
-        raise ArgvError(status, text.rstrip("\n"))
-
-    def error(self, message: str) -> NoReturn:
-        raise ArgvError(2, f"{self.format_usage().rstrip()}\n{self.prog}: error: {message}")
-
-
-def domain_arg(value: str) -> str:
-    """A DomainName: an RFC 1123 host name, lowercase, with at least one dot."""
-    if value != value.lower() or "." not in value or not DOMAIN_RE.match(value):
-        raise argparse.ArgumentTypeError(f"not a lowercase domain name with a dot: {value!r}")
-    return value
-
-
-ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-
-
-def id_arg(value: str) -> str:
-    if not ID_RE.match(value):
-        raise argparse.ArgumentTypeError(f"not an id: {value!r}")
-    return value
-
-
-def int_range(low: int, high: int) -> Callable[[str], int]:
-    def parse(value: str) -> int:
-        try:
-            number = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {value!r}") from None
-        if not low <= number <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high}: {number}")
-        return number
-
-    parse.__name__ = "integer"
-    return parse
-
-
 # --- kinds ---------------------------------------------------------------------------------
 
-RunFunction = Callable[[argparse.Namespace, JobContext, Output], Awaitable[int]]
+RunFunction = Callable[[Any, JobContext, Output], Awaitable[int]]
+"""``run(args, ctx, out) -> exit code``; `args` is the validated model of the kind's catalog entry."""
+
+HELP_FLAGS = ("-h", "--help")
 
 
 @dataclass(frozen=True)
 class Kind:
-    """One job kind: its argv definition (``configure`` adds the arguments) and its run function."""
+    """A handler: the catalog entry it implements (its argv is the entry's, validated by the
+    entry's model) and its run function."""
 
-    family: str
-    action: str
-    configure: Callable[[argparse.ArgumentParser], None]
+    spec: JobKind
     run: RunFunction
-    help: str = ""
 
     @property
     def name(self) -> str:
-        return f"{self.family}.{self.action}"
+        return self.spec.kind
 
-    def parser(self, prog_prefix: str = "") -> JobArgumentParser:
-        parser = JobArgumentParser(prog=f"{prog_prefix}{self.family} {self.action}", description=self.help or None)
-        self.configure(parser)
-        return parser
+    @property
+    def family(self) -> str:
+        return self.spec.domain
+
+    @property
+    def action(self) -> str:
+        return self.spec.action
+
+
+def handler(kind: str, run: RunFunction) -> Kind:
+    """The handler of the catalog kind `kind` (a name the catalog does not know fails at import)."""
+    spec = lookup(kind)
+    if spec is None:
+        raise ValueError(f"{kind} is not a job kind of the catalog")
+    return Kind(spec, run)
+
+
+def argv_error_lines(kind: Kind, error: ValidationError) -> list[str]:
+    """The usage line, then one line per refused field or flag, as argparse would print them."""
+    prog = f"{kind.family} {kind.action}"
+    lines = [kind.spec.usage()]
+    for item in error.errors(include_url=False):
+        where = ".".join(str(part) for part in item["loc"])
+        lines.append(f"{prog}: error: {where}: {item['msg']}" if where else f"{prog}: error: {item['msg']}")
+    return lines
 
 
 def kind_table(kinds: Iterable[Kind]) -> dict[str, Kind]:
@@ -248,15 +210,15 @@ async def run_kind(
     if argv[:2] != [kind.family, kind.action]:
         out.stderr(f"the argv of a {kind.name} job must start with {kind.family!r} {kind.action!r}")
         return 2
+    if any(token in HELP_FLAGS for token in argv[2:]):
+        out.stdout(kind.spec.help())
+        return 0
     try:
-        args = kind.parser().parse_args(argv[2:])
-    except ArgvError as exc:
-        if exc.text:
-            (out.stdout if exc.exit_code == 0 else out.stderr)(exc.text)
-        return exc.exit_code
-    except argparse.ArgumentError as exc:  # exit_on_error=False reports some errors this way
-        out.stderr(f"{kind.parser().format_usage().rstrip()}\n{kind.family} {kind.action}: error: {exc}")
+        args = kind.spec.parse(argv, ctx.secrets)
+    except ValidationError as exc:
+        out.lines(STDERR, argv_error_lines(kind, exc))
         return 2
+    ctx = replace(ctx, as_json=kind.spec.wants_json(argv))
     try:
         return await kind.run(args, ctx, out)
     except Exception as exc:

@@ -14,10 +14,8 @@ executes it now, without a shell, as the site user, in the site's folder.
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import os
-import re
 import secrets
 import shlex
 import time
@@ -28,33 +26,15 @@ from typing import Any
 import orjson
 import trio
 
-from agent.jobs.base import JobContext, JobError, Kind, Output, domain_arg, id_arg, rfc3339
+from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.proc import SYSTEM_PATH, capture_command, stream_command, which
 from agent.sites import Site, write_atomically
+from api_client.job_kinds.system import CronAdd, IdArgs, OptionalDomain
 
 CRON_FILE = "cron.json"
 BEGIN = "# BEGIN fleetdeck-agent: entries managed by the fleetdeck agent; edits inside are overwritten"
 END = "# END fleetdeck-agent"
-
-_FIELD = r"(?:[0-9*]|[A-Za-z]{3})[0-9A-Za-z*,/-]*"
-SCHEDULE_RE = re.compile(rf"^(?:@(?:hourly|daily|weekly|monthly|yearly|annually|reboot)|{_FIELD}(?: {_FIELD}){{4}})$")
-TOKEN_RE = re.compile(r"^[A-Za-z0-9_./=:%+@,-]+$")
-
-
-def schedule_arg(value: str) -> str:
-    if not SCHEDULE_RE.match(value):
-        raise argparse.ArgumentTypeError(f"not a cron schedule (five fields or @daily...): {value!r}")
-    return value
-
-
-def command_arg(value: str) -> str:
-    tokens = value.split(" ")
-    if not all(TOKEN_RE.match(t) for t in tokens) or tokens[0].startswith("-"):
-        raise argparse.ArgumentTypeError(
-            f"not a command (a program and arguments separated by single spaces, no shell syntax): {value!r}"
-        )
-    return value
 
 
 # --- the record ----------------------------------------------------------------------------
@@ -182,15 +162,15 @@ async def forget_site(ctx: JobContext, site: Site, out: Output) -> int:
 # --- handlers ------------------------------------------------------------------------------
 
 
-async def _list(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _list(args: OptionalDomain, ctx: JobContext, out: Output) -> int:
     entries = await trio.to_thread.run_sync(CronStore(ctx.state_dir).entries)
     if args.domain:
         entries = [e for e in entries if e.get("domain") == args.domain]
-    out.result({"entries": entries}, as_json=args.json)
+    out.result({"entries": entries}, as_json=ctx.as_json)
     return 0
 
 
-async def _add(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _add(args: CronAdd, ctx: JobContext, out: Output) -> int:
     site = await find_site(ctx, args.domain)
     _require_crontab(ctx)
     account = site_account(ctx, site)
@@ -214,11 +194,11 @@ async def _add(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
 
             await trio.to_thread.run_sync(store.update, undo)
         raise
-    out.result({"entry": entry, "user": account.name}, as_json=args.json)
+    out.result({"entry": entry, "user": account.name}, as_json=ctx.as_json)
     return 0
 
 
-async def _pause(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _pause(args: IdArgs, ctx: JobContext, out: Output) -> int:
     store = CronStore(ctx.state_dir)
     entry = _find(await trio.to_thread.run_sync(store.entries), args.id)
     site = await find_site(ctx, str(entry.get("domain")))
@@ -238,7 +218,7 @@ async def _pause(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
     return 0
 
 
-async def _run(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _run(args: IdArgs, ctx: JobContext, out: Output) -> int:
     entry = _find(await trio.to_thread.run_sync(CronStore(ctx.state_dir).entries), args.id)
     site = await find_site(ctx, str(entry.get("domain")))
     account = site_account(ctx, site)
@@ -265,25 +245,9 @@ async def _run(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
         raise JobError(f"permission denied: {argv[0]} cannot be run by {account.name}", 126) from None
 
 
-def _configure_list(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--domain", type=domain_arg, help="only this site's entries")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _configure_add(p: argparse.ArgumentParser) -> None:
-    p.add_argument("domain", type=domain_arg)
-    p.add_argument("--schedule", required=True, type=schedule_arg, help='five cron fields or @daily: "*/5 * * * *"')
-    p.add_argument("--command", required=True, type=command_arg, help="a program and its arguments, no shell syntax")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _configure_id(p: argparse.ArgumentParser) -> None:
-    p.add_argument("id", type=id_arg)
-
-
 KINDS = [
-    Kind("cron", "list", _configure_list, _list, "The cron entries of this server's sites."),
-    Kind("cron", "add", _configure_add, _add, "Add a cron entry to a site and install it in its user's crontab."),
-    Kind("cron", "pause", _configure_id, _pause, "Pause a cron entry (it leaves the crontab)."),
-    Kind("cron", "run", _configure_id, _run, "Run a cron entry's command now, as the site user."),
+    handler("cron.list", _list),
+    handler("cron.add", _add),
+    handler("cron.pause", _pause),
+    handler("cron.run", _run),
 ]

@@ -8,16 +8,16 @@ up to the size the file had when the job started.
 
 from __future__ import annotations
 
-import argparse
 import os
 import stat
 
 import trio
 
 from agent.files.jail import Jail
-from agent.jobs.base import STDOUT, JobContext, JobError, Kind, Output, domain_arg, int_range
+from agent.jobs.base import STDOUT, JobContext, JobError, Output, handler
 from agent.jobs.common import find_site
 from agent.jobs.proc import LineSplitter
+from api_client.job_kinds.system import LogsTail
 
 BACK_BLOCK = 1024 * 1024
 FORWARD_BLOCK = 256 * 1024
@@ -80,7 +80,7 @@ def _open_log(home: str, slug: str, name: str) -> int:
     return fd
 
 
-async def _tail(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _tail(args: LogsTail, ctx: JobContext, out: Output) -> int:
     site = await find_site(ctx, args.domain)
     name = f"{args.log}.log"
     try:
@@ -99,10 +99,6 @@ async def _tail(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
     return 0
 
 
-def _configure_tail(p: argparse.ArgumentParser) -> None:
-    p.add_argument("domain", type=domain_arg)
-    p.add_argument("--log", choices=["access", "error"], default="access", help="which log (default: access)")
-    p.add_argument("--lines", type=int_range(1, MAX_LINES), default=200, help="how many lines, from the end")
-
-
-KINDS = [Kind("logs", "tail", _configure_tail, _tail, "The last lines of a site's access or error log.")]
+KINDS = [
+    handler("logs.tail", _tail),
+]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, Kind, Output
+from agent.jobs.base import JobContext, Output, handler
+from api_client.job_kinds.base import NoArgs
 
 MEMINFO_FIELDS = {
     "MemTotal": "total",
@@ -68,13 +68,11 @@ def metrics(home: str) -> dict[str, Any]:
     }
 
 
-def _configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-async def _get(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
-    out.result(await trio.to_thread.run_sync(metrics, ctx.home), as_json=args.json)
+async def _get(args: NoArgs, ctx: JobContext, out: Output) -> int:
+    out.result(await trio.to_thread.run_sync(metrics, ctx.home), as_json=ctx.as_json)
     return 0
 
 
-KINDS = [Kind("metrics", "get", _configure, _get, "Load, CPUs, memory, disk of the home, uptime.")]
+KINDS = [
+    handler("metrics.get", _get),
+]

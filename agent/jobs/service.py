@@ -6,28 +6,20 @@ SysV ``service`` tool (``/etc/init.d`` scripts) answers.
 
 from __future__ import annotations
 
-import argparse
 import os
-import re
 from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, JobError, Kind, Output
+from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.proc import capture_command, require, stream_command
+from api_client.job_kinds.system import ServiceArgs
 
-SERVICE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9@._-]{0,127}$")
 INIT_D = "/etc/init.d"
 
 
 def systemd_running() -> bool:
     return os.path.isdir("/run/systemd/system")
-
-
-def service_arg(value: str) -> str:
-    if not SERVICE_RE.match(value):
-        raise argparse.ArgumentTypeError(f"not a service name: {value!r}")
-    return value
 
 
 async def _require_init_script(name: str) -> None:
@@ -70,13 +62,13 @@ async def _sysv_status(name: str) -> dict[str, Any]:
     }
 
 
-async def _status(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _status(args: ServiceArgs, ctx: JobContext, out: Output) -> int:
     result = await (_systemd_status(args.name) if systemd_running() else _sysv_status(args.name))
-    out.result(result, as_json=args.json)
+    out.result(result, as_json=ctx.as_json)
     return 0
 
 
-async def _restart(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _restart(args: ServiceArgs, ctx: JobContext, out: Output) -> int:
     name = args.name
     if systemd_running():
         argv = [require("systemctl", "restart the service"), "restart", name]
@@ -86,16 +78,7 @@ async def _restart(args: argparse.Namespace, ctx: JobContext, out: Output) -> in
     return await stream_command(out, argv)
 
 
-def _configure_status(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", type=service_arg)
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _configure_restart(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name", type=service_arg)
-
-
 KINDS = [
-    Kind("service", "status", _configure_status, _status, "Whether a system service runs."),
-    Kind("service", "restart", _configure_restart, _restart, "Restart a system service, showing the tool's output."),
+    handler("service.status", _status),
+    handler("service.restart", _restart),
 ]

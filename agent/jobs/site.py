@@ -9,22 +9,23 @@ a create that fails half-way undoes what it made.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import html
 import os
 import re
 import shutil
 import time
-from typing import Any
+from typing import Any, get_args
 
 import trio
 
-from agent.jobs.base import JobContext, JobError, Kind, Output, domain_arg, rfc3339
+from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import Account, account_by_name, current_account, find_site, user_name_of
 from agent.jobs.proc import capture_command, require, which
 from agent.jobs.storage import measure_path
 from agent.sites import SLUG_RE, Site
+from api_client.job_kinds.base import NoArgs
+from api_client.job_kinds.web import DomainArgs, SiteCreate, SiteDelete, SiteProfile
 
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 _O_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -52,6 +53,8 @@ PROFILES = {
     "php": ("index.php", _PHP_INDEX),
     "wordpress": ("index.php", _WORDPRESS_INDEX),
 }
+if set(PROFILES) != set(get_args(SiteProfile)):  # the catalog's list is the truth: one template each
+    raise ImportError(f"site profiles: the agent has {sorted(PROFILES)}, the catalog {get_args(SiteProfile)}")
 LOG_FILES = ("access.log", "error.log")
 
 
@@ -114,17 +117,17 @@ def describe(ctx: JobContext, site: Site, *, full: bool) -> dict[str, Any]:
     return info
 
 
-async def _list(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _list(args: NoArgs, ctx: JobContext, out: Output) -> int:
     def work() -> list[dict[str, Any]]:
         return [describe(ctx, site, full=False) for site in ctx.sites.sites()]
 
-    out.result({"sites": await trio.to_thread.run_sync(work)}, as_json=args.json)
+    out.result({"sites": await trio.to_thread.run_sync(work)}, as_json=ctx.as_json)
     return 0
 
 
-async def _inspect(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _inspect(args: DomainArgs, ctx: JobContext, out: Output) -> int:
     site = await find_site(ctx, args.domain)
-    out.result(await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True)), as_json=args.json)
+    out.result(await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True)), as_json=ctx.as_json)
     return 0
 
 
@@ -225,7 +228,7 @@ async def _delete_user(name: str) -> str | None:
     return None if code == 0 else f"userdel {name} failed (exit {code}): {' '.join(err.split())}"
 
 
-async def _create(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _create(args: SiteCreate, ctx: JobContext, out: Output) -> int:
     domain, profile = args.domain, args.profile
     slug = slug_of(domain)
     if not SLUG_RE.match(slug):
@@ -260,14 +263,14 @@ async def _create(args: argparse.Namespace, ctx: JobContext, out: Output) -> int
         raise
     if profile != "static" and site.php is None:
         out.stderr(f"note: PHP is not installed on this server; the {profile} site's files are ready")
-    out.result({"site": await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True))}, as_json=args.json)
+    out.result({"site": await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True))}, as_json=ctx.as_json)
     return 0
 
 
 # --- delete --------------------------------------------------------------------------------
 
 
-async def _delete(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
     from agent.jobs.cron import forget_site  # cron imports this family's helpers
 
     site = await find_site(ctx, args.domain)
@@ -297,37 +300,13 @@ async def _delete(args: argparse.Namespace, ctx: JobContext, out: Output) -> int
         "user_removed": user_removed,
         "cron_entries_removed": cron_removed,
     }
-    out.result(result, as_json=args.json)
+    out.result(result, as_json=ctx.as_json)
     return exit_code
 
 
-# --- argv ----------------------------------------------------------------------------------
-
-
-def _configure_list(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _configure_inspect(p: argparse.ArgumentParser) -> None:
-    p.add_argument("domain", type=domain_arg)
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _configure_create(p: argparse.ArgumentParser) -> None:
-    p.add_argument("domain", type=domain_arg)
-    p.add_argument("--profile", default="static", choices=sorted(PROFILES), help="what public_html starts with")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-def _configure_delete(p: argparse.ArgumentParser) -> None:
-    p.add_argument("domain", type=domain_arg)
-    p.add_argument("--keep-files", action="store_true", help="leave the site's folder in place")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
 KINDS = [
-    Kind("site", "list", _configure_list, _list, "The sites of this server with their disk use."),
-    Kind("site", "inspect", _configure_inspect, _inspect, "One site: its folder, user, size and profile."),
-    Kind("site", "create", _configure_create, _create, "Create a site: its system user, folder and registry entry."),
-    Kind("site", "delete", _configure_delete, _delete, "Delete a site: its registry entry, files and user."),
+    handler("site.list", _list),
+    handler("site.inspect", _inspect),
+    handler("site.create", _create),
+    handler("site.delete", _delete),
 ]

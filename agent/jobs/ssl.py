@@ -7,15 +7,15 @@ cannot read is listed with its error; none found is an empty list.
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import time
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.jobs.base import JobContext, JobError, Kind, Output
+from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.proc import capture_command, which
+from api_client.job_kinds.base import NoArgs
 
 LETSENCRYPT_LIVE = "/etc/letsencrypt/live"
 
@@ -64,11 +64,7 @@ async def read_certificate(openssl: str, path: str) -> dict[str, Any]:
     return {"path": path, "source": source, **parse_x509(text)}
 
 
-def _configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-async def _list(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _list(args: NoArgs, ctx: JobContext, out: Output) -> int:
     paths = certificate_paths(ctx.state_dir)
     certificates = []
     if paths:
@@ -76,8 +72,10 @@ async def _list(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
         if openssl is None:
             raise JobError("openssl is not installed on this server: it is needed to read the certificates")
         certificates = [await read_certificate(openssl, path) for path in paths]
-    out.result({"certificates": certificates}, as_json=args.json)
+    out.result({"certificates": certificates}, as_json=ctx.as_json)
     return 0
 
 
-KINDS = [Kind("ssl", "list", _configure, _list, "Certificates (Let's Encrypt and the agent's) with their expiry.")]
+KINDS = [
+    handler("ssl.list", _list),
+]

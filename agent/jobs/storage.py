@@ -7,7 +7,6 @@ and keeps one descriptor pair per level of depth, not per directory seen.
 
 from __future__ import annotations
 
-import argparse
 import os
 import stat
 from dataclasses import dataclass
@@ -17,8 +16,9 @@ import trio
 
 from agent.files.entries import entry_type, wire_name
 from agent.files.jail import Jail, normalize
-from agent.jobs.base import JobContext, JobError, Kind, Output, int_range
+from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.link.protocol import RpcError
+from api_client.job_kinds.system import StorageUsage
 
 MAX_ENTRIES = 5000
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -161,16 +161,12 @@ def usage(home: str, path: str, depth: int) -> dict[str, Any]:
     }
 
 
-def _configure_usage(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--path", default="", help="a folder relative to the home (default: the home itself)")
-    p.add_argument("--depth", type=int_range(1, 5), default=1, help="levels of entries to report (1 to 5)")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-async def _usage(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _usage(args: StorageUsage, ctx: JobContext, out: Output) -> int:
     result = await trio.to_thread.run_sync(usage, ctx.home, args.path, args.depth)
-    out.result(result, as_json=args.json)
+    out.result(result, as_json=ctx.as_json)
     return 0
 
 
-KINDS = [Kind("storage", "usage", _configure_usage, _usage, "Sizes of the entries under the home, largest first.")]
+KINDS = [
+    handler("storage.usage", _usage),
+]

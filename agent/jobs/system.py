@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import socket
@@ -10,8 +9,9 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, Kind, Output
+from agent.jobs.base import JobContext, Output, handler
 from agent.jobs.metrics import meminfo, uptime_s
+from api_client.job_kinds.base import NoArgs
 
 
 def os_release(path: str = "/etc/os-release") -> dict[str, str]:
@@ -58,13 +58,11 @@ def info(version: str) -> dict[str, Any]:
     }
 
 
-def _configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-async def _info(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
-    out.result(await trio.to_thread.run_sync(info, ctx.version), as_json=args.json)
+async def _info(args: NoArgs, ctx: JobContext, out: Output) -> int:
+    out.result(await trio.to_thread.run_sync(info, ctx.version), as_json=ctx.as_json)
     return 0
 
 
-KINDS = [Kind("system", "info", _configure, _info, "Host name, OS, kernel, CPU, memory, versions.")]
+KINDS = [
+    handler("system.info", _info),
+]

@@ -5,12 +5,12 @@ It reads apt's cache as it is (no ``apt update``): the answer is as fresh as the
 
 from __future__ import annotations
 
-import argparse
 import re
 from typing import Any
 
-from agent.jobs.base import JobContext, JobError, Kind, Output
+from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.proc import capture_command, require
+from api_client.job_kinds.base import NoArgs
 
 # name/suite[,suite..] version arch [upgradable from: old]
 _LINE = re.compile(
@@ -38,11 +38,7 @@ def parse_upgradable(text: str) -> list[dict[str, Any]]:
     return updates
 
 
-def _configure(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
-async def _list(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
+async def _list(args: NoArgs, ctx: JobContext, out: Output) -> int:
     apt = require("apt", "list the available updates (only apt-based systems are supported)")
     code, text, err = await capture_command([apt, "list", "--upgradable"])
     if code != 0:
@@ -50,9 +46,11 @@ async def _list(args: argparse.Namespace, ctx: JobContext, out: Output) -> int:
     updates = parse_upgradable(text)
     out.result(
         {"updates": updates, "count": len(updates), "security_count": sum(u["security"] for u in updates)},
-        as_json=args.json,
+        as_json=ctx.as_json,
     )
     return 0
 
 
-KINDS = [Kind("updates", "list", _configure, _list, "Packages apt can upgrade (from apt's current cache).")]
+KINDS = [
+    handler("updates.list", _list),
+]

@@ -23,12 +23,12 @@ from api_client.errors import (
     UnknownKind,
     ValidationFailed,
 )
+from api_client.job_kinds import JobKind, json_schemas, lookup
 from api_client.models import Job, JobCreate, JobKindList, JobList
 from control_plane import sse
 from control_plane.auth.principal import Principal
 from control_plane.clock import parse
 from control_plane.jobs import store
-from control_plane.jobs.catalog import JobKind, json_schemas, lookup
 from control_plane.servers.routes import server_row
 from control_plane.state import Caller, Fleet, FleetDep
 

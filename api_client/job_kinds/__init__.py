@@ -7,9 +7,11 @@ minimum plan and its secret fields. `JobKind.build(args)` validates the argument
 every argv value against the central rule of `argtypes` and splits the secrets out: a secret never
 enters the argv, it travels beside it in `BuiltJob.secrets`.
 
-Adding a kind is adding one `kind(...)` entry in the `catalog_<area>.py` module of its domain; the
-rules of `catalog_base` (groups and plans per domain, flags from field names, `--json`, the checks)
-apply to it without it having to say so.
+Adding a kind is adding one `kind(...)` entry in the module of its area (`web`, `data`,
+`containers`, `load_balancers`, `system`, `ai`); the rules of `base` (groups and plans per
+domain, flags from field names, `--json`, the checks) apply to it without it having to say so.
+`JobKind.parse(argv, secrets)` is the inverse of `build`: the agent validates the argv it is
+given into the same model, so both sides of a job obey one definition.
 
 Public API: `JobKind`, `BuiltJob`, `Group`, `CATALOG`, `lookup`, `json_schemas`.
 """
@@ -22,8 +24,8 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from control_plane.jobs import catalog_ai, catalog_containers, catalog_data, catalog_system, catalog_web
-from control_plane.jobs.catalog_base import DOMAINS, BuiltJob, Group, JobKind
+from api_client.job_kinds import ai, containers, data, load_balancers, system, web
+from api_client.job_kinds.base import DOMAINS, BuiltJob, Group, JobKind
 
 __all__ = ["CATALOG", "DOMAINS", "BuiltJob", "Group", "JobKind", "json_schemas", "lookup"]
 
@@ -39,7 +41,7 @@ def _assemble(*groups: list[JobKind]) -> Mapping[str, JobKind]:
 
 
 CATALOG: Mapping[str, JobKind] = _assemble(
-    catalog_web.KINDS, catalog_data.KINDS, catalog_containers.KINDS, catalog_system.KINDS, catalog_ai.KINDS
+    web.KINDS, data.KINDS, containers.KINDS, load_balancers.KINDS, system.KINDS, ai.KINDS
 )
 
 

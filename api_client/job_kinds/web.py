@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from control_plane.jobs.argtypes import (
+from api_client.job_kinds.argtypes import (
     Bool,
     CommandLine,
     DnsName,
@@ -37,7 +37,7 @@ from control_plane.jobs.argtypes import (
     Version,
     WpUser,
 )
-from control_plane.jobs.catalog_base import Args, JobKind, NoArgs, kind
+from api_client.job_kinds.base import Args, JobKind, NoArgs, kind
 
 # --- shared argument models ------------------------------------------------------------------------
 
@@ -53,9 +53,13 @@ class Lines(Args):
 # --- site ------------------------------------------------------------------------------------------
 
 
+SiteProfile = Literal["static", "php", "wordpress"]
+"""What a new site's public_html starts with; the agent has a template for each (and no other)."""
+
+
 class SiteCreate(Args):
     domain: DomainName
-    profile: Slug = "static"
+    profile: SiteProfile = Field(default="static", description="what the site's public_html starts with")
 
 
 class SiteDelete(Args):
@@ -405,10 +409,6 @@ DNS = [
 ]  # fmt: skip
 
 # --- mail ------------------------------------------------------------------------------------------
-
-
-class Mailbox(Args):
-    address: Email
 
 
 class MailboxAdd(Args):

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from control_plane.jobs.argtypes import (
+from api_client.job_kinds.argtypes import (
     Bool,
     CommandLine,
     CronCommand,
@@ -39,7 +39,7 @@ from control_plane.jobs.argtypes import (
     Timezone,
     Username,
 )
-from control_plane.jobs.catalog_base import Args, JobKind, NoArgs, kind
+from api_client.job_kinds.base import Args, JobKind, NoArgs, kind
 
 
 class DomainArgs(Args):

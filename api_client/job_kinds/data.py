@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from control_plane.jobs.argtypes import (
+from api_client.job_kinds.argtypes import (
     AccessKeyId,
     Bool,
     BucketName,
@@ -27,7 +27,7 @@ from control_plane.jobs.argtypes import (
     Secret,
     Slug,
 )
-from control_plane.jobs.catalog_base import Args, JobKind, NoArgs, kind
+from api_client.job_kinds.base import Args, JobKind, NoArgs, kind
 
 # A file in a site, for imports and exports: the site's domain and a path relative to its root.
 FilePath = RelativePath

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from control_plane.jobs.argtypes import (
+from api_client.job_kinds.argtypes import (
     Bool,
     DomainName,
     EnvName,
@@ -21,7 +21,7 @@ from control_plane.jobs.argtypes import (
     Slug,
     Version,
 )
-from control_plane.jobs.catalog_base import Args, JobKind, NoArgs, kind
+from api_client.job_kinds.base import Args, JobKind, NoArgs, kind
 
 
 class NameArgs(Args):

@@ -1,6 +1,6 @@
 """The machinery of the job catalog: `JobKind`, `BuiltJob`, the argv builder and the domain policy.
 
-The per-domain modules (`catalog_*.py`) only declare argument models and call `kind(...)`; the
+The per-area modules (`web.py`, `system.py`, ...) only declare argument models and call `kind(...)`; the
 rules live here, once:
 
 - group and plan come from the domain (`DOMAINS`), a read kind is always `observe`;
@@ -21,15 +21,15 @@ from __future__ import annotations
 import re
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from api_client.job_kinds.argtypes import value_problem
 from api_client.models import Plan
-from control_plane.jobs.argtypes import value_problem
 
 Group = Literal["observe", "content", "infra", "sysadmin"]
 
@@ -170,6 +170,114 @@ class JobKind:
             args[name] = secrets.get(name)
         return BuiltJob(args=args, argv=out, secrets=secrets)
 
+    def parse(self, argv: Sequence[str], secrets: Mapping[str, str] | None = None) -> BaseModel:
+        """The inverse of `build`: validate an argv (and the secrets given beside it) into this
+        kind's model. Raises pydantic.ValidationError, each error located at a field or a flag.
+
+        Flags may come in any order and positionals between them; `--json` is accepted (and
+        ignored: the caller reads it with `wants_json`) when the kind's argv may carry it;
+        `--flag=value` is accepted for `--flag value`."""
+        if self.builder is not None:
+            raise RuntimeError(f"{self.kind}: an argv from a custom builder cannot be parsed")
+        if list(argv[:2]) != [self.domain, self.action]:
+            raise _argv_error([_error(("argv",), " ".join(argv[:2]), f"must start with {self.domain} {self.action}")])
+        slots = self.slots()
+        raw: dict[str, Any] = {}
+        errors: list[InitErrorDetails] = []
+        unsafe: list[InitErrorDetails] = []
+        positionals: list[str] = []
+        tokens = list(argv[2:])
+        index = 0
+        while index < len(tokens):
+            token = tokens[index]
+            index += 1
+            if not token.startswith("-"):
+                positionals.append(token)
+                continue
+            flag, has_inline, inline = token.partition("=")
+            if flag == JSON_FLAG and self.json and not has_inline:
+                continue
+            slot = slots.get(flag)
+            if slot is None:
+                errors.append(_error((flag,), token, "unknown flag"))
+                continue
+            if slot.shape == "bool":
+                if has_inline:
+                    errors.append(_error((flag,), token, "this flag takes no value"))
+                else:
+                    _put(raw, slot.path, True)
+                continue
+            if has_inline:
+                value = inline
+            elif index < len(tokens) and not tokens[index].startswith("-"):
+                value = tokens[index]
+                index += 1
+            else:
+                errors.append(_error((flag,), flag, "expected a value after the flag"))
+                continue
+            problem = value_problem(value)
+            if problem is not None:
+                unsafe.append(_error((flag,), value, f"argument {problem}"))
+            if slot.shape != "models" and _get(raw, slot.path) is not None:
+                errors.append(_error((flag,), value, "given more than once"))
+            else:
+                slot.take(raw, value)
+        if len(positionals) > len(self.positional):
+            extra = positionals[len(self.positional) :]
+            errors.append(_error(("argv",), " ".join(extra), f"unexpected argument(s): {' '.join(extra)}"))
+        for name, value in zip(self.positional, positionals, strict=False):
+            problem = value_problem(value)
+            if problem is not None:
+                unsafe.append(_error((name,), value, f"argument {problem}"))
+            raw[name] = _coerce(self.args.model_fields[name].annotation, value)
+        for name, value in (secrets or {}).items():
+            if name in self.secret_fields:
+                raw[name] = value
+            else:
+                errors.append(_error(("secrets", name), "***", "not a secret field of this kind"))
+        if errors:
+            raise _argv_error(errors, self.kind)
+        model = self.args.model_validate(raw)  # its errors name the field
+        if unsafe:  # the central rule, as `build` applies it, over what the model let through
+            raise _argv_error(unsafe, self.kind)
+        return model
+
+    def wants_json(self, argv: Sequence[str]) -> bool:
+        """Whether `argv` asks for JSON output (a terminal may leave `--json` out)."""
+        return self.json and JSON_FLAG in argv[2:]
+
+    def slots(self) -> Mapping[str, Slot]:
+        """Every flag of this kind (not `--json`) and the field it fills."""
+        return _slots(self.args, "-", (), self.positional + self.secret_fields)
+
+    def usage(self) -> str:
+        """One line in the style of argparse: `usage: site create DOMAIN [--profile PROFILE] [--json]`."""
+        parts = [self.domain, self.action, *(name.upper() for name in self.positional)]
+        for flag, slot in self.slots().items():
+            text = flag if slot.shape == "bool" else f"{flag} {slot.metavar}"
+            parts.append(text if slot.required else f"[{text}]")
+        if self.json:
+            parts.append(f"[{JSON_FLAG}]")
+        return "usage: " + " ".join(parts)
+
+    def help(self) -> str:
+        """A `--help` text generated from the model's fields, their descriptions and bounds."""
+        lines = [self.usage(), "", self.summary]
+        schema = self.args.model_json_schema()
+        rows = [(name.upper(), _field_help(schema, (name,))) for name in self.positional]
+        rows += [
+            (flag if slot.shape == "bool" else f"{flag} {slot.metavar}", _field_help(schema, slot.path))
+            for flag, slot in self.slots().items()
+        ]
+        if self.json:
+            rows.append((JSON_FLAG, "print the result as JSON"))
+        rows += [(f"(secret) {name}", "given beside the command line, never on it") for name in self.secret_fields]
+        if rows:
+            width = min(max(len(left) for left, _ in rows), 28)
+            lines += ["", "arguments:"]
+            lines += [f"  {left:<{width}}  {right}".rstrip() for left, right in rows]
+        return "\n".join(lines)
+
     def _generic(self, model: BaseModel) -> Argv:
         argv = Argv(self.domain, self.action)
         for name in self.positional:
@@ -263,18 +371,160 @@ def _is_model(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, BaseModel)
 
 
-def _model_flags(model: type[BaseModel], prefix: str, skip: tuple[str, ...]) -> set[str]:
-    flags: set[str] = set()
+Shape = Literal["scalar", "bool", "list", "models"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """What one flag fills: the field at `path` (nested models are flattened), and how its value
+    is written: a scalar, a bool flag (present when true), a comma-joined list of scalars, or a
+    list of models with one `key=value,key=value` item per repetition of the flag."""
+
+    path: tuple[str, ...]
+    annotation: Any
+    shape: Shape
+    required: bool
+    item: Any = None  # the list's item type ("list", "models")
+
+    @property
+    def metavar(self) -> str:
+        name = self.path[-1].upper()
+        return {"list": f"{name}[,{name}...]", "models": "KEY=VALUE[,KEY=VALUE...]"}.get(self.shape, name)
+
+    def take(self, raw: dict[str, Any], value: str) -> None:
+        """Put the text `value` of this flag into the raw arguments, typed as the field expects."""
+        if self.shape == "list":
+            _put(raw, self.path, [_coerce(self.item, item) for item in value.split(",")])
+        elif self.shape == "models":
+            items = _get(raw, self.path)
+            if items is None:
+                items = []
+                _put(raw, self.path, items)
+            items.append(_item(self.item, value))
+        else:
+            _put(raw, self.path, _coerce(self.annotation, value))
+
+
+def _slots(model: type[BaseModel], prefix: str, path: tuple[str, ...], skip: tuple[str, ...]) -> dict[str, Slot]:
+    slots: dict[str, Slot] = {}
     for name, info in model.model_fields.items():
         if name in skip:
             continue
         flag = f"{prefix}-{name.replace('_', '-')}"
+        here = (*path, name)
         alternatives = _unwrap(info.annotation)
+        required = info.is_required() and not path
         if len(alternatives) == 1 and _is_model(alternatives[0]):
-            flags |= _model_flags(alternatives[0], flag, ())
+            slots.update(_slots(alternatives[0], flag, here, ()))
+        elif bool in alternatives:
+            slots[flag] = Slot(here, info.annotation, "bool", False)
+        elif len(alternatives) == 1 and get_origin(alternatives[0]) is list:
+            item = get_args(alternatives[0])[0]
+            is_models = any(_is_model(alt) for alt in _unwrap(item))
+            models_item = _unwrap(item)[0] if is_models else item
+            slots[flag] = Slot(here, info.annotation, "models" if is_models else "list", required, models_item)
         else:
-            flags.add(flag)
-    return flags
+            slots[flag] = Slot(here, info.annotation, "scalar", required)
+    return slots
+
+
+def _model_flags(model: type[BaseModel], prefix: str, skip: tuple[str, ...]) -> set[str]:
+    return set(_slots(model, prefix, (), skip))
+
+
+def _put(raw: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for name in path[:-1]:
+        raw = raw.setdefault(name, {})
+    raw[path[-1]] = value
+
+
+def _get(raw: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for name in path[:-1]:
+        raw = raw.get(name, {})
+    return raw.get(path[-1])
+
+
+_INT_TEXT = re.compile(r"^[0-9]{1,19}$")
+
+
+def _coerce(annotation: Any, text: str) -> Any:
+    """The text of an argv value as the field's type takes it: an int for an int field (strict
+    fields refuse "5"); anything else stays text, and the model says what is wrong with it."""
+    takes_text = takes_int = False
+    for alt in _unwrap(annotation):
+        values = get_args(alt) if get_origin(alt) is Literal else (alt,)
+        for value in values:
+            takes_text |= value is str or isinstance(value, str) or value is SecretStr
+            takes_int |= value is int or (isinstance(value, int) and not isinstance(value, bool))
+    if takes_int and not takes_text and _INT_TEXT.match(text):
+        return int(text)
+    return text
+
+
+def _item(model: Any, text: str) -> dict[str, Any]:
+    """One `key=value,key=value` item of a list-of-models flag (the inverse of `_kv`)."""
+    fields = model.model_fields if _is_model(model) else {}
+    item: dict[str, Any] = {}
+    for pair in text.split(","):
+        key, _, value = pair.partition("=")
+        info = fields.get(key)
+        if info is None:
+            item[key] = value  # the model refuses the unknown field, naming it
+        elif value == "" and type(None) in _alternatives_with_none(info.annotation):
+            item[key] = None
+        elif bool in _unwrap(info.annotation):
+            item[key] = {"true": True, "false": False}.get(value, value)
+        else:
+            item[key] = _coerce(info.annotation, value)
+    return item
+
+
+def _alternatives_with_none(annotation: Any) -> list[Any]:
+    origin = get_origin(annotation)
+    if origin is typing.Annotated:
+        return _alternatives_with_none(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return [alt for arg in get_args(annotation) for alt in _alternatives_with_none(arg)]
+    return [annotation]
+
+
+def _field_help(schema: dict[str, Any], path: tuple[str, ...]) -> str:
+    """A field's description, choices, bounds and default, from the model's JSON schema."""
+    defs = schema.get("$defs", {})
+    prop: dict[str, Any] = {}
+    node = schema
+    for name in path:
+        prop = _resolve(node.get("properties", {}).get(name, {}), defs)
+        node = _resolve(prop, defs)
+        for alt in prop.get("anyOf", ()):
+            node = _resolve(alt, defs) if "$ref" in alt else node
+    parts: list[str] = []
+    variants = [prop, *(_resolve(alt, defs) for alt in prop.get("anyOf", ()))]
+    for variant in variants:
+        if variant.get("description") and variant["description"] not in parts:
+            parts.append(variant["description"])
+        if "enum" in variant:
+            parts.append("one of: " + ", ".join(str(v) for v in variant["enum"]))
+        if "const" in variant:
+            parts.append(f"only: {variant['const']}")
+        bounds = [f"{word} {variant[key]}" for key, word in (("minimum", "min"), ("maximum", "max")) if key in variant]
+        if bounds:
+            parts.append(", ".join(bounds))
+    if prop.get("default") not in (None, "", [], False) and not isinstance(prop.get("default"), dict):
+        parts.append(f"default: {prop['default']}")
+    return "; ".join(parts)
+
+
+def _resolve(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        resolved: dict[str, Any] = defs.get(ref.rsplit("/", 1)[-1], {})
+        return resolved
+    return node
+
+
+def _argv_error(errors: list[InitErrorDetails], title: str = "argv") -> ValidationError:
+    return ValidationError.from_exception_data(title, errors)
 
 
 def _secret_fields(model: type[BaseModel]) -> tuple[str, ...]:

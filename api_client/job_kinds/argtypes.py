@@ -22,10 +22,14 @@ import ipaddress
 import re
 import unicodedata
 import zoneinfo
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Literal
 
+from annotated_types import GroupedMetadata
 from pydantic import AfterValidator, Field, SecretStr, Strict, StringConstraints
+from pydantic.config import JsonDict
 
 # --- the central rule -----------------------------------------------------------------------------
 
@@ -68,6 +72,35 @@ def _safe(value: str) -> str:
 Safe = AfterValidator(_safe)
 
 
+@dataclass(frozen=True)
+class shaped(GroupedMetadata):
+    """The metadata of a strict string shape: `Annotated[str, shaped(pattern, description)]`.
+
+    It expands (in this order) to `Strict()`, the `StringConstraints` (pattern and lengths), the
+    extra `check` (a function raising ValueError, or returning the value normalised), the central
+    rule `Safe` (unless `safe=False`: the check calls `_safe` itself, e.g. to allow an empty value)
+    and the `Field` carrying the description (and a JSON schema `format`) served to clients.
+    """
+
+    pattern: str
+    description: str | None
+    min_length: int | None = None
+    max_length: int | None = None
+    check: Callable[[str], str] | None = None
+    safe: bool = True
+    format: str | None = None
+
+    def __iter__(self) -> Iterator[object]:
+        yield Strict()
+        yield StringConstraints(min_length=self.min_length, max_length=self.max_length, pattern=self.pattern)
+        if self.check is not None:
+            yield AfterValidator(self.check)
+        if self.safe:
+            yield Safe
+        extra: JsonDict | None = {"format": self.format} if self.format is not None else None
+        yield Field(description=self.description, json_schema_extra=extra)
+
+
 def _check(pattern: str, value: str) -> bool:
     return re.fullmatch(pattern, value) is not None
 
@@ -79,19 +112,23 @@ _SAFE_TEXT = r"^[^-\s;|&$`<>(){}'\"\\*?\[\]][^;|&$`<>(){}'\"\\*?\[\]\x00-\x1f\x7
 
 SafeText = Annotated[
     str,
-    Strict(),
-    StringConstraints(min_length=1, max_length=200, pattern=_SAFE_TEXT),
-    Safe,
-    Field(description="short text: no shell syntax, quotes, globs or control characters"),
+    shaped(
+        _SAFE_TEXT,
+        "short text: no shell syntax, quotes, globs or control characters",
+        min_length=1,
+        max_length=200,
+    ),
 ]
 """Unavoidable human text (a title, a comment): bounded, no shell syntax."""
 
 SearchText = Annotated[
     str,
-    Strict(),
-    StringConstraints(min_length=1, max_length=200, pattern=_SAFE_TEXT),
-    Safe,
-    Field(description="a literal (fixed-string) search: no shell syntax, quotes, globs or regex brackets"),
+    shaped(
+        _SAFE_TEXT,
+        "a literal (fixed-string) search: no shell syntax, quotes, globs or regex brackets",
+        min_length=1,
+        max_length=200,
+    ),
 ]
 
 # --- names ----------------------------------------------------------------------------------------
@@ -109,11 +146,13 @@ def _domain(value: str) -> str:
 
 DomainName = Annotated[
     str,
-    Strict(),
-    StringConstraints(min_length=3, max_length=253, pattern=rf"^{_DOMAIN}$"),
-    AfterValidator(_domain),
-    Safe,
-    Field(description="RFC 1123 host name, lowercase, at least one dot (IDNs in punycode)"),
+    shaped(
+        rf"^{_DOMAIN}$",
+        "RFC 1123 host name, lowercase, at least one dot (IDNs in punycode)",
+        min_length=3,
+        max_length=253,
+        check=_domain,
+    ),
 ]
 
 
@@ -125,182 +164,134 @@ def _hostname(value: str) -> str:
 
 HostName = Annotated[
     str,
-    Strict(),
-    StringConstraints(min_length=1, max_length=253, pattern=rf"^{_HOST}$"),
-    AfterValidator(_hostname),
-    Safe,
-    Field(description="RFC 1123 host name, lowercase (a single label allowed)"),
+    shaped(
+        rf"^{_HOST}$",
+        "RFC 1123 host name, lowercase (a single label allowed)",
+        min_length=1,
+        max_length=253,
+        check=_hostname,
+    ),
 ]
 
 Slug = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$"),
-    Safe,
-    Field(description="lowercase letters, digits and '-', 1-63 characters, not starting with '-'"),
+    shaped(
+        r"^[a-z0-9][a-z0-9-]{0,62}$",
+        "lowercase letters, digits and '-', 1-63 characters, not starting with '-'",
+    ),
 ]
 
-Id = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"),
-    Safe,
-    Field(description="an opaque identifier"),
-]
+Id = Annotated[str, shaped(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$", "an opaque identifier")]
 
 ServiceName = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9@._-]{0,127}$"),
-    Safe,
-    Field(description="a system service (unit) name, e.g. nginx or php8.3-fpm"),
+    shaped(
+        r"^[A-Za-z0-9][A-Za-z0-9@._-]{0,127}$",
+        "a system service (unit) name, e.g. nginx or php8.3-fpm",
+    ),
 ]
 
 DockerName = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"),
-    Safe,
-    Field(description="a docker container, volume or network name, or a container id"),
+    shaped(
+        r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$",
+        "a docker container, volume or network name, or a container id",
+    ),
 ]
 
-EnvName = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"),
-    Safe,
-    Field(description="an environment variable name"),
-]
+EnvName = Annotated[str, shaped(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$", "an environment variable name")]
 
-PluginSlug = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^[a-z0-9][a-z0-9_.-]{0,199}$"),
-    Safe,
-    Field(description="a WordPress.org plugin or theme slug"),
-]
+PluginSlug = Annotated[str, shaped(r"^[a-z0-9][a-z0-9_.-]{0,199}$", "a WordPress.org plugin or theme slug")]
 
-PackageName = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9+._-]{0,127}$"),
-    Safe,
-    Field(description="an OS package name (deb or rpm)"),
-]
+PackageName = Annotated[str, shaped(r"^[A-Za-z0-9][A-Za-z0-9+._-]{0,127}$", "an OS package name (deb or rpm)")]
 
 RegistryPackage = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^(?:@[a-z0-9][a-z0-9._-]{0,99}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,213}$"),
-    Safe,
-    Field(description="an npm (optionally @scope/) or PyPI package name"),
+    shaped(
+        r"^(?:@[a-z0-9][a-z0-9._-]{0,99}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,213}$",
+        "an npm (optionally @scope/) or PyPI package name",
+    ),
 ]
 
 ModelName = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}(?::[A-Za-z0-9][A-Za-z0-9._-]{0,63})?$"),
-    AfterValidator(lambda v: _no_dotdot(v, "model name")),
-    Safe,
-    Field(description="an AI model reference, e.g. llama3.1:8b or openai/gpt-4o"),
+    shaped(
+        r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}(?::[A-Za-z0-9][A-Za-z0-9._-]{0,63})?$",
+        "an AI model reference, e.g. llama3.1:8b or openai/gpt-4o",
+        check=lambda v: _no_dotdot(v, "model name"),
+    ),
 ]
 
 IniKey = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}(?:\.[a-z0-9_]{1,63}){0,3}$"),
-    Safe,
-    Field(description="a php.ini directive, e.g. memory_limit or opcache.enable"),
+    shaped(
+        r"^[a-z][a-z0-9_]{0,63}(?:\.[a-z0-9_]{1,63}){0,3}$",
+        "a php.ini directive, e.g. memory_limit or opcache.enable",
+    ),
 ]
 
 IniValue = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[A-Za-z0-9_./:@+%,=][A-Za-z0-9_./:@+%,=-]{0,254}$"),
-    Safe,
-    Field(description="a php.ini value: a number with unit, On/Off, a name or a path (no spaces)"),
+    shaped(
+        r"^[A-Za-z0-9_./:@+%,=][A-Za-z0-9_./:@+%,=-]{0,254}$",
+        "a php.ini value: a number with unit, On/Off, a name or a path (no spaces)",
+    ),
 ]
 
 SysctlKey = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[a-z0-9_]+(?:\.[a-z0-9_-]+){1,5}$", max_length=128),
-    Safe,
-    Field(description="a kernel parameter, e.g. net.core.somaxconn"),
+    shaped(
+        r"^[a-z0-9_]+(?:\.[a-z0-9_-]+){1,5}$",
+        "a kernel parameter, e.g. net.core.somaxconn",
+        max_length=128,
+    ),
 ]
 
 SysctlValue = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[0-9]{1,19}(?: [0-9]{1,19}){0,3}$"),
-    Safe,
-    Field(description="one to four non-negative integers separated by single spaces"),
+    shaped(
+        r"^[0-9]{1,19}(?: [0-9]{1,19}){0,3}$",
+        "one to four non-negative integers separated by single spaces",
+    ),
 ]
 
-Locale = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^[a-z]{2,3}(?:_[A-Z]{2})?(?:\.UTF-8)?$"),
-    Safe,
-    Field(description="a locale, e.g. en_US or de_DE.UTF-8"),
-]
+Locale = Annotated[str, shaped(r"^[a-z]{2,3}(?:_[A-Z]{2})?(?:\.UTF-8)?$", "a locale, e.g. en_US or de_DE.UTF-8")]
 
-Duration = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^[1-9][0-9]{0,5}[smhd]$"),
-    Safe,
-    Field(description="a duration: a number and s, m, h or d, e.g. 15m"),
-]
+Duration = Annotated[str, shaped(r"^[1-9][0-9]{0,5}[smhd]$", "a duration: a number and s, m, h or d, e.g. 15m")]
 
 BucketName = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"),
-    AfterValidator(lambda v: _no_dotdot(v, "bucket name")),
-    Safe,
-    Field(description="an S3 bucket name"),
+    shaped(
+        r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$",
+        "an S3 bucket name",
+        check=lambda v: _no_dotdot(v, "bucket name"),
+    ),
 ]
 
-AccessKeyId = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^[A-Za-z0-9]{8,128}$"),
-    Safe,
-    Field(description="an S3 access key id (not secret; the secret key is)"),
-]
+AccessKeyId = Annotated[str, shaped(r"^[A-Za-z0-9]{8,128}$", "an S3 access key id (not secret; the secret key is)")]
 
-RegionName = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^[a-z0-9][a-z0-9-]{0,31}$"),
-    Safe,
-    Field(description="a storage region, e.g. us-east-1 or auto"),
-]
+RegionName = Annotated[str, shaped(r"^[a-z0-9][a-z0-9-]{0,31}$", "a storage region, e.g. us-east-1 or auto")]
 
-PhpModule = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^[a-z][a-z0-9_]{0,63}$"),
-    Safe,
-    Field(description="a PHP extension module, e.g. pdo_mysql or imagick"),
-]
+PhpModule = Annotated[str, shaped(r"^[a-z][a-z0-9_]{0,63}$", "a PHP extension module, e.g. pdo_mysql or imagick")]
 
 _DNS_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
 DnsName = Annotated[
     str,
-    Strict(),
-    StringConstraints(max_length=253, pattern=rf"^(?:@|{_DNS_LABEL}(?:\.{_DNS_LABEL})*)$"),
-    Safe,
-    Field(description="a record name relative to its zone: @ for the apex, or labels such as www or _dmarc"),
+    shaped(
+        rf"^(?:@|{_DNS_LABEL}(?:\.{_DNS_LABEL})*)$",
+        "a record name relative to its zone: @ for the apex, or labels such as www or _dmarc",
+        max_length=253,
+    ),
 ]
 
 DnsValue = Annotated[
     str,
-    Strict(),
-    StringConstraints(min_length=1, max_length=255, pattern=_SAFE_TEXT),
-    Safe,
-    Field(description="a record value; its shape is checked against the record type"),
+    shaped(
+        _SAFE_TEXT,
+        "a record value; its shape is checked against the record type",
+        min_length=1,
+        max_length=255,
+    ),
 ]
 
 # --- users and mail ---------------------------------------------------------------------------------
@@ -325,45 +316,34 @@ def _not_reserved_user(value: str) -> str:
 
 Username = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[a-z_][a-z0-9_-]{0,31}$"),
-    AfterValidator(_not_reserved_user),
-    Safe,
-    Field(description="a POSIX user name (not a system account)"),
+    shaped(
+        r"^[a-z_][a-z0-9_-]{0,31}$",
+        "a POSIX user name (not a system account)",
+        check=_not_reserved_user,
+    ),
 ]
 
 LoginName = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[a-z_][a-z0-9_.-]{0,31}$"),
-    Safe,
-    Field(description="a user name to log in with on a remote host (may be root)"),
+    shaped(
+        r"^[a-z_][a-z0-9_.-]{0,31}$",
+        "a user name to log in with on a remote host (may be root)",
+    ),
 ]
 
 Email = Annotated[
     str,
-    Strict(),
-    StringConstraints(max_length=254, pattern=rf"^[A-Za-z0-9_+][A-Za-z0-9._+-]{{0,63}}@{_DOMAIN}$"),
-    AfterValidator(lambda v: _domain(_no_dotdot(v, "address"))),
-    Safe,
-    Field(description="an e-mail address: local@domain, no quoting or comments"),
+    shaped(
+        rf"^[A-Za-z0-9_+][A-Za-z0-9._+-]{{0,63}}@{_DOMAIN}$",
+        "an e-mail address: local@domain, no quoting or comments",
+        max_length=254,
+        check=lambda v: _domain(_no_dotdot(v, "address")),
+    ),
 ]
 
-WpUser = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,59}$"),
-    Safe,
-    Field(description="a WordPress user login"),
-]
+WpUser = Annotated[str, shaped(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,59}$", "a WordPress user login")]
 
-RegistryUser = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$"),
-    Safe,
-    Field(description="a container registry user name"),
-]
+RegistryUser = Annotated[str, shaped(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}$", "a container registry user name")]
 
 # --- databases --------------------------------------------------------------------------------------
 
@@ -389,20 +369,20 @@ def _not_reserved_db_user(value: str) -> str:
 
 DbName = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"),
-    AfterValidator(_not_reserved_db),
-    Safe,
-    Field(description="a database name: letters, digits, '_' (not a system database)"),
+    shaped(
+        r"^[A-Za-z_][A-Za-z0-9_]{0,63}$",
+        "a database name: letters, digits, '_' (not a system database)",
+        check=_not_reserved_db,
+    ),
 ]
 
 DbUser = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,31}$"),
-    AfterValidator(_not_reserved_db_user),
-    Safe,
-    Field(description="a database account name (not a system account)"),
+    shaped(
+        r"^[A-Za-z_][A-Za-z0-9_]{0,31}$",
+        "a database account name (not a system account)",
+        check=_not_reserved_db_user,
+    ),
 ]
 
 
@@ -414,11 +394,11 @@ def _db_host(value: str) -> str:
 
 DbHost = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^(?:localhost|%|[0-9A-Fa-f.:]{2,39})$"),
-    AfterValidator(_db_host),
-    Safe,
-    Field(description="where a database account may connect from: localhost, % (anywhere) or an IP address"),
+    shaped(
+        r"^(?:localhost|%|[0-9A-Fa-f.:]{2,39})$",
+        "where a database account may connect from: localhost, % (anywhere) or an IP address",
+        check=_db_host,
+    ),
 ]
 
 # --- network ---------------------------------------------------------------------------------------
@@ -437,37 +417,31 @@ def _port_range(value: str) -> str:
 
 PortRange = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[0-9]{1,5}-[0-9]{1,5}$"),
-    AfterValidator(_port_range),
-    Safe,
-    Field(description="a port range low-high, e.g. 8000-8100"),
+    shaped(
+        r"^[0-9]{1,5}-[0-9]{1,5}$",
+        "a port range low-high, e.g. 8000-8100",
+        check=_port_range,
+    ),
 ]
 
 
-def _ip(version: int | None) -> AfterValidator:
+def _ip(version: int | None) -> Callable[[str], str]:
     def check(value: str) -> str:
         address = ipaddress.ip_address(value)
         if version is not None and address.version != version:
             raise ValueError(f"expected an IPv{version} address")
         return str(address)
 
-    return AfterValidator(check)
+    return check
 
 
-def _net(version: int | None) -> AfterValidator:
-    def check(value: str) -> str:
-        network = ipaddress.ip_network(value, strict=True)  # host bits set: refused
-        if version is not None and network.version != version:
-            raise ValueError(f"expected an IPv{version} network")
-        return str(network)
-
-    return AfterValidator(check)
+def _network(value: str) -> str:
+    return str(ipaddress.ip_network(value, strict=True))  # host bits set: refused
 
 
 def _ip_or_net(value: str) -> str:
     if "/" in value:
-        return str(ipaddress.ip_network(value, strict=True))
+        return _network(value)
     return str(ipaddress.ip_address(value))
 
 
@@ -475,34 +449,24 @@ _V4 = r"^[0-9.]{7,15}$"
 _V6 = r"^[0-9A-Fa-f:.]{2,45}$"
 _ANY = r"^[0-9A-Fa-f:.]{2,45}$"
 
-IPv4 = Annotated[
-    str, Strict(), StringConstraints(pattern=_V4), _ip(4), Safe, Field(json_schema_extra={"format": "ipv4"})
-]
-IPv6 = Annotated[
-    str, Strict(), StringConstraints(pattern=_V6), _ip(6), Safe, Field(json_schema_extra={"format": "ipv6"})
-]
-IPAddress = Annotated[
-    str, Strict(), StringConstraints(pattern=_ANY), _ip(None), Safe, Field(description="an IPv4 or IPv6 address")
-]
-IPv4Cidr = Annotated[
-    str, Strict(), StringConstraints(pattern=r"^[0-9.]{7,15}/[0-9]{1,2}$"), _net(4), Safe,
-    Field(description="an IPv4 network in CIDR notation, host bits clear"),
-]  # fmt: skip
-IPv6Cidr = Annotated[
-    str, Strict(), StringConstraints(pattern=r"^[0-9A-Fa-f:.]{2,45}/[0-9]{1,3}$"), _net(6), Safe,
-    Field(description="an IPv6 network in CIDR notation, host bits clear"),
-]  # fmt: skip
+IPv4 = Annotated[str, shaped(_V4, None, check=_ip(4), format="ipv4")]
+IPv6 = Annotated[str, shaped(_V6, None, check=_ip(6), format="ipv6")]
+IPAddress = Annotated[str, shaped(_ANY, "an IPv4 or IPv6 address", check=_ip(None))]
 Cidr = Annotated[
-    str, Strict(), StringConstraints(pattern=r"^[0-9A-Fa-f:.]{2,45}/[0-9]{1,3}$"), _net(None), Safe,
-    Field(description="an IPv4 or IPv6 network in CIDR notation, host bits clear"),
-]  # fmt: skip
+    str,
+    shaped(
+        r"^[0-9A-Fa-f:.]{2,45}/[0-9]{1,3}$",
+        "an IPv4 or IPv6 network in CIDR notation, host bits clear",
+        check=_network,
+    ),
+]
 IPOrCidr = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[0-9A-Fa-f:.]{2,45}(?:/[0-9]{1,3})?$"),
-    AfterValidator(_ip_or_net),
-    Safe,
-    Field(description="an IP address or a CIDR network"),
+    shaped(
+        r"^[0-9A-Fa-f:.]{2,45}(?:/[0-9]{1,3})?$",
+        "an IP address or a CIDR network",
+        check=_ip_or_net,
+    ),
 ]
 
 
@@ -518,11 +482,12 @@ def _host(value: str) -> str:
 
 Host = Annotated[
     str,
-    Strict(),
-    StringConstraints(max_length=253, pattern=r"^[0-9A-Za-z][0-9A-Za-z.:-]*$"),
-    AfterValidator(_host),
-    Safe,
-    Field(description="an IP address or a lowercase host name"),
+    shaped(
+        r"^[0-9A-Za-z][0-9A-Za-z.:-]*$",
+        "an IP address or a lowercase host name",
+        max_length=253,
+        check=_host,
+    ),
 ]
 
 # --- paths and URLs -------------------------------------------------------------------------------
@@ -552,59 +517,46 @@ def _relative_path(value: str) -> str:
 
 RelativePath = Annotated[
     str,
-    Strict(),
-    StringConstraints(max_length=4096, pattern=_RELATIVE_PATH),
-    AfterValidator(_relative_path),
-    Field(description="a path relative to the scope root: no '..', no leading '/' or '-', no shell syntax"),
+    shaped(
+        _RELATIVE_PATH,
+        "a path relative to the scope root: no '..', no leading '/' or '-', no shell syntax",
+        max_length=4096,
+        check=_relative_path,
+        safe=False,
+    ),
 ]
 
-
-def _absolute_path(value: str) -> str:
-    for part in value.split("/")[1:]:
-        if part in (".", ".."):
-            raise ValueError("the path may not contain '.' or '..' segments")
-    return value
-
-
-AbsolutePath = Annotated[
-    str,
-    Strict(),
-    StringConstraints(max_length=1024, pattern=r"^/(?:[A-Za-z0-9_.@+-]+/?)*$"),
-    AfterValidator(_absolute_path),
-    Safe,
-    Field(description="an absolute path inside a container, e.g. /var/lib/data"),
-]
 
 UrlPath = Annotated[
     str,
-    Strict(),
-    StringConstraints(max_length=1024, pattern=r"^/[A-Za-z0-9_.~/%:@+,=-]*$"),
-    AfterValidator(lambda v: _no_dotdot(v, "URL path")),
-    Safe,
-    Field(description="an absolute URL path, e.g. /healthz (no query string)"),
+    shaped(
+        r"^/[A-Za-z0-9_.~/%:@+,=-]*$",
+        "an absolute URL path, e.g. /healthz (no query string)",
+        max_length=1024,
+        check=lambda v: _no_dotdot(v, "URL path"),
+    ),
 ]
 
 HttpsUrl = Annotated[
     str,
-    Strict(),
-    StringConstraints(max_length=2048, pattern=rf"^https://{_HOST}(?::[0-9]{{1,5}})?(?:/[A-Za-z0-9_.~/%:@+,=-]*)?$"),
-    AfterValidator(lambda v: _no_dotdot(v, "URL")),
-    Safe,
-    Field(description="an https:// URL without credentials or query string"),
+    shaped(
+        rf"^https://{_HOST}(?::[0-9]{{1,5}})?(?:/[A-Za-z0-9_.~/%:@+,=-]*)?$",
+        "an https:// URL without credentials or query string",
+        max_length=2048,
+        check=lambda v: _no_dotdot(v, "URL"),
+    ),
 ]
 
 _GIT_PATH = r"[A-Za-z0-9_][A-Za-z0-9_.~/-]*"
 GitUrl = Annotated[
     str,
-    Strict(),
-    StringConstraints(
-        max_length=2048,
-        pattern=rf"^(?:https://{_HOST}(?::[0-9]{{1,5}})?/{_GIT_PATH}|ssh://git@{_HOST}(?::[0-9]{{1,5}})?/{_GIT_PATH}"
+    shaped(
+        rf"^(?:https://{_HOST}(?::[0-9]{{1,5}})?/{_GIT_PATH}|ssh://git@{_HOST}(?::[0-9]{{1,5}})?/{_GIT_PATH}"
         rf"|git@{_HOST}:{_GIT_PATH})$",
+        "https://host/path, ssh://git@host/path or git@host:path; credentials go in the token field",
+        max_length=2048,
+        check=lambda v: _no_dotdot(v, "repository URL"),
     ),
-    AfterValidator(lambda v: _no_dotdot(v, "repository URL")),
-    Safe,
-    Field(description="https://host/path, ssh://git@host/path or git@host:path; credentials go in the token field"),
 ]
 
 
@@ -614,18 +566,7 @@ def _git_ref(value: str) -> str:
     return value
 
 
-GitRef = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_./+-]{0,254}$"),
-    AfterValidator(_git_ref),
-    Safe,
-    Field(description="a git branch or tag name"),
-]
-
-GitSha = Annotated[
-    str, Strict(), StringConstraints(pattern=r"^[0-9a-f]{7,40}$"), Safe, Field(description="a commit id")
-]
+GitRef = Annotated[str, shaped(r"^[A-Za-z0-9_][A-Za-z0-9_./+-]{0,254}$", "a git branch or tag name", check=_git_ref)]
 
 # The docker/distribution reference grammar: [registry[:port]/]path[:tag][@digest].
 _IMG_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -650,11 +591,12 @@ def _image(value: str) -> str:
 
 ImageRef = Annotated[
     str,
-    Strict(),
-    StringConstraints(max_length=512, pattern=_IMAGE),
-    AfterValidator(_image),
-    Safe,
-    Field(description="a docker image reference: [registry[:port]/]name[:tag][@sha256:digest]"),
+    shaped(
+        _IMAGE,
+        "a docker image reference: [registry[:port]/]name[:tag][@sha256:digest]",
+        max_length=512,
+        check=_image,
+    ),
 ]
 
 
@@ -667,51 +609,44 @@ def _port_map(value: str) -> str:
 
 PortMapping = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^[0-9]{1,5}:[0-9]{1,5}(?:/(?:tcp|udp))?$"),
-    AfterValidator(_port_map),
-    Safe,
-    Field(description="host_port:container_port[/tcp|/udp], e.g. 8080:80"),
+    shaped(
+        r"^[0-9]{1,5}:[0-9]{1,5}(?:/(?:tcp|udp))?$",
+        "host_port:container_port[/tcp|/udp], e.g. 8080:80",
+        check=_port_map,
+    ),
 ]
 
 VolumeMount = Annotated[
     str,
-    Strict(),
-    StringConstraints(max_length=1200, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}:/(?:[A-Za-z0-9_.@+-]+/?)*(?::ro)?$"),
-    AfterValidator(lambda v: _no_dotdot(v, "mount")),
-    Safe,
-    Field(description="volume_name:/path/in/container[:ro]"),
+    shaped(
+        r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}:/(?:[A-Za-z0-9_.@+-]+/?)*(?::ro)?$",
+        "volume_name:/path/in/container[:ro]",
+        max_length=1200,
+        check=lambda v: _no_dotdot(v, "mount"),
+    ),
 ]
 
 # --- versions ---------------------------------------------------------------------------------------
 
 SemVer = Annotated[
     str,
-    Strict(),
-    StringConstraints(
-        max_length=128,
-        pattern=r"^(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)"
+    shaped(
+        r"^(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)\.(?:0|[1-9][0-9]*)"
         r"(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$",
+        "a semantic version, e.g. 1.4.2",
+        max_length=128,
     ),
-    Safe,
-    Field(description="a semantic version, e.g. 1.4.2"),
 ]
 
 Version = Annotated[
     str,
-    Strict(),
-    StringConstraints(pattern=r"^v?[0-9]{1,9}(?:\.[0-9A-Za-z]{1,20}){0,3}(?:[-+~][0-9A-Za-z.]{1,40})?$"),
-    Safe,
-    Field(description="a version string, e.g. 6.5.2, 20 or v1.2.3-rc1"),
+    shaped(
+        r"^v?[0-9]{1,9}(?:\.[0-9A-Za-z]{1,20}){0,3}(?:[-+~][0-9A-Za-z.]{1,40})?$",
+        "a version string, e.g. 6.5.2, 20 or v1.2.3-rc1",
+    ),
 ]
 
-PhpVersion = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^[5-8]\.[0-9]$"),
-    Safe,
-    Field(description="a PHP major.minor version, e.g. 8.3"),
-]
+PhpVersion = Annotated[str, shaped(r"^[5-8]\.[0-9]$", "a PHP major.minor version, e.g. 8.3")]
 
 # --- time -------------------------------------------------------------------------------------------
 
@@ -729,11 +664,12 @@ def _timezone(value: str) -> str:
 
 Timezone = Annotated[
     str,
-    Strict(),
-    StringConstraints(max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+){0,2}$"),
-    AfterValidator(_timezone),
-    Safe,
-    Field(description="an IANA time zone, e.g. Europe/Berlin"),
+    shaped(
+        r"^[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+){0,2}$",
+        "an IANA time zone, e.g. Europe/Berlin",
+        max_length=64,
+        check=_timezone,
+    ),
 ]
 
 _CRON_FIELDS: tuple[tuple[int, int, tuple[str, ...]], ...] = (
@@ -750,8 +686,8 @@ def _cron_atom(atom: str, low: int, high: int, names: tuple[str, ...]) -> int | 
     if atom.isdigit() and atom.isascii():
         number = int(atom)
         return number if low <= number <= high else None
-    if atom in names:
-        return names.index(atom) + (1 if low == 1 else 0)
+    if atom.lower() in names:  # cron reads names in any case: MON-FRI, Jan
+        return names.index(atom.lower()) + (1 if low == 1 else 0)
     return None
 
 
@@ -791,10 +727,14 @@ def _cron_schedule(value: str) -> str:
 
 CronSchedule = Annotated[
     str,
-    Strict(),
-    StringConstraints(max_length=200, pattern=r"^(?:@[a-z]+|[0-9a-z*,/-]+(?: [0-9a-z*,/-]+){4})$"),
-    AfterValidator(_cron_schedule),
-    Field(description="five cron fields or @hourly|@daily|@weekly|@monthly|@yearly|@reboot"),
+    shaped(
+        r"^(?:@[a-z]+|[0-9A-Za-z*,/-]+(?: [0-9A-Za-z*,/-]+){4})$",
+        "five cron fields (numbers, *, ranges, steps, month and weekday names) or "
+        "@hourly|@daily|@midnight|@weekly|@monthly|@yearly|@annually|@reboot",
+        max_length=200,
+        check=_cron_schedule,
+        safe=False,
+    ),
 ]
 
 
@@ -809,12 +749,13 @@ def _command(value: str) -> str:
 
 CronCommand = Annotated[
     str,
-    Strict(),
-    StringConstraints(
-        max_length=1024, pattern=r"^[A-Za-z0-9_./=:%+@,][A-Za-z0-9_./=:%+@,-]*(?: [A-Za-z0-9_./=:%+@,-]+)*$"
+    shaped(
+        r"^[A-Za-z0-9_./=:%+@,][A-Za-z0-9_./=:%+@,-]*(?: [A-Za-z0-9_./=:%+@,-]+)*$",
+        "a program path and arguments separated by single spaces; run without a shell",
+        max_length=1024,
+        check=_command,
+        safe=False,
     ),
-    AfterValidator(_command),
-    Field(description="a program path and arguments separated by single spaces; run without a shell"),
 ]
 """A command run without a shell: tokens of `[A-Za-z0-9_./=:%+@,-]`, the first not starting with '-'."""
 
@@ -850,24 +791,16 @@ def _ssh_key(value: str) -> str:
 
 SshPublicKey = Annotated[
     str,
-    Strict(),
-    StringConstraints(
-        max_length=16384,
-        pattern=r"^(?:ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com"
+    shaped(
+        r"^(?:ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com"
         r"|sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{16,}={0,3}(?: [A-Za-z0-9_.@+:-]{1,100})?$",
+        "one OpenSSH public key line: type, base64 data, optional comment",
+        max_length=16384,
+        check=_ssh_key,
     ),
-    AfterValidator(_ssh_key),
-    Safe,
-    Field(description="one OpenSSH public key line: type, base64 data, optional comment"),
 ]
 
-SshFingerprint = Annotated[
-    str,
-    Strict(),
-    StringConstraints(pattern=r"^SHA256:[A-Za-z0-9+/]{43}$"),
-    Safe,
-    Field(description="an OpenSSH SHA256 key fingerprint"),
-]
+SshFingerprint = Annotated[str, shaped(r"^SHA256:[A-Za-z0-9+/]{43}$", "an OpenSSH SHA256 key fingerprint")]
 
 # --- secrets ----------------------------------------------------------------------------------------
 
