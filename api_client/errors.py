@@ -132,6 +132,19 @@ class PathOutsideScope(ApiError):
     status = 422
 
 
+class IdempotencyMismatch(ApiError):
+    code = "idempotency_mismatch"
+    status = 422
+
+
+class RateLimited(ApiError):
+    """Too many attempts (login); `details.retry_after_s` (and the `Retry-After` header) say when
+    to try again."""
+
+    code = "rate_limited"
+    status = 429
+
+
 class InternalError(ApiError):
     code = "internal"
     status = 500
@@ -160,6 +173,8 @@ _BY_CODE: dict[str, type[ApiError]] = {
         ImmutableField,
         LiteServer,
         PathOutsideScope,
+        IdempotencyMismatch,
+        RateLimited,
         InternalError,
         AgentTimeout,
     )

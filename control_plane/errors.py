@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from api_client.errors import ApiError
+from api_client.errors import ApiError, RateLimited
 from api_client.models import ErrorBody
 
 log = logging.getLogger("fleetdeck.control_plane")
@@ -41,7 +41,10 @@ def _loc(loc: Any) -> list[str | int]:
 
 async def _api_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status_code, exc.error_code, exc.message, exc.details)
+    response = error_response(exc.status_code, exc.error_code, exc.message, exc.details)
+    if isinstance(exc, RateLimited):
+        response.headers["Retry-After"] = str(exc.details["retry_after_s"])
+    return response
 
 
 async def _validation_error(_request: Request, exc: Exception) -> Response:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends
@@ -15,6 +15,7 @@ from api_client.errors import InternalError as AgentInternal
 from control_plane.audit import store as audit
 from control_plane.auth.principal import Principal, capabilities_for
 from control_plane.auth.store import identity_for_token
+from control_plane.auth.throttle import LoginThrottle
 from control_plane.clock import parse, utcnow
 from control_plane.files.direct import DirectUploads
 from control_plane.files.operations import FileOperations
@@ -34,6 +35,7 @@ class Fleet:
     jobs: JobRunner
     operations: FileOperations
     direct_uploads: DirectUploads
+    login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
 
     async def call_agent(
         self,

@@ -31,6 +31,51 @@ def test_health_needs_no_token(stack: Stack) -> None:
     assert body["status"] == "ok" and body["agents_online"] >= 1 and body["version"]
 
 
+def _login(stack: Stack, email: str, password: str, address: str = "127.0.0.1") -> httpx.Response:
+    """A login from `address` (any of 127.0.0.0/8: the control plane sees it as the client's)."""
+    with httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=30) as http:
+        return http.post(f"{stack.base_url}/v1/auth/login", json={"email": email, "password": password})
+
+
+def _new_owner(stack: Stack) -> tuple[str, str]:
+    email, password = f"throttle-{uuid.uuid4().hex[:8]}@example.com", "right-password-1"
+    stack.admin("create-user", email, "--org", "demo", "--role", "member", "--password", password)
+    return email, password
+
+
+def test_wrong_passwords_lock_the_account_then_even_the_right_one_waits(stack: Stack) -> None:
+    email, password = _new_owner(stack)
+    for _ in range(10):
+        assert error_code(_login(stack, email, "wrong", "127.0.0.3")) == "unauthenticated"
+    for attempt in ("wrong", password):
+        locked = _login(stack, email, attempt, "127.0.0.3")
+        assert locked.status_code == 429 and error_code(locked) == "rate_limited"
+        assert 0 < int(locked.headers["Retry-After"]) <= 900
+        assert locked.json()["error"]["details"]["retry_after_s"] == int(locked.headers["Retry-After"])
+    # Per account, not per address: the lock holds from elsewhere too; other accounts are not locked.
+    assert _login(stack, email, password, "127.0.0.4").status_code == 429
+    other_email, other_password = _new_owner(stack)
+    assert _login(stack, other_email, other_password, "127.0.0.3").status_code == 200
+    with stack.http() as http:
+        entries = http.get("/v1/audit", params={"action": "auth.throttled"}).json()["entries"]
+    assert [e["target"] for e in entries if e["target"] == email] == [email]
+
+
+def test_an_unknown_email_is_throttled_like_a_known_one(stack: Stack) -> None:
+    unknown = f"nobody-{uuid.uuid4().hex[:8]}@example.com"
+    answers = [_login(stack, unknown, "guess", "127.0.0.5").status_code for _ in range(11)]
+    assert answers == [401] * 10 + [429]
+
+
+def test_many_accounts_from_one_address_lock_the_address(stack: Stack) -> None:
+    address = "127.0.0.6"
+    for n in range(50):
+        assert _login(stack, f"spray-{n}@example.com", "guess", address).status_code == 401
+    email, password = _new_owner(stack)
+    assert _login(stack, email, password, address).status_code == 429
+    assert _login(stack, email, password, "127.0.0.7").status_code == 200
+
+
 @pytest.mark.anyio
 async def test_login_and_me(stack: Stack) -> None:
     async with Client(stack.base_url) as client:

@@ -150,6 +150,39 @@ def test_idempotency_key_returns_the_first_job(stack: Stack) -> None:
     assert first.json()["id"] == again.json()["id"] != other.json()["id"]
 
 
+@pytest.mark.anyio
+async def test_concurrent_requests_with_one_idempotency_key_get_one_job(stack: Stack) -> None:
+    """Sixty requests at once with the same key: every one gets 201 and the same job."""
+    key = uuid.uuid4().hex
+    answers: list[httpx.Response] = []
+    headers = {"Authorization": f"Bearer {stack.token}", "Idempotency-Key": key}
+    async with httpx.AsyncClient(base_url=stack.base_url, headers=headers, timeout=60) as http:
+
+        async def create() -> None:
+            body = {"kind": "site.list", "args": {}}
+            answers.append(await http.post(f"/v1/servers/{stack.server_id}/jobs", json=body))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(60):
+                nursery.start_soon(create)
+    assert sorted({answer.status_code for answer in answers}) == [201], [a.text for a in answers if a.is_error][:3]
+    assert len({answer.json()["id"] for answer in answers}) == 1
+
+
+def test_an_idempotency_key_reused_with_another_body_is_422(stack: Stack) -> None:
+    key = uuid.uuid4().hex
+    with stack.http() as http:
+        tail = {"domain": "example.com", "log": "error", "lines": 10}
+        first = run(http, stack.server_id, "logs.tail", tail, headers={"Idempotency-Key": key})
+        other_kind = run(http, stack.server_id, "site.list", headers={"Idempotency-Key": key})
+        other_args = run(http, stack.server_id, "logs.tail", {**tail, "lines": 20}, headers={"Idempotency-Key": key})
+    assert first.status_code == 201
+    for answer in (other_kind, other_args):
+        assert answer.status_code == 422
+        assert answer.json()["error"]["code"] == "idempotency_mismatch"
+        assert answer.json()["error"]["details"] == {"job_id": first.json()["id"]}
+
+
 def test_read_job_result_and_history(stack: Stack) -> None:
     with stack.http() as http:
         job = run(http, stack.server_id, "site.list").json()

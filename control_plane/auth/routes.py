@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Any
 
-from api_client.errors import Forbidden, NotFound, Unauthenticated
+from fastapi import APIRouter, Request, Response
+
+from api_client.errors import Forbidden, NotFound, RateLimited, Unauthenticated
 from api_client.models import (
     ApiToken,
     ApiTokenCreated,
@@ -22,7 +24,7 @@ from control_plane.auth import store as accounts
 from control_plane.auth.passwords import verify_password
 from control_plane.auth.principal import Principal
 from control_plane.clock import parse
-from control_plane.state import Caller, FleetDep
+from control_plane.state import Caller, Fleet, FleetDep
 
 router = APIRouter(prefix="/v1")
 
@@ -33,12 +35,19 @@ async def health(fleet: FleetDep) -> Health:
 
 
 @router.post("/auth/login", response_model=LoginResponse, tags=["auth"])
-async def login(body: LoginRequest, fleet: FleetDep) -> LoginResponse:
+async def login(body: LoginRequest, request: Request, fleet: FleetDep) -> LoginResponse:
+    address = request.client.host if request.client else "unknown"
+    throttle = fleet.login_throttle
+    if (wait := throttle.retry_after(body.email, address)) is not None:
+        raise RateLimited(f"too many failed logins: try again in {wait} s", details={"retry_after_s": wait})
     user = await fleet.db.run(accounts.user_by_email, body.email)
     # Verify even for an unknown email: both failures take the same time and say the same thing.
     if not verify_password(user["password_hash"] if user else None, body.password) or user is None:
         await fleet.audit(None, "auth.login", outcome="error", error_code="unauthenticated", target=body.email)
+        if throttle.failed(body.email, address):
+            await _audit_lock(fleet, user, body.email, address)
         raise Unauthenticated("wrong email or password")
+    throttle.succeeded(body.email)
     membership = await fleet.db.run(accounts.first_membership, user["id"])
     if membership is None:
         raise Forbidden("this user belongs to no organisation")
@@ -50,6 +59,21 @@ async def login(body: LoginRequest, fleet: FleetDep) -> LoginResponse:
         token=token,
         expires_at=parse(expires_at),
         user=User(id=user["id"], email=user["email"], name=user["name"], super_admin=bool(user["super_admin"])),
+    )
+
+
+async def _audit_lock(fleet: Fleet, user: dict[str, Any] | None, email: str, address: str) -> None:
+    """Failures reached a limit: an entry in the audit log of the account's org (when the email
+    is one of a user), so its owners see the attack."""
+    membership = await fleet.db.run(accounts.first_membership, user["id"]) if user else None
+    await fleet.audit(
+        None,
+        "auth.throttled",
+        org_id=membership["org_id"] if membership else None,
+        outcome="error",
+        error_code="rate_limited",
+        target=email,
+        details={"address": address, "window_s": fleet.login_throttle.policy.window_s},
     )
 
 

@@ -12,8 +12,17 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
 
-from api_client.errors import AgentOffline, KindNotAllowed, LiteServer, NotFound, UnknownKind, ValidationFailed
+from api_client.errors import (
+    AgentOffline,
+    IdempotencyMismatch,
+    KindNotAllowed,
+    LiteServer,
+    NotFound,
+    UnknownKind,
+    ValidationFailed,
+)
 from api_client.models import Job, JobCreate, JobKindList, JobList
 from control_plane import sse
 from control_plane.auth.principal import Principal
@@ -98,26 +107,30 @@ async def create_job(
         details = _validation_details(exc)
         first = details["errors"][0]
         raise ValidationFailed(f"{'.'.join(first['loc'])}: {first['msg']}", details=details) from exc
-    if idempotency_key:
-        earlier = await fleet.db.run(store.job_by_idempotency_key, server_id, caller.user_id, idempotency_key)
-        if earlier is not None:
-            return _json(job_model(earlier), 201)
     args = masked_args(kind, built.args)
+    if idempotency_key and (earlier := await _earlier_job(fleet, caller, server_id, idempotency_key, kind, args)):
+        return earlier
     online = fleet.hub.is_online(server_id)
     if not online and kind.read:
         return await _cached_answer(fleet, caller, server_id, kind, args)
     if not online and kind.kind not in QUEUEABLE_KINDS:
         raise AgentOffline("the server's agent is not connected")
-    row = await fleet.db.run(
-        store.create_job,
-        org_id=caller.org_id,
-        server_id=server_id,
-        kind=kind.kind,
-        args=args,
-        argv=built.argv,
-        created_by=caller.user_id,
-        idempotency_key=idempotency_key,
-    )
+    try:
+        row = await fleet.db.run(
+            store.create_job,
+            org_id=caller.org_id,
+            server_id=server_id,
+            kind=kind.kind,
+            args=args,
+            argv=built.argv,
+            created_by=caller.user_id,
+            idempotency_key=idempotency_key,
+        )
+    except IntegrityError:
+        # Another request with the same key was created between the look-up above and this insert.
+        if idempotency_key and (earlier := await _earlier_job(fleet, caller, server_id, idempotency_key, kind, args)):
+            return earlier
+        raise
     await fleet.audit(
         caller,
         "jobs.create",
@@ -129,6 +142,21 @@ async def create_job(
     if online:
         fleet.jobs.start(row, secrets=built.secrets, read=kind.read)
     return _json(job_model(row), 201)
+
+
+async def _earlier_job(
+    fleet: Fleet, caller: Principal, server_id: str, key: str, kind: JobKind, args: dict[str, Any]
+) -> Response | None:
+    """The job an earlier request with this `Idempotency-Key` made, if any; the same key with
+    another kind or other arguments (secrets compared masked, as stored) is a client bug: 422."""
+    earlier = await fleet.db.run(store.job_by_idempotency_key, server_id, caller.user_id, key)
+    if earlier is None:
+        return None
+    if earlier["kind"] != kind.kind or orjson.loads(earlier["args"]) != args:
+        raise IdempotencyMismatch(
+            "this Idempotency-Key was used for another job request", details={"job_id": earlier["id"]}
+        )
+    return _json(job_model(earlier), 201)
 
 
 async def _cached_answer(
