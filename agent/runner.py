@@ -77,6 +77,7 @@ async def run_agent(config: AgentConfig, *, task_status: trio.TaskStatus[None] =
             build_handlers(config, jobs, files),
             version=config.version,
             direct_ingress_url=ingress_url,
+            job_kinds=jobs.kinds or {},
             on_welcome=ingress.on_welcome if ingress is not None else None,
         )
         if ingress is not None:

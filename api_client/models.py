@@ -115,6 +115,9 @@ class AgentInfo(WireModel):
     connected_at: datetime | None = None
     last_seen_at: datetime | None = None
     direct_ingress_url: str | None = None
+    # The job kinds the agent has a handler for, as its last hello said (None: it never said);
+    # a job of another kind is accepted and ends with exit code 127.
+    job_kinds: list[str] | None = None
 
 
 class Server(WireModel):
@@ -147,6 +150,7 @@ class PresenceEvent(WireModel):
     server_id: str
     online: bool
     version: str | None = None
+    job_kinds: list[str] | None = None  # as in `AgentInfo`, also when the agent goes offline
     at: datetime
 
 

@@ -50,15 +50,18 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
             server_id,
             online=session is not None,
             version=session.version if session else None,
+            job_kinds=session.job_kinds if session else None,
         )
-        org_id = await db.run(server_store.org_of_server, server_id)
-        if org_id is not None:
+        row = await db.run(server_store.presence_row, server_id)
+        if row is not None:
             presence.publish(
-                org_id,
+                row["org_id"],
                 {
                     "server_id": server_id,
                     "online": session is not None,
                     "version": session.version if session else None,
+                    # Also when it left: what its last hello said stays true of the server.
+                    "job_kinds": server_store.stored_job_kinds(row),
                     "at": now_iso(),
                 },
             )

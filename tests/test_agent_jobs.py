@@ -378,9 +378,7 @@ async def test_unknown_kind_bad_argv_errors_and_retention(env: Env) -> None:
             "job.run", {"job_id": "j1", "kind": "lb.apply", "argv": ["lb", "apply", "--json"], "secrets": {}}
         )
         assert unknown.exit_code == 127
-        assert unknown.stderr == [
-            f"this agent (version {__version__}) has no handler for lb.apply and should be updated"
-        ]
+        assert unknown.stderr == [f"this agent (fleetdeck-agent {__version__}) has no handler for lb.apply"]
         assert unknown.stdout == []
 
         bad = await agent.run("site", "inspect", "--json")

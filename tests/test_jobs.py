@@ -18,6 +18,7 @@ import trio
 
 from api_client import Client
 from api_client.errors import AgentOffline
+from api_client.sse import SSEParser
 from tests.conftest import Stack, start_agent, wait_until
 
 
@@ -234,11 +235,16 @@ def test_read_job_result_and_history(stack: Stack) -> None:
 
 def test_unknown_handler_exits_127(stack: Stack) -> None:
     with stack.http() as http:
+        agent = http.get(f"/v1/servers/{stack.server_id}").json()["agent"]
+        assert "docker.status" not in agent["job_kinds"]
         job = run(http, stack.server_id, "docker.status").json()
         done = wait_finished(http, job["id"])
-        stream = http.get(f"/v1/jobs/{job['id']}/stream").text
+        events = SSEParser().feed(http.get(f"/v1/jobs/{job['id']}/stream").content)
     assert done["exit_code"] == 127 and done["status"] == "failed"
-    assert "update" in stream and "docker.status" in stream
+    # It names the agent and the kind, and promises no update that may not exist.
+    assert [(e.data["stream"], e.data["text"]) for e in events if e.event == "line"] == [
+        ("stderr", f"this agent (fleetdeck-agent {agent['version']}) has no handler for docker.status")
+    ]
 
 
 BIG = 200_000

@@ -481,6 +481,67 @@ async def test_heartbeat_drops_a_silent_agent() -> None:
                 await cp.wait_presence(online=False)
 
 
+@asynccontextmanager
+async def hello_from(url: str, **fields: Any) -> AsyncIterator[Any]:
+    """A hand-made hello (version 1, no handlers, plus `fields`); yields the first frame back (a
+    decoded message, or the close reason) while the WebSocket is still open."""
+    from trio_websocket import ConnectionClosed, open_websocket_url
+
+    ws_url = url.replace("http", "ws") + protocol.LINK_PATH
+    hello = {"t": "hello", "version": "1", "boot_id": "b", "handlers": [], "hostname": "h", **fields}
+    async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {TOKEN}".encode())]) as ws:
+        await ws.send_message(protocol.encode(hello))
+        with trio.fail_after(5):
+            try:
+                answer = protocol.decode(await ws.get_message())
+            except ConnectionClosed as closed:
+                answer = closed.reason
+        yield answer
+
+
+@pytest.mark.anyio
+async def test_job_kinds_come_from_the_hello() -> None:
+    async with linked() as setup:  # an agent that runs no jobs says so
+        session = setup.cp.hub.session(SERVER_ID)
+        assert session is not None and session.job_kinds == ()
+    cp = make_control_plane()
+    async with serving(cp.hub) as url:
+        async with hello_from(url, job_kinds=["site.list", "docker.ps", "site.list"]) as welcome:
+            assert welcome["t"] == protocol.WELCOME
+            session = await cp.wait_presence(online=True)
+            assert session is not None and session.job_kinds == ("docker.ps", "site.list")
+        await cp.wait_presence(online=False)
+        async with hello_from(url):  # an agent older than job_kinds
+            session = await cp.wait_presence(online=True)
+            assert session is not None and session.job_kinds is None
+
+
+@pytest.mark.parametrize(
+    "job_kinds",
+    [
+        "docker.ps",
+        {"docker.ps": True},
+        ["docker.ps", 7],
+        ["docker.ps", None],
+        ["Docker.ps"],
+        ["docker"],
+        ["docker.ps\n"],
+        ["docker.ps; rm -rf /"],
+        ["docker." + "p" * 2000],
+        ["docker.ps"] * (protocol.MAX_JOB_KINDS + 1),
+    ],
+    ids=lambda value: repr(value)[:40],
+)
+@pytest.mark.anyio
+async def test_a_hello_with_malformed_job_kinds_is_refused(job_kinds: Any, caplog: pytest.LogCaptureFixture) -> None:
+    cp = make_control_plane()
+    async with serving(cp.hub) as url, hello_from(url, job_kinds=job_kinds) as closed:
+        pass
+    assert closed.code == protocol.CLOSE_PROTOCOL_ERROR
+    assert "bad job_kinds" in caplog.text
+    assert cp.presence == [] and not cp.hub.is_online(SERVER_ID)
+
+
 @pytest.mark.anyio
 async def test_agent_drops_a_silent_control_plane(caplog: pytest.LogCaptureFixture) -> None:
     from trio_websocket import WebSocketRequest, serve_websocket

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from agent.jobs.kinds import all_kinds
 from api_client import Client
 from tests.conftest import Stack, start_agent, start_local, stop, wait_until
 
@@ -56,6 +57,32 @@ def test_agent_presence_lifecycle(stack: Stack, second_server: tuple[str, str, P
         agent.wait()
 
 
+def test_job_kinds_are_what_the_agent_said_and_stay_while_it_is_away(
+    stack: Stack, second_server: tuple[str, str, Path]
+) -> None:
+    server_id, token, folder = second_server
+
+    def agent_info() -> dict[str, object]:
+        with stack.http() as http:
+            listed = {s["id"]: s["agent"] for s in http.get("/v1/servers").json()["servers"]}
+            one: dict[str, object] = http.get(f"/v1/servers/{server_id}").json()["agent"]
+        assert listed[server_id] == {**one, "last_seen_at": listed[server_id]["last_seen_at"]}
+        return one
+
+    assert agent_info()["job_kinds"] is None  # never linked: nobody knows
+    agent = start_agent(stack.base_url, token, folder / "home", folder / "state")
+    try:
+        wait_until(lambda: _online(stack, server_id), timeout=20)
+        assert agent_info()["job_kinds"] == sorted(all_kinds())
+        agent.send_signal(signal.SIGKILL)
+        agent.wait()
+        wait_until(lambda: not _online(stack, server_id), timeout=5)
+        assert agent_info()["job_kinds"] == sorted(all_kinds())
+    finally:
+        agent.kill()
+        agent.wait()
+
+
 def test_wrong_agent_token_never_comes_online(stack: Stack, second_server: tuple[str, str, Path]) -> None:
     server_id, _, folder = second_server
     agent = start_agent(stack.base_url, "fda_wrong", folder / "home", folder / "state")
@@ -81,6 +108,7 @@ async def test_presence_feed_resumes_with_last_event_id(stack: Stack, second_ser
             with trio.fail_after(20):
                 online = await events.__anext__()
             assert online.event == "presence" and online.data["server_id"] == server_id and online.data["online"]
+            assert online.data["job_kinds"] == sorted(all_kinds())
             resume_from = stream.last_event_id
             await events.aclose()  # the client goes away...
             agent.kill()  # ...and misses the agent dropping
@@ -94,6 +122,7 @@ async def test_presence_feed_resumes_with_last_event_id(stack: Stack, second_ser
             while first.event != "presence":
                 first = await resumed.__anext__()
         assert first.data["server_id"] == server_id and first.data["online"] is False
+        assert first.data["job_kinds"] == sorted(all_kinds())  # what its last hello said
         await resumed.aclose()
 
 

@@ -24,7 +24,7 @@ import pytest
 from textual import events
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
-from textual.widgets import Checkbox, DataTable, Input, Select, SelectionList, Tree
+from textual.widgets import Checkbox, DataTable, Input, OptionList, Select, SelectionList, Static, Tree
 
 from api_client import Client
 from api_client.job_kinds import json_schemas
@@ -33,7 +33,7 @@ from tests.conftest import Stack, start_agent, wait_until
 from themes import register_themes
 from tui.app import FleetdeckApp
 from tui.connection import Connection
-from tui.jobs.dialogs import ConfirmRun, JobFormScreen, KindPicker, rank_kinds
+from tui.jobs.dialogs import NOT_AVAILABLE, ConfirmRun, JobFormScreen, KindPicker, rank_kinds
 from tui.jobs.form import Invalid, JobForm, check_value, field_of_error, parse_schema
 from tui.jobs.log_panel import MAX_REFRESH_HZ, Banner, LogLine, LogPanel, LogView, benchmark_feed, write_log
 from tui.jobs.log_save import LogSavePrompt
@@ -488,6 +488,13 @@ def test_kinds_are_found_by_fuzzy_search() -> None:
     assert rank_kinds(kinds, "zzzz") == []
     assert [m.kind.kind for m in rank_kinds(kinds, "")] == sorted(k["kind"] for k in KINDS)
 
+    # The kinds the agent runs come first, each part in its own order; a name typed in full wins.
+    runnable = {"system.info", "site.create"}
+    assert [m.kind.kind for m in rank_kinds(kinds, "", runnable)][:3] == ["site.create", "system.info", "container.run"]
+    assert [m.kind.kind for m in rank_kinds(kinds, "system", runnable)] == ["system.info", "system.reboot"]
+    assert [m.kind.kind for m in rank_kinds(kinds, "create", runnable)][:2] == ["site.create", "db.user-create"]
+    assert rank_kinds(kinds, "system.reboot", {"system.info"})[0].kind.kind == "system.reboot"
+
 
 # --- on the real stack: `fleetdeck local` (control plane, in-process agent, SQLite) ------------
 #
@@ -822,6 +829,66 @@ def test_refusals_are_notifications_in_plain_words(stack: Stack, plus_org: Other
         await wait_for(pilot, lambda: app.screen is jobs)
 
     run(app, member)
+
+
+def picker_rows(picker: KindPicker) -> list[tuple[str, bool]]:
+    """The picker's rows as drawn: (text, whether the kind's name is dimmed)."""
+    options = picker.query_one(OptionList)
+    drawn = [options.render_line(y) for y in range(options.scrollable_content_region.height)]
+    rows = [row for row in drawn if row.text.strip()]
+    names = [next(seg for seg in row if seg.text.strip()) for row in rows]
+    return [(row.text, bool(name.style and name.style.dim)) for row, name in zip(rows, names, strict=True)]
+
+
+def test_the_picker_puts_the_agents_kinds_first_and_marks_the_others(stack: Stack, plus_org: OtherOrg) -> None:
+    with stack.http() as http:
+        runnable = http.get(f"/v1/servers/{stack.server_id}").json()["agent"]["job_kinds"]
+    app, wire = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await open_jobs_of(pilot, "local")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, KindPicker) and app.screen.matches)
+        picker = app.screen
+        assert isinstance(picker, KindPicker)
+        names = [match.kind.kind for match in picker.matches]
+        assert len(names) > len(runnable) and names[: len(runnable)] == sorted(runnable)
+        note = str(picker.query_one("#kind-availability", Static).render())
+        assert note.startswith(f"{len(runnable)} of {len(names)} kinds run on this agent")
+        rows = picker_rows(picker)
+        assert rows[0][0].strip().startswith(names[0]) and NOT_AVAILABLE not in rows[0][0] and not rows[0][1]
+        # The first kind the agent cannot run, brought into view: dimmed, marked, in 80 columns.
+        picker.action_move(len(runnable))
+        await pilot.pause()
+        first_other = names[len(runnable)]
+        (text, dimmed), *_ = [row for row in picker_rows(picker) if row[0].strip().startswith(first_other + " ")]
+        assert NOT_AVAILABLE in text and dimmed and len(text) <= pilot.app.size.width
+        # Still selectable: it is created, and the agent says why it ends with 127.
+        picker.query_one("#kind-search", Input).value = "system.ntp-sync"
+        await wait_for(pilot, lambda: picker.matches[0].kind.kind == "system.ntp-sync")
+        assert "system.ntp-sync" not in runnable
+        await pilot.press("enter")
+        await confirm(pilot)
+        await wait_for(pilot, lambda: [kind for kind, *_ in wire.creations()] == ["system.ntp-sync"])
+
+    run(app, scenario)
+
+    # A server whose agent never linked: nothing is marked, and the picker says it does not know.
+    app, wire = real_app(stack, plus_org.token)
+
+    async def never_linked(pilot: Pilot[None]) -> None:
+        await open_jobs_of(pilot, plus_org.full)
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, KindPicker) and app.screen.matches)
+        picker = app.screen
+        assert isinstance(picker, KindPicker)
+        note = str(picker.query_one("#kind-availability", Static).render())
+        assert note == "Availability unknown: this server's agent has never linked."
+        assert [m.kind.kind for m in picker.matches] == sorted(m.kind.kind for m in picker.matches)
+        rows = picker_rows(picker)
+        assert rows and all(NOT_AVAILABLE not in text and not dimmed for text, dimmed in rows)
+
+    run(app, never_linked)
 
 
 def test_a_lite_server_has_no_jobs(stack: Stack, plus_org: OtherOrg) -> None:

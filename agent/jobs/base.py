@@ -190,7 +190,8 @@ def kind_table(kinds: Iterable[Kind]) -> dict[str, Kind]:
 
 
 def no_handler_line(kind: str, version: str) -> str:
-    return f"this agent (version {version}) has no handler for {kind} and should be updated"
+    # No promise of an update: most catalog kinds have no handler in any agent version yet.
+    return f"this agent (fleetdeck-agent {version}) has no handler for {kind}"
 
 
 async def run_kind(

@@ -9,7 +9,7 @@ import socket
 import ssl
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
@@ -86,6 +86,7 @@ class AgentLink:
         version: str,
         hostname: str | None = None,
         direct_ingress_url: str | None = None,
+        job_kinds: Iterable[str] = (),
         on_welcome: OnWelcome | None = None,
         backoff: Backoff = NETWORK_BACKOFF,
         auth_backoff: Backoff = AUTH_BACKOFF,
@@ -99,6 +100,7 @@ class AgentLink:
         self.version = version
         self.hostname = hostname or socket.gethostname()
         self.direct_ingress_url = direct_ingress_url
+        self.job_kinds = sorted(job_kinds)  # the kinds ``job.run`` has a handler for, said in hello
         self.on_welcome = on_welcome
         self.backoff = backoff
         self.auth_backoff = auth_backoff
@@ -232,6 +234,7 @@ class _Session:
             "handlers": sorted(link.handlers),
             "hostname": link.hostname,
             "direct_ingress_url": link.direct_ingress_url,
+            "job_kinds": link.job_kinds,
         }
         await self.send_text(protocol.encode(hello))
         with trio.fail_after(protocol.HELLO_TIMEOUT_S):

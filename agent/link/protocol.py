@@ -19,7 +19,7 @@ Handshake
     agent → cp, first message::
 
         {"t": "hello", "version": str, "boot_id": str, "handlers": [method, ..],
-         "hostname": str, "direct_ingress_url": str | null}
+         "hostname": str, "direct_ingress_url": str | null, "job_kinds": [kind, ..]}
 
     cp → agent::
 
@@ -29,6 +29,12 @@ Handshake
     ``ingress_key`` is the base64url HMAC key with which the control plane signs this link's
     direct-upload URLs (see `agent.link.grant`); ``now`` is the control plane's unix time, so the
     agent checks their expiry in the control plane's clock.
+
+    ``job_kinds`` names the job kinds the agent has a handler for (at most `MAX_JOB_KINDS`, each
+    ``<domain>.<action>`` as the job catalog spells it), so the control plane can tell which of
+    the catalog's kinds this agent runs; a job of another kind ends with exit code 127. An agent
+    older than this field sends none: the control plane then does not know (null). A hello whose
+    ``job_kinds`` is not such a list is refused like any other malformed hello.
 
     ``boot_id`` is random per agent process start, so the control plane can tell a reconnect of
     the same process from a restart. The control plane waits at most `HELLO_TIMEOUT_S` for hello.
@@ -119,6 +125,7 @@ DEFAULT_WINDOW: Final = 4 * 1024 * 1024
 UPLOAD_WINDOW: Final = 4 * 1024 * 1024
 MAX_MESSAGE_SIZE: Final = 64 * 1024 * 1024
 MAX_CALL_ID: Final = 2**32 - 1
+MAX_JOB_KINDS: Final = 4096
 
 # Message types ("t").
 HELLO: Final = "hello"

@@ -18,6 +18,7 @@ from agent.link import grant, protocol
 from agent.link.protocol import ProtocolError
 from control_plane.hub.errors import AgentOfflineError, AgentTimeoutError
 from control_plane.hub.link import AgentSession, Link, OnReport, Pending
+from control_plane.jobs.catalog_base import KIND_RE
 
 log = logging.getLogger("fleetdeck.hub")
 
@@ -333,6 +334,7 @@ def _session_from_hello(server_id: str, frame: str, peer: str | None = None) -> 
     ingress = hello.get("direct_ingress_url")
     if ingress is not None and (not isinstance(ingress, str) or len(ingress) > _MAX_HELLO_FIELD):
         raise ProtocolError("hello with a bad direct_ingress_url")
+    job_kinds = _job_kinds(hello.get("job_kinds"))
     return AgentSession(
         server_id=server_id,
         version=str(fields["version"]),
@@ -342,7 +344,21 @@ def _session_from_hello(server_id: str, frame: str, peer: str | None = None) -> 
         direct_ingress_url=ingress,
         connected_at=datetime.now(UTC),
         peer=peer,
+        job_kinds=job_kinds,
     )
+
+
+def _job_kinds(value: Any) -> tuple[str, ...] | None:
+    """The hello's ``job_kinds``, sorted and without repeats; None when the agent did not say."""
+    if value is None:
+        return None
+    if (
+        not isinstance(value, list)
+        or len(value) > protocol.MAX_JOB_KINDS
+        or not all(isinstance(k, str) and len(k) <= _MAX_HELLO_FIELD and KIND_RE.fullmatch(k) for k in value)
+    ):
+        raise ProtocolError("hello with a bad job_kinds list")
+    return tuple(sorted(set(value)))
 
 
 async def _close(websocket: WebSocket, code: int) -> None:

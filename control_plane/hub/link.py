@@ -36,6 +36,8 @@ class AgentSession:
     direct_ingress_url: str | None
     connected_at: datetime
     peer: str | None = None  # the IP address the link comes from, as this control plane sees it
+    # The job kinds the agent has a handler for, sorted (None: an agent too old to say).
+    job_kinds: tuple[str, ...] | None = None
     # The key this link's direct-upload URLs are signed with (None: the agent has no ingress).
     ingress_key: bytes | None = field(default=None, repr=False)
 

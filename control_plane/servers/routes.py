@@ -32,6 +32,7 @@ def server_model(row: dict[str, Any], session: AgentSession | None) -> Server:
             connected_at=session.connected_at,
             last_seen_at=utcnow(),
             direct_ingress_url=session.direct_ingress_url,
+            job_kinds=list(session.job_kinds) if session.job_kinds is not None else None,
         )
     else:
         agent = AgentInfo(
@@ -39,6 +40,7 @@ def server_model(row: dict[str, Any], session: AgentSession | None) -> Server:
             version=row["agent_version"],
             connected_at=_when(row["agent_connected_at"]),
             last_seen_at=_when(row["agent_last_seen_at"]),
+            job_kinds=store.stored_job_kinds(row),
         )
     return Server(
         id=row["id"],

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
@@ -28,6 +30,7 @@ def create_server(conn: Connection, org_id: str, name: str, kind: str, address: 
         "agent_version": None,
         "agent_connected_at": None,
         "agent_last_seen_at": None,
+        "agent_job_kinds": None,
         "created_at": now_iso(),
     }
     conn.execute(servers.insert().values(**row, agent_token_hash=hash_token(token) if token else None))
@@ -57,6 +60,13 @@ def org_of_server(conn: Connection, server_id: str) -> str | None:
     return org_id
 
 
+def presence_row(conn: Connection, server_id: str) -> Row | None:
+    """What a presence event needs beside the live session: the server's org and stored job kinds."""
+    query = sa.select(servers.c.org_id, servers.c.agent_job_kinds).where(servers.c.id == server_id)
+    found = conn.execute(query).mappings().first()
+    return dict(found) if found else None
+
+
 def delete_server(conn: Connection, org_id: str, server_id: str) -> bool:
     result = conn.execute(servers.delete().where(servers.c.id == server_id, servers.c.org_id == org_id))
     return result.rowcount > 0
@@ -77,9 +87,19 @@ def server_for_agent_token(conn: Connection, token: str) -> Row | None:
     return dict(found) if found else None
 
 
-def record_presence(conn: Connection, server_id: str, *, online: bool, version: str | None) -> None:
+def record_presence(
+    conn: Connection, server_id: str, *, online: bool, version: str | None, job_kinds: Sequence[str] | None
+) -> None:
+    """An agent linked (what its hello said replaces what was stored) or left (which keeps it)."""
     now = now_iso()
     values: Row = {"agent_last_seen_at": now}
     if online:
-        values |= {"agent_connected_at": now, "agent_version": version}
+        kinds = orjson.dumps(list(job_kinds)).decode() if job_kinds is not None else None
+        values |= {"agent_connected_at": now, "agent_version": version, "agent_job_kinds": kinds}
     conn.execute(servers.update().where(servers.c.id == server_id).values(values))
+
+
+def stored_job_kinds(row: Row) -> list[str] | None:
+    """The job kinds a server row holds, as its agent last announced them."""
+    text = row["agent_job_kinds"]
+    return list(orjson.loads(text)) if text is not None else None

@@ -65,6 +65,8 @@ servers = sa.Table(
     sa.Column("agent_version", sa.String, nullable=True),
     sa.Column("agent_connected_at", sa.String, nullable=True),
     sa.Column("agent_last_seen_at", sa.String, nullable=True),
+    # JSON list of the job kinds the agent announced in its last hello; NULL: it never said.
+    sa.Column("agent_job_kinds", sa.String, nullable=True),
     sa.Column("created_at", sa.String, nullable=False),
     sa.UniqueConstraint("org_id", "name"),
 )

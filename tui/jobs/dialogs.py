@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar
@@ -76,17 +76,23 @@ class KindMatch:
     offsets: Sequence[int]  # the matched characters of `kind.kind`
 
 
-def rank_kinds(kinds: Iterable[JobKindInfo], query: str) -> list[KindMatch]:
+def rank_kinds(kinds: Iterable[JobKindInfo], query: str, runnable: Container[str] | None = None) -> list[KindMatch]:
     """Kinds matching `query`, best first.
 
     A fuzzy match on the kind name comes first (spaces ignored and words taken in any order:
     "log tail" and "tail log" find `logs.tail`); a name that begins with what was typed, or has a
     word that does, ranks higher. Kinds whose name does not match but whose summary does come after
-    ("unused packages" finds `storage.cleanup`).
+    ("unused packages" finds `storage.cleanup`). Within each of those, the kinds in `runnable` (the
+    ones the server's agent has a handler for; None: not known) come before the others; a name
+    typed in full comes before everything, so Enter picks what was typed.
     """
+
+    def unavailable(kind: JobKindInfo) -> bool:
+        return runnable is not None and kind.kind not in runnable
+
     query = query.strip()
     if not query:
-        return [KindMatch(kind, 0.0, ()) for kind in sorted(kinds, key=lambda k: k.kind)]
+        return [KindMatch(kind, 0.0, ()) for kind in sorted(kinds, key=lambda k: (unavailable(k), k.kind))]
     words = query.split()
     compacts = ["".join(order) for order in itertools.permutations(words[:3])] if len(words) > 1 else [query]
     ranked: list[tuple[int, KindMatch]] = []
@@ -101,11 +107,22 @@ def rank_kinds(kinds: Iterable[JobKindInfo], query: str) -> list[KindMatch]:
             if score > best[0]:
                 best = (score, offsets)
         if best[0] > 0:
-            ranked.append((1, KindMatch(kind, best[0], best[1])))
+            ranked.append((2 if kind.kind == query else 1, KindMatch(kind, best[0], best[1])))
         elif len(query) >= 3 and kind.summary and (score := _SEARCH.match(query, kind.summary)[0]) > 0:
             ranked.append((0, KindMatch(kind, score, ())))
-    ranked.sort(key=lambda item: (-item[0], -item[1].score, len(item[1].kind.kind), item[1].kind.kind))
+    ranked.sort(
+        key=lambda item: (
+            -item[0],
+            unavailable(item[1].kind),
+            -item[1].score,
+            len(item[1].kind.kind),
+            item[1].kind.kind,
+        )
+    )
     return [match for _, match in ranked]
+
+
+NOT_AVAILABLE = "not available on this agent"
 
 
 class KindPicker(FleetModal[JobKindInfo | None]):
@@ -125,10 +142,14 @@ class KindPicker(FleetModal[JobKindInfo | None]):
         self.server = server
         self.access = access
         self.matches: list[KindMatch] = []
+        # What the agent said in its last hello; None: it never linked, so nobody knows.
+        job_kinds = server.agent.job_kinds
+        self.runnable = frozenset(job_kinds) if job_kinds is not None else None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="kind-picker-box", classes="job-dialog"):
             yield Static(printable(f"Run a job on {self.server.name}"), classes="job-dialog--title", markup=False)
+            yield Static(self._availability(), id="kind-availability", classes="job-dialog--hint", markup=False)
             yield Input(placeholder="Search the job kinds (e.g. sysinfo, log tail, restart)…", id="kind-search",
                         compact=True)  # fmt: skip
             yield OptionList(id="kind-options")
@@ -144,7 +165,7 @@ class KindPicker(FleetModal[JobKindInfo | None]):
         self._refilter(event.value)
 
     def _refilter(self, query: str) -> None:
-        self.matches = rank_kinds(self.kinds, query)
+        self.matches = rank_kinds(self.kinds, query, self.runnable)
         options = self.query_one(OptionList)
         width = max((len(m.kind.kind) for m in self.matches), default=10)
         options.clear_options()
@@ -155,12 +176,28 @@ class KindPicker(FleetModal[JobKindInfo | None]):
         hint = f"{count} of {len(self.kinds)} kinds · ↑↓ move · Enter: pick · Esc: cancel"
         self.query_one("#kind-hint", Static).update(hint if count else "No kind matches: try fewer letters.")
 
+    def _availability(self) -> str:
+        if self.runnable is None:
+            return "Availability unknown: this server's agent has never linked."
+        count = sum(kind.kind in self.runnable for kind in self.kinds)
+        return f"{count} of {len(self.kinds)} kinds run on this agent; the others (dimmed) end with exit 127."
+
+    def available(self, kind: JobKindInfo) -> bool:
+        return self.runnable is None or kind.kind in self.runnable
+
     def _option(self, match: KindMatch, width: int) -> Option:
         kind = match.kind
         name = Text(kind.kind.ljust(width), style="bold")
         for offset in match.offsets:
             name.stylize("underline reverse", offset, offset + 1)
-        prompt = Text.assemble(name, "  ", kind_badges(kind, self.access), "  ", (printable(kind.summary), "dim"))
+        prompt = Text.assemble(name, "  ", kind_badges(kind, self.access), "  ")
+        if self.available(kind):
+            prompt.append(printable(kind.summary), "dim")
+        else:
+            # Still selectable: the job is created and says why it ends with exit code 127.
+            prompt.append(f"{NOT_AVAILABLE}  ", "italic")
+            prompt.append(printable(kind.summary))
+            prompt.stylize("dim")
         prompt.no_wrap = True
         prompt.overflow = "ellipsis"
         return Option(prompt, id=kind.kind)

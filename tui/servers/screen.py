@@ -119,6 +119,7 @@ class ServerListScreen(FleetScreen):
             update={
                 "online": event.online,
                 "version": event.version or server.agent.version,
+                "job_kinds": event.job_kinds,
                 "last_seen_at": event.at,
                 "connected_at": event.at if event.online else server.agent.connected_at,
             }
