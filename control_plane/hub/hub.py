@@ -16,9 +16,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agent.link import grant, protocol
 from agent.link.protocol import ProtocolError
+from api_client.job_kinds.base import KIND_RE
 from control_plane.hub.errors import AgentOfflineError, AgentTimeoutError
 from control_plane.hub.link import AgentSession, Link, OnReport, Pending
-from control_plane.jobs.catalog_base import KIND_RE
 
 log = logging.getLogger("fleetdeck.hub")
 
