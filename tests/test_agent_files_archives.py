@@ -18,13 +18,13 @@ from agent.files import archives
 from agent.files.handlers import FileHandlers
 from agent.link.call import Call
 from agent.link.protocol import RpcError
-from tests.test_agent_files_support import (
+from tests.helpers import eventually
+from tests.helpers.agent_files import (
     SERVER_ID,
     SITE,
     Home,
     call,
     error,
-    eventually,
     linked,
     make_home,
     outside_state,

@@ -30,7 +30,7 @@ from agent.files.jail import Jail
 from agent.files.trash import TRASH
 from agent.link.call import Call
 from agent.link.protocol import RpcError
-from tests.test_agent_files_support import (
+from tests.helpers.agent_files import (
     SERVER_ID,
     SITE,
     Home,

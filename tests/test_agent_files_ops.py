@@ -20,13 +20,13 @@ from agent.files.handlers import FileHandlers
 from agent.files.read import READ_LIMIT, content_etag
 from agent.files.trash import TRASH
 from api_client.models import Entry, TrashItem
-from tests.test_agent_files_support import (
+from tests.helpers import eventually
+from tests.helpers.agent_files import (
     SERVER_ID,
     SITE,
     Home,
     call,
     error,
-    eventually,
     lexists,
     linked,
     make_home,

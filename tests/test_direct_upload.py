@@ -36,7 +36,8 @@ from api_client import Client
 from api_client.client import DIRECT_THRESHOLD
 from api_client.errors import Conflict, PathOutsideScope
 from api_client.models import DIRECT_UPLOAD_LIMIT, Scope
-from tests.conftest import Stack, start_agent, wait_until
+from tests.conftest import Stack, start_agent
+from tests.helpers import wait_until
 
 SITE = Scope(scope="site", domain="a.example")
 DEMO_SITE = Scope(scope="site", domain="example.com")

@@ -28,10 +28,9 @@ from agent.files.remote_copy import RESULT_PREFIX, RemoteCopy, SshSettings
 from agent.link.call import Call
 from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
-from tests.conftest import Stack, start_agent, wait_until
-from tests.test_tui_commander import highlight, names, show_location
-from tests.test_tui_editor import real_app, run, wait_for
-from tests.test_tui_jobs import highlight_server
+from tests.conftest import Stack, start_agent
+from tests.helpers import wait_for, wait_until
+from tests.helpers.tui import highlight, highlight_server, names, real_app, run, show_location
 from tui.files.commander import CommanderScreen
 from tui.files.dialogs import CopyDialog
 

@@ -18,7 +18,8 @@ import trio
 
 from api_client import Client
 from api_client.errors import AgentOffline
-from tests.conftest import Stack, start_agent, wait_until
+from tests.conftest import Stack, start_agent
+from tests.helpers import wait_until
 
 
 def code(response: httpx.Response) -> str:

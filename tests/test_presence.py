@@ -10,7 +10,8 @@ import pytest
 import trio
 
 from api_client import Client
-from tests.conftest import Stack, start_agent, start_local, stop, wait_until
+from tests.conftest import Stack, start_agent, start_local, stop
+from tests.helpers import wait_until
 
 
 def _online(stack: Stack, server_id: str) -> bool:

@@ -6,11 +6,9 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pwd
 import stat
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,8 @@ from textual.widgets import Checkbox, Input, OptionList, RadioSet, Select, Selec
 
 from api_client import Scope, Server
 from tests.conftest import Stack
-from tests.test_tui_editor import real_app, site_dir, wait_for
+from tests.helpers import wait_for
+from tests.helpers.tui import real_app, run, site_dir
 from tui.app import FleetdeckApp
 from tui.files.dialogs import (
     ArchiveDialog,
@@ -50,14 +49,6 @@ def demo_server(stack: Stack) -> Server:
         answer = http.get(f"/v1/servers/{stack.server_id}")
         answer.raise_for_status()
         return Server.model_validate(answer.json())
-
-
-def run(app: App[Any], scenario: Callable[[Pilot[Any]], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with app.run_test(size=SIZE) as pilot:
-            await scenario(pilot)
-
-    asyncio.run(main())
 
 
 async def push(pilot: Pilot[Any], dialog: FileDialog[Any]) -> list[Any]:

@@ -28,7 +28,9 @@ from textual.widgets import Checkbox, DataTable, Input, Select, SelectionList, T
 
 from api_client import Client
 from api_client.models import Job, JobKindInfo, Server
-from tests.conftest import Stack, start_agent, wait_until
+from tests.conftest import Stack, start_agent
+from tests.helpers import wait_for, wait_until
+from tests.helpers.tui import highlight_server
 from themes import register_themes
 from tui.app import FleetdeckApp
 from tui.connection import Connection
@@ -138,16 +140,6 @@ KINDS = [
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-async def wait_for(pilot: Pilot[Any], predicate: Callable[[], object], seconds: float = 20) -> None:
-    """Poll until `predicate()` is true: results from trio arrive on their own schedule."""
-    for _ in range(int(seconds / 0.05)):
-        if predicate():
-            return
-        await pilot.pause(0.05)
-    notes = [n.message for n in pilot.app._notifications]
-    raise AssertionError(f"timed out; screen {pilot.app.screen!r}, notifications {notes}")
 
 
 def run(app: App[Any], scenario: Callable[[Pilot[Any]], Awaitable[None]], size: tuple[int, int] = SIZE) -> None:
@@ -709,18 +701,6 @@ def own_agent(stack: Stack, tmp_path: Path) -> Iterator[OwnAgent]:
     agent.process.wait()
     with stack.http() as http:  # the demo org's server list stays as it was
         assert http.delete(f"/v1/servers/{agent.server_id}").status_code == 204
-
-
-async def highlight_server(pilot: Pilot[None], name: str) -> None:
-    app = pilot.app
-    await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
-    servers = app.screen
-    assert isinstance(servers, ServerListScreen)
-    for _ in servers.servers:
-        if servers.highlighted_server is not None and servers.highlighted_server.name == name:
-            return
-        await pilot.press("down")
-    raise AssertionError(f"no server {name}")
 
 
 async def open_jobs_of(pilot: Pilot[None], name: str) -> JobsScreen:
