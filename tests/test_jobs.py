@@ -7,7 +7,6 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -381,7 +380,8 @@ def test_agent_killed_mid_job_ends_interrupted(stack: Stack, own_agent: Any, lon
         stream = http.get(f"/v1/jobs/{job_id}/stream").text
         assert 'event: exit\ndata: {"exit_code":null,"status":"interrupted"}' in stream
         own_agent.restart()
-        time.sleep(1)  # a restarted agent does not make the job run again
+        # A job run after the restart has been dispatched and finished: the interrupted one was not run again.
+        wait_finished(http, run(http, own_agent.server_id, "site.list").json()["id"])
         assert http.get(f"/v1/jobs/{job_id}").json()["status"] == "interrupted"
 
 

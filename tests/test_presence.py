@@ -86,7 +86,7 @@ async def test_presence_feed_resumes_with_last_event_id(stack: Stack, second_ser
             await events.aclose()  # the client goes away...
             agent.kill()  # ...and misses the agent dropping
             await trio.to_thread.run_sync(agent.wait)
-            await trio.sleep(0.5)
+            await trio.to_thread.run_sync(wait_until, lambda: not _online(stack, server_id))
         finally:
             agent.kill()
         resumed = client.events("/v1/servers/events", last_event_id=resume_from).__aiter__()

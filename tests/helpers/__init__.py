@@ -1,12 +1,15 @@
 """The waiters every test uses: results of the real stack, the agent and trio arrive on their own schedule.
 
-One waiter per way a test can wait: `wait_until` (plain code), `eventually` (inside trio) and `wait_for`
-(inside a Textual `Pilot`, whose `pause()` does not await the trio side). Each polls its condition and,
-when it does not hold in time, fails with a message naming it.
+One waiter per way a test can wait: `wait_until` (plain code), `eventually` (inside trio), `wait_for`
+(inside a Textual `Pilot`, whose `pause()` does not await the trio side) and `soon` (on the app's loop,
+past a screen too busy for the pilot). Each polls its condition and, when it does not hold in time,
+fails with a message naming it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import Callable
@@ -55,3 +58,14 @@ async def wait_for(pilot: Pilot[Any], predicate: Callable[[], object], seconds: 
     raise AssertionError(
         f"not met within {seconds} s: {describe(predicate)}; screen {pilot.app.screen!r}, notifications {notes}"
     )
+
+
+async def soon(predicate: Callable[[], object], seconds: float = 30) -> None:
+    """Poll `predicate()` on the asyncio loop itself, for the moment a busy screen passes through:
+    `wait_for` goes through `pilot.pause()`, which first waits for the screen to process its messages."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            while not predicate():  # noqa: ASYNC110 (what it watches sends no event)
+                await asyncio.sleep(0.002)
+            return
+    raise AssertionError(f"not met within {seconds} s: {describe(predicate)}")
