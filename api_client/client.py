@@ -15,12 +15,11 @@ import builtins
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import httpx
 import orjson
 from httpx_ws import AsyncWebSocketSession, WebSocketDisconnect, WebSocketNetworkError, aconnect_ws
-from pydantic import BaseModel
 
 from api_client.errors import ApiError, TransportError
 from api_client.models import (
@@ -54,8 +53,6 @@ from api_client.models import (
     TrashItem,
 )
 from api_client.sse import EventStream
-
-M = TypeVar("M", bound=BaseModel)
 
 UPLOAD_CHUNK = 1024 * 1024  # one WebSocket frame of a streamed upload
 # Above this size an upload goes straight to the server's ingress when it has one. Below it the
