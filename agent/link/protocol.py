@@ -172,6 +172,14 @@ class RpcError(Exception):
         )
 
 
+def single_error(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member groups (trio nurseries make these: a
+    handler's own, the link's): what a caller or a log should see."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def dead_after(heartbeat_s: float) -> float:
     """Silence after which a side gives the link up."""
     return 3 * heartbeat_s
