@@ -39,8 +39,8 @@ from agent.sites import SiteRegistry
 from api_client.sse import SSEParser
 from control_plane.hub import AgentCallError, AgentHub
 from control_plane.jobs import store
-from control_plane.jobs.masking import Masker
 from control_plane.jobs.runner import JobRunner
+from control_plane.masking import Masker
 from control_plane.storage import Database
 from control_plane.storage.schema import orgs, servers
 from tests.helpers import eventually
