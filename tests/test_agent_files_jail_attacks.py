@@ -283,10 +283,33 @@ async def test_a_trash_that_is_a_link_is_never_used(fs: FileHandlers, home: Home
 # --- a fuzz of paths ---------------------------------------------------------------------------
 
 COMPONENTS = [
-    "a", "b", "new", "notes.txt", "public", "..", ".", "", "%2e%2e", "....", "\\..",
-    "out_rel", "out_abs", "out_file", "out_mid", "dangling_out", "dangling_abs", "dangling_in",
-    "in_link", "to_other", "secret.txt", "sub", TRASH, "outside", "other-site", "example-com",
-]  # fmt: skip
+    "a",
+    "b",
+    "new",
+    "notes.txt",
+    "public",
+    "..",
+    ".",
+    "",
+    "%2e%2e",
+    "....",
+    "\\..",
+    "out_rel",
+    "out_abs",
+    "out_file",
+    "out_mid",
+    "dangling_out",
+    "dangling_abs",
+    "dangling_in",
+    "in_link",
+    "to_other",
+    "secret.txt",
+    "sub",
+    TRASH,
+    "outside",
+    "other-site",
+    "example-com",
+]
 
 FUZZ_LINKS = {
     "out_rel": "../../outside",

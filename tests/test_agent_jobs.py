@@ -589,11 +589,27 @@ def make_certificates(ssl_dir: Path, key: Path) -> bool:
     if shutil.which("openssl") is None:
         return False
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30", "-subj", "/CN=cert.example.com",
-         "-addext", "subjectAltName=DNS:cert.example.com,DNS:www.cert.example.com",
-         "-keyout", str(key), "-out", str(ssl_dir / "cert.pem")],
-        capture_output=True, check=True,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "30",
+            "-subj",
+            "/CN=cert.example.com",
+            "-addext",
+            "subjectAltName=DNS:cert.example.com,DNS:www.cert.example.com",
+            "-keyout",
+            str(key),
+            "-out",
+            str(ssl_dir / "cert.pem"),
+        ],
+        capture_output=True,
+        check=True,
+    )
     return True
 
 

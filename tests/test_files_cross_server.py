@@ -385,14 +385,31 @@ def test_refusals(stack: Stack, agents: tuple[Agent, Agent]) -> None:
 def _ssh(sshd: Sshd, key: Path, *command: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [
-            "ssh", "-F", "/dev/null", "-T", "-i", str(key), "-p", str(sshd.port),
-            "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
-            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@127.0.0.1", *command,
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-T",
+            "-i",
+            str(key),
+            "-p",
+            str(sshd.port),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "root@127.0.0.1",
+            *command,
         ],
         input=stdin,
         capture_output=True,
         timeout=60,
-    )  # fmt: skip
+    )
 
 
 @dataclass

@@ -58,8 +58,20 @@ def test_theme_is_picked_from_the_environment() -> None:
 
 
 def test_the_ansi_theme_and_its_pygments_style_use_only_ansi_colours() -> None:
-    colours = [ANSI.primary, ANSI.secondary, ANSI.accent, ANSI.warning, ANSI.error, ANSI.success, ANSI.foreground,
-               ANSI.background, ANSI.surface, ANSI.panel, ANSI.boost, *ANSI.variables.values()]  # fmt: skip
+    colours = [
+        ANSI.primary,
+        ANSI.secondary,
+        ANSI.accent,
+        ANSI.warning,
+        ANSI.error,
+        ANSI.success,
+        ANSI.foreground,
+        ANSI.background,
+        ANSI.surface,
+        ANSI.panel,
+        ANSI.boost,
+        *ANSI.variables.values(),
+    ]
     assert all(str(colour).startswith("ansi_") or colour in ("none", "bold", "reverse") for colour in colours)
     for style in rich_style_map(FleetdeckAnsiStyle).values():
         assert style.color is None or (style.color.number is not None and style.color.number < 16)

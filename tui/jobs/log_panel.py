@@ -391,8 +391,7 @@ class LogPanel(ScrollView, can_focus=True):
         return self._frame[y] if 0 <= y < len(self._frame) else Strip.blank(width, self.rich_style)
 
     def _frame_key_state(self) -> tuple[object, ...]:
-        return (self._appended, self._follow, self._wrap, self._timestamps, self._filter, self._banner,
-                self.app.theme)  # fmt: skip
+        return (self._appended, self._follow, self._wrap, self._timestamps, self._filter, self._banner, self.app.theme)
 
     def _render_frame(self, width: int, height: int) -> list[Strip]:
         rows = [self._status_strip(width)]
@@ -573,8 +572,9 @@ class LogView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield LogPanel(max_lines=self._max_lines, id="log-panel")
-        yield Input(placeholder="Filter: only lines containing… (Enter keeps it, Esc clears)", id="log-filter",
-                    compact=True)  # fmt: skip
+        yield Input(
+            placeholder="Filter: only lines containing… (Enter keeps it, Esc clears)", id="log-filter", compact=True
+        )
 
     @property
     def panel(self) -> LogPanel:
