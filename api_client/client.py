@@ -15,12 +15,12 @@ import builtins
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import httpx
 import orjson
 from httpx_ws import AsyncWebSocketSession, WebSocketDisconnect, WebSocketNetworkError, aconnect_ws
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
 from api_client.errors import ApiError, TransportError
 from api_client.models import (
@@ -65,7 +65,6 @@ from api_client.models import (
 )
 from api_client.sse import EventStream
 
-M = TypeVar("M", bound=BaseModel)
 _DELETE_RESULT: TypeAdapter[FsDeleteResult] = TypeAdapter(FsDeleteResult)
 
 UPLOAD_CHUNK = 1024 * 1024  # one WebSocket frame of a streamed upload

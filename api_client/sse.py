@@ -16,7 +16,6 @@ one regular-expression pass finds the canonical blocks, and any other block (com
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import httpx
 import orjson
 from httpx_sse import SSEError, aconnect_sse
 
+from api_client.backoff import full_jitter
 from api_client.errors import ApiError, TransportError
 
 
@@ -226,8 +226,8 @@ class EventStream:
                 failures += 1
                 if failures > self._max_reconnects:
                     raise TransportError(f"event stream lost: {exc}") from exc
-                # Full jitter keeps a fleet of clients from reconnecting in lockstep.
-                await anyio.sleep(random.uniform(0, self._retry_ms / 1000 * min(2**failures, 30)))
+                retry_s = self._retry_ms / 1000
+                await anyio.sleep(full_jitter(failures, base=retry_s, cap=retry_s * 30))
 
     async def _one_connection(self) -> AsyncIterator[list[Event]]:
         headers = {} if self.last_event_id is None else {"Last-Event-ID": self.last_event_id}

@@ -115,19 +115,16 @@ class Ssh:
     port: int
     key: Path
 
+    def options(self) -> list[str]:
+        """What ssh and scp both need: this key, no host key checks, no prompts."""
+        settings = ["StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "LogLevel=ERROR", "BatchMode=yes"]
+        return ["-i", str(self.key), *(arg for setting in settings for arg in ("-o", setting))]
+
     def command(self, remote: str) -> list[str]:
-        return [
-            "ssh", "-p", str(self.port), "-i", str(self.key), "-o", "StrictHostKeyChecking=no",
-            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
-            "root@127.0.0.1", remote,
-        ]  # fmt: skip
+        return ["ssh", "-p", str(self.port), *self.options(), "root@127.0.0.1", remote]
 
     def scp_from(self, remote: str, local: Path) -> list[str]:
-        return [
-            "scp", "-q", "-P", str(self.port), "-i", str(self.key), "-o", "StrictHostKeyChecking=no",
-            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
-            f"root@127.0.0.1:{remote}", str(local),
-        ]  # fmt: skip
+        return ["scp", "-q", "-P", str(self.port), *self.options(), f"root@127.0.0.1:{remote}", str(local)]
 
 
 @contextmanager

@@ -47,8 +47,9 @@ def make_dialog(name: str, server: Server, scope: Scope, arg: str) -> Any:
     if name == "extract":
         return fd.ArchiveDialog.extract(server, scope, arg, directory)
     if name == "copy":
-        return fd.CopyDialog("copy", [arg], f"local:example.com:/{directory}", "local:shop.example.org:/",
-                             "", cross="site")  # fmt: skip
+        return fd.CopyDialog(
+            "copy", [arg], f"local:example.com:/{directory}", "local:shop.example.org:/", "", cross="site"
+        )
     if name == "localpath":
         return fd.LocalPathDialog("Save as", arg)
     return dialogs[name]()
@@ -67,8 +68,10 @@ class TryApp(FleetdeckApp):
 
     def _open(self) -> None:
         scope = Scope(scope="site", domain="example.com")
-        self.push_screen(make_dialog(self.dialog, self.server, scope, self.arg),
-                         lambda result: self.notify(f"result: {result!r}", timeout=30))  # fmt: skip
+        self.push_screen(
+            make_dialog(self.dialog, self.server, scope, self.arg),
+            lambda result: self.notify(f"result: {result!r}", timeout=30),
+        )
 
 
 def main() -> None:

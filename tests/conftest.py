@@ -151,13 +151,3 @@ def start_agent(
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-def wait_until(predicate: object, timeout: float = 15.0, interval: float = 0.1) -> None:
-    assert callable(predicate)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")

@@ -30,7 +30,7 @@ from agent.files.jail import Jail
 from agent.files.trash import TRASH
 from agent.link.call import Call
 from agent.link.protocol import RpcError
-from tests.test_agent_files_support import (
+from tests.helpers.agent_files import (
     SERVER_ID,
     SITE,
     Home,
@@ -283,10 +283,33 @@ async def test_a_trash_that_is_a_link_is_never_used(fs: FileHandlers, home: Home
 # --- a fuzz of paths ---------------------------------------------------------------------------
 
 COMPONENTS = [
-    "a", "b", "new", "notes.txt", "public", "..", ".", "", "%2e%2e", "....", "\\..",
-    "out_rel", "out_abs", "out_file", "out_mid", "dangling_out", "dangling_abs", "dangling_in",
-    "in_link", "to_other", "secret.txt", "sub", TRASH, "outside", "other-site", "example-com",
-]  # fmt: skip
+    "a",
+    "b",
+    "new",
+    "notes.txt",
+    "public",
+    "..",
+    ".",
+    "",
+    "%2e%2e",
+    "....",
+    "\\..",
+    "out_rel",
+    "out_abs",
+    "out_file",
+    "out_mid",
+    "dangling_out",
+    "dangling_abs",
+    "dangling_in",
+    "in_link",
+    "to_other",
+    "secret.txt",
+    "sub",
+    TRASH,
+    "outside",
+    "other-site",
+    "example-com",
+]
 
 FUZZ_LINKS = {
     "out_rel": "../../outside",

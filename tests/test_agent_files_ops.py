@@ -26,15 +26,15 @@ from agent.files.handlers import FileHandlers
 from agent.files.jail import Jail
 from agent.files.read import READ_LIMIT, content_etag
 from agent.files.trash import TRASH
-from agent.link.protocol import RpcError
+from agent.link.protocol import CLOSE_INTERNAL_ERROR, RpcError
 from api_client.models import Entry, TrashItem
-from tests.test_agent_files_support import (
+from tests.helpers import eventually
+from tests.helpers.agent_files import (
     SERVER_ID,
     SITE,
     Home,
     call,
     error,
-    eventually,
     lexists,
     linked,
     make_home,
@@ -558,7 +558,7 @@ async def test_upload_cut_by_a_dropped_link_leaves_nothing(fsa: FileHandlers, ho
             await upload.send(bytes(3 * 1024 * 1024))
             await eventually(lambda: bool(temp_leftovers(site)))
             session = hub._links[SERVER_ID]  # the agent's link goes down mid-transfer
-            session.close(1011)
+            session.close(CLOSE_INTERNAL_ERROR)
         await eventually(lambda: not temp_leftovers(site))
     assert not (site / "drop.bin").exists()
 

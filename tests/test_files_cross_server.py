@@ -11,7 +11,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,10 +27,9 @@ from agent.files.remote_copy import RESULT_PREFIX, RemoteCopy, SshSettings
 from agent.link.call import Call
 from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
-from tests.conftest import Stack, start_agent, wait_until
-from tests.test_tui_commander import highlight, names, show_location
-from tests.test_tui_editor import real_app, run, wait_for
-from tests.test_tui_jobs import highlight_server
+from tests.conftest import Stack, start_agent
+from tests.helpers import eventually, wait_for, wait_until
+from tests.helpers.tui import highlight, highlight_server, names, real_app, run, show_location
 from tui.files.commander import CommanderScreen
 from tui.files.dialogs import CopyDialog
 
@@ -225,7 +223,6 @@ def test_copy_files_and_a_tree_byte_exact(stack: Stack, sshd: Sshd, agents: tupl
     (site_dir(b) / "incoming").mkdir(exist_ok=True)
     if os.geteuid() == 0:  # what arrives in a site belongs to the site's owner, as other creations do
         os.chown(site_dir(b), 4242, 4242)
-    started = time.monotonic()
     with stack.http() as http:
         answer = fs(
             stack,
@@ -240,7 +237,6 @@ def test_copy_files_and_a_tree_byte_exact(stack: Stack, sshd: Sshd, agents: tupl
                 "to": to_server(b),
             },
         )
-    elapsed = time.monotonic() - started
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert sorted(body["copied"]) == ["incoming/one.bin", "incoming/tree"]
@@ -256,7 +252,6 @@ def test_copy_files_and_a_tree_byte_exact(stack: Stack, sshd: Sshd, agents: tupl
     assert (site_dir(a) / folder / "one.bin").exists()  # a copy leaves the source
     assert sshd.authorized_keys.read_bytes() == ORIGINAL_KEYS  # the key is gone again
     assert leftovers(a) == [] and leftovers(b) == []  # no private key, no spec
-    print(f"cross-server copy of ~3.1 MiB in {elapsed:.2f} s")
     for server in (a, b):
         mine = [e for e in audit(stack, server.server_id, "fs.copy") if e["outcome"] == "ok"]
         assert mine, server.server_id
@@ -390,14 +385,31 @@ def test_refusals(stack: Stack, agents: tuple[Agent, Agent]) -> None:
 def _ssh(sshd: Sshd, key: Path, *command: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
         [
-            "ssh", "-F", "/dev/null", "-T", "-i", str(key), "-p", str(sshd.port),
-            "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes", "-o", "StrictHostKeyChecking=no",
-            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@127.0.0.1", *command,
+            "ssh",
+            "-F",
+            "/dev/null",
+            "-T",
+            "-i",
+            str(key),
+            "-p",
+            str(sshd.port),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "root@127.0.0.1",
+            *command,
         ],
         input=stdin,
         capture_output=True,
         timeout=60,
-    )  # fmt: skip
+    )
 
 
 @dataclass
@@ -529,16 +541,12 @@ def test_a_cancelled_push_leaves_nothing_on_either_side(sshd: Sshd, pair: Pair) 
         push |= {"port": sshd.port, "user": "root", "host_keys": pair.dest.ssh.public_host_keys()}
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pair.source.push, Call(3, "fs.xfer.push", push))
-            with trio.fail_after(30):
-                while not os.listdir(dest_home):  # noqa: ASYNC110 - the receiver is spooling
-                    await trio.sleep(0.01)
+            await eventually(lambda: os.listdir(dest_home), within=30)  # the receiver is spooling
             nursery.cancel_scope.cancel()
         assert not (Path(pair.source.state_dir) / "transfers" / f"out-{tid}").exists()
         await pair.dest.close(Call(4, "fs.xfer.close", {"transfer_id": tid}))
         assert sshd.authorized_keys.read_bytes() == ORIGINAL_KEYS
-        with trio.fail_after(20):
-            while os.listdir(dest_home):  # noqa: ASYNC110 - the receiver notices the cut and cleans up
-                await trio.sleep(0.05)
+        await eventually(lambda: not os.listdir(dest_home), within=20)  # the receiver notices the cut, cleans up
         assert os.listdir(Path(pair.dest.state_dir) / "transfers") == []
 
     trio.run(main)

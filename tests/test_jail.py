@@ -215,10 +215,36 @@ def test_split_path() -> None:
 # --- both resolvers agree, and nothing ever resolves outside -------------------------------
 
 COMPONENTS = [
-    "a", "b", "c.txt", "file.txt", "dir", "back", "up", "upup", "link_in", "link_file", "chain",
-    "self_dot", "etc_link", "abs_in", "mid_out", "end_out", "escape", "evil", "loop1", "dangling",
-    "file_slash", "fifo", "nothere", "..", ".", "", "secret", "outside", "site10",
-]  # fmt: skip
+    "a",
+    "b",
+    "c.txt",
+    "file.txt",
+    "dir",
+    "back",
+    "up",
+    "upup",
+    "link_in",
+    "link_file",
+    "chain",
+    "self_dot",
+    "etc_link",
+    "abs_in",
+    "mid_out",
+    "end_out",
+    "escape",
+    "evil",
+    "loop1",
+    "dangling",
+    "file_slash",
+    "fifo",
+    "nothere",
+    "..",
+    ".",
+    "",
+    "secret",
+    "outside",
+    "site10",
+]
 
 
 def outcome(jail: Jail, path: str, follow_last: bool) -> tuple[str, object]:

@@ -7,7 +7,6 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,8 @@ import trio
 from api_client import Client
 from api_client.errors import AgentOffline
 from api_client.sse import SSEParser
-from tests.conftest import Stack, start_agent, wait_until
+from tests.conftest import Stack, start_agent
+from tests.helpers import wait_until
 
 
 def code(response: httpx.Response) -> str:
@@ -458,7 +458,8 @@ def test_agent_killed_mid_job_ends_interrupted(stack: Stack, own_agent: Any, lon
         stream = http.get(f"/v1/jobs/{job_id}/stream").text
         assert 'event: exit\ndata: {"exit_code":null,"status":"interrupted"}' in stream
         own_agent.restart()
-        time.sleep(1)  # a restarted agent does not make the job run again
+        # A job run after the restart has been dispatched and finished: the interrupted one was not run again.
+        wait_finished(http, run(http, own_agent.server_id, "site.list").json()["id"])
         assert http.get(f"/v1/jobs/{job_id}").json()["status"] == "interrupted"
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from control_plane.jobs.masking import MASK, Masker
+from control_plane.masking import MASK, Masker, mask_fields
 
 SECRET = 'hunter2+Pa/ss=w"rd'
 
@@ -65,3 +65,28 @@ def test_many_masks_a_block_of_lines_and_leaves_a_clean_one_alone() -> None:
     texts[500] = f"password {SECRET} and {quote(SECRET, safe='')}"
     masked = masker.many(texts)
     assert masked[500] == "password *** and ***" and masked[:500] == texts[:500] and len(masked) == 1000
+
+
+def test_audit_details_lose_secret_keyed_fields_and_every_form_of_a_named_secret() -> None:
+    secret = "fd_live_9f8e7d6c5b4a"
+    basic = base64.b64encode(f"ci:{secret}".encode()).decode()
+    details = {
+        "name": "deploy key",
+        "Password": "hunter22",
+        "nested": {"api_key": 42, "note": f"sent Basic {basic}"},
+        "urls": [f"https://ci:{secret}@r.example.com/", "https://r.example.com/"],
+        "count": 3,
+        "flag": None,
+    }
+    masked = mask_fields(details, Masker([secret]))
+    note = masked["nested"].pop("note")
+    assert masked == {
+        "name": "deploy key",
+        "Password": MASK,
+        "nested": {"api_key": MASK},
+        "urls": [f"https://ci:{MASK}@r.example.com/", "https://r.example.com/"],
+        "count": 3,
+        "flag": None,
+    }
+    assert MASK in note and note != f"sent Basic {basic}" and len(note) < len(basic)
+    assert mask_fields(details, Masker([]))["urls"] == details["urls"]  # no secrets: keyed fields only

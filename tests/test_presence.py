@@ -11,7 +11,8 @@ import trio
 
 from agent.jobs.kinds import all_kinds
 from api_client import Client
-from tests.conftest import Stack, start_agent, start_local, stop, wait_until
+from tests.conftest import Stack, start_agent, start_local, stop
+from tests.helpers import wait_until
 
 
 def _online(stack: Stack, server_id: str) -> bool:
@@ -113,7 +114,7 @@ async def test_presence_feed_resumes_with_last_event_id(stack: Stack, second_ser
             await events.aclose()  # the client goes away...
             agent.kill()  # ...and misses the agent dropping
             await trio.to_thread.run_sync(agent.wait)
-            await trio.sleep(0.5)
+            await trio.to_thread.run_sync(wait_until, lambda: not _online(stack, server_id))
         finally:
             agent.kill()
         resumed = client.events("/v1/servers/events", last_event_id=resume_from).__aiter__()

@@ -1,4 +1,4 @@
-"""The code checks are part of the suite: `ruff check` and `mypy` (strict for `api_client`)."""
+"""The code checks are part of the suite: `ruff check`, `ruff format --check` and `mypy` (strict for `api_client`)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ def _run(*command: str) -> subprocess.CompletedProcess[str]:
 
 def test_ruff() -> None:
     done = _run("ruff", "check", ".")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_ruff_format() -> None:
+    done = _run("ruff", "format", "--check", ".")
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -5,8 +5,7 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,8 @@ from textual.pilot import Pilot
 from api_client import Client
 from fleetdeck.embedded import EmbeddedStack
 from tests.conftest import Stack
-from tests.test_tui_jobs import highlight_server
+from tests.helpers import wait_for
+from tests.helpers.tui import highlight_server, run
 from tui.app import FleetdeckApp
 from tui.connection import Connection
 from tui.files.code_view import CodeView
@@ -26,24 +26,6 @@ from tui.help import HelpScreen
 from tui.servers.screen import ServerListScreen
 
 SIZE = (80, 24)
-
-
-async def wait_for(pilot: Pilot[None], predicate: Callable[[], object], seconds: float = 15) -> None:
-    """Poll until `predicate()` is true: results from trio arrive on their own schedule."""
-    for _ in range(int(seconds / 0.05)):
-        if predicate():
-            return
-        await pilot.pause(0.05)
-    notes = [n.message for n in pilot.app._notifications]
-    raise AssertionError(f"timed out; screen {pilot.app.screen!r}, notifications {notes}")
-
-
-def run_app(app: FleetdeckApp, scenario: Callable[[Pilot[None]], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with app.run_test(size=SIZE) as pilot:
-            await scenario(pilot)
-
-    asyncio.run(main())
 
 
 def notifications(app: FleetdeckApp) -> list[str]:
@@ -141,7 +123,7 @@ def test_browse_the_embedded_stack_from_servers_to_a_file(embedded: EmbeddedStac
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is files)
 
-    run_app(app, scenario)
+    run(app, scenario)
 
 
 def test_a_directory_of_20000_files_scrolls_to_its_end(embedded: EmbeddedStack) -> None:
@@ -160,7 +142,7 @@ def test_a_directory_of_20000_files_scrolls_to_its_end(embedded: EmbeddedStack) 
         assert pane.cursor == len(pane.entries) - 1
         assert pane.scroll_y == pane.max_scroll_y
 
-    run_app(app, scenario)
+    run(app, scenario)
 
 
 # --- on the shared test stack ----------------------------------------------------------------
@@ -204,7 +186,7 @@ def test_errors_are_notifications_in_plain_words(stack: Stack, offline_server: s
         assert all(n.severity == "error" for n in app._notifications)
 
     try:
-        run_app(app, scenario)
+        run(app, scenario)
     finally:
         (site / "tui-app.bin").unlink()
         (site / "tui-dump.sql").unlink()
@@ -226,7 +208,7 @@ def test_command_palette_offers_themes_and_navigation(stack: Stack) -> None:
         await pilot.pause()
         assert app.theme == "fleetdeck-ansi" and app.current_theme.ansi
 
-    run_app(app, scenario)
+    run(app, scenario)
 
 
 def test_the_embedded_stack_reports_why_it_did_not_start(tmp_path: Path) -> None:
@@ -251,4 +233,4 @@ def test_opening_and_leaving_screens_faster_than_they_mount_is_harmless(stack: S
         await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and listed(app))
         assert {"public_html", "logs", ".env"} <= listed(app)
 
-    run_app(app, scenario)
+    run(app, scenario)

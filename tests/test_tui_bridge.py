@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import http.server
 import json
 import threading
@@ -19,6 +18,8 @@ from textual.widgets import Static
 
 from api_client import Client
 from api_client import errors as api_errors
+from tests.helpers import wait_for
+from tests.helpers.tui import run
 from tui.bridge import BridgedMixin, TrioBridge
 from tui.errors import describe_error
 
@@ -56,23 +57,6 @@ class StreamingScreen(BridgedMixin, Screen[None]):
                 await trio.sleep(0.01)
         finally:
             self.received.append("stream closed")
-
-
-async def wait_for(pilot: Pilot[None], predicate: Any, seconds: float = 10) -> None:
-    """Trio work is not awaited by `pilot.pause()`: poll until `predicate()` holds."""
-    for _ in range(int(seconds / 0.05)):
-        if predicate():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError("timed out waiting for the trio side")
-
-
-def run(app: BridgeApp, scenario: Any) -> None:
-    async def main() -> None:
-        async with app.run_test() as pilot:
-            await scenario(pilot)
-
-    asyncio.run(main())
 
 
 def test_results_come_back_to_the_requester_in_textual_context() -> None:

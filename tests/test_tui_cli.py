@@ -5,44 +5,38 @@ from __future__ import annotations
 import os
 import stat
 import sys
-import types
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from api_client import errors as api_errors
+from control_plane.auth import store as accounts
+from control_plane.storage import Database
 from fleetdeck import cli
 from fleetdeck.embedded import EmbeddedStack, EmbeddedStartError
+from tests.conftest import Stack
 from themes import ANSI, DARK, FleetdeckAnsiStyle, default_theme_name, rich_style_map
-from tui import connection
-from tui.connection import ConnectError, SessionStore, connect_remote
+from tui.connection import ConnectError, Connection, SessionStore, connect_remote
 from tui.errors import describe_error
 
 
-def fake_module(monkeypatch: pytest.MonkeyPatch, name: str, calls: list[Any]) -> None:
-    module = types.ModuleType(name)
-
-    def main(argv: list[str]) -> int:
-        calls.append((name, argv))
-        return 7
-
-    module.main = main  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, name, module)
-
-
-def test_subcommands_are_dispatched_by_module_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[Any] = []
-    fake_module(monkeypatch, "control_plane.cli", calls)
-    fake_module(monkeypatch, "agent.cli", calls)
-    assert cli.main(["serve", "--listen", "127.0.0.1:1"]) == 7
-    assert cli.main(["admin", "create-org", "acme"]) == 7
-    assert cli.main(["agent", "--url", "http://cp"]) == 7
-    assert calls == [
-        ("control_plane.cli", ["serve", "--listen", "127.0.0.1:1"]),
-        ("control_plane.cli", ["admin", "create-org", "acme"]),
-        ("agent.cli", ["--url", "http://cp"]),
-    ]
+@pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        (["serve", "--help"], "usage: fleetdeck serve [-h] [--db DB]"),
+        (["admin", "--help"], "usage: fleetdeck admin [-h]"),
+        (["agent", "--help"], "usage: fleetdeck agent [-h] --url URL"),
+        (["local", "--help"], "usage: fleetdeck local [-h] [--data-dir DATA_DIR]"),
+    ],
+)
+def test_subcommands_reach_their_tower(argv: list[str], usage: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each subcommand is parsed by its own tower's command line (its usage line says whose)."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.startswith(usage)
 
 
 def test_the_tui_module_does_not_import_the_control_plane() -> None:
@@ -64,8 +58,20 @@ def test_theme_is_picked_from_the_environment() -> None:
 
 
 def test_the_ansi_theme_and_its_pygments_style_use_only_ansi_colours() -> None:
-    colours = [ANSI.primary, ANSI.secondary, ANSI.accent, ANSI.warning, ANSI.error, ANSI.success, ANSI.foreground,
-               ANSI.background, ANSI.surface, ANSI.panel, ANSI.boost, *ANSI.variables.values()]  # fmt: skip
+    colours = [
+        ANSI.primary,
+        ANSI.secondary,
+        ANSI.accent,
+        ANSI.warning,
+        ANSI.error,
+        ANSI.success,
+        ANSI.foreground,
+        ANSI.background,
+        ANSI.surface,
+        ANSI.panel,
+        ANSI.boost,
+        *ANSI.variables.values(),
+    ]
     assert all(str(colour).startswith("ansi_") or colour in ("none", "bold", "reverse") for colour in colours)
     for style in rich_style_map(FleetdeckAnsiStyle).values():
         assert style.color is None or (style.color.number is not None and style.color.number < 16)
@@ -81,54 +87,84 @@ def test_errors_read_like_sentences() -> None:
     assert describe_error(ExceptionGroup("x", [offline]), server="db") == "The agent of db is offline."
 
 
-def test_session_tokens_are_saved_only_readable_by_the_user(tmp_path: Path) -> None:
+class Prompts:
+    """The answers a user types at the login prompts, and what the login said to them."""
+
+    def __init__(self, email: str, *passwords: str) -> None:
+        self.email = email
+        self.passwords = list(passwords)
+        self.said: list[str] = []
+
+    def ask_email(self, prompt: str) -> str:
+        return self.email
+
+    def ask_password(self, prompt: str) -> str:
+        assert self.passwords, f"asked for a password once too often: {prompt}"
+        return self.passwords.pop(0)
+
+    def connect(self, stack: Stack, store: SessionStore) -> Connection:
+        return connect_remote(
+            stack.base_url,
+            environ={},
+            store=store,
+            ask_email=self.ask_email,
+            ask_password=self.ask_password,
+            say=self.said.append,
+        )
+
+
+def test_a_login_saves_a_session_only_the_user_can_read_and_the_next_start_reuses_it(
+    stack: Stack, tmp_path: Path
+) -> None:
     store = SessionStore(tmp_path / "sessions")
-    path = store.save("http://cp.example:8080/", "secret-token", "me@example.com")
+    prompts = Prompts(stack.email, "wrong password", stack.password)
+    first = prompts.connect(stack, store)
+    assert first.label == stack.email and first.token != stack.token  # a session of its own
+    assert prompts.said == ["Wrong email or password, try again."] and prompts.passwords == []
+    path = store.path_for(stack.base_url)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert store.load("http://cp.example:8080") == {
-        "base_url": "http://cp.example:8080",
-        "token": "secret-token",
-        "email": "me@example.com",
-    }
-    assert store.path_for("http://a.example") != store.path_for("http://b.example")
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert store.load(stack.base_url + "/") == {"base_url": stack.base_url, "token": first.token, "email": stack.email}
+    with stack.http(first.token) as http:
+        assert http.get("/v1/me").json()["user"]["email"] == stack.email
+
+    again = Prompts(stack.email).connect(stack, store)  # no password left to give: the saved session serves
+    assert again == first
 
 
-def test_an_expired_saved_session_leads_to_a_new_login(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = SessionStore(tmp_path)
-    store.save("http://cp", "old-token", "me@example.com")
-
-    def check_token(base_url: str, token: str) -> str:
-        if token == "old-token":
-            raise api_errors.Unauthenticated("expired")
-        return "me@example.com"
-
-    def log_in(base_url: str, email: str, password: str) -> str:
-        if password != "right":
-            raise api_errors.Unauthenticated("wrong")
-        return "new-token"
-
-    monkeypatch.setattr(connection, "check_token", check_token)
-    monkeypatch.setattr(connection, "log_in", log_in)
-    passwords = iter(["wrong", "right"])
-    said: list[str] = []
-    result = connect_remote(
-        "http://cp", environ={}, store=store, ask_password=lambda _: next(passwords), say=said.append
-    )
-    assert result.token == "new-token" and result.label == "me@example.com"
-    assert store.load("http://cp") == {"base_url": "http://cp", "token": "new-token", "email": "me@example.com"}
-    assert said == [
-        "Your saved session for http://cp has expired: please log in again.",
-        "Wrong email or password, try again.",
-    ]
+def test_an_expired_saved_session_is_noticed_and_a_new_login_asked_for(stack: Stack, tmp_path: Path) -> None:
+    store = SessionStore(tmp_path / "sessions")
+    store.save(stack.base_url, expired_session(stack), stack.email)
+    prompts = Prompts("not asked: the saved session names the user", stack.password)
+    connection = prompts.connect(stack, store)
+    assert prompts.said == [f"Your saved session for {stack.base_url} has expired: please log in again."]
+    assert connection.label == stack.email
+    assert store.load(stack.base_url) == {"base_url": stack.base_url, "token": connection.token, "email": stack.email}
 
 
-def test_a_refused_environment_token_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def check_token(base_url: str, token: str) -> str:
-        raise api_errors.Unauthenticated("no")
+def expired_session(stack: Stack) -> str:
+    """A session token of the stack's demo user that expired a minute ago, written to its database."""
+    db = Database(stack.db_url, threads=1)
+    try:
 
-    monkeypatch.setattr(connection, "check_token", check_token)
+        def create(conn: Any) -> str:
+            user = accounts.user_by_email(conn, stack.email)
+            assert user is not None
+            membership = accounts.first_membership(conn, user["id"])
+            assert membership is not None
+            token, _ = accounts.create_session(conn, user["id"], membership["org_id"], timedelta(minutes=-1))
+            return token
+
+        return db.run_sync(create)
+    finally:
+        db.dispose()
+
+
+def test_a_refused_environment_token_is_an_error(stack: Stack, tmp_path: Path) -> None:
     with pytest.raises(ConnectError, match="FLEETDECK_TOKEN"):
-        connect_remote("http://cp", environ={"FLEETDECK_TOKEN": "bad"}, store=SessionStore(tmp_path))
+        connect_remote(stack.base_url, environ={"FLEETDECK_TOKEN": "fd_not_a_token"}, store=SessionStore(tmp_path))
+    works = connect_remote(stack.base_url, environ={"FLEETDECK_TOKEN": stack.token}, store=SessionStore(tmp_path))
+    assert works.label == stack.email and not any(tmp_path.iterdir())  # an environment token is not saved
 
 
 def test_the_embedded_stack_waits_for_the_base_url_then_reads_the_credentials(tmp_path: Path) -> None:

@@ -11,20 +11,14 @@ import shutil
 from pathlib import Path
 
 from textual.pilot import Pilot
-from textual.widgets import Input, OptionList, SelectionList
+from textual.widgets import Input, SelectionList
 
 from tests.conftest import Stack
-from tests.test_tui_editor import real_app, run, site_dir, wait_for
-from tests.test_tui_jobs import highlight_server
+from tests.helpers import wait_for
+from tests.helpers.tui import highlight, highlight_server, names, real_app, run, show_location, site_dir
 from tui.files.commander import CommanderScreen
 from tui.files.dialogs import CopyDialog, DeleteDialog, LocalPathDialog, NameDialog, TrashDialog
-from tui.files.location_picker import LocationPicker
-from tui.files.panel import FilePanel
 from tui.files.viewer import ViewerScreen
-
-
-def names(panel: FilePanel) -> list[str]:
-    return [str(entry["name"]) for entry in panel.pane.entries]
 
 
 async def open_commander(pilot: Pilot[None]) -> CommanderScreen:
@@ -35,23 +29,6 @@ async def open_commander(pilot: Pilot[None]) -> CommanderScreen:
     screen = app.screen
     assert isinstance(screen, CommanderScreen)
     return screen
-
-
-async def highlight(pilot: Pilot[None], panel: FilePanel, name: str) -> None:
-    await wait_for(pilot, lambda: panel.pane.index_of(name) is not None)
-    panel.pane.move_cursor(panel.pane.index_of(name) or 0)
-    await pilot.pause()
-
-
-async def show_location(pilot: Pilot[None], screen: CommanderScreen, label: str) -> None:
-    """`s` in the active panel, then the picker's line called `label` (e.g. `local · /home (server root)`)."""
-    await pilot.press("s")
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, LocationPicker) and pilot.app.screen.locations)
-    options = pilot.app.screen.query_one(OptionList)
-    labels = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
-    options.highlighted = labels.index(label)
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: pilot.app.screen is screen)
 
 
 def test_two_panels_browse_their_own_scopes_with_the_keyboard(stack: Stack) -> None:

@@ -6,54 +6,18 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-
 from textual import events
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 
-from api_client import Client
 from tests.conftest import Stack
-from tests.test_tui_jobs import highlight_server
-from tui.app import FleetdeckApp
-from tui.connection import Connection
+from tests.helpers import wait_for
+from tests.helpers.tui import highlight_server, real_app, run, site_dir
 from tui.files.commander import CommanderScreen
 from tui.files.editor import Editor
 from tui.files.editor_screen import EditorScreen
 from tui.files.highlight import BLOCK_LINES, LEAD_IN_LINES
 from tui.files.save_conflict import CopyNameDialog, SaveConflictDialog, UnsavedChangesDialog
-
-SIZE = (80, 24)
-
-
-async def wait_for(pilot: Pilot[None], predicate: Callable[[], object], seconds: float = 15) -> None:
-    """Poll until `predicate()` is true: results from trio arrive on their own schedule."""
-    for _ in range(int(seconds / 0.05)):
-        if predicate():
-            return
-        await pilot.pause(0.05)
-    notes = [n.message for n in pilot.app._notifications]
-    raise AssertionError(f"timed out; screen {pilot.app.screen!r}, notifications {notes}")
-
-
-def run(app: App[None], scenario: Callable[[Pilot[None]], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with app.run_test(size=SIZE) as pilot:
-            await scenario(pilot)
-
-    asyncio.run(main())
-
-
-def site_dir(stack: Stack) -> Path:
-    """The directory of the `example.com` scope (the one the files screen opens first)."""
-    return stack.data_dir / "home" / "example-com"
-
-
-def real_app(stack: Stack) -> FleetdeckApp:
-    client = Client(stack.base_url, token=stack.token)
-    return FleetdeckApp(Connection(stack.base_url, stack.token, "test stack"), theme="fleetdeck-dark", client=client)
 
 
 async def open_files(pilot: Pilot[None]) -> CommanderScreen:

@@ -6,11 +6,9 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pwd
 import stat
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,8 @@ from textual.widgets import Checkbox, Input, OptionList, RadioSet, Select, Selec
 
 from api_client import Scope, Server
 from tests.conftest import Stack
-from tests.test_tui_editor import real_app, site_dir, wait_for
+from tests.helpers import wait_for
+from tests.helpers.tui import real_app, run, site_dir
 from tui.app import FleetdeckApp
 from tui.files.dialogs import (
     ArchiveDialog,
@@ -50,14 +49,6 @@ def demo_server(stack: Stack) -> Server:
         answer = http.get(f"/v1/servers/{stack.server_id}")
         answer.raise_for_status()
         return Server.model_validate(answer.json())
-
-
-def run(app: App[Any], scenario: Callable[[Pilot[Any]], Awaitable[None]]) -> None:
-    async def main() -> None:
-        async with app.run_test(size=SIZE) as pilot:
-            await scenario(pilot)
-
-    asyncio.run(main())
 
 
 async def push(pilot: Pilot[Any], dialog: FileDialog[Any]) -> list[Any]:
@@ -161,8 +152,14 @@ def test_name_dialog_refuses_bad_names() -> None:
 
 def test_copy_dialog_says_what_goes_where(tmp_path: Path) -> None:
     async def scenario(pilot: Pilot[Any]) -> None:
-        dialog = CopyDialog("copy", ["public_html/a", "public_html/b", "x"], "web1:example.com:/public_html",
-                            "web2:/home:/backup", "backup", cross="server")  # fmt: skip
+        dialog = CopyDialog(
+            "copy",
+            ["public_html/a", "public_html/b", "x"],
+            "web1:example.com:/public_html",
+            "web2:/home:/backup",
+            "backup",
+            cross="server",
+        )
         results = await push(pilot, dialog)
         assert dialog.summary() == "Copy 3 items from web1:example.com:/public_html → web2:/home:/backup"
         assert "needs the owner role and both agents online" in str(dialog.query_one("#copy-cross").render())
@@ -397,8 +394,10 @@ def test_new_file_from_a_template_and_a_taken_name(stack: Stack) -> None:
 
 def trash_via_api(stack: Stack, *paths: str) -> list[dict[str, Any]]:
     with stack.http() as http:
-        answer = http.post(f"/v1/servers/{stack.server_id}/fs/delete",
-                           json={"scope": "site", "domain": "example.com", "paths": list(paths)})  # fmt: skip
+        answer = http.post(
+            f"/v1/servers/{stack.server_id}/fs/delete",
+            json={"scope": "site", "domain": "example.com", "paths": list(paths)},
+        )
         answer.raise_for_status()
         trashed: list[dict[str, Any]] = answer.json()["trashed"]
         return trashed
@@ -594,8 +593,9 @@ def test_compress_then_extract_round_trips_with_progress(stack: Stack) -> None:
         await wait_for(pilot, lambda: results, seconds=60)
         assert results == [True]
         out = folder / "out"
-        extracted = {p.relative_to(out).as_posix().removeprefix("src/"): p.read_bytes()
-                     for p in out.rglob("*") if p.is_file()}  # fmt: skip
+        extracted = {
+            p.relative_to(out).as_posix().removeprefix("src/"): p.read_bytes() for p in out.rglob("*") if p.is_file()
+        }
         assert extracted == files
 
     run(app, scenario)

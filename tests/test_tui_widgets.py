@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 
+from tests.helpers.tui import run
 from themes import register_themes
 from tui.files.code_view import CodeView
 from tui.files.directory_pane import ColumnLayout, DirectoryPane, sort_entries
@@ -67,16 +66,6 @@ class ViewerApp(App[None]):
         self.theme = "fleetdeck-dark"
 
 
-def run_app(
-    app: App[None], scenario: Callable[[Pilot[None]], Awaitable[None]], size: tuple[int, int] = (80, 24)
-) -> None:
-    async def main() -> None:
-        async with app.run_test(size=size) as pilot:
-            await scenario(pilot)
-
-    asyncio.run(main())
-
-
 def visible_names(pane: DirectoryPane) -> list[str]:
     return [pane.render_line(y).text.split()[0] for y in range(1, pane.page_rows + 1)]
 
@@ -108,7 +97,7 @@ def test_directory_pane_scrolls_100k_entries_to_the_end() -> None:
         await pilot.press("backspace")
         assert app.up_requests == 1
 
-    run_app(app, scenario)
+    run(app, scenario)
 
 
 def test_directory_pane_formats_only_the_rows_on_screen_of_100k_entries() -> None:
@@ -135,7 +124,7 @@ def test_directory_pane_formats_only_the_rows_on_screen_of_100k_entries() -> Non
         assert pane.highlighted is not None and pane.highlighted["name"] in formatted
         assert all(line.cell_length == pane.scrollable_content_region.width for line in lines)
 
-    run_app(app, scenario, size=(200, 50))
+    run(app, scenario, size=(200, 50))
 
 
 def test_directory_pane_sorts_directories_first_then_names_case_insensitively() -> None:
@@ -201,7 +190,7 @@ def test_marks_survive_sorting_and_filtering_and_a_reload_keeps_them() -> None:
         await pilot.pause()
         assert app.marks_changes >= 6
 
-    run_app(app, scenario)
+    run(app, scenario)
 
 
 def test_directory_pane_drops_columns_when_narrow_and_shows_no_control_characters() -> None:
@@ -217,7 +206,7 @@ def test_directory_pane_drops_columns_when_narrow_and_shows_no_control_character
         text = pane.render_line(1).text
         assert "\x1b" not in text and "\n" not in text and "evil?[31mname?x" in text
 
-    run_app(app, scenario)
+    run(app, scenario)
 
 
 def php_lines(count: int) -> str:
@@ -266,7 +255,7 @@ def test_viewer_lexes_only_the_visible_lines_of_a_100k_line_file() -> None:
         colours = {segment.style.color for segment in last if segment.style is not None and segment.text.strip()}
         assert len(colours) >= 3  # gutter, names, numbers, comment: highlighted, not plain
 
-    run_app(app, scenario)
+    run(app, scenario)
 
 
 def test_viewer_highlights_php_in_the_middle_of_a_file() -> None:

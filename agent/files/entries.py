@@ -38,6 +38,7 @@ def entry_type(mode: int) -> str:
 
 
 def rfc3339(timestamp: float) -> str:
+    """`timestamp` (seconds since the epoch) as RFC 3339 UTC to the second: the agent's one formatter."""
     return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -54,7 +55,7 @@ def rfc3339_ns(timestamp_ns: int) -> str:
     if text is None:
         if len(_SECONDS) >= _CACHE_BOUND:
             _SECONDS.clear()
-        text = _SECONDS[second] = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        text = _SECONDS[second] = rfc3339(second)
     return text
 
 

@@ -157,12 +157,6 @@ def chown_fd(fd: int, owner: tuple[int, int] | None) -> None:
         os.fchown(fd, *owner)
 
 
-def lchown_at(dir_fd: int, name: str, owner: tuple[int, int] | None) -> None:
-    """Own the entry `name` itself (a symlink is not followed)."""
-    if owner is not None:
-        os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
-
-
 def keep_owner(fd: int, st: os.stat_result) -> None:
     """Give a replacement the owner of what it replaces (only root may give a file away)."""
     try:

@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 import trio
+from trio_websocket import ConnectionClosed  # what a call's sends raise once its link is gone
 
 from agent.files import archives, read, transfer, trash, tree, write
 from agent.files.entries import rfc3339
@@ -393,7 +394,7 @@ async def _pump_progress(call: Call, progress: Progress, finished: trio.Event) -
             if version != last:
                 last = version
                 await call.send_items([snapshot])
-    except Exception:  # the link went away: the call ends with it, the work must not
+    except ConnectionClosed:  # the link went away: the call ends with it, the work must not
         return
 
 

@@ -63,9 +63,20 @@ _STATUS = {
     "path_outside_scope": 422,
     "cancelled": 503,
 }
-_REASONS = {200: b"OK", 400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden", 404: b"Not Found",
-            405: b"Method Not Allowed", 409: b"Conflict", 411: b"Length Required", 413: b"Content Too Large",
-            422: b"Unprocessable Content", 500: b"Internal Server Error", 503: b"Service Unavailable"}  # fmt: skip
+_REASONS = {
+    200: b"OK",
+    400: b"Bad Request",
+    401: b"Unauthorized",
+    403: b"Forbidden",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    409: b"Conflict",
+    411: b"Length Required",
+    413: b"Content Too Large",
+    422: b"Unprocessable Content",
+    500: b"Internal Server Error",
+    503: b"Service Unavailable",
+}
 
 
 class HttpError(Exception):

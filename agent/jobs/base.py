@@ -24,7 +24,8 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from agent.link.protocol import RpcError
+from agent.files.entries import rfc3339 as rfc3339  # the one formatter, here for the job kinds
+from agent.link.protocol import RpcError, single_error
 from agent.sites import SiteRegistry
 from api_client.job_kinds import JobKind, lookup
 
@@ -223,7 +224,7 @@ async def run_kind(
     try:
         return await kind.run(args, ctx, out)
     except Exception as exc:
-        error = _single(exc)
+        error = single_error(exc)
         if isinstance(error, JobError):
             out.stderr(one_line(str(error)))
             return error.exit_code
@@ -237,12 +238,6 @@ async def run_kind(
 
 def one_line(text: str) -> str:
     return " ".join(text.split()) if "\n" in text or "\r" in text else text
-
-
-def _single(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 # --- small shared helpers ------------------------------------------------------------------
@@ -259,7 +254,3 @@ def now_at() -> str:
         _at_cache[1] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
     text: str = _at_cache[1]
     return text
-
-
-def rfc3339(timestamp: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(timestamp))

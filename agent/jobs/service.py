@@ -33,6 +33,11 @@ async def _systemd_status(name: str) -> dict[str, Any]:
     code, text, err = await capture_command([systemctl, "show", name, f"--property={properties}", "--no-pager"])
     if code != 0:
         raise JobError(f"systemctl show {name} failed (exit {code}): {' '.join(err.split())}")
+    return parse_systemctl_show(name, text)
+
+
+def parse_systemctl_show(name: str, text: str) -> dict[str, Any]:
+    """The status of `name` from ``systemctl show --property=LoadState,ActiveState,SubState,Description``."""
     fields = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
     if fields.get("LoadState") == "not-found":
         raise JobError(f"no service named {name} on this server")
@@ -50,6 +55,11 @@ async def _sysv_status(name: str) -> dict[str, Any]:
     service = require("service", "ask the init scripts about the service")
     await _require_init_script(name)
     code, text, err = await capture_command([service, name, "status"])
+    return parse_service_status(name, code, text, err)
+
+
+def parse_service_status(name: str, code: int, text: str, err: str) -> dict[str, Any]:
+    """The status of `name` from ``service NAME status``: its exit code (LSB: 0 running) and last words."""
     said = [line.strip() for line in (text + "\n" + err).splitlines() if line.strip()]
     if code == 1 and any("unrecognized service" in line for line in said):
         raise JobError(f"no service named {name} on this server")

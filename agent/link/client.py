@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
 import socket
 import ssl
 import uuid
@@ -26,6 +25,7 @@ from trio_websocket import (
 from agent.link import fastmask, protocol
 from agent.link.call import Call, Handler
 from agent.link.protocol import ProtocolError, RpcError
+from api_client.backoff import full_jitter
 
 log = logging.getLogger("fleetdeck.agent")
 
@@ -35,14 +35,13 @@ BOOT_ID = uuid.uuid4().hex
 
 @dataclass(frozen=True)
 class Backoff:
-    """Full-jitter exponential backoff: sleep ``uniform(0, min(cap, base * 2**attempt))``."""
+    """Full-jitter exponential backoff (`api_client.backoff.full_jitter`) with its base and cap."""
 
     base: float
     cap: float
 
     def delay(self, attempt: int) -> float:
-        # Clamp the exponent: 2**attempt overflows a float after a few days of failures.
-        return random.uniform(0, min(self.cap, self.base * 2 ** min(attempt, 64)))
+        return full_jitter(attempt, self.base, self.cap)
 
 
 _DISCONNECT_TIMEOUT_S = 2.0
@@ -250,7 +249,7 @@ class _Session:
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             # Only the receive loop raises (call tasks keep their errors): unwrap its one error.
-            raise _single(group) from None
+            raise protocol.single_error(group) from None
 
     def _check_welcome(self, frame: str | bytes) -> float:
         if isinstance(frame, bytes):
@@ -357,7 +356,7 @@ class _Session:
         except ConnectionClosed:
             raise
         except Exception as exc:
-            error = _single(exc)
+            error = protocol.single_error(exc)
             if isinstance(error, ConnectionClosed):
                 raise error from None
             if isinstance(error, RpcError):
@@ -369,10 +368,3 @@ class _Session:
 
 def _error(cid: int, error: RpcError) -> dict[str, Any]:
     return {"t": protocol.RES, "id": cid, "error": error.to_wire()}
-
-
-def _single(exc: BaseException) -> BaseException:
-    """The one exception inside nested single-member groups (a handler's own nursery)."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc

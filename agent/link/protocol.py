@@ -118,7 +118,6 @@ CLOSE_PROTOCOL_ERROR: Final = 1002
 CLOSE_INTERNAL_ERROR: Final = 1011
 
 DEFAULT_HEARTBEAT_S: Final = 10.0
-HEARTBEAT_ENV: Final = "FLEETDECK_HEARTBEAT_S"
 HELLO_TIMEOUT_S: Final = 10.0
 DEFAULT_CHUNK_SIZE: Final = 256 * 1024
 DEFAULT_WINDOW: Final = 4 * 1024 * 1024
@@ -178,6 +177,14 @@ class RpcError(Exception):
             str(error.get("message") or error.get("code") or "error"),
             details if isinstance(details, dict) else {},
         )
+
+
+def single_error(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member groups (trio nurseries make these: a
+    handler's own, the link's): what a caller or a log should see."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
 
 
 def dead_after(heartbeat_s: float) -> float:

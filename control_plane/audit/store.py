@@ -1,12 +1,11 @@
 """The audit log: who did what, to which target, with what outcome. Secrets never reach it.
 
-`mask` is applied to every `details` object before it is written: values under secret-looking
-keys become `***`, and so does any occurrence of a secret value the caller names.
+`masking.mask_fields` is applied to every `details` object before it is written: values under
+secret-looking keys become `***`, and so does any form of a secret value the caller names.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,28 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from control_plane.clock import now_iso
+from control_plane.masking import Masker, mask_fields
 from control_plane.storage.schema import audit_log
-
-MASK = "***"
-_SECRET_KEY = re.compile(r"pass(word|phrase)?|secret|token|api[_-]?key|private[_-]?key|credential|auth", re.I)
-
-
-def mask(value: Any, secrets: Iterable[str] = ()) -> Any:
-    """A copy of `value` with secret-keyed fields and every given secret string replaced by `***`."""
-    known = sorted({s for s in secrets if s}, key=len, reverse=True)
-    return _mask(value, known)
-
-
-def _mask(value: Any, known: list[str]) -> Any:
-    if isinstance(value, dict):
-        return {k: MASK if _SECRET_KEY.search(str(k)) else _mask(v, known) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_mask(v, known) for v in value]
-    if isinstance(value, str):
-        for secret in known:
-            value = value.replace(secret, MASK)
-        return value
-    return value
 
 
 def record(
@@ -53,6 +32,7 @@ def record(
     error_code: str | None = None,
     secrets: Iterable[str] = (),
 ) -> None:
+    masker = Masker(secrets)
     conn.execute(
         audit_log.insert().values(
             at=now_iso(),
@@ -61,8 +41,8 @@ def record(
             actor_email=actor_email,
             server_id=server_id,
             action=action,
-            target=mask(target, secrets) if target else None,
-            details=orjson.dumps(mask(details or {}, secrets)).decode(),
+            target=masker(target) if target else None,
+            details=orjson.dumps(mask_fields(details or {}, masker)).decode(),
             outcome=outcome,
             error_code=error_code,
         )

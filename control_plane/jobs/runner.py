@@ -30,7 +30,7 @@ from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, Agent
 from control_plane.jobs import lines as output
 from control_plane.jobs import store
 from control_plane.jobs.lines import BadOutput, Run
-from control_plane.jobs.masking import Masker
+from control_plane.masking import Masker
 from control_plane.storage import Database
 
 log = logging.getLogger("fleetdeck.jobs")

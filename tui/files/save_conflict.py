@@ -43,8 +43,7 @@ class SaveConflictDialog(ModalScreen[ConflictChoice | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="conflict-box", classes="editor-dialog"):
-            yield Static(printable(f"/{self.path} changed on the server"), classes="editor-dialog--title",
-                         markup=False)  # fmt: skip
+            yield Static(printable(f"/{self.path} changed on the server"), classes="editor-dialog--title", markup=False)
             yield Static(
                 "Someone saved it after you opened it. Reload: discard your changes and read theirs. "
                 "Overwrite: replace theirs with yours. Save a copy: keep both.",
@@ -119,8 +118,7 @@ class UnsavedChangesDialog(ModalScreen[CloseChoice | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="unsaved-box", classes="editor-dialog"):
-            yield Static(printable(f"/{self.path} has unsaved changes"), classes="editor-dialog--title",
-                         markup=False)  # fmt: skip
+            yield Static(printable(f"/{self.path} has unsaved changes"), classes="editor-dialog--title", markup=False)
             with Horizontal(classes="editor-dialog--buttons"):
                 yield Button("Save (s)", variant="primary", id="unsaved-save", compact=True)
                 yield Button("Discard (d)", variant="error", id="unsaved-discard", compact=True)

@@ -150,8 +150,9 @@ class KindPicker(FleetModal[JobKindInfo | None]):
         with Vertical(id="kind-picker-box", classes="job-dialog"):
             yield Static(printable(f"Run a job on {self.server.name}"), classes="job-dialog--title", markup=False)
             yield Static(self._availability(), id="kind-availability", classes="job-dialog--hint", markup=False)
-            yield Input(placeholder="Search the job kinds (e.g. sysinfo, log tail, restart)…", id="kind-search",
-                        compact=True)  # fmt: skip
+            yield Input(
+                placeholder="Search the job kinds (e.g. sysinfo, log tail, restart)…", id="kind-search", compact=True
+            )
             yield OptionList(id="kind-options")
             yield Static("", id="kind-hint", classes="job-dialog--hint", markup=False)
 
@@ -256,8 +257,9 @@ class ConfirmRun(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-box", classes="job-dialog"):
-            yield Static(printable(f"Run {self.kind.kind} on {self.server.name}?"), classes="job-dialog--title",
-                         markup=False)  # fmt: skip
+            yield Static(
+                printable(f"Run {self.kind.kind} on {self.server.name}?"), classes="job-dialog--title", markup=False
+            )
             what = f"{self.kind.summary}. " if self.kind.summary else ""
             yield Static(printable(f"{what}This changes the server ({self.kind.group})."), markup=False)
             lines = args_lines(self.args, self.kind.secret_fields)
@@ -309,8 +311,12 @@ class JobFormScreen(FleetModal[Job | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="job-form-box", classes="job-dialog"):
-            title = Text.assemble((self.kind.kind, "bold"), (f" on {printable(self.server.name)}", ""), "  ",
-                                  kind_badges(self.kind, self.access))  # fmt: skip
+            title = Text.assemble(
+                (self.kind.kind, "bold"),
+                (f" on {printable(self.server.name)}", ""),
+                "  ",
+                kind_badges(self.kind, self.access),
+            )
             yield Static(title, classes="job-dialog--title")
             if self.kind.summary:
                 yield Static(printable(self.kind.summary), classes="job-dialog--summary", markup=False)
@@ -401,8 +407,9 @@ class JobFormScreen(FleetModal[Job | None]):
         errors = validation_errors(exc)
         if errors:
             general = self.form.show_server_errors(errors)
-            self._status("The server refused " + ("these arguments." if general else "the fields marked ✘."),
-                         error=True)  # fmt: skip
+            self._status(
+                "The server refused " + ("these arguments." if general else "the fields marked ✘."), error=True
+            )
             self.notify("Some arguments are not valid: see the form.", severity="warning")
             return
         message = describe_job_error(exc, server=self.server.name, kind=self.kind.kind)

@@ -197,8 +197,14 @@ def _field(name: str, prop: dict[str, Any], required: bool, secret: bool, defini
             item = FieldSpec(name=name, title=common["title"], kind="enum", choices=tuple(items["enum"]))
             return FieldSpec(kind="enum_list", item=item, **common, **limits)
         if items.get("type") == "string":
-            item = FieldSpec(name=name, title=common["title"], kind="string", required=True,
-                             description=str(items.get("description") or ""), **_string_limits(items))  # fmt: skip
+            item = FieldSpec(
+                name=name,
+                title=common["title"],
+                kind="string",
+                required=True,
+                description=str(items.get("description") or ""),
+                **_string_limits(items),
+            )
             return FieldSpec(kind="string_list", item=item, **common, **limits)
     return FieldSpec(kind="json", **common)
 
@@ -421,20 +427,31 @@ class JobForm(VerticalScroll):
         if spec.kind == "enum_list":
             assert spec.item is not None
             chosen = set(spec.default) if isinstance(spec.default, list) else set()
-            return SelectionList[Any](*((str(c), c, c in chosen) for c in spec.item.choices), id=widget_id,
-                                      compact=True)  # fmt: skip
+            return SelectionList[Any](
+                *((str(c), c, c in chosen) for c in spec.item.choices), id=widget_id, compact=True
+            )
         if spec.kind == "const":
             return Static(Text(_show(spec.choices[0]), style="dim"), id=widget_id)
         value = ""
         if spec.has_default and not spec.secret:
-            value = _show(spec.default) if spec.kind == "string_list" else (
-                json.dumps(spec.default) if spec.kind == "json" else str(spec.default))  # fmt: skip
+            value = (
+                _show(spec.default)
+                if spec.kind == "string_list"
+                else (json.dumps(spec.default) if spec.kind == "json" else str(spec.default))
+            )
         placeholder = {"string_list": "a, b, c", "json": "JSON"}.get(spec.kind, "")
         if not value and spec.kind in ("string", "integer", "number"):
             placeholder = "(required)" if spec.required else "(optional)"
         input_type = {"integer": "integer", "number": "number"}.get(spec.kind, "text")
-        return Input(value, placeholder=placeholder, password=spec.secret, type=input_type,  # type: ignore[arg-type]
-                     id=widget_id, compact=True, select_on_focus=False)  # fmt: skip
+        return Input(
+            value,
+            placeholder=placeholder,
+            password=spec.secret,
+            type=input_type,  # type: ignore[arg-type]
+            id=widget_id,
+            compact=True,
+            select_on_focus=False,
+        )
 
     # --- values ---------------------------------------------------------------------------
 

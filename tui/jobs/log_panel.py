@@ -391,8 +391,7 @@ class LogPanel(ScrollView, can_focus=True):
         return self._frame[y] if 0 <= y < len(self._frame) else Strip.blank(width, self.rich_style)
 
     def _frame_key_state(self) -> tuple[object, ...]:
-        return (self._appended, self._follow, self._wrap, self._timestamps, self._filter, self._banner,
-                self.app.theme)  # fmt: skip
+        return (self._appended, self._follow, self._wrap, self._timestamps, self._filter, self._banner, self.app.theme)
 
     def _render_frame(self, width: int, height: int) -> list[Strip]:
         rows = [self._status_strip(width)]
@@ -573,8 +572,9 @@ class LogView(Vertical):
 
     def compose(self) -> ComposeResult:
         yield LogPanel(max_lines=self._max_lines, id="log-panel")
-        yield Input(placeholder="Filter: only lines containing… (Enter keeps it, Esc clears)", id="log-filter",
-                    compact=True)  # fmt: skip
+        yield Input(
+            placeholder="Filter: only lines containing… (Enter keeps it, Esc clears)", id="log-filter", compact=True
+        )
 
     @property
     def panel(self) -> LogPanel:
@@ -681,48 +681,3 @@ class LogView(Vertical):
             return None
         self.notify(f"Saved {count:,} line{'s' if count != 1 else ''} to {where}", title="Log saved")
         return where
-
-
-async def benchmark_feed(texts: Sequence[str], *, batch: int = 5_000) -> tuple[float, float]:
-    """Feed `texts` to a headless log panel as the job screen does: batches of lines, the event
-    loop free in between (`benchmarks/job_stream.py`).
-
-    Returns (seconds until every line is in and painted, seconds from the first batch to the
-    first frame showing it).
-    """
-    from textual.app import App
-
-    class WatchedPanel(LogPanel):
-        """Says when a frame with at least `wanted` lines has been drawn."""
-
-        wanted = 0
-        drawn: asyncio.Event | None = None
-
-        def _render_frame(self, width: int, height: int) -> list[Strip]:
-            if self.drawn is not None and self.appended >= self.wanted:
-                self.drawn.set()
-            return super()._render_frame(width, height)
-
-    class Bench(App[None]):
-        def compose(self) -> ComposeResult:
-            yield WatchedPanel()
-
-    async def drawn_with(panel: WatchedPanel, count: int) -> None:
-        panel.wanted, panel.drawn = count, asyncio.Event()
-        panel._frame_key = None  # draw again even if that frame was drawn already
-        panel.refresh()
-        await panel.drawn.wait()
-
-    app = Bench()
-    async with app.run_test(size=(160, 48)):
-        panel = app.query_one(WatchedPanel)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        panel.append_lines([LogLine(text) for text in texts[:batch]])
-        await drawn_with(panel, min(batch, len(texts)))
-        first_frame = loop.time() - started
-        for start in range(batch, len(texts), batch):
-            panel.append_lines([LogLine(text) for text in texts[start : start + batch]])
-            await asyncio.sleep(0)
-        await drawn_with(panel, len(texts))
-        return loop.time() - started, first_frame

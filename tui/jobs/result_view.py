@@ -57,8 +57,11 @@ def result_shape(result: Any) -> Shape:
 
 def _table_key(result: Mapping[str, Any]) -> str | None:
     """The one key whose value is a non-empty list of objects, when the others are plain values."""
-    lists = [key for key, value in result.items() if isinstance(value, list) and value
-             and all(isinstance(item, Mapping) for item in value)]  # fmt: skip
+    lists = [
+        key
+        for key, value in result.items()
+        if isinstance(value, list) and value and all(isinstance(item, Mapping) for item in value)
+    ]
     plain = all(not isinstance(v, (Mapping, list)) for k, v in result.items() if k not in lists)
     return lists[0] if len(lists) == 1 and plain else None
 

@@ -24,8 +24,13 @@ from tui.text import printable
 from tui.widgets.header import SafeHeader
 
 STATUS_MARKS = {"queued": "…", "running": "●", "succeeded": "✔", "failed": "✘", "interrupted": "⚠"}
-STATUS_STYLES = {"queued": "dim", "running": "bold cyan", "succeeded": "bold green", "failed": "bold red",
-                 "interrupted": "bold yellow"}  # fmt: skip
+STATUS_STYLES = {
+    "queued": "dim",
+    "running": "bold cyan",
+    "succeeded": "bold green",
+    "failed": "bold red",
+    "interrupted": "bold yellow",
+}
 
 
 def job_duration(job: Job, now: datetime | None = None) -> float | None:
@@ -113,8 +118,11 @@ class JobRunScreen(FleetScreen):
             self._show_result()
         if self.job.cached:
             when = local_time(self.job.cached_at)
-            self.notify(f"The agent of {self.server.name} is offline: this is the result cached at {when}.",
-                        severity="warning", timeout=8)  # fmt: skip
+            self.notify(
+                f"The agent of {self.server.name} is offline: this is the result cached at {when}.",
+                severity="warning",
+                timeout=8,
+            )
         if self.exited:
             self.log_view.panel.placeholder = "Replaying the output…"
         self._update_bar()
@@ -147,8 +155,9 @@ class JobRunScreen(FleetScreen):
                 # It prints, so it runs: say so now, and learn when it started.
                 self.job = self.job.model_copy(update={"status": "running"})
                 self._update_bar()
-                self.bridge.run(self, self.client.jobs.get, self.job.id, on_done=self._job_refreshed,
-                                on_error=lambda exc: None)  # fmt: skip
+                self.bridge.run(
+                    self, self.client.jobs.get, self.job.id, on_done=self._job_refreshed, on_error=lambda exc: None
+                )
         if batch.last_seq is not None:
             self._last_seq = batch.last_seq
         if batch.exit is not None:
@@ -166,8 +175,9 @@ class JobRunScreen(FleetScreen):
         self._show_banner()
         if was_live or self.job.finished_at is None:
             # The row has its finish time and, for a read, its result by now.
-            self.bridge.run(self, self.client.jobs.get, self.job.id, on_done=self._job_refreshed,
-                            on_error=lambda exc: None)  # fmt: skip
+            self.bridge.run(
+                self, self.client.jobs.get, self.job.id, on_done=self._job_refreshed, on_error=lambda exc: None
+            )
 
     def _stream_ended(self) -> None:
         if self._exit_seen:

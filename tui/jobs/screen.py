@@ -37,8 +37,13 @@ HISTORY_POLL_S = 2.0
 _CATALOGS: WeakKeyDictionary[Client, list[JobKindInfo]] = WeakKeyDictionary()
 
 # (key, label, width); the kind column fits the kinds shown, the arguments take what is left.
-COLUMNS = [("kind", "Kind", 0), ("status", "Status", 13), ("exit", "Exit", 4), ("created", "Created", 11),
-           ("took", "Took", 10)]  # fmt: skip
+COLUMNS = [
+    ("kind", "Kind", 0),
+    ("status", "Status", 13),
+    ("exit", "Exit", 4),
+    ("created", "Created", 11),
+    ("took", "Took", 10),
+]
 KIND_WIDTH = (8, 26)
 ARGS_MIN_WIDTH = 10
 
@@ -110,8 +115,11 @@ class JobsScreen(FleetScreen):
 
     def _kinds_failed(self, exc: BaseException) -> None:
         self._pick_when_loaded = False
-        self.notify(f"Could not load the job catalog: {describe_job_error(exc, server=self.server.name)}",
-                    severity="error", timeout=8)  # fmt: skip
+        self.notify(
+            f"Could not load the job catalog: {describe_job_error(exc, server=self.server.name)}",
+            severity="error",
+            timeout=8,
+        )
 
     def action_reload(self) -> None:
         if self._history_task is not None:
@@ -184,8 +192,11 @@ class JobsScreen(FleetScreen):
         status = status_text(job.status)
         if job.cached:
             status.append(" cached", style="yellow")
-        exit_code = Text("—" if job.exit_code is None else str(job.exit_code), justify="right",
-                         style="dim" if job.exit_code is None else ("" if job.exit_code == 0 else "red"))  # fmt: skip
+        exit_code = Text(
+            "—" if job.exit_code is None else str(job.exit_code),
+            justify="right",
+            style="dim" if job.exit_code is None else ("" if job.exit_code == 0 else "red"),
+        )
         duration = job_duration(job)
         took = Text(format_duration(duration) if duration is not None else "—", justify="right")
         cells = [kind, status, exit_code, Text(local_time(job.created_at, short=True)), took]

@@ -23,6 +23,7 @@ from typing import Any
 import trio
 
 from api_client import Client
+from tui.errors import unwrap
 from tui.jobs.log_panel import LogLine
 
 BATCH_INTERVAL_S = 1 / 30
@@ -105,9 +106,10 @@ async def pump_job_events(
                     await read(nursery.cancel_scope)
             except BaseExceptionGroup as group:
                 # The nursery wraps what `read` raised: hand on the error itself (an ApiError...).
-                if len(group.exceptions) == 1:
-                    raise group.exceptions[0] from None
-                raise
+                error = unwrap(group)
+                if error is group:
+                    raise
+                raise error from None
         finally:
             # What arrived before the end (or an error) still reaches the screen.
             try:

@@ -28,8 +28,15 @@ PRESENCE_RETRY_S = 10.0
 RELATIVE_TIME_REFRESH_S = 15.0
 
 # (key, label, minimum width, maximum width): widths fit the data, within these bounds.
-COLUMNS = [("status", "", 1, 1), ("name", "Name", 4, 28), ("kind", "Kind", 4, 4), ("address", "Address", 7, 24),
-           ("agent", "Agent", 7, 7), ("version", "Version", 7, 14), ("seen", "Last seen", 9, 12)]  # fmt: skip
+COLUMNS = [
+    ("status", "", 1, 1),
+    ("name", "Name", 4, 28),
+    ("kind", "Kind", 4, 4),
+    ("address", "Address", 7, 24),
+    ("agent", "Agent", 7, 7),
+    ("version", "Version", 7, 14),
+    ("seen", "Last seen", 9, 12),
+]
 
 
 class ServerTable(DataTable[Text]):

@@ -83,16 +83,18 @@ class ArchiveDialog(FileDialog[bool]):
             with Vertical(id="archive-form", classes="file-dialog--row"):
                 if self.kind == "compress":
                     yield Label(printable(f"Archive name (in /{self.directory})"), classes="file-dialog--label")
-                    yield Input(default_archive_name(self.paths, "zip"), id="archive-name", compact=True,
-                                select_on_focus=False)  # fmt: skip
+                    yield Input(
+                        default_archive_name(self.paths, "zip"), id="archive-name", compact=True, select_on_focus=False
+                    )
                     yield Label("Format", classes="file-dialog--label")
                     formats: list[tuple[str, ArchiveFormat]] = [("zip", "zip"), ("tar.gz", "tar.gz")]
                     yield Select(formats, value="zip", allow_blank=False, id="archive-format", compact=True)
                 else:
                     yield Label("Extract into the folder (made when missing)", classes="file-dialog--label")
                     stem = archive_stem(self.paths[0].rpartition("/")[2])
-                    yield Input(join_path(self.directory, stem), id="archive-destination", compact=True,
-                                select_on_focus=False)  # fmt: skip
+                    yield Input(
+                        join_path(self.directory, stem), id="archive-destination", compact=True, select_on_focus=False
+                    )
             bar = ProgressBar(total=None, show_eta=False, id="archive-bar")
             bar.display = False  # shown once the operation runs
             yield bar

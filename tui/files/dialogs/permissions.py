@@ -59,8 +59,9 @@ class PermissionsDialog(FileDialog[int | None]):
     def compose(self) -> ComposeResult:
         mode = self.initial_mode & 0o777
         with Vertical(id="permissions-box", classes="file-dialog"):
-            yield Static(printable(f"Permissions of {describe_items(self.paths)}"), classes="file-dialog--title",
-                         markup=False)  # fmt: skip
+            yield Static(
+                printable(f"Permissions of {describe_items(self.paths)}"), classes="file-dialog--title", markup=False
+            )
             with Grid(id="permissions-grid"):
                 yield Label("")
                 for what in WHAT:
@@ -72,8 +73,7 @@ class PermissionsDialog(FileDialog[int | None]):
                         yield Checkbox("", bool(mode & BITS[key]), id=f"bit-{key}", compact=True)
             with Horizontal(classes="file-dialog--row"):
                 yield Label("Octal ", classes="permissions--who")
-                yield Input(octal(mode)[1:], id="permissions-octal", restrict=r"[0-7]{0,4}", max_length=4,
-                            compact=True)  # fmt: skip
+                yield Input(octal(mode)[1:], id="permissions-octal", restrict=r"[0-7]{0,4}", max_length=4, compact=True)
                 yield Static(permission_string(mode), id="permissions-symbolic", markup=False)
             if self.has_dirs:
                 with Horizontal(classes="file-dialog--row"):

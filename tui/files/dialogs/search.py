@@ -56,13 +56,13 @@ class SearchDialog(FileDialog[str | None]):
         with Vertical(id="search-box", classes="file-dialog -wide -tall"):
             yield Static(printable(f"Search in /{self.directory}"), classes="file-dialog--title", markup=False)
             with Horizontal(classes="file-dialog--row"):
-                yield Input(placeholder="part of a name (or of a line, with content)", id="search-query",
-                            compact=True)  # fmt: skip
+                yield Input(placeholder="part of a name (or of a line, with content)", id="search-query", compact=True)
                 yield Checkbox("in content (ctrl+t)", False, id="search-content", compact=True)
             yield OptionList(id="search-results")
             yield Static("", id="status", markup=False)
-            yield Static("Enter: search, then pick · ↓: results · ctrl+t: content · Esc: cancel",
-                         classes="file-dialog--hint")  # fmt: skip
+            yield Static(
+                "Enter: search, then pick · ↓: results · ctrl+t: content · Esc: cancel", classes="file-dialog--hint"
+            )
 
     def on_mount(self) -> None:
         self.query_one("#search-query", Input).focus()

@@ -46,8 +46,12 @@ class ConfirmDialog(FileDialog[bool]):
             if self.text:
                 yield Static(self.text, classes="file-dialog--text", markup=False)
             with Horizontal(classes="file-dialog--buttons"):
-                yield Button(f"{self.confirm_label} (y)", id="confirm-yes", compact=True,
-                             variant="error" if self.destructive else "primary")  # fmt: skip
+                yield Button(
+                    f"{self.confirm_label} (y)",
+                    id="confirm-yes",
+                    compact=True,
+                    variant="error" if self.destructive else "primary",
+                )
                 yield Button("No (n)", id="confirm-no", compact=True)
             safe = "Enter: No" if self.destructive else f"Enter: {self.confirm_label}"
             yield Static(f"y: {self.confirm_label} · n/Esc: No · {safe}", classes="file-dialog--hint", markup=False)

@@ -262,8 +262,9 @@ class TransferDialog(FileDialog[bool]):
         buffer = bytearray()
         done = 0
         reported = time.monotonic()
-        chunks = cast(AsyncGenerator[bytes, None], self.client.files.download(self.server.id, self.scope,
-                                                                                self.remote_path))  # fmt: skip
+        chunks = cast(
+            AsyncGenerator[bytes, None], self.client.files.download(self.server.id, self.scope, self.remote_path)
+        )
         async with aclosing(chunks):
             async for chunk in chunks:
                 buffer += chunk
@@ -362,8 +363,7 @@ class LocalPathDialog(FileDialog[Path | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="local-path-box", classes="file-dialog"):
             yield Static(printable(self.title_text), classes="file-dialog--title", markup=False)
-            yield Input(self.initial, placeholder="a path on this computer (~ works)", id="local-path",
-                        compact=True)  # fmt: skip
+            yield Input(self.initial, placeholder="a path on this computer (~ works)", id="local-path", compact=True)
             yield Static("", id="status", markup=False)
             yield Static("Enter: OK · Esc: cancel", classes="file-dialog--hint")
 

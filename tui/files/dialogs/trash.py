@@ -71,8 +71,7 @@ class TrashDialog(FileDialog[list[str]]):
                 yield Button("Restore (r)", id="trash-restore", variant="primary", compact=True)
                 yield Button("Empty trash (e)", id="trash-empty", variant="error", compact=True)
                 yield Button("Close (Esc)", id="trash-close", compact=True)
-            yield Static("Space: tick · a: tick all · r: restore · e: empty · Esc: close",
-                         classes="file-dialog--hint")  # fmt: skip
+            yield Static("Space: tick · a: tick all · r: restore · e: empty · Esc: close", classes="file-dialog--hint")
 
     def on_mount(self) -> None:
         self.query_one("#trash-items", SelectionList).focus()

@@ -1,7 +1,4 @@
-"""Shared helpers of the ``test_agent_files_*`` suites: a hostile home, snapshots, a real link.
-
-(No tests here; the module name keeps it with the suites that import it.)
-"""
+"""Shared helpers of the ``test_agent_files_*`` suites: a hostile home, snapshots, a real link."""
 
 from __future__ import annotations
 
@@ -24,7 +21,7 @@ from agent.link.client import AgentLink
 from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
 from control_plane.hub import AgentHub
-from tests.test_link import FAST, NEVER, SERVER_ID, TOKEN, make_control_plane, serving
+from tests.helpers.link import FAST, NEVER, SERVER_ID, TOKEN, make_control_plane, serving
 
 SITE = {"scope": "site", "domain": "example.com"}
 
@@ -128,16 +125,6 @@ def lexists(path: Path) -> bool:
     return os.path.lexists(path)
 
 
-async def eventually(predicate: Callable[[], bool], within: float = 5.0) -> None:
-    """Wait until `predicate()` holds (polled: what it watches is the agent's file system)."""
-    with trio.fail_after(within):
-        for _ in range(int(within * 100) + 1):
-            if predicate():
-                return
-            await trio.sleep(0.01)
-    raise AssertionError("condition not met in time")
-
-
 def temp_leftovers(folder: Path) -> list[str]:
     """Work-in-progress names the workspace might leave behind."""
     return [n for n in os.listdir(folder) if ".fleetdeck-" in n]
@@ -161,7 +148,6 @@ __all__ = [
     "Home",
     "call",
     "error",
-    "eventually",
     "lexists",
     "linked",
     "make_home",

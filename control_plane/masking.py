@@ -1,4 +1,5 @@
-"""Masking secrets in job output, in every form they are likely to leak in.
+"""Masking secrets, in every form they are likely to leak in: in job output (`Masker`) and in the
+audit log's records (`mask_fields`).
 
 A registry password echoed by a tool may appear raw, inside a longer string, base64-encoded
 (e.g. in an HTTP Basic header), URL-encoded (in a URL) or JSON-escaped (in a config dump). Each
@@ -11,10 +12,12 @@ import base64
 import json
 import re
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import quote, quote_plus
 
 MASK = "***"
 MIN_SECRET_LENGTH = 4  # shorter values would mask half the output and hide nothing
+SECRET_KEY = re.compile(r"pass(word|phrase)?|secret|token|api[_-]?key|private[_-]?key|credential|auth", re.I)
 
 
 def _base64_forms(secret: bytes) -> set[str]:
@@ -78,3 +81,15 @@ class Masker:
             if len(parts) == len(texts):
                 return parts
         return [pattern.sub(MASK, text) for text in texts]
+
+
+def mask_fields(value: Any, masker: Masker) -> Any:
+    """A copy of the JSON-like `value` with the values under secret-looking keys and every form of
+    `masker`'s secrets inside strings replaced by `***`."""
+    if isinstance(value, dict):
+        return {k: MASK if SECRET_KEY.search(str(k)) else mask_fields(v, masker) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_fields(v, masker) for v in value]
+    if isinstance(value, str):
+        return masker(value)
+    return value

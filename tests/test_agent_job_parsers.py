@@ -1,0 +1,183 @@
+"""The agent's readers of tool output, on recorded output (tests/data/tool_output/): they run where
+apt, openssl or systemd are absent, and cover what a live machine rarely shows (no updates, an
+expired certificate, a date openssl might print differently, a missing service)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.jobs.base import JobError
+from agent.jobs.metrics import meminfo
+from agent.jobs.service import parse_service_status, parse_systemctl_show
+from agent.jobs.ssl import parse_x509
+from agent.jobs.system import cpu_model, os_release
+from agent.jobs.updates import parse_upgradable
+
+RECORDED = Path(__file__).parent / "data" / "tool_output"
+
+
+def recorded(name: str) -> str:
+    return (RECORDED / name).read_text()
+
+
+# --- apt list --upgradable ---------------------------------------------------------------------
+
+
+def test_upgradable_packages_skip_the_warning_listing_and_notices() -> None:
+    updates = parse_upgradable(recorded("apt_list_upgradable.txt"))
+    assert [u["name"] for u in updates] == [
+        "appstream",
+        "apt-transport-https",
+        "ca-certificates",
+        "libssl3",
+        "firmware-misc-nonfree",
+    ]
+    assert updates[0] == {
+        "name": "appstream",
+        "version": "0.16.1-2+b1",
+        "current_version": "0.16.1-2",
+        "arch": "amd64",
+        "suites": ["oldstable"],
+        "security": False,
+    }
+    libssl = updates[3]
+    assert libssl["suites"] == ["bookworm-updates", "bookworm-security"] and libssl["security"]
+    assert libssl["version"] == "3.0.19-1~deb12u1" and libssl["current_version"] == "3.0.17-1~deb12u2"
+    assert [u["name"] for u in updates if u["security"]] == ["apt-transport-https", "ca-certificates", "libssl3"]
+    assert updates[-1]["current_version"] is None  # a line without "[upgradable from: ...]"
+
+
+@pytest.mark.parametrize("text", ["", "Listing... Done\n", "\n\n", "garbage without a slash\n"])
+def test_no_upgradable_packages(text: str) -> None:
+    assert parse_upgradable(text) == []
+
+
+def test_recorded_empty_listing() -> None:
+    assert parse_upgradable(recorded("apt_list_upgradable_none.txt")) == []
+
+
+# --- openssl x509 -------------------------------------------------------------------------------
+
+
+def test_certificate_with_alternative_names() -> None:
+    cert = parse_x509(recorded("openssl_x509_san.txt"))
+    assert cert["subject"] == "CN = example.com, O = Example Ltd"
+    assert cert["issuer"] == "C = US, O = Let's Encrypt, CN = R11"
+    assert cert["not_after"] == "2126-12-23T15:23:44Z"
+    assert cert["expired"] is False and cert["days_left"] > 365 * 99
+    assert cert["names"] == ["example.com", "www.example.com", "IP Address:192.0.2.1"]
+
+
+def test_certificate_without_alternative_names_is_named_by_its_common_name() -> None:
+    cert = parse_x509(recorded("openssl_x509_no_san_expired.txt"))
+    assert cert["names"] == ["old.example.org"]
+    assert cert["not_after"] == "2001-11-24T15:23:45Z"
+    assert cert["expired"] is True and cert["days_left"] < 0
+
+
+def test_an_unreadable_date_is_kept_as_printed_and_no_name_is_invented() -> None:
+    cert = parse_x509(recorded("openssl_x509_odd_date.txt"))
+    assert cert["not_after"] == "sometime next year"
+    assert "expired" not in cert and "days_left" not in cert
+    assert cert["names"] == [] and cert["subject"] == "O = No Common Name"
+
+
+def test_no_openssl_output() -> None:
+    assert parse_x509("") == {"subject": None, "issuer": None, "not_after": None, "names": []}
+
+
+def test_alternative_names_header_as_the_last_line() -> None:
+    assert parse_x509("subject=CN = a.example\nX509v3 Subject Alternative Name: \n")["names"] == ["a.example"]
+
+
+# --- systemctl show / service status -------------------------------------------------------------
+
+
+def test_a_running_systemd_service() -> None:
+    assert parse_systemctl_show("cron", recorded("systemctl_show_running.txt")) == {
+        "name": "cron",
+        "active": True,
+        "state": "active (running)",
+        "description": "Regular background program processing daemon",
+        "manager": "systemd",
+    }
+
+
+def test_a_failed_systemd_service_and_an_equals_sign_in_its_description() -> None:
+    status = parse_systemctl_show("nginx", recorded("systemctl_show_failed.txt"))
+    assert status["active"] is False and status["state"] == "failed (failed)"
+    assert status["description"] == "Web = proxy (nginx)"
+
+
+def test_a_missing_systemd_service() -> None:
+    with pytest.raises(JobError, match="no service named nosuch"):
+        parse_systemctl_show("nosuch", recorded("systemctl_show_not_found.txt"))
+
+
+def test_systemctl_output_without_properties() -> None:
+    status = parse_systemctl_show("odd", "\nnot a property line\n")
+    assert status["active"] is False and status["state"] == "unknown (unknown)" and status["description"] is None
+
+
+def test_sysv_service_status() -> None:
+    stopped = parse_service_status("cron", 3, "cron is not running ... failed!\n", "")
+    assert stopped == {
+        "name": "cron",
+        "active": False,
+        "state": "cron is not running ... failed!",
+        "status_code": 3,
+        "manager": "sysv",
+    }
+    running = parse_service_status("ssh", 0, "", "")
+    assert running["active"] and running["state"] == "running"
+    assert parse_service_status("x", 4, "\n  \n", "")["state"] == "not running (status 4)"
+    with pytest.raises(JobError, match="no service named nosuchxyz"):
+        parse_service_status("nosuchxyz", 1, "", "nosuchxyz: unrecognized service\n")
+
+
+# --- /proc and /etc files --------------------------------------------------------------------------
+
+
+def test_meminfo_in_bytes_and_used_memory() -> None:
+    memory = meminfo(str(RECORDED / "proc_meminfo.txt"))
+    assert memory == {
+        "total": 8142404 * 1024,
+        "free": 512344 * 1024,
+        "available": 4123456 * 1024,
+        "buffers": 102400 * 1024,
+        "cached": 3000000 * 1024,
+        "swap_total": 2097148 * 1024,
+        "swap_free": 2097148 * 1024,
+        "used": (8142404 - 4123456) * 1024,
+    }
+
+
+def test_meminfo_without_available_memory_has_no_used_figure(tmp_path: Path) -> None:
+    old = tmp_path / "meminfo"
+    old.write_text("MemTotal:        1024 kB\nMemFree: x kB\nOdd line\n")
+    assert meminfo(str(old)) == {"total": 1024 * 1024}
+
+
+def test_os_release_unquotes_and_skips_comments_and_blank_lines(tmp_path: Path) -> None:
+    fields = os_release(str(RECORDED / "os_release.txt"))
+    assert fields == {
+        "PRETTY_NAME": "Debian GNU/Linux 12 (bookworm)",
+        "NAME": "Debian GNU/Linux",
+        "VERSION_ID": "12",
+        "ID": "debian",
+        "HOME_URL": "https://www.debian.org/",
+    }
+    assert os_release(str(tmp_path / "absent")) == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "model"),
+    [
+        ("proc_cpuinfo_x86.txt", "Intel(R) Xeon(R) Gold 6230 CPU @ 2.10GHz"),
+        ("proc_cpuinfo_arm.txt", "Raspberry Pi 4 Model B Rev 1.1"),
+    ],
+)
+def test_cpu_model(name: str, model: str) -> None:
+    assert cpu_model(str(RECORDED / name)) == model
