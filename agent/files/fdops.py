@@ -366,6 +366,11 @@ class Item:
     depth: int = 0
 
 
+# Told of an entry `walk` could not read (its path, its lstat when known, the error) when the
+# caller would rather count such entries than stop at the first.
+OnUnreadable = Callable[[str, os.stat_result | None, OSError], None]
+
+
 def walk(
     dir_fd: int,
     base: str,
@@ -373,15 +378,25 @@ def walk(
     *,
     exclude: frozenset[Identity] = frozenset(),
     depth: int = 0,
+    on_unreadable: OnUnreadable | None = None,
 ) -> Iterator[Item]:
     """Every entry beneath the readable folder `dir_fd`, sorted by name, links not followed.
 
     Paths are `base`-relative joins. Entries whose identity is in `exclude` are left out (with
     their contents). A folder that cannot be entered any more (swapped, removed) is left out.
+    A folder that cannot be read (permission denied...) raises, or with `on_unreadable` is
+    reported to it and left out.
     """
     if depth >= MAX_DEPTH:
         raise RpcError("validation_error", "the folder is nested too deeply")
-    for name in listdir(dir_fd):
+    try:
+        names = listdir(dir_fd)
+    except OSError as exc:
+        if on_unreadable is None:
+            raise
+        on_unreadable(base, None, exc)
+        return
+    for name in names:
         token.check()
         st = lstat_at(dir_fd, name)
         if st is None or identity(st) in exclude:
@@ -390,7 +405,13 @@ def walk(
         if not stat.S_ISDIR(st.st_mode):
             yield Item(dir_fd, name, path, st, depth=depth)
             continue
-        sub = open_dir_if_still(dir_fd, name)
+        try:
+            sub = open_dir_if_still(dir_fd, name)
+        except OSError as exc:
+            if on_unreadable is None:
+                raise
+            on_unreadable(path, st, exc)
+            continue
         if sub is None:
             continue
         try:
@@ -398,7 +419,7 @@ def walk(
             if identity(sub_st) in exclude:
                 continue
             yield Item(dir_fd, name, path, sub_st, sub, depth=depth)
-            yield from walk(sub, path, token, exclude=exclude, depth=depth + 1)
+            yield from walk(sub, path, token, exclude=exclude, depth=depth + 1, on_unreadable=on_unreadable)
             yield Item(dir_fd, name, path, sub_st, sub, post=True, depth=depth)
         finally:
             os.close(sub)

@@ -1,8 +1,8 @@
 """``storage usage [--path P] --depth N --json``: what takes the space under the home.
 
-The walk works on directory descriptors (``O_NOFOLLOW`` for every step below the start, which
-is resolved inside the home's jail), never follows a symlink, counts a hard-linked file once,
-and keeps one descriptor pair per level of depth, not per directory seen.
+The walk is the file workspace's own (`agent.files.fdops.walk`: directory descriptors, never a
+symlink followed), counting like ``du``: allocated blocks beside apparent sizes, a hard-linked
+file once, and a folder it cannot read as an error rather than a stop.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any
 import trio
 
 from agent.files.entries import entry_type, wire_name
+from agent.files.fdops import Identity, identity, never, walk
 from agent.files.jail import Jail, normalize
 from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.link.protocol import RpcError
 from api_client.job_kinds.system import StorageUsage
 
 MAX_ENTRIES = 5000
-_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
 @dataclass
@@ -43,75 +43,37 @@ class Totals:
 def measure(dir_fd: int, max_depth: int = 0) -> tuple[Totals, list[dict[str, Any]]]:
     """The totals beneath the directory `dir_fd` (not closed here), and every entry down to
     `max_depth` levels with its own totals (a directory's include all it holds)."""
-    seen: set[tuple[int, int]] = set()
+    seen: set[Identity] = set()
     entries: list[dict[str, Any]] = []
-    root = Totals()
-    fd = os.dup(dir_fd)
-    try:
-        iterator = os.scandir(fd)
-    except OSError:
-        os.close(fd)
-        root.errors += 1
-        return root, entries
-    stack: list[tuple[int, Any, str, int, Totals]] = [(fd, iterator, "", 0, root)]
-    try:
-        while stack:
-            fd, iterator, rel, depth, totals = stack[-1]
-            try:
-                item = next(iterator, None)
-            except OSError:
-                totals.errors += 1
-                item = None
-            if item is None:
-                iterator.close()
-                os.close(fd)
-                stack.pop()
-                if stack:
-                    stack[-1][4].add(totals)
-                    if depth <= max_depth:
-                        entries.append(_record(rel, "dir", totals))
+    levels = [Totals()]  # the folder being walked at each depth, the start first
+
+    def unreadable(path: str, st: os.stat_result | None, _exc: OSError) -> None:
+        own = Totals(errors=1) if st is None else Totals(st.st_size, st.st_blocks * 512, 0, 1, errors=1)
+        levels[-1].add(own)
+        if st is not None and path.count("/") < max_depth:
+            entries.append(_record(path, "dir", own))
+
+    for item in walk(dir_fd, "", never(), on_unreadable=unreadable):
+        st = item.st
+        listed = item.depth + 1 <= max_depth
+        if stat.S_ISDIR(st.st_mode):
+            if not item.post:
+                levels.append(Totals(st.st_size, st.st_blocks * 512, 0, 1))
                 continue
-            try:
-                st = item.stat(follow_symlinks=False)
-            except OSError:
-                totals.errors += 1
-                continue
-            child = f"{rel}/{item.name}" if rel else item.name
-            size, disk = st.st_size, st.st_blocks * 512
-            if stat.S_ISDIR(st.st_mode):
-                own = Totals(size, disk, 0, 1)
-                try:
-                    sub = os.open(item.name, _O_DIR, dir_fd=fd)
-                except OSError:
-                    own.errors += 1
-                    totals.add(own)
-                    if depth + 1 <= max_depth:
-                        entries.append(_record(child, "dir", own))
-                    continue
-                try:
-                    sub_iterator = os.scandir(sub)
-                except OSError:
-                    os.close(sub)
-                    own.errors += 1
-                    totals.add(own)
-                    continue
-                stack.append((sub, sub_iterator, child, depth + 1, own))
-                continue
-            if st.st_nlink > 1:
-                key = (st.st_dev, st.st_ino)
-                if key in seen:
-                    size = disk = 0
-                seen.add(key)
-            totals.bytes += size
-            totals.disk_bytes += disk
-            totals.files += 1
-            if depth + 1 <= max_depth:
-                entries.append(_record(child, entry_type(st.st_mode), Totals(size, disk, 1, 0)))
-    finally:
-        for fd, iterator, *_ in stack:
-            iterator.close()
-            os.close(fd)
-    return root, entries
+            own = levels.pop()
+            levels[-1].add(own)
+            if listed:
+                entries.append(_record(item.path, "dir", own))
+            continue
+        size, disk = st.st_size, st.st_blocks * 512
+        if st.st_nlink > 1:  # a hard-linked file's blocks are counted once
+            if identity(st) in seen:
+                size = disk = 0
+            seen.add(identity(st))
+        levels[-1].add(Totals(size, disk, 1, 0))
+        if listed:
+            entries.append(_record(item.path, entry_type(st.st_mode), Totals(size, disk, 1, 0)))
+    return levels[0], entries
 
 
 def _record(path: str, kind: str, totals: Totals) -> dict[str, Any]:
