@@ -13,7 +13,8 @@ import pytest
 from textual.pilot import Pilot
 
 from api_client import Client
-from fleetdeck.embedded import EmbeddedStack
+from fleetdeck.cli import local_connection
+from fleetdeck.launcher import LocalStack
 from tests.conftest import Stack
 from tests.test_tui_jobs import highlight_server
 from tui.app import FleetdeckApp
@@ -82,17 +83,22 @@ def listed(app: FleetdeckApp) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
-    stack = EmbeddedStack(tmp_path_factory.mktemp("tui-local"))
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    stack = LocalStack(tmp_path_factory.mktemp("tui-local"))
     stack.start()
     yield stack
     assert stack.stop() is not None
 
 
-def test_browse_the_embedded_stack_from_servers_to_a_file(embedded: EmbeddedStack) -> None:
+def embedded_connection(stack: LocalStack) -> Connection:
+    assert stack.credentials is not None
+    return local_connection(stack.credentials)
+
+
+def test_browse_the_embedded_stack_from_servers_to_a_file(embedded: LocalStack) -> None:
     assert embedded.credentials is not None
     server_id = embedded.credentials.server_id
-    app = FleetdeckApp(embedded.connection(), theme="fleetdeck-dark")
+    app = FleetdeckApp(embedded_connection(embedded), theme="fleetdeck-dark")
 
     async def scenario(pilot: Pilot[None]) -> None:
         # The server list shows the demo server, its agent online.
@@ -144,8 +150,8 @@ def test_browse_the_embedded_stack_from_servers_to_a_file(embedded: EmbeddedStac
     run_app(app, scenario)
 
 
-def test_a_directory_of_20000_files_scrolls_to_its_end(embedded: EmbeddedStack) -> None:
-    app = FleetdeckApp(embedded.connection(), theme="fleetdeck-ansi")
+def test_a_directory_of_20000_files_scrolls_to_its_end(embedded: LocalStack) -> None:
+    app = FleetdeckApp(embedded_connection(embedded), theme="fleetdeck-ansi")
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
@@ -230,7 +236,7 @@ def test_command_palette_offers_themes_and_navigation(stack: Stack) -> None:
 
 
 def test_the_embedded_stack_reports_why_it_did_not_start(tmp_path: Path) -> None:
-    class BrokenStack(EmbeddedStack):
+    class BrokenStack(LocalStack):
         @property
         def command(self) -> list[str]:
             return ["python3", "-c", "import sys; print('boom: no database', file=sys.stderr); sys.exit(3)"]

@@ -13,7 +13,8 @@ import pytest
 
 from api_client import errors as api_errors
 from fleetdeck import cli
-from fleetdeck.embedded import EmbeddedStack, EmbeddedStartError
+from fleetdeck.cli import local_connection
+from fleetdeck.launcher import LocalStack, StackStartError
 from themes import ANSI, DARK, FleetdeckAnsiStyle, default_theme_name, rich_style_map
 from tui import connection
 from tui.connection import ConnectError, SessionStore, connect_remote
@@ -23,11 +24,12 @@ from tui.errors import describe_error
 def fake_module(monkeypatch: pytest.MonkeyPatch, name: str, calls: list[Any]) -> None:
     module = types.ModuleType(name)
 
-    def main(argv: list[str]) -> int:
+    def main(argv: list[str], *defaults: object, **options: object) -> int:
         calls.append((name, argv))
         return 7
 
     module.main = main  # type: ignore[attr-defined]
+    module.Defaults = dict  # type: ignore[attr-defined]  # what `fleetdeck agent` fills in
     monkeypatch.setitem(sys.modules, name, module)
 
 
@@ -55,12 +57,12 @@ def test_the_tui_module_does_not_import_the_control_plane() -> None:
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=60).returncode == 0
 
 
-def test_theme_is_picked_from_the_environment() -> None:
-    assert default_theme_name({"COLORTERM": "truecolor"}) == DARK.name
-    assert default_theme_name({"COLORTERM": "24bit"}) == DARK.name
-    assert default_theme_name({}) == ANSI.name
-    assert default_theme_name({"COLORTERM": "truecolor", "FLEETDECK_THEME": "light"}) == "fleetdeck-light"
-    assert default_theme_name({"FLEETDECK_THEME": "fleetdeck-ansi"}) == ANSI.name
+def test_theme_is_the_wanted_one_else_follows_the_terminal() -> None:
+    assert default_theme_name(None, {"COLORTERM": "truecolor"}) == DARK.name
+    assert default_theme_name(None, {"COLORTERM": "24bit"}) == DARK.name
+    assert default_theme_name(None, {}) == ANSI.name
+    assert default_theme_name("light", {"COLORTERM": "truecolor"}) == "fleetdeck-light"
+    assert default_theme_name("fleetdeck-ansi", {}) == ANSI.name
 
 
 def test_the_ansi_theme_and_its_pygments_style_use_only_ansi_colours() -> None:
@@ -111,9 +113,7 @@ def test_an_expired_saved_session_leads_to_a_new_login(tmp_path: Path, monkeypat
     monkeypatch.setattr(connection, "log_in", log_in)
     passwords = iter(["wrong", "right"])
     said: list[str] = []
-    result = connect_remote(
-        "http://cp", environ={}, store=store, ask_password=lambda _: next(passwords), say=said.append
-    )
+    result = connect_remote("http://cp", store=store, ask_password=lambda _: next(passwords), say=said.append)
     assert result.token == "new-token" and result.label == "me@example.com"
     assert store.load("http://cp") == {"base_url": "http://cp", "token": "new-token", "email": "me@example.com"}
     assert said == [
@@ -128,7 +128,7 @@ def test_a_refused_environment_token_is_an_error(tmp_path: Path, monkeypatch: py
 
     monkeypatch.setattr(connection, "check_token", check_token)
     with pytest.raises(ConnectError, match="FLEETDECK_TOKEN"):
-        connect_remote("http://cp", environ={"FLEETDECK_TOKEN": "bad"}, store=SessionStore(tmp_path))
+        connect_remote("http://cp", token="bad", store=SessionStore(tmp_path))
 
 
 def test_the_embedded_stack_waits_for_the_base_url_then_reads_the_credentials(tmp_path: Path) -> None:
@@ -140,26 +140,27 @@ def test_the_embedded_stack_waits_for_the_base_url_then_reads_the_credentials(tm
         "print('starting'); print('fleetdeck is running at http://127.0.0.1:4321', flush=True); time.sleep(60)"
     )
 
-    class FakeStack(EmbeddedStack):
+    class FakeStack(LocalStack):
         @property
         def command(self) -> list[str]:
             return [sys.executable, "-c", script, str(self.data_dir)]
 
     stack = FakeStack(tmp_path, startup_timeout=30)
     with stack:
-        assert stack.connection().base_url == "http://127.0.0.1:4321"
-        assert stack.connection().token == "tok"
+        assert stack.credentials is not None
+        assert local_connection(stack.credentials).base_url == "http://127.0.0.1:4321"
+        assert local_connection(stack.credentials).token == "tok"
         assert stack.process is not None and stack.process.poll() is None
     assert stack.process.returncode is not None  # terminated on exit
 
 
 def test_the_embedded_stack_gives_up_after_its_timeout(tmp_path: Path) -> None:
-    class SilentStack(EmbeddedStack):
+    class SilentStack(LocalStack):
         @property
         def command(self) -> list[str]:
             return [sys.executable, "-c", "import sys, time; print('loading', file=sys.stderr); time.sleep(60)"]
 
     stack = SilentStack(tmp_path, startup_timeout=1)
-    with pytest.raises(EmbeddedStartError, match=r"(?s)did not report its address.*loading"):
+    with pytest.raises(StackStartError, match=r"(?s)did not report its address.*loading"):
         stack.start()
     assert stack.process is not None and stack.process.poll() is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import threading
 from collections.abc import Iterable
 from functools import partial
 from typing import Any, ClassVar
@@ -16,11 +17,12 @@ from api_client import Client, Me, Server
 from themes import THEMES, default_theme_name, register_themes
 from themes.palettes import automatic_theme_name
 from tui.bridge import TrioBridge
-from tui.connection import Connection
+from tui.connection import ConnectError, Connection, PendingConnection
 from tui.files.commander import CommanderScreen
 from tui.help import HelpScreen
 from tui.jobs.screen import JobsScreen
 from tui.servers.screen import ServerListScreen
+from tui.starting import StartingScreen
 
 log = logging.getLogger(__name__)
 
@@ -55,26 +57,72 @@ class FleetdeckApp(App[None]):
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
-    def __init__(self, connection: Connection, *, theme: str | None = None, client: Client | None = None) -> None:
-        """`client` replaces the one built from `connection` (tests give one with a fake transport)."""
+    def __init__(
+        self, connection: Connection | PendingConnection, *, theme: str | None = None, client: Client | None = None
+    ) -> None:
+        """`connection` may still be pending (a local stack starting): the app then shows a
+        starting screen at once and the server list once it works. `client` replaces the one
+        built from the connection (tests give one with a fake transport)."""
         super().__init__()
-        self.connection = connection
-        self.client = client or Client(connection.base_url, token=connection.token)
+        self.pending = connection if isinstance(connection, PendingConnection) else None
+        self.connection = connection if isinstance(connection, Connection) else None
+        self._client = client
         self.bridge = TrioBridge()
         self.me: Me | None = None
-        self._wanted_theme = theme or default_theme_name()
+        self._wanted_theme = default_theme_name(theme)
         register_themes(self)
+
+    @property
+    def client(self) -> Client:
+        """The API client; screens that use it are pushed only once connected."""
+        if self._client is None:
+            raise RuntimeError("not connected yet")
+        return self._client
 
     # --- lifecycle ------------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        freeze_startup_objects()
         self._apply_theme(self._wanted_theme)
-        self.sub_title = self.connection.label
-        self.bridge.add_shutdown_hook(self.client.aclose)
         self.bridge.start()
+        if self.connection is not None:
+            self._connected(self.connection)
+        elif self.pending is not None:
+            self.sub_title = "starting…"
+            self.push_screen(StartingScreen(self.pending.description))
+            threading.Thread(target=self._wait_for_connection, args=(self.pending,), daemon=True).start()
+
+    def _wait_for_connection(self, pending: PendingConnection) -> None:
+        """In a thread: the first frame is drawn while the connection comes up."""
+        try:
+            connection = pending.wait()
+        except ConnectError as exc:
+            self._from_thread(self._start_failed, str(exc))
+        else:
+            self._from_thread(self._connected, connection)
+
+    def _from_thread(self, callback: Any, *args: Any) -> None:
+        try:
+            self.call_from_thread(callback, *args)
+        except RuntimeError:
+            pass  # the user quit before the stack answered
+
+    def _connected(self, connection: Connection) -> None:
+        freeze_startup_objects()
+        self.connection = connection
+        if self._client is None:
+            self._client = Client(connection.base_url, token=connection.token)
+        self.sub_title = connection.label
+        self.bridge.add_shutdown_hook(self.client.aclose)
         self.bridge.run(self, self.client.auth.me, on_done=self._show_identity)
-        self.push_screen(ServerListScreen())
+        if isinstance(self.screen, StartingScreen):
+            self.switch_screen(ServerListScreen())
+        else:
+            self.push_screen(ServerListScreen())
+
+    def _start_failed(self, message: str) -> None:
+        self.sub_title = "could not start"
+        if isinstance(self.screen, StartingScreen):
+            self.screen.failed(message)
 
     async def on_unmount(self) -> None:
         await self.bridge.stop()

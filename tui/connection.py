@@ -1,6 +1,6 @@
 """Which control plane the TUI talks to, with which token: resolved before the TUI starts.
 
-Remote control planes: `FLEETDECK_TOKEN`, else a saved session token, else a password login
+Remote control planes: a given token (`FLEETDECK_TOKEN`), else a saved session token, else a password login
 (prompted with getpass). Session tokens are kept per base URL in the user's config directory, in
 files only the user can read (mode 0600, created so from the start, never chmod-ed after the fact).
 """
@@ -12,12 +12,11 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import platformdirs
 import trio
 
 from api_client import Client
@@ -39,11 +38,21 @@ class ConnectError(Exception):
     """The control plane cannot be used: the message says why, in one or two lines."""
 
 
+@dataclass(frozen=True)
+class PendingConnection:
+    """A connection that is not there yet (a local stack starting): the app draws its first frame
+    at once, says `description`, and calls `wait` in a thread. `wait` blocks until the connection
+    works, or raises `ConnectError` saying why it never will."""
+
+    description: str
+    wait: Callable[[], Connection]
+
+
 class SessionStore:
     """Session tokens per base URL: `<config dir>/sessions/<host>-<hash>.json`, mode 0600."""
 
-    def __init__(self, directory: Path | None = None) -> None:
-        self.directory = directory or Path(platformdirs.user_config_dir("fleetdeck")) / "sessions"
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
 
     def path_for(self, base_url: str) -> Path:
         base_url = normalise_url(base_url)
@@ -108,21 +117,20 @@ def log_in(base_url: str, email: str, password: str) -> str:
 def connect_remote(
     base_url: str,
     *,
+    store: SessionStore,
     email: str | None = None,
-    environ: Mapping[str, str] | None = None,
-    store: SessionStore | None = None,
+    token: str | None = None,
     ask_email: Callable[[str], str] = input,
     ask_password: Callable[[str], str] = getpass.getpass,
     say: Callable[[str], None] = print,
 ) -> Connection:
-    """A working connection to `base_url`: env token, saved token, or a fresh login (prompted)."""
-    env = os.environ if environ is None else environ
-    store = store or SessionStore()
+    """A working connection to `base_url`: the given `token` (from `FLEETDECK_TOKEN`), a saved
+    token, or a fresh login (prompted)."""
     base_url = normalise_url(base_url)
     try:
-        if env_token := env.get("FLEETDECK_TOKEN"):
+        if token:
             try:
-                return Connection(base_url, env_token, check_token(base_url, env_token))
+                return Connection(base_url, token, check_token(base_url, token))
             except api_errors.Unauthenticated as exc:
                 raise ConnectError(f"{base_url} refuses the token in FLEETDECK_TOKEN.") from exc
         saved = store.load(base_url)
