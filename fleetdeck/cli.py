@@ -110,16 +110,11 @@ def run_tui(args: argparse.Namespace, settings: Settings) -> int:
             print(f"fleetdeck: {exc}", file=sys.stderr)
             return 1
         return _run_app(connection, args.theme)
-    # The app draws its first frame at once and waits for the stack in a thread; the child is
-    # spawned here, on the main thread, which lives as long as the TUI (see `die_with_parent`).
-    from fleetdeck.launcher import LocalStack, StackStartError
+    # The app draws its first frame at once, then spawns the stack (on its main thread, which
+    # lives as long as the TUI: see `die_with_parent`) and waits for it in a thread.
+    from fleetdeck.launcher import LocalStack
 
     stack = LocalStack(args.data_dir, die_with_parent=True)
-    try:
-        stack.spawn()
-    except StackStartError as exc:
-        print(f"fleetdeck: {exc}", file=sys.stderr)
-        return 1
     try:
         return _run_app(pending_local_connection(stack), args.theme)
     finally:
@@ -127,9 +122,15 @@ def run_tui(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def pending_local_connection(stack: LocalStack) -> PendingConnection:
-    """What the TUI shows and waits for while the spawned local stack starts."""
+    """What the TUI shows, starts and waits for while the local stack starts."""
     from fleetdeck.launcher import StackStartError
     from tui.connection import ConnectError, PendingConnection
+
+    def start() -> None:
+        try:
+            stack.spawn()
+        except StackStartError as exc:
+            raise ConnectError(str(exc)) from exc
 
     def wait() -> Connection:
         try:
@@ -137,7 +138,7 @@ def pending_local_connection(stack: LocalStack) -> PendingConnection:
         except StackStartError as exc:
             raise ConnectError(str(exc)) from exc
 
-    return PendingConnection(f"Starting the local control plane and agent in {stack.data_dir}…", wait)
+    return PendingConnection(f"Starting the local control plane and agent in {stack.data_dir}…", wait, start)
 
 
 def local_connection(credentials: StackCredentials) -> Connection:

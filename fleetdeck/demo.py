@@ -132,13 +132,15 @@ def ensure_account(db: Database, layout: StackLayout) -> DemoAccount:
     Secrets that must survive a restart (the owner's password, the agent token) live in files of
     mode 0600 in the data dir; the database keeps only their hashes.
     """
+    new_password = not layout.demo_password.exists()
     password = _secret_file(layout.demo_password, lambda: secrets.token_urlsafe(12))
     org = db.run_sync(accounts.org_by_name, DEMO_ORG) or db.run_sync(accounts.create_org, DEMO_ORG, "max")
     user = db.run_sync(accounts.user_by_email, DEMO_EMAIL)
     if user is None:
         user = db.run_sync(accounts.create_user, DEMO_EMAIL, "Demo Owner", hash_password(password))
         db.run_sync(accounts.add_membership, user["id"], org["id"], "owner")
-    else:
+    elif new_password:
+        # Hashing costs about half a second: only when the password file was (re)made.
         db.run_sync(accounts.set_password, user["id"], hash_password(password))
     server = db.run_sync(server_store.server_by_name, org["id"], DEMO_SERVER)
     token_file = layout.agent_token

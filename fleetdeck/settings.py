@@ -4,20 +4,25 @@ The towers never read the environment for their settings: the composition root l
 `Settings` here once and passes the values down (`control_plane.settings.Settings`, the agent's
 options, the TUI's theme and token). The README's configuration section documents each
 variable; `tests/test_settings.py` fails when one is missing there.
+
+A frozen dataclass with one parser per field, not a pydantic model: this module is on the path
+to the TUI's first frame, and importing pydantic there would cost more than the frame itself
+(`benchmarks/startup.py`); the TUI loads pydantic afterwards, off its main thread.
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from control_plane.settings import Settings as ControlPlaneSettings
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+LOG_LEVELS: tuple[LogLevel, ...] = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 PREFIX = "FLEETDECK_"
 
 
@@ -25,26 +30,50 @@ class SettingsError(Exception):
     """A variable has a value that cannot be used; the message names it, in one line."""
 
 
-class Settings(BaseModel):
+def _text(value: str) -> str:
+    return value
+
+
+def _log_level(value: str) -> LogLevel:
+    level = value.upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"not a log level (one of {', '.join(LOG_LEVELS)})")
+    return level
+
+
+def _seconds(*, minimum: float, inclusive: bool) -> Callable[[str], float]:
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError("not a number of seconds") from None
+        if not math.isfinite(number) or number < minimum or (number == minimum and not inclusive):
+            raise ValueError(f"must be a finite number {'>=' if inclusive else '>'} {minimum:g}")
+        return number
+
+    return parse
+
+
+def _port(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 65535:
+        raise ValueError("not a TCP port (1 to 65535)")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Settings:
     """The environment's settings; a variable that is unset or empty keeps its default."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
-
-    url: str | None = Field(None, alias="FLEETDECK_URL", min_length=1)
-    token: str | None = Field(None, alias="FLEETDECK_TOKEN", min_length=1, repr=False)
-    db: str | None = Field(None, alias="FLEETDECK_DB", min_length=1)
-    agent_token: str | None = Field(None, alias="FLEETDECK_AGENT_TOKEN", min_length=1, repr=False)
-    theme: str | None = Field(None, alias="FLEETDECK_THEME", min_length=1)
-    log: LogLevel | None = Field(None, alias="FLEETDECK_LOG")
-    heartbeat_s: float = Field(10.0, alias="FLEETDECK_HEARTBEAT_S", gt=0, allow_inf_nan=False)
-    job_grace_s: float = Field(30.0, alias="FLEETDECK_JOB_GRACE_S", ge=0, allow_inf_nan=False)
-    transfer_timeout_s: float = Field(6 * 3600.0, alias="FLEETDECK_TRANSFER_TIMEOUT_S", gt=0, allow_inf_nan=False)
-    agent_ssh_port: int = Field(22, alias="FLEETDECK_AGENT_SSH_PORT", ge=1, le=65535)
-
-    @field_validator("log", mode="before")
-    @classmethod
-    def _upper_case_level(cls, value: object) -> object:
-        return value.strip().upper() if isinstance(value, str) else value
+    url: str | None = None
+    token: str | None = field(default=None, repr=False)
+    db: str | None = None
+    agent_token: str | None = field(default=None, repr=False)
+    theme: str | None = None
+    log: LogLevel | None = None
+    heartbeat_s: float = 10.0
+    job_grace_s: float = 30.0
+    transfer_timeout_s: float = 6 * 3600.0
+    agent_ssh_port: int = 22
 
     def log_level(self, default: LogLevel) -> LogLevel:
         """`FLEETDECK_LOG`, else the command's own default."""
@@ -62,24 +91,40 @@ class Settings(BaseModel):
         )
 
 
+# Each field of `Settings`: its variable, and the parser that checks a value of it.
+VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "url": ("FLEETDECK_URL", _text),
+    "token": ("FLEETDECK_TOKEN", _text),
+    "db": ("FLEETDECK_DB", _text),
+    "agent_token": ("FLEETDECK_AGENT_TOKEN", _text),
+    "theme": ("FLEETDECK_THEME", _text),
+    "log": ("FLEETDECK_LOG", _log_level),
+    "heartbeat_s": ("FLEETDECK_HEARTBEAT_S", _seconds(minimum=0, inclusive=False)),
+    "job_grace_s": ("FLEETDECK_JOB_GRACE_S", _seconds(minimum=0, inclusive=True)),
+    "transfer_timeout_s": ("FLEETDECK_TRANSFER_TIMEOUT_S", _seconds(minimum=0, inclusive=False)),
+    "agent_ssh_port": ("FLEETDECK_AGENT_SSH_PORT", _port),
+}
+
+
 def variable_names() -> list[str]:
     """Every variable `Settings` reads, as spelled in the environment."""
-    return [str(field.alias) for field in Settings.model_fields.values()]
+    return [VARIABLES[f.name][0] for f in fields(Settings)]
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
     """The settings from `environ` (the process environment by default); `SettingsError` if one is bad."""
     env = os.environ if environ is None else environ
-    values = {name: value.strip() for name, value in env.items() if name.startswith(PREFIX) and value.strip()}
-    try:
-        return Settings.model_validate(values)
-    except ValidationError as exc:
-        raise SettingsError(_one_line(exc, values)) from None
-
-
-def _one_line(exc: ValidationError, values: Mapping[str, str]) -> str:
-    problems = []
-    for error in exc.errors():
-        name = str(error["loc"][0]) if error["loc"] else "?"
-        problems.append(f"{name}={values.get(name, '')!r}: {error['msg']}")
-    return "; ".join(problems)
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for setting in fields(Settings):
+        name, parse = VARIABLES[setting.name]
+        raw = env.get(name, "").strip()
+        if not raw:
+            continue
+        try:
+            values[setting.name] = parse(raw)
+        except ValueError as exc:
+            problems.append(f"{name}={raw!r}: {exc}")
+    if problems:
+        raise SettingsError("; ".join(problems))
+    return Settings(**values)

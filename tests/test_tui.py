@@ -280,7 +280,6 @@ def test_the_first_screen_says_what_starts_before_the_stack_answers(stack: Stack
 
 def test_the_embedded_default_fills_the_server_list_once_its_stack_runs(tmp_path: Path) -> None:
     stack = LocalStack(tmp_path / "local")
-    stack.spawn()
     app = FleetdeckApp(pending_local_connection(stack), theme="fleetdeck-ansi")
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -295,7 +294,6 @@ def test_the_embedded_default_fills_the_server_list_once_its_stack_runs(tmp_path
 
 def test_a_stack_that_does_not_start_says_why_and_lets_the_user_quit(tmp_path: Path) -> None:
     stack = BrokenStack(tmp_path, startup_timeout=20)
-    stack.spawn()
     app = FleetdeckApp(pending_local_connection(stack), theme="fleetdeck-ansi")
 
     async def scenario(pilot: Pilot[None]) -> None:

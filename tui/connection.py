@@ -17,10 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import trio
-
-from api_client import Client
-from api_client import errors as api_errors
+# The API client (httpx, pydantic) and trio are imported in the functions that use them: the
+# TUI's first frame needs `Connection` and `PendingConnection` only.
 
 LOGIN_ATTEMPTS = 3
 
@@ -41,11 +39,13 @@ class ConnectError(Exception):
 @dataclass(frozen=True)
 class PendingConnection:
     """A connection that is not there yet (a local stack starting): the app draws its first frame
-    at once, says `description`, and calls `wait` in a thread. `wait` blocks until the connection
-    works, or raises `ConnectError` saying why it never will."""
+    at once and says `description`; then it calls `start` on its own thread (quick: spawn what
+    must be spawned there) and `wait` in another thread. `wait` blocks until the connection
+    works; either raises `ConnectError` saying why it never will."""
 
     description: str
     wait: Callable[[], Connection]
+    start: Callable[[], None] = lambda: None
 
 
 class SessionStore:
@@ -96,6 +96,10 @@ def normalise_url(base_url: str) -> str:
 def check_token(base_url: str, token: str) -> str:
     """The email of the token's user; `Unauthenticated` if the token is refused."""
 
+    import trio
+
+    from api_client import Client
+
     async def who() -> str:
         async with Client(base_url, token=token, timeout=15) as client:
             me = await client.auth.me()
@@ -106,6 +110,10 @@ def check_token(base_url: str, token: str) -> str:
 
 def log_in(base_url: str, email: str, password: str) -> str:
     """A new session token for `email`; `Unauthenticated` if the password is wrong."""
+
+    import trio
+
+    from api_client import Client
 
     async def login() -> str:
         async with Client(base_url, timeout=15) as client:
@@ -126,6 +134,8 @@ def connect_remote(
 ) -> Connection:
     """A working connection to `base_url`: the given `token` (from `FLEETDECK_TOKEN`), a saved
     token, or a fresh login (prompted)."""
+    from api_client import errors as api_errors
+
     base_url = normalise_url(base_url)
     try:
         if token:
@@ -154,6 +164,8 @@ def _prompt_login(
     ask_password: Callable[[str], str],
     say: Callable[[str], None],
 ) -> Connection:
+    from api_client import errors as api_errors
+
     try:
         email = email or ask_email(f"Email for {base_url}: ").strip()
         for attempt in range(1, LOGIN_ATTEMPTS + 1):
