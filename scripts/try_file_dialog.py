@@ -17,7 +17,6 @@ from typing import Any
 import httpx
 
 from api_client import Client, Scope, Server
-from tui import app as app_module
 from tui.app import FleetdeckApp
 from tui.connection import Connection
 from tui.files import dialogs as fd
@@ -55,9 +54,6 @@ def make_dialog(name: str, server: Server, scope: Scope, arg: str) -> Any:
 
 
 class TryApp(FleetdeckApp):
-    # CSS paths are relative to the module of the class: this one lives in scripts/.
-    CSS_PATH = [str(Path(app_module.__file__).parent / path) for path in FleetdeckApp.CSS_PATH]
-
     def __init__(self, connection: Connection, server: Server, dialog: str, arg: str) -> None:
         super().__init__(connection)
         self.server, self.dialog, self.arg = server, dialog, arg

@@ -45,15 +45,6 @@ class FleetdeckApp(App[None]):
     """Servers → files → viewer, over one `/v1` connection."""
 
     TITLE = "fleetdeck"
-    CSS_PATH = [
-        "app.tcss",
-        "servers/servers.tcss",
-        "files/files.tcss",
-        "files/viewer.tcss",
-        "help.tcss",
-        "jobs/jobs.tcss",
-        "files/editor.tcss",
-    ]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("ctrl+q", "quit", "Quit", priority=True),

@@ -19,7 +19,7 @@ class StartingScreen(Screen[None]):
 
     DEFAULT_CSS = load_tcss(__file__)
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "app.quit", "Quit")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "app.quit", "Quit", show=False)]
 
     def __init__(self, description: str) -> None:
         super().__init__()
