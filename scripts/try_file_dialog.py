@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from api_client import Client, Scope, Server
+from api_client import Scope, Server
 from tui.app import FleetdeckApp
 from tui.connection import Connection
 from tui.files import dialogs as fd
@@ -75,7 +75,6 @@ def main() -> None:
     body = httpx.get(f"{credentials['base_url']}/v1/servers/{credentials['server_id']}", headers=headers).json()
     connection = Connection(credentials["base_url"], credentials["token"], "try a dialog")
     app = TryApp(connection, Server.model_validate(body), dialog, arg)
-    app.client = Client(connection.base_url, token=connection.token)
     app.run()
 
 
