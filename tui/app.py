@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -111,7 +111,7 @@ class FleetdeckApp(App[None]):
         else:
             self._from_thread(self._connected, connection)
 
-    def _from_thread(self, callback: Any, *args: Any) -> None:
+    def _from_thread(self, callback: Callable[..., object], *args: object) -> None:
         try:
             self.call_from_thread(callback, *args)
         except RuntimeError:
@@ -129,15 +129,21 @@ class FleetdeckApp(App[None]):
         self.bridge.start()
         self.bridge.add_shutdown_hook(self.client.aclose)
         self.bridge.run(self, self.client.auth.me, on_done=self._show_identity)
-        if isinstance(self.screen, StartingScreen):
-            self.switch_screen(ServerListScreen())
-        else:
+        if self._starting_screen() is None:
             self.push_screen(ServerListScreen())
+            return
+        while not isinstance(self.screen, StartingScreen):
+            self.pop_screen()  # the help the user opened while waiting
+        self.switch_screen(ServerListScreen())
 
     def _start_failed(self, message: str) -> None:
         self.sub_title = "could not start"
-        if isinstance(self.screen, StartingScreen):
-            self.screen.failed(message)
+        starting = self._starting_screen()
+        if starting is not None:
+            starting.failed(message)
+
+    def _starting_screen(self) -> StartingScreen | None:
+        return next((s for s in self.screen_stack if isinstance(s, StartingScreen)), None)
 
     async def on_unmount(self) -> None:
         if self._bridge is not None:
