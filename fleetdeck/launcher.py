@@ -187,9 +187,12 @@ class LocalStack:
                 line = self._stdout_lines.get(timeout=remaining)
             except queue.Empty:
                 break
-            if line is None:  # stdout closed: the child is gone
-                self.process.wait()
-                raise StackStartError(self._failure(f"exited with code {self.process.returncode}"))
+            if line is None:  # stdout closed: the child is gone, or going
+                try:
+                    code = self.process.wait(STOP_TIMEOUT_S)
+                except subprocess.TimeoutExpired:
+                    raise StackStartError(self._failure("closed its output without its address")) from None
+                raise StackStartError(self._failure(f"exited with code {code}"))
             if match := BASE_URL_PATTERN.search(line):
                 return match.group()
         raise StackStartError(self._failure(f"did not report its address within {self.startup_timeout:.0f}s"))
