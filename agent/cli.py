@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 import sys
+from dataclasses import dataclass
 
 import trio
 
@@ -14,14 +14,24 @@ from agent import __version__
 from agent.files.ingress import parse_listen
 from agent.files.remote_copy import SshSettings
 from agent.link.client import link_url
-from agent.runner import AgentConfig, default_state_dir, run_agent
+from agent.runner import AgentConfig, run_agent
 
 log = logging.getLogger("fleetdeck.agent")
 
-TOKEN_ENV = "FLEETDECK_AGENT_TOKEN"
+TOKEN_ENV = "FLEETDECK_AGENT_TOKEN"  # read by `fleetdeck agent`, named here in messages
 
 
-def parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Defaults:
+    """What the command line does not say. `fleetdeck agent` gives them (from the environment and
+    the user's folders); `python -m agent` has none, so it needs --token and --state-dir."""
+
+    token: str | None = None
+    ssh_port: int = 22
+    state_dir: str | None = None
+
+
+def parser(defaults: Defaults = Defaults()) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fleetdeck agent",
         description="Link this server to a fleetdeck control plane.",
@@ -30,15 +40,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--url", required=True, help="the control plane's base URL, e.g. https://fleet.example.com")
     p.add_argument(
         "--token",
-        default=os.environ.get(TOKEN_ENV),
+        default=defaults.token,
         help=f"the agent token (prefer the {TOKEN_ENV} environment variable: arguments are visible in ps)",
     )
     p.add_argument("--home", default="/home", help="the folder holding the sites (default: /home)")
-    p.add_argument("--state-dir", default=None, help=f"the agent's state folder (default: {default_state_dir()})")
-    ssh = p.add_argument_group("cross-server copies", "how other servers' agents reach this one over SSH")
-    ssh.add_argument(
-        "--ssh-port", type=int, default=int(os.environ.get("FLEETDECK_AGENT_SSH_PORT", "22")), help="default: 22"
+    p.add_argument(
+        "--state-dir",
+        default=defaults.state_dir,
+        required=defaults.state_dir is None,
+        help=f"the agent's state folder (default: {defaults.state_dir})",
     )
+    ssh = p.add_argument_group("cross-server copies", "how other servers' agents reach this one over SSH")
+    ssh.add_argument("--ssh-port", type=int, default=defaults.ssh_port, help=f"default: {defaults.ssh_port}")
     ssh.add_argument("--ssh-host", default=None, help="the address to connect to (default: the server's address)")
     ssh.add_argument("--ssh-user", default=None, help="the account (default: the one the agent runs as)")
     ssh.add_argument(
@@ -67,17 +80,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], defaults: Defaults = Defaults()) -> int:
     """Entry point; `argv` are the arguments after ``agent``."""
     if argv[:1] == ["run"]:
         from agent.jobs.local import main as run_job
 
-        return run_job(argv[1:])
+        return run_job(argv[1:], defaults.state_dir)
     if argv[:1] == ["receive"]:  # the forced SSH command of a cross-server copy
         from agent.files.remote_copy import receive_main
 
         return receive_main(argv[1:])
-    args = parser().parse_args(argv)
+    args = parser(defaults).parse_args(argv)
     if not args.token:
         print(f"fleetdeck agent: no token: pass --token or set {TOKEN_ENV}", file=sys.stderr)
         return 2
@@ -104,7 +117,7 @@ def main(argv: list[str]) -> int:
         url=args.url,
         token=args.token,
         home=args.home,
-        state_dir=args.state_dir or default_state_dir(),
+        state_dir=args.state_dir,
         ssh=ssh,
         ingress=args.ingress,
         ingress_url=args.ingress_url,

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 
-import platformdirs
 import trio
 
 from agent import __version__
@@ -22,18 +20,12 @@ from agent.sites import SiteRegistry
 log = logging.getLogger("fleetdeck.agent")
 
 
-def default_state_dir() -> str:
-    if os.geteuid() == 0:
-        return "/var/lib/fleetdeck-agent"
-    return platformdirs.user_state_dir("fleetdeck-agent")
-
-
 @dataclass(frozen=True)
 class AgentConfig:
     url: str  # the control plane's http(s) base URL
     token: str = field(repr=False)
+    state_dir: str  # the site registry, transfers (`fleetdeck agent` picks a default)
     home: str = "/home"
-    state_dir: str = field(default_factory=default_state_dir)
     version: str = __version__
     ssh: SshSettings = field(default_factory=SshSettings)  # how other agents reach this one (cross-server copy)
     ingress: str | None = None  # HOST:PORT of the direct-upload ingress (None: no ingress)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +14,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from fleetdeck.launcher import LocalStack as Launcher
+from fleetdeck.launcher import start_agent
+from fleetdeck.paths import StackLayout
 
 
 @dataclass
@@ -39,18 +39,16 @@ class LocalStack:
         headers = {"Authorization": f"Bearer {self.token}"}
         created = httpx.post(f"{self.base_url}/v1/servers", json={"name": name, "kind": "full"}, headers=headers).json()
         server_id = created["server"]["id"]
+        layout = StackLayout(self.data_dir)
         state = self.data_dir / name
         state.mkdir(exist_ok=True)
-        shutil.copy(self.data_dir / "agent" / "sites.json", state / "sites.json")
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        command = [sys.executable, "-m", "agent", "--url", self.base_url, "--token", created["agent_token"]]
-        agent = subprocess.Popen(
-            [
-                *command,
-                *(["--ingress", "127.0.0.1:0"] if ingress else []),
-                *["--home", str(self.data_dir / "home"), "--state-dir", str(state)],
-            ],
-            env=env,
+        shutil.copy(layout.agent_state / "sites.json", state / "sites.json")
+        agent = start_agent(
+            self.base_url,
+            created["agent_token"],
+            layout.home,
+            state,
+            ingress="127.0.0.1:0" if ingress else None,
             stderr=subprocess.DEVNULL,
         )
         self.agent_pid = agent.pid
@@ -69,29 +67,16 @@ class LocalStack:
 
 @contextmanager
 def local_stack() -> Iterator[LocalStack]:
-    with tempfile.TemporaryDirectory(prefix="fleetdeck-bench-") as folder:
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        process = subprocess.Popen(
-            [sys.executable, "-m", "fleetdeck", "local", "--data-dir", folder],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=open(Path(folder) / "control-plane.log", "w"),  # noqa: SIM115 - lives as long as the process
-            text=True,
-        )
+    with tempfile.TemporaryDirectory(prefix="fleetdeck-bench-") as folder, Launcher(Path(folder)) as launcher:
+        credentials = launcher.credentials
+        assert credentials is not None and launcher.process is not None
         try:
-            assert process.stdout is not None
-            while "running at" not in process.stdout.readline():
-                if process.poll() is not None:
-                    raise RuntimeError("fleetdeck local did not start")
-            credentials = json.loads((Path(folder) / "demo-credentials.json").read_text())
             yield LocalStack(
-                Path(folder), credentials["base_url"], credentials["token"], credentials["server_id"], process.pid
+                Path(folder), credentials.base_url, credentials.token, credentials.server_id, launcher.process.pid
             )
         finally:
-            if process.poll() is not None:
-                print((Path(folder) / "control-plane.log").read_text()[-3000:], file=sys.stderr)
-            process.send_signal(signal.SIGTERM)
-            process.wait(20)
+            if launcher.process.poll() is not None:
+                print("\n".join(launcher.log_tail(40)), file=sys.stderr)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -1,7 +1,7 @@
 """The control plane's commands: `fleetdeck serve`, `fleetdeck admin ...`.
 
-`main(argv)` takes the arguments from the subcommand on (`["serve", "--db", ...]`); the
-`fleetdeck` console script dispatches here.
+`main(argv, settings)` takes the arguments from the subcommand on (`["serve", "--db", ...]`) and
+the settings the composition root (`fleetdeck.cli`) read: `settings.db_url` is the default of `--db`.
 """
 
 from __future__ import annotations
@@ -9,37 +9,30 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
+from dataclasses import replace
 from functools import partial
-from pathlib import Path
 from typing import Any, get_args
 
-import platformdirs
 import trio
 
 from api_client.models import PLANS, Role, ServerKind
 from control_plane.auth import store as accounts
 from control_plane.auth.passwords import hash_password
 from control_plane.servers import store as server_store
+from control_plane.settings import Settings
 from control_plane.storage import Database
 
 ROLES = get_args(Role)
 
 
-def default_db_url() -> str:
-    return (
-        os.environ.get("FLEETDECK_DB") or f"sqlite:///{Path(platformdirs.user_data_dir('fleetdeck')) / 'fleetdeck.db'}"
-    )
-
-
-def _parser() -> argparse.ArgumentParser:
+def _parser(default_db_url: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleetdeck", description="fleetdeck's control plane commands")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="the control plane alone")
-    serve.add_argument("--db", default=default_db_url(), help="SQLAlchemy URL (default: a SQLite file)")
+    serve.add_argument("--db", default=default_db_url, help="SQLAlchemy URL (default: a SQLite file)")
     serve.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT")
 
     admin = commands.add_parser("admin", help="manage orgs, users and servers in the database")
@@ -47,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def admin_command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = admin_commands.add_parser(name, help=help_text)
-        sub.add_argument("--db", default=default_db_url())
+        sub.add_argument("--db", default=default_db_url)
         sub.add_argument("--json", action="store_true", help="print the result as JSON")
         return sub
 
@@ -78,12 +71,12 @@ class CommandError(Exception):
     """A failure to report in one line, without a traceback."""
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    logging.basicConfig(level=os.environ.get("FLEETDECK_LOG", "WARNING"), format="%(levelname)s %(name)s: %(message)s")
+def main(argv: list[str], settings: Settings, log_level: str = "WARNING") -> int:
+    args = _parser(settings.db_url).parse_args(argv)
+    logging.basicConfig(level=log_level, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "serve":
-            trio.run(_serve, args.db, args.listen)
+            trio.run(_serve, replace(settings, db_url=args.db), args.listen)
         else:
             _admin(args)
     except CommandError as exc:
@@ -92,15 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-async def _serve(db_url: str, listen: str) -> None:
+async def _serve(settings: Settings, listen: str) -> None:
     from control_plane.app import build_fleet
     from control_plane.serving import base_url, bind, close_unless_served, serve_fleet
-    from control_plane.settings import Settings
 
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
         raise CommandError(f"--listen wants HOST:PORT, not {listen!r}")
-    fleet = build_fleet(Settings(db_url=db_url))
+    fleet = build_fleet(settings)
     sock = bind(host.strip("[]"), int(port))
     url = base_url(sock)
     stop = trio.Event()

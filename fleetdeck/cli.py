@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import platformdirs
+from fleetdeck import paths
+from fleetdeck.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
-    from tui.connection import Connection
+    from fleetdeck.launcher import LocalStack, StackCredentials
+    from tui.connection import Connection, PendingConnection
 
 CONTROL_PLANE_COMMANDS = frozenset({"serve", "admin"})
 
@@ -29,26 +30,34 @@ CONTROL_PLANE_COMMANDS = frozenset({"serve", "admin"})
 def main(argv: list[str] | None = None) -> int:
     """Run a subcommand or the TUI; the process exit code."""
     args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        print(f"fleetdeck: {exc}", file=sys.stderr)
+        return 2
     if args and args[0] == "local":
-        return run_local_command(args[1:])
+        return run_local_command(args[1:], settings)
     if args and args[0] in CONTROL_PLANE_COMMANDS:
         from control_plane.cli import main as control_plane_main
 
-        return _exit_code(control_plane_main(args))
+        defaults = settings.for_control_plane(settings.db or paths.default_db_url())
+        return _exit_code(control_plane_main(args, defaults, log_level=settings.log_level("WARNING")))
     if args and args[0] == "agent":
+        from agent.cli import Defaults
         from agent.cli import main as agent_main
 
-        return _exit_code(agent_main(args[1:]))
-    return run_tui(_parser().parse_args(args))
+        agent_defaults = Defaults(
+            token=settings.agent_token, ssh_port=settings.agent_ssh_port, state_dir=str(paths.agent_state_dir())
+        )
+        return _exit_code(agent_main(args[1:], agent_defaults))
+    return run_tui(_parser(settings).parse_args(args), settings)
 
 
 def _local_parser() -> argparse.ArgumentParser:
-    from fleetdeck.embedded import default_data_dir
-
     parser = argparse.ArgumentParser(
         prog="fleetdeck local", description="the embedded stack (control plane, agent, demo) in the foreground"
     )
-    parser.add_argument("--data-dir", type=Path, default=default_data_dir())
+    parser.add_argument("--data-dir", type=Path, default=paths.local_stack_dir())
     parser.add_argument("--port", type=int, default=0, help="0 (the default) picks a free port")
     parser.add_argument(
         "--ingress",
@@ -59,61 +68,87 @@ def _local_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_local_command(argv: list[str]) -> int:
+def run_local_command(argv: list[str], settings: Settings) -> int:
     """`fleetdeck local`: the embedded stack in the foreground until SIGINT or SIGTERM."""
     import trio
 
     from fleetdeck.local import run_local
 
     args = _local_parser().parse_args(argv)
-    logging.basicConfig(level=os.environ.get("FLEETDECK_LOG", "WARNING"), format="%(levelname)s %(name)s: %(message)s")
-    trio.run(run_local, args.data_dir, args.port, args.ingress)
+    logging.basicConfig(level=settings.log_level("WARNING"), format="%(levelname)s %(name)s: %(message)s")
+    trio.run(run_local, args.data_dir, settings, args.port, args.ingress)
     return 0
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(settings: Settings) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fleetdeck",
         description="Run a fleet of servers from the terminal. Without --url, opens the local demo stack.",
         epilog="Other commands: fleetdeck local|serve|admin|agent --help",
     )
-    parser.add_argument("--url", default=os.environ.get("FLEETDECK_URL"), help="control plane base URL")
+    parser.add_argument("--url", default=settings.url, help="control plane base URL (or FLEETDECK_URL)")
     parser.add_argument("--email", help="log in as this user (the password is prompted)")
-    parser.add_argument("--data-dir", type=Path, help="data directory of the embedded local stack")
-    parser.add_argument("--theme", help="fleetdeck-dark, fleetdeck-light or fleetdeck-ansi (or FLEETDECK_THEME)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=paths.local_stack_dir(), help="data directory of the embedded local stack"
+    )
+    parser.add_argument(
+        "--theme", default=settings.theme, help="fleetdeck-dark, fleetdeck-light or fleetdeck-ansi (or FLEETDECK_THEME)"
+    )
     return parser
 
 
-def run_tui(args: argparse.Namespace) -> int:
-    _log_to_file()
-    from fleetdeck.embedded import EmbeddedStack, EmbeddedStartError
-    from tui.connection import ConnectError, connect_remote
-
+def run_tui(args: argparse.Namespace, settings: Settings) -> int:
+    _log_to_file(settings)
     if args.url:
+        from tui.connection import ConnectError, SessionStore, connect_remote
+
         try:
-            connection = connect_remote(args.url, email=args.email)
+            connection = connect_remote(
+                args.url, store=SessionStore(paths.session_store_dir()), email=args.email, token=settings.token
+            )
         except ConnectError as exc:
             print(f"fleetdeck: {exc}", file=sys.stderr)
             return 1
         return _run_app(connection, args.theme)
+    # The app draws its first frame at once, then spawns the stack (on its main thread, which
+    # lives as long as the TUI: see `die_with_parent`) and waits for it in a thread.
+    from fleetdeck.launcher import LocalStack
 
-    stack = EmbeddedStack(args.data_dir)
-    print(f"Starting the local fleetdeck stack in {stack.data_dir} …", file=sys.stderr, flush=True)
+    stack = LocalStack(args.data_dir, die_with_parent=True)
     try:
-        stack.start()
-    except EmbeddedStartError as exc:
-        print(f"fleetdeck: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        stack.stop()
-        return 130
-    try:
-        return _run_app(stack.connection(), args.theme)
+        return _run_app(pending_local_connection(stack), args.theme)
     finally:
         stack.stop()
 
 
-def _run_app(connection: Connection, theme: str | None) -> int:
+def pending_local_connection(stack: LocalStack) -> PendingConnection:
+    """What the TUI shows, starts and waits for while the local stack starts."""
+    from fleetdeck.launcher import StackStartError
+    from tui.connection import ConnectError, PendingConnection
+
+    def start() -> None:
+        try:
+            stack.spawn()
+        except StackStartError as exc:
+            raise ConnectError(str(exc)) from exc
+
+    def wait() -> Connection:
+        try:
+            return local_connection(stack.wait_ready())
+        except StackStartError as exc:
+            raise ConnectError(str(exc)) from exc
+
+    return PendingConnection(f"Starting the local control plane and agent in {stack.data_dir}…", wait, start)
+
+
+def local_connection(credentials: StackCredentials) -> Connection:
+    """The TUI's connection to a local stack, as its demo owner."""
+    from tui.connection import Connection
+
+    return Connection(credentials.base_url, credentials.token, f"local demo ({credentials.email})")
+
+
+def _run_app(connection: Connection | PendingConnection, theme: str | None) -> int:
     from tui.app import FleetdeckApp
 
     app = FleetdeckApp(connection, theme=theme)
@@ -121,15 +156,12 @@ def _run_app(connection: Connection, theme: str | None) -> int:
     return app.return_code or 0
 
 
-def _log_to_file() -> None:
+def _log_to_file(settings: Settings) -> None:
     """Logs go to a file: anything written to the terminal would tear the TUI apart."""
-    log_dir = Path(platformdirs.user_log_dir("fleetdeck"))
-    log_dir.mkdir(parents=True, exist_ok=True)
-    level = os.environ.get("FLEETDECK_LOG", "INFO").upper()
+    log_file = paths.tui_log()
+    log_file.parent.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
-        filename=log_dir / "tui.log",
-        level=level if level in logging.getLevelNamesMapping() else "INFO",
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        filename=log_file, level=settings.log_level("INFO"), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
 
 

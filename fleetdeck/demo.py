@@ -5,17 +5,18 @@ Everything here is made once per data dir and reused by later runs (a marker fil
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.sites import SiteRegistry
 from control_plane.auth import store as accounts
 from control_plane.auth.passwords import hash_password
 from control_plane.servers import store as server_store
 from control_plane.storage import Database
+from fleetdeck.paths import StackLayout
 
 DEMO_ORG = "demo"
 DEMO_EMAIL = "owner@demo.fleetdeck.dev"
@@ -90,13 +91,13 @@ def health() -> dict[str, str]:
 
 
 def ensure_workspace(home: Path, agent_state: Path) -> None:
-    """Create the demo tree under `home` and the agent's site registry, unless they exist."""
+    """Create the demo tree under `home` and register its sites with the agent, unless they exist."""
     home.mkdir(parents=True, exist_ok=True)
     agent_state.mkdir(parents=True, exist_ok=True)
-    registry = agent_state / "sites.json"
-    if not registry.exists():
-        sites = [{"domain": d, "slug": s} for d, s in SITES.items()]
-        registry.write_text(json.dumps({"sites": sites}, indent=2) + "\n")
+    registry = SiteRegistry(str(agent_state))
+    if not os.path.exists(registry.path):  # made once: sites removed later stay removed
+        for domain, slug in SITES.items():
+            registry.add({"domain": domain, "slug": slug})
     if (home / MARKER).exists():
         return
     for relative, text in _FILES.items():
@@ -125,22 +126,24 @@ class DemoAccount:
     agent_token: str
 
 
-def ensure_account(db: Database, data_dir: Path) -> DemoAccount:
+def ensure_account(db: Database, layout: StackLayout) -> DemoAccount:
     """The demo org (plan max), its owner and the local server: made once, reused afterwards.
 
     Secrets that must survive a restart (the owner's password, the agent token) live in files of
     mode 0600 in the data dir; the database keeps only their hashes.
     """
-    password = _secret_file(data_dir / "demo-password", lambda: secrets.token_urlsafe(12))
+    new_password = not layout.demo_password.exists()
+    password = _secret_file(layout.demo_password, lambda: secrets.token_urlsafe(12))
     org = db.run_sync(accounts.org_by_name, DEMO_ORG) or db.run_sync(accounts.create_org, DEMO_ORG, "max")
     user = db.run_sync(accounts.user_by_email, DEMO_EMAIL)
     if user is None:
         user = db.run_sync(accounts.create_user, DEMO_EMAIL, "Demo Owner", hash_password(password))
         db.run_sync(accounts.add_membership, user["id"], org["id"], "owner")
-    else:
+    elif new_password:
+        # Hashing costs about half a second: only when the password file was (re)made.
         db.run_sync(accounts.set_password, user["id"], hash_password(password))
     server = db.run_sync(server_store.server_by_name, org["id"], DEMO_SERVER)
-    token_file = data_dir / "agent" / "agent-token"
+    token_file = layout.agent_token
     if server is None:
         server, token = db.run_sync(server_store.create_server, org["id"], DEMO_SERVER, "full", "127.0.0.1")
         assert token is not None

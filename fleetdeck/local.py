@@ -14,25 +14,23 @@ from agent.runner import AgentConfig, run_agent
 from control_plane.app import build_fleet
 from control_plane.auth import store as accounts
 from control_plane.serving import base_url, bind, close_unless_served, serve_fleet
-from control_plane.settings import Settings
 from fleetdeck.demo import ensure_account, ensure_workspace, write_private
+from fleetdeck.paths import StackLayout
+from fleetdeck.settings import Settings
 
 log = logging.getLogger("fleetdeck.local")
 
 AGENT_READY_TIMEOUT_S = 30.0
 
 
-def credentials_path(data_dir: Path) -> Path:
-    return data_dir / "demo-credentials.json"
-
-
-async def run_local(data_dir: Path, port: int = 0, ingress: str | None = None) -> None:
+async def run_local(data_dir: Path, settings: Settings, port: int = 0, ingress: str | None = None) -> None:
+    layout = StackLayout(data_dir)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        home, agent_state = data_dir / "home", data_dir / "agent"
+        home, agent_state = layout.home, layout.agent_state
         await trio.to_thread.run_sync(ensure_workspace, home, agent_state)
-        db_url = f"sqlite:///{data_dir / 'fleetdeck.db'}"
-        fleet = build_fleet(Settings(db_url=db_url))
-        account = ensure_account(fleet.db, data_dir)
+        db_url = layout.db_url
+        fleet = build_fleet(settings.for_control_plane(db_url))
+        account = ensure_account(fleet.db, layout)
         sock = bind("127.0.0.1", port)
         url = base_url(sock)
         try:
@@ -58,11 +56,9 @@ async def run_local(data_dir: Path, port: int = 0, ingress: str | None = None) -
                     "server_id": account.server_id,
                     "db_url": db_url,
                 }
-                write_private(
-                    credentials_path(data_dir), orjson.dumps(credentials, option=orjson.OPT_INDENT_2).decode()
-                )
+                write_private(layout.credentials, orjson.dumps(credentials, option=orjson.OPT_INDENT_2).decode())
                 print(f"fleetdeck is running at {url}", flush=True)
-                print(f"credentials: {credentials_path(data_dir)}", flush=True)
+                print(f"credentials: {layout.credentials}", flush=True)
                 async for signum in signals:
                     log.info("stopping on %s", signal.Signals(signum).name)
                     break

@@ -16,8 +16,7 @@ from typing import Any
 
 import httpx
 
-from api_client import Client, Scope, Server
-from tui import app as app_module
+from api_client import Scope, Server
 from tui.app import FleetdeckApp
 from tui.connection import Connection
 from tui.files import dialogs as fd
@@ -56,9 +55,6 @@ def make_dialog(name: str, server: Server, scope: Scope, arg: str) -> Any:
 
 
 class TryApp(FleetdeckApp):
-    # CSS paths are relative to the module of the class: this one lives in scripts/.
-    CSS_PATH = [str(Path(app_module.__file__).parent / path) for path in FleetdeckApp.CSS_PATH]
-
     def __init__(self, connection: Connection, server: Server, dialog: str, arg: str) -> None:
         super().__init__(connection)
         self.server, self.dialog, self.arg = server, dialog, arg
@@ -82,7 +78,6 @@ def main() -> None:
     body = httpx.get(f"{credentials['base_url']}/v1/servers/{credentials['server_id']}", headers=headers).json()
     connection = Connection(credentials["base_url"], credentials["token"], "try a dialog")
     app = TryApp(connection, Server.model_validate(body), dialog, arg)
-    app.client = Client(connection.base_url, token=connection.token)
     app.run()
 
 

@@ -544,7 +544,7 @@ def crontab_of(user: str) -> str:
 def run_cli(*args: str, env: Env | None = None) -> subprocess.CompletedProcess[str]:
     options = ["--home", str(env.home), "--state-dir", str(env.state)] if env else []
     environ = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "agent", "run", *options, *args]
+    command = [sys.executable, "-m", "fleetdeck", "agent", "run", *options, *args]
     return subprocess.run(command, capture_output=True, text=True, env=environ, timeout=60, check=False)
 
 

@@ -72,7 +72,7 @@ def test_serve_alone_starts_and_stops(tmp_path: Path) -> None:
         port = probe.getsockname()[1]
     db_url = f"sqlite:///{tmp_path / 'cp.db'}"
     process = subprocess.Popen(
-        [sys.executable, "-m", "control_plane", "serve", "--db", db_url, "--listen", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "fleetdeck", "serve", "--db", db_url, "--listen", f"127.0.0.1:{port}"],
         env=python_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -93,7 +93,7 @@ def test_serve_alone_starts_and_stops(tmp_path: Path) -> None:
 def test_one_broken_connection_does_not_take_the_control_plane_down(tmp_path: Path) -> None:
     """A WebSocket upgrade with a stray byte after its head makes hypercorn's h11 protocol raise in
     that connection's task (hypercorn #225); unguarded, that ended the whole server."""
-    from tests.conftest import start_local, stop
+    from tests.conftest import start_local
 
     stack = start_local(tmp_path / "data")
     try:
@@ -109,4 +109,4 @@ def test_one_broken_connection_does_not_take_the_control_plane_down(tmp_path: Pa
         with stack.http() as http:
             assert http.get(f"/v1/servers/{stack.server_id}").json()["agent"]["online"]
     finally:
-        stop(stack.process)
+        stack.stop()

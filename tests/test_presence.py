@@ -11,7 +11,7 @@ import trio
 
 from agent.jobs.kinds import all_kinds
 from api_client import Client
-from tests.conftest import Stack, start_agent, start_local, stop
+from tests.conftest import Stack, start_agent, start_local
 from tests.helpers import wait_until
 
 
@@ -139,7 +139,7 @@ async def test_event_stream_reconnects_by_itself(tmp_path: Path) -> None:
     """The control plane restarts under a live stream: the client reconnects and resumes."""
     port = _free_port()
     first = await trio.to_thread.run_sync(start_local, tmp_path, port)
-    await trio.to_thread.run_sync(stop, first.process)
+    await trio.to_thread.run_sync(first.stop)
     second = await trio.to_thread.run_sync(start_local, tmp_path, port)
     try:
         assert second.server_id == first.server_id and second.password == first.password  # data reused
@@ -147,7 +147,7 @@ async def test_event_stream_reconnects_by_itself(tmp_path: Path) -> None:
             stream = client.events("/v1/servers/events")
             events = stream.__aiter__()
             assert (await events.__anext__()).event == "ready"
-            await trio.to_thread.run_sync(stop, second.process)
+            await trio.to_thread.run_sync(second.stop)
             third = await trio.to_thread.run_sync(start_local, tmp_path, port)
             try:
                 with trio.fail_after(30):
@@ -157,6 +157,6 @@ async def test_event_stream_reconnects_by_itself(tmp_path: Path) -> None:
                 assert event.data["server_id"] == first.server_id and event.data["online"] is True
                 await events.aclose()
             finally:
-                await trio.to_thread.run_sync(stop, third.process)
+                await trio.to_thread.run_sync(third.stop)
     finally:
-        await trio.to_thread.run_sync(stop, second.process)
+        await trio.to_thread.run_sync(second.stop)

@@ -5,25 +5,29 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import Static
 
 from api_client import Client
-from fleetdeck.embedded import EmbeddedStack
+from fleetdeck.cli import local_connection, pending_local_connection
+from fleetdeck.launcher import LocalStack
 from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.tui import highlight_server, run
 from tui.app import FleetdeckApp
-from tui.connection import Connection
+from tui.connection import Connection, PendingConnection
 from tui.files.code_view import CodeView
 from tui.files.commander import CommanderScreen
 from tui.files.directory_pane import DirectoryPane
 from tui.files.viewer import ViewerScreen
 from tui.help import HelpScreen
 from tui.servers.screen import ServerListScreen
+from tui.starting import StartingScreen
 
 SIZE = (80, 24)
 
@@ -64,17 +68,22 @@ def listed(app: FleetdeckApp) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedStack]:
-    stack = EmbeddedStack(tmp_path_factory.mktemp("tui-local"))
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalStack]:
+    stack = LocalStack(tmp_path_factory.mktemp("tui-local"))
     stack.start()
     yield stack
     assert stack.stop() is not None
 
 
-def test_browse_the_embedded_stack_from_servers_to_a_file(embedded: EmbeddedStack) -> None:
+def embedded_connection(stack: LocalStack) -> Connection:
+    assert stack.credentials is not None
+    return local_connection(stack.credentials)
+
+
+def test_browse_the_embedded_stack_from_servers_to_a_file(embedded: LocalStack) -> None:
     assert embedded.credentials is not None
     server_id = embedded.credentials.server_id
-    app = FleetdeckApp(embedded.connection(), theme="fleetdeck-dark")
+    app = FleetdeckApp(embedded_connection(embedded), theme="fleetdeck-dark")
 
     async def scenario(pilot: Pilot[None]) -> None:
         # The server list shows the demo server, its agent online.
@@ -126,8 +135,8 @@ def test_browse_the_embedded_stack_from_servers_to_a_file(embedded: EmbeddedStac
     run(app, scenario)
 
 
-def test_a_directory_of_20000_files_scrolls_to_its_end(embedded: EmbeddedStack) -> None:
-    app = FleetdeckApp(embedded.connection(), theme="fleetdeck-ansi")
+def test_a_directory_of_20000_files_scrolls_to_its_end(embedded: LocalStack) -> None:
+    app = FleetdeckApp(embedded_connection(embedded), theme="fleetdeck-ansi")
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
@@ -211,15 +220,73 @@ def test_command_palette_offers_themes_and_navigation(stack: Stack) -> None:
     run(app, scenario)
 
 
-def test_the_embedded_stack_reports_why_it_did_not_start(tmp_path: Path) -> None:
-    class BrokenStack(EmbeddedStack):
-        @property
-        def command(self) -> list[str]:
-            return ["python3", "-c", "import sys; print('boom: no database', file=sys.stderr); sys.exit(3)"]
+class BrokenStack(LocalStack):
+    @property
+    def command(self) -> list[str]:
+        return ["python3", "-c", "import sys; print('boom: no database', file=sys.stderr); sys.exit(3)"]
 
+
+def test_the_embedded_stack_reports_why_it_did_not_start(tmp_path: Path) -> None:
     stack = BrokenStack(tmp_path, startup_timeout=20)
     with pytest.raises(Exception, match=r"(?s)exited with code 3.*boom: no database"):
         stack.start()
+
+
+def shown_text(app: FleetdeckApp, selector: str) -> str:
+    return str(app.screen.query_one(selector, Static).render())
+
+
+def test_the_first_screen_says_what_starts_before_the_stack_answers(stack: Stack) -> None:
+    answered = threading.Event()
+
+    def wait() -> Connection:
+        answered.wait(60)
+        return Connection(stack.base_url, stack.token, "test stack")
+
+    pending = PendingConnection("Starting the local control plane and agent in /data/local…", wait)
+    app = FleetdeckApp(pending, theme="fleetdeck-ansi")
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await pilot.pause()
+        assert isinstance(app.screen, StartingScreen)
+        assert shown_text(app, "#starting-what") == "Starting the local control plane and agent in /data/local…"
+        answered.set()
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
+        assert app.sub_title == "test stack" or app.me is not None
+
+    try:
+        run(app, scenario)
+    finally:
+        answered.set()
+
+
+def test_the_embedded_default_fills_the_server_list_once_its_stack_runs(tmp_path: Path) -> None:
+    stack = LocalStack(tmp_path / "local")
+    app = FleetdeckApp(pending_local_connection(stack), theme="fleetdeck-ansi")
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers, seconds=60)
+        assert stack.credentials is not None and stack.credentials.server_id in app.screen.servers
+
+    try:
+        run(app, scenario)
+    finally:
+        assert stack.stop() is not None
+
+
+def test_a_stack_that_does_not_start_says_why_and_lets_the_user_quit(tmp_path: Path) -> None:
+    stack = BrokenStack(tmp_path, startup_timeout=20)
+    app = FleetdeckApp(pending_local_connection(stack), theme="fleetdeck-ansi")
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: "boom" in shown_text(app, "#starting-error"), seconds=30)
+        error = shown_text(app, "#starting-error")
+        assert "exited with code 3" in error and "boom: no database" in error and "Press q to quit" in error
+        assert not app.screen.query_one("#starting-spinner").display
+        await pilot.press("q")
+        assert not app.is_running
+
+    run(app, scenario)
 
 
 def test_opening_and_leaving_screens_faster_than_they_mount_is_harmless(stack: Stack) -> None:

@@ -15,7 +15,8 @@ from api_client import errors as api_errors
 from control_plane.auth import store as accounts
 from control_plane.storage import Database
 from fleetdeck import cli
-from fleetdeck.embedded import EmbeddedStack, EmbeddedStartError
+from fleetdeck.cli import local_connection
+from fleetdeck.launcher import LocalStack, StackStartError
 from tests.conftest import Stack
 from themes import ANSI, DARK, FleetdeckAnsiStyle, default_theme_name, rich_style_map
 from tui.connection import ConnectError, Connection, SessionStore, connect_remote
@@ -49,12 +50,12 @@ def test_the_tui_module_does_not_import_the_control_plane() -> None:
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=60).returncode == 0
 
 
-def test_theme_is_picked_from_the_environment() -> None:
-    assert default_theme_name({"COLORTERM": "truecolor"}) == DARK.name
-    assert default_theme_name({"COLORTERM": "24bit"}) == DARK.name
-    assert default_theme_name({}) == ANSI.name
-    assert default_theme_name({"COLORTERM": "truecolor", "FLEETDECK_THEME": "light"}) == "fleetdeck-light"
-    assert default_theme_name({"FLEETDECK_THEME": "fleetdeck-ansi"}) == ANSI.name
+def test_theme_is_the_wanted_one_else_follows_the_terminal() -> None:
+    assert default_theme_name(None, {"COLORTERM": "truecolor"}) == DARK.name
+    assert default_theme_name(None, {"COLORTERM": "24bit"}) == DARK.name
+    assert default_theme_name(None, {}) == ANSI.name
+    assert default_theme_name("light", {"COLORTERM": "truecolor"}) == "fleetdeck-light"
+    assert default_theme_name("fleetdeck-ansi", {}) == ANSI.name
 
 
 def test_the_ansi_theme_and_its_pygments_style_use_only_ansi_colours() -> None:
@@ -105,7 +106,6 @@ class Prompts:
     def connect(self, stack: Stack, store: SessionStore) -> Connection:
         return connect_remote(
             stack.base_url,
-            environ={},
             store=store,
             ask_email=self.ask_email,
             ask_password=self.ask_password,
@@ -162,8 +162,8 @@ def expired_session(stack: Stack) -> str:
 
 def test_a_refused_environment_token_is_an_error(stack: Stack, tmp_path: Path) -> None:
     with pytest.raises(ConnectError, match="FLEETDECK_TOKEN"):
-        connect_remote(stack.base_url, environ={"FLEETDECK_TOKEN": "fd_not_a_token"}, store=SessionStore(tmp_path))
-    works = connect_remote(stack.base_url, environ={"FLEETDECK_TOKEN": stack.token}, store=SessionStore(tmp_path))
+        connect_remote(stack.base_url, token="fd_not_a_token", store=SessionStore(tmp_path))
+    works = connect_remote(stack.base_url, token=stack.token, store=SessionStore(tmp_path))
     assert works.label == stack.email and not any(tmp_path.iterdir())  # an environment token is not saved
 
 
@@ -176,26 +176,27 @@ def test_the_embedded_stack_waits_for_the_base_url_then_reads_the_credentials(tm
         "print('starting'); print('fleetdeck is running at http://127.0.0.1:4321', flush=True); time.sleep(60)"
     )
 
-    class FakeStack(EmbeddedStack):
+    class FakeStack(LocalStack):
         @property
         def command(self) -> list[str]:
             return [sys.executable, "-c", script, str(self.data_dir)]
 
     stack = FakeStack(tmp_path, startup_timeout=30)
     with stack:
-        assert stack.connection().base_url == "http://127.0.0.1:4321"
-        assert stack.connection().token == "tok"
+        assert stack.credentials is not None
+        assert local_connection(stack.credentials).base_url == "http://127.0.0.1:4321"
+        assert local_connection(stack.credentials).token == "tok"
         assert stack.process is not None and stack.process.poll() is None
     assert stack.process.returncode is not None  # terminated on exit
 
 
 def test_the_embedded_stack_gives_up_after_its_timeout(tmp_path: Path) -> None:
-    class SilentStack(EmbeddedStack):
+    class SilentStack(LocalStack):
         @property
         def command(self) -> list[str]:
             return [sys.executable, "-c", "import sys, time; print('loading', file=sys.stderr); time.sleep(60)"]
 
     stack = SilentStack(tmp_path, startup_timeout=1)
-    with pytest.raises(EmbeddedStartError, match=r"(?s)did not report its address.*loading"):
+    with pytest.raises(StackStartError, match=r"(?s)did not report its address.*loading"):
         stack.start()
     assert stack.process is not None and stack.process.poll() is not None

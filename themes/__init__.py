@@ -6,8 +6,8 @@ Three themes, registered on the app by `register_themes`:
 * `fleetdeck-ansi`: only the terminal's 16 ANSI colours (and its default foreground/background),
   for SSH sessions and terminals without truecolor. It follows the user's terminal palette.
 
-`default_theme_name()` picks one from the environment: `FLEETDECK_THEME` wins, otherwise the ANSI
-theme unless `COLORTERM` announces truecolor.
+`default_theme_name(wanted)` picks one: the one wanted (`--theme` or `FLEETDECK_THEME`, read by the
+composition root) wins, otherwise the ANSI theme unless `COLORTERM` announces truecolor.
 """
 
 from __future__ import annotations

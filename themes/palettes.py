@@ -96,7 +96,7 @@ ANSI = Theme(
 
 THEMES: dict[str, Theme] = {theme.name: theme for theme in (DARK, LIGHT, ANSI)}
 
-# `FLEETDECK_THEME=light` is as good as `FLEETDECK_THEME=fleetdeck-light`.
+# `--theme light` is as good as `--theme fleetdeck-light`.
 _SHORT_NAMES = {"dark": DARK.name, "light": LIGHT.name, "ansi": ANSI.name}
 
 
@@ -106,17 +106,16 @@ def register_themes(app: App[Any]) -> None:
         app.register_theme(theme)
 
 
-def default_theme_name(environ: Mapping[str, str] | None = None) -> str:
-    """`FLEETDECK_THEME` if set (full or short name), else dark on truecolor terminals, else ANSI.
+def default_theme_name(wanted: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """The theme the user `wanted` (full or short name), else dark on truecolor terminals, else ANSI.
 
-    An unknown `FLEETDECK_THEME` value is passed through untouched, so a built-in Textual theme
-    (e.g. `nord`) also works; the app falls back to the automatic choice if it does not exist.
+    An unknown `wanted` name is passed through untouched, so a built-in Textual theme (e.g.
+    `nord`) also works; the app falls back to the automatic choice if it does not exist.
     """
-    env = os.environ if environ is None else environ
-    wanted = env.get("FLEETDECK_THEME", "").strip()
+    wanted = (wanted or "").strip()
     if wanted:
         return _SHORT_NAMES.get(wanted.lower(), wanted)
-    return automatic_theme_name(env)
+    return automatic_theme_name(environ)
 
 
 def automatic_theme_name(environ: Mapping[str, str] | None = None) -> str:

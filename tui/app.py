@@ -1,26 +1,30 @@
-"""The fleetdeck Textual app: screens on top, the API client in trio underneath (`tui.bridge`)."""
+"""The fleetdeck Textual app: screens on top, the API client in trio underneath (`tui.bridge`).
+
+The screens, the API client and trio are imported only once they are needed (the first frame,
+the starting screen, must not wait for them; see `benchmarks/startup.py`); while the local stack
+starts, the waiting thread imports them.
+"""
 
 from __future__ import annotations
 
 import gc
 import logging
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from api_client import Client, Me, Server
-from themes import THEMES, default_theme_name, register_themes
-from themes.palettes import automatic_theme_name
-from tui.bridge import TrioBridge
-from tui.connection import Connection
-from tui.files.commander import CommanderScreen
-from tui.help import HelpScreen
-from tui.jobs.screen import JobsScreen
-from tui.servers.screen import ServerListScreen
+from themes.palettes import THEMES, automatic_theme_name, default_theme_name, register_themes
+from tui.connection import ConnectError, Connection, PendingConnection
+from tui.starting import StartingScreen
+
+if TYPE_CHECKING:
+    from api_client import Client, Me, Server
+    from tui.bridge import TrioBridge
 
 log = logging.getLogger(__name__)
 
@@ -41,43 +45,109 @@ class FleetdeckApp(App[None]):
     """Servers → files → viewer, over one `/v1` connection."""
 
     TITLE = "fleetdeck"
-    CSS_PATH = [
-        "app.tcss",
-        "servers/servers.tcss",
-        "files/files.tcss",
-        "files/viewer.tcss",
-        "help.tcss",
-        "jobs/jobs.tcss",
-        "files/editor.tcss",
-    ]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
-    def __init__(self, connection: Connection, *, theme: str | None = None, client: Client | None = None) -> None:
-        """`client` replaces the one built from `connection` (tests give one with a fake transport)."""
+    def __init__(
+        self, connection: Connection | PendingConnection, *, theme: str | None = None, client: Client | None = None
+    ) -> None:
+        """`connection` may still be pending (a local stack starting): the app then shows a
+        starting screen at once and the server list once it works. `client` replaces the one
+        built from the connection (tests give one with a fake transport)."""
         super().__init__()
-        self.connection = connection
-        self.client = client or Client(connection.base_url, token=connection.token)
-        self.bridge = TrioBridge()
+        self.pending = connection if isinstance(connection, PendingConnection) else None
+        self.connection = connection if isinstance(connection, Connection) else None
+        self._client = client
+        self._bridge: TrioBridge | None = None
         self.me: Me | None = None
-        self._wanted_theme = theme or default_theme_name()
+        self._wanted_theme = default_theme_name(theme)
         register_themes(self)
+
+    @property
+    def client(self) -> Client:
+        """The API client; screens that use it are pushed only once connected."""
+        if self._client is None:
+            raise RuntimeError("not connected yet")
+        return self._client
+
+    @property
+    def bridge(self) -> TrioBridge:
+        """The trio side, made on first use (importing trio is not free)."""
+        if self._bridge is None:
+            from tui.bridge import TrioBridge
+
+            self._bridge = TrioBridge()
+        return self._bridge
 
     # --- lifecycle ------------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        freeze_startup_objects()
         self._apply_theme(self._wanted_theme)
-        self.sub_title = self.connection.label
-        self.bridge.add_shutdown_hook(self.client.aclose)
+        if self.connection is not None:
+            self._connected(self.connection)
+        elif self.pending is not None:
+            self.sub_title = "starting…"
+            self.push_screen(StartingScreen(self.pending.description))
+            self.call_after_refresh(self._start_connecting, self.pending)
+
+    def _start_connecting(self, pending: PendingConnection) -> None:
+        """Once the starting screen is drawn: what starts now no longer delays the first frame."""
+        try:
+            pending.start()
+        except ConnectError as exc:
+            self._start_failed(str(exc))
+            return
+        threading.Thread(target=self._wait_for_connection, args=(pending,), daemon=True).start()
+
+    def _wait_for_connection(self, pending: PendingConnection) -> None:
+        """In a thread: the first frame is drawn while the connection comes up."""
+        _import_the_screens()
+        try:
+            connection = pending.wait()
+        except ConnectError as exc:
+            self._from_thread(self._start_failed, str(exc))
+        else:
+            self._from_thread(self._connected, connection)
+
+    def _from_thread(self, callback: Callable[..., object], *args: object) -> None:
+        try:
+            self.call_from_thread(callback, *args)
+        except RuntimeError:
+            pass  # the user quit before the stack answered
+
+    def _connected(self, connection: Connection) -> None:
+        from api_client import Client
+        from tui.servers.screen import ServerListScreen
+
+        freeze_startup_objects()
+        self.connection = connection
+        if self._client is None:
+            self._client = Client(connection.base_url, token=connection.token)
+        self.sub_title = connection.label
         self.bridge.start()
+        self.bridge.add_shutdown_hook(self.client.aclose)
         self.bridge.run(self, self.client.auth.me, on_done=self._show_identity)
-        self.push_screen(ServerListScreen())
+        if self._starting_screen() is None:
+            self.push_screen(ServerListScreen())
+            return
+        while not isinstance(self.screen, StartingScreen):
+            self.pop_screen()  # the help the user opened while waiting
+        self.switch_screen(ServerListScreen())
+
+    def _start_failed(self, message: str) -> None:
+        self.sub_title = "could not start"
+        starting = self._starting_screen()
+        if starting is not None:
+            starting.failed(message)
+
+    def _starting_screen(self) -> StartingScreen | None:
+        return next((s for s in self.screen_stack if isinstance(s, StartingScreen)), None)
 
     async def on_unmount(self) -> None:
-        await self.bridge.stop()
+        if self._bridge is not None:
+            await self._bridge.stop()
         gc.unfreeze()  # the app's own objects may be collected again once it is gone
 
     def _apply_theme(self, name: str) -> None:
@@ -94,11 +164,15 @@ class FleetdeckApp(App[None]):
     # --- navigation -----------------------------------------------------------------------
 
     def action_help(self) -> None:
+        from tui.help import HelpScreen
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen))
 
     def action_go_servers(self) -> None:
         """Back to the server list, closing whatever is above it."""
+        from tui.servers.screen import ServerListScreen
+
         stack = self.screen_stack
         for depth, screen in enumerate(stack):
             if isinstance(screen, ServerListScreen):
@@ -108,6 +182,8 @@ class FleetdeckApp(App[None]):
 
     def action_go_files(self) -> None:
         """The files of the server picked on the server list (or of the only server)."""
+        from tui.files.commander import CommanderScreen
+
         if isinstance(self.screen, CommanderScreen):
             return
         server = self._picked_server()
@@ -115,11 +191,15 @@ class FleetdeckApp(App[None]):
             self.open_files(server)
 
     def open_files(self, server: Server) -> None:
+        from tui.files.commander import CommanderScreen
+
         self.action_go_servers()
         self.push_screen(CommanderScreen(server))
 
     def action_go_jobs(self) -> None:
         """The jobs of the server picked on the server list (or of the only server)."""
+        from tui.jobs.screen import JobsScreen
+
         if isinstance(self.screen, JobsScreen):
             return
         server = self._picked_server()
@@ -128,6 +208,8 @@ class FleetdeckApp(App[None]):
 
     def _picked_server(self) -> Server | None:
         """The server highlighted on the server list; None (and a word to the user) if there is none."""
+        from tui.servers.screen import ServerListScreen
+
         server_list = next((s for s in self.screen_stack if isinstance(s, ServerListScreen)), None)
         server = server_list.highlighted_server if server_list is not None else None
         if server is None:
@@ -135,6 +217,8 @@ class FleetdeckApp(App[None]):
         return server
 
     def open_jobs(self, server: Server) -> None:
+        from tui.jobs.screen import JobsScreen
+
         self.action_go_servers()
         self.push_screen(JobsScreen(server))
 
@@ -142,6 +226,9 @@ class FleetdeckApp(App[None]):
         self._apply_theme(name)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        from tui.files.commander import CommanderScreen
+        from tui.jobs.screen import JobsScreen
+
         for command in super().get_system_commands(screen):
             if command.title != "Theme":  # replaced by the fleetdeck themes below
                 yield command
@@ -156,3 +243,12 @@ class FleetdeckApp(App[None]):
         if not isinstance(screen, JobsScreen):
             yield SystemCommand("Go to jobs", "Run and follow jobs on the highlighted server", self.action_go_jobs)
         yield SystemCommand("Help", "The key bindings of this screen", self.action_help)
+
+
+def _import_the_screens() -> None:
+    """Load what the server list and the screens after it need, off the main thread."""
+    import api_client  # noqa: F401
+    import tui.bridge
+    import tui.files.commander
+    import tui.jobs.screen
+    import tui.servers.screen  # noqa: F401

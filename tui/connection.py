@@ -1,6 +1,6 @@
 """Which control plane the TUI talks to, with which token: resolved before the TUI starts.
 
-Remote control planes: `FLEETDECK_TOKEN`, else a saved session token, else a password login
+Remote control planes: a given token (`FLEETDECK_TOKEN`), else a saved session token, else a password login
 (prompted with getpass). Session tokens are kept per base URL in the user's config directory, in
 files only the user can read (mode 0600, created so from the start, never chmod-ed after the fact).
 """
@@ -12,16 +12,13 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-import trio
-
-from api_client import Client
-from api_client import errors as api_errors
+# The API client (httpx, pydantic) and trio are imported in the functions that use them: the
+# TUI's first frame needs `Connection` and `PendingConnection` only.
 
 LOGIN_ATTEMPTS = 3
 
@@ -39,11 +36,23 @@ class ConnectError(Exception):
     """The control plane cannot be used: the message says why, in one or two lines."""
 
 
+@dataclass(frozen=True)
+class PendingConnection:
+    """A connection that is not there yet (a local stack starting): the app draws its first frame
+    at once and says `description`; then it calls `start` on its own thread (quick: spawn what
+    must be spawned there) and `wait` in another thread. `wait` blocks until the connection
+    works; either raises `ConnectError` saying why it never will."""
+
+    description: str
+    wait: Callable[[], Connection]
+    start: Callable[[], None] = lambda: None
+
+
 class SessionStore:
     """Session tokens per base URL: `<config dir>/sessions/<host>-<hash>.json`, mode 0600."""
 
-    def __init__(self, directory: Path | None = None) -> None:
-        self.directory = directory or Path(platformdirs.user_config_dir("fleetdeck")) / "sessions"
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
 
     def path_for(self, base_url: str) -> Path:
         base_url = normalise_url(base_url)
@@ -87,6 +96,10 @@ def normalise_url(base_url: str) -> str:
 def check_token(base_url: str, token: str) -> str:
     """The email of the token's user; `Unauthenticated` if the token is refused."""
 
+    import trio
+
+    from api_client import Client
+
     async def who() -> str:
         async with Client(base_url, token=token, timeout=15) as client:
             me = await client.auth.me()
@@ -98,6 +111,10 @@ def check_token(base_url: str, token: str) -> str:
 def log_in(base_url: str, email: str, password: str) -> str:
     """A new session token for `email`; `Unauthenticated` if the password is wrong."""
 
+    import trio
+
+    from api_client import Client
+
     async def login() -> str:
         async with Client(base_url, timeout=15) as client:
             return (await client.auth.login(email, password)).token
@@ -108,21 +125,22 @@ def log_in(base_url: str, email: str, password: str) -> str:
 def connect_remote(
     base_url: str,
     *,
+    store: SessionStore,
     email: str | None = None,
-    environ: Mapping[str, str] | None = None,
-    store: SessionStore | None = None,
+    token: str | None = None,
     ask_email: Callable[[str], str] = input,
     ask_password: Callable[[str], str] = getpass.getpass,
     say: Callable[[str], None] = print,
 ) -> Connection:
-    """A working connection to `base_url`: env token, saved token, or a fresh login (prompted)."""
-    env = os.environ if environ is None else environ
-    store = store or SessionStore()
+    """A working connection to `base_url`: the given `token` (from `FLEETDECK_TOKEN`), a saved
+    token, or a fresh login (prompted)."""
+    from api_client import errors as api_errors
+
     base_url = normalise_url(base_url)
     try:
-        if env_token := env.get("FLEETDECK_TOKEN"):
+        if token:
             try:
-                return Connection(base_url, env_token, check_token(base_url, env_token))
+                return Connection(base_url, token, check_token(base_url, token))
             except api_errors.Unauthenticated as exc:
                 raise ConnectError(f"{base_url} refuses the token in FLEETDECK_TOKEN.") from exc
         saved = store.load(base_url)
@@ -146,6 +164,8 @@ def _prompt_login(
     ask_password: Callable[[str], str],
     say: Callable[[str], None],
 ) -> Connection:
+    from api_client import errors as api_errors
+
     try:
         email = email or ask_email(f"Email for {base_url}: ").strip()
         for attempt in range(1, LOGIN_ATTEMPTS + 1):

@@ -12,6 +12,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
+from tui.text import load_tcss
+
 # Keys of the lists and views that the footer does not show (they are `show=False` bindings).
 NAVIGATION_KEYS = [
     ("↑ ↓ / k j", "Move the cursor or scroll"),
@@ -26,6 +28,8 @@ class HelpScreen(ModalScreen[None]):
 
     A screen may list keys handled by its widgets (not in its own bindings) in `HELP_KEYS`.
     """
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark", "dismiss", "Close")]
 

@@ -9,6 +9,7 @@ from textual.screen import ModalScreen, Screen
 from api_client import Client
 from tui.bridge import BridgedMixin, TrioBridge
 from tui.errors import describe_error
+from tui.text import load_tcss
 
 if TYPE_CHECKING:
     from tui.app import FleetdeckApp
@@ -34,6 +35,8 @@ class FleetAccess:
 
 class FleetScreen(FleetAccess, BridgedMixin, Screen[None]):
     """A screen whose trio tasks are cancelled when it is dismissed (see `BridgedMixin`)."""
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     @property
     def dismissed(self) -> bool:

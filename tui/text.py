@@ -72,6 +72,8 @@ def parent_path(path: str) -> str:
     return path.rpartition("/")[0]
 
 
-def load_tcss(module_file: str) -> str:
-    """The CSS kept next to a module (`widget.py` → `widget.tcss`), for `DEFAULT_CSS`."""
-    return Path(module_file).with_suffix(".tcss").read_text(encoding="utf-8")
+def load_tcss(module_file: str, name: str | None = None) -> str:
+    """The CSS kept next to a module (`widget.py` → `widget.tcss`; `name.tcss` when given), for
+    `DEFAULT_CSS`: the one way the TUI's screens and widgets get their CSS."""
+    path = Path(module_file)
+    return (path.with_name(f"{name}.tcss") if name else path.with_suffix(".tcss")).read_text(encoding="utf-8")

@@ -43,9 +43,7 @@ def _kinds_help() -> str:
     return "jobs:\n" + "\n".join(f"  {family:<9} {' | '.join(actions)}" for family, actions in families.items())
 
 
-def parser() -> argparse.ArgumentParser:
-    from agent.runner import default_state_dir
-
+def parser(default_state_dir: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fleetdeck agent run",
         description="Run one job on this server, as the control plane would, and print its output.",
@@ -53,18 +51,22 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--home", default="/home", help="the folder holding the sites (default: /home)")
-    p.add_argument("--state-dir", default=None, help=f"the agent's state folder (default: {default_state_dir()})")
+    p.add_argument(
+        "--state-dir",
+        default=default_state_dir,
+        required=default_state_dir is None,
+        help=f"the agent's state folder (default: {default_state_dir})",
+    )
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("family", help="the job's family: site, cron, service, ...")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="the action and its arguments")
     return p
 
 
-def main(argv: list[str]) -> int:
-    """Entry point; `argv` are the arguments after ``agent run``."""
-    from agent.runner import default_state_dir
-
-    p = parser()
+def main(argv: list[str], default_state_dir: str | None = None) -> int:
+    """Entry point; `argv` are the arguments after ``agent run``; `fleetdeck agent run` gives the
+    default state folder, `python -m agent run` needs --state-dir."""
+    p = parser(default_state_dir)
     args = p.parse_args(argv)
     kinds = all_kinds()
     actions = [k.action for k in kinds.values() if k.family == args.family]
@@ -74,7 +76,7 @@ def main(argv: list[str]) -> int:
         print(f"usage: fleetdeck agent run {args.family} {{{','.join(actions)}}} ...", file=sys.stderr)
         return 2
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
-    state_dir = args.state_dir or default_state_dir()
+    state_dir = args.state_dir
     ctx = JobContext(home=args.home, state_dir=state_dir, sites=SiteRegistry(state_dir), version=__version__)
     job_argv = [args.family, *args.argv]
     kind = f"{args.family}.{args.argv[0]}"

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
 _hasher = PasswordHasher()
-# Verified against when the email is unknown, so a wrong email costs the same time as a wrong password.
-_DUMMY_HASH = _hasher.hash("fleetdeck-timing-equaliser")
+
+
+@cache
+def _dummy_hash() -> str:
+    """Verified against when the email is unknown, so a wrong email costs the same time as a wrong
+    password. Made on first use, not at import: a hash takes a quarter of a second of start-up."""
+    return _hasher.hash("fleetdeck-timing-equaliser")
 
 
 def hash_password(password: str) -> str:
@@ -16,6 +23,6 @@ def hash_password(password: str) -> str:
 
 def verify_password(password_hash: str | None, password: str) -> bool:
     try:
-        return _hasher.verify(password_hash or _DUMMY_HASH, password) and password_hash is not None
+        return _hasher.verify(password_hash or _dummy_hash(), password) and password_hash is not None
     except (VerificationError, InvalidHashError):
         return False

@@ -43,7 +43,7 @@ from tui.files.location_picker import LocationPicker
 from tui.files.panel import FilePanel, scope_key
 from tui.files.viewer import ViewerScreen
 from tui.screen import FleetScreen
-from tui.text import join_path, printable
+from tui.text import join_path, load_tcss, printable
 from tui.widgets.header import SafeHeader
 
 ESCAPE_DIGIT_WINDOW_S = 1.5
@@ -54,6 +54,8 @@ Cross = Literal["site", "server"]
 
 class CommanderScreen(FleetScreen):
     """Two panels side by side; Tab switches, F-keys act on the marked entries or the highlighted."""
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("tab", "switch_panel", "Other panel", key_display="Tab", show=False),

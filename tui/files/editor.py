@@ -26,7 +26,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tui.files.highlight import BLOCK_LINES, LazyHighlighter, lexer_for_path, split_lines, themed_segments
-from tui.text import printable_line
+from tui.text import load_tcss, printable_line
 
 TAB_SIZE = 4
 UNDO_LIMIT = 10_000
@@ -70,17 +70,7 @@ def _end_of(start: Position, text: str) -> Position:
 class Editor(ScrollView, can_focus=True):
     """Line numbers, highlighted code, a cursor; edits, undo/redo and search."""
 
-    DEFAULT_CSS = """
-    Editor {
-        background: $surface;
-        color: $foreground;
-        scrollbar-size-vertical: 1;
-        scrollbar-size-horizontal: 1;
-        & > .editor--gutter { background: $panel; color: $text-muted; }
-        & > .editor--cursor-line-number { background: $panel; color: $text; text-style: bold; }
-        & > .editor--match { background: $warning 60%; }
-    }
-    """
+    DEFAULT_CSS = load_tcss(__file__)
 
     COMPONENT_CLASSES: ClassVar[set[str]] = {"editor--gutter", "editor--cursor-line-number", "editor--match"}
 

@@ -27,12 +27,14 @@ from tui.files.save_conflict import (
     copy_name,
 )
 from tui.screen import FleetScreen
-from tui.text import printable
+from tui.text import load_tcss, printable
 from tui.widgets.header import SafeHeader
 
 
 class EditorScreen(FleetScreen):
     """A file in the editor; ctrl+s saves, ctrl+f searches, Escape closes (asking if unsaved)."""
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "save", "Save"),

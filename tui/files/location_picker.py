@@ -13,7 +13,7 @@ from api_client import Client, Scope, Server
 from tui.errors import describe_error
 from tui.files.dialogs.base import FileDialog
 from tui.files.panel import scope_key, scope_label
-from tui.text import printable
+from tui.text import load_tcss, printable
 
 Location = tuple[Server, Scope]
 
@@ -45,6 +45,8 @@ async def browsable_locations(client: Client) -> tuple[list[Location], list[str]
 
 class LocationPicker(FileDialog[Location | None]):
     """A list of `server · scope` lines; Enter picks, Esc keeps the panel where it is."""
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     def __init__(self, current: tuple[str, str] | None) -> None:
         super().__init__()

@@ -19,7 +19,7 @@ from tui.bridge import BridgedMixin, TaskHandle
 from tui.errors import describe_error, format_size
 from tui.files.directory_pane import DirectoryPane, EntryDict
 from tui.screen import FleetAccess
-from tui.text import join_path, parent_path, printable
+from tui.text import join_path, load_tcss, parent_path, printable
 
 BUSY_INDICATOR_DELAY_S = 0.2
 
@@ -37,6 +37,8 @@ def scope_key(scope: Scope) -> str:
 
 class FilePanel(FleetAccess, BridgedMixin, Vertical):
     """A title (server, scope, folder), the virtualised listing, a filter line and a status line."""
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     class FileOpened(Message):
         """Enter on a file (or on a link that is not a folder): the screen views it."""

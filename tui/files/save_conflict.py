@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from tui.text import printable
+from tui.text import load_tcss, printable
 
 ConflictChoice = Literal["reload", "overwrite", "copy"]
 CloseChoice = Literal["save", "discard"]
@@ -29,6 +29,8 @@ def copy_name(path: str) -> str:
 
 class SaveConflictDialog(ModalScreen[ConflictChoice | None]):
     """The file changed on the server since it was read: r reloads, o overwrites, c saves a copy."""
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "choose('reload')", "Reload"),
@@ -77,6 +79,8 @@ class SaveConflictDialog(ModalScreen[ConflictChoice | None]):
 class CopyNameDialog(ModalScreen[str | None]):
     """The path (in the same scope) of the copy to save; Enter saves, Esc cancels."""
 
+    DEFAULT_CSS = load_tcss(__file__)
+
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def __init__(self, default_path: str) -> None:
@@ -105,6 +109,8 @@ class CopyNameDialog(ModalScreen[str | None]):
 
 class UnsavedChangesDialog(ModalScreen[CloseChoice | None]):
     """Closing with unsaved changes: s saves first, d discards them, Esc keeps editing."""
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "choose('save')", "Save"),

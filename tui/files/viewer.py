@@ -12,12 +12,14 @@ from api_client import FileContent, Scope, Server
 from tui.errors import format_size
 from tui.files.code_view import CodeView
 from tui.screen import FleetScreen
-from tui.text import printable, short_time
+from tui.text import load_tcss, printable, short_time
 from tui.widgets.header import SafeHeader
 
 
 class ViewerScreen(FleetScreen):
     """A file's content; Escape (or q) goes back to the directory."""
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "close", "Back"),

@@ -25,7 +25,7 @@ from api_client.models import PLANS, Job, JobKindInfo
 from tui.jobs.errors import describe_job_error, validation_errors
 from tui.jobs.form import Invalid, JobForm, parse_schema
 from tui.screen import FleetModal
-from tui.text import printable
+from tui.text import load_tcss, printable
 
 # --- what a kind needs ------------------------------------------------------------------------
 
@@ -127,6 +127,8 @@ NOT_AVAILABLE = "not available on this agent"
 
 class KindPicker(FleetModal[JobKindInfo | None]):
     """Type to narrow the catalog (fuzzy); ↑↓ move; Enter picks; Esc cancels."""
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel"),
@@ -244,6 +246,8 @@ def args_lines(args: Mapping[str, Any], secret_fields: Iterable[str] = ()) -> li
 class ConfirmRun(ModalScreen[bool]):
     """A job that changes the server runs only once confirmed: y/Enter runs, n/Esc cancels."""
 
+    DEFAULT_CSS = load_tcss(__file__)
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer(True)", "Run"),
         Binding("n,escape", "answer(False)", "Cancel"),
@@ -295,6 +299,8 @@ class JobFormScreen(FleetModal[Job | None]):
     fields. A retry with the same arguments reuses the idempotency key: a request that did reach
     the server before the connection dropped does not start a second job.
     """
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel"),

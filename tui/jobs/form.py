@@ -29,7 +29,7 @@ from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Checkbox, Input, Label, Select, SelectionList, Static
 
-from tui.text import printable
+from tui.text import load_tcss, printable
 
 FieldKind = Literal["string", "integer", "number", "boolean", "enum", "string_list", "enum_list", "const", "json"]
 
@@ -357,22 +357,7 @@ class _Row:
 class JobForm(VerticalScroll):
     """The fields of one job kind. `values()` gives the arguments, or raises if any is invalid."""
 
-    DEFAULT_CSS = """
-    JobForm {
-        height: auto;
-        & > .job-field { height: auto; margin-bottom: 1; }
-        & .job-field--label { width: 1fr; text-style: bold; }
-        & .job-field--hint { color: $text-muted; }
-        & .job-field--error { color: $text-error; display: none; }
-        & .job-field--error.-shown { display: block; }
-        & Input { width: 1fr; }
-        & Select { width: 1fr; }
-        & SelectionList { height: auto; max-height: 8; }
-        & .job-form--general { color: $text-error; display: none; }
-        & .job-form--general.-shown { display: block; }
-        & .job-form--empty { color: $text-muted; text-style: italic; }
-    }
-    """
+    DEFAULT_CSS = load_tcss(__file__)
 
     class Submitted(Message):
         """Enter in a text field: the user wants to run the job."""

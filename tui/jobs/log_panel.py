@@ -532,16 +532,7 @@ class LogView(Vertical):
 
     ALLOW_MAXIMIZE = True
 
-    DEFAULT_CSS = """
-    LogView {
-        height: 1fr;
-        & > #log-filter {
-            display: none;
-            height: 1;
-            border: none;
-        }
-    }
-    """
+    DEFAULT_CSS = load_tcss(__file__, "log_view")
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "toggle_follow", "Follow"),

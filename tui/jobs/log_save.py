@@ -12,9 +12,13 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
+from tui.text import load_tcss
+
 
 class LogSavePrompt(ModalScreen[str | None]):
     """A path; Enter saves (a second Enter when the file exists replaces it), Esc cancels."""
+
+    DEFAULT_CSS = load_tcss(__file__, "dialogs")
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 

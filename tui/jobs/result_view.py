@@ -27,7 +27,7 @@ from textual.widgets.tree import TreeNode
 
 from tui.errors import format_size
 from tui.jobs.log_panel import format_duration
-from tui.text import printable
+from tui.text import load_tcss, printable
 
 MAX_ROWS = 5_000
 MAX_COLUMNS = 40
@@ -106,15 +106,7 @@ def _label(key: str) -> str:
 class ResultView(Vertical):
     """A read job's result as a table or a tree; `show(result)` replaces what is shown."""
 
-    DEFAULT_CSS = """
-    ResultView {
-        height: 1fr;
-        & > #result-caption { height: auto; max-height: 3; color: $text-muted; padding: 0 1; }
-        & > DataTable { height: 1fr; }
-        & > Tree { height: 1fr; }
-        & > .result-scalar { padding: 1 2; }
-    }
-    """
+    DEFAULT_CSS = load_tcss(__file__)
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)

@@ -20,7 +20,7 @@ from tui.jobs.log_panel import Banner, LogView, format_duration
 from tui.jobs.result_view import ResultView
 from tui.jobs.stream import JobBatch, iterate, open_batch_channel, pump_job_events
 from tui.screen import FleetScreen
-from tui.text import printable
+from tui.text import load_tcss, printable
 from tui.widgets.header import SafeHeader
 
 STATUS_MARKS = {"queued": "…", "running": "●", "succeeded": "✔", "failed": "✘", "interrupted": "⚠"}
@@ -69,6 +69,8 @@ def args_summary(args: dict[str, object]) -> str:
 
 class JobRunScreen(FleetScreen):
     """The log of one job (k9s keys), its exit banner, and the result of a read as a table or tree."""
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Jobs"),

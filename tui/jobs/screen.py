@@ -26,7 +26,7 @@ from tui.jobs.errors import describe_job_error
 from tui.jobs.log_panel import format_duration
 from tui.jobs.run import JobRunScreen, args_summary, job_duration, local_time, status_text
 from tui.screen import FleetScreen
-from tui.text import printable
+from tui.text import load_tcss, printable
 from tui.widgets.header import SafeHeader
 
 HISTORY_LIMIT = 100
@@ -56,6 +56,8 @@ class JobTable(DataTable[Text]):
 
 class JobsScreen(FleetScreen):
     """A server's job history and the way to start new jobs on it."""
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Servers"),

@@ -18,7 +18,7 @@ from api_client import errors as api_errors
 from api_client.models import PresenceEvent
 from tui.bridge import TaskHandle
 from tui.screen import FleetScreen
-from tui.text import printable
+from tui.text import load_tcss, printable
 from tui.widgets.header import SafeHeader
 
 # After the presence stream is lost for good (the client already retried with Last-Event-ID),
@@ -47,6 +47,8 @@ class ServerTable(DataTable[Text]):
 
 class ServerListScreen(FleetScreen):
     """Servers in a table; Enter opens the files of the highlighted one."""
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("j", "open_jobs", "Jobs"),

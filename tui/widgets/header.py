@@ -9,6 +9,8 @@ from textual.widget import Widget
 from textual.widgets import Header
 from textual.widgets._header import HeaderTitle
 
+from tui.text import load_tcss
+
 
 class SafeHeader(Header):
     """A Header whose title watchers tolerate an already-removed title.
@@ -17,6 +19,8 @@ class SafeHeader(Header):
     right after it was pushed (Enter then Escape within a frame), those watchers can run after
     the header's children are gone and raise `NoMatches`, which would end the app.
     """
+
+    DEFAULT_CSS = load_tcss(__file__)
 
     def _on_mount(self, event: Mount) -> None:
         event.prevent_default()  # replaces Header._on_mount (Widget's own is called below)

@@ -1,0 +1,155 @@
+"""How soon `fleetdeck` shows something, next to a bare Textual app, in one run.
+
+Each row starts a process in a pseudo-terminal of 80x24 (TERM=xterm-256color, like a user's
+terminal) and times, from just before the spawn, until a marker text first appears in what the
+process writes to the terminal:
+
+* bare Textual app, first frame: an `App` with one `Static`, its text;
+* fleetdeck, first frame: the starting screen's "Starting the local control plane" line;
+* fleetdeck, server list: `127.0.0.1`, the address of the demo server in the server list, which
+  is drawn once the embedded stack answers.
+
+fleetdeck runs on the embedded default (`fleetdeck --data-dir DIR`), on a fresh data dir (the
+demo workspace and database are made: 20,000 files) and on a reused one (a previous run's). Each
+is measured `--runs` times (median shown, and the range); the process is then quit with ctrl+q.
+Everything includes the interpreter's start and imports, as the user waits for them too.
+
+    python -m benchmarks.startup [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import pty
+import select
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from fleetdeck.launcher import child_environment
+
+SIZE = (24, 80)  # rows, columns
+TIMEOUT_S = 120.0
+QUIT = b"\x11"  # ctrl+q, bound to quit by Textual and by fleetdeck
+
+BARE_APP = """
+from textual.app import App
+from textual.widgets import Static
+
+class Bare(App[None]):
+    def compose(self):
+        yield Static("bare app is drawn")
+
+Bare().run()
+"""
+BARE_MARKER = b"bare app is drawn"
+STARTING_MARKER = b"Starting the local control plane"
+SERVER_LIST_MARKER = b"127.0.0.1"
+
+
+def time_markers(command: Sequence[str], markers: Sequence[bytes]) -> list[float]:
+    """Seconds from spawning `command` in a pseudo-terminal until each marker appears in its output."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", SIZE[0], SIZE[1], 0, 0))
+    env = child_environment({"TERM": "xterm-256color", "COLUMNS": str(SIZE[1]), "LINES": str(SIZE[0])})
+    env.pop("COLORTERM", None)
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
+    os.close(slave)
+    seen: dict[bytes, float] = {}
+    output = b""
+    try:
+        deadline = start + TIMEOUT_S
+        while len(seen) < len(markers) and time.perf_counter() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if not ready:
+                if process.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            now = time.perf_counter()
+            output += chunk
+            for marker in markers:
+                if marker not in seen and marker in output:
+                    seen[marker] = now - start
+        missing = [m.decode() for m in markers if m not in seen]
+        if missing:
+            raise RuntimeError(f"{' '.join(command)}: never showed {missing}; last output {output[-300:]!r}")
+        return [seen[m] for m in markers]
+    finally:
+        _quit(process, master)
+
+
+def _quit(process: subprocess.Popen[bytes], master: int) -> None:
+    """ctrl+q, and the process's output read until it exits (a full pty would block its exit)."""
+    try:
+        os.write(master, QUIT)
+        deadline = time.monotonic() + 20
+        while process.poll() is None and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.2)[0]:
+                try:
+                    os.read(master, 65536)
+                except OSError:
+                    break
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+        process.wait(20)
+    finally:
+        os.close(master)
+
+
+def fleetdeck_command(data_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "fleetdeck", "--data-dir", str(data_dir), "--theme", "fleetdeck-ansi"]
+
+
+def summary(values: Sequence[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:6.2f} s"
+    return f"{statistics.median(values):6.2f} s ({min(values):.2f}-{max(values):.2f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    runs = parser.parse_args().runs
+
+    bare = [time_markers([sys.executable, "-c", BARE_APP], [BARE_MARKER])[0] for _ in range(runs)]
+    fresh: list[list[float]] = []
+    reused: list[list[float]] = []
+    with tempfile.TemporaryDirectory(prefix="fleetdeck-startup-") as folder:
+        for run in range(runs):
+            data_dir = Path(folder) / f"fresh-{run}"
+            fresh.append(time_markers(fleetdeck_command(data_dir), [STARTING_MARKER, SERVER_LIST_MARKER]))
+            reused.append(time_markers(fleetdeck_command(data_dir), [STARTING_MARKER, SERVER_LIST_MARKER]))
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+    bare_median = statistics.median(bare)
+    rows = [
+        ("bare Textual app", "first frame", bare),
+        ("fleetdeck, fresh data dir", "first frame", [r[0] for r in fresh]),
+        ("fleetdeck, fresh data dir", "server list", [r[1] for r in fresh]),
+        ("fleetdeck, reused data dir", "first frame", [r[0] for r in reused]),
+        ("fleetdeck, reused data dir", "server list", [r[1] for r in reused]),
+    ]
+    print(f"time to show, from spawn, in an {SIZE[1]}x{SIZE[0]} pseudo-terminal; median of {runs} (range)")
+    for name, what, values in rows:
+        ratio = statistics.median(values) / bare_median
+        print(f"  {name:<28} {what:<12} {summary(values)}   x{ratio:.2f} the bare app")
+    print("goals: first frame within x1.2 of the bare app; server list on a reused data dir under 1 s")
+
+
+if __name__ == "__main__":
+    main()

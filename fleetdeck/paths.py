@@ -1,0 +1,97 @@
+"""Every path fleetdeck uses by default, named in one place.
+
+The towers never pick a path on their own: the composition root (`fleetdeck.cli`,
+`fleetdeck.local`) takes them from here and passes them down as arguments. This is the only
+module that asks `platformdirs` where the user's folders are.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "fleetdeck"
+AGENT_NAME = "fleetdeck-agent"
+# A root agent keeps its state where system services do.
+ROOT_AGENT_STATE_DIR = Path("/var/lib/fleetdeck-agent")
+
+
+def data_dir() -> Path:
+    """The user's fleetdeck data folder (e.g. ``~/.local/share/fleetdeck``)."""
+    return Path(platformdirs.user_data_dir(APP_NAME))
+
+
+def local_stack_dir() -> Path:
+    """The data folder of the embedded local stack that `fleetdeck` opens without `--url`."""
+    return data_dir() / "local"
+
+
+def default_db_url() -> str:
+    """The database of `fleetdeck serve` and `fleetdeck admin` when neither --db nor FLEETDECK_DB says."""
+    return f"sqlite:///{data_dir() / 'fleetdeck.db'}"
+
+
+def session_store_dir() -> Path:
+    """Where the TUI keeps its session tokens for remote control planes (files of mode 0600)."""
+    return Path(platformdirs.user_config_dir(APP_NAME)) / "sessions"
+
+
+def log_dir() -> Path:
+    return Path(platformdirs.user_log_dir(APP_NAME))
+
+
+def tui_log() -> Path:
+    """The TUI's log: anything it wrote to the terminal would tear the screen apart."""
+    return log_dir() / "tui.log"
+
+
+def agent_state_dir() -> Path:
+    """The agent's state folder (site registry, transfers) when --state-dir does not say."""
+    if os.geteuid() == 0:
+        return ROOT_AGENT_STATE_DIR
+    return Path(platformdirs.user_state_dir(AGENT_NAME))
+
+
+@dataclass(frozen=True)
+class StackLayout:
+    """The files of one local stack's data folder (`fleetdeck local --data-dir DIR`)."""
+
+    root: Path
+
+    @property
+    def home(self) -> Path:
+        """The demo sites: the local agent's home."""
+        return self.root / "home"
+
+    @property
+    def agent_state(self) -> Path:
+        return self.root / "agent"
+
+    @property
+    def agent_token(self) -> Path:
+        return self.agent_state / "agent-token"
+
+    @property
+    def database(self) -> Path:
+        return self.root / "fleetdeck.db"
+
+    @property
+    def db_url(self) -> str:
+        return f"sqlite:///{self.database}"
+
+    @property
+    def credentials(self) -> Path:
+        """What `fleetdeck local` writes once it runs: base URL, demo login, session token."""
+        return self.root / "demo-credentials.json"
+
+    @property
+    def demo_password(self) -> Path:
+        return self.root / "demo-password"
+
+    @property
+    def stderr_log(self) -> Path:
+        """The stack's stderr when a launcher runs it as a child process."""
+        return self.root / "stack.log"

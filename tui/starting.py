@@ -1,0 +1,41 @@
+"""The first screen while the local stack starts: what is starting, then why it did not."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, LoadingIndicator, Static
+
+from tui.text import load_tcss, printable_line
+from tui.widgets.header import SafeHeader
+
+
+class StartingScreen(Screen[None]):
+    """Drawn at once; `failed` replaces the spinner with the error and the stack's stderr tail."""
+
+    DEFAULT_CSS = load_tcss(__file__)
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "app.quit", "Quit", show=False)]
+
+    def __init__(self, description: str) -> None:
+        super().__init__()
+        self.description = description
+
+    def compose(self) -> ComposeResult:
+        yield SafeHeader()
+        with Vertical(id="starting-box"):
+            yield Static(self.description, id="starting-what", markup=False)
+            yield LoadingIndicator(id="starting-spinner")
+            yield Static("", id="starting-error", markup=False)
+        yield Footer()
+
+    def failed(self, message: str) -> None:
+        """Show why the start failed; the user reads it and quits."""
+        self.query_one("#starting-spinner").display = False
+        error = self.query_one("#starting-error", Static)
+        error.update("\n".join(printable_line(line) for line in message.splitlines()) + "\n\nPress q to quit.")
+        error.display = True
