@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fleetdeck.launcher import LocalStack, child_environment
+from fleetdeck.launcher import LocalStack, StackCredentials, child_environment
 from fleetdeck.launcher import start_agent as start_agent
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,18 +34,12 @@ def anyio_backend() -> str:
     return "trio"
 
 
-@dataclass
-class Stack:
+@dataclass(frozen=True)
+class Stack(StackCredentials):
     """A running `fleetdeck local`, and what its credentials file says."""
 
     launcher: LocalStack
     data_dir: Path
-    base_url: str
-    email: str
-    password: str
-    token: str
-    server_id: str
-    db_url: str
 
     def admin(self, *args: str) -> dict[str, object]:
         """Run `fleetdeck admin ... --json` against this stack's database."""
