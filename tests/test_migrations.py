@@ -21,7 +21,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from control_plane.storage import Database
-from control_plane.storage.db import MIGRATIONS
+from control_plane.storage.db import MIGRATIONS, current_revision, newest_revision
 from control_plane.storage.schema import metadata
 
 
@@ -98,3 +98,19 @@ def test_constraints_the_comparison_skips(migrated: Database) -> None:
                 for fk in inspector.get_foreign_keys(name)
             }
             assert reflected_fks == _schema_foreign_keys(table), name
+
+
+def test_the_newest_revision_read_from_file_names_is_alembics_head(tmp_path: Path) -> None:
+    """`migrate` skips alembic when the database is at `newest_revision()`: it must be the head."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    assert ScriptDirectory.from_config(config).get_heads() == [newest_revision()]
+    db = Database(f"sqlite:///{tmp_path / 'fresh.db'}")
+    try:
+        assert current_revision(db.engine) is None
+        db.migrate()
+        assert current_revision(db.engine) == newest_revision()
+        db.migrate()  # at the head: a no-op
+        assert current_revision(db.engine) == newest_revision()
+    finally:
+        db.dispose()
