@@ -20,7 +20,7 @@ import trio
 from api_client import Client
 from api_client.errors import AgentOffline
 from api_client.sse import SSEParser
-from tests.conftest import Stack, python_env, start_agent
+from tests.conftest import Stack, python_env, start_agent, start_local
 from tests.helpers import wait_until
 
 
@@ -651,3 +651,43 @@ def test_a_control_plane_restart_does_not_interrupt_a_job(restartable: Any) -> N
     with setup.http() as http:
         done = wait_finished(http, job_id, timeout=60)
         assert (done["status"], done["exit_code"]) == ("interrupted", None), done
+
+
+# --- the output one job keeps is capped ---------------------------------------------------------
+
+CAP_MB = 0.0625  # 64 KiB
+
+
+@pytest.fixture(scope="module")
+def capped_stack(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    running = start_local(tmp_path_factory.mktemp("capped"), env={"FLEETDECK_JOB_OUTPUT_CAP_MB": str(CAP_MB)})
+    yield running
+    running.stop()
+
+
+def test_the_output_a_job_keeps_is_capped_and_ends_with_what_was_left_out(capped_stack: Stack) -> None:
+    texts = [f'203.0.113.{i % 250} - - [22/Nov/2026] "GET /item/{i} HTTP/1.1" 200 {i} é' for i in range(20_000)]
+    log = capped_stack.data_dir / "home" / "example-com" / "logs" / "access.log"
+    log.write_text("".join(f"{text}\n" for text in texts))
+    with capped_stack.http() as http:
+        job = run(http, capped_stack.server_id, "logs.tail", {"domain": "example.com", "lines": len(texts)}).json()
+        done = wait_finished(http, job["id"], timeout=60)
+        assert (done["status"], done["exit_code"]) == ("succeeded", 0)
+        events = _stream(http, job["id"])  # the replay of the finished job: what was stored
+    lines = [event.data for event in events if event.event == "line"]
+    kept, note = lines[:-1], lines[-1]
+    cap = int(CAP_MB * 1024 * 1024)
+    kept_bytes = sum(len(line["text"].encode()) + 1 for line in kept)
+    assert [line["text"] for line in kept] == texts[: len(kept)] and cap - 200 < kept_bytes <= cap
+    left_out = texts[len(kept) :]
+    left_out_bytes = sum(len(text.encode()) + 1 for text in left_out)
+    assert note["stream"] == "stderr" and note["seq"] == len(texts) + 1
+    assert f"{len(left_out):,} lines ({left_out_bytes:,} bytes) left out" in note["text"]
+    assert events[-1].event == "exit" and events[-1].data == {"exit_code": 0, "status": "succeeded"}
+    database = Path(capped_stack.db_url.removeprefix("sqlite:///"))
+    stored = (
+        sqlite3.connect(database)
+        .execute("SELECT sum(length(lines)) FROM job_output WHERE job_id = ?", (job["id"],))
+        .fetchone()[0]
+    )
+    assert stored < 2 * cap  # the text as JSON runs: nowhere near the 1.6 MB printed
