@@ -2,7 +2,7 @@
 
 ``job.run {job_id, kind, argv, secrets, runs?}`` starts the job (a job id this agent already has
 is attached from the start instead: the call is idempotent) and streams its lines;
-``job.attach {job_id, after, runs?}`` streams the lines with ``seq > after``, then the live ones.
+``job.attach {job_id, after, acked?, runs?}`` streams the lines with ``seq > after``, then the live ones.
 Both answer ``{"exit_code": n}`` once the job is over, and a dropped call or link never stops the
 job.
 
