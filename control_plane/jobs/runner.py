@@ -48,8 +48,6 @@ EVENTS_PER_WRITE = 10_000
 DB_PAGE = 20_000
 QUEUED_POLL_S = 0.25
 WRITE_GATHER_S = 0.05
-
-
 DEFAULT_OUTPUT_CAP = 16 * 1024 * 1024
 JOURNAL_TIMEOUT_S = 30.0
 
@@ -60,6 +58,8 @@ def exit_event(exit_code: int | None, status: str, last_seq: int) -> bytes:
 
 def output_size(texts: list[str]) -> int:
     """The bytes of `texts` as the job printed them: UTF-8 and a newline after each."""
+    if not texts:
+        return 0
     joined = "\n".join(texts)
     return (len(joined) if joined.isascii() else len(joined.encode())) + 1
 
@@ -198,7 +198,8 @@ class JobRunner:
                 continue
             from_seq, kept_bytes = await self._db.run(store.stored_output, job["id"])
             self.live[job["id"]] = LiveJob(job["id"], cap=self._output_cap, from_seq=from_seq, kept_bytes=kept_bytes)
-            read = bool(is_read(job["kind"]))
+            # A read's result is its whole output: not known when part of it came before the restart.
+            read = bool(is_read(job["kind"])) and from_seq == 0
             self._group.start_soon(self._run, job, None, read, name=f"job {job['id']} (taken back)")
 
     async def _run(self, job: dict[str, Any], secrets: dict[str, str] | None, read: bool) -> None:
