@@ -562,7 +562,8 @@ def restartable(tmp_path: Path) -> Any:
             return httpx.Client(base_url=cp.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
         def start_agent(self) -> subprocess.Popen[str]:
-            return start_agent(cp.base_url, agent_token, home, state, stderr=open(tmp_path / "agent.log", "a"))
+            with open(tmp_path / "agent.log", "a") as log:  # the child has its own copy of the file
+                return start_agent(cp.base_url, agent_token, home, state, stderr=log)
 
         def server_id(self) -> str:
             with self.http() as http:
