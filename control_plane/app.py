@@ -21,7 +21,6 @@ from control_plane.files.direct import DirectUploads
 from control_plane.files.operations import FileOperations
 from control_plane.files.routes import router as files_router
 from control_plane.hub import AgentHub, AgentSession
-from control_plane.jobs import store as job_store
 from control_plane.jobs.routes import router as jobs_router
 from control_plane.jobs.runner import JobRunner
 from control_plane.servers import store as server_store
@@ -76,7 +75,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         on_report=direct.on_report,
         heartbeat_s=settings.heartbeat_s,
     )
-    runner = JobRunner(db, hub, grace_s=settings.job_grace_s)
+    runner = JobRunner(db, hub, grace_s=settings.job_grace_s, output_cap=settings.job_output_cap_bytes)
     return Fleet(
         settings=settings,
         db=db,
@@ -95,11 +94,12 @@ def is_read(kind_name: str) -> bool:
 
 @asynccontextmanager
 async def _lifespan(fleet: Fleet) -> AsyncIterator[None]:
-    """The app's own task group: every running job is a child of it."""
-    await fleet.db.run(job_store.interrupt_unfinished)
+    """The app's own task group: every running job is a child of it, also those a previous
+    process left running (taken back from their agents as they link again)."""
     async with anyio.create_task_group() as group:
         fleet.jobs.bind(group)
         fleet.operations.bind(group)
+        await fleet.jobs.resume_unfinished(is_read)
         yield
         group.cancel_scope.cancel()
 

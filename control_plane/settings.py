@@ -19,3 +19,5 @@ class Settings:
     transfer_timeout_s: float = 6 * 3600.0
     # How long a running job waits for its agent to come back before it ends `interrupted`.
     job_grace_s: float = 30.0
+    # What one job's output may take in the database and in memory; the rest is counted, not kept.
+    job_output_cap_bytes: int = 16 * 1024 * 1024

@@ -54,6 +54,16 @@ def _seconds(*, minimum: float, inclusive: bool) -> Callable[[str], float]:
     return parse
 
 
+def _megabytes(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError("not a number of MiB") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError("must be a finite number > 0")
+    return number
+
+
 def _port(value: str) -> int:
     if not value.isdigit() or not 1 <= int(value) <= 65535:
         raise ValueError("not a TCP port (1 to 65535)")
@@ -73,6 +83,7 @@ class Settings:
     heartbeat_s: float = 10.0
     job_grace_s: float = 30.0
     transfer_timeout_s: float = 6 * 3600.0
+    job_output_cap_mb: float = 16.0
     agent_ssh_port: int = 22
 
     def log_level(self, default: LogLevel) -> LogLevel:
@@ -88,6 +99,7 @@ class Settings:
             heartbeat_s=self.heartbeat_s,
             job_grace_s=self.job_grace_s,
             transfer_timeout_s=self.transfer_timeout_s,
+            job_output_cap_bytes=max(1, int(self.job_output_cap_mb * 1024 * 1024)),
         )
 
 
@@ -102,6 +114,7 @@ VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "heartbeat_s": ("FLEETDECK_HEARTBEAT_S", _seconds(minimum=0, inclusive=False)),
     "job_grace_s": ("FLEETDECK_JOB_GRACE_S", _seconds(minimum=0, inclusive=True)),
     "transfer_timeout_s": ("FLEETDECK_TRANSFER_TIMEOUT_S", _seconds(minimum=0, inclusive=False)),
+    "job_output_cap_mb": ("FLEETDECK_JOB_OUTPUT_CAP_MB", _megabytes),
     "agent_ssh_port": ("FLEETDECK_AGENT_SSH_PORT", _port),
 }
 

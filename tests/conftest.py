@@ -72,12 +72,13 @@ class Stack(StackCredentials):
         return self.launcher.log_file.read_text(errors="replace")
 
 
-def start_local(data_dir: Path, port: int = 0) -> Stack:
-    """Start `fleetdeck local` on `data_dir` and wait until it says it runs (its agent is linked)."""
+def start_local(data_dir: Path, port: int = 0, env: dict[str, str] | None = None) -> Stack:
+    """Start `fleetdeck local` on `data_dir` and wait until it says it runs (its agent is linked);
+    `env` adds to (or overrides) the stack's variables."""
     launcher = LocalStack(
         data_dir,
         port=port,
-        env=STACK_ENV,
+        env={**STACK_ENV, **(env or {})},
         log_file=data_dir.parent / f"{data_dir.name}-control-plane.log",
         startup_timeout=STARTUP_TIMEOUT_S,
     )

@@ -303,6 +303,39 @@ def test_runs_carry_exactly_the_lines_of_per_line_items(monkeypatch: pytest.Monk
             assert expand_runs(job.runs_after(pos, limit)) == job.lines_after(pos, limit), (pos, limit)
 
 
+def test_the_journal_of_a_job_is_bounded_in_bytes_and_forgets_what_is_acknowledged() -> None:
+    job = Job("bounded", "x.y", [], max_bytes=3 * BLOCK * 10)  # three blocks of 9-character lines
+    for i in range(10 * BLOCK):
+        job.append("stdout", [f"{i:09d}"[-9:]])
+    assert job.bytes <= 3 * BLOCK * 10 and job.first_seq == 7 * BLOCK + 1  # whole blocks went
+    assert job.lines_after(0, 1)[0] == {**job.lines_after(0, 1)[0], "seq": job.first_seq}
+    job.acknowledge(9 * BLOCK + 5)  # stored by the control plane: it need not be held
+    assert job.first_seq == 9 * BLOCK + 6 and job.bytes == BLOCK * 10
+    assert [line["seq"] for line in job.lines_after(0, 10)][:1] == [9 * BLOCK + 6]
+    job.acknowledge(job.last_seq + 100)
+    assert job.lines_after(0, 10) == [] and job.first_seq == job.last_seq + 1
+
+
+@pytest.mark.anyio
+async def test_the_journal_keeps_at_most_max_jobs_and_hands_back_secrets(env: Env) -> None:
+    async with linked(env, max_jobs=3) as agent:
+        for n in range(5):
+            secrets = {"password": f"pw-{n}"} if n == 4 else {}
+            await agent.stream(
+                "job.run",
+                {"job_id": f"j{n}", "kind": "site.list", "argv": ["site", "list", "--json"], "secrets": secrets},
+            )
+        journal = await agent.hub.call(SERVER_ID, "job.journal", {})
+        assert [entry["job_id"] for entry in journal["jobs"]] == ["j2", "j3", "j4"]  # the oldest finished went
+        one = await agent.hub.call(SERVER_ID, "job.journal", {"job_ids": ["j4", "j0"]})
+        (entry,) = one["jobs"]  # j0 is gone
+        assert entry["job_id"] == "j4" and entry["secrets"] == ["pw-4"] and entry["first_seq"] == 1
+        assert entry["exit_code"] == agent.jobs.get("j4").exit_code and entry["last_seq"] >= 1  # type: ignore[union-attr]
+        with pytest.raises(AgentCallError) as info:
+            await agent.hub.call(SERVER_ID, "job.journal", {"job_ids": "j4"})
+        assert info.value.code == "validation_error"
+
+
 @pytest.mark.anyio
 async def test_runs_over_the_link_resume_without_loss_or_repeat(env: Env) -> None:
     count = 50_000

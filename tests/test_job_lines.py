@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from api_client.sse import SSEParser
 from control_plane.jobs import lines, store
 from control_plane.jobs.lines import BadOutput, Run
+from control_plane.jobs.runner import LiveJob, output_size
 from control_plane.storage.schema import job_output, metadata
 
 
@@ -113,3 +114,17 @@ def test_stored_chunks_read_back_from_any_seq_with_old_rows_too() -> None:
             found = [line for run in store.lines_after(conn, "j", after, 10**6) for line in run.lines()]
             assert [line["seq"] for line in found] == list(range(after + 1, total + 1)), after
             assert [line["text"] for line in found] == [f"line {s}" for s in range(after + 1, total + 1)]
+
+
+def test_a_live_job_holds_no_more_than_its_cap_and_counts_the_rest() -> None:
+    live = LiveJob("j", cap=1000)
+    texts = [f"line {i} é" for i in range(500)]  # 12 to 14 bytes each, with the newline
+    runs = [Run(1 + 100 * n, "stdout", "t", texts[100 * n : 100 * (n + 1)]) for n in range(5)]
+    kept = [run for batch in runs for run in live.admit([batch])]
+    live.extend(kept)
+    held = [text for run in live.runs for text in run.texts]
+    assert held == texts[: len(held)] and 1000 - 14 < output_size(held) == live.kept_bytes <= 1000
+    assert live.left_out_lines == 500 - len(held) and live.left_out_bytes == output_size(texts[len(held) :])
+    assert live.received_seq == 500 and live.last_seq == len(held)
+    note = live.note("left out")  # our own line comes after the agent's last one
+    assert note[0].seq == 501 and live.last_seq == 501

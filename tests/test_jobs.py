@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ import trio
 from api_client import Client
 from api_client.errors import AgentOffline
 from api_client.sse import SSEParser
-from tests.conftest import Stack, start_agent
+from tests.conftest import Stack, python_env, start_agent, start_local
 from tests.helpers import wait_until
 
 
@@ -484,3 +486,209 @@ async def test_client_sends_the_idempotency_key(stack: Stack) -> None:
         again = await client.jobs.create(stack.server_id, "system.info", idempotency_key=key)
         other = await client.jobs.create(stack.server_id, "system.info")
     assert first.id == again.id != other.id
+
+
+# --- the control plane restarts mid-job -------------------------------------------------------
+
+
+class OwnControlPlane:
+    """`fleetdeck serve` on a SQLite file of its own, restartable on the same port and database."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.db_url = f"sqlite:///{folder / 'cp.db'}"
+        self.log = folder / "cp.log"
+        self.process: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.base_url = ""
+
+    def start(self) -> None:
+        env = {"FLEETDECK_HEARTBEAT_S": "1", "FLEETDECK_JOB_GRACE_S": "30", "FLEETDECK_LOG": "INFO"}
+        command = [sys.executable, "-m", "fleetdeck", "serve", "--db", self.db_url]
+        with open(self.log, "a") as stderr:
+            self.process = subprocess.Popen(
+                [*command, "--listen", f"127.0.0.1:{self.port}"],
+                env=python_env(**env),
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert "control plane at" in line, self.log.read_text()
+        self.base_url = line.rsplit(" ", 1)[1].strip()
+        self.port = int(self.base_url.rsplit(":", 1)[1])
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def admin(self, *args: str) -> dict[str, Any]:
+        command = [sys.executable, "-m", "fleetdeck", "admin", *args, "--db", self.db_url, "--json"]
+        done = subprocess.run(command, env=python_env(), capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result
+
+
+# Prints a line every 0.1 s for about 6 s, as the site's user: long enough to outlive a restart.
+COUNT_SCRIPT = 'i=1\nwhile [ $i -le 60 ]; do echo "line $i"; i=$((i+1)); sleep 0.1; done\n'
+
+
+@pytest.fixture
+def restartable(tmp_path: Path) -> Any:
+    """A control plane of its own with one server, its agent, and a site with a counting script."""
+    cp = OwnControlPlane(tmp_path)
+    cp.start()
+    cp.admin("create-org", "restarts", "--plan", "max")
+    cp.admin("create-user", "o@example.com", "--org", "restarts", "--role", "owner", "--password", "pw-restarts-1")
+    agent_token = str(cp.admin("create-server", "web", "--org", "restarts")["agent_token"])
+    home, state = tmp_path / "home", tmp_path / "state"
+    home.mkdir()
+    state.mkdir()
+    token = httpx.post(
+        f"{cp.base_url}/v1/auth/login", json={"email": "o@example.com", "password": "pw-restarts-1"}
+    ).json()["token"]
+
+    class Setup:
+        def __init__(self) -> None:
+            self.cp = cp
+            self.token = token
+            self.domain = f"rs-{uuid.uuid4().hex[:6]}.example.com"
+            self.agent = self.start_agent()
+
+        def http(self) -> httpx.Client:
+            return httpx.Client(base_url=cp.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+        def start_agent(self) -> subprocess.Popen[str]:
+            with open(tmp_path / "agent.log", "a") as log:  # the child has its own copy of the file
+                return start_agent(cp.base_url, agent_token, home, state, stderr=log)
+
+        def server_id(self) -> str:
+            with self.http() as http:
+                servers = http.get("/v1/servers").json()["servers"]
+            return str(next(s["id"] for s in servers if s["name"] == "web"))
+
+        def online(self) -> bool:
+            try:
+                with self.http() as http:
+                    return bool(http.get(f"/v1/servers/{self.server_id()}").json()["agent"]["online"])
+            except httpx.TransportError:
+                return False
+
+    setup = Setup()
+    try:
+        wait_until(setup.online, timeout=30)
+        yield setup
+    finally:
+        subprocess.run(["pkill", "-KILL", "-u", setup.domain.replace(".", "-")], check=False)
+        if setup.online():
+            with setup.http() as http:
+                wait_finished(http, run(http, setup.server_id(), "site.delete", {"domain": setup.domain}).json()["id"])
+        setup.agent.kill()
+        setup.agent.wait()
+        if cp.process is not None:
+            cp.process.kill()
+            cp.process.wait()
+
+
+def _counting_job(setup: Any, http: httpx.Client) -> str:
+    """A running cron.run of the counting script, once its first lines reached the control plane."""
+    server_id = setup.server_id()
+    if not any(s["domain"] == setup.domain for s in _sites(http, server_id)):
+        site = run(http, server_id, "site.create", {"domain": setup.domain})
+        assert wait_finished(http, site.json()["id"])["status"] == "succeeded", site.text
+    folder = Path(setup.cp.folder / "home" / setup.domain.replace(".", "-"))
+    (folder / "count.sh").write_text(COUNT_SCRIPT)
+    (folder / "count.sh").chmod(0o644)
+    add = run(
+        http, server_id, "cron.add", {"domain": setup.domain, "schedule": "@daily", "command": "/bin/sh count.sh"}
+    )
+    assert wait_finished(http, add.json()["id"])["status"] == "succeeded"
+    listed = wait_finished(http, run(http, server_id, "cron.list", {"domain": setup.domain}).json()["id"])
+    entry = listed["result"]["entries"][-1]["id"]
+    job_id = str(run(http, server_id, "cron.run", {"id": entry}).json()["id"])
+    with http.stream("GET", f"/v1/jobs/{job_id}/stream") as stream:
+        events = SSEParser()
+        for chunk in stream.iter_bytes():
+            if any(event.event == "line" and event.data["seq"] >= 5 for event in events.feed(chunk)):
+                break
+    return job_id
+
+
+def _sites(http: httpx.Client, server_id: str) -> list[dict[str, Any]]:
+    listed = wait_finished(http, run(http, server_id, "site.list").json()["id"])
+    return list(listed["result"]["sites"])
+
+
+def _stream(http: httpx.Client, job_id: str) -> list[Any]:
+    return SSEParser().feed(http.get(f"/v1/jobs/{job_id}/stream").content)
+
+
+@needs_cron_as_root
+def test_a_control_plane_restart_does_not_interrupt_a_job(restartable: Any) -> None:
+    setup = restartable
+    with setup.http() as http:
+        job_id = _counting_job(setup, http)
+    setup.cp.kill()  # mid-job: the agent keeps running it
+    setup.cp.start()
+    with setup.http() as http:
+        done = wait_finished(http, job_id, timeout=60)
+        assert (done["status"], done["exit_code"]) == ("succeeded", 0), done
+        events = _stream(http, job_id)
+        lines = [event.data for event in events if event.event == "line"]
+        assert [line["text"] for line in lines] == [f"line {i}" for i in range(1, 61)]  # each exactly once
+        assert [line["seq"] for line in lines] == list(range(1, 61))
+        assert events[-1].event == "exit" and events[-1].data == {"exit_code": 0, "status": "succeeded"}
+
+        # The agent restarted too (a new process): its run is gone, and the job is not run again.
+        job_id = _counting_job(setup, http)
+    setup.cp.kill()
+    setup.agent.kill()
+    setup.agent.wait()
+    setup.cp.start()
+    setup.agent = setup.start_agent()
+    with setup.http() as http:
+        done = wait_finished(http, job_id, timeout=60)
+        assert (done["status"], done["exit_code"]) == ("interrupted", None), done
+
+
+# --- the output one job keeps is capped ---------------------------------------------------------
+
+CAP_MB = 0.0625  # 64 KiB
+
+
+@pytest.fixture(scope="module")
+def capped_stack(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    running = start_local(tmp_path_factory.mktemp("capped"), env={"FLEETDECK_JOB_OUTPUT_CAP_MB": str(CAP_MB)})
+    yield running
+    running.stop()
+
+
+def test_the_output_a_job_keeps_is_capped_and_ends_with_what_was_left_out(capped_stack: Stack) -> None:
+    texts = [f'203.0.113.{i % 250} - - [22/Nov/2026] "GET /item/{i} HTTP/1.1" 200 {i} é' for i in range(20_000)]
+    log = capped_stack.data_dir / "home" / "example-com" / "logs" / "access.log"
+    log.write_text("".join(f"{text}\n" for text in texts))
+    with capped_stack.http() as http:
+        job = run(http, capped_stack.server_id, "logs.tail", {"domain": "example.com", "lines": len(texts)}).json()
+        done = wait_finished(http, job["id"], timeout=60)
+        assert (done["status"], done["exit_code"]) == ("succeeded", 0)
+        events = _stream(http, job["id"])  # the replay of the finished job: what was stored
+    lines = [event.data for event in events if event.event == "line"]
+    kept, note = lines[:-1], lines[-1]
+    cap = int(CAP_MB * 1024 * 1024)
+    kept_bytes = sum(len(line["text"].encode()) + 1 for line in kept)
+    assert [line["text"] for line in kept] == texts[: len(kept)] and cap - 200 < kept_bytes <= cap
+    left_out = texts[len(kept) :]
+    left_out_bytes = sum(len(text.encode()) + 1 for text in left_out)
+    assert note["stream"] == "stderr" and note["seq"] == len(texts) + 1
+    assert f"{len(left_out):,} lines ({left_out_bytes:,} bytes) left out" in note["text"]
+    assert events[-1].event == "exit" and events[-1].data == {"exit_code": 0, "status": "succeeded"}
+    database = Path(capped_stack.db_url.removeprefix("sqlite:///"))
+    stored = (
+        sqlite3.connect(database)
+        .execute("SELECT sum(length(lines)) FROM job_output WHERE job_id = ?", (job["id"],))
+        .fetchone()[0]
+    )
+    assert stored < 2 * cap  # the text as JSON runs: nowhere near the 1.6 MB printed

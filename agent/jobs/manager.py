@@ -2,7 +2,7 @@
 
 ``job.run {job_id, kind, argv, secrets, runs?}`` starts the job (a job id this agent already has
 is attached from the start instead: the call is idempotent) and streams its lines;
-``job.attach {job_id, after, runs?}`` streams the lines with ``seq > after``, then the live ones.
+``job.attach {job_id, after, acked?, runs?}`` streams the lines with ``seq > after``, then the live ones.
 Both answer ``{"exit_code": n}`` once the job is over, and a dropped call or link never stops the
 job.
 
@@ -19,6 +19,17 @@ after at most 20 ms of gathering. While a reader is live, a producer that would 
 than half the buffer ahead) waits at its next `Output.drain`, and no line a live reader has yet
 to send is dropped; with nobody attached a producer never waits and the oldest lines go. A
 finished job stays attachable for `keep_s` (10 minutes).
+
+The jobs are also the agent's journal, which outlives a control plane: when the control plane
+restarts (or its link drops) the job runs on, and the control plane that links next takes it back
+with ``job.journal {job_ids}`` (each job's ``first_seq``, ``last_seq``, ``exit_code`` and the
+values of its secrets, so it masks the rest of the output as the first one did) and
+``job.attach {job_id, after, acked}`` (the lines after ``after``, then the exit code). ``acked``
+(at most ``after``) is the last line the control plane has stored: the agent drops the lines up
+to it. The journal is bounded, in memory only (it
+is for a control plane that restarts, not for an agent that does): per job by lines (`max_lines`)
+and bytes (`max_bytes`, in whole blocks), in jobs (`max_jobs`: the oldest finished ones go
+first) and in age (`keep_s` after the end).
 """
 
 from __future__ import annotations
@@ -41,6 +52,8 @@ log = logging.getLogger("fleetdeck.agent.jobs")
 
 BLOCK = 4096  # lines per buffer block
 MAX_LINES = 500_000
+MAX_BYTES = 64 * 1024 * 1024  # per job, counted as text plus a newline per line
+MAX_JOBS = 1000  # kept at once; only finished jobs are forgotten to stay within it
 KEEP_S = 600.0
 FLUSH_LINES = 1000
 FLUSH_S = 0.020
@@ -59,11 +72,24 @@ class _Reader:
 class Job:
     """One job's state and line buffer (trio-only: no locks, no awaits while writing)."""
 
-    def __init__(self, job_id: str, kind: str, argv: list[str], *, max_lines: int = MAX_LINES) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        kind: str,
+        argv: list[str],
+        *,
+        max_lines: int = MAX_LINES,
+        max_bytes: int = MAX_BYTES,
+        secrets: Mapping[str, str] | None = None,
+    ) -> None:
         self.id = job_id
         self.kind = kind
         self.argv = argv
         self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        # Kept while the job is, for a control plane that takes the job back after a restart:
+        # it masks the output with them and stores them nowhere.
+        self.secrets = dict(secrets or {})
         self.next_seq = 1  # seq of the next line
         self.first_seq = 1  # oldest seq still held
         self.exit_code: int | None = None
@@ -72,6 +98,8 @@ class Job:
         # blocks[i] holds seqs (base_block + i) * BLOCK + 1 ...: (texts, runs), where runs are
         # (offset in the block, stream, at), one at each offset where stream or at changes.
         self._blocks: deque[tuple[list[str], list[tuple[int, str, str]]]] = deque()
+        self._block_bytes: deque[int] = deque()  # the size of each block's texts
+        self.bytes = 0  # held: the sum of `_block_bytes`
         self._base_block = 0
         self._changed = trio.Event()
         self._room = trio.Event()
@@ -97,21 +125,54 @@ class Job:
             fill = (self.next_seq - 1) % BLOCK
             if fill == 0:
                 blocks.append(([], []))
+                self._block_bytes.append(0)
             block_texts, runs = blocks[-1]
             if not runs or runs[-1][1] != stream or runs[-1][2] != at:
                 runs.append((fill, stream, at))
             take = min(BLOCK - fill, n - index)
-            block_texts.extend(texts[index : index + take] if index or take < n else texts)
+            part = texts[index : index + take] if index or take < n else texts
+            block_texts.extend(part)
+            size = sum(map(len, part)) + take
+            self._block_bytes[-1] += size
+            self.bytes += size
             index += take
             self.next_seq += take
         if self.next_seq - self.first_seq > self.max_lines:
-            # Never drop a line a live reader has yet to send: it overruns by one write at most.
-            floor = min((r.pos + 1 for r in self._readers), default=self.next_seq)
-            self.first_seq = max(self.first_seq, min(self.next_seq - self.max_lines, floor))
-            while blocks and (self._base_block + 1) * BLOCK < self.first_seq:
-                blocks.popleft()
-                self._base_block += 1
+            self._drop_until(min(self.next_seq - self.max_lines, self._floor()))
+        while self.bytes > self.max_bytes and len(blocks) > 1:
+            second_block_start = (self._base_block + 1) * BLOCK + 1
+            if second_block_start > self._floor():
+                break
+            self._drop_until(second_block_start)
         self._changed.set()
+
+    def _floor(self) -> int:
+        """The oldest seq a live reader has yet to send: never dropped (a reader overruns the
+        bounds by one write at most)."""
+        return min((r.pos + 1 for r in self._readers), default=self.next_seq)
+
+    def _drop_until(self, seq: int) -> None:
+        """Forget the lines before `seq`, and the blocks that held only those."""
+        self.first_seq = max(self.first_seq, min(seq, self.next_seq))
+        blocks = self._blocks
+        while blocks and (self._base_block + 1) * BLOCK < self.first_seq:
+            blocks.popleft()
+            self.bytes -= self._block_bytes.popleft()
+            self._base_block += 1
+
+    def acknowledge(self, seq: int) -> None:
+        """The control plane has stored the lines up to `seq`: they need not be held any more."""
+        self._drop_until(min(seq + 1, self._floor()))
+
+    def journal_entry(self) -> dict[str, Any]:
+        return {
+            "job_id": self.id,
+            "kind": self.kind,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "exit_code": self.exit_code,
+            "secrets": list(self.secrets.values()),
+        }
 
     def finish(self, exit_code: int) -> None:
         self.exit_code = exit_code
@@ -213,6 +274,10 @@ def _run_offset(run: tuple[int, str, str]) -> int:
     return run[0]
 
 
+def _finished_at(job: Job) -> float:
+    return job.finished_at if job.finished_at is not None else float("inf")
+
+
 class _JobOutput(Output):
     def __init__(self, job: Job) -> None:
         self._job = job
@@ -231,6 +296,8 @@ class JobManager:
     ctx: JobContext
     kinds: Mapping[str, Kind] | None = None
     max_lines: int = MAX_LINES
+    max_bytes: int = MAX_BYTES
+    max_jobs: int = MAX_JOBS
     keep_s: float = KEEP_S
 
     def __post_init__(self) -> None:
@@ -252,7 +319,7 @@ class JobManager:
                 self._nursery = None
 
     def handlers(self) -> dict[str, Handler]:
-        return {"job.run": self.job_run, "job.attach": self.job_attach}
+        return {"job.run": self.job_run, "job.attach": self.job_attach, "job.journal": self.job_journal}
 
     def get(self, job_id: str) -> Job | None:
         self._forget_old()
@@ -265,9 +332,10 @@ class JobManager:
             return job
         if self._nursery is None:
             raise RpcError("internal", "the job manager is not running")
-        job = Job(job_id, kind, argv, max_lines=self.max_lines)
+        job = Job(job_id, kind, argv, max_lines=self.max_lines, max_bytes=self.max_bytes, secrets=secrets)
         self._jobs[job_id] = job
-        self._nursery.start_soon(self._execute, job, dict(secrets or {}), name=f"job {job_id} {kind}")
+        self._forget_old()
+        self._nursery.start_soon(self._execute, job, job.secrets, name=f"job {job_id} {kind}")
         return job
 
     async def _execute(self, job: Job, secrets: dict[str, str]) -> None:
@@ -283,11 +351,13 @@ class JobManager:
         log.info("job %s: %s exited with %d (%d lines)", job.id, job.kind, exit_code, job.last_seq)
 
     def _forget_old(self) -> None:
+        """Forget the jobs that ended over `keep_s` ago, and the oldest ended ones past `max_jobs`."""
         now = trio.current_time()
-        for job_id in [
-            j.id for j in self._jobs.values() if j.finished_at is not None and now - j.finished_at > self.keep_s
-        ]:
-            del self._jobs[job_id]
+        finished = sorted((j for j in self._jobs.values() if j.finished_at is not None), key=_finished_at)
+        excess = len(self._jobs) - self.max_jobs
+        for index, job in enumerate(finished):
+            if index < excess or now - _finished_at(job) > self.keep_s:
+                del self._jobs[job.id]
 
     # --- RPC ------------------------------------------------------------------------------
 
@@ -308,11 +378,26 @@ class JobManager:
 
     async def job_attach(self, call: Call) -> dict[str, Any]:
         job_id, after = call.params.get("job_id"), call.params.get("after", 0)
+        acked = call.params.get("acked", 0)
         if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_JOB_ID:
             raise RpcError("validation_error", f"job_id must be a string of 1 to {MAX_JOB_ID} characters")
         if type(after) is not int or after < 0:
             raise RpcError("validation_error", "after must be a non-negative integer")
+        if type(acked) is not int or not 0 <= acked <= after:
+            raise RpcError("validation_error", "acked must be an integer from 0 to after")
         job = self.get(job_id)
         if job is None:
             raise RpcError("not_found", f"this agent has no job {job_id}", {"job_id": job_id})
+        job.acknowledge(acked)
         return await job.stream_to(call, after, runs=call.params.get("runs") is True)
+
+    async def job_journal(self, call: Call) -> dict[str, Any]:
+        """The jobs this agent still has, of those asked for (all without ``job_ids``)."""
+        job_ids = call.params.get("job_ids")
+        if job_ids is not None and (
+            not isinstance(job_ids, list) or not all(isinstance(j, str) and 0 < len(j) <= MAX_JOB_ID for j in job_ids)
+        ):
+            raise RpcError("validation_error", f"job_ids must be a list of strings of 1 to {MAX_JOB_ID} characters")
+        self._forget_old()
+        wanted = self._jobs.values() if job_ids is None else filter(None, map(self._jobs.get, job_ids))
+        return {"jobs": [job.journal_entry() for job in wanted]}

@@ -93,6 +93,27 @@ Reports (agent → cp)
     "error"), error_code | null, bytes, entry | null``. No answer; a report made while the link is
     down is sent once it is up again.
 
+Jobs across a restart of the control plane
+    ``job.run {job_id, kind, argv, secrets, runs?}`` starts a job and streams its lines (items;
+    ``{"exit_code": n}`` at the end). The job belongs to the agent's job manager, not to the call
+    or the link: it runs on when either drops. The agent keeps a bounded journal in memory of
+    its running and recently finished jobs (`agent.jobs.manager`): their lines not yet
+    acknowledged and their exit code. A control plane that links again (the same one after a
+    drop, or a new process after a restart, whose running jobs carry the ``boot_id`` of the agent
+    that ran them) takes a job back with::
+
+        job.journal {"job_ids": [str, ..] (optional: all)}
+            -> {"jobs": [{"job_id", "kind", "first_seq", "last_seq", "exit_code": int | null,
+                          "secrets": [str, ..]}, ..]}   (only the jobs the agent still has)
+        job.attach {"job_id", "after": int, "acked": int (optional, <= after), "runs"?}
+            -> items of the lines with seq > after, then {"exit_code": n}; not_found when gone
+
+    ``acked`` is the last line the control plane has stored: the agent forgets the lines up to
+    it. ``secrets`` are the values the job was started with, so the new control plane masks the
+    rest of the output as the first one did (it stores them nowhere). Sequence numbers continue;
+    a job is never run twice: a job the agent no longer has (another ``boot_id``, or forgotten)
+    ends ``interrupted``.
+
 Close codes
     4401 `CLOSE_AUTH_REFUSED`, 4408 `CLOSE_HEARTBEAT_TIMEOUT`, 4409 `CLOSE_REPLACED` (a newer
     link of the same server took over), 1002 `CLOSE_PROTOCOL_ERROR`, 1011 `CLOSE_INTERNAL_ERROR`.

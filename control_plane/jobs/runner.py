@@ -1,8 +1,16 @@
 """Running jobs: dispatch to the agent, capture and mask lines, feed live streams, finish the row.
 
 The runner owns one task group, opened by the app's lifespan, so every job task is a child of
-the server's own structure (cancelled with it; a job cut off that way is found `running` at the
-next start and marked `interrupted`).
+the server's own structure (cancelled with it). A job cut off that way, or by a crash, is found
+`running` at the next start and taken back from its agent, which kept running it (see the job
+manager's journal in `agent.jobs.manager`): once the agent links again, the runner attaches after
+the last stored line and finishes the job with its real exit code. It ends `interrupted` when its
+agent does not link within the grace period, has restarted since (another ``boot_id``) or no
+longer has it. A job is never run twice.
+
+What one job keeps, in memory and in the database, is capped (`output_cap` bytes of output,
+counted as UTF-8 text and a newline per line): the lines past the cap are counted, not kept, and
+the stored output ends with one line that says how many lines and bytes were left out.
 
 While a job runs, its lines live in memory (`LiveJob`, as runs: see `lines`) for the streams
 that follow it and are written to the database in batches by a writer task beside it. A job's
@@ -26,7 +34,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from control_plane import sse
 from control_plane.clock import now_iso
-from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentSession
+from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentSession, AgentTimeoutError
 from control_plane.jobs import lines as output
 from control_plane.jobs import store
 from control_plane.jobs.lines import BadOutput, Run
@@ -40,30 +48,80 @@ EVENTS_PER_WRITE = 10_000
 DB_PAGE = 20_000
 QUEUED_POLL_S = 0.25
 WRITE_GATHER_S = 0.05
+DEFAULT_OUTPUT_CAP = 16 * 1024 * 1024
+JOURNAL_TIMEOUT_S = 30.0
 
 
 def exit_event(exit_code: int | None, status: str, last_seq: int) -> bytes:
     return sse.event("exit", {"exit_code": exit_code, "status": status}, last_seq + 1)
 
 
-class LiveJob:
-    """The lines of a running job, in memory, and a way to wait for more."""
+def output_size(texts: list[str]) -> int:
+    """The bytes of `texts` as the job printed them: UTF-8 and a newline after each."""
+    if not texts:
+        return 0
+    joined = "\n".join(texts)
+    return (len(joined) if joined.isascii() else len(joined.encode())) + 1
 
-    def __init__(self, job_id: str) -> None:
+
+def cap_note(cap: int, lines: int, size: int) -> str:
+    return f"fleetdeck: {lines:,} lines ({size:,} bytes) left out: a job keeps at most {cap:,} bytes of output"
+
+
+class LiveJob:
+    """The lines of a running job, in memory, and a way to wait for more.
+
+    Lines up to `from_seq` are in the database only (a job taken back after a restart); the
+    ones after it are held here, up to `cap` bytes in all with the stored ones (`kept_bytes`).
+    """
+
+    def __init__(self, job_id: str, *, cap: int = DEFAULT_OUTPUT_CAP, from_seq: int = 0, kept_bytes: int = 0) -> None:
         self.job_id = job_id
         self.runs: list[Run] = []
         self._ends: list[int] = []  # each run's last seq, for bisect
         self.exit: tuple[int | None, str] | None = None
         self._changed = anyio.Event()
+        self.from_seq = from_seq
+        self.received_seq = from_seq  # the agent's last seq: kept, left out, or a note of ours
+        self.stored_seq = from_seq  # what the database holds: what the agent may forget
+        self.cap = cap
+        self.kept_bytes = kept_bytes
+        self.left_out_lines = 0
+        self.left_out_bytes = 0
 
     @property
     def last_seq(self) -> int:
-        return self._ends[-1] if self._ends else 0
+        return self._ends[-1] if self._ends else self.from_seq
 
     def extend(self, runs: list[Run]) -> None:
         self.runs.extend(runs)
         self._ends.extend([run.last_seq for run in runs])
         self._wake()
+
+    def admit(self, runs: list[Run]) -> list[Run]:
+        """The part of `runs` within the cap; the lines past it are only counted."""
+        kept: list[Run] = []
+        for run in runs:
+            self.received_seq = run.last_seq
+            size = 0 if self.left_out_lines else output_size(run.texts)
+            if size and self.kept_bytes + size <= self.cap:
+                kept.append(run)
+                self.kept_bytes += size
+                continue
+            fit = 0 if self.left_out_lines else _lines_within(run.texts, self.cap - self.kept_bytes)
+            if fit:
+                kept.append(run.head(fit))
+                self.kept_bytes += output_size(run.texts[:fit])
+            self.left_out_lines += len(run.texts) - fit
+            self.left_out_bytes += output_size(run.texts[fit:])
+        return kept
+
+    def note(self, text: str) -> list[Run]:
+        """A stderr line of the control plane's own after the job's lines (kept past the cap)."""
+        self.received_seq += 1
+        runs = [Run(self.received_seq, "stderr", now_iso(), [text])]
+        self.extend(runs)
+        return runs
 
     def finish(self, exit_code: int | None, status: str) -> None:
         self.exit = (exit_code, status)
@@ -74,7 +132,8 @@ class LiveJob:
         self._changed = anyio.Event()
 
     async def follow(self, after: int) -> AsyncIterator[bytes]:
-        """Chunks of SSE bytes: every line after `after` as it comes, then the `exit` event."""
+        """Chunks of SSE bytes: every line after `after` (at least `from_seq`) as it comes, then
+        the `exit` event."""
         while True:
             start = bisect.bisect_right(self._ends, after)
             if start < len(self.runs):
@@ -94,11 +153,22 @@ class LiveJob:
             await self._changed.wait()
 
 
+def _lines_within(texts: list[str], room: int) -> int:
+    """How many of the first `texts` fit in `room` bytes of output."""
+    used = 0
+    for count, text in enumerate(texts):
+        used += len(text.encode()) + 1
+        if used > room:
+            return count
+    return len(texts)
+
+
 class JobRunner:
-    def __init__(self, db: Database, hub: AgentHub, *, grace_s: float) -> None:
+    def __init__(self, db: Database, hub: AgentHub, *, grace_s: float, output_cap: int = DEFAULT_OUTPUT_CAP) -> None:
         self._db = db
         self._hub = hub
         self._grace_s = grace_s
+        self._output_cap = output_cap
         self._group: TaskGroup | None = None
         self.live: dict[str, LiveJob] = {}
 
@@ -111,7 +181,7 @@ class JobRunner:
             raise RuntimeError("the job runner is not running (no lifespan task group)")
         if job["id"] in self.live:
             return
-        self.live[job["id"]] = LiveJob(job["id"])
+        self.live[job["id"]] = LiveJob(job["id"], cap=self._output_cap)
         self._group.start_soon(self._run, job, secrets, read, name=f"job {job['id']}")
 
     async def dispatch_queued(self, server_id: str, is_read: Any) -> None:
@@ -119,14 +189,33 @@ class JobRunner:
         for job in await self._db.run(store.queued_jobs, server_id):
             self.start(job, secrets={}, read=bool(is_read(job["kind"])))
 
-    async def _run(self, job: dict[str, Any], secrets: dict[str, str], read: bool) -> None:
+    async def resume_unfinished(self, is_read: Any) -> None:
+        """At start-up: take back the jobs a previous process left running, from their agents."""
+        if self._group is None:
+            raise RuntimeError("the job runner is not running (no lifespan task group)")
+        for job in await self._db.run(store.running_jobs):
+            if job["id"] in self.live:
+                continue
+            from_seq, kept_bytes = await self._db.run(store.stored_output, job["id"])
+            self.live[job["id"]] = LiveJob(job["id"], cap=self._output_cap, from_seq=from_seq, kept_bytes=kept_bytes)
+            # A read's result is its whole output: not known when part of it came before the restart.
+            read = bool(is_read(job["kind"])) and from_seq == 0
+            self._group.start_soon(self._run, job, None, read, name=f"job {job['id']} (taken back)")
+
+    async def _run(self, job: dict[str, Any], secrets: dict[str, str] | None, read: bool) -> None:
+        """Run the job (`secrets` given) or take it back from its agent (None: after a restart)."""
         live = self.live[job["id"]]
         send, receive = anyio.create_memory_object_stream[list[Run]](max_buffer_size=math.inf)
         try:
             async with anyio.create_task_group() as group:
-                group.start_soon(self._store_lines, job["id"], receive)
+                group.start_soon(self._store_lines, live, receive)
                 with send:
-                    exit_code, status = await self._follow(job, secrets, live, send)
+                    if secrets is None:
+                        exit_code, status = await self._take_back(job, live, send)
+                    else:
+                        exit_code, status = await self._follow(job, secrets, live, send)
+                    if live.left_out_lines:
+                        send.send_nowait(live.note(cap_note(live.cap, live.left_out_lines, live.left_out_bytes)))
                 # Finish while the writer drains: the row, the result and the exit event do not
                 # wait for the last lines to reach the database. Until they have, the job stays
                 # in `live`, so a stream that starts meanwhile is served from memory.
@@ -156,16 +245,13 @@ class JobRunner:
         live: LiveJob,
         lines: MemoryObjectSendStream[list[Run]],
     ) -> tuple[int | None, str]:
-        """Stream the job from its agent; across a short link drop, re-attach to the same run."""
-        server_id = job["server_id"]
-        session = self._hub.session(server_id)
+        """Start the job on its agent and stream it."""
+        session = self._hub.session(job["server_id"])
         if session is None:
             return None, "interrupted"
         await self._db.run(
             store.update_job, job["id"], status="running", started_at=now_iso(), agent_boot_id=session.boot_id
         )
-        mask = Masker(secrets.values())
-        method = "job.run"
         params: dict[str, Any] = {
             "job_id": job["id"],
             "kind": job["kind"],
@@ -173,16 +259,85 @@ class JobRunner:
             "secrets": secrets,
             "runs": True,  # lines as runs (an older agent ignores this and sends line items)
         }
+        return await self._stream(job, session, Masker(secrets.values()), live, lines, "job.run", params)
+
+    async def _take_back(
+        self, job: dict[str, Any], live: LiveJob, lines: MemoryObjectSendStream[list[Run]]
+    ) -> tuple[int | None, str]:
+        """Follow a job a previous process of the control plane started, once its agent is back."""
+        session = await self._next_session(job["server_id"], after=None)
+        if session is None or session.boot_id != job["agent_boot_id"]:
+            return None, "interrupted"  # away past the grace period, or a new process: the run is gone
+        entry = await self._journal_entry(job, session)
+        if entry is None:
+            return None, "interrupted"
+        if entry["first_seq"] > live.received_seq + 1:
+            log.warning(
+                "job %s: its agent no longer holds lines %d to %d",
+                job["id"],
+                live.received_seq + 1,
+                entry["first_seq"] - 1,
+            )
+        log.info(
+            "job %s: taken back from the agent of server %s after line %d",
+            job["id"],
+            job["server_id"],
+            live.received_seq,
+        )
+        params = self._attach_params(job["id"], live)
+        return await self._stream(job, session, Masker(entry["secrets"]), live, lines, "job.attach", params)
+
+    async def _journal_entry(self, job: dict[str, Any], session: AgentSession) -> dict[str, Any] | None:
+        """What the agent's journal says of `job`: None when it has no such job (or no journal)."""
+        if "job.journal" not in session.handlers:
+            return None  # an agent older than the journal: it cannot say which secrets to mask
+        try:
+            answer = await self._hub.call(
+                job["server_id"], "job.journal", {"job_ids": [job["id"]]}, timeout=JOURNAL_TIMEOUT_S
+            )
+        except (AgentOfflineError, AgentCallError, AgentTimeoutError) as exc:
+            log.warning("job %s: the agent's journal did not answer: %s", job["id"], exc)
+            return None
+        entries = answer.get("jobs") if isinstance(answer, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            if (
+                isinstance(entry, dict)
+                and entry.get("job_id") == job["id"]
+                and type(entry.get("first_seq")) is int
+                and isinstance(entry.get("secrets"), list)
+                and all(isinstance(secret, str) for secret in entry["secrets"])
+            ):
+                return entry
+        return None
+
+    @staticmethod
+    def _attach_params(job_id: str, live: LiveJob) -> dict[str, Any]:
+        """`job.attach` after what this process received; the agent may forget what is stored."""
+        return {"job_id": job_id, "after": live.received_seq, "acked": live.stored_seq, "runs": True}
+
+    async def _stream(
+        self,
+        job: dict[str, Any],
+        session: AgentSession,
+        mask: Masker,
+        live: LiveJob,
+        lines: MemoryObjectSendStream[list[Run]],
+        method: str,
+        params: dict[str, Any],
+    ) -> tuple[int | None, str]:
+        """Stream the job from its agent; across a short link drop, re-attach to the same run."""
+        server_id = job["server_id"]
         while True:
             try:
                 async with self._hub.open_stream(server_id, method, params, window=STREAM_WINDOW) as stream:
                     async for chunk in stream:
                         if isinstance(chunk, list):
-                            runs = output.from_items(chunk, live.last_seq)
+                            runs = live.admit(output.from_items(chunk, live.received_seq))
                             if mask:
                                 runs = [run.masked(mask.many) for run in runs]
-                            live.extend(runs)
-                            lines.send_nowait(runs)
+                            if runs:
+                                live.extend(runs)
+                                lines.send_nowait(runs)
                     exit_code = int(stream.result["exit_code"])
                     return exit_code, "succeeded" if exit_code == 0 else "failed"
             except AgentOfflineError:
@@ -190,7 +345,7 @@ class JobRunner:
                 if returned is None or returned.boot_id != session.boot_id:
                     return None, "interrupted"  # gone past the grace period, or a new process
                 session = returned
-                method, params = "job.attach", {"job_id": job["id"], "after": live.last_seq, "runs": True}
+                method, params = "job.attach", self._attach_params(job["id"], live)
             except AgentCallError as exc:
                 if method == "job.attach" and exc.code == "not_found":
                     return None, "interrupted"  # the agent restarted: the run is gone, never re-run it
@@ -202,13 +357,12 @@ class JobRunner:
     @staticmethod
     def _fail(live: LiveJob, lines: MemoryObjectSendStream[list[Run]], text: str) -> tuple[int | None, str]:
         """End the job `failed`, with `text` as its last line."""
-        note = [Run(live.last_seq + 1, "stderr", now_iso(), [text])]
-        live.extend(note)
-        lines.send_nowait(note)
+        lines.send_nowait(live.note(text))
         return None, "failed"
 
-    async def _next_session(self, server_id: str, *, after: AgentSession) -> AgentSession | None:
-        """The agent's next link after the one that dropped, if one comes within the grace period.
+    async def _next_session(self, server_id: str, *, after: AgentSession | None) -> AgentSession | None:
+        """The agent's next link after the one that dropped (any link for None), if one comes
+        within the grace period.
 
         The hub may still list the dropped link for a moment: only a newer link counts, or the
         runner would re-attach to a dead link in a loop that never yields.
@@ -216,12 +370,12 @@ class JobRunner:
         with anyio.move_on_after(self._grace_s):
             while True:
                 session = self._hub.session(server_id)
-                if session is not None and session.connected_at > after.connected_at:
+                if session is not None and (after is None or session.connected_at > after.connected_at):
                     return session
                 await anyio.sleep(0.1)
         return None
 
-    async def _store_lines(self, job_id: str, batches: MemoryObjectReceiveStream[list[Run]]) -> None:
+    async def _store_lines(self, live: LiveJob, batches: MemoryObjectReceiveStream[list[Run]]) -> None:
         """Write lines in few transactions: gather up to a chunk's worth, or what came in 50 ms."""
         async with batches:
             async for batch in batches:
@@ -235,13 +389,14 @@ class JobRunner:
                             break
                         pending.extend(more)
                         count += output.line_count(more)
-                await self._db.run(store.insert_lines, job_id, pending)
+                await self._db.run(store.insert_lines, live.job_id, pending)
+                live.stored_seq = pending[-1].last_seq
 
     async def events(self, org_id: str, job_id: str, after: int) -> AsyncIterator[bytes]:
         """The SSE body of a job stream: its lines after `after` (stored, then live), then `exit`."""
         while True:
             live = self.live.get(job_id)
-            if live is not None:
+            if live is not None and after >= live.from_seq:
                 async for chunk in live.follow(after):
                     yield chunk
                 return

@@ -85,12 +85,19 @@ def update_job(conn: Connection, /, job_id: str, **values: Any) -> None:
     conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
 
 
-def interrupt_unfinished(conn: Connection) -> int:
-    """At start-up: a job left `running` by a previous process can no longer be followed."""
-    result = conn.execute(
-        jobs.update().where(jobs.c.status == "running").values(status="interrupted", finished_at=now_iso())
+def running_jobs(conn: Connection) -> list[Row]:
+    """At start-up: the jobs a previous process left `running` (their agents may still run them)."""
+    query = jobs.select().where(jobs.c.status == "running").order_by(jobs.c.created_at)
+    return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def stored_output(conn: Connection, job_id: str) -> tuple[int, int]:
+    """The last stored seq of a job (0 for none) and the bytes its stored lines take."""
+    query = sa.select(sa.func.max(job_output.c.last_seq), sa.func.sum(sa.func.length(job_output.c.lines))).where(
+        job_output.c.job_id == job_id
     )
-    return result.rowcount
+    last_seq, size = conn.execute(query).one()
+    return int(last_seq or 0), int(size or 0)
 
 
 CHUNK_LINES = 5000
