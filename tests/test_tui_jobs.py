@@ -1093,8 +1093,8 @@ def test_system_info_and_logs_tail_from_the_jobs_screen(stack: Stack) -> None:
         assert isinstance(tail, JobRunScreen) and tail.job.args == {"domain": "example.com", "log": "access",
                                                                     "lines": 200}  # fmt: skip
         panel = tail.log_view.panel
-        await wait_for(pilot, lambda: panel.banner is not None, 30)
-        await pilot.pause(0.1)
+        # The banner comes with the exit event; its duration once the finished job is fetched.
+        await wait_for(pilot, lambda: panel.banner is not None and panel.banner.duration_s is not None, 30)
         assert panel.line_count == 200
         assert panel.banner is not None and panel.banner.status == "succeeded" and panel.banner.exit_code == 0
         assert panel.banner.duration_s is not None
