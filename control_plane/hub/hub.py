@@ -146,6 +146,15 @@ class AgentHub:
     def online_count(self) -> int:
         return len(self._links)
 
+    def disconnect(self, server_id: str) -> None:
+        """Cut the link of a server that was deleted, at once. Its token went with it, so the
+        link closes as a refused token does (4401): the agent waits its long backoff, and every
+        relink is refused."""
+        link = self._links.pop(server_id, None)
+        if link is not None:
+            log.info("server %s was deleted: its agent link is cut", server_id)
+            link.close(protocol.CLOSE_AUTH_REFUSED)
+
     # --- calls ----------------------------------------------------------------------------
 
     def _link(self, server_id: str) -> Link:
