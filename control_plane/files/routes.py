@@ -16,8 +16,16 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
 
-from api_client.errors import AgentOffline, ApiError, BadRequest, LiteServer, NotFound, TooLarge, ValidationFailed
-from api_client.errors import InternalError as AgentInternal
+from api_client.errors import (
+    AgentError,
+    AgentOffline,
+    ApiError,
+    BadRequest,
+    LiteServer,
+    NotFound,
+    TooLarge,
+    ValidationFailed,
+)
 from api_client.models import (
     DIRECT_UPLOAD_LIMIT,
     MAX_INTEGER,
@@ -117,7 +125,7 @@ def _checked(shape: type[BaseModel] | TypeAdapter[Any], answer: Any, method: str
     try:
         model = shape.validate_python(answer) if isinstance(shape, TypeAdapter) else shape.model_validate(answer)
     except ValidationError as exc:
-        raise AgentInternal(f"agent error: {method} answered an unexpected shape", status=502) from exc
+        raise AgentError(f"agent error: {method} answered an unexpected shape") from exc
     return Response(model.model_dump_json(), media_type="application/json")
 
 
@@ -177,7 +185,7 @@ async def _open_agent_stream(
         return None, stream, stack
     if not isinstance(first, list) or not first or not isinstance(first[0], dict):
         await stack.aclose()
-        raise AgentInternal(f"agent error: {method} answered without a head", status=502)
+        raise AgentError(f"agent error: {method} answered without a head")
     return first[0], stream, stack
 
 
@@ -670,7 +678,7 @@ async def download(
     target = await resolve_target(fleet, caller, server_id, scope, domain)
     head, stream, stack = await _open_agent_stream(fleet, server_id, "fs.download", target.params(path=path))
     if head is None:
-        raise AgentInternal("agent error: fs.download answered without the file's size", status=502)
+        raise AgentError("agent error: fs.download answered without the file's size")
     name = path.rstrip("/").rsplit("/", 1)[-1] or "download"
     headers = {
         "Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}",
