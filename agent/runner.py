@@ -16,6 +16,7 @@ from agent.jobs.manager import JobManager
 from agent.link.call import Handler
 from agent.link.client import AgentLink
 from agent.sites import SiteRegistry
+from agent.state import prepare_state_dir
 
 log = logging.getLogger("fleetdeck.agent")
 
@@ -53,6 +54,7 @@ def job_manager(config: AgentConfig) -> JobManager:
 
 async def run_agent(config: AgentConfig, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the control plane until cancelled (reconnecting as needed); started once wired."""
+    await trio.to_thread.run_sync(prepare_state_dir, config.state_dir)
     async with trio.open_nursery() as nursery:
         jobs = job_manager(config)
         await nursery.start(jobs.run)

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from agent.link.protocol import RpcError
+from agent.state import open_lock_file
 
 log = logging.getLogger("fleetdeck.agent")
 
@@ -118,7 +119,7 @@ class SiteRegistry:
         """The raw document, under the file lock; written back atomically if the block succeeds."""
         folder = os.path.dirname(self.path) or "."
         os.makedirs(folder, mode=0o700, exist_ok=True)
-        with self._lock, open(self.path + ".lock", "a") as lock:
+        with self._lock, open_lock_file(self.path + ".lock") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
                 with open(self.path, "rb") as f:
@@ -189,8 +190,9 @@ def _site(entry: dict[str, Any]) -> Site | None:
     return Site(domain, slug, text("user"), text("profile"), text("php"), text("created_at"))
 
 
-def write_atomically(path: str, data: bytes, mode: int = 0o644) -> None:
-    """Replace `path` with `data`: a temporary file in the same folder, fsynced, renamed over it."""
+def write_atomically(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Replace `path` with `data`: a temporary file in the same folder, fsynced, renamed over it.
+    State files are the agent's own: readable by its account only, unless `mode` says otherwise."""
     folder = os.path.dirname(path) or "."
     fd, temp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:

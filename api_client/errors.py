@@ -150,6 +150,14 @@ class InternalError(ApiError):
     status = 500
 
 
+class AgentError(ApiError):
+    """The server's agent failed in a way it could not name; the message is safe to show.
+    `details.agent_code` is the agent's own code, when it gave one."""
+
+    code = "agent_error"
+    status = 502
+
+
 class AgentTimeout(ApiError):
     code = "agent_timeout"
     status = 504
@@ -176,6 +184,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         IdempotencyMismatch,
         RateLimited,
         InternalError,
+        AgentError,
         AgentTimeout,
     )
 }

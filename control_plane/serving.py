@@ -13,6 +13,8 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config
+from hypercorn.protocol.events import Body, Event, StreamClosed
+from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
 from hypercorn.trio import serve
 from hypercorn.trio.tcp_server import TCPServer
 
@@ -45,6 +47,43 @@ def _contain_connection_failures() -> None:
     TCPServer.run = run  # type: ignore[method-assign]
 
 
+def _close_answered_requests() -> None:
+    """Let a connection close once its request is answered, even if the app left its body unread.
+
+    An early answer (413 to a relay upload over 64 MiB) leaves the rest of the body unread: up to
+    `max_app_queue_size` chunks wait for the app, then hypercorn stops reading the socket. Ending
+    the exchange, it then queues `http.disconnect` for the app, which blocks on the full queue,
+    inside the app's own last `send`: the answer is out but the socket is never closed, and the
+    client, still writing, never reads it. Here, once the answer is complete, a full queue is
+    closed instead (the app reads nothing more of an answered request; body chunks still arriving
+    are dropped), so hypercorn goes on to close the connection (the answer says `Connection: close`).
+    """
+    if getattr(HTTPStream.handle, "_fleetdeck_closing", False):
+        return
+    original = HTTPStream.handle
+
+    async def handle(self: HTTPStream, event: Event) -> None:
+        put = getattr(self, "app_put", None)
+        queue = getattr(put, "__self__", None)
+        if isinstance(event, StreamClosed) and self.state is ASGIHTTPState.CLOSED and queue is not None:
+            self.closed = True
+            try:
+                queue.send_nowait({"type": "http.disconnect"})
+            except trio.WouldBlock:
+                queue.close()
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                pass
+            return
+        try:
+            await original(self, event)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            if not isinstance(event, Body):
+                raise  # only the rest of an answered request's body may go nowhere
+
+    handle._fleetdeck_closing = True  # type: ignore[attr-defined]
+    HTTPStream.handle = handle  # type: ignore[method-assign]
+
+
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -74,6 +113,7 @@ async def serve_fleet(
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     _contain_connection_failures()
+    _close_answered_requests()
     config = Config()
     # Hypercorn takes the descriptor over and closes it when it stops: hand it over for good.
     config.bind = [f"fd://{sock.detach()}"]

@@ -10,8 +10,7 @@ from typing import Annotated, Any
 from fastapi import Depends
 from starlette.requests import HTTPConnection
 
-from api_client.errors import AgentOffline, AgentTimeout, ApiError, TierRequired, Unauthenticated
-from api_client.errors import InternalError as AgentInternal
+from api_client.errors import AgentError, AgentOffline, AgentTimeout, ApiError, TierRequired, Unauthenticated
 from control_plane.audit import store as audit
 from control_plane.auth.principal import Principal, capabilities_for
 from control_plane.auth.store import identity_for_token
@@ -84,9 +83,9 @@ def agent_errors() -> Iterator[None]:
     except AgentTimeoutError as exc:
         raise AgentTimeout("the server's agent did not answer in time") from exc
     except AgentCallError as exc:
-        klass = ApiError.for_code(exc.code)
-        if klass is ApiError:
-            raise AgentInternal(f"agent error: {exc.message}", status=502, details={"agent_code": exc.code}) from exc
+        klass = ApiError.for_code(exc.public_code)
+        if klass is ApiError or klass is AgentError:
+            raise AgentError(f"the server's agent failed: {exc.message}", details={"agent_code": exc.code}) from exc
         raise klass(exc.message, details=exc.details) from exc
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.sites import SiteRegistry
+from agent.state import prepare_state_dir
 from control_plane.auth import store as accounts
 from control_plane.auth.passwords import hash_password
 from control_plane.servers import store as server_store
@@ -93,7 +94,7 @@ def health() -> dict[str, str]:
 def ensure_workspace(home: Path, agent_state: Path) -> None:
     """Create the demo tree under `home` and register its sites with the agent, unless they exist."""
     home.mkdir(parents=True, exist_ok=True)
-    agent_state.mkdir(parents=True, exist_ok=True)
+    prepare_state_dir(str(agent_state))
     registry = SiteRegistry(str(agent_state))
     if not os.path.exists(registry.path):  # made once: sites removed later stay removed
         for domain, slug in SITES.items():

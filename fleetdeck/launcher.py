@@ -110,7 +110,7 @@ class LocalStack:
 
     def spawn(self) -> None:
         """Start the child process without waiting for it; `StackStartError` if it cannot run."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        paths.private_dir(self.data_dir)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         try:
             with open(self.log_file, "a", encoding="utf-8") as stderr:

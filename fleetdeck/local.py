@@ -15,7 +15,7 @@ from control_plane.app import build_fleet
 from control_plane.auth import store as accounts
 from control_plane.serving import base_url, bind, close_unless_served, serve_fleet
 from fleetdeck.demo import ensure_account, ensure_workspace, write_private
-from fleetdeck.paths import StackLayout
+from fleetdeck.paths import StackLayout, private_dir
 from fleetdeck.settings import Settings
 
 log = logging.getLogger("fleetdeck.local")
@@ -24,7 +24,7 @@ AGENT_READY_TIMEOUT_S = 30.0
 
 
 async def run_local(data_dir: Path, settings: Settings, port: int = 0, ingress: str | None = None) -> None:
-    layout = StackLayout(data_dir)
+    layout = StackLayout(private_dir(data_dir))
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         home, agent_state = layout.home, layout.agent_state
         await trio.to_thread.run_sync(ensure_workspace, home, agent_state)

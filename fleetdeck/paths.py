@@ -7,16 +7,31 @@ module that asks `platformdirs` where the user's folders are.
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
 
+log = logging.getLogger(__name__)
+
 APP_NAME = "fleetdeck"
 AGENT_NAME = "fleetdeck-agent"
 # A root agent keeps its state where system services do.
 ROOT_AGENT_STATE_DIR = Path("/var/lib/fleetdeck-agent")
+
+
+def private_dir(folder: Path) -> Path:
+    """`folder`, made (with its parents) or tightened to mode 0700: a data folder holds the
+    database and secrets, and other local accounts must not even list it. Returns `folder`."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    if mode & 0o077:
+        folder.chmod(mode & 0o700)
+        log.warning("%s was open to other accounts (mode %04o): tightened to %04o", folder, mode, mode & 0o700)
+    return folder
 
 
 def data_dir() -> Path:

@@ -240,8 +240,8 @@ def _raw_upload(stack: Stack, path: str, *, chunked: bool) -> tuple[bytes, bool]
     """PUT an upload over raw HTTP/1.1; the status line, and whether a temporary file appeared
     while the body was sent. Stops sending once answered.
 
-    The server answers 413 without reading a body it will refuse, so an ordinary client would
-    sit writing into a connection nobody reads: here the sender watches for the answer.
+    The server answers 413 without reading a body it will refuse (and closes the connection):
+    here the sender watches for the answer.
     """
     host, port = stack.base_url.removeprefix("http://").split(":")
     query = f"scope=site&domain=example.com&path={path}"
@@ -272,6 +272,42 @@ def test_relay_upload_over_64_mib_is_413(stack: Stack, folder: str, chunked: boo
     # A declared length is refused on the head, before a file exists; a chunked body is spooled first.
     assert spooled == chunked
     wait_until(lambda: list((site_root(stack) / folder).iterdir()) == [])  # no file, no temporary left
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+def test_an_http_client_sees_the_413_of_a_relay_upload_over_64_mib(stack: Stack, folder: str, chunked: bool) -> None:
+    """The answer comes before the body is read: the server closes the connection after it, so
+    the client's write fails and it reads the 413 (its write timeout turns a hang into a failure)."""
+    piece = b"x" * (1024 * 1024)
+    body = (piece for _ in range(100)) if chunked else piece * 100
+    with stack.http() as http:
+        answer = http.put(
+            f"/v1/servers/{stack.server_id}/fs/upload",
+            params={"scope": "site", "domain": "example.com", "path": f"{folder}/big.bin"},
+            content=body,
+        )
+    assert (answer.status_code, answer.json()["error"]["code"]) == (413, "too_large")
+    assert answer.headers["connection"] == "close"
+    wait_until(lambda: list((site_root(stack) / folder).iterdir()) == [])
+
+
+def test_a_relay_upload_that_trickles_is_cut_off(stack: Stack, folder: str) -> None:
+    host, port = stack.base_url.removeprefix("http://").split(":")
+    query = f"scope=site&domain=example.com&path={folder}/slow.bin"
+    head = f"PUT /v1/servers/{stack.server_id}/fs/upload?{query} HTTP/1.1\r\nHost: {host}\r\n"
+    head += f"Authorization: Bearer {stack.token}\r\nContent-Length: {1024 * 1024}\r\n\r\n"
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(head.encode())
+        for _ in range(240):  # a byte every half second, until answered (two minutes at most)
+            sock.sendall(b"x")
+            if select.select([sock], [], [], 0.5)[0]:
+                break
+        answer = b""
+        while data := sock.recv(65536):  # to the end: the server closes the connection
+            answer += data
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    assert b"connection: close" in answer.lower() and b"too slowly" in answer
+    wait_until(lambda: list((site_root(stack) / folder).iterdir()) == [])
 
 
 @pytest.mark.anyio

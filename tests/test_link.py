@@ -6,6 +6,7 @@ import hashlib
 import logging
 import random
 import threading
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from functools import partial
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 import trio
 from hypercorn.config import Config
@@ -30,6 +32,7 @@ from control_plane.hub import (
     AgentSession,
     AgentTimeoutError,
 )
+from tests.conftest import Stack
 from tests.helpers.link import (
     FAST,
     NEVER,
@@ -554,3 +557,103 @@ async def test_hub_runs_on_asyncio() -> None:
 
 async def _serve_asyncio(serve: Callable[..., Awaitable[None]], app: Any, config: Config, trigger: Any) -> None:
     await serve(app, config, shutdown_trigger=trigger)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"version": "1.0\x1b[2J\x1b[31m"},
+        {"version": "1.0 (beta)"},
+        {"version": "1" * 200},
+        {"version": ""},
+        {"hostname": "h\x1b]0;owned\x07"},
+        {"direct_ingress_url": "javascript:alert(document.cookie)"},
+        {"direct_ingress_url": "ftp://ingress.example.com/"},
+        {"direct_ingress_url": "https://"},
+        {"direct_ingress_url": "http:///no-host"},
+        {"direct_ingress_url": "https://ingress.example.com/\x1b[2J"},
+        {"direct_ingress_url": "https://ingress example.com/"},
+        {"direct_ingress_url": "https://ingress.example.com:port/"},
+        {"direct_ingress_url": "https://ingress.example.com/" + "a" * 2000},
+        {"direct_ingress_url": 7},
+    ],
+    ids=lambda fields: repr(fields)[:50],
+)
+@pytest.mark.anyio
+async def test_a_hello_with_strings_unfit_for_users_is_refused(
+    fields: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    cp = make_control_plane()
+    async with serving(cp.hub) as url, hello_from(url, **fields) as closed:
+        pass
+    assert closed.code == protocol.CLOSE_PROTOCOL_ERROR
+    assert "dropped before hello" in caplog.text
+    assert cp.presence == [] and not cp.hub.is_online(SERVER_ID)
+
+
+@pytest.mark.parametrize(
+    ("version", "ingress"),
+    [("0.1.0", "https://ingress.example.com:8443/upload"), ("2.0.0rc1+local.3", "http://[::1]:9000"), ("7", None)],
+)
+@pytest.mark.anyio
+async def test_a_hello_with_a_plain_version_and_ingress_is_welcome(version: str, ingress: str | None) -> None:
+    cp = make_control_plane()
+    async with serving(cp.hub) as url, hello_from(url, version=version, direct_ingress_url=ingress) as welcome:
+        assert welcome["t"] == protocol.WELCOME
+        session = await cp.wait_presence(online=True)
+        assert session is not None and (session.version, session.direct_ingress_url) == (version, ingress)
+
+
+class _FailingFiles:
+    """A hand-made agent whose `fs.stat` fails the way its `path` says."""
+
+    FAILURES: dict[str, Exception] = {
+        "internal": RpcError(protocol.INTERNAL, 'Traceback (most recent call last):\n  File "/srv/agent.py"'),
+        "escapes": RpcError("disk_on_fire", "disk \x1b[31mon fire\x1b[0m\x07 " + "x" * 5000),
+        "caller": RpcError("unauthenticated", "your session ended: log in again"),
+        "crash": ValueError("a bug with a secret path /etc/shadow"),
+        "named": RpcError("not_found", "no such file: gone.txt", {"path": "gone.txt"}),
+    }
+
+    async def stat(self, call: Call) -> Any:
+        raise self.FAILURES[call.params["path"]]
+
+
+@pytest.mark.anyio
+async def test_agent_errors_reach_users_as_a_safe_agent_error(stack: Stack) -> None:
+    headers = {"Authorization": f"Bearer {stack.token}"}
+    async with httpx.AsyncClient(base_url=stack.base_url, headers=headers, timeout=30) as http:
+        created = await http.post("/v1/servers", json={"name": f"failing-{uuid.uuid4().hex[:8]}", "kind": "full"})
+        server_id, token = created.json()["server"]["id"], created.json()["agent_token"]
+        link = AgentLink(stack.base_url, token, {"fs.stat": _FailingFiles().stat}, version="1.0", backoff=FAST)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(link.run)
+            with trio.fail_after(20):
+                # A separate control plane: no event of its hub to wait on, only its API to ask.
+                while not (await http.get(f"/v1/servers/{server_id}")).json()["agent"]["online"]:  # noqa: ASYNC110
+                    await trio.sleep(0.05)
+
+            async def stat(path: str) -> httpx.Response:
+                return await http.get(f"/v1/servers/{server_id}/fs/stat", params={"scope": "root", "path": path})
+
+            for path, agent_code in [
+                ("internal", "internal"),
+                ("escapes", "disk_on_fire"),
+                ("caller", "unauthenticated"),
+                ("crash", "internal"),
+            ]:
+                answer = await stat(path)
+                error = answer.json()["error"]
+                assert (answer.status_code, error["code"], error["details"]) == (
+                    502,
+                    "agent_error",
+                    {"agent_code": agent_code},
+                ), path
+                message = error["message"]
+                assert message.isprintable() and len(message) <= 400, path
+                assert "Traceback" not in message and "shadow" not in message and "File" not in message
+            assert "disk on fire" in (await stat("escapes")).json()["error"]["message"]
+            named = await stat("named")
+            assert named.status_code == 404 and named.json()["error"]["details"] == {"path": "gone.txt"}
+            nursery.cancel_scope.cancel()
+        await http.delete(f"/v1/servers/{server_id}")

@@ -6,16 +6,18 @@ import json
 import shutil
 import signal
 import socket
+import sqlite3
 import stat
 import subprocess
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import python_env
+from tests.conftest import Stack, python_env, start_local
 
 
 def _launch(data_dir: Path) -> subprocess.Popen[str]:
@@ -70,7 +72,7 @@ def test_serve_alone_starts_and_stops(tmp_path: Path) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    db_url = f"sqlite:///{tmp_path / 'cp.db'}"
+    db_url = f"sqlite:///{tmp_path / 'data' / 'cp.db'}"
     process = subprocess.Popen(
         [sys.executable, "-m", "fleetdeck", "serve", "--db", db_url, "--listen", f"127.0.0.1:{port}"],
         env=python_env(),
@@ -83,6 +85,12 @@ def test_serve_alone_starts_and_stops(tmp_path: Path) -> None:
         assert f"127.0.0.1:{port}" in process.stdout.readline()
         health = httpx.get(f"http://127.0.0.1:{port}/v1/health").json()
         assert health == {"status": "ok", "version": health["version"], "agents_online": 0}
+        assert _mode(tmp_path / "data") == 0o700
+        assert {path.name: _mode(path) for path in (tmp_path / "data").iterdir()} == {
+            "cp.db": 0o600,
+            "cp.db-wal": 0o600,
+            "cp.db-shm": 0o600,
+        }
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
     finally:
@@ -110,3 +118,50 @@ def test_one_broken_connection_does_not_take_the_control_plane_down(tmp_path: Pa
             assert http.get(f"/v1/servers/{stack.server_id}").json()["agent"]["online"]
     finally:
         stack.stop()
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def _private_files(data_dir: Path) -> dict[str, int]:
+    """The modes of the data folder, its database files and everything in the agent's state."""
+    agent = data_dir / "agent"
+    found = {".": _mode(data_dir), "agent": _mode(agent)}
+    found |= {path.name: _mode(path) for path in data_dir.glob("fleetdeck.db*")}
+    found |= {str(path.relative_to(data_dir)): _mode(path) for path in agent.rglob("*") if not path.is_symlink()}
+    return found
+
+
+def test_a_fresh_stack_keeps_its_data_to_its_owner(stack: Stack) -> None:
+    found = _private_files(stack.data_dir)
+    assert {"fleetdeck.db", "fleetdeck.db-wal", "fleetdeck.db-shm", "agent/sites.json", "agent/agent-token"} <= set(
+        found
+    )
+    assert found == {name: 0o700 if (stack.data_dir / name).is_dir() else 0o600 for name in found}
+
+
+def test_a_data_folder_open_to_others_is_tightened_on_start(tmp_path: Path) -> None:
+    """A data folder of an older version: 0755 folders, 0644 database (with its WAL open) and state."""
+    data_dir = tmp_path / "data"
+    (data_dir / "agent").mkdir(parents=True)
+    (data_dir / "agent" / "sites.json").write_text('{"sites": []}\n')
+    with closing(sqlite3.connect(data_dir / "fleetdeck.db")) as older:
+        older.execute("PRAGMA journal_mode=WAL")
+        older.execute("CREATE TABLE older (x)")
+        older.execute("INSERT INTO older VALUES (1)")
+        older.commit()
+        for path in [data_dir, data_dir / "agent"]:
+            path.chmod(0o755)
+        for path in [*data_dir.glob("fleetdeck.db*"), data_dir / "agent" / "sites.json"]:
+            path.chmod(0o644)
+        assert len(list(data_dir.glob("fleetdeck.db*"))) == 3
+        running = start_local(data_dir)
+        try:
+            found = _private_files(data_dir)
+            assert found == {name: 0o700 if (data_dir / name).is_dir() else 0o600 for name in found}
+            log = running.log()
+            assert f"{data_dir / 'fleetdeck.db'} was open to other accounts (mode 0644): tightened to 0600" in log
+            assert f"{data_dir / 'agent' / 'sites.json'} was open to other accounts" in log
+        finally:
+            running.stop()

@@ -6,10 +6,13 @@ import signal
 import socket
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
+from trio_websocket import ConnectionClosed, open_websocket_url
 
 from agent.jobs.kinds import all_kinds
+from agent.link import protocol
 from api_client import Client
 from tests.conftest import Stack, start_agent, start_local
 from tests.helpers import wait_until
@@ -160,3 +163,46 @@ async def test_event_stream_reconnects_by_itself(tmp_path: Path) -> None:
                 await trio.to_thread.run_sync(third.stop)
     finally:
         await trio.to_thread.run_sync(second.stop)
+
+
+def _agents_online(stack: Stack) -> int:
+    count: int = httpx.get(f"{stack.base_url}/v1/health").json()["agents_online"]
+    return count
+
+
+async def _relink_close_code(stack: Stack, token: str) -> int | None:
+    """Open the agent link with `token` as an agent would; the code the control plane closes it with."""
+    url = stack.base_url.replace("http", "ws", 1) + protocol.LINK_PATH
+    async with open_websocket_url(url, extra_headers=[(b"authorization", f"Bearer {token}".encode())]) as ws:
+        with trio.fail_after(10):
+            try:
+                await ws.get_message()
+            except ConnectionClosed as closed:
+                return closed.reason.code
+    return None
+
+
+def test_deleting_a_server_cuts_its_agent_and_refuses_it_afterwards(
+    stack: Stack, second_server: tuple[str, str, Path]
+) -> None:
+    server_id, token, folder = second_server
+    log_start = len(stack.log())
+    with open(folder / "agent.log", "w") as agent_log:
+        agent = start_agent(stack.base_url, token, folder / "home", folder / "state", stderr=agent_log)
+    try:
+        wait_until(lambda: _online(stack, server_id), timeout=20)
+        online = _agents_online(stack)
+        with stack.http() as http:
+            assert http.delete(f"/v1/servers/{server_id}").status_code == 204
+            assert _agents_online(stack) == online - 1  # cut at once, not at the next heartbeat
+            assert http.get(f"/v1/servers/{server_id}").status_code == 404
+            assert server_id not in [s["id"] for s in http.get("/v1/servers").json()["servers"]]
+        wait_until(lambda: "refused the agent token" in (folder / "agent.log").read_text(), timeout=20)
+        assert trio.run(_relink_close_code, stack, token) == protocol.CLOSE_AUTH_REFUSED
+        assert _agents_online(stack) == online - 1
+        assert agent.poll() is None  # it waits for a valid token; only its link went
+    finally:
+        agent.kill()
+        agent.wait()
+    after = stack.log()[log_start:]
+    assert "Traceback" not in after and " 500" not in after

@@ -30,6 +30,7 @@ from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.proc import SYSTEM_PATH, capture_command, stream_command, which
 from agent.sites import Site, write_atomically
+from agent.state import open_lock_file
 from api_client.job_kinds.system import CronAdd, IdArgs, OptionalDomain
 
 CRON_FILE = "cron.json"
@@ -61,7 +62,7 @@ class CronStore:
     def editing(self) -> Iterator[list[dict[str, Any]]]:
         """The entries under the lock, written back (atomically) when the block succeeds."""
         os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-        with open(self.path + ".lock", "a") as lock:
+        with open_lock_file(self.path + ".lock") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             entries = self.entries()
             yield entries

@@ -101,8 +101,8 @@ class FileOperations:
                                 operation.push("progress", progress)
                 operation.push("done", {"result": stream.result})
             except AgentCallError as exc:
-                error_code = exc.code
-                operation.push("error", {"code": exc.code, "message": exc.message})
+                error_code = exc.public_code
+                operation.push("error", {"code": error_code, "message": exc.message})
             except AgentOfflineError:
                 error_code = AgentOffline.code
                 operation.push("error", {"code": error_code, "message": "the server's agent went away"})

@@ -10,14 +10,23 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+import anyio
 import orjson
 from fastapi import APIRouter, Query, Request, Response, WebSocket
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
 
-from api_client.errors import AgentOffline, ApiError, BadRequest, LiteServer, NotFound, TooLarge, ValidationFailed
-from api_client.errors import InternalError as AgentInternal
+from api_client.errors import (
+    AgentError,
+    AgentOffline,
+    ApiError,
+    BadRequest,
+    LiteServer,
+    NotFound,
+    TooLarge,
+    ValidationFailed,
+)
 from api_client.models import (
     DIRECT_UPLOAD_LIMIT,
     MAX_INTEGER,
@@ -54,6 +63,7 @@ from api_client.models import (
 )
 from control_plane import sse
 from control_plane.auth.principal import Principal
+from control_plane.errors import error_response
 from control_plane.files import remote_copy
 from control_plane.files.operations import Operation
 from control_plane.hub import ReplyStream
@@ -117,7 +127,7 @@ def _checked(shape: type[BaseModel] | TypeAdapter[Any], answer: Any, method: str
     try:
         model = shape.validate_python(answer) if isinstance(shape, TypeAdapter) else shape.model_validate(answer)
     except ValidationError as exc:
-        raise AgentInternal(f"agent error: {method} answered an unexpected shape", status=502) from exc
+        raise AgentError(f"agent error: {method} answered an unexpected shape") from exc
     return Response(model.model_dump_json(), media_type="application/json")
 
 
@@ -177,7 +187,7 @@ async def _open_agent_stream(
         return None, stream, stack
     if not isinstance(first, list) or not first or not isinstance(first[0], dict):
         await stack.aclose()
-        raise AgentInternal(f"agent error: {method} answered without a head", status=502)
+        raise AgentError(f"agent error: {method} answered without a head")
     return first[0], stream, stack
 
 
@@ -502,6 +512,12 @@ async def cancel_operation(operation_id: str, server_id: str, caller: Caller, fl
 # --- transfers --------------------------------------------------------------------------------
 
 
+# A relay upload must keep up this pace (after a grace period), or it is refused and its
+# connection closed: a stalled or trickling client would hold it, and an agent call, for ever.
+RELAY_BODY_GRACE_S = 10.0
+RELAY_BODY_MIN_RATE = 16 * 1024  # bytes per second
+
+
 @router.put("/upload", response_model=FsEntryResult)
 async def upload(
     server_id: str,
@@ -518,7 +534,7 @@ async def upload(
     target = await resolve_target(fleet, caller, server_id, scope, domain, write=True)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > RELAY_UPLOAD_LIMIT:
-        raise _too_large(int(declared))
+        return _unread_body_error(_too_large(int(declared)))
     details = {
         "path": path,
         "overwrite": overwrite,
@@ -527,18 +543,22 @@ async def upload(
     params = target.params(
         path=path, overwrite=overwrite, size=int(declared) if declared and declared.isdigit() else None
     )
+    read_all = False
     try:
         async with fleet.agent_upload(server_id, "fs.upload", params) as sending:
             received = 0
-            async for chunk in _body(request):
+            async for chunk in _paced_body(request):
                 received += len(chunk)
                 if received > RELAY_UPLOAD_LIMIT:
                     raise _too_large(received)  # leaving the upload unfinished cancels it
                 if chunk:
                     await sending.send(chunk)
+            read_all = True
             result = await sending.finish()
     except ApiError as exc:
         await _audit(fleet, caller, target, "fs.upload", details, outcome="error", error_code=exc.error_code)
+        if not read_all:
+            return _unread_body_error(exc)
         raise
     await _audit(fleet, caller, target, "fs.upload", {**details, "bytes": received})
     return _json(result)
@@ -622,6 +642,33 @@ async def _body(request: Request) -> AsyncIterator[bytes]:
         raise BadRequest("the client went away before the upload was done") from None
 
 
+async def _paced_body(request: Request) -> AsyncIterator[bytes]:
+    """The body, refused (400) once it falls behind `RELAY_BODY_MIN_RATE` after a grace period:
+    a client that stalls or trickles its bytes must not hold a connection (and an agent call)
+    open for ever."""
+    started, received = anyio.current_time(), 0
+    chunks = _body(request).__aiter__()
+    while True:
+        chunk: bytes | None = None
+        with anyio.move_on_after(started + RELAY_BODY_GRACE_S + received / RELAY_BODY_MIN_RATE - anyio.current_time()):
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                return
+        if chunk is None:
+            raise BadRequest(f"the upload's bytes came too slowly (under {RELAY_BODY_MIN_RATE // 1024} KiB/s)")
+        received += len(chunk)
+        yield chunk
+
+
+def _unread_body_error(exc: ApiError) -> Response:
+    """The answer to a request refused before its body was read: the connection closes after it,
+    so the client stops sending (and sees the answer) instead of writing into a socket nobody reads."""
+    response = error_response(exc.status_code, exc.error_code, exc.message, exc.details)
+    response.headers["Connection"] = "close"
+    return response
+
+
 def _too_large(size: int) -> TooLarge:
     return TooLarge(
         "relay uploads stop at 64 MiB: larger files go over the streaming upload",
@@ -670,7 +717,7 @@ async def download(
     target = await resolve_target(fleet, caller, server_id, scope, domain)
     head, stream, stack = await _open_agent_stream(fleet, server_id, "fs.download", target.params(path=path))
     if head is None:
-        raise AgentInternal("agent error: fs.download answered without the file's size", status=502)
+        raise AgentError("agent error: fs.download answered without the file's size")
     name = path.rstrip("/").rsplit("/", 1)[-1] or "download"
     headers = {
         "Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}",

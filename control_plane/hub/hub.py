@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -28,6 +30,9 @@ OnPresence = Callable[[str, AgentSession | None], Awaitable[None]]
 _CLEANUP_TIMEOUT_S = 10.0
 _MAX_HELLO_FIELD = 1024
 _MAX_HANDLERS = 1000
+# What users see of an agent: its version is a short token, its ingress URL printable ASCII.
+_VERSION_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_~-]{0,63}")
+_PLAIN_URL_RE = re.compile(r"[!-~]+")
 
 
 class ReplyStream:
@@ -145,6 +150,15 @@ class AgentHub:
     @property
     def online_count(self) -> int:
         return len(self._links)
+
+    def disconnect(self, server_id: str) -> None:
+        """Cut the link of a server that was deleted, at once. Its token went with it, so the
+        link closes as a refused token does (4401): the agent waits its long backoff, and every
+        relink is refused."""
+        link = self._links.pop(server_id, None)
+        if link is not None:
+            log.info("server %s was deleted: its agent link is cut", server_id)
+            link.close(protocol.CLOSE_AUTH_REFUSED)
 
     # --- calls ----------------------------------------------------------------------------
 
@@ -322,8 +336,10 @@ def _session_from_hello(server_id: str, frame: str, peer: str | None = None) -> 
         raise ProtocolError(f"expected hello, got {hello['t']!r}")
     fields = {name: hello.get(name) for name in ("version", "boot_id", "hostname")}
     for name, value in fields.items():
-        if not isinstance(value, str) or len(value) > _MAX_HELLO_FIELD:
+        if not isinstance(value, str) or len(value) > _MAX_HELLO_FIELD or not value.isprintable():
             raise ProtocolError(f"hello without a usable {name}")
+    if not _VERSION_RE.fullmatch(str(fields["version"])):
+        raise ProtocolError("hello with a bad version (a short token such as 1.4.2)")
     handlers = hello.get("handlers")
     if (
         not isinstance(handlers, list)
@@ -331,9 +347,7 @@ def _session_from_hello(server_id: str, frame: str, peer: str | None = None) -> 
         or not all(isinstance(h, str) and len(h) <= _MAX_HELLO_FIELD for h in handlers)
     ):
         raise ProtocolError("hello without a usable handlers list")
-    ingress = hello.get("direct_ingress_url")
-    if ingress is not None and (not isinstance(ingress, str) or len(ingress) > _MAX_HELLO_FIELD):
-        raise ProtocolError("hello with a bad direct_ingress_url")
+    ingress = _ingress_url(hello.get("direct_ingress_url"))
     job_kinds = _job_kinds(hello.get("job_kinds"))
     return AgentSession(
         server_id=server_id,
@@ -346,6 +360,24 @@ def _session_from_hello(server_id: str, frame: str, peer: str | None = None) -> 
         peer=peer,
         job_kinds=job_kinds,
     )
+
+
+def _ingress_url(value: Any) -> str | None:
+    """The hello's ``direct_ingress_url``: an http(s) URL with a host, or None. Clients are sent
+    to it, and it is shown to users: nothing else (``javascript:``, escape codes) gets through."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > _MAX_HELLO_FIELD or not _PLAIN_URL_RE.fullmatch(value):
+        raise ProtocolError("hello with a bad direct_ingress_url")
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise ProtocolError("hello with a bad direct_ingress_url") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise ProtocolError("hello with a bad direct_ingress_url (http or https, with a host)")
+    return value
 
 
 def _job_kinds(value: Any) -> tuple[str, ...] | None:

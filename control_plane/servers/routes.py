@@ -104,6 +104,7 @@ async def get_server(server_id: str, caller: Caller, fleet: FleetDep) -> Server:
 async def delete_server(server_id: str, caller: Caller, fleet: FleetDep) -> Response:
     await server_row(fleet, caller.org_id, server_id)
     caller.require_role("owner", "admin")
-    await fleet.db.run(store.delete_server, caller.org_id, server_id)
+    await fleet.db.run(store.delete_server, caller.org_id, server_id)  # its agent token goes with it
+    fleet.hub.disconnect(server_id)
     await fleet.audit(caller, "servers.delete", server_id=server_id, target=server_id)
     return Response(status_code=204)

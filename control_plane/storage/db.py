@@ -7,6 +7,9 @@ loop (and with it every agent link and stream of the control plane).
 
 from __future__ import annotations
 
+import logging
+import os
+import stat
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -16,6 +19,8 @@ import anyio
 import anyio.to_thread
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
+
+log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -70,15 +75,37 @@ def migrate(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
-def ensure_sqlite_dir(url: str) -> None:
+def prepare_sqlite_file(url: str) -> None:
+    """Make an SQLite database file readable by its owner only, before SQLite first opens it.
+
+    The database holds every org's users, password hashes, job output and audit log. SQLite gives
+    its `-wal` and `-shm` files the mode of the database file, so creating that one 0600 (in a
+    folder made 0700) covers all three from their first write. Files left readable by an older
+    version are tightened here, with a log line.
+    """
     prefix = "sqlite:///"
-    if url.startswith(prefix) and url[len(prefix) :] not in ("", ":memory:"):
-        Path(url[len(prefix) :]).parent.mkdir(parents=True, exist_ok=True)
+    if not url.startswith(prefix) or url[len(prefix) :] in ("", ":memory:"):
+        return
+    path = Path(url[len(prefix) :])
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        _owner_only(file)
+
+
+def _owner_only(file: Path) -> None:
+    try:
+        mode = stat.S_IMODE(file.stat().st_mode)
+    except FileNotFoundError:
+        return
+    if mode & 0o077:
+        file.chmod(mode & 0o700)
+        log.warning("%s was open to other accounts (mode %04o): tightened to %04o", file, mode, mode & 0o700)
 
 
 class Database:
     def __init__(self, url: str, *, threads: int = 4) -> None:
-        ensure_sqlite_dir(url)
+        prepare_sqlite_file(url)
         self.url = url
         self.engine = create_engine(url)
         self._limiter: anyio.CapacityLimiter | None = None
