@@ -40,6 +40,7 @@ RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_BENEATH = 0x08
 MAX_SYMLINKS = 40  # the kernel's MAXSYMLINKS
 MAX_PATH_BYTES = 4095
+MAX_NAME_BYTES = 255  # NAME_MAX: one component
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
 
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
@@ -68,6 +69,8 @@ def split_path(path: str) -> tuple[str, ...]:
         raise outside_scope()
     if len(os.fsencode(path)) > MAX_PATH_BYTES:
         raise RpcError("validation_error", "path is too long")
+    if any(len(os.fsencode(part)) > MAX_NAME_BYTES for part in parts):
+        raise RpcError("validation_error", f"a name is longer than {MAX_NAME_BYTES} bytes", {"path": path})
     return parts
 
 
@@ -385,8 +388,17 @@ def _translate(exc: OSError, path: str) -> Exception:
         return outside_scope()
     if code == errno.ELOOP:
         return RpcError("validation_error", "too many levels of symbolic links", {"path": path})
-    if code in (errno.EACCES, errno.EPERM):
+    return refusal(exc, path) or exc
+
+
+def refusal(exc: OSError, path: str) -> RpcError | None:
+    """The contract's error for what the file system refuses whatever the operation (permission
+    denied, a read-only file system, a name too long), or None for anything else. Every ``fs.*``
+    call answers these errors this way, wherever in the operation they were raised."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
         return RpcError("forbidden", "permission denied", {"path": path})
-    if code == errno.ENAMETOOLONG:
+    if exc.errno == errno.EROFS:
+        return RpcError("forbidden", "the file system is read-only", {"path": path})
+    if exc.errno == errno.ENAMETOOLONG:
         return RpcError("validation_error", "file name too long", {"path": path})
-    return exc
+    return None
