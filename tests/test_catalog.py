@@ -75,7 +75,7 @@ MUTATION_VERBS = {
     "git", "import", "export", "dump", "restore", "grant", "password", "quota", "lock", "unlock", "ban", "unban",
     "scan", "deny", "allow", "reboot", "sync", "security", "subscribe", "unsubscribe", "hold", "unhold", "cleanup",
     "schedule", "unschedule", "rotate", "ingest", "reindex", "cancel", "maintenance", "replace", "setup",
-    "activate", "deactivate", "reset",
+    "activate", "deactivate", "reset", "edit",
 }  # fmt: skip
 
 SHELL_OR_GLOB = set(";|&$`<>(){}'\"\\*?[]")

@@ -484,3 +484,49 @@ async def test_client_sends_the_idempotency_key(stack: Stack) -> None:
         again = await client.jobs.create(stack.server_id, "system.info", idempotency_key=key)
         other = await client.jobs.create(stack.server_id, "system.info")
     assert first.id == again.id != other.id
+
+
+def _crontab(user: str) -> str:
+    done = subprocess.run(["crontab", "-u", user, "-l"], capture_output=True, text=True)
+    return done.stdout if done.returncode == 0 else ""
+
+
+@needs_cron_as_root
+def test_cron_entry_made_through_the_api_can_be_edited_paused_resumed_and_deleted(stack: Stack) -> None:
+    domain = f"cron-{uuid.uuid4().hex[:6]}.example.com"
+    user = domain.replace(".", "-")
+    with stack.http() as http:
+
+        def job(kind: str, args: dict[str, Any]) -> dict[str, Any]:
+            done = wait_finished(http, run(http, stack.server_id, kind, args).json()["id"])
+            assert done["status"] == "succeeded", (kind, http.get(f"/v1/jobs/{done['id']}/stream").text)
+            return done
+
+        job("site.create", {"domain": domain})
+        try:
+            # cron turns an unescaped % into a newline: the crontab says \%, which cron runs as %.
+            job("cron.add", {"domain": domain, "schedule": "*/5 * * * *", "command": "/bin/date +%Y-%m-%d"})
+            entry = job("cron.list", {"domain": domain})["result"]["entries"][0]["id"]
+            folder = stack.data_dir / "home" / user
+            assert f"*/5 * * * * cd {folder} && /bin/date +\\%Y-\\%m-\\%d\n" in _crontab(user)
+
+            job("cron.edit", {"id": entry, "schedule": "0 4 * * *", "command": "/bin/echo 100%"})
+            assert f"0 4 * * * cd {folder} && /bin/echo 100\\%\n" in _crontab(user)
+            assert "*/5" not in _crontab(user)
+            job("cron.pause", {"id": entry})
+            assert "/bin/echo" not in _crontab(user)
+            job("cron.resume", {"id": entry})
+            assert "/bin/echo 100\\%" in _crontab(user)
+            listed = job("cron.list", {"domain": domain})["result"]["entries"]
+            assert [(e["schedule"], e["command"], e["paused"]) for e in listed] == [
+                ("0 4 * * *", "/bin/echo 100%", False)
+            ]
+
+            job("cron.delete", {"id": entry})
+            assert "fleetdeck" not in _crontab(user) and "/bin/echo" not in _crontab(user)
+            assert job("cron.list", {"domain": domain})["result"]["entries"] == []
+            gone = wait_finished(http, run(http, stack.server_id, "cron.delete", {"id": entry}).json()["id"])
+            assert gone["status"] == "failed"
+        finally:
+            job("site.delete", {"domain": domain})
+    assert _crontab(user) == ""

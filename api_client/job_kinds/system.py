@@ -272,6 +272,18 @@ class CronAdd(Args):
     command: CronCommand
 
 
+class CronEdit(Args):
+    id: Id
+    schedule: CronSchedule | None = None  # None: unchanged
+    command: CronCommand | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> CronEdit:
+        if self.schedule is None and self.command is None:
+            raise ValueError("nothing to change: give a schedule, a command or both")
+        return self
+
+
 class CronHistory(Args):
     id: Id
     limit: Int = Field(default=20, ge=1, le=1000)
@@ -287,6 +299,8 @@ CRON = [
     kind("cron.pause", IdArgs, "Pause a cron job", positional=("id",), example=_CRON),
     kind("cron.resume", IdArgs, "Resume a paused cron job", positional=("id",), example=_CRON),
     kind("cron.run", IdArgs, "Run a cron job now", positional=("id",), example=_CRON),
+    kind("cron.edit", CronEdit, "Change a cron job's schedule or command", positional=("id",),
+         example={"id": "c-12", "schedule": "0 4 * * *"}),
     kind("cron.delete", IdArgs, "Delete a cron job", positional=("id",), example=_CRON),
     kind("cron.history", CronHistory, "List a cron job's last runs", read=True, positional=("id",),
          example={"id": "c-12", "limit": 5}),
