@@ -367,7 +367,9 @@ class FileHandlers:
         """The jail of the request's scope (blocking; the caller closes it)."""
         scope = params.get("scope")
         if scope == "root":
-            return Jail(self.home, use_openat2=self._use_openat2)
+            jail = Jail(self.home, use_openat2=self._use_openat2)
+            jail.sites_beneath = True
+            return jail
         if scope != "site":
             raise RpcError("validation_error", "scope must be 'site' or 'root'")
         site = self.sites.lookup(params.get("domain"))

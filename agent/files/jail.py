@@ -164,6 +164,9 @@ class Jail:
         # (uid, gid) that whatever the workspace creates beneath this root is given (fchown),
         # or None to leave it to the agent's own. Set by the handlers for a site scope as root.
         self.owner: tuple[int, int] | None = None
+        # True for the root scope (the home): there the user a path belongs to is the owner of
+        # the site folder it lies in (see `scope_uid`).
+        self.sites_beneath = False
         if use_openat2 and not openat2_supported():
             os.close(fd)
             raise OSError(errno.ENOSYS, "openat2 is not available")
@@ -190,6 +193,29 @@ class Jail:
         jail._setup(fd, os.path.join(self.root, normalize(path)), self.uses_openat2)
         jail.owner = self.owner
         return jail
+
+    def scope_uid(self, path: str) -> int:
+        """The user a path of this scope belongs to: the owner of the scope root (a site's user);
+        in the root scope, the owner of the folder directly beneath the home that holds it (each
+        site's user), or of the home itself for what lies directly in it."""
+        parts = split_path(path)
+        if self.sites_beneath and len(parts) > 1:
+            st = self.lstat(parts[0])
+            if stat.S_ISDIR(st.st_mode):
+                return st.st_uid
+        return os.fstat(self._fd).st_uid
+
+    def refuse_foreign_link(self, st: os.stat_result, path: str) -> None:
+        """Refuse a regular file with more than one link that is not the scope user's: it may be a
+        hard link to a file outside the scope (another site's, or /etc/shadow where hard links are
+        not protected), and reading it or changing its mode would reach that file. The scope's
+        user could make the same change to a file of their own anyway."""
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_uid != self.scope_uid(path):
+            raise RpcError(
+                "forbidden",
+                "a file with several hard links that belongs to another user: it may lie outside the scope",
+                {"path": normalize(path)},
+            )
 
     def identity(self) -> tuple[int, int]:
         """(st_dev, st_ino) of the root."""
