@@ -530,3 +530,36 @@ def test_cron_entry_made_through_the_api_can_be_edited_paused_resumed_and_delete
         finally:
             job("site.delete", {"domain": domain})
     assert _crontab(user) == ""
+
+
+def test_jobs_that_name_a_path_are_scoped_like_the_file_routes(stack: Stack) -> None:
+    """storage.usage of the home listed every folder of /home (sites or not) to any member,
+    who gets 403 on fs/list?scope=root: a path of the home is for owners and super-admins only;
+    other roles name a site, and the agent measures inside that site's folder."""
+    tokens = {"owner": stack.token}
+    for role in ("admin", "operator", "member"):
+        email = f"{role}-{uuid.uuid4().hex[:6]}@demo.test"
+        stack.admin("create-user", email, "--org", "demo", "--role", role, "--password", "pw-123456")
+        tokens[role] = stack.login(email, "pw-123456")
+    (stack.data_dir / "home" / "not-a-site").mkdir(exist_ok=True)
+    for role, token in tokens.items():
+        with stack.http(token) as http:
+            home = run(http, stack.server_id, "storage.usage", {"path": "", "depth": 1})
+            largest = run(http, stack.server_id, "storage.largest", {"path": "not-a-site"})
+            if role == "owner":
+                done = wait_finished(http, home.json()["id"])
+                assert "not-a-site" in [e["path"] for e in done["result"]["entries"]]
+                assert largest.status_code == 201
+            else:
+                assert (home.status_code, code(home)) == (403, "forbidden"), role
+                assert (largest.status_code, code(largest)) == (403, "forbidden"), role
+            site = run(http, stack.server_id, "storage.usage", {"domain": "example.com", "depth": 1})
+            assert site.status_code == 201, (role, site.text)
+            done = wait_finished(http, site.json()["id"])
+            assert done["status"] == "succeeded" and done["result"]["domain"] == "example.com", role
+            assert "not-a-site" not in [e["path"] for e in done["result"]["entries"]]
+            escape = run(http, stack.server_id, "storage.usage", {"domain": "example.com", "path": "../not-a-site"})
+            assert escape.status_code == 422, role
+    with stack.http(tokens["admin"]) as http:  # a sysadmin kind, but the archive lies in the home
+        archive = {"archive": "backup.tar.gz", "format": "cpanel"}
+        assert code(run(http, stack.server_id, "migrate.import", archive)) == "forbidden"
