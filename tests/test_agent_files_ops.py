@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import pytest
 
-from agent.files import transfer
+from agent.files import transfer, write
 from agent.files.fdops import CancelToken
 from agent.files.handlers import FileHandlers
 from agent.files.jail import Jail
@@ -353,8 +353,12 @@ async def test_chmod(fs: FileHandlers, home: Home) -> None:
     assert stat.S_IMODE((site / "a" / "b" / "deep.txt").stat().st_mode) == 0o644
     assert await call(fs.fs_chmod, **SITE, paths=["a"], mode=0o600, recursive=True, only="files") == {"changed": 1}
     assert stat.S_IMODE((site / "a" / "b" / "deep.txt").stat().st_mode) == 0o600
-    everything = await call(fs.fs_chmod, **SITE, paths=[""], mode=0o755, recursive=True)
+    everything = await call(fs.fs_chmod, **SITE, paths=["a", "public", "notes.txt"], mode=0o755, recursive=True)
     assert everything["changed"] > 5
+    for root in ("", ".", "/", "./"):  # the scope root itself, like delete and move
+        refused = await error(fs.fs_chmod, **SITE, paths=["notes.txt", root], mode=0o700, recursive=True)
+        assert refused.code == "validation_error", root
+        assert (await error(fs.fs_chmod, scope="root", paths=[root], mode=0o700)).code == "validation_error"
     for bad in (0o4755, 0o2755, 0o1777, 0o10000, -1, "u+x", "99", None):
         assert (await error(fs.fs_chmod, **SITE, paths=["notes.txt"], mode=bad)).code == "validation_error", bad
     assert (await error(fs.fs_chmod, **SITE, paths=["notes.txt"], mode=0o644, only="links")).code == "validation_error"
@@ -458,6 +462,39 @@ async def test_new_entries_belong_to_the_site_user(fsa: FileHandlers, home: Home
     (home.home / "loose" / "f.txt").write_text("f")
     await call(fs.fs_move, scope="root", paths=["loose"], destination="", to=SITE)
     assert owned(site / "loose") and owned(site / "loose" / "f.txt")
+
+
+@pytest.mark.anyio
+async def test_hard_links_to_another_users_file_are_neither_read_nor_changed(
+    fsa: FileHandlers, home: Home, site_user: pwd.struct_passwd
+) -> None:
+    """A site user hard-links a file outside the scope into the site (root's, here: where hard
+    links are not protected, it could be /etc/shadow); the agent, running as root, must not read
+    it or change its mode. The user's own hard links work as any file does."""
+    site, fs = home.site, fsa
+    for path in [site, *site.rglob("*")]:
+        os.lchown(path, site_user.pw_uid, site_user.pw_gid)
+    (site / "sub").mkdir()
+    (site / "sub" / "plain.txt").write_text("plain")
+    os.lchown(site / "sub" / "plain.txt", site_user.pw_uid, site_user.pw_gid)
+    os.link(home.outside / "secret.txt", site / "sub" / "hard-out")  # root's, 0600
+    os.link(site / "notes.txt", site / "sub" / "hard-own")  # the site user's own
+    before = outside_state(home)
+    for scope, prefix in ((SITE, ""), ({"scope": "root"}, "example-com/")):
+        out = f"{prefix}sub/hard-out"
+        assert (await error(fs.fs_chmod, **scope, paths=[out], mode=0o666)).code == "forbidden"
+        assert (await error(fs.fs_chmod, **scope, paths=[f"{prefix}notes.txt", out], mode=0o600)).code == "forbidden"
+        assert (await error(fs.fs_read, **scope, path=out)).code == "forbidden"
+        with fs.open_scope(scope) as jail, pytest.raises(RpcError) as refused:
+            write.open_regular(jail, out)  # what fs.download opens
+        assert (refused.value.code, refused.value.details) == ("forbidden", {"path": out})
+        changed = await call(fs.fs_chmod, **scope, paths=[f"{prefix}sub"], mode=0o640, recursive=True, only="files")
+        assert changed == {"changed": 2}  # plain.txt and hard-own; hard-out left alone
+        assert await call(fs.fs_chmod, **scope, paths=[f"{prefix}sub/hard-own"], mode=0o644) == {"changed": 1}
+        assert (await call(fs.fs_read, **scope, path=f"{prefix}sub/hard-own"))["content"] == "héllo wörld\n"
+    assert stat.S_IMODE((home.outside / "secret.txt").stat().st_mode) == 0o600
+    assert stat.S_IMODE((site / "sub" / "plain.txt").stat().st_mode) == 0o640
+    assert outside_state(home) == before
 
 
 # --- fs.download and fs.upload over a real link ------------------------------------------------

@@ -75,7 +75,7 @@ MUTATION_VERBS = {
     "git", "import", "export", "dump", "restore", "grant", "password", "quota", "lock", "unlock", "ban", "unban",
     "scan", "deny", "allow", "reboot", "sync", "security", "subscribe", "unsubscribe", "hold", "unhold", "cleanup",
     "schedule", "unschedule", "rotate", "ingest", "reindex", "cancel", "maintenance", "replace", "setup",
-    "activate", "deactivate", "reset",
+    "activate", "deactivate", "reset", "edit",
 }  # fmt: skip
 
 SHELL_OR_GLOB = set(";|&$`<>(){}'\"\\*?[]")
@@ -303,7 +303,7 @@ def test_seam_classes_and_schemas() -> None:
     fields = {name: set(CATALOG[name].args.model_fields) for name in SEAM_CLASS}
     assert fields == {
         "site.list": set(), "site.inspect": {"domain"}, "site.create": {"domain", "profile"},
-        "site.delete": {"domain", "keep_files"}, "metrics.get": set(), "storage.usage": {"path", "depth"},
+        "site.delete": {"domain", "keep_files"}, "metrics.get": set(), "storage.usage": {"domain", "path", "depth"},
         "logs.tail": {"domain", "log", "lines"}, "cron.list": {"domain"}, "cron.add": {"domain", "schedule", "command"},
         "cron.pause": {"id"}, "cron.run": {"id"}, "service.status": {"name"}, "service.restart": {"name"},
         "system.info": set(), "updates.list": set(), "ssl.list": set(),

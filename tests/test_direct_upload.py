@@ -282,6 +282,24 @@ def test_path_outside_scope_is_refused_before_and_at_the_put(stack: Stack, direc
     assert list(outside.iterdir()) == []
 
 
+def test_long_name_and_permission_denied_are_clear_errors(stack: Stack, direct: IngressServer, folder: str) -> None:
+    assert _error(_grant_url(stack, direct.server_id, f"{folder}/{'n' * 256}", 4)) == (422, "validation_error")
+    if os.geteuid() != 0:
+        pytest.skip("chattr +i needs root")
+    locked = direct.site / folder / "locked"
+    locked.mkdir()
+    url = _url(stack, direct, f"{folder}/locked/x.bin", 4)
+    if subprocess.run(["chattr", "+i", str(locked)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not supported here")
+    try:  # refused at the PUT (EPERM even for root), as a site user is refused another's folder
+        answer = httpx.put(url, content=b"data")
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=True)
+    assert _error(answer) == (403, "forbidden")
+    assert answer.json()["error"]["details"]["path"] == f"{folder}/locked/x.bin"
+    assert list(locked.iterdir()) == []
+
+
 @pytest.mark.anyio
 async def test_conflict_is_refused_before_any_byte(stack: Stack, direct: IngressServer, folder: str) -> None:
     (direct.site / folder / "taken.bin").write_bytes(b"old")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import select
 import socket
+import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -410,3 +411,76 @@ def test_every_write_is_audited(stack: Stack, folder: str) -> None:
     outcomes = {(e["action"], e["outcome"], e["error_code"]) for e in mine}
     assert ("fs.write", "ok", None) in outcomes and ("fs.mkdir", "error", "conflict") in outcomes
     assert "secret-content-xyz" not in str(entries)
+
+
+# --- what the file system refuses: a clear error, never a 500 ---------------------------------
+
+
+def _refusals(stack: Stack, http: httpx.Client, folder: str, name: str) -> dict[str, httpx.Response]:
+    """Every writing operation aimed at `folder/name`."""
+    site = {"scope": "site", "domain": "example.com"}
+    path = f"{folder}/{name}"
+    return {
+        "write": fs(stack, http, "PUT", "write", json=site_body(path=path, content="x")),
+        "mkdir": fs(stack, http, "POST", "mkdir", json=site_body(path=f"{path}-dir")),
+        "upload": fs(stack, http, "PUT", "upload", params={**site, "path": f"{path}-up"}, content=b"bytes"),
+        "move": fs(stack, http, "POST", "move", json=site_body(paths=[f"{folder}/plain.txt"], destination=path)),
+        "delete": fs(stack, http, "POST", "delete", json=site_body(paths=[path])),
+        "delete permanent": fs(stack, http, "POST", "delete", json=site_body(paths=[path], permanent=True)),
+        "chmod": fs(stack, http, "POST", "chmod", json=site_body(paths=[path], mode="0600")),
+    }
+
+
+def test_a_name_over_255_bytes_is_a_validation_error(stack: Stack, folder: str) -> None:
+    (site_root(stack) / folder / "plain.txt").write_text("plain\n")
+    log_before = len(stack.log())
+    with stack.http() as http:
+        for operation, answer in _refusals(stack, http, folder, "é" * 128).items():  # 256 bytes
+            assert answer.status_code == 422, (operation, answer.text)
+            assert answer.json()["error"]["code"] == "validation_error", operation
+    assert "Traceback" not in stack.log()[log_before:]
+    assert sorted(os.listdir(site_root(stack) / folder)) == ["plain.txt"]
+
+
+@pytest.fixture
+def immutable(stack: Stack, folder: str) -> Any:
+    """`folder/locked/` and `folder/locked/kept.txt`, immutable (chattr +i): even root is refused
+    (EPERM), as a site user is refused another's files."""
+    if os.geteuid() != 0:
+        pytest.skip("chattr +i needs root")
+    root = site_root(stack) / folder
+    (root / "plain.txt").write_text("plain\n")
+    (root / "locked").mkdir()
+    (root / "locked" / "kept.txt").write_text("kept\n")
+    locked = [root / "locked" / "kept.txt", root / "locked"]
+    done = subprocess.run(["chattr", "+i", *map(str, locked)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"chattr +i is not supported here: {done.stderr.strip()}")
+    try:
+        yield root / "locked"
+    finally:
+        subprocess.run(["chattr", "-i", *map(str, locked)], check=True)
+
+
+def test_permission_denied_is_forbidden_with_the_path(stack: Stack, folder: str, immutable: Path) -> None:
+    log_before = len(stack.log())
+    with stack.http() as http:
+        answers = {
+            **{f"{op} (new name)": a for op, a in _refusals(stack, http, folder, "locked/new").items()},
+            **_refusals(stack, http, folder, "locked/kept.txt"),
+        }
+        other_answers = {  # nothing there to delete or chmod; a move never overwrites without asking
+            "delete (new name)": 404,
+            "delete permanent (new name)": 404,
+            "chmod (new name)": 404,
+            "move": 409,
+        }
+        for operation, answer in answers.items():
+            assert answer.status_code == other_answers.get(operation, 403), (operation, answer.text)
+            if answer.status_code == 403:
+                error = answer.json()["error"]
+                assert error["code"] == "forbidden" and error["details"]["path"].startswith(folder), (operation, error)
+    assert "Traceback" not in stack.log()[log_before:]
+    assert "internal error" not in stack.log()[log_before:]
+    assert sorted(os.listdir(immutable)) == ["kept.txt"] and (immutable / "kept.txt").read_text() == "kept\n"
+    assert (immutable.parent / "plain.txt").read_text() == "plain\n"

@@ -161,7 +161,7 @@ def test_parse_refuses_what_build_never_writes() -> None:
         assert where in {str(error["loc"][0]) for error in info.value.errors()}, (argv, info.value)
     with pytest.raises(ValidationError):
         CATALOG["site.create"].parse(["site", "delete", "example.com"])
-    assert entry.parse(["storage", "usage", "--depth=3"]).model_dump() == {"path": "", "depth": 3}
+    assert entry.parse(["storage", "usage", "--depth=3"]).model_dump() == {"domain": None, "path": "", "depth": 3}
 
 
 # --- the agent accepts what the model accepts -------------------------------------------------------

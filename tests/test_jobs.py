@@ -692,3 +692,82 @@ def test_the_output_a_job_keeps_is_capped_and_ends_with_what_was_left_out(capped
         .fetchone()[0]
     )
     assert stored < 2 * cap  # the text as JSON runs: nowhere near the 1.6 MB printed
+
+
+def _crontab(user: str) -> str:
+    done = subprocess.run(["crontab", "-u", user, "-l"], capture_output=True, text=True)
+    return done.stdout if done.returncode == 0 else ""
+
+
+@needs_cron_as_root
+def test_cron_entry_made_through_the_api_can_be_edited_paused_resumed_and_deleted(stack: Stack) -> None:
+    domain = f"cron-{uuid.uuid4().hex[:6]}.example.com"
+    user = domain.replace(".", "-")
+    with stack.http() as http:
+
+        def job(kind: str, args: dict[str, Any]) -> dict[str, Any]:
+            done = wait_finished(http, run(http, stack.server_id, kind, args).json()["id"])
+            assert done["status"] == "succeeded", (kind, http.get(f"/v1/jobs/{done['id']}/stream").text)
+            return done
+
+        job("site.create", {"domain": domain})
+        try:
+            # cron turns an unescaped % into a newline: the crontab says \%, which cron runs as %.
+            job("cron.add", {"domain": domain, "schedule": "*/5 * * * *", "command": "/bin/date +%Y-%m-%d"})
+            entry = job("cron.list", {"domain": domain})["result"]["entries"][0]["id"]
+            folder = stack.data_dir / "home" / user
+            assert f"*/5 * * * * cd {folder} && /bin/date +\\%Y-\\%m-\\%d\n" in _crontab(user)
+
+            job("cron.edit", {"id": entry, "schedule": "0 4 * * *", "command": "/bin/echo 100%"})
+            assert f"0 4 * * * cd {folder} && /bin/echo 100\\%\n" in _crontab(user)
+            assert "*/5" not in _crontab(user)
+            job("cron.pause", {"id": entry})
+            assert "/bin/echo" not in _crontab(user)
+            job("cron.resume", {"id": entry})
+            assert "/bin/echo 100\\%" in _crontab(user)
+            listed = job("cron.list", {"domain": domain})["result"]["entries"]
+            assert [(e["schedule"], e["command"], e["paused"]) for e in listed] == [
+                ("0 4 * * *", "/bin/echo 100%", False)
+            ]
+
+            job("cron.delete", {"id": entry})
+            assert "fleetdeck" not in _crontab(user) and "/bin/echo" not in _crontab(user)
+            assert job("cron.list", {"domain": domain})["result"]["entries"] == []
+            gone = wait_finished(http, run(http, stack.server_id, "cron.delete", {"id": entry}).json()["id"])
+            assert gone["status"] == "failed"
+        finally:
+            job("site.delete", {"domain": domain})
+    assert _crontab(user) == ""
+
+
+def test_jobs_that_name_a_path_are_scoped_like_the_file_routes(stack: Stack) -> None:
+    """storage.usage of the home listed every folder of /home (sites or not) to any member,
+    who gets 403 on fs/list?scope=root: a path of the home is for owners and super-admins only;
+    other roles name a site, and the agent measures inside that site's folder."""
+    tokens = {"owner": stack.token}
+    for role in ("admin", "operator", "member"):
+        email = f"{role}-{uuid.uuid4().hex[:6]}@demo.test"
+        stack.admin("create-user", email, "--org", "demo", "--role", role, "--password", "pw-123456")
+        tokens[role] = stack.login(email, "pw-123456")
+    (stack.data_dir / "home" / "not-a-site").mkdir(exist_ok=True)
+    for role, token in tokens.items():
+        with stack.http(token) as http:
+            home = run(http, stack.server_id, "storage.usage", {"path": "", "depth": 1})
+            largest = run(http, stack.server_id, "storage.largest", {"path": "not-a-site"})
+            if role == "owner":
+                done = wait_finished(http, home.json()["id"])
+                assert "not-a-site" in [e["path"] for e in done["result"]["entries"]]
+                assert largest.status_code == 201
+            else:
+                assert (home.status_code, code(home)) == (403, "forbidden"), role
+                assert (largest.status_code, code(largest)) == (403, "forbidden"), role
+            site = run(http, stack.server_id, "storage.usage", {"domain": "example.com", "depth": 1})
+            assert site.status_code == 201, (role, site.text)
+            done = wait_finished(http, site.json()["id"])
+            assert done["status"] == "succeeded" and done["result"]["domain"] == "example.com", role
+            assert "not-a-site" not in [e["path"] for e in done["result"]["entries"]]
+            escape = run(http, stack.server_id, "storage.usage", {"domain": "example.com", "path": "../not-a-site"})
+            assert escape.status_code == 422, role
+    with stack.http(tokens["admin"]) as http:  # a sysadmin kind, but the archive lies in the home
+        archive = {"archive": "backup.tar.gz", "format": "cpanel"}
+        assert code(run(http, stack.server_id, "migrate.import", archive)) == "forbidden"

@@ -18,6 +18,7 @@ JSON document.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -30,9 +31,9 @@ from trio_websocket import ConnectionClosed  # what a call's sends raise once it
 from agent.files import archives, read, transfer, trash, tree, write
 from agent.files.entries import rfc3339
 from agent.files.fdops import CancelToken, OperationCancelled, Progress
-from agent.files.jail import Jail
+from agent.files.jail import Jail, refusal
 from agent.link.call import Call, Handler
-from agent.link.protocol import RpcError
+from agent.link.protocol import RpcError, single_error
 from agent.sites import SiteRegistry
 
 T = TypeVar("T")
@@ -60,6 +61,9 @@ class FileHandlers:
         self._use_openat2 = use_openat2
 
     def handlers(self) -> dict[str, Handler]:
+        return {method: _refusals_named(handler) for method, handler in self._methods().items()}
+
+    def _methods(self) -> dict[str, Handler]:
         return {
             "fs.scopes": self.fs_scopes,
             "fs.list": self.fs_list,
@@ -363,7 +367,9 @@ class FileHandlers:
         """The jail of the request's scope (blocking; the caller closes it)."""
         scope = params.get("scope")
         if scope == "root":
-            return Jail(self.home, use_openat2=self._use_openat2)
+            jail = Jail(self.home, use_openat2=self._use_openat2)
+            jail.sites_beneath = True
+            return jail
         if scope != "site":
             raise RpcError("validation_error", "scope must be 'site' or 'root'")
         site = self.sites.lookup(params.get("domain"))
@@ -378,6 +384,36 @@ class FileHandlers:
             st = os.fstat(jail.fileno())
             jail.owner = (st.st_uid, st.st_gid)
         return jail
+
+
+def _refusals_named(handler: Handler) -> Handler:
+    """`handler`, with what the file system refuses (permission denied, a name too long)
+    answered as the contract's error wherever in the operation it came from: never ``internal``
+    with a traceback in the log."""
+
+    @functools.wraps(handler)
+    async def named(call: Call) -> Any:
+        try:
+            return await handler(call)
+        except Exception as exc:
+            error = single_error(exc)
+            named = refusal(error, request_path(call.params)) if isinstance(error, OSError) else None
+            if named is None:
+                raise
+            raise named from None
+
+    return named
+
+
+def request_path(params: dict[str, Any]) -> str:
+    """The path a request names, for an error's details: its ``path``, else its first of ``paths``."""
+    path = params.get("path")
+    if isinstance(path, str):
+        return path
+    paths = params.get("paths")
+    if isinstance(paths, list) and paths and isinstance(paths[0], str):
+        return paths[0]
+    return ""
 
 
 async def _pump_progress(call: Call, progress: Progress, finished: trio.Event) -> None:

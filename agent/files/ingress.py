@@ -36,6 +36,7 @@ import trio
 
 from agent.files.fdops import CancelToken, OperationCancelled
 from agent.files.handlers import FileHandlers
+from agent.files.jail import refusal
 from agent.files.write import Upload
 from agent.link import grant
 from agent.link.protocol import RpcError
@@ -227,6 +228,10 @@ class Ingress:
             self._report(claims, "bad_request", upload)
             raise HttpError(400, "bad_request", f"the upload was cut: {exc}") from None
         except OSError as exc:  # the disk's (no space, quota, I/O error): the socket's are ClientGone
+            named = refusal(exc, claims.path)
+            if named is not None:
+                self._report(claims, named.code, upload)
+                raise HttpError.from_rpc(named) from None
             log.error("direct upload to %s failed: %s", claims.path, exc)
             self._report(claims, "internal", upload)
             raise HttpError(500, "internal", f"the agent could not write the file: {exc.strerror or exc}") from None

@@ -40,6 +40,7 @@ RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_BENEATH = 0x08
 MAX_SYMLINKS = 40  # the kernel's MAXSYMLINKS
 MAX_PATH_BYTES = 4095
+MAX_NAME_BYTES = 255  # NAME_MAX: one component
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
 
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
@@ -68,6 +69,8 @@ def split_path(path: str) -> tuple[str, ...]:
         raise outside_scope()
     if len(os.fsencode(path)) > MAX_PATH_BYTES:
         raise RpcError("validation_error", "path is too long")
+    if any(len(os.fsencode(part)) > MAX_NAME_BYTES for part in parts):
+        raise RpcError("validation_error", f"a name is longer than {MAX_NAME_BYTES} bytes", {"path": path})
     return parts
 
 
@@ -161,6 +164,9 @@ class Jail:
         # (uid, gid) that whatever the workspace creates beneath this root is given (fchown),
         # or None to leave it to the agent's own. Set by the handlers for a site scope as root.
         self.owner: tuple[int, int] | None = None
+        # True for the root scope (the home): there the user a path belongs to is the owner of
+        # the site folder it lies in (see `scope_uid`).
+        self.sites_beneath = False
         if use_openat2 and not openat2_supported():
             os.close(fd)
             raise OSError(errno.ENOSYS, "openat2 is not available")
@@ -187,6 +193,29 @@ class Jail:
         jail._setup(fd, os.path.join(self.root, normalize(path)), self.uses_openat2)
         jail.owner = self.owner
         return jail
+
+    def scope_uid(self, path: str) -> int:
+        """The user a path of this scope belongs to: the owner of the scope root (a site's user);
+        in the root scope, the owner of the folder directly beneath the home that holds it (each
+        site's user), or of the home itself for what lies directly in it."""
+        parts = split_path(path)
+        if self.sites_beneath and len(parts) > 1:
+            st = self.lstat(parts[0])
+            if stat.S_ISDIR(st.st_mode):
+                return st.st_uid
+        return os.fstat(self._fd).st_uid
+
+    def refuse_foreign_link(self, st: os.stat_result, path: str) -> None:
+        """Refuse a regular file with more than one link that is not the scope user's: it may be a
+        hard link to a file outside the scope (another site's, or /etc/shadow where hard links are
+        not protected), and reading it or changing its mode would reach that file. The scope's
+        user could make the same change to a file of their own anyway."""
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_uid != self.scope_uid(path):
+            raise RpcError(
+                "forbidden",
+                "a file with several hard links that belongs to another user: it may lie outside the scope",
+                {"path": normalize(path)},
+            )
 
     def identity(self) -> tuple[int, int]:
         """(st_dev, st_ino) of the root."""
@@ -385,8 +414,17 @@ def _translate(exc: OSError, path: str) -> Exception:
         return outside_scope()
     if code == errno.ELOOP:
         return RpcError("validation_error", "too many levels of symbolic links", {"path": path})
-    if code in (errno.EACCES, errno.EPERM):
+    return refusal(exc, path) or exc
+
+
+def refusal(exc: OSError, path: str) -> RpcError | None:
+    """The contract's error for what the file system refuses whatever the operation (permission
+    denied, a read-only file system, a name too long), or None for anything else. Every ``fs.*``
+    call answers these errors this way, wherever in the operation they were raised."""
+    if exc.errno in (errno.EACCES, errno.EPERM):
         return RpcError("forbidden", "permission denied", {"path": path})
-    if code == errno.ENAMETOOLONG:
+    if exc.errno == errno.EROFS:
+        return RpcError("forbidden", "the file system is read-only", {"path": path})
+    if exc.errno == errno.ENAMETOOLONG:
         return RpcError("validation_error", "file name too long", {"path": path})
-    return exc
+    return None

@@ -183,6 +183,7 @@ def read_text(jail: Jail, path: str, *, limit: int = READ_LIMIT) -> dict[str, An
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise RpcError("validation_error", "not a regular file", {"path": rel})
+        jail.refuse_foreign_link(st, rel)
         if st.st_size > limit:
             raise RpcError("too_large", "the file is too large to open", {"limit": limit, "size": st.st_size})
         data = _read_up_to(fd, limit + 1)

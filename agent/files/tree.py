@@ -43,28 +43,34 @@ def _applies(mode: int, only: str | None) -> bool:
 def chmod(
     jail: Jail, paths: list[str], mode: int, *, recursive: bool, only: str | None, token: CancelToken
 ) -> dict[str, Any]:
-    """``fs.chmod``: ``{changed}``, the number of files and folders given `mode`."""
+    """``fs.chmod``: ``{changed}``, the number of files and folders given `mode`.
+
+    A file with several hard links that is not the scope user's is refused when named, and left
+    alone beneath a folder changed recursively (see `Jail.refuse_foreign_link`)."""
     if mode & SPECIAL_BITS or not 0 <= mode <= 0o777:
         raise RpcError("validation_error", "mode may only hold permission bits (no setuid, setgid or sticky)")
-    fds: list[int] = []
+    if any(normalize(path) == "" for path in paths):
+        raise RpcError("validation_error", "the scope root itself cannot be changed")
+    fds: list[tuple[int, str]] = []
     try:
-        for path in paths:  # resolve every path first: a bad one changes nothing
-            fds.append(jail.open(path, os.O_PATH, follow_last=True))
+        for path in paths:  # resolve and check every path first: a bad one changes nothing
+            fds.append((jail.open(path, os.O_PATH, follow_last=True), normalize(path)))
+            jail.refuse_foreign_link(os.fstat(fds[-1][0]), path)
         changed = 0
-        for fd in fds:
+        for fd, rel in fds:
             st = os.fstat(fd)
             if recursive and stat.S_ISDIR(st.st_mode):
-                changed += _chmod_tree(fd, mode, only, token)
+                changed += _chmod_tree(jail, rel, fd, mode, only, token)
             if _applies(st.st_mode, only):
                 chmod_fd(fd, mode)
                 changed += 1
         return {"changed": changed}
     finally:
-        for fd in fds:
+        for fd, _ in fds:
             os.close(fd)
 
 
-def _chmod_tree(path_fd: int, mode: int, only: str | None, token: CancelToken) -> int:
+def _chmod_tree(jail: Jail, rel: str, path_fd: int, mode: int, only: str | None, token: CancelToken) -> int:
     changed = 0
     dir_fd = reopen_dir(path_fd)
     try:
@@ -84,6 +90,10 @@ def _chmod_tree(path_fd: int, mode: int, only: str | None, token: CancelToken) -
             try:
                 st = os.fstat(fd)
                 if stat.S_ISREG(st.st_mode):  # still a file (a link swapped in is left alone)
+                    try:
+                        jail.refuse_foreign_link(st, f"{rel}/{item.path}" if rel else item.path)
+                    except RpcError:
+                        continue
                     chmod_fd(fd, mode)
                     changed += 1
             finally:

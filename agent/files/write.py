@@ -304,8 +304,12 @@ def open_regular(jail: Jail, path: str) -> tuple[int, os.stat_result]:
         if exc.errno in (errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP):
             raise RpcError("validation_error", "not a regular file", {"path": rel}) from None
         raise
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise RpcError("validation_error", "not a regular file", {"path": rel})
+        jail.refuse_foreign_link(st, rel)
+    except BaseException:
         os.close(fd)
-        raise RpcError("validation_error", "not a regular file", {"path": rel})
+        raise
     return fd, st

@@ -1,4 +1,4 @@
-"""``cron list|add|pause|run``: scheduled commands of the sites.
+r"""``cron list|add|edit|pause|resume|delete|run``: scheduled commands of the sites.
 
 The agent's own record is ``<state_dir>/cron.json`` (``{"entries": [{id, domain, schedule,
 command, paused, created_at}]}``, rewritten atomically under a lock). As root, the active entries
@@ -6,7 +6,11 @@ of each site user are installed into that user's crontab with ``crontab -u <user
 block marked ``# BEGIN fleetdeck-agent`` / ``# END fleetdeck-agent``: lines the user keeps
 outside the block are left alone. The block is always rebuilt from the record, so installing is
 idempotent and a lost update heals at the next change. Without root or without ``crontab``,
-``add`` and ``pause`` fail with a clear line and change nothing; ``list`` reads the record.
+every change fails with a clear line and changes nothing; ``list`` reads the record.
+
+cron runs a line with ``/bin/sh`` and turns an unescaped ``%`` into a newline (what follows goes
+to the command's stdin): ``crontab_line`` writes every ``%`` as ``\%``, which cron gives back as
+``%``, so ``date +%F`` runs as written.
 
 A command is a program and its arguments separated by single spaces, no shell syntax; ``run``
 executes it now, without a shell, as the site user, in the site's folder.
@@ -31,7 +35,7 @@ from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.proc import SYSTEM_PATH, capture_command, stream_command, which
 from agent.sites import Site, write_atomically
 from agent.state import open_lock_file
-from api_client.job_kinds.system import CronAdd, IdArgs, OptionalDomain
+from api_client.job_kinds.system import CronAdd, CronEdit, IdArgs, OptionalDomain
 
 CRON_FILE = "cron.json"
 BEGIN = "# BEGIN fleetdeck-agent: entries managed by the fleetdeck agent; edits inside are overwritten"
@@ -199,23 +203,64 @@ async def _add(args: CronAdd, ctx: JobContext, out: Output) -> int:
     return 0
 
 
-async def _pause(args: IdArgs, ctx: JobContext, out: Output) -> int:
+async def _change(ctx: JobContext, entry_id: str, change: Callable[[list[dict[str, Any]]], Any]) -> Site:
+    """Apply `change` to the record (under its lock), then rebuild the entry's user's crontab;
+    if the crontab cannot be written, the record is put back as it was. Returns the entry's site."""
     store = CronStore(ctx.state_dir)
-    entry = _find(await trio.to_thread.run_sync(store.entries), args.id)
-    site = await find_site(ctx, str(entry.get("domain")))
+    before = await trio.to_thread.run_sync(store.entries)
+    site = await find_site(ctx, str(_find(before, entry_id).get("domain")))
     _require_crontab(ctx)
     account = site_account(ctx, site)
-    if entry.get("paused"):
-        await install(ctx, account)  # make sure the crontab agrees
-        out.stdout(f"cron entry {args.id} of {site.domain} was already paused")
-        return 0
+    await trio.to_thread.run_sync(store.update, change)
+    try:
+        await install(ctx, account)
+    except BaseException:
+        with trio.CancelScope(shield=True):
 
-    def pause(entries: list[dict[str, Any]]) -> None:
-        _find(entries, args.id)["paused"] = True
+            def undo(entries: list[dict[str, Any]]) -> None:  # only this entry: others may have changed
+                index = next((i for i, e in enumerate(entries) if e.get("id") == entry_id), len(entries))
+                entries[index : index + 1] = [_find(before, entry_id)]
 
-    await trio.to_thread.run_sync(store.update, pause)
-    await install(ctx, account)
+            await trio.to_thread.run_sync(store.update, undo)
+        raise
+    return site
+
+
+def _setting(entry_id: str, **values: Any) -> Callable[[list[dict[str, Any]]], None]:
+    def change(entries: list[dict[str, Any]]) -> None:
+        _find(entries, entry_id).update(values)
+
+    return change
+
+
+async def _pause(args: IdArgs, ctx: JobContext, out: Output) -> int:
+    site = await _change(ctx, args.id, _setting(args.id, paused=True))
     out.stdout(f"cron entry {args.id} of {site.domain} paused")
+    return 0
+
+
+async def _resume(args: IdArgs, ctx: JobContext, out: Output) -> int:
+    site = await _change(ctx, args.id, _setting(args.id, paused=False))
+    out.stdout(f"cron entry {args.id} of {site.domain} resumed")
+    return 0
+
+
+async def _edit(args: CronEdit, ctx: JobContext, out: Output) -> int:
+    values = {name: value for name, value in (("schedule", args.schedule), ("command", args.command)) if value}
+    site = await _change(ctx, args.id, _setting(args.id, **values))
+    out.stdout(f"cron entry {args.id} of {site.domain} changed: " + ", ".join(f"{k} {v}" for k, v in values.items()))
+    return 0
+
+
+async def _delete(args: IdArgs, ctx: JobContext, out: Output) -> int:
+    removed: list[dict[str, Any]] = []
+
+    def delete(entries: list[dict[str, Any]]) -> None:
+        removed.append(_find(entries, args.id))
+        entries.remove(removed[0])
+
+    await _change(ctx, args.id, delete)
+    out.result({"deleted": removed[0]}, as_json=ctx.as_json)
     return 0
 
 
@@ -249,6 +294,9 @@ async def _run(args: IdArgs, ctx: JobContext, out: Output) -> int:
 KINDS = [
     handler("cron.list", _list),
     handler("cron.add", _add),
+    handler("cron.edit", _edit),
     handler("cron.pause", _pause),
+    handler("cron.resume", _resume),
+    handler("cron.delete", _delete),
     handler("cron.run", _run),
 ]

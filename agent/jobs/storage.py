@@ -1,4 +1,4 @@
-"""``storage usage [--path P] --depth N --json``: what takes the space under the home.
+"""``storage usage [--domain D] [--path P] --depth N --json``: what takes the space under a site or the home.
 
 The walk is the file workspace's own (`agent.files.fdops.walk`: directory descriptors, never a
 symlink followed), counting like ``du``: allocated blocks beside apparent sizes, a hard-linked
@@ -18,6 +18,7 @@ from agent.files.entries import entry_type, wire_name
 from agent.files.fdops import Identity, identity, never, walk
 from agent.files.jail import Jail, normalize
 from agent.jobs.base import JobContext, JobError, Output, handler
+from agent.jobs.common import find_site
 from agent.link.protocol import RpcError
 from api_client.job_kinds.system import StorageUsage
 
@@ -88,9 +89,12 @@ def _record(path: str, kind: str, totals: Totals) -> dict[str, Any]:
     }
 
 
-def measure_path(home: str, path: str, max_depth: int = 0) -> tuple[Totals, list[dict[str, Any]]]:
-    """`measure` of the folder `path` inside the home's jail (a symlink out of the home is refused)."""
-    with Jail(home) as jail:
+def measure_path(
+    home: str, path: str, max_depth: int = 0, *, site: str | None = None
+) -> tuple[Totals, list[dict[str, Any]]]:
+    """`measure` of the folder `path` inside the home's jail, or inside the jail of the site
+    folder `site` (a slug) when given: a symlink out of the scope is refused."""
+    with scope_jail(home, site) as jail:
         try:
             is_dir = stat.S_ISDIR(jail.stat(path).st_mode)
         except RpcError as exc:
@@ -103,9 +107,19 @@ def measure_path(home: str, path: str, max_depth: int = 0) -> tuple[Totals, list
             return measure(fd, max_depth)
 
 
-def usage(home: str, path: str, depth: int) -> dict[str, Any]:
+def scope_jail(home: str, site: str | None) -> Jail:
+    """The jail of the home, or of the site folder `site` (resolved in the home's jail, as the
+    file workspace resolves a site scope: a site folder that is a symlink cannot lead out)."""
+    home_jail = Jail(home)
+    if site is None:
+        return home_jail
+    with home_jail:
+        return home_jail.subjail(site)
+
+
+def usage(home: str, path: str, depth: int, site: str | None = None) -> dict[str, Any]:
     rel = normalize(path)
-    totals, entries = measure_path(home, rel, depth)
+    totals, entries = measure_path(home, rel, depth, site=site)
     entries.sort(key=lambda e: (-e["bytes"], e["path"]))
     prefix = f"{rel}/" if rel else ""
     for e in entries:
@@ -124,7 +138,11 @@ def usage(home: str, path: str, depth: int) -> dict[str, Any]:
 
 
 async def _usage(args: StorageUsage, ctx: JobContext, out: Output) -> int:
-    result = await trio.to_thread.run_sync(usage, ctx.home, args.path, args.depth)
+    """In the site of ``--domain``, or (no domain: the control plane allowed the home) the home."""
+    slug = (await find_site(ctx, args.domain)).slug if args.domain else None
+    result = await trio.to_thread.run_sync(usage, ctx.home, args.path, args.depth, slug)
+    if args.domain:
+        result["domain"] = args.domain
     out.result(result, as_json=ctx.as_json)
     return 0
 

@@ -21,7 +21,7 @@ from api_client.job_kinds.argtypes import (
     Slug,
     Version,
 )
-from api_client.job_kinds.base import Args, JobKind, NoArgs, kind
+from api_client.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
 
 
 class NameArgs(Args):
@@ -140,7 +140,8 @@ RAG = [
          example={"name": "docs", "embedding_model": "nomic-embed-text", "chunk_size": 800}),
     kind("rag.delete", NameArgs, "Delete a collection", positional=("name",), example=_RAG),
     kind("rag.ingest", RagIngest, "Index files of a site into a collection", positional=("name",),
-         example={"name": "docs", "domain": "example.com", "path": "docs", "recursive": True}),
+         example={"name": "docs", "domain": "example.com", "path": "docs", "recursive": True},
+         paths=(ScopedPath("path", site="domain"),)),
     kind("rag.document-remove", RagDocument, "Remove a document from a collection", positional=("name", "document"),
          example={"name": "docs", "document": "d-17"}),
     kind("rag.reindex", NameArgs, "Rebuild a collection's index", positional=("name",), example=_RAG),

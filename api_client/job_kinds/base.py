@@ -109,6 +109,25 @@ JSON_FLAG = "--json"
 
 
 @dataclass(frozen=True)
+class ScopedPath:
+    """A field of a kind's arguments that names a path on the server, and what it is relative to:
+    the site named by the field `site` (a domain), or, when that field is None (or `site` is
+    None), the home (the server-root scope, /home). The control plane checks the caller's scope
+    before dispatch, as the file routes do (the home: owners and super-admins only); the agent
+    resolves the path beneath that scope through its jail."""
+
+    field: str
+    site: str | None = None  # the field holding the site's domain
+
+    def scope(self, args: BaseModel | Mapping[str, Any]) -> tuple[Literal["site", "root"], str | None]:
+        """("site", domain) or ("root", None) for these (validated) arguments."""
+        domain = None
+        if self.site is not None:
+            domain = args.get(self.site) if isinstance(args, Mapping) else getattr(args, self.site)
+        return ("site", str(domain)) if domain else ("root", None)
+
+
+@dataclass(frozen=True)
 class BuiltJob:
     """A validated job, ready to dispatch: `argv` and `secrets` go to the agent's `job.run`."""
 
@@ -154,6 +173,7 @@ class JobKind:
     example: Mapping[str, Any] = field(default_factory=dict)  # valid args: the tests build every example
     flags: frozenset[str] = frozenset()  # every flag this kind's argv may carry
     builder: Builder | None = None  # None: the generic builder (positionals, then flags)
+    paths: tuple[ScopedPath, ...] = ()  # the fields that name a path on the server, and their scope
 
     def build(self, raw_args: dict[str, Any]) -> BuiltJob:
         """Validate `raw_args` (raises pydantic.ValidationError), build the argv, split the secrets out."""
@@ -563,6 +583,7 @@ def kind(
     json: bool | None = None,
     min_plan: Plan | None = None,
     builder: Builder | None = None,
+    paths: tuple[ScopedPath, ...] = (),
 ) -> JobKind:
     """One catalog entry. Group and plan come from the domain; `json` defaults to the convention above."""
     if not KIND_RE.match(name):
@@ -575,6 +596,10 @@ def kind(
         info = args.model_fields[field_name]
         if not info.is_required() or field_name in secret_fields:
             raise TypeError(f"{name}: positional field {field_name} must be required and not secret")
+    for scoped in paths:
+        for path_field in (scoped.field, scoped.site):
+            if path_field is not None and path_field not in args.model_fields:
+                raise TypeError(f"{name}: scoped path field {path_field} is not a field of {args.__name__}")
     if json is None:
         json = read or action.rsplit("-", 1)[-1] in JSON_MUTATION_VERBS
     flags = _model_flags(args, "-", positional + secret_fields)
@@ -598,4 +623,5 @@ def kind(
         example=types.MappingProxyType(dict(example)),
         flags=frozenset(flags),
         builder=builder,
+        paths=paths,
     )

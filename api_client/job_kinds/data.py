@@ -27,7 +27,7 @@ from api_client.job_kinds.argtypes import (
     Secret,
     Slug,
 )
-from api_client.job_kinds.base import Args, JobKind, NoArgs, kind
+from api_client.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
 
 # A file in a site, for imports and exports: the site's domain and a path relative to its root.
 FilePath = RelativePath
@@ -115,9 +115,9 @@ DB = [
     kind("db.user-revoke", DbRevoke, "Revoke an account's privileges on a database", positional=("user", "name"),
          example={"user": "shop_app", "name": "shop"}),
     kind("db.import", DbImport, "Import an SQL dump (.sql or .sql.gz) from a site's files", positional=("name",),
-         example={"name": "shop", **_SQL}),
+         example={"name": "shop", **_SQL}, paths=(ScopedPath("path", site="domain"),)),
     kind("db.export", DbExport, "Export a database into a site's files", positional=("name",),
-         example={"name": "shop", **_SQL, "gzip": True}),
+         example={"name": "shop", **_SQL, "gzip": True}, paths=(ScopedPath("path", site="domain"),)),
 ]  # fmt: skip
 
 # --- pg --------------------------------------------------------------------------------------------
@@ -199,9 +199,10 @@ PG = [
          example={"user": "app_user", "name": "app", "privileges": "read"}),
     kind("pg.extension-add", PgExtensionAdd, "Enable a trusted extension in a database",
          positional=("name", "extension"), example={"name": "app", "extension": "pg_trgm"}),
-    kind("pg.dump", PgDump, "Dump a database into a site's files", positional=("name",), example=_DUMP),
+    kind("pg.dump", PgDump, "Dump a database into a site's files", positional=("name",), example=_DUMP,
+         paths=(ScopedPath("path", site="domain"),)),
     kind("pg.restore", PgRestore, "Restore a dump from a site's files", positional=("name",),
-         example={**_DUMP, "clean": True}),
+         example={**_DUMP, "clean": True}, paths=(ScopedPath("path", site="domain"),)),
 ]  # fmt: skip
 
 # --- mongo -----------------------------------------------------------------------------------------
@@ -247,9 +248,10 @@ MONGO = [
          example={"name": "events", "user": "events_app", "password": "correct-horse-battery"}),
     kind("mongo.user-delete", MongoUser, "Delete a MongoDB user", positional=("name", "user"),
          example={"name": "events", "user": "events_app"}),
-    kind("mongo.dump", MongoDump, "Dump a database into a site's files", positional=("name",), example=_MDUMP),
+    kind("mongo.dump", MongoDump, "Dump a database into a site's files", positional=("name",), example=_MDUMP,
+         paths=(ScopedPath("path", site="domain"),)),
     kind("mongo.restore", MongoRestore, "Restore a dump from a site's files", positional=("name",),
-         example={**_MDUMP, "drop": True}),
+         example={**_MDUMP, "drop": True}, paths=(ScopedPath("path", site="domain"),)),
 ]  # fmt: skip
 
 # --- backup ----------------------------------------------------------------------------------------
@@ -369,7 +371,7 @@ MIGRATE = [
                   "domain": "example.com", "databases": True}),
     kind("migrate.import", MigrateImport, "Import sites from another panel's backup archive",
          positional=("archive",), json=True,
-         example={"archive": "uploads/cpmove-acme.tar.gz", "format": "cpanel"}),
+         example={"archive": "uploads/cpmove-acme.tar.gz", "format": "cpanel"}, paths=(ScopedPath("archive"),)),
     kind("migrate.cancel", MigrateId, "Cancel a running migration", positional=("id",), example={"id": "m-7"}),
 ]  # fmt: skip
 

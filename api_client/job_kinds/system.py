@@ -39,7 +39,7 @@ from api_client.job_kinds.argtypes import (
     Timezone,
     Username,
 )
-from api_client.job_kinds.base import Args, JobKind, NoArgs, kind
+from api_client.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
 
 
 class DomainArgs(Args):
@@ -164,11 +164,13 @@ UPDATES = [
 
 
 class StorageUsage(Args):
+    domain: DomainName | None = None  # the path is in this site; None: in the home (owners only)
     path: RelativePath = ""
     depth: Int = Field(default=1, ge=1, le=5)
 
 
 class StorageLargest(Args):
+    domain: DomainName | None = None  # as in StorageUsage
     path: RelativePath = ""
     limit: Int = Field(default=50, ge=1, le=1000)
 
@@ -180,12 +182,12 @@ class StorageCleanup(Args):
 
 
 STORAGE = [
-    kind("storage.usage", StorageUsage, "Show disk usage under a folder of the home", read=True,
-         example={"path": "example-com/uploads", "depth": 2}),
+    kind("storage.usage", StorageUsage, "Show disk usage under a folder of a site or of the home", read=True,
+         example={"path": "example-com/uploads", "depth": 2}, paths=(ScopedPath("path", site="domain"),)),
     kind("storage.disks", NoArgs, "Show the file systems and their free space", read=True, example={}),
     kind("storage.inodes", NoArgs, "Show inode usage of the file systems", read=True, example={}),
-    kind("storage.largest", StorageLargest, "List the largest files under a folder of the home", read=True,
-         example={"path": "example-com", "limit": 20}),
+    kind("storage.largest", StorageLargest, "List the largest files under a folder of a site or of the home", read=True,
+         example={"path": "example-com", "limit": 20}, paths=(ScopedPath("path", site="domain"),)),
     kind("storage.cleanup", StorageCleanup, "Delete temporary files, old logs, caches and unused packages",
          example={"targets": ["tmp", "logs"], "older_than_days": 14, "dry_run": True}),
 ]  # fmt: skip
@@ -254,7 +256,7 @@ DAEMON = [
     kind("daemon.status", NameArgs, "Show a daemon's processes", read=True, positional=("name",), example=_DMN),
     kind("daemon.create", DaemonCreate, "Run a command as a supervised daemon of a site", positional=("name",),
          example={"name": "queue-worker", "domain": "example.com", "command": "php artisan queue:work --tries=3",
-                  "instances": 2}),
+                  "instances": 2}, paths=(ScopedPath("directory", site="domain"),)),
     kind("daemon.delete", NameArgs, "Stop and delete a daemon", positional=("name",), example=_DMN),
     kind("daemon.start", NameArgs, "Start a daemon", positional=("name",), example=_DMN),
     kind("daemon.stop", NameArgs, "Stop a daemon", positional=("name",), example=_DMN),
@@ -272,6 +274,18 @@ class CronAdd(Args):
     command: CronCommand
 
 
+class CronEdit(Args):
+    id: Id
+    schedule: CronSchedule | None = None  # None: unchanged
+    command: CronCommand | None = None
+
+    @model_validator(mode="after")
+    def _something(self) -> CronEdit:
+        if self.schedule is None and self.command is None:
+            raise ValueError("nothing to change: give a schedule, a command or both")
+        return self
+
+
 class CronHistory(Args):
     id: Id
     limit: Int = Field(default=20, ge=1, le=1000)
@@ -287,6 +301,8 @@ CRON = [
     kind("cron.pause", IdArgs, "Pause a cron job", positional=("id",), example=_CRON),
     kind("cron.resume", IdArgs, "Resume a paused cron job", positional=("id",), example=_CRON),
     kind("cron.run", IdArgs, "Run a cron job now", positional=("id",), example=_CRON),
+    kind("cron.edit", CronEdit, "Change a cron job's schedule or command", positional=("id",),
+         example={"id": "c-12", "schedule": "0 4 * * *"}),
     kind("cron.delete", IdArgs, "Delete a cron job", positional=("id",), example=_CRON),
     kind("cron.history", CronHistory, "List a cron job's last runs", read=True, positional=("id",),
          example={"id": "c-12", "limit": 5}),

@@ -80,6 +80,17 @@ def _checked_kind(caller: Principal, name: str) -> JobKind:
     return kind
 
 
+def _require_path_scopes(caller: Principal, kind: JobKind, args: dict[str, Any]) -> None:
+    """Every path a job names is scoped as the file routes scope theirs (`files.routes.resolve_target`):
+    a path in a site needs only the kind's own capability, checked already; a path of the home
+    (the server-root scope) needs `root_scope`, owners and super-admins. The agent resolves the
+    path beneath that scope through its jail."""
+    for scoped in kind.paths:
+        scope, _domain = scoped.scope(args)
+        if scope == "root":
+            caller.require("root_scope")
+
+
 def _validation_details(exc: ValidationError) -> dict[str, Any]:
     errors = [{"loc": ["body", "args", *map(str, e["loc"])], "msg": e["msg"]} for e in exc.errors()]
     return {"errors": errors}
@@ -107,6 +118,7 @@ async def create_job(
         details = _validation_details(exc)
         first = details["errors"][0]
         raise ValidationFailed(f"{'.'.join(first['loc'])}: {first['msg']}", details=details) from exc
+    _require_path_scopes(caller, kind, built.args)
     args = masked_args(kind, built.args)
     if idempotency_key and (earlier := await _earlier_job(fleet, caller, server_id, idempotency_key, kind, args)):
         return earlier
