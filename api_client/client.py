@@ -99,6 +99,16 @@ class BatchInterrupted(FleetdeckError):
         super().__init__(f"{done:,} of {total:,} items were done, {reason}")
 
 
+def archive_paths_problem(count: int) -> str | None:
+    """Why `count` paths cannot go into one archive, in words, or None when they can."""
+    if count <= MAX_PATHS_PER_REQUEST:
+        return None
+    return (
+        f"An archive takes up to {MAX_PATHS_PER_REQUEST:,} marked items ({count:,} are marked): "
+        "compress their folder instead, or mark fewer."
+    )
+
+
 class TooManyPaths(FleetdeckError):
     """More paths than one operation can take (an archive is one operation, it is not batched)."""
 
@@ -547,11 +557,9 @@ class FilesAPI(_SubAPI):
     ) -> str:
         """Start compressing; returns the operation id to follow with `operation()`. One archive
         is one operation: up to `MAX_PATHS_PER_REQUEST` paths (a folder counts as one)."""
-        if len(paths) > MAX_PATHS_PER_REQUEST:
-            raise TooManyPaths(
-                f"An archive takes up to {MAX_PATHS_PER_REQUEST:,} marked items ({len(paths):,} are marked): "
-                "compress their folder instead, or mark fewer."
-            )
+        problem = archive_paths_problem(len(paths))
+        if problem:
+            raise TooManyPaths(problem)
         body = {**_scope_body(scope), "paths": list(paths), "format": format, "destination": destination}
         return OperationStarted.model_validate(await self._fs("POST", server_id, "compress", json=body)).operation_id
 

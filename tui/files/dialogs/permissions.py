@@ -14,7 +14,10 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet, Static
 
 from api_client import Scope, Server
+from api_client.client import PATHS_PER_BATCH, BatchInterrupted
+from tui.errors import unwrap
 from tui.files.dialogs.base import FileDialog, describe_items, octal, permission_string, plural
+from tui.files.dialogs.bulk import describe_bulk_error
 from tui.text import printable
 
 WHO = ("owner", "group", "other")
@@ -55,6 +58,7 @@ class PermissionsDialog(FileDialog[int | None]):
         self.initial_mode = mode
         self.has_dirs = has_dirs
         self.applying = False
+        self.stopping = False
 
     def compose(self) -> ComposeResult:
         mode = self.initial_mode & 0o777
@@ -194,8 +198,18 @@ class PermissionsDialog(FileDialog[int | None]):
         )
 
     async def _chmod(self, mode: int, recursive: bool, only: Literal["files", "dirs"] | None) -> int:
+        def progress(done: int, total: int) -> None:
+            self.report(self.set_status, f"Setting {octal(mode)}: {done:,} of {plural(total, 'item')}… (Esc: stop)")
+
         return await self.client.files.chmod(
-            self.server.id, self.scope, self.paths, mode, recursive=recursive, only=only
+            self.server.id,
+            self.scope,
+            self.paths,
+            mode,
+            recursive=recursive,
+            only=only,
+            progress=progress,
+            keep_going=lambda: not self.stopping,
         )
 
     def _applied(self, changed: int) -> None:
@@ -205,4 +219,17 @@ class PermissionsDialog(FileDialog[int | None]):
 
     def _failed(self, exc: BaseException) -> None:
         self.applying = False
+        message = describe_bulk_error(exc, "Changed", server=self.server.name)
+        if isinstance(unwrap(exc), BatchInterrupted):  # part of the paths changed: say so, then close
+            self.notify(message, severity="error" if not self.stopping else "information", timeout=8)
+            self.finish(None)
+            return
         self.show_error(exc)
+
+    def action_cancel(self) -> None:
+        """Esc: closes; while a chmod of several batches runs, stops it after the batch in flight."""
+        if self.applying and len(self.paths) > PATHS_PER_BATCH and not self.stopping:
+            self.stopping = True
+            self.set_status("Stopping after the batch in flight…")
+            return
+        super().action_cancel()
