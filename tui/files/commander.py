@@ -471,7 +471,7 @@ class CommanderScreen(FleetScreen):
                 self.notify(f"{word} {count}" + ("" if permanent else " (t opens the trash)."))
 
             work = partial(self.client.files.delete, server.id, scope, paths, permanent=permanent)
-            title = f"{'Deleting' if permanent else 'Moving to the trash'} {count}"
+            title = f"Deleting {count}" if permanent else f"Moving {count} to the trash"
             verb = "Deleted" if permanent else "Moved to the trash"
             self._bulk(title, verb, len(paths), work, done, server.name, panel)
 
