@@ -12,17 +12,17 @@ as the `api_client.errors` class of its code.
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 import orjson
 from httpx_ws import AsyncWebSocketSession, WebSocketDisconnect, WebSocketNetworkError, aconnect_ws
 from pydantic import TypeAdapter
 
-from api_client.errors import ApiError, TransportError
+from api_client.errors import ApiError, FleetdeckError, TransportError
 from api_client.models import (
     DIRECT_UPLOAD_LIMIT,
     RELAY_UPLOAD_LIMIT,
@@ -31,6 +31,7 @@ from api_client.models import (
     DirectUpload,
     Entry,
     FileContent,
+    FsArchive,
     FsChmodResult,
     FsCopyResult,
     FsDeleted,
@@ -66,6 +67,51 @@ from api_client.models import (
 from api_client.sse import EventStream
 
 _DELETE_RESULT: TypeAdapter[FsDeleteResult] = TypeAdapter(FsDeleteResult)
+R = TypeVar("R")
+
+
+def _max_paths() -> int:
+    """The most `paths` one request may carry: the bound of the wire model (the agent's too)."""
+    bounds = [getattr(m, "max_length", None) for m in FsArchive.model_fields["paths"].metadata]
+    return min(bound for bound in bounds if isinstance(bound, int))
+
+
+MAX_PATHS_PER_REQUEST = _max_paths()
+# Move, copy, delete and chmod of more paths go in batches of this many: any number of paths works,
+# and a caller can show progress about once a second (trashing 1,000 items takes ~0.7 s) and stop
+# between batches. Smaller batches would only add round trips.
+PATHS_PER_BATCH = min(1000, MAX_PATHS_PER_REQUEST)
+BatchProgress = Callable[[int, int], object]
+"""Called after each batch with (items done, items in all)."""
+KeepGoing = Callable[[], bool]
+"""Asked before each batch after the first: False stops there (the batch in flight always ends)."""
+
+
+class BatchInterrupted(FleetdeckError):
+    """A bulk action stopped part way: `done` of `total` paths were acted on, in whole batches;
+    `cause` is the error of the batch that failed, or None when the caller asked to stop."""
+
+    def __init__(self, done: int, total: int, cause: FleetdeckError | None) -> None:
+        self.done = done
+        self.total = total
+        self.cause = cause
+        reason = f"then: {cause}" if cause is not None else "then stopped as asked"
+        super().__init__(f"{done:,} of {total:,} items were done, {reason}")
+
+
+def archive_paths_problem(count: int) -> str | None:
+    """Why `count` paths cannot go into one archive, in words, or None when they can."""
+    if count <= MAX_PATHS_PER_REQUEST:
+        return None
+    return (
+        f"An archive takes up to {MAX_PATHS_PER_REQUEST:,} marked items ({count:,} are marked): "
+        "compress their folder instead, or mark fewer."
+    )
+
+
+class TooManyPaths(FleetdeckError):
+    """More paths than one operation can take (an archive is one operation, it is not batched)."""
+
 
 UPLOAD_CHUNK = 1024 * 1024  # one WebSocket frame of a streamed upload
 # Above this size an upload goes straight to the server's ingress when it has one. Below it the
@@ -359,11 +405,17 @@ class FilesAPI(_SubAPI):
         *,
         overwrite: bool = False,
         to: FsDestination | None = None,
+        progress: BatchProgress | None = None,
+        keep_going: KeepGoing | None = None,
     ) -> builtins.list[str]:
         """Move into the folder `destination`, or rename one path to `destination`; `to` names
-        another scope (cross-site). Returns the new paths."""
-        answer = await self._transfer("move", server_id, scope, paths, destination, overwrite, to)
-        return FsMoveResult.model_validate(answer).moved
+        another scope (cross-site). Returns the new paths. Any number of paths (see `_in_batches`)."""
+
+        async def send(batch: builtins.list[str]) -> builtins.list[str]:
+            answer = await self._transfer("move", server_id, scope, batch, destination, overwrite, to)
+            return FsMoveResult.model_validate(answer).moved
+
+        return _joined(await self._in_batches(paths, send, progress, keep_going))
 
     async def copy(
         self,
@@ -374,10 +426,16 @@ class FilesAPI(_SubAPI):
         *,
         overwrite: bool = False,
         to: FsDestination | None = None,
+        progress: BatchProgress | None = None,
+        keep_going: KeepGoing | None = None,
     ) -> builtins.list[str]:
         """Copy like `move` moves (recursively, links copied as links). Returns the new paths."""
-        answer = await self._transfer("copy", server_id, scope, paths, destination, overwrite, to)
-        return FsCopyResult.model_validate(answer).copied
+
+        async def send(batch: builtins.list[str]) -> builtins.list[str]:
+            answer = await self._transfer("copy", server_id, scope, batch, destination, overwrite, to)
+            return FsCopyResult.model_validate(answer).copied
+
+        return _joined(await self._in_batches(paths, send, progress, keep_going))
 
     async def _transfer(
         self,
@@ -395,13 +453,28 @@ class FilesAPI(_SubAPI):
         return await self._fs("POST", server_id, route, json=body, read_timeout=TREE_OPERATION_TIMEOUT_S)
 
     async def delete(
-        self, server_id: str, scope: Scope, paths: Sequence[str], *, permanent: bool = False
+        self,
+        server_id: str,
+        scope: Scope,
+        paths: Sequence[str],
+        *,
+        permanent: bool = False,
+        progress: BatchProgress | None = None,
+        keep_going: KeepGoing | None = None,
     ) -> builtins.list[TrashItem] | builtins.list[str]:
         """To the scope's trash (restorable), or gone for good with `permanent`."""
-        body = {**_scope_body(scope), "paths": list(paths), "permanent": permanent}
-        answer = await self._fs("POST", server_id, "delete", json=body, read_timeout=TREE_OPERATION_TIMEOUT_S)
-        result = _DELETE_RESULT.validate_python(answer)
-        return result.deleted if isinstance(result, FsDeleted) else result.trashed
+
+        async def send(batch: builtins.list[str]) -> builtins.list[TrashItem] | builtins.list[str]:
+            body = {**_scope_body(scope), "paths": batch, "permanent": permanent}
+            answer = await self._fs("POST", server_id, "delete", json=body, read_timeout=TREE_OPERATION_TIMEOUT_S)
+            result = _DELETE_RESULT.validate_python(answer)
+            return result.deleted if isinstance(result, FsDeleted) else result.trashed
+
+        # Every batch answers the same way: all trashed, or all deleted.
+        items: builtins.list[Any] = [
+            item for batch in await self._in_batches(paths, send, progress, keep_going) for item in batch
+        ]
+        return items
 
     async def chmod(
         self,
@@ -412,10 +485,44 @@ class FilesAPI(_SubAPI):
         *,
         recursive: bool = False,
         only: Literal["files", "dirs"] | None = None,
+        progress: BatchProgress | None = None,
+        keep_going: KeepGoing | None = None,
     ) -> int:
-        body = {**_scope_body(scope), "paths": list(paths), "mode": mode, "recursive": recursive, "only": only}
-        answer = await self._fs("POST", server_id, "chmod", json=body, read_timeout=TREE_OPERATION_TIMEOUT_S)
-        return FsChmodResult.model_validate(answer).changed
+        """Returns how many paths changed (all batches together)."""
+
+        async def send(batch: builtins.list[str]) -> int:
+            body = {**_scope_body(scope), "paths": batch, "mode": mode, "recursive": recursive, "only": only}
+            answer = await self._fs("POST", server_id, "chmod", json=body, read_timeout=TREE_OPERATION_TIMEOUT_S)
+            return FsChmodResult.model_validate(answer).changed
+
+        return sum(await self._in_batches(paths, send, progress, keep_going))
+
+    async def _in_batches(
+        self,
+        paths: Sequence[str],
+        send: Callable[[builtins.list[str]], Awaitable[R]],
+        progress: BatchProgress | None,
+        keep_going: KeepGoing | None,
+    ) -> builtins.list[R]:
+        """`send` each batch of `PATHS_PER_BATCH` paths in turn, one answer per batch.
+
+        When a batch fails after others were done, or `keep_going` says stop, `BatchInterrupted`
+        says how many were done; a failure of the first batch is raised as it is (nothing done).
+        """
+        total, answers = len(paths), []
+        for start in range(0, max(total, 1), PATHS_PER_BATCH):
+            if start and keep_going is not None and not keep_going():
+                raise BatchInterrupted(start, total, None)
+            batch = list(paths[start : start + PATHS_PER_BATCH])
+            try:
+                answers.append(await send(batch))
+            except FleetdeckError as exc:
+                if not start:
+                    raise
+                raise BatchInterrupted(start, total, exc) from exc
+            if progress is not None:
+                progress(start + len(batch), total)
+        return answers
 
     async def dirsize(self, server_id: str, scope: Scope, path: str) -> FsDirSize:
         """The total size of a folder (bytes, files, folders), walked on the server."""
@@ -448,7 +555,11 @@ class FilesAPI(_SubAPI):
     async def compress(
         self, server_id: str, scope: Scope, paths: Sequence[str], destination: str, *, format: Literal["zip", "tar.gz"]
     ) -> str:
-        """Start compressing; returns the operation id to follow with `operation()`."""
+        """Start compressing; returns the operation id to follow with `operation()`. One archive
+        is one operation: up to `MAX_PATHS_PER_REQUEST` paths (a folder counts as one)."""
+        problem = archive_paths_problem(len(paths))
+        if problem:
+            raise TooManyPaths(problem)
         body = {**_scope_body(scope), "paths": list(paths), "format": format, "destination": destination}
         return OperationStarted.model_validate(await self._fs("POST", server_id, "compress", json=body)).operation_id
 
@@ -614,6 +725,10 @@ async def _chunks(data: bytes | AsyncIterable[bytes], size: int) -> AsyncIterato
     else:
         async for chunk in data:
             yield chunk
+
+
+def _joined(batches: builtins.list[builtins.list[R]]) -> builtins.list[R]:
+    return [item for batch in batches for item in batch]
 
 
 def _scope_body(scope: Scope) -> dict[str, Any]:

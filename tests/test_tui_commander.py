@@ -11,13 +11,23 @@ import shutil
 from pathlib import Path
 
 from textual.pilot import Pilot
-from textual.widgets import Input, SelectionList
+from textual.widgets import Input, SelectionList, Static
 
+from api_client.client import MAX_PATHS_PER_REQUEST, PATHS_PER_BATCH
 from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.tui import highlight, highlight_server, names, real_app, run, show_location, site_dir
 from tui.files.commander import CommanderScreen
-from tui.files.dialogs import CopyDialog, DeleteDialog, LocalPathDialog, NameDialog, TrashDialog
+from tui.files.dialogs import (
+    ArchiveDialog,
+    BulkDialog,
+    ConfirmDialog,
+    CopyDialog,
+    DeleteDialog,
+    LocalPathDialog,
+    NameDialog,
+    TrashDialog,
+)
 from tui.files.viewer import ViewerScreen
 
 
@@ -201,3 +211,105 @@ def test_download_then_upload_from_the_commander(stack: Stack, tmp_path: Path) -
     finally:
         (site / "pane-download.bin").unlink(missing_ok=True)
         (site / "pane-upload.bin").unlink(missing_ok=True)
+
+
+def test_bulk_actions_over_the_request_bound_run_in_batches_with_progress(stack: Stack) -> None:
+    """More marked items than one request takes: F5 and F8 go in batches behind a progress dialog;
+    a batch that fails says in words what was done before it; Esc stops between batches; an archive
+    of that many is refused in words before anything is sent."""
+    site = site_dir(stack)
+    source, target = site / "bulk-src", site / "bulk-dst"
+    shutil.rmtree(source, ignore_errors=True)
+    shutil.rmtree(target, ignore_errors=True)
+    source.mkdir()
+    target.mkdir()
+    count = MAX_PATHS_PER_REQUEST + 2 * PATHS_PER_BATCH
+    names_ = [f"f-{i:05d}.txt" for i in range(count)]
+    for name in names_:
+        (source / name).write_bytes(b"x")
+    clash = names_[PATHS_PER_BATCH + PATHS_PER_BATCH // 2]  # in the second batch: the copy fails there
+    (target / clash).write_bytes(b"theirs")
+    app = real_app(stack)
+
+    def progress_text(dialog: BulkDialog) -> str:
+        return str(dialog.query_one("#bulk-numbers", Static).render())
+
+    async def bulk_dialog(pilot: Pilot[None]) -> BulkDialog:
+        await wait_for(pilot, lambda: isinstance(app.screen, BulkDialog))
+        dialog = app.screen
+        assert isinstance(dialog, BulkDialog)
+        return dialog
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await open_commander(pilot)
+        left, right = screen.left, screen.right
+        await pilot.press("tab")
+        await highlight(pilot, right, "bulk-dst")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: right.path == "bulk-dst")
+        await pilot.press("tab")
+        await highlight(pilot, left, "bulk-src")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: left.path == "bulk-src" and len(left.pane.all_entries) == count)
+        await pilot.press("plus")
+        assert len(left.selected_paths()) == count
+
+        # Compress: one archive is one request; refused in words at once, nothing written.
+        await pilot.press("c")
+        await wait_for(pilot, lambda: isinstance(app.screen, ArchiveDialog))
+        archive = app.screen
+        assert f"up to {MAX_PATHS_PER_REQUEST:,} marked items ({count:,} are marked)" in str(
+            archive.query_one("#status", Static).render()
+        )
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen is archive and not (source / "archive.zip").exists()
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen)
+
+        # F5: batches with progress; the second one meets a file that exists: said in words.
+        await pilot.press("f5")
+        await wait_for(pilot, lambda: isinstance(app.screen, CopyDialog))
+        await pilot.press("enter")
+        dialog = await bulk_dialog(pilot)
+        await wait_for(pilot, lambda: dialog.ended, seconds=120)
+        message = str(dialog.query_one("#status", Static).render())
+        done = PATHS_PER_BATCH
+        assert message.startswith(f"Copied {done:,} of {count:,} items, then: "), message
+        assert "already taken" in message and "List should" not in message and "validation" not in message
+        assert progress_text(dialog) == f"{done:,} of {count:,} items"
+        assert all((target / name).read_bytes() == b"x" for name in names_[:done])
+        assert (target / clash).read_bytes() == b"theirs"
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen)
+
+        # F8 for good, stopped with Esc: whole batches gone, the rest left.
+        await pilot.press("minus", "plus")
+        await pilot.press("f8")
+        await wait_for(pilot, lambda: isinstance(app.screen, DeleteDialog))
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("y")
+        dialog = await bulk_dialog(pilot)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen, seconds=60)
+        left_over = len(os.listdir(source))
+        assert 0 < left_over < count and (count - left_over) % PATHS_PER_BATCH == 0, left_over
+        await wait_for(pilot, lambda: len(left.pane.all_entries) == left_over)
+        assert any(n.message.startswith("Stopped: Deleted ") for n in app._notifications)
+
+        # F8 again, to the end: the folder is empty on disk.
+        await pilot.press("plus", "f8")
+        await wait_for(pilot, lambda: isinstance(app.screen, DeleteDialog))
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await bulk_dialog(pilot)
+        await wait_for(pilot, lambda: app.screen is screen, seconds=180)
+        assert os.listdir(source) == []
+
+    try:
+        run(app, scenario)
+    finally:
+        shutil.rmtree(source, ignore_errors=True)
+        shutil.rmtree(target, ignore_errors=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from textual import events
 from textual.app import App, ComposeResult
+from textual.command import CommandList, CommandPalette
 from textual.pilot import Pilot
 
 from tests.conftest import Stack
@@ -17,7 +18,7 @@ from tui.files.commander import CommanderScreen
 from tui.files.editor import Editor
 from tui.files.editor_screen import EditorScreen
 from tui.files.highlight import BLOCK_LINES, LEAD_IN_LINES
-from tui.files.save_conflict import CopyNameDialog, SaveConflictDialog, UnsavedChangesDialog
+from tui.files.save_conflict import CopyNameDialog, DiscardChangesDialog, SaveConflictDialog, UnsavedChangesDialog
 
 
 async def open_files(pilot: Pilot[None]) -> CommanderScreen:
@@ -102,6 +103,41 @@ def test_f4_edits_a_file_and_ctrl_s_saves_it(stack: Stack) -> None:
             pilot, lambda: any("is a binary file: download it instead" in n.message for n in app._notifications)
         )
         assert app.screen is files
+
+    run(app, scenario)
+
+
+def test_quitting_with_unsaved_edits_asks_first(stack: Stack) -> None:
+    """ctrl+q (and the palette's Quit) with unsaved edits asks: Esc keeps the app and the edits,
+    d quits without writing them."""
+    target = site_dir(stack) / "editor-quit.txt"
+    target.write_text("first line\n")
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await edit(pilot, "editor-quit.txt")
+        editor = screen.editor
+        await pilot.press("end", "!", "!")
+        assert editor.modified
+
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: isinstance(app.screen, DiscardChangesDialog))
+        assert "/editor-quit.txt has unsaved changes" in str(app.screen.query_one(".editor-dialog--title").render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen)
+        assert not app._exit and editor.modified and editor.lines[0] == "first line!!"
+
+        # The command palette's Quit asks the same way; d discards and quits.
+        await pilot.press("ctrl+p")
+        await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette))
+        await pilot.press(*"quit")
+        await wait_for(pilot, lambda: app.screen.query_one(CommandList).option_count)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DiscardChangesDialog))
+        assert not app._exit
+        await pilot.press("d")
+        await wait_for(pilot, lambda: app._exit)
+        assert target.read_text() == "first line\n"
 
     run(app, scenario)
 

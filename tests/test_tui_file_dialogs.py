@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.app import App
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input, OptionList, RadioSet, Select, SelectionList, Static
@@ -338,6 +339,44 @@ def test_permissions_grid_sets_the_mode_and_recursive_files_only_leaves_folders(
         assert results == [2] and mode_of(folder) == 0o750 and mode_of(sub) == 0o750
         assert mode_of(top) == 0o600 and mode_of(inner) == 0o600
         folder.chmod(0o755)
+
+    run(app, scenario)
+
+
+def burst(pilot: Pilot[Any], *keys: str) -> None:
+    """`keys` handed to the app all at once, as a terminal delivers fast typing: no key waits for
+    the screen to handle the one before it (`pilot.press` does wait)."""
+    for key in keys:
+        event = events.Key(key, key if len(key) == 1 else None)
+        event.set_sender(pilot.app)
+        pilot.app.post_message(event)
+
+
+def test_permissions_octal_field_is_not_rewritten_under_fast_typing(stack: Stack) -> None:
+    """End and a burst of Backspaces leave the field empty (the grid never writes into it while it
+    has focus); then 755 and Enter, as fast, give the file exactly 755."""
+    folder = fresh_dir(stack, "dlg-perms-fast")
+    target = folder / "fast.txt"
+    target.write_text("fast\n")
+    app = real_app(stack)
+    server = demo_server(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        for round_ in range(8):
+            target.chmod(0o644)
+            dialog = PermissionsDialog(server, SITE, ["dlg-perms-fast/fast.txt"], 0o100644, has_dirs=False)
+            results = await push(pilot, dialog)
+            field = dialog.query_one("#permissions-octal", Input)
+            burst(pilot, "end", *["backspace"] * 4)
+            await pilot.pause()
+            await pilot.pause()
+            assert field.value == "", (round_, field.value)
+            # Textual inserts characters in the field at once but runs Backspace and Enter (bindings)
+            # after a round through the screen: the digits come only once the Backspaces are done.
+            burst(pilot, "7", "5", "5", "enter")
+            await wait_for(pilot, lambda results=results: results)  # type: ignore[misc]
+            assert results == [1], round_
+            assert mode_of(target) == 0o755, (round_, oct(mode_of(target)))
 
     run(app, scenario)
 

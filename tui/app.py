@@ -169,16 +169,50 @@ class FleetdeckApp(App[None]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen(self.screen))
 
+    async def action_quit(self) -> None:
+        """Quit (ctrl+q, q, the palette's Quit), asking first when an editor has unsaved changes."""
+        self.unless_unsaved(self.screen_stack, "quit", self.exit)
+
+    def unless_unsaved(self, closing: Iterable[Screen[Any]], going: str, then: Callable[[], object]) -> None:
+        """`then()` at once when none of the `closing` screens has unsaved changes; otherwise
+        once the user agreed to discard them (Esc keeps everything)."""
+        if self._client is None:  # not connected yet: no screen can hold changes
+            then()
+            return
+        from tui.screen import FleetScreen
+
+        unsaved = [what for s in closing if isinstance(s, FleetScreen) and (what := s.unsaved_changes())]
+        if not unsaved:
+            then()
+            return
+        from tui.files.save_conflict import DiscardChangesDialog
+
+        def answered(discard: bool | None) -> None:
+            if discard:
+                then()
+
+        if not isinstance(self.screen, DiscardChangesDialog):  # already asking
+            self.push_screen(DiscardChangesDialog(unsaved, going), answered)
+
     def action_go_servers(self) -> None:
         """Back to the server list, closing whatever is above it."""
+        self.back_to_servers()
+
+    def back_to_servers(self, then: Callable[[], object] | None = None) -> None:
+        """Close the screens above the server list, then `then()`; unsaved edits are asked about first."""
         from tui.servers.screen import ServerListScreen
 
         stack = self.screen_stack
         for depth, screen in enumerate(stack):
             if isinstance(screen, ServerListScreen):
-                for _ in range(len(stack) - depth - 1):
-                    self.pop_screen()
+                self.unless_unsaved(stack[depth + 1 :], "leave", partial(self._pop_to, screen, then))
                 return
+
+    def _pop_to(self, screen: Screen[Any], then: Callable[[], object] | None) -> None:
+        while self.screen is not screen and screen in self.screen_stack:
+            self.pop_screen()
+        if then is not None:
+            then()
 
     def action_go_files(self) -> None:
         """The files of the server picked on the server list (or of the only server)."""
@@ -193,8 +227,7 @@ class FleetdeckApp(App[None]):
     def open_files(self, server: Server) -> None:
         from tui.files.commander import CommanderScreen
 
-        self.action_go_servers()
-        self.push_screen(CommanderScreen(server))
+        self.back_to_servers(partial(self.push_screen, CommanderScreen(server)))
 
     def action_go_jobs(self) -> None:
         """The jobs of the server picked on the server list (or of the only server)."""
@@ -219,8 +252,7 @@ class FleetdeckApp(App[None]):
     def open_jobs(self, server: Server) -> None:
         from tui.jobs.screen import JobsScreen
 
-        self.action_go_servers()
-        self.push_screen(JobsScreen(server))
+        self.back_to_servers(partial(self.push_screen, JobsScreen(server)))
 
     def action_switch_theme(self, name: str) -> None:
         self._apply_theme(name)

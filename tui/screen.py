@@ -43,6 +43,11 @@ class FleetScreen(FleetAccess, BridgedMixin, Screen[None]):
         """True once the screen left the stack: even before its `on_mount` ran (Enter, Escape fast)."""
         return self not in self.app.screen_stack
 
+    def unsaved_changes(self) -> str | None:
+        """What closing this screen now would lose, in a few words (None: nothing). The app asks
+        before quitting or leaving while any screen on the stack has some."""
+        return None
+
     def show_error(self, exc: BaseException, *, server: str | None = None, path: str | None = None) -> None:
         """An error as a notification, worded for humans."""
         self.notify(describe_error(exc, server=server, path=path), severity="error", timeout=8)

@@ -22,10 +22,12 @@ from textual.widget import Widget
 from textual.widgets import Footer
 
 from api_client import FileContent, Scope, Server
+from api_client.client import PATHS_PER_BATCH, BatchProgress, KeepGoing
 from api_client.models import FsDestination
 from tui.bridge import TaskHandle
 from tui.files.dialogs import (
     ArchiveDialog,
+    BulkDialog,
     CopyDialog,
     DeleteDialog,
     LocalPathDialog,
@@ -342,8 +344,7 @@ class CommanderScreen(FleetScreen):
             )
         call = self.client.files.copy if operation == "copy" else self.client.files.move
         verb = "Copied" if operation == "copy" else "Moved"
-        count = f"{len(paths)} items" if len(paths) > 1 else printable(paths[0].rpartition("/")[2])
-        self.notify(f"{'Copying' if operation == 'copy' else 'Moving'} {count}…", timeout=2)
+        count = f"{len(paths):,} items" if len(paths) > 1 else printable(paths[0].rpartition("/")[2])
 
         def done(result: list[str]) -> None:
             self.notify(f"{verb} {count} to {target.location}.")
@@ -351,13 +352,39 @@ class CommanderScreen(FleetScreen):
             source.reload()
             target.reload(select=result[0].rpartition("/")[2] if result else None)
 
-        server_name = source.server.name
-        self.bridge.run(
-            self,
-            partial(call, source.server.id, source.scope, paths, destination, overwrite=overwrite, to=to),
-            on_done=done,
-            on_error=lambda exc: self._action_failed(exc, server_name, source, target),
-        )
+        work = partial(call, source.server.id, source.scope, paths, destination, overwrite=overwrite, to=to)
+        title = f"{'Copying' if operation == 'copy' else 'Moving'} {count} to {target.location}"
+        self._bulk(title, verb, len(paths), work, done, source.server.name, source, target)
+
+    def _bulk(
+        self,
+        title: str,
+        verb: str,
+        count: int,
+        work: Callable[..., Any],
+        done: Callable[[Any], None],
+        server: str,
+        *panels: FilePanel,
+    ) -> None:
+        """Run `work` (a client call that takes `progress` and `keep_going`): in the background
+        for one batch of paths; for more, in a `BulkDialog` (bar, counts, Stop), where a failure
+        part way says what was done. The `panels` are listed again whatever happened."""
+        if count <= PATHS_PER_BATCH:
+            self.notify(f"{title}…", timeout=2)
+            self.bridge.run(self, work, on_done=done, on_error=lambda exc: self._action_failed(exc, server, *panels))
+            return
+
+        def closed(result: Any) -> None:
+            if result is not None:
+                done(result)
+                return
+            for panel in panels:
+                panel.reload()
+
+        async def run(progress: BatchProgress, keep_going: KeepGoing) -> Any:
+            return await work(progress=progress, keep_going=keep_going)
+
+        self.app.push_screen(BulkDialog(title, verb, count, run, server=server), closed)
 
     def _action_failed(self, exc: BaseException, server: str, *panels: FilePanel) -> None:
         self.show_error(exc, server=server)
@@ -436,19 +463,17 @@ class CommanderScreen(FleetScreen):
                 return
             permanent = choice == "permanent"
             word = "Deleted" if permanent else "Moved to the trash:"
-            count = f"{len(paths)} items" if len(paths) > 1 else printable(paths[0].rpartition("/")[2])
+            count = f"{len(paths):,} items" if len(paths) > 1 else printable(paths[0].rpartition("/")[2])
 
             def done(_result: Any) -> None:
                 panel.pane.action_unmark_all()
                 panel.reload()
                 self.notify(f"{word} {count}" + ("" if permanent else " (t opens the trash)."))
 
-            self.bridge.run(
-                self,
-                partial(self.client.files.delete, server.id, scope, paths, permanent=permanent),
-                on_done=done,
-                on_error=lambda exc: self._action_failed(exc, server.name, panel),
-            )
+            work = partial(self.client.files.delete, server.id, scope, paths, permanent=permanent)
+            title = f"Deleting {count}" if permanent else f"Moving {count} to the trash"
+            verb = "Deleted" if permanent else "Moved to the trash"
+            self._bulk(title, verb, len(paths), work, done, server.name, panel)
 
         self.app.push_screen(DeleteDialog([p.rpartition("/")[2] for p in paths]), delete)
 

@@ -194,6 +194,9 @@ class EditorScreen(FleetScreen):
 
     # --- closing ----------------------------------------------------------------------------
 
+    def unsaved_changes(self) -> str | None:
+        return f"/{self.path}" if self.editor.modified else None
+
     def action_close(self) -> None:
         if self.query_one("#editor-search", Input).has_focus:
             self._close_search()

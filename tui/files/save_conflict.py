@@ -1,4 +1,4 @@
-"""The dialogs of the editor: a save conflict, the name of a copy, unsaved changes on close."""
+"""The dialogs of the editor: a save conflict, the name of a copy, unsaved changes on close or on quit."""
 
 from __future__ import annotations
 
@@ -145,3 +145,44 @@ class UnsavedChangesDialog(ModalScreen[CloseChoice | None]):
             self.dismiss("discard")
         else:
             self.dismiss(None)
+
+
+class DiscardChangesDialog(ModalScreen[bool]):
+    """Quitting (or leaving for another screen) while editors have unsaved changes: d discards
+    them and goes on, Esc keeps everything as it is."""
+
+    DEFAULT_CSS = load_tcss(__file__)
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("d", "choose(True)", "Discard"),
+        Binding("escape", "choose(False)", "Keep editing"),
+    ]
+
+    def __init__(self, unsaved: list[str], going: str = "quit") -> None:
+        super().__init__()
+        self.unsaved = unsaved
+        self.going = going
+
+    def compose(self) -> ComposeResult:
+        count = len(self.unsaved)
+        title = f"{self.unsaved[0]} has unsaved changes" if count == 1 else f"{count} files have unsaved changes"
+        shown = self.unsaved[:5] + ([f"… and {count - 5} more"] if count > 5 else [])
+        with Vertical(id="discard-box", classes="editor-dialog"):
+            yield Static(printable(title), classes="editor-dialog--title", markup=False)
+            if count > 1:
+                yield Static(printable("\n".join(shown)), classes="editor-dialog--text", markup=False)
+            with Horizontal(classes="editor-dialog--buttons"):
+                yield Button(f"Discard and {self.going} (d)", variant="error", id="discard-yes", compact=True)
+                yield Button("Keep editing (Esc)", variant="primary", id="discard-no", compact=True)
+            yield Static("Esc: back to the editor, nothing lost", classes="editor-dialog--hint")
+
+    def on_mount(self) -> None:
+        self.query_one("#discard-no", Button).focus()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_choose(event.button.id == "discard-yes")
+
+    def action_choose(self, discard: bool) -> None:
+        self.dismiss(discard)

@@ -1,10 +1,11 @@
 """The dialogs of the file browser (issue 4, point 12), each a self-contained modal screen that
 returns its result through `dismiss`: properties, permissions, new file from a template, a name,
-confirmations and delete, search, the trash, transfers, archives, copy and move."""
+confirmations and delete, search, the trash, transfers, archives, copy and move, and the progress of bulk actions."""
 
 from __future__ import annotations
 
 from tui.files.dialogs.archive import ArchiveDialog
+from tui.files.dialogs.bulk import BulkDialog
 from tui.files.dialogs.copy import CopyDialog
 from tui.files.dialogs.new_file import TEMPLATES, NewFileDialog
 from tui.files.dialogs.permissions import PermissionsDialog
@@ -17,6 +18,7 @@ from tui.files.dialogs.trash import TrashDialog
 __all__ = [
     "TEMPLATES",
     "ArchiveDialog",
+    "BulkDialog",
     "ConfirmDialog",
     "CopyDialog",
     "DeleteDialog",

@@ -14,6 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Label, ProgressBar, Select, Static
 
 from api_client import Scope, Server
+from api_client.client import archive_paths_problem
 from api_client.sse import Event
 from tui.bridge import TaskHandle
 from tui.errors import format_size
@@ -109,6 +110,13 @@ class ArchiveDialog(FileDialog[bool]):
     def on_mount(self) -> None:
         field = self.query_one("#archive-name" if self.kind == "compress" else "#archive-destination", Input)
         field.focus()
+        if self.too_many:
+            self.set_status(self.too_many, error=True)
+
+    @property
+    def too_many(self) -> str | None:
+        """Why these paths cannot go into one archive (more than one request takes), or None."""
+        return archive_paths_problem(len(self.paths)) if self.kind == "compress" else None
 
     @property
     def archive_format(self) -> ArchiveFormat:
@@ -138,6 +146,9 @@ class ArchiveDialog(FileDialog[bool]):
 
     def action_start(self) -> None:
         if self.running:
+            return
+        if self.too_many:
+            self.set_status(self.too_many, error=True)
             return
         if self.kind == "compress":
             name = self.query_one("#archive-name", Input).value

@@ -14,7 +14,10 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet, Static
 
 from api_client import Scope, Server
+from api_client.client import PATHS_PER_BATCH, BatchInterrupted
+from tui.errors import unwrap
 from tui.files.dialogs.base import FileDialog, describe_items, octal, permission_string, plural
+from tui.files.dialogs.bulk import describe_bulk_error
 from tui.text import printable
 
 WHO = ("owner", "group", "other")
@@ -55,6 +58,7 @@ class PermissionsDialog(FileDialog[int | None]):
         self.initial_mode = mode
         self.has_dirs = has_dirs
         self.applying = False
+        self.stopping = False
 
     def compose(self) -> ComposeResult:
         mode = self.initial_mode & 0o777
@@ -92,10 +96,17 @@ class PermissionsDialog(FileDialog[int | None]):
             yield Static("Enter/ctrl+s: apply · Tab: grid · Space: tick · Esc: cancel", classes="file-dialog--hint")
 
     def on_mount(self) -> None:
-        field = self.query_one("#permissions-octal", Input)
-        field.focus()
+        self.octal_field.focus()
 
     # --- the grid and the field stay in step ---------------------------------------------------
+    # Each side is written only in answer to the user editing the other, with the echo prevented,
+    # and from the other's current value (never the value a queued message carried): a burst of
+    # keys in the field cannot have the grid write an older mode back into it. The field is
+    # never rewritten while it has focus.
+
+    @property
+    def octal_field(self) -> Input:
+        return self.query_one("#permissions-octal", Input)
 
     def grid_mode(self) -> int:
         mode = 0
@@ -104,26 +115,33 @@ class PermissionsDialog(FileDialog[int | None]):
                 mode |= bit
         return mode
 
+    def show_in_grid(self, mode: int) -> None:
+        with self.prevent(Checkbox.Changed):
+            for key, bit in BITS.items():
+                self.query_one(f"#bit-{key}", Checkbox).value = bool(mode & bit)
+        self.query_one("#permissions-symbolic", Static).update(permission_string(mode))
+
     @on(Checkbox.Changed, "#permissions-grid Checkbox")
     def _bit_changed(self, event: Checkbox.Changed) -> None:
         event.stop()
         mode = self.grid_mode()
-        field = self.query_one("#permissions-octal", Input)
-        if parse_mode(field.value) != mode:  # typed there: the grid followed, nothing to write back
-            field.value = octal(mode)[1:]
+        field = self.octal_field
+        if not field.has_focus and parse_mode(field.value) != mode:
+            with self.prevent(Input.Changed):
+                field.value = octal(mode)[1:]
+            self.set_status("")
         self.query_one("#permissions-symbolic", Static).update(permission_string(mode))
 
     @on(Input.Changed, "#permissions-octal")
     def _octal_changed(self, event: Input.Changed) -> None:
         event.stop()
-        mode = parse_mode(event.value)
+        text = self.octal_field.value
+        mode = parse_mode(text)
         if isinstance(mode, str):
-            self.set_status(mode, error=bool(event.value))
+            self.set_status(mode, error=bool(text))
             return
         self.set_status("")
-        for key, bit in BITS.items():
-            self.query_one(f"#bit-{key}", Checkbox).value = bool(mode & bit)
-        self.query_one("#permissions-symbolic", Static).update(permission_string(mode))
+        self.show_in_grid(mode)
 
     @on(Checkbox.Changed, "#permissions-recursive")
     def _recursive_changed(self, event: Checkbox.Changed) -> None:
@@ -158,15 +176,14 @@ class PermissionsDialog(FileDialog[int | None]):
             self.action_cancel()
 
     def action_apply(self) -> None:
+        """Applies the mode the field shows (the grid is brought in step with it first)."""
         if self.applying:
             return
-        mode = parse_mode(self.query_one("#permissions-octal", Input).value)
+        mode = parse_mode(self.octal_field.value)
         if isinstance(mode, str):
             self.set_status(mode, error=True)
             return
-        if mode != self.grid_mode():  # cannot happen through the widgets; never apply a mode not shown
-            self.set_status("The grid and the octal field disagree: check them.", error=True)
-            return
+        self.show_in_grid(mode)
         only = {"all": None, "files": "files", "dirs": "dirs"}[self.apply_to]
         self.applying = True
         self.set_status(f"Setting {octal(mode)} on {describe_items(self.paths)}…")
@@ -181,8 +198,18 @@ class PermissionsDialog(FileDialog[int | None]):
         )
 
     async def _chmod(self, mode: int, recursive: bool, only: Literal["files", "dirs"] | None) -> int:
+        def progress(done: int, total: int) -> None:
+            self.report(self.set_status, f"Setting {octal(mode)}: {done:,} of {plural(total, 'item')}… (Esc: stop)")
+
         return await self.client.files.chmod(
-            self.server.id, self.scope, self.paths, mode, recursive=recursive, only=only
+            self.server.id,
+            self.scope,
+            self.paths,
+            mode,
+            recursive=recursive,
+            only=only,
+            progress=progress,
+            keep_going=lambda: not self.stopping,
         )
 
     def _applied(self, changed: int) -> None:
@@ -192,4 +219,17 @@ class PermissionsDialog(FileDialog[int | None]):
 
     def _failed(self, exc: BaseException) -> None:
         self.applying = False
+        message = describe_bulk_error(exc, "Changed", server=self.server.name)
+        if isinstance(unwrap(exc), BatchInterrupted):  # part of the paths changed: say so, then close
+            self.notify(message, severity="error" if not self.stopping else "information", timeout=8)
+            self.finish(None)
+            return
         self.show_error(exc)
+
+    def action_cancel(self) -> None:
+        """Esc: closes; while a chmod of several batches runs, stops it after the batch in flight."""
+        if self.applying and len(self.paths) > PATHS_PER_BATCH and not self.stopping:
+            self.stopping = True
+            self.set_status("Stopping after the batch in flight…")
+            return
+        super().action_cancel()
