@@ -159,19 +159,24 @@ class AgentLink:
         """
         session: _Session | None = None
         try:
-            async with open_websocket_url(
-                self.url,
-                self._ssl_context,
-                extra_headers=[(b"authorization", b"Bearer " + self._token.encode())],
-                max_message_size=protocol.MAX_MESSAGE_SIZE,
-                # trio-websocket's default 4 KiB receive buffer cuts throughput 2-4x.
-                receive_buffer_size=None,
-                connect_timeout=self._connect_timeout,
-                # A link given up for silence is not worth a long wait for a polite close.
-                disconnect_timeout=_DISCONNECT_TIMEOUT_S,
-            ) as ws:
-                session = _Session(self, ws)
-                await session.run()
+            try:
+                async with open_websocket_url(
+                    self.url,
+                    self._ssl_context,
+                    extra_headers=[(b"authorization", b"Bearer " + self._token.encode())],
+                    max_message_size=protocol.MAX_MESSAGE_SIZE,
+                    # trio-websocket's default 4 KiB receive buffer cuts throughput 2-4x.
+                    receive_buffer_size=None,
+                    connect_timeout=self._connect_timeout,
+                    # A link given up for silence is not worth a long wait for a polite close.
+                    disconnect_timeout=_DISCONNECT_TIMEOUT_S,
+                ) as ws:
+                    session = _Session(self, ws)
+                    await session.run()
+            except BaseExceptionGroup as group:
+                # trio-websocket's nursery wraps what the session raised: a close (4401 when the
+                # server was deleted) is handled below, not logged as a failure.
+                raise protocol.single_error(group) from None
         except ConnectionRejected as exc:
             if exc.status_code in (401, 403):
                 raise LinkAuthRefused(status=exc.status_code) from None
