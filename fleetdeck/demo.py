@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.sites import SiteRegistry
+from agent.sites import SiteRegistry, write_atomically
 from agent.state import prepare_state_dir
 from control_plane.auth import store as accounts
 from control_plane.auth.passwords import hash_password
@@ -166,10 +166,6 @@ def _secret_file(path: Path, make: Callable[[], str]) -> str:
 
 
 def write_private(path: Path, text: str) -> None:
-    """Write a file only its owner can read, replacing it atomically."""
+    """Write a file only its owner can read, replacing it atomically (the agent's own writer)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(temporary, path)
+    write_atomically(str(path), text.encode())
