@@ -594,21 +594,22 @@ def test_flag_conventions() -> None:
 
 def test_lb_apply_flattens_the_whole_spec() -> None:
     spec = {
-        "id": "lb-1", "name": "web", "revision": 7, "port": 443, "engine": "nginx",
+        "id": "lb-1", "name": "web", "revision": 7, "port": 443, "hostname": "shop.example.com", "engine": "nginx",
         "backends": [{"id": "b1", "server_id": "s1", "address": "10.0.0.5"},
                      {"id": "b2", "server_id": "s2", "address": "fd00::5", "port": 9000, "weight": 3, "drained": True}],
     }  # fmt: skip
     built = CATALOG["lb.apply"].build(spec)
     assert built.argv == [
-        "lb", "apply", "lb-1", "--name", "web", "--revision", "7", "--port", "443", "--tls", "--engine", "nginx",
-        "--algorithm", "round_robin", "--health-check-path", "/", "--health-check-interval-s", "10",
+        "lb", "apply", "lb-1", "--name", "web", "--revision", "7", "--port", "443", "--tls",
+        "--hostname", "shop.example.com", "--engine", "nginx", "--algorithm", "round_robin", "--health-check-path", "/", "--health-check-interval-s", "10",
         "--health-check-healthy-threshold", "2", "--health-check-unhealthy-threshold", "3",
         "--backends", "id=b1,server_id=s1,address=10.0.0.5,port=8080,weight=1,drained=false",
-        "--backends", "id=b2,server_id=s2,address=fd00::5,port=9000,weight=3,drained=true",
+        "--backends", "id=b2,server_id=s2,address=fd00::5,port=9000,weight=3,drained=true", "--json",
     ]  # fmt: skip
     assert built.args["tls"] is True and built.args["health_check"]["path"] == "/"
     for bad in [
         {**spec, "port": 8080},
+        {key: value for key, value in spec.items() if key != "hostname"},  # TLS needs the certificate's name
         {**spec, "engine": "caddy"},
         {**spec, "backends": [{"id": "b1", "server_id": "s1", "address": "10.0.0.5", "weight": 0}]},
         {**spec, "backends": [{"id": "b1", "server_id": "s1", "address": "10.0.0.5", "extra": 1}]},

@@ -1,4 +1,8 @@
-"""Job kinds of load balancers (`lb.*`): each carries the whole self-contained spec (CONTRACT.md § B)."""
+"""Job kinds of load balancers (`lb.*`): each carries the whole self-contained spec (CONTRACT.md § B).
+
+`LbApply` IS the spec a load-balancer node renders: the control plane builds it from its rows
+(backend addresses resolved, so the node looks nothing up) and the agent parses it back from the
+argv. `LbHealthCheck` is also the wire model's `health_check` (`api_client.load_balancers`)."""
 
 from __future__ import annotations
 
@@ -6,11 +10,13 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from api_client.job_kinds.argtypes import Bool, Host, Id, Int, Port, Slug, UrlPath
+from api_client.job_kinds.argtypes import Bool, DomainName, Host, Id, Int, Port, Slug, UrlPath
 from api_client.job_kinds.base import Args, JobKind, kind
 
 
 class LbHealthCheck(Args):
+    """How backends are checked: HAProxy's active checks, or the agent's prober under nginx."""
+
     path: UrlPath = "/"
     interval_s: Int = Field(default=10, ge=2, le=3600)
     healthy_threshold: Int = Field(default=2, ge=1, le=10)
@@ -32,6 +38,7 @@ class LbApply(Args):
     revision: Int = Field(ge=1, le=2**53)
     port: Literal[80, 443]
     tls: Bool = False
+    hostname: DomainName | None = None  # the name clients use: the certificate's name when tls
     engine: Literal["nginx", "haproxy"]
     algorithm: Literal["round_robin", "least_conn", "ip_hash"] = "round_robin"
     health_check: LbHealthCheck = Field(default_factory=LbHealthCheck)
@@ -41,6 +48,8 @@ class LbApply(Args):
     def _consistent(self) -> LbApply:
         if self.port == 443:
             self.tls = True  # the contract: port 443 turns tls on
+        if self.tls and self.hostname is None:
+            raise ValueError("a load balancer with TLS needs a hostname (the certificate's name)")
         ids = [backend.id for backend in self.backends]
         if len(set(ids)) != len(ids):
             raise ValueError("backend ids must be unique")
@@ -54,8 +63,9 @@ class LbRemove(Args):
 
 
 KINDS: list[JobKind] = [
-    kind("lb.apply", LbApply, "Write and reload a load balancer from its whole spec", positional=("id",),
-         example={"id": "lb-1", "name": "web", "revision": 3, "port": 443, "engine": "haproxy",
+    kind("lb.apply", LbApply, "Write and reload a load balancer from its whole spec", positional=("id",), json=True,
+         example={"id": "lb-1", "name": "web", "revision": 3, "port": 443, "hostname": "shop.example.com",
+                  "engine": "haproxy",
                   "algorithm": "least_conn", "health_check": {"path": "/healthz", "interval_s": 5},
                   "backends": [{"id": "be-1", "server_id": "srv-a", "address": "10.0.0.11"},
                                {"id": "be-2", "server_id": "srv-b", "address": "fd00::12", "port": 8081,

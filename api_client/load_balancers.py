@@ -1,0 +1,170 @@
+"""The wire shapes of load balancers (CONTRACT.md § B), and what a load-balancer node reports.
+
+The definition lives in the control plane's database; what a node renders is the `lb.apply`
+spec (`api_client.job_kinds.load_balancers.LbApply`), whose health check model is also the wire
+model's `health_check` here: one definition of each shape.
+
+What a node says back travels in two ways, both modelled here so that agent and control plane
+read the same shape:
+
+- `LbApplyOutcome`: the JSON line `lb.apply --json` prints last (the job's result), with the
+  revision it applied. A report of an older revision than the newest never marks it active.
+- `LbHealthReport`: per load balancer, the health and stats of its backends, as the streamed
+  RPC `lb.watch` sends them (one report per load balancer on open, then one whenever something
+  in it changes) and as `lb.status` prints them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from api_client.job_kinds.argtypes import DomainName
+from api_client.job_kinds.load_balancers import LbHealthCheck
+from api_client.models import RequestModel, WireModel
+
+Engine = Literal["nginx", "haproxy"]
+Algorithm = Literal["round_robin", "least_conn", "ip_hash"]
+LbState = Literal["pending_apply", "active", "degraded"]
+BackendHealth = Literal["healthy", "unhealthy", "draining"]
+
+NAME_PATTERN = r"^[a-z0-9-]+$"
+DEFAULT_BACKEND_PORT = 8080
+MIN_WEIGHT, MAX_WEIGHT = 1, 256
+
+
+class BackendStats(WireModel):
+    """Real traffic figures from HAProxy's stats socket; the nginx engine has none (null)."""
+
+    current_sessions: int
+    total_requests: int
+    request_rate: float  # requests per second, as HAProxy measures it
+
+
+class Backend(WireModel):
+    id: str
+    server_id: str
+    address: str
+    port: int = DEFAULT_BACKEND_PORT
+    weight: int = 1
+    health: BackendHealth
+    drained: bool = False
+    last_check_at: datetime | None = None
+    stats: BackendStats | None = None
+
+
+class LoadBalancer(WireModel):
+    id: str
+    name: str
+    port: Literal[80, 443]
+    tls: bool
+    hostname: str | None = None  # the name clients use; the certificate's name when tls
+    node_server_id: str
+    engine: Engine
+    algorithm: Algorithm
+    health_check: LbHealthCheck
+    backends: list[Backend]
+    state: LbState
+    state_error: str | None = None
+    revision: int
+    applied_revision: int | None = None
+    applied_at: datetime | None = None
+    created_at: datetime
+    updated_at: datetime
+
+
+class LbSummary(WireModel):
+    """The summary strip: how many, how many applied, healthy backends of all backends."""
+
+    total: int
+    applied: int
+    healthy_backends: int
+    total_backends: int
+
+
+class LoadBalancerList(WireModel):
+    load_balancers: list[LoadBalancer]
+    summary: LbSummary
+
+
+class BackendCreate(RequestModel):
+    server_id: str = Field(min_length=1, max_length=64)
+    port: int = Field(default=DEFAULT_BACKEND_PORT, ge=1, le=65535)
+    weight: int = Field(default=1, ge=MIN_WEIGHT, le=MAX_WEIGHT)
+
+
+class BackendPatch(RequestModel):
+    drained: bool | None = None
+    weight: int | None = Field(default=None, ge=MIN_WEIGHT, le=MAX_WEIGHT)
+
+
+class LoadBalancerCreate(RequestModel):
+    name: str = Field(min_length=1, max_length=63, pattern=NAME_PATTERN)
+    port: Literal[80, 443]
+    tls: bool = False
+    hostname: DomainName | None = None
+    node_server_id: str = Field(min_length=1, max_length=64)
+    engine: Engine
+    algorithm: Algorithm = "round_robin"
+    health_check: LbHealthCheck = Field(default_factory=LbHealthCheck)
+    backends: list[BackendCreate] = Field(default_factory=list, max_length=256)
+
+    @model_validator(mode="after")
+    def _tls(self) -> LoadBalancerCreate:
+        if self.port == 443:
+            self.tls = True
+        if self.tls and self.hostname is None:
+            raise ValueError("a load balancer with TLS needs a hostname (the certificate's name)")
+        return self
+
+
+class HealthCheckPatch(RequestModel):
+    path: str | None = None  # validated as LbHealthCheck.path when merged
+    interval_s: int | None = Field(default=None, ge=2, le=3600)
+    healthy_threshold: int | None = Field(default=None, ge=1, le=10)
+    unhealthy_threshold: int | None = Field(default=None, ge=1, le=10)
+
+
+class LoadBalancerPatch(RequestModel):
+    """Any of these; `engine` and `node_server_id` are refused with 422 `immutable_field`
+    (the route checks them before this model, so the error names the right code)."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=63, pattern=NAME_PATTERN)
+    algorithm: Algorithm | None = None
+    port: Literal[80, 443] | None = None
+    tls: bool | None = None
+    hostname: DomainName | None = None
+    health_check: HealthCheckPatch | None = None
+
+
+class ApplyStarted(WireModel):
+    job_id: str
+
+
+# --- what a node reports ---------------------------------------------------------------------
+
+
+class LbApplyOutcome(WireModel):
+    """The result of `lb.apply`: `active` when render, validate and reload succeeded, else
+    `degraded` with the validator's or the reload's own text (the previous configuration still
+    serving)."""
+
+    id: str
+    revision: int
+    state: Literal["active", "degraded"]
+    error: str | None = None
+
+
+class BackendReport(WireModel):
+    id: str
+    health: BackendHealth
+    last_check_at: datetime | None = None
+    stats: BackendStats | None = None
+
+
+class LbHealthReport(WireModel):
+    id: str
+    revision: int  # the revision the node is serving
+    backends: list[BackendReport]
