@@ -23,6 +23,16 @@ from httpx_ws import AsyncWebSocketSession, WebSocketDisconnect, WebSocketNetwor
 from pydantic import TypeAdapter
 
 from api_client.errors import ApiError, FleetdeckError, TransportError
+from api_client.load_balancers import (
+    ApplyStarted,
+    Backend,
+    BackendCreate,
+    BackendPatch,
+    LoadBalancer,
+    LoadBalancerCreate,
+    LoadBalancerList,
+    LoadBalancerPatch,
+)
 from api_client.models import (
     DIRECT_UPLOAD_LIMIT,
     RELAY_UPLOAD_LIMIT,
@@ -151,6 +161,7 @@ class Client:
         self.servers = ServersAPI(self)
         self.files = FilesAPI(self)
         self.jobs = JobsAPI(self)
+        self.load_balancers = LoadBalancersAPI(self)
 
     @property
     def token(self) -> str | None:
@@ -716,6 +727,53 @@ class JobsAPI(_SubAPI):
         return self._client.events(
             f"/v1/jobs/{job_id}/stream", last_event_id=last_event_id, final_events=frozenset({"exit"})
         )
+
+
+class LoadBalancersAPI(_SubAPI):
+    """The org's load balancers (CONTRACT.md § B). Every mutation answers at once with the state
+    `pending_apply`; the node applies it (`lb.apply`) and the state becomes `active` or `degraded`."""
+
+    async def list(self) -> LoadBalancerList:
+        """Every load balancer of the org, with the summary strip's figures."""
+        return LoadBalancerList.model_validate(await self._client.request("GET", "/v1/load-balancers"))
+
+    async def get(self, lb_id: str) -> LoadBalancer:
+        return LoadBalancer.model_validate(await self._client.request("GET", f"/v1/load-balancers/{lb_id}"))
+
+    async def create(self, spec: LoadBalancerCreate) -> LoadBalancer:
+        body = await self._client.request("POST", "/v1/load-balancers", json=spec.model_dump(mode="json"))
+        return LoadBalancer.model_validate(body)
+
+    async def update(self, lb_id: str, patch: LoadBalancerPatch) -> LoadBalancer:
+        body = await self._client.request(
+            "PATCH", f"/v1/load-balancers/{lb_id}", json=patch.model_dump(mode="json", exclude_unset=True)
+        )
+        return LoadBalancer.model_validate(body)
+
+    async def delete(self, lb_id: str) -> None:
+        await self._client.request("DELETE", f"/v1/load-balancers/{lb_id}", expect_body=False)
+
+    async def add_backend(self, lb_id: str, backend: BackendCreate) -> Backend:
+        body = await self._client.request(
+            "POST", f"/v1/load-balancers/{lb_id}/backends", json=backend.model_dump(mode="json")
+        )
+        return Backend.model_validate(body)
+
+    async def update_backend(self, lb_id: str, backend_id: str, patch: BackendPatch) -> Backend:
+        body = await self._client.request(
+            "PATCH",
+            f"/v1/load-balancers/{lb_id}/backends/{backend_id}",
+            json=patch.model_dump(mode="json", exclude_unset=True),
+        )
+        return Backend.model_validate(body)
+
+    async def remove_backend(self, lb_id: str, backend_id: str) -> None:
+        await self._client.request("DELETE", f"/v1/load-balancers/{lb_id}/backends/{backend_id}", expect_body=False)
+
+    async def apply(self, lb_id: str) -> str:
+        """Dispatch `lb.apply` again with the current definition; the id of its job."""
+        body = await self._client.request("POST", f"/v1/load-balancers/{lb_id}/apply")
+        return ApplyStarted.model_validate(body).job_id
 
 
 async def _chunks(data: bytes | AsyncIterable[bytes], size: int) -> AsyncIterator[bytes]:
