@@ -13,6 +13,8 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config
+from hypercorn.events import Closed, RawData
+from hypercorn.events import Event as ServerEvent
 from hypercorn.protocol.events import Body, Event, StreamClosed
 from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
 from hypercorn.trio import serve
@@ -40,11 +42,39 @@ def _contain_connection_failures() -> None:
     async def run(self: TCPServer) -> None:
         try:
             await original(self)
-        except Exception:
-            log.exception("a connection failed; the server goes on")
+        except Exception as exc:
+            # A client's broken bytes, not our bug: one line; the traceback only when debugging.
+            log.warning("a connection failed (%r); the server goes on", exc, exc_info=log.isEnabledFor(logging.DEBUG))
 
     run._fleetdeck_contained = True  # type: ignore[attr-defined]
     TCPServer.run = run  # type: ignore[method-assign]
+
+
+def _sending_while_closing_is_closed() -> None:
+    """Treat a send that meets the connection's own close as a send to a closed connection.
+
+    hypercorn sends under a lock, but closes (`send_eof`) without it: when the protocol closes
+    the connection (the client broke its request off mid-body) while the app is still sending its
+    answer, the app's send meets the half-close in progress and trio raises `BusyResourceError`,
+    which reached the app as an unhandled error with a traceback in the log. Only a close can be
+    sending without the lock, so that error means the connection is going: handled like the
+    `BrokenResourceError` of a connection already gone.
+    """
+    if getattr(TCPServer.protocol_send, "_fleetdeck_closing", False):
+        return
+    original = TCPServer.protocol_send
+
+    async def protocol_send(self: TCPServer, event: ServerEvent) -> None:
+        try:
+            await original(self, event)
+        except trio.BusyResourceError:
+            if not isinstance(event, RawData):
+                raise
+            await self.protocol.handle(Closed())
+
+    protocol_send._fleetdeck_closing = True  # type: ignore[attr-defined]
+    protocol_send.__wrapped__ = original  # type: ignore[attr-defined]
+    TCPServer.protocol_send = protocol_send  # type: ignore[method-assign]
 
 
 def _close_answered_requests() -> None:
@@ -84,6 +114,13 @@ def _close_answered_requests() -> None:
     HTTPStream.handle = handle  # type: ignore[method-assign]
 
 
+def install_server_fixes() -> None:
+    """Patch hypercorn's trio worker where it fails us (each patch says why); idempotent."""
+    _contain_connection_failures()
+    _sending_while_closing_is_closed()
+    _close_answered_requests()
+
+
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -112,8 +149,7 @@ async def serve_fleet(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    _contain_connection_failures()
-    _close_answered_requests()
+    install_server_fixes()
     config = Config()
     # Hypercorn takes the descriptor over and closes it when it stops: hand it over for good.
     config.bind = [f"fd://{sock.detach()}"]

@@ -13,9 +13,11 @@ import sys
 import time
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import trio
 
 from tests.conftest import Stack, python_env, start_local
 
@@ -118,6 +120,49 @@ def test_one_broken_connection_does_not_take_the_control_plane_down(tmp_path: Pa
             assert http.get(f"/v1/servers/{stack.server_id}").json()["agent"]["online"]
     finally:
         stack.stop()
+
+
+def test_a_send_that_meets_the_connections_close_is_a_closed_connection() -> None:
+    """The app sending its answer while hypercorn half-closes the connection (a client broke its
+    request off) met trio's BusyResourceError: an unhandled error, a traceback in the log. Trio
+    picks which of the two runnable tasks goes first, so the race is run many times: unpatched,
+    some runs meet the error; patched, none does and each ends with the connection closed."""
+    from hypercorn.config import Config
+    from hypercorn.events import Closed, RawData
+    from hypercorn.trio.tcp_server import TCPServer
+
+    from control_plane.serving import install_server_fixes
+
+    install_server_fixes()
+    patched = TCPServer.protocol_send
+    unpatched = patched.__wrapped__  # type: ignore[attr-defined]
+
+    class Protocol:
+        def __init__(self) -> None:
+            self.events: list[object] = []
+
+        async def handle(self, event: object) -> None:
+            self.events.append(event)
+
+    async def race(send: Any) -> str:
+        left, right = trio.socket.socketpair()
+        server = TCPServer(None, Config(), None, None, trio.SocketStream(left))  # type: ignore[arg-type]
+        server.protocol = protocol = Protocol()  # type: ignore[assignment]
+        met_busy = False
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(server._close)
+                nursery.start_soon(send, server, RawData(b"the answer"))
+        except* trio.BusyResourceError:
+            met_busy = True
+        finally:
+            right.close()
+        if met_busy:
+            return "busy"
+        return "closed" if protocol.events == [Closed()] else repr(protocol.events)
+
+    assert "busy" in {trio.run(race, unpatched) for _ in range(200)}, "the race did not happen"
+    assert {trio.run(race, patched) for _ in range(200)} == {"closed"}
 
 
 def _mode(path: Path) -> int:
