@@ -35,13 +35,14 @@ from api_client.load_balancers import (
 )
 from api_client.models import (
     DIRECT_UPLOAD_LIMIT,
+    MAX_ARCHIVE_PATHS,
+    MAX_PATHS,
     RELAY_UPLOAD_LIMIT,
     ApiToken,
     ApiTokenCreated,
     DirectUpload,
     Entry,
     FileContent,
-    FsArchive,
     FsChmodResult,
     FsCopyResult,
     FsDeleted,
@@ -80,13 +81,7 @@ _DELETE_RESULT: TypeAdapter[FsDeleteResult] = TypeAdapter(FsDeleteResult)
 R = TypeVar("R")
 
 
-def _max_paths() -> int:
-    """The most `paths` one request may carry: the bound of the wire model (the agent's too)."""
-    bounds = [getattr(m, "max_length", None) for m in FsArchive.model_fields["paths"].metadata]
-    return min(bound for bound in bounds if isinstance(bound, int))
-
-
-MAX_PATHS_PER_REQUEST = _max_paths()
+MAX_PATHS_PER_REQUEST = MAX_PATHS
 # Move, copy, delete and chmod of more paths go in batches of this many: any number of paths works,
 # and a caller can show progress about once a second (trashing 1,000 items takes ~0.7 s) and stop
 # between batches. Smaller batches would only add round trips.
@@ -111,10 +106,10 @@ class BatchInterrupted(FleetdeckError):
 
 def archive_paths_problem(count: int) -> str | None:
     """Why `count` paths cannot go into one archive, in words, or None when they can."""
-    if count <= MAX_PATHS_PER_REQUEST:
+    if count <= MAX_ARCHIVE_PATHS:
         return None
     return (
-        f"An archive takes up to {MAX_PATHS_PER_REQUEST:,} marked items ({count:,} are marked): "
+        f"An archive takes up to {MAX_ARCHIVE_PATHS:,} marked items ({count:,} are marked): "
         "compress their folder instead, or mark fewer."
     )
 
@@ -567,7 +562,7 @@ class FilesAPI(_SubAPI):
         self, server_id: str, scope: Scope, paths: Sequence[str], destination: str, *, format: Literal["zip", "tar.gz"]
     ) -> str:
         """Start compressing; returns the operation id to follow with `operation()`. One archive
-        is one operation: up to `MAX_PATHS_PER_REQUEST` paths (a folder counts as one)."""
+        is one operation: up to `MAX_ARCHIVE_PATHS` paths (a folder counts as one)."""
         problem = archive_paths_problem(len(paths))
         if problem:
             raise TooManyPaths(problem)

@@ -294,6 +294,8 @@ MAX_INTEGER = 2**63 - 1
 RELAY_UPLOAD_LIMIT = 64 * 1024 * 1024  # bytes through the control plane in one request body
 DIRECT_UPLOAD_LIMIT = 2 * 1024**3  # bytes in one PUT on an agent's ingress (fs/upload/direct)
 READ_LIMIT = 10 * 1024 * 1024  # the editor's read and write limit
+MAX_PATHS = 10_000  # paths in one move, copy, delete or chmod request (clients send more in batches)
+MAX_ARCHIVE_PATHS = 100_000  # paths in one archive: one compress is one operation, it cannot be batched
 
 
 class FsRequest(RequestModel):
@@ -331,26 +333,26 @@ class FsDestination(RequestModel):
 
 
 class FsMoveCopy(FsRequest):
-    paths: list[str] = Field(min_length=1, max_length=10000)
+    paths: list[str] = Field(min_length=1, max_length=MAX_PATHS)
     destination: str = Field(max_length=4096)
     overwrite: bool = False
     to: FsDestination | None = None
 
 
 class FsDelete(FsRequest):
-    paths: list[str] = Field(min_length=1, max_length=10000)
+    paths: list[str] = Field(min_length=1, max_length=MAX_PATHS)
     permanent: bool = False
 
 
 class FsChmod(FsRequest):
-    paths: list[str] = Field(min_length=1, max_length=10000)
+    paths: list[str] = Field(min_length=1, max_length=MAX_PATHS)
     mode: int | str
     recursive: bool = False
     only: Literal["files", "dirs"] | None = None
 
 
 class FsArchive(FsRequest):
-    paths: list[str] = Field(min_length=1, max_length=10000)
+    paths: list[str] = Field(min_length=1, max_length=MAX_ARCHIVE_PATHS)
     format: Literal["zip", "tar.gz"]
     destination: str = Field(max_length=4096)
 

@@ -601,7 +601,8 @@ def test_lb_apply_flattens_the_whole_spec() -> None:
     built = CATALOG["lb.apply"].build(spec)
     assert built.argv == [
         "lb", "apply", "lb-1", "--name", "web", "--revision", "7", "--port", "443", "--tls",
-        "--hostname", "shop.example.com", "--engine", "nginx", "--algorithm", "round_robin", "--health-check-path", "/", "--health-check-interval-s", "10",
+        "--hostname", "shop.example.com", "--engine", "nginx", "--algorithm", "round_robin",
+        "--health-check-path", "/", "--health-check-interval-s", "10",
         "--health-check-healthy-threshold", "2", "--health-check-unhealthy-threshold", "3",
         "--backends", "id=b1,server_id=s1,address=10.0.0.5,port=8080,weight=1,drained=false",
         "--backends", "id=b2,server_id=s2,address=fd00::5,port=9000,weight=3,drained=true", "--json",

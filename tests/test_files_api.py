@@ -7,6 +7,7 @@ import select
 import socket
 import subprocess
 import uuid
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,9 @@ import pytest
 import trio
 
 from api_client import Client
+from api_client.client import TooManyPaths
 from api_client.errors import Conflict
-from api_client.models import RELAY_UPLOAD_LIMIT, FsDirSize, FsSearchResult, Scope
+from api_client.models import MAX_ARCHIVE_PATHS, MAX_PATHS, RELAY_UPLOAD_LIMIT, FsDirSize, FsSearchResult, Scope
 from tests.conftest import Stack
 from tests.helpers import eventually, wait_until
 
@@ -221,6 +223,29 @@ async def test_compress_and_extract_with_progress(stack: Stack, folder: str) -> 
     with stack.http() as http:
         refused = fs(stack, http, "POST", "extract", json=site_body(path=f"{folder}/src/f1.txt", destination=folder))
         assert refused.status_code == 422
+
+
+@pytest.mark.anyio
+async def test_an_archive_takes_more_items_than_one_bulk_request(stack: Stack, folder: str) -> None:
+    """Compress cannot be batched (one archive, one operation): marking every file of a folder over
+    the bulk bound and compressing them works; past the archive bound it is refused in words."""
+    root = site_root(stack) / folder
+    count = MAX_PATHS + 500
+    names = [f"f-{i:05d}.txt" for i in range(count)]
+    for name in names:
+        (root / name).write_bytes(b"x")
+    async with Client(stack.base_url, token=stack.token) as client:
+        paths = [f"{folder}/{name}" for name in names]
+        operation = await client.files.compress(stack.server_id, SITE, paths, f"{folder}/all.zip", format="zip")
+        events = [e async for e in client.files.operation(stack.server_id, operation)]
+        assert events[-1].event == "done", events[-1]
+        with zipfile.ZipFile(root / "all.zip") as made:
+            assert sorted(made.namelist()) == names
+        with pytest.raises(TooManyPaths, match=f"up to {MAX_ARCHIVE_PATHS:,} marked items"):
+            await client.files.compress(stack.server_id, SITE, paths * 10, f"{folder}/x.zip", format="zip")
+    with stack.http() as http:
+        body = site_body(paths=[f"{folder}/{names[0]}"] * (MAX_ARCHIVE_PATHS + 1), format="zip", destination=folder)
+        assert fs(stack, http, "POST", "compress", json=body).status_code == 422
 
 
 @pytest.mark.anyio

@@ -19,7 +19,6 @@ from tests.helpers import wait_for
 from tests.helpers.tui import highlight, highlight_server, names, real_app, run, show_location, site_dir
 from tui.files.commander import CommanderScreen
 from tui.files.dialogs import (
-    ArchiveDialog,
     BulkDialog,
     ConfirmDialog,
     CopyDialog,
@@ -215,8 +214,7 @@ def test_download_then_upload_from_the_commander(stack: Stack, tmp_path: Path) -
 
 def test_bulk_actions_over_the_request_bound_run_in_batches_with_progress(stack: Stack) -> None:
     """More marked items than one request takes: F5 and F8 go in batches behind a progress dialog;
-    a batch that fails says in words what was done before it; Esc stops between batches; an archive
-    of that many is refused in words before anything is sent."""
+    a batch that fails says in words what was done before it; Esc stops between batches."""
     site = site_dir(stack)
     source, target = site / "bulk-src", site / "bulk-dst"
     shutil.rmtree(source, ignore_errors=True)
@@ -253,19 +251,6 @@ def test_bulk_actions_over_the_request_bound_run_in_batches_with_progress(stack:
         await wait_for(pilot, lambda: left.path == "bulk-src" and len(left.pane.all_entries) == count)
         await pilot.press("plus")
         assert len(left.selected_paths()) == count
-
-        # Compress: one archive is one request; refused in words at once, nothing written.
-        await pilot.press("c")
-        await wait_for(pilot, lambda: isinstance(app.screen, ArchiveDialog))
-        archive = app.screen
-        assert f"up to {MAX_PATHS_PER_REQUEST:,} marked items ({count:,} are marked)" in str(
-            archive.query_one("#status", Static).render()
-        )
-        await pilot.press("enter")
-        await pilot.pause()
-        assert app.screen is archive and not (source / "archive.zip").exists()
-        await pilot.press("escape")
-        await wait_for(pilot, lambda: app.screen is screen)
 
         # F5: batches with progress; the second one meets a file that exists: said in words.
         await pilot.press("f5")

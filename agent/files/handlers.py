@@ -35,11 +35,11 @@ from agent.files.jail import Jail, refusal
 from agent.link.call import Call, Handler
 from agent.link.protocol import RpcError, single_error
 from agent.sites import SiteRegistry
+from api_client.models import MAX_ARCHIVE_PATHS, MAX_PATHS
 
 T = TypeVar("T")
 
 _MAX_CURSOR = 1024  # base64 of a file name (at most 255 bytes)
-MAX_PATHS = 10_000
 DEFAULT_SEARCH_LIMIT = 500
 PROGRESS_INTERVAL_S = 0.1  # at most ~10 progress items a second
 UPLOAD_BUFFER = 1024 * 1024
@@ -215,7 +215,8 @@ class FileHandlers:
 
     async def fs_compress(self, call: Call) -> dict[str, Any]:
         params = call.params
-        paths, fmt, destination = _paths(params), _text(params, "format"), _text(params, "destination")
+        paths = _paths(params, MAX_ARCHIVE_PATHS)  # one archive is one operation: not batched
+        fmt, destination = _text(params, "format"), _text(params, "destination")
         if fmt not in archives.FORMATS:
             raise RpcError("validation_error", "format must be 'zip' or 'tar.gz'")
         progress = Progress()
@@ -457,10 +458,10 @@ def _limit(params: dict[str, Any]) -> int:
     return limit
 
 
-def _paths(params: dict[str, Any]) -> list[str]:
+def _paths(params: dict[str, Any], bound: int = MAX_PATHS) -> list[str]:
     paths = params.get("paths")
-    if not isinstance(paths, list) or not paths or len(paths) > MAX_PATHS:
-        raise RpcError("validation_error", f"paths must be a list of 1 to {MAX_PATHS} paths")
+    if not isinstance(paths, list) or not paths or len(paths) > bound:
+        raise RpcError("validation_error", f"paths must be a list of 1 to {bound} paths")
     if not all(isinstance(p, str) for p in paths):
         raise RpcError("validation_error", "paths must be strings")
     return paths
