@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import threading
+import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,8 +21,9 @@ from typing import Any
 import orjson
 import pytest
 
-from agent.files import transfer, write
-from agent.files.fdops import CancelToken
+from agent.files import archives, transfer, write
+from agent.files import tree as tree_ops
+from agent.files.fdops import CancelToken, Progress
 from agent.files.handlers import FileHandlers
 from agent.files.jail import Jail
 from agent.files.read import READ_LIMIT, content_etag
@@ -494,6 +496,49 @@ async def test_hard_links_to_another_users_file_are_neither_read_nor_changed(
         assert (await call(fs.fs_read, **scope, path=f"{prefix}sub/hard-own"))["content"] == "héllo wörld\n"
     assert stat.S_IMODE((home.outside / "secret.txt").stat().st_mode) == 0o600
     assert stat.S_IMODE((site / "sub" / "plain.txt").stat().st_mode) == 0o640
+    assert outside_state(home) == before
+
+
+@pytest.mark.anyio
+async def test_copy_compress_and_content_search_leave_foreign_hard_links_out(
+    fsa: FileHandlers, home: Home, site_user: pwd.struct_passwd
+) -> None:
+    """The same hard link to root's file: copying or compressing it by name is refused; inside a
+    folder it is left out and reported as skipped; a content search does not read it."""
+    site, fs = home.site, fsa
+    for path in [site, *site.rglob("*")]:
+        os.lchown(path, site_user.pw_uid, site_user.pw_gid)
+    (site / "tree").mkdir()
+    (site / "tree" / "plain.txt").write_text("needle in a plain file")
+    os.lchown(site / "tree" / "plain.txt", site_user.pw_uid, site_user.pw_gid)
+    (home.outside / "secret.txt").write_text("needle of root")
+    os.link(home.outside / "secret.txt", site / "tree" / "hard-out")
+    (site / "dest").mkdir()
+    before = outside_state(home)
+    for scope, prefix in ((SITE, ""), ({"scope": "root"}, "example-com/")):
+        out, tree = f"{prefix}tree/hard-out", f"{prefix}tree"
+        for refused in (
+            await error(fs.fs_copy, **scope, paths=[out], destination=f"{prefix}copied"),
+            await error(fs.fs_copy, **scope, paths=[f"{prefix}notes.txt", out], destination=f"{prefix}dest"),
+        ):
+            assert (refused.code, refused.details) == ("forbidden", {"path": out})
+        assert not (site / "copied").exists() and os.listdir(site / "dest") == []
+        with fs.open_scope(scope) as jail:
+            with pytest.raises(RpcError) as named:
+                archives.compress(jail, [out], "zip", f"{prefix}one.zip", token=CancelToken(), progress=Progress())
+            assert (named.value.code, named.value.details) == ("forbidden", {"path": out})
+            assert not (site / "one.zip").exists()
+            made = archives.compress(jail, [tree], "zip", f"{prefix}tree.zip", token=CancelToken(), progress=Progress())
+            assert made["skipped"] == ["tree/hard-out"]
+            with zipfile.ZipFile(site / "tree.zip") as archive:
+                assert sorted(archive.namelist()) == ["tree/", "tree/plain.txt"]
+            (site / "tree.zip").unlink()
+            copied = transfer.copy(jail, jail, [tree], f"{prefix}tree-copy", overwrite=False, token=CancelToken())
+            assert copied["skipped"] == [out]
+            assert sorted(os.listdir(site / "tree-copy")) == ["plain.txt"]
+            shutil.rmtree(site / "tree-copy")
+            found = tree_ops.search(jail, tree, "needle", content=True, limit=10, token=CancelToken())
+            assert [match["entry"]["name"] for match in found["matches"]] == ["plain.txt"]
     assert outside_state(home) == before
 
 

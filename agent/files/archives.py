@@ -26,6 +26,7 @@ cancel removes the temporary folder.
 
 from __future__ import annotations
 
+import functools
 import gzip
 import os
 import posixpath
@@ -35,7 +36,7 @@ import tarfile
 import time
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
@@ -95,6 +96,7 @@ def archive_kind(path: str) -> str:
 class _Source:
     item: Item  # the entry itself (fd set for a folder once opened)
     root: bool = False  # the scope root: its contents go in at the top of the archive
+    base: str = ""  # the folder holding it, relative to the scope: an item's scope path is base/item.path
 
 
 def compress(
@@ -115,13 +117,13 @@ def compress(
         try:
             exclude = frozenset({identity(os.fstat(tmp_fd))} | _trash_of(jail, sources))
             files = nbytes = 0
-            for item in _members(sources, token, exclude):
+            for _, item in _members(sources, token, exclude):
                 if stat.S_ISREG(item.st.st_mode):
                     files += 1
                     nbytes += item.st.st_size
             progress.update(total_files=files, total_bytes=nbytes)
             with open(tmp_fd, "wb", closefd=False) as out:
-                skipped = _write_archive(out, fmt, sources, token, progress, exclude)
+                skipped = _write_archive(out, fmt, jail, sources, token, progress, exclude)
                 out.flush()
             chown_fd(tmp_fd, jail.owner)
             os.fchmod(tmp_fd, 0o644)
@@ -161,7 +163,8 @@ def _sources(jail: Jail, paths: list[str], fds: list[int]) -> list[_Source]:
         if name in names:
             raise RpcError("validation_error", "two items of the archive have the same name", {"name": name})
         names.add(name)
-        sources.append(_Source(Item(dir_fd, name, name, st)))
+        jail.refuse_foreign_link(st, path)
+        sources.append(_Source(Item(dir_fd, name, name, st), base="/".join(parts[:-1])))
     return sources
 
 
@@ -172,23 +175,25 @@ def _trash_of(jail: Jail, sources: list[_Source]) -> set[Identity]:
     return {identity(trash)} if trash is not None and stat.S_ISDIR(trash.st_mode) else set()
 
 
-def _members(sources: list[_Source], token: CancelToken, exclude: frozenset[Identity]) -> Iterator[Item]:
-    """Every entry to archive, folders before their contents, paths being archive names."""
+def _members(sources: list[_Source], token: CancelToken, exclude: frozenset[Identity]) -> Iterator[tuple[str, Item]]:
+    """Every entry to archive, folders before their contents, paths being archive names; each
+    with its path relative to the scope."""
     for source in sources:
         item = source.item
         if source.root:
-            yield from (i for i in walk(item.dir_fd, "", token, exclude=exclude) if not i.post)
+            yield from ((i.path, i) for i in walk(item.dir_fd, "", token, exclude=exclude) if not i.post)
             continue
         if not stat.S_ISDIR(item.st.st_mode):
-            yield item
+            yield join(source.base, item.path), item
             continue
         try:
             fd = open_dir_at(item.dir_fd, item.name)
         except OSError:
             continue  # no longer a folder
         try:
-            yield Item(item.dir_fd, item.name, item.path, os.fstat(fd), fd)
-            yield from (i for i in walk(fd, item.path, token, exclude=exclude) if not i.post)
+            yield join(source.base, item.path), Item(item.dir_fd, item.name, item.path, os.fstat(fd), fd)
+            members = walk(fd, item.path, token, exclude=exclude)
+            yield from ((join(source.base, i.path), i) for i in members if not i.post)
         finally:
             os.close(fd)
 
@@ -221,6 +226,7 @@ def _zip_time(mtime: float) -> tuple[int, int, int, int, int, int]:
 def _write_archive(
     out: IO[bytes],
     fmt: str,
+    jail: Jail,
     sources: list[_Source],
     token: CancelToken,
     progress: Progress,
@@ -230,7 +236,8 @@ def _write_archive(
 ) -> list[str]:
     """Write the archive; ``fmt`` ``"tar"`` is an uncompressed stream (to a pipe). With
     `contained_links`, links that extraction would refuse (absolute, or leading out of the
-    archive) are skipped and reported instead of stored."""
+    archive) are skipped and reported instead of stored. So are files with several hard links
+    that are not the scope user's (see `Jail.refuse_foreign_link`)."""
     skipped: list[str] = []
     archive: zipfile.ZipFile | tarfile.TarFile
     if fmt == "zip":
@@ -240,13 +247,14 @@ def _write_archive(
     else:
         archive = tarfile.open(fileobj=out, mode="w:gz", compresslevel=6, format=tarfile.PAX_FORMAT)  # noqa: SIM115
     try:
-        for item in _members(sources, token, exclude):
+        for scope_path, item in _members(sources, token, exclude):
             mode = item.st.st_mode
             if stat.S_ISDIR(mode):
                 _add_dir(archive, item)
             elif stat.S_ISREG(mode):
                 progress.add(current=item.path)
-                if not _add_file(archive, item, token, progress):
+                trusted = functools.partial(_trusted, jail, scope_path)
+                if not _add_file(archive, item, token, progress, trusted):
                     skipped.append(item.path)
                 progress.add(files=1)
             elif stat.S_ISLNK(mode) and isinstance(archive, tarfile.TarFile):
@@ -288,14 +296,25 @@ def _add_dir(archive: zipfile.ZipFile | tarfile.TarFile, item: Item) -> None:
     archive.writestr(info, b"")
 
 
-def _add_file(archive: zipfile.ZipFile | tarfile.TarFile, item: Item, token: CancelToken, progress: Progress) -> bool:
+def _trusted(jail: Jail, scope_path: str, st: os.stat_result) -> bool:
+    return not jail.is_foreign_link(st, scope_path)
+
+
+def _add_file(
+    archive: zipfile.ZipFile | tarfile.TarFile,
+    item: Item,
+    token: CancelToken,
+    progress: Progress,
+    trusted: Callable[[os.stat_result], bool],
+) -> bool:
+    """Add one file; False when it was left out (gone, no longer a file, a foreign hard link)."""
     try:
         fd = os.open(item.name, O_READ_FILE, dir_fd=item.dir_fd)
     except OSError:
         return False  # gone, or swapped for a link or a FIFO
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(st.st_mode) or not trusted(st):
             return False
         reader = _Reader(fd, st.st_size, token, progress)
         if isinstance(archive, tarfile.TarFile):
@@ -730,7 +749,7 @@ def stream_tar(jail: Jail, paths: list[str], out: IO[bytes], *, token: CancelTok
     fds: list[int] = []
     try:
         sources = _sources(jail, paths, fds)
-        return _write_archive(out, "tar", sources, token, Progress(), frozenset(), contained_links=True)
+        return _write_archive(out, "tar", jail, sources, token, Progress(), frozenset(), contained_links=True)
     finally:
         for fd in fds:
             os.close(fd)

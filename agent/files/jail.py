@@ -205,12 +205,17 @@ class Jail:
                 return st.st_uid
         return os.fstat(self._fd).st_uid
 
+    def is_foreign_link(self, st: os.stat_result, path: str) -> bool:
+        """Whether `st` (of `path`, relative to the scope) is a file `refuse_foreign_link` refuses.
+        Walks over a tree (copy, compress, content search) leave such files out."""
+        return stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_uid != self.scope_uid(path)
+
     def refuse_foreign_link(self, st: os.stat_result, path: str) -> None:
         """Refuse a regular file with more than one link that is not the scope user's: it may be a
         hard link to a file outside the scope (another site's, or /etc/shadow where hard links are
         not protected), and reading it or changing its mode would reach that file. The scope's
         user could make the same change to a file of their own anyway."""
-        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_uid != self.scope_uid(path):
+        if self.is_foreign_link(st, path):
             raise RpcError(
                 "forbidden",
                 "a file with several hard links that belongs to another user: it may lie outside the scope",

@@ -157,7 +157,7 @@ def move(
 
 def _move_across(step: Step, src: Jail, dst: Jail, overwrite: bool, token: CancelToken) -> None:
     """Another file system: copy, put in place, then remove the source."""
-    copier = Copier(token, *_owner_policy(src, dst))
+    copier = Copier(token, *_owner_policy(src, dst), source=src)
     temp = temp_name(step.dst_name)
     try:
         copier.copy(step.src_dir, step.src_name, step.dst_dir, temp, step.src_rel, top=True)
@@ -172,9 +172,11 @@ def copy(
     src: Jail, dst: Jail, paths: list[str], destination: str, *, overwrite: bool, token: CancelToken
 ) -> dict[str, Any]:
     work = plan(src, dst, paths, destination, overwrite=overwrite)
-    copier = Copier(token, *_owner_policy(src, dst))
+    copier = Copier(token, *_owner_policy(src, dst), source=src)
     copied: list[str] = []
     try:
+        for step in work.steps:  # a named foreign hard link refuses the whole batch, before any copy
+            src.refuse_foreign_link(step.src_st, step.src_rel)
         for step in work.steps:
             temp = temp_name(step.dst_name)
             try:
@@ -195,10 +197,11 @@ def copy(
 class Copier:
     """A recursive copy through descriptors (see the module docstring)."""
 
-    def __init__(self, token: CancelToken, owner: tuple[int, int] | None, keep_owner: bool) -> None:
+    def __init__(self, token: CancelToken, owner: tuple[int, int] | None, keep_owner: bool, *, source: Jail) -> None:
         self.token = token
         self.owner = owner
         self.keep_owner = keep_owner
+        self.source = source  # whose foreign hard links are never copied (see `Jail.refuse_foreign_link`)
         self.skipped: list[str] = []
 
     def _chown(self, fd: int, st: os.stat_result) -> None:
@@ -219,7 +222,7 @@ class Copier:
                 return  # removed since its folder was read
             try:
                 if stat.S_ISREG(st.st_mode):
-                    self._file(src_dir, src_name, dst_dir, dst_name)
+                    self._file(src_dir, src_name, dst_dir, dst_name, rel, top=top)
                 elif stat.S_ISDIR(st.st_mode):
                     self._dir(src_dir, src_name, dst_dir, dst_name, rel, depth)
                 elif stat.S_ISLNK(st.st_mode):
@@ -240,7 +243,8 @@ class Copier:
                 continue
         raise RpcError("conflict", "the item kept changing while it was copied", {"path": rel})
 
-    def _file(self, src_dir: int, src_name: str, dst_dir: int, dst_name: str) -> None:
+    def _file(self, src_dir: int, src_name: str, dst_dir: int, dst_name: str, rel: str, *, top: bool) -> None:
+        """Copy one file; a foreign hard link is refused when named, left out (skipped) in a tree."""
         try:
             sfd = os.open(src_name, O_READ_FILE, dir_fd=src_dir)
         except OSError as exc:
@@ -251,6 +255,11 @@ class Copier:
             st = os.fstat(sfd)
             if not stat.S_ISREG(st.st_mode):
                 raise _Swapped()
+            if top:
+                self.source.refuse_foreign_link(st, rel)
+            elif self.source.is_foreign_link(st, rel):
+                self.skipped.append(rel)
+                return
             dfd = os.open(dst_name, O_NEW_FILE, 0o600, dir_fd=dst_dir)
             try:
                 copy_data(sfd, dfd, self.token)

@@ -15,6 +15,7 @@ from agent.files.fdops import (
     O_READ_FILE,
     CancelToken,
     Identity,
+    Item,
     chmod_fd,
     dir_totals,
     identity,
@@ -146,7 +147,7 @@ def search(jail: Jail, path: str, query: str, *, content: bool, limit: int, toke
                 continue
             if not stat.S_ISREG(item.st.st_mode) or item.st.st_size > READ_LIMIT:
                 continue
-            for number, text in _matching_lines(item.dir_fd, item.name, needle):
+            for number, text in _matching_lines(jail, item, needle):
                 if len(matches) >= limit:
                     return {"matches": matches, "truncated": True}
                 found = {"entry": _entry(item.dir_fd, item.name, item.path, item.st), "line": number, "text": text}
@@ -166,14 +167,16 @@ def _entry(dir_fd: int, name: str, path: str, st: os.stat_result) -> dict[str, A
     return entry(name, path, st, target)
 
 
-def _matching_lines(dir_fd: int, name: str, needle: str) -> list[tuple[int, str]]:
+def _matching_lines(jail: Jail, item: Item, needle: str) -> list[tuple[int, str]]:
+    """The lines of the file `item` holding `needle`; none for a file with several hard links that
+    is not the scope user's (it may lie outside the scope: see `Jail.refuse_foreign_link`)."""
     try:
-        fd = os.open(name, O_READ_FILE, dir_fd=dir_fd)
+        fd = os.open(item.name, O_READ_FILE, dir_fd=item.dir_fd)
     except OSError:
         return []  # gone, swapped for a link, unreadable
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > READ_LIMIT:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > READ_LIMIT or jail.is_foreign_link(st, item.path):
             return []
         data = os.read(fd, READ_LIMIT + 1)
         while len(data) <= READ_LIMIT and (more := os.read(fd, READ_LIMIT + 1 - len(data))):
