@@ -320,6 +320,40 @@ async def test_refused_token_gets_4401_and_the_long_backoff(caplog: pytest.LogCa
 
 
 @pytest.mark.anyio
+async def test_a_server_deleted_while_its_agent_says_hello_is_not_left_linked() -> None:
+    """The token was checked, then the server was deleted before the link registered (its hello
+    on the way): the delete found no link to cut, so the link must be refused when it registers."""
+    checked, deleted = trio.Event(), trio.Event()
+
+    async def authenticate(token: str) -> str | None:
+        checked.set()
+        await deleted.wait()
+        return SERVER_ID if token == TOKEN else None
+
+    hub = AgentHub(authenticate=authenticate)
+    async with serving(hub) as url, trio.open_nursery() as nursery:
+        link = AgentLink(url, TOKEN, {}, version="1", backoff=NEVER, auth_backoff=NEVER)
+        refused: list[LinkAuthRefused] = []
+        ended = trio.Event()
+
+        async def run_once() -> None:
+            with pytest.raises(LinkAuthRefused) as info:
+                await link.run_once()
+            refused.append(info.value)
+            ended.set()
+
+        nursery.start_soon(run_once)
+        with trio.fail_after(5):
+            await checked.wait()
+        hub.disconnect(SERVER_ID)  # the delete: its token row is gone, and no link is registered yet
+        deleted.set()
+        with trio.fail_after(5):
+            await ended.wait()
+        assert refused[0].close_code == protocol.CLOSE_AUTH_REFUSED
+        assert not hub.is_online(SERVER_ID)
+
+
+@pytest.mark.anyio
 async def test_http_rejection_counts_as_auth_refusal() -> None:
     # A route that closes before accepting: hypercorn answers the handshake with HTTP 403.
     async def endpoint(websocket: Any) -> None:

@@ -137,6 +137,9 @@ class AgentHub:
         # so a late "offline" of a replaced link never hides the link that replaced it.
         self._presence_locks: dict[str, anyio.Lock] = {}
         self._reported: dict[str, AgentSession] = {}
+        # Servers deleted while this process ran: a link authenticated just before the delete
+        # (its hello still on the way) is refused when it would register, not left linked.
+        self._deleted: set[str] = set()
 
     # --- queries --------------------------------------------------------------------------
 
@@ -155,6 +158,7 @@ class AgentHub:
         """Cut the link of a server that was deleted, at once. Its token went with it, so the
         link closes as a refused token does (4401): the agent waits its long backoff, and every
         relink is refused."""
+        self._deleted.add(server_id)
         link = self._links.pop(server_id, None)
         if link is not None:
             log.info("server %s was deleted: its agent link is cut", server_id)
@@ -269,6 +273,10 @@ class AgentHub:
         try:
             await link.send_text(protocol.encode(welcome))
         except AgentOfflineError:
+            return
+        if server_id in self._deleted:  # deleted since its token was checked: no await from here to registering
+            log.info("agent link of server %s refused: the server was deleted meanwhile", server_id)
+            await _close(websocket, protocol.CLOSE_AUTH_REFUSED)
             return
         previous = self._links.get(server_id)
         self._links[server_id] = link
