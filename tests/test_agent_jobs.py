@@ -817,3 +817,54 @@ async def test_the_runner_masks_stores_and_replays_runs_from_a_real_agent(env: E
     assert b"clean 39-996" in stored_bytes
     for form in (SECRET, quote(SECRET, safe=""), json.dumps(SECRET)[1:-1]):
         assert form.encode() not in stored_bytes
+
+
+@pytest.mark.anyio
+async def test_lines_the_journal_no_longer_holds_are_said_lost_where_they_were(env: Env, tmp_path: Path) -> None:
+    """A job taken back after a control-plane restart whose first lines the agent's bounded journal
+    already dropped: the stored output says which lines were lost, at their place, then goes on."""
+    count = 5 * BLOCK
+    folder = env.add_site("lost.example.com")
+    write_log(folder / "logs/access.log", count)
+    db = Database(f"sqlite:///{tmp_path / 'cp.db'}")
+    db.migrate()
+    with db.engine.begin() as conn:
+        at = "2026-11-22T00:00:00Z"
+        conn.execute(orgs.insert().values(id="org-1", name="o", plan="max", created_at=at))
+        conn.execute(servers.insert().values(id=SERVER_ID, org_id="org-1", name="s", kind="full", created_at=at))
+    argv = ["logs", "tail", "lost.example.com", "--lines", str(count)]
+    async with linked(env, max_bytes=2 * BLOCK * 12) as agent, trio.open_nursery() as nursery:
+        job = db.run_sync(
+            store.create_job,
+            org_id="org-1",
+            server_id=SERVER_ID,
+            kind="logs.tail",
+            args={},
+            argv=argv,
+            created_by=None,
+            idempotency_key=None,
+            status="running",
+        )
+        session = agent.hub.session(SERVER_ID)
+        assert session is not None
+        db.run_sync(store.update_job, job["id"], agent_boot_id=session.boot_id)
+        # The previous control plane started the job and died before storing any line of it.
+        agent.jobs.start(job["id"], "logs.tail", argv)
+        await eventually(lambda: agent.jobs.get(job["id"]).exit_code is not None, within=30)  # type: ignore[union-attr]
+        first_kept = agent.jobs.get(job["id"]).first_seq  # type: ignore[union-attr]
+        assert first_kept > 1  # the journal dropped whole blocks from the start
+
+        runner = JobRunner(db, agent.hub, grace_s=5)
+        runner.bind(nursery)
+        await runner.resume_unfinished(lambda kind: False)
+        with trio.fail_after(30):
+            await eventually(lambda: job["id"] not in runner.live, within=30)
+            _, events = await _sse(runner, "org-1", job["id"])
+        nursery.cancel_scope.cancel()
+    lines = [event.data for event in events if event.event == "line"]
+    note, kept = lines[0], lines[1:]
+    assert (note["seq"], note["stream"]) == (1, "stderr")
+    assert f"lines 1 to {first_kept - 1:,} were lost while the control plane was away" in note["text"]
+    assert [line["seq"] for line in kept] == list(range(first_kept, count + 1))
+    assert [line["text"] for line in kept] == [f"line {i}" for i in range(first_kept, count + 1)]
+    assert events[-1].event == "exit" and events[-1].data == {"exit_code": 0, "status": "succeeded"}

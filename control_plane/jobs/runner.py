@@ -64,6 +64,13 @@ def output_size(texts: list[str]) -> int:
     return (len(joined) if joined.isascii() else len(joined.encode())) + 1
 
 
+def lost_note(first: int, last: int) -> str:
+    return (
+        f"fleetdeck: lines {first:,} to {last:,} were lost while the control plane was away: "
+        "the agent keeps a bounded journal of each job's output"
+    )
+
+
 def cap_note(cap: int, lines: int, size: int) -> str:
     return f"fleetdeck: {lines:,} lines ({size:,} bytes) left out: a job keeps at most {cap:,} bytes of output"
 
@@ -272,12 +279,10 @@ class JobRunner:
         if entry is None:
             return None, "interrupted"
         if entry["first_seq"] > live.received_seq + 1:
-            log.warning(
-                "job %s: its agent no longer holds lines %d to %d",
-                job["id"],
-                live.received_seq + 1,
-                entry["first_seq"] - 1,
-            )
+            first, last = live.received_seq + 1, entry["first_seq"] - 1
+            log.warning("job %s: its agent no longer holds lines %d to %d", job["id"], first, last)
+            # Said in the output itself, where the gap is (the note takes the first missing seq).
+            lines.send_nowait(live.note(lost_note(first, last)))
         log.info(
             "job %s: taken back from the agent of server %s after line %d",
             job["id"],
