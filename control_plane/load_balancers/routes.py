@@ -252,7 +252,10 @@ async def update_load_balancer(
         patch = LoadBalancerPatch.model_validate(body)
     except ValidationError as exc:
         raise _validation(exc) from exc
-    if patch.name not in (None, row["name"]) and await fleet.db.run(store.lb_by_name, caller.org_id, str(patch.name)):
+    taken = None
+    if patch.name is not None and patch.name != row["name"]:
+        taken = await fleet.db.run(store.lb_by_name, caller.org_id, patch.name)
+    if taken is not None:
         raise Conflict(f"a load balancer named {patch.name} exists already")
     values = _patched(row, patch)
     spec = await _change(fleet, _apply_values, lb_id, values)
