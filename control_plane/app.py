@@ -23,6 +23,8 @@ from control_plane.files.routes import router as files_router
 from control_plane.hub import AgentHub, AgentSession
 from control_plane.jobs.routes import router as jobs_router
 from control_plane.jobs.runner import JobRunner
+from control_plane.load_balancers.reports import LbReports
+from control_plane.load_balancers.routes import router as load_balancers_router
 from control_plane.servers import store as server_store
 from control_plane.servers.presence import PresenceFeed
 from control_plane.servers.routes import router as servers_router
@@ -67,6 +69,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
 
         if session is not None:
             await runner.dispatch_queued(server_id, is_read)
+        await lb_reports.on_link(server_id, session)
 
     direct = DirectUploads(db)
     hub = AgentHub(
@@ -76,6 +79,8 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         heartbeat_s=settings.heartbeat_s,
     )
     runner = JobRunner(db, hub, grace_s=settings.job_grace_s, output_cap=settings.job_output_cap_bytes)
+    lb_reports = LbReports(db, hub)
+    runner.on_finish("lb.apply", lb_reports.on_apply_finished)
     return Fleet(
         settings=settings,
         db=db,
@@ -84,6 +89,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         jobs=runner,
         operations=FileOperations(hub),
         direct_uploads=direct,
+        lb_reports=lb_reports,
     )
 
 
@@ -99,6 +105,7 @@ async def _lifespan(fleet: Fleet) -> AsyncIterator[None]:
     async with anyio.create_task_group() as group:
         fleet.jobs.bind(group)
         fleet.operations.bind(group)
+        fleet.lb_reports.bind(group)
         await fleet.jobs.resume_unfinished(is_read)
         yield
         group.cancel_scope.cancel()
@@ -121,6 +128,7 @@ def create_app(fleet: Fleet) -> FastAPI:
     app.include_router(files_router)
     app.include_router(jobs_router)
     app.include_router(audit_router)
+    app.include_router(load_balancers_router)
 
     @app.websocket(AGENT_LINK_PATH)
     async def agent_link(websocket: WebSocket) -> None:

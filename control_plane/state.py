@@ -20,6 +20,7 @@ from control_plane.files.direct import DirectUploads
 from control_plane.files.operations import FileOperations
 from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError, ReplyStream, UploadStream
 from control_plane.jobs.runner import JobRunner
+from control_plane.load_balancers.reports import LbReports
 from control_plane.servers.presence import PresenceFeed
 from control_plane.settings import Settings
 from control_plane.storage import Database
@@ -34,6 +35,7 @@ class Fleet:
     jobs: JobRunner
     operations: FileOperations
     direct_uploads: DirectUploads
+    lb_reports: LbReports
     login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
 
     async def call_agent(

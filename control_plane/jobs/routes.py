@@ -23,7 +23,7 @@ from api_client.errors import (
     UnknownKind,
     ValidationFailed,
 )
-from api_client.job_kinds import JobKind, json_schemas, lookup
+from api_client.job_kinds import BuiltJob, JobKind, json_schemas, lookup
 from api_client.models import Job, JobCreate, JobKindList, JobList
 from control_plane import sse
 from control_plane.auth.principal import Principal
@@ -128,21 +128,38 @@ async def create_job(
     if not online and kind.kind not in QUEUEABLE_KINDS:
         raise AgentOffline("the server's agent is not connected")
     try:
-        row = await fleet.db.run(
-            store.create_job,
-            org_id=caller.org_id,
-            server_id=server_id,
-            kind=kind.kind,
-            args=args,
-            argv=built.argv,
-            created_by=caller.user_id,
-            idempotency_key=idempotency_key,
-        )
+        row = await submit_job(fleet, caller, server_id, kind, built, idempotency_key=idempotency_key)
     except IntegrityError:
         # Another request with the same key was created between the look-up above and this insert.
         if idempotency_key and (earlier := await _earlier_job(fleet, caller, server_id, idempotency_key, kind, args)):
             return earlier
         raise
+    return _json(job_model(row), 201)
+
+
+async def submit_job(
+    fleet: Fleet,
+    caller: Principal,
+    server_id: str,
+    kind: JobKind,
+    built: BuiltJob,
+    *,
+    idempotency_key: str | None = None,
+) -> dict[str, Any]:
+    """The one way a job comes to be, once its checks passed: the row (args masked), the audit
+    entry, and its start when the agent is online (else it stays `queued` for its return)."""
+    args = masked_args(kind, built.args)
+    online = fleet.hub.is_online(server_id)
+    row = await fleet.db.run(
+        store.create_job,
+        org_id=caller.org_id,
+        server_id=server_id,
+        kind=kind.kind,
+        args=args,
+        argv=built.argv,
+        created_by=caller.user_id,
+        idempotency_key=idempotency_key,
+    )
     await fleet.audit(
         caller,
         "jobs.create",
@@ -153,7 +170,7 @@ async def create_job(
     )
     if online:
         fleet.jobs.start(row, secrets=built.secrets, read=kind.read)
-    return _json(job_model(row), 201)
+    return row
 
 
 async def _earlier_job(

@@ -23,7 +23,8 @@ from __future__ import annotations
 import bisect
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from itertools import chain, islice
 from typing import Any
 
@@ -50,6 +51,21 @@ QUEUED_POLL_S = 0.25
 WRITE_GATHER_S = 0.05
 DEFAULT_OUTPUT_CAP = 16 * 1024 * 1024
 JOURNAL_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    """What a finish hook learns of a job that ended: its row as dispatched, how it ended, and
+    what it printed (stdout whole, as kept; the last non-blank stderr line)."""
+
+    job: dict[str, Any]
+    exit_code: int | None
+    status: str
+    stdout: str
+    last_stderr: str | None
+
+
+FinishHook = Callable[[JobEnd], Awaitable[None]]
 
 
 def exit_event(exit_code: int | None, status: str, last_seq: int) -> bytes:
@@ -170,7 +186,13 @@ class JobRunner:
         self._grace_s = grace_s
         self._output_cap = output_cap
         self._group: TaskGroup | None = None
+        self._finish_hooks: dict[str, list[FinishHook]] = {}
         self.live: dict[str, LiveJob] = {}
+
+    def on_finish(self, kind: str, hook: FinishHook) -> None:
+        """Call `hook` when a job of `kind` ends, after its row is final: how an area reads the
+        outcome of its own jobs (a load balancer's apply) without the runner knowing of it."""
+        self._finish_hooks.setdefault(kind, []).append(hook)
 
     def bind(self, group: TaskGroup) -> None:
         """Give the runner the task group its jobs run in (the app's lifespan owns it)."""
@@ -237,6 +259,14 @@ class JobRunner:
             key = store.args_key(orjson.loads(job["args"]))
             await self._db.run(store.remember_read, job["server_id"], job["kind"], key, job["id"], result)
         live.finish(exit_code, status)
+        hooks = self._finish_hooks.get(job["kind"], [])
+        if hooks:
+            end = JobEnd(job, exit_code, status, _stdout_text(live), _last_stderr(live))
+            for hook in hooks:
+                try:
+                    await hook(end)
+                except Exception:
+                    log.exception("job %s: a finish hook of %s failed", job["id"], job["kind"])
 
     async def _follow(
         self,
@@ -249,9 +279,8 @@ class JobRunner:
         session = self._hub.session(job["server_id"])
         if session is None:
             return None, "interrupted"
-        await self._db.run(
-            store.update_job, job["id"], status="running", started_at=now_iso(), agent_boot_id=session.boot_id
-        )
+        if not await self._db.run(store.start_job, job["id"], session.boot_id):
+            return None, "cancelled"  # it ended while it waited (superseded): never run it
         params: dict[str, Any] = {
             "job_id": job["id"],
             "kind": job["kind"],
@@ -412,6 +441,19 @@ class JobRunner:
                 yield exit_event(job["exit_code"], job["status"], after)
                 return
             await anyio.sleep(QUEUED_POLL_S)  # queued for an offline agent: wait for it to start
+
+
+def _stdout_text(live: LiveJob) -> str:
+    return "\n".join(chain.from_iterable(run.texts for run in live.runs if run.stream == "stdout"))
+
+
+def _last_stderr(live: LiveJob) -> str | None:
+    for run in reversed(live.runs):
+        if run.stream == "stderr":
+            for text in reversed(run.texts):
+                if text.strip():
+                    return text.strip()
+    return None
 
 
 def _read_result(live: LiveJob) -> Any:

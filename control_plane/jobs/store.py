@@ -85,6 +85,33 @@ def update_job(conn: Connection, /, job_id: str, **values: Any) -> None:
     conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
 
 
+def start_job(conn: Connection, job_id: str, agent_boot_id: str) -> bool:
+    """Mark a queued job running; False when it is no longer queued (ended while it waited)."""
+    started = conn.execute(
+        jobs.update()
+        .where(jobs.c.id == job_id, jobs.c.status == "queued")
+        .values(status="running", started_at=now_iso(), agent_boot_id=agent_boot_id)
+    )
+    return started.rowcount > 0
+
+
+def end_queued(conn: Connection, job_id: str, status: str, note: str) -> bool:
+    """End a job that has not started, with `note` as its one output line; False when it had
+    started (or ended) already."""
+    ended = conn.execute(
+        jobs.update().where(jobs.c.id == job_id, jobs.c.status == "queued").values(status=status, finished_at=now_iso())
+    )
+    if ended.rowcount == 0:
+        return False
+    insert_lines(conn, job_id, [Run(1, "stderr", now_iso(), [note])])
+    return True
+
+
+def queued_of_kind(conn: Connection, server_id: str, kind: str) -> list[Row]:
+    query = jobs.select().where(jobs.c.server_id == server_id, jobs.c.kind == kind, jobs.c.status == "queued")
+    return [dict(r) for r in conn.execute(query).mappings()]
+
+
 def running_jobs(conn: Connection) -> list[Row]:
     """At start-up: the jobs a previous process left `running` (their agents may still run them)."""
     query = jobs.select().where(jobs.c.status == "running").order_by(jobs.c.created_at)

@@ -135,3 +135,45 @@ read_cache = sa.Table(
     sa.Column("result", sa.String, nullable=True),
     sa.Column("at", sa.String, nullable=False),
 )
+
+# Load balancers (CONTRACT.md § B): the definition is the source of truth, a node applies it.
+# `revision` grows at every accepted mutation; `applied_revision` is what the node last reported.
+load_balancers = sa.Table(
+    "load_balancers",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("org_id", sa.String, sa.ForeignKey("orgs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("port", sa.Integer, nullable=False),
+    sa.Column("tls", sa.Boolean, nullable=False),
+    sa.Column("hostname", sa.String, nullable=True),
+    sa.Column("node_server_id", sa.String, sa.ForeignKey("servers.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("engine", sa.String, nullable=False),
+    sa.Column("algorithm", sa.String, nullable=False),
+    sa.Column("health_check", sa.String, nullable=False),  # JSON of LbHealthCheck
+    sa.Column("state", sa.String, nullable=False),
+    sa.Column("state_error", sa.String, nullable=True),
+    sa.Column("revision", sa.Integer, nullable=False),
+    sa.Column("applied_revision", sa.Integer, nullable=True),
+    sa.Column("applied_at", sa.String, nullable=True),
+    sa.Column("created_at", sa.String, nullable=False),
+    sa.Column("updated_at", sa.String, nullable=False),
+    sa.UniqueConstraint("org_id", "name"),
+)
+
+# A backend of a load balancer, with what its node last reported of it (health NULL: never checked).
+lb_backends = sa.Table(
+    "lb_backends",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("lb_id", sa.String, sa.ForeignKey("load_balancers.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("server_id", sa.String, sa.ForeignKey("servers.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("port", sa.Integer, nullable=False),
+    sa.Column("weight", sa.Integer, nullable=False),
+    sa.Column("drained", sa.Boolean, nullable=False),
+    sa.Column("health", sa.String, nullable=True),
+    sa.Column("last_check_at", sa.String, nullable=True),
+    sa.Column("stats", sa.String, nullable=True),  # JSON of BackendStats; NULL on the nginx engine
+    sa.Column("created_at", sa.String, nullable=False),
+    sa.Index("ix_lb_backends_lb", "lb_id"),
+)

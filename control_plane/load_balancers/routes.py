@@ -1,0 +1,390 @@
+"""`/v1/load-balancers` (CONTRACT.md § B): definitions, their backends, and their dispatch.
+
+The definition in the database is the source of truth. Every accepted mutation bumps the
+revision, leaves the state `pending_apply` and dispatches `lb.apply` with the whole spec of that
+revision as a job on the node (through `jobs.routes.submit_job`, the one way a job comes to be);
+a node offline keeps it queued, and a newer apply ends the older queued ones `cancelled`, so
+only the newest revision is ever applied. What the node reports back is `reports.LbReports`'s.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Body, Response
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from api_client.errors import Conflict, ImmutableField, LiteServer, NotFound, ValidationFailed
+from api_client.job_kinds import JobKind, lookup
+from api_client.job_kinds.load_balancers import LbApply, LbHealthCheck, LbRemove
+from api_client.load_balancers import (
+    ApplyStarted,
+    Backend,
+    BackendCreate,
+    BackendHealth,
+    BackendPatch,
+    BackendStats,
+    LbSummary,
+    LoadBalancer,
+    LoadBalancerCreate,
+    LoadBalancerList,
+    LoadBalancerPatch,
+)
+from control_plane.auth.principal import Principal
+from control_plane.clock import now_iso, parse
+from control_plane.jobs import store as job_store
+from control_plane.jobs.routes import submit_job
+from control_plane.load_balancers import store
+from control_plane.state import Caller, Fleet, FleetDep
+
+router = APIRouter(prefix="/v1", tags=["load-balancers"])
+
+IMMUTABLE_FIELDS = ("engine", "node_server_id")
+
+
+def _kind(name: str) -> JobKind:
+    kind = lookup(name)
+    assert kind is not None, f"{name} is missing from the job catalog"
+    return kind
+
+
+APPLY, REMOVE = _kind("lb.apply"), _kind("lb.remove")
+
+
+# --- wire models ----------------------------------------------------------------------------
+
+
+def backend_model(row: dict[str, Any]) -> Backend:
+    """A drained backend reads `draining` whatever its probe says; one never checked, `unhealthy`
+    (not known to be healthy: `last_check_at` is null)."""
+    health: BackendHealth = "draining" if row["drained"] else (row["health"] or "unhealthy")
+    return Backend(
+        id=row["id"],
+        server_id=row["server_id"],
+        address=row["address"] or "",
+        port=row["port"],
+        weight=row["weight"],
+        health=health,
+        drained=bool(row["drained"]),
+        last_check_at=parse(row["last_check_at"]) if row["last_check_at"] else None,
+        stats=BackendStats.model_validate_json(row["stats"]) if row["stats"] else None,
+    )
+
+
+def lb_model(row: dict[str, Any], backends: list[dict[str, Any]]) -> LoadBalancer:
+    return LoadBalancer(
+        id=row["id"],
+        name=row["name"],
+        port=row["port"],
+        tls=bool(row["tls"]),
+        hostname=row["hostname"],
+        node_server_id=row["node_server_id"],
+        engine=row["engine"],
+        algorithm=row["algorithm"],
+        health_check=LbHealthCheck.model_validate_json(row["health_check"]),
+        backends=[backend_model(b) for b in backends],
+        state=row["state"],
+        state_error=row["state_error"],
+        revision=row["revision"],
+        applied_revision=row["applied_revision"],
+        applied_at=parse(row["applied_at"]) if row["applied_at"] else None,
+        created_at=parse(row["created_at"]),
+        updated_at=parse(row["updated_at"]),
+    )
+
+
+def _json(model: BaseModel, status: int = 200) -> Response:
+    return Response(model.model_dump_json(), status_code=status, media_type="application/json")
+
+
+async def _lb_row(fleet: Fleet, caller: Principal, lb_id: str) -> dict[str, Any]:
+    row = await fleet.db.run(store.get_lb, caller.org_id, lb_id)
+    if row is None:
+        raise NotFound("no such load balancer")
+    return row
+
+
+async def _lb_answer(fleet: Fleet, caller: Principal, lb_id: str, status: int = 200) -> Response:
+    row = await _lb_row(fleet, caller, lb_id)
+    backends = await fleet.db.run(store.backends_of, [lb_id])
+    return _json(lb_model(row, backends[lb_id]), status)
+
+
+def _may_change(caller: Principal) -> None:
+    """Mutations need what `lb.apply` needs: the lb domain's plan and its capability group."""
+    caller.require_plan(APPLY.min_plan)
+    caller.require(APPLY.group)
+
+
+async def _servers(fleet: Fleet, caller: Principal, server_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The org's servers of these ids; any other id (another org's) is 404."""
+    found = await fleet.db.run(store.check_servers, caller.org_id, sorted(set(server_ids)))
+    for server_id in server_ids:
+        if server_id not in found:
+            raise NotFound(f"no such server: {server_id}", details={"server_id": server_id})
+    return found
+
+
+def _validation(exc: ValidationError, prefix: tuple[str, ...] = ("body",)) -> ValidationFailed:
+    errors = [{"loc": [*prefix, *map(str, e["loc"])], "msg": e["msg"]} for e in exc.errors()]
+    first = errors[0]
+    return ValidationFailed(f"{'.'.join(first['loc'])}: {first['msg']}", details={"errors": errors})
+
+
+# --- dispatch -------------------------------------------------------------------------------
+
+
+async def _change(fleet: Fleet, fn: Any, *args: Any) -> LbApply:
+    """Run `fn(conn, *args)` (the change; it returns the load balancer's id) and the bump of
+    the revision in one transaction, with the spec of the new revision; a change that makes no
+    valid spec is rolled back and refused."""
+
+    def change_and_bump(conn: Connection) -> LbApply:
+        lb_id = fn(conn, *args)
+        return store.bump(conn, lb_id)
+
+    return await _transaction(fleet, change_and_bump)
+
+
+async def _transaction(fleet: Fleet, fn: Any) -> LbApply:
+    try:
+        spec: LbApply = await fleet.db.run(fn)
+    except store.MissingAddress as exc:
+        raise ValidationFailed(str(exc)) from exc
+    except ValidationError as exc:
+        raise _validation(exc) from exc
+    except IntegrityError as exc:
+        raise Conflict("a load balancer of that name exists already") from exc
+    return spec
+
+
+async def _dispatch_apply(fleet: Fleet, caller: Principal, node: str, spec: LbApply) -> str:
+    """`lb.apply` of this revision on the node; older applies still queued end `cancelled`."""
+    job = await submit_job(fleet, caller, node, APPLY, APPLY.build(spec.model_dump(mode="json")))
+    await _supersede(fleet, node, spec.id, job["id"], f"superseded by revision {spec.revision} before it ran")
+    fleet.lb_reports.watch(node)
+    return str(job["id"])
+
+
+async def _supersede(fleet: Fleet, node: str, lb_id: str, keep_job: str | None, note: str) -> None:
+    for queued in await fleet.db.run(job_store.queued_of_kind, node, APPLY.kind):
+        if queued["id"] != keep_job and orjson.loads(queued["args"]).get("id") == lb_id:
+            await fleet.db.run(job_store.end_queued, queued["id"], "cancelled", note)
+
+
+async def _audit(fleet: Fleet, caller: Principal, action: str, spec: LbApply, node: str, **details: Any) -> None:
+    await fleet.audit(
+        caller,
+        f"load_balancers.{action}",
+        server_id=node,
+        target=spec.name,
+        details={"lb_id": spec.id, "revision": spec.revision, **details},
+    )
+
+
+# --- routes ---------------------------------------------------------------------------------
+
+
+@router.get("/load-balancers", response_model=LoadBalancerList)
+async def list_load_balancers(caller: Caller, fleet: FleetDep) -> Response:
+    rows = await fleet.db.run(store.list_lbs, caller.org_id)
+    backends = await fleet.db.run(store.backends_of, [r["id"] for r in rows])
+    lbs = [lb_model(r, backends[r["id"]]) for r in rows]
+    pool = [b for lb in lbs for b in lb.backends]
+    summary = LbSummary(
+        total=len(lbs),
+        applied=sum(1 for lb in lbs if lb.applied_revision == lb.revision),
+        healthy_backends=sum(1 for b in pool if b.health == "healthy"),
+        total_backends=len(pool),
+    )
+    return _json(LoadBalancerList(load_balancers=lbs, summary=summary))
+
+
+@router.post("/load-balancers", response_model=LoadBalancer, status_code=201)
+async def create_load_balancer(body: LoadBalancerCreate, caller: Caller, fleet: FleetDep) -> Response:
+    _may_change(caller)
+    servers = await _servers(fleet, caller, [body.node_server_id, *(b.server_id for b in body.backends)])
+    if servers[body.node_server_id]["kind"] != "full":
+        raise LiteServer("the node is a lite server: it has no agent to run a load balancer")
+    if await fleet.db.run(store.lb_by_name, caller.org_id, body.name):
+        raise Conflict(f"a load balancer named {body.name} exists already")
+    values = {
+        "name": body.name,
+        "port": body.port,
+        "tls": body.tls,
+        "hostname": body.hostname,
+        "node_server_id": body.node_server_id,
+        "engine": body.engine,
+        "algorithm": body.algorithm,
+        "health_check": body.health_check.model_dump_json(),
+    }
+    backends = [{"server_id": b.server_id, "port": b.port, "weight": b.weight} for b in body.backends]
+
+    def create(conn: Connection) -> LbApply:
+        return store.spec_of(conn, store.create_lb(conn, caller.org_id, values, backends))
+
+    spec = await _transaction(fleet, create)
+    job_id = await _dispatch_apply(fleet, caller, body.node_server_id, spec)
+    await _audit(fleet, caller, "create", spec, body.node_server_id, job_id=job_id)
+    return await _lb_answer(fleet, caller, spec.id, 201)
+
+
+@router.get("/load-balancers/{lb_id}", response_model=LoadBalancer)
+async def get_load_balancer(lb_id: str, caller: Caller, fleet: FleetDep) -> Response:
+    return await _lb_answer(fleet, caller, lb_id)
+
+
+@router.patch("/load-balancers/{lb_id}", response_model=LoadBalancer)
+async def update_load_balancer(
+    lb_id: str, body: Annotated[dict[str, Any], Body()], caller: Caller, fleet: FleetDep
+) -> Response:
+    """The body is read as a plain object first: `engine` and `node_server_id` are refused as
+    immutable, not as unknown fields of `LoadBalancerPatch`."""
+    row = await _lb_row(fleet, caller, lb_id)
+    _may_change(caller)
+    for field in IMMUTABLE_FIELDS:
+        if field in body:
+            raise ImmutableField(f"{field} is fixed once the load balancer exists", details={"field": field})
+    try:
+        patch = LoadBalancerPatch.model_validate(body)
+    except ValidationError as exc:
+        raise _validation(exc) from exc
+    taken = None
+    if patch.name is not None and patch.name != row["name"]:
+        taken = await fleet.db.run(store.lb_by_name, caller.org_id, patch.name)
+    if taken is not None:
+        raise Conflict(f"a load balancer named {patch.name} exists already")
+    values = _patched(row, patch)
+    spec = await _change(fleet, _apply_values, lb_id, values)
+    job_id = await _dispatch_apply(fleet, caller, row["node_server_id"], spec)
+    changed = patch.model_dump(mode="json", exclude_unset=True)
+    await _audit(fleet, caller, "update", spec, row["node_server_id"], job_id=job_id, changed=changed)
+    return await _lb_answer(fleet, caller, lb_id)
+
+
+def _patched(row: dict[str, Any], patch: LoadBalancerPatch) -> dict[str, Any]:
+    """The columns a patch changes. Port 443 turns TLS on; a move to port 80 turns it off unless
+    the patch says otherwise. The merged definition is validated as a whole spec afterwards."""
+    given = patch.model_fields_set
+    values: dict[str, Any] = {}
+    for field in ("name", "algorithm", "port", "tls", "hostname"):
+        if field in given:
+            values[field] = getattr(patch, field)
+    if "port" in given and patch.port is not None:
+        values.setdefault("tls", patch.port == 443)
+    if values.get("port") == 443:
+        values["tls"] = True
+    if patch.health_check is not None:
+        merged = orjson.loads(row["health_check"]) | patch.health_check.model_dump(exclude_unset=True)
+        try:
+            values["health_check"] = LbHealthCheck.model_validate(merged).model_dump_json()
+        except ValidationError as exc:
+            raise _validation(exc, ("body", "health_check")) from exc
+    return {k: v for k, v in values.items() if v is not None or k == "hostname"}
+
+
+def _apply_values(conn: Connection, lb_id: str, values: dict[str, Any]) -> str:
+    if values:
+        store.update_lb(conn, lb_id, values)
+    return lb_id
+
+
+@router.delete("/load-balancers/{lb_id}", status_code=204)
+async def delete_load_balancer(lb_id: str, caller: Caller, fleet: FleetDep) -> Response:
+    row = await _lb_row(fleet, caller, lb_id)
+    _may_change(caller)
+    node = row["node_server_id"]
+    remove = LbRemove(id=lb_id, name=row["name"], engine=row["engine"])
+    job = await submit_job(fleet, caller, node, REMOVE, REMOVE.build(remove.model_dump(mode="json")))
+    await _supersede(fleet, node, lb_id, None, "superseded by the load balancer's removal before it ran")
+    await fleet.db.run(store.delete_lb, lb_id)
+    await fleet.audit(
+        caller,
+        "load_balancers.delete",
+        server_id=node,
+        target=row["name"],
+        details={"lb_id": lb_id, "revision": row["revision"], "job_id": job["id"]},
+    )
+    return Response(status_code=204)
+
+
+@router.post("/load-balancers/{lb_id}/backends", response_model=Backend, status_code=201)
+async def add_backend(lb_id: str, body: BackendCreate, caller: Caller, fleet: FleetDep) -> Response:
+    row = await _lb_row(fleet, caller, lb_id)
+    _may_change(caller)
+    await _servers(fleet, caller, [body.server_id])
+    values = {"server_id": body.server_id, "port": body.port, "weight": body.weight}
+    added: list[str] = []
+
+    def add(conn: Connection) -> str:
+        added.append(store.insert_backend(conn, lb_id, values))
+        return lb_id
+
+    spec = await _change(fleet, add)
+    job_id = await _dispatch_apply(fleet, caller, row["node_server_id"], spec)
+    await _audit(fleet, caller, "backend_add", spec, row["node_server_id"], job_id=job_id, backend_id=added[0])
+    return await _backend_answer(fleet, lb_id, added[0], 201)
+
+
+async def _backend_row(fleet: Fleet, lb_id: str, backend_id: str) -> dict[str, Any]:
+    row = await fleet.db.run(store.get_backend, lb_id, backend_id)
+    if row is None:
+        raise NotFound("no such backend")
+    return row
+
+
+async def _backend_answer(fleet: Fleet, lb_id: str, backend_id: str, status: int = 200) -> Response:
+    backends = await fleet.db.run(store.backends_of, [lb_id])
+    found = next(b for b in backends[lb_id] if b["id"] == backend_id)
+    return _json(backend_model(found), status)
+
+
+@router.patch("/load-balancers/{lb_id}/backends/{backend_id}", response_model=Backend)
+async def update_backend(lb_id: str, backend_id: str, body: BackendPatch, caller: Caller, fleet: FleetDep) -> Response:
+    row = await _lb_row(fleet, caller, lb_id)
+    await _backend_row(fleet, lb_id, backend_id)
+    _may_change(caller)
+    values = body.model_dump(exclude_unset=True, exclude_none=True)
+
+    def change(conn: Connection) -> str:
+        if values:
+            store.update_backend(conn, backend_id, values)
+        return lb_id
+
+    spec = await _change(fleet, change)
+    job_id = await _dispatch_apply(fleet, caller, row["node_server_id"], spec)
+    await _audit(
+        fleet, caller, "backend_update", spec, row["node_server_id"], job_id=job_id, backend_id=backend_id, **values
+    )
+    return await _backend_answer(fleet, lb_id, backend_id)
+
+
+@router.delete("/load-balancers/{lb_id}/backends/{backend_id}", status_code=204)
+async def remove_backend(lb_id: str, backend_id: str, caller: Caller, fleet: FleetDep) -> Response:
+    row = await _lb_row(fleet, caller, lb_id)
+    await _backend_row(fleet, lb_id, backend_id)
+    _may_change(caller)
+
+    def remove(conn: Connection) -> str:
+        store.delete_backend(conn, backend_id)
+        return lb_id
+
+    spec = await _change(fleet, remove)
+    job_id = await _dispatch_apply(fleet, caller, row["node_server_id"], spec)
+    await _audit(fleet, caller, "backend_remove", spec, row["node_server_id"], job_id=job_id, backend_id=backend_id)
+    return Response(status_code=204)
+
+
+@router.post("/load-balancers/{lb_id}/apply", response_model=ApplyStarted, status_code=202)
+async def apply_load_balancer(lb_id: str, caller: Caller, fleet: FleetDep) -> Response:
+    """Dispatch the current revision again (the same spec; the node applies it anew)."""
+    row = await _lb_row(fleet, caller, lb_id)
+    _may_change(caller)
+    spec = await _transaction(fleet, lambda conn: store.spec_of(conn, lb_id))
+    await fleet.db.run(store.update_lb, lb_id, {"state": "pending_apply", "state_error": None, "updated_at": now_iso()})
+    job_id = await _dispatch_apply(fleet, caller, row["node_server_id"], spec)
+    await _audit(fleet, caller, "apply", spec, row["node_server_id"], job_id=job_id)
+    return _json(ApplyStarted(job_id=job_id), 202)
