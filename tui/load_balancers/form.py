@@ -70,18 +70,29 @@ class LbFormDialog(FileDialog[LoadBalancer | None]):
         with Vertical(id="lb-form-box", classes="file-dialog -wide -tall"):
             yield Static(printable(title), classes="file-dialog--title", markup=False)
             with VerticalScroll(id="lb-form-fields"):
-                yield from _row("Name", Input(lb.name if lb else "", placeholder="web (a-z, 0-9, -)", id="lb-name"))
+                yield from _row(
+                    "Name", Input(lb.name if lb else "", placeholder="web (a-z, 0-9, -)", id="lb-name", compact=True)
+                )
                 locked = lb is not None
                 yield from _row(
                     "Node" + (" 🔒" if locked else ""),
-                    Select(full, value=lb.node_server_id if lb else Select.NULL, id="lb-node", disabled=locked),
+                    Select(
+                        full,
+                        value=lb.node_server_id if lb else Select.NULL,
+                        id="lb-node",
+                        disabled=locked,
+                        prompt="pick a full server",
+                        compact=True,
+                    ),
                 )
                 yield from _row(
                     "Engine" + (" 🔒" if locked else ""),
                     Select(ENGINES, value=lb.engine if lb else "nginx", allow_blank=False, id="lb-engine",
-                           disabled=locked),
+                           disabled=locked, compact=True),
                 )  # fmt: skip
-                yield from _row("Port", Select(PORTS, value=lb.port if lb else 80, allow_blank=False, id="lb-port"))
+                yield from _row(
+                    "Port", Select(PORTS, value=lb.port if lb else 80, allow_blank=False, id="lb-port", compact=True)
+                )
                 yield from _row(
                     "Hostname",
                     Input(
@@ -89,14 +100,23 @@ class LbFormDialog(FileDialog[LoadBalancer | None]):
                         placeholder="www.example.com (the certificate's name)",
                         id="lb-hostname",
                         disabled=not (lb and lb.tls),
+                        compact=True,
                     ),
                 )
                 yield from _row(
                     "Algorithm",
-                    Select(ALGORITHMS, value=lb.algorithm if lb else "round_robin", allow_blank=False, id="lb-algo"),
+                    Select(
+                        ALGORITHMS,
+                        value=lb.algorithm if lb else "round_robin",
+                        allow_blank=False,
+                        id="lb-algo",
+                        compact=True,
+                    ),
                 )
-                yield from _row("Check path", Input(check.path, id="lb-check-path"))
-                yield from _row("Every (s)", Input(str(check.interval_s), type="integer", id="lb-check-interval"))
+                yield from _row("Check path", Input(check.path, id="lb-check-path", compact=True))
+                yield from _row(
+                    "Every (s)", Input(str(check.interval_s), type="integer", id="lb-check-interval", compact=True)
+                )
                 if lb is None:
                     yield Static("Backends: tick the servers, then their port and weight", classes="lb-form--section")
                     for server in self.servers:

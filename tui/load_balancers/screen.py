@@ -68,14 +68,14 @@ class LoadBalancersScreen(FleetScreen):
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Servers"),
+        Binding("escape", "back", "Servers", show=False),
         Binding("d", "drain", "Drain"),
-        Binding("plus", "weight(1)", "Wt+", key_display="+"),
-        Binding("minus", "weight(-1)", "Wt-", key_display="-"),
+        Binding("plus", "weight(1)", "Weight +1", key_display="+"),
+        Binding("minus", "weight(-1)", "Weight -1", key_display="-", show=False),
         Binding("ctrl+up,right_square_bracket", "weight(10)", "Weight +10", show=False),
         Binding("ctrl+down,left_square_bracket", "weight(-10)", "Weight -10", show=False),
         Binding("r", "restore", "Restore the initial weight", show=False),
-        Binding("a", "apply", "Apply"),
+        Binding("a", "apply", "Re-apply", show=False),
         Binding("n", "new", "New"),
         Binding("e", "edit", "Edit"),
         Binding("delete", "remove", "Remove", key_display="Del"),

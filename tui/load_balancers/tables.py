@@ -34,6 +34,7 @@ class Column:
     width: int = 0
     narrowest: int = 0
     widest: int = 0
+    numeric: bool = False  # right-aligned, its label too
 
 
 def fit_widths(columns: Sequence[Column], longest: Mapping[str, int], room: int) -> dict[str, int]:
@@ -92,7 +93,8 @@ class LiveTable(DataTable[Text]):
         keep = self.cursor_key
         self.clear(columns=True)
         for column in self.COLUMNS:
-            self.add_column(column.label, key=column.key, width=widths[column.key])
+            label = Text(column.label, justify="right" if column.numeric else "left")
+            self.add_column(label, key=column.key, width=widths[column.key])
         self._fill(rows, keep)
 
     def _refill(self, rows: Mapping[str, list[Text]]) -> None:
@@ -137,14 +139,14 @@ class PoolTable(LiveTable):
 
     COLUMNS: ClassVar[list[Column]] = [
         Column("backend", "Backend", narrowest=7, widest=24),
-        Column("address", "Address", narrowest=9, widest=200),
-        Column("port", "Port", width=5),
-        Column("weight", "Wt", width=3),
+        Column("address", "Address", narrowest=9, widest=40),
+        Column("port", "Port", width=5, numeric=True),
+        Column("weight", "Wt", width=3, numeric=True),
         Column("health", "Health", width=9),
         Column("drained", "Drain", width=5),
         Column("checked", "Check", width=5),
-        Column("sessions", "Sess", width=5),
-        Column("rate", "Req/s", width=5),
+        Column("sessions", "Sess", width=5, numeric=True),
+        Column("rate", "Req/s", width=5, numeric=True),
     ]
 
 
