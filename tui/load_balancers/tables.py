@@ -127,7 +127,7 @@ class LbTable(LiveTable):
         Column("node", "Node", narrowest=6, widest=16),
         Column("engine", "Engine", width=7),
         Column("port", "Port", width=7),
-        Column("revision", "Revision", width=10),
+        Column("revision", "Revision", width=11),
         Column("state", "State", narrowest=8, widest=200),
     ]
 
@@ -177,11 +177,11 @@ def state_text(lb: LoadBalancer) -> Text:
 
 
 def revision_text(lb: LoadBalancer) -> Text:
-    """`4 applied`, or `4 (3 live)` while the node still serves an older revision."""
+    """`4 applied`, `4 (3 live)` while the node still serves an older revision, `1 (not yet)`."""
     if lb.applied_revision == lb.revision:
         return Text(f"{lb.revision} applied")
-    live = DASH if lb.applied_revision is None else str(lb.applied_revision)
-    return Text(f"{lb.revision} ({live} live)", style="yellow")
+    live = "not yet" if lb.applied_revision is None else f"{lb.applied_revision} live"
+    return Text(f"{lb.revision} ({live})", style="yellow")
 
 
 def backend_cells(backend: Backend, server_name: ServerNames, weight: int, now: datetime | None = None) -> list[Text]:
