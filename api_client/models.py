@@ -200,9 +200,9 @@ class FileContent(WireModel):
 
 # --- jobs -----------------------------------------------------------------------------------
 
-JobStatus = Literal["queued", "running", "succeeded", "failed", "interrupted"]
+JobStatus = Literal["queued", "running", "succeeded", "failed", "cancelled", "interrupted"]
 JobGroup = Literal["observe", "content", "infra", "sysadmin"]
-FINISHED_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "interrupted"})
+FINISHED_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "interrupted"})
 
 
 class JobKindInfo(WireModel):

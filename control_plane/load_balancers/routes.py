@@ -227,9 +227,10 @@ async def create_load_balancer(body: LoadBalancerCreate, caller: Caller, fleet: 
         return store.spec_of(conn, store.create_lb(conn, caller.org_id, values, backends))
 
     spec = await _transaction(fleet, create)
+    answer = await _lb_answer(fleet, caller, spec.id, 201)  # as accepted: the apply may end first
     job_id = await _dispatch_apply(fleet, caller, body.node_server_id, spec)
     await _audit(fleet, caller, "create", spec, body.node_server_id, job_id=job_id)
-    return await _lb_answer(fleet, caller, spec.id, 201)
+    return answer
 
 
 @router.get("/load-balancers/{lb_id}", response_model=LoadBalancer)
@@ -259,10 +260,11 @@ async def update_load_balancer(
         raise Conflict(f"a load balancer named {patch.name} exists already")
     values = _patched(row, patch)
     spec = await _change(fleet, _apply_values, lb_id, values)
+    answer = await _lb_answer(fleet, caller, lb_id)
     job_id = await _dispatch_apply(fleet, caller, row["node_server_id"], spec)
     changed = patch.model_dump(mode="json", exclude_unset=True)
     await _audit(fleet, caller, "update", spec, row["node_server_id"], job_id=job_id, changed=changed)
-    return await _lb_answer(fleet, caller, lb_id)
+    return answer
 
 
 def _patched(row: dict[str, Any], patch: LoadBalancerPatch) -> dict[str, Any]:
@@ -324,9 +326,10 @@ async def add_backend(lb_id: str, body: BackendCreate, caller: Caller, fleet: Fl
         return lb_id
 
     spec = await _change(fleet, add)
+    answer = await _backend_answer(fleet, lb_id, added[0], 201)
     job_id = await _dispatch_apply(fleet, caller, row["node_server_id"], spec)
     await _audit(fleet, caller, "backend_add", spec, row["node_server_id"], job_id=job_id, backend_id=added[0])
-    return await _backend_answer(fleet, lb_id, added[0], 201)
+    return answer
 
 
 async def _backend_row(fleet: Fleet, lb_id: str, backend_id: str) -> dict[str, Any]:
@@ -355,11 +358,12 @@ async def update_backend(lb_id: str, backend_id: str, body: BackendPatch, caller
         return lb_id
 
     spec = await _change(fleet, change)
+    answer = await _backend_answer(fleet, lb_id, backend_id)
     job_id = await _dispatch_apply(fleet, caller, row["node_server_id"], spec)
     await _audit(
         fleet, caller, "backend_update", spec, row["node_server_id"], job_id=job_id, backend_id=backend_id, **values
     )
-    return await _backend_answer(fleet, lb_id, backend_id)
+    return answer
 
 
 @router.delete("/load-balancers/{lb_id}/backends/{backend_id}", status_code=204)

@@ -1,0 +1,140 @@
+"""What a node reports, into the rows: the outcome rules of `lb.apply` (a report of an older
+revision never marks a newer one active) and health ingestion, on a real migrated database."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from api_client.load_balancers import LbApplyOutcome, LbHealthReport
+from control_plane.clock import now_iso
+from control_plane.load_balancers import store
+from control_plane.storage import Database
+from control_plane.storage.schema import orgs, servers
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = Database(f"sqlite:///{tmp_path / 'fleet.db'}")
+    database.migrate()
+    with database.engine.begin() as conn:
+        conn.execute(orgs.insert().values(id="org_1", name="one", plan="free", created_at=now_iso()))
+        for server_id, kind in (("srv_node", "full"), ("srv_b1", "lite"), ("srv_other", "full")):
+            conn.execute(
+                servers.insert().values(
+                    id=server_id, org_id="org_1", name=server_id, kind=kind, address="10.0.0.1", created_at=now_iso()
+                )
+            )
+    yield database
+    database.dispose()
+
+
+def _lb(db: Database, backends: int = 2) -> str:
+    values = {
+        "name": "web",
+        "port": 80,
+        "tls": False,
+        "hostname": None,
+        "node_server_id": "srv_node",
+        "engine": "haproxy",
+        "algorithm": "round_robin",
+        "health_check": '{"path": "/", "interval_s": 10, "healthy_threshold": 2, "unhealthy_threshold": 3}',
+    }
+    pool = [{"server_id": "srv_b1", "port": 8080 + i, "weight": 1} for i in range(backends)]
+    return db.run_sync(store.create_lb, "org_1", values, pool)
+
+
+def _row(db: Database, lb_id: str) -> dict[str, object]:
+    row = db.run_sync(store.get_lb, "org_1", lb_id)
+    assert row is not None
+    return row
+
+
+def _report(db: Database, lb_id: str, revision: int, *healths: str) -> LbHealthReport:
+    backends = db.run_sync(store.backends_of, [lb_id])[lb_id]
+    return LbHealthReport.model_validate(
+        {
+            "id": lb_id,
+            "revision": revision,
+            "backends": [
+                {"id": b["id"], "health": h, "last_check_at": now_iso(), "stats": None}
+                for b, h in zip(backends, healths, strict=True)
+            ],
+        }
+    )
+
+
+def test_an_older_revisions_report_never_marks_the_newer_one_active(db: Database) -> None:
+    lb_id = _lb(db)
+    db.run_sync(store.bump, lb_id)  # revision 2, pending
+    db.run_sync(store.record_outcome, lb_id, LbApplyOutcome(id=lb_id, revision=1, state="active"))
+    row = _row(db, lb_id)
+    assert (row["state"], row["revision"], row["applied_revision"]) == ("pending_apply", 2, 1)
+    assert row["applied_at"]
+    db.run_sync(store.record_outcome, lb_id, LbApplyOutcome(id=lb_id, revision=2, state="active"))
+    assert (_row(db, lb_id)["state"], _row(db, lb_id)["applied_revision"]) == ("active", 2)
+    # A late report of revision 1 after 2 is applied: nothing moves back.
+    db.run_sync(store.record_outcome, lb_id, LbApplyOutcome(id=lb_id, revision=1, state="active"))
+    assert (_row(db, lb_id)["state"], _row(db, lb_id)["applied_revision"]) == ("active", 2)
+
+
+def test_a_failed_apply_is_degraded_with_the_nodes_text_and_keeps_the_applied_revision(db: Database) -> None:
+    lb_id = _lb(db)
+    db.run_sync(store.record_outcome, lb_id, LbApplyOutcome(id=lb_id, revision=1, state="active"))
+    db.run_sync(store.bump, lb_id)
+    error = "[ALERT] parsing [/lb/web.cfg:12]: unknown keyword 'bogus'"
+    db.run_sync(store.record_outcome, lb_id, LbApplyOutcome(id=lb_id, revision=2, state="degraded", error=error))
+    row = _row(db, lb_id)
+    assert (row["state"], row["state_error"], row["applied_revision"]) == ("degraded", error, 1)
+    # A degraded report of an older revision does not touch the newer one.
+    db.run_sync(store.bump, lb_id)
+    db.run_sync(store.record_outcome, lb_id, LbApplyOutcome(id=lb_id, revision=2, state="degraded", error="x"))
+    assert _row(db, lb_id)["state"] == "pending_apply"
+
+
+def test_an_apply_without_outcome_degrades_only_its_own_revision(db: Database) -> None:
+    lb_id = _lb(db)
+    db.run_sync(store.bump, lb_id)
+    db.run_sync(store.record_failed_apply, lb_id, 1, "no handler for lb.apply")
+    assert _row(db, lb_id)["state"] == "pending_apply"
+    db.run_sync(store.record_failed_apply, lb_id, 2, "no handler for lb.apply")
+    assert (_row(db, lb_id)["state"], _row(db, lb_id)["state_error"]) == ("degraded", "no handler for lb.apply")
+
+
+def test_health_reports_move_the_applied_revision_between_active_and_degraded(db: Database) -> None:
+    lb_id = _lb(db)
+    assert db.run_sync(store.record_health, "srv_node", _report(db, lb_id, 1, "healthy", "healthy"))
+    assert _row(db, lb_id)["state"] == "pending_apply"  # not applied yet: health alone does not decide
+    db.run_sync(store.record_outcome, lb_id, LbApplyOutcome(id=lb_id, revision=1, state="active"))
+    assert _row(db, lb_id)["state"] == "active"
+    db.run_sync(store.record_health, "srv_node", _report(db, lb_id, 1, "healthy", "unhealthy"))
+    row = _row(db, lb_id)
+    assert row["state"] == "degraded" and row["state_error"] == "unhealthy backend: 10.0.0.1:8081"
+    backends = db.run_sync(store.backends_of, [lb_id])[lb_id]
+    assert [b["health"] for b in backends] == ["healthy", "unhealthy"] and all(b["last_check_at"] for b in backends)
+    db.run_sync(store.record_health, "srv_node", _report(db, lb_id, 1, "healthy", "draining"))
+    assert (_row(db, lb_id)["state"], _row(db, lb_id)["state_error"]) == ("active", None)
+
+
+def test_a_report_of_another_revision_still_updates_backends(db: Database) -> None:
+    lb_id = _lb(db)
+    db.run_sync(store.record_outcome, lb_id, LbApplyOutcome(id=lb_id, revision=1, state="active"))
+    db.run_sync(store.bump, lb_id)
+    db.run_sync(store.record_health, "srv_node", _report(db, lb_id, 1, "unhealthy", "healthy"))
+    backends = db.run_sync(store.backends_of, [lb_id])[lb_id]
+    assert [b["health"] for b in backends] == ["unhealthy", "healthy"]
+    assert _row(db, lb_id)["state"] == "pending_apply"  # the current revision waits for its own apply
+
+
+def test_an_empty_pool_reads_degraded(db: Database) -> None:
+    lb_id = _lb(db, backends=0)
+    db.run_sync(store.record_outcome, lb_id, LbApplyOutcome(id=lb_id, revision=1, state="active"))
+    assert (_row(db, lb_id)["state"], _row(db, lb_id)["state_error"]) == ("degraded", "the pool has no backends")
+
+
+def test_another_node_cannot_report_for_a_load_balancer(db: Database) -> None:
+    lb_id = _lb(db)
+    assert not db.run_sync(store.record_health, "srv_other", _report(db, lb_id, 1, "unhealthy", "unhealthy"))
+    assert {b["health"] for b in db.run_sync(store.backends_of, [lb_id])[lb_id]} == {None}
