@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,16 @@ from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input, OptionList, Select, Static
 
 from api_client import Client
-from api_client.load_balancers import Backend, LoadBalancer
+from api_client.load_balancers import (
+    Backend,
+    BackendReport,
+    BackendStats,
+    LbApplyOutcome,
+    LbHealthReport,
+    LoadBalancer,
+)
+from control_plane.load_balancers import store
+from control_plane.storage import Database
 from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.tui import run
@@ -231,6 +241,66 @@ def test_drain_asks_first_with_what_stays_in_rotation_and_d_again_undrains(org: 
         await pilot.press("d")
         await wait_for(pilot, lambda: org.backend(lb.id, backend.id).drained is False)  # type: ignore[union-attr]
         assert app.screen is screen
+
+    run(app, scenario)
+
+
+def report_from_the_node(org: Org, lb: LoadBalancer, healths: dict[str, tuple[str, BackendStats | None]]) -> None:
+    """What the node would report over its link, stored by the control plane's own ingestion
+    (`store.record_outcome`, `store.record_health`) in the stack's database: this org's node has
+    no agent, and health is what the pool shows."""
+    database = Database(org.stack.db_url)
+    try:
+        database.run_sync(store.record_outcome, lb.id, LbApplyOutcome(id=lb.id, revision=lb.revision, state="active"))
+        reports = [
+            BackendReport(id=backend_id, health=health, last_check_at=datetime.now(UTC), stats=stats)
+            for backend_id, (health, stats) in healths.items()
+        ]
+        report = LbHealthReport(id=lb.id, revision=lb.revision, backends=reports)
+        assert database.run_sync(store.record_health, org.node, report)
+    finally:
+        database.dispose()
+
+
+def test_the_pool_follows_the_nodes_reports_in_place_and_the_last_healthy_backend_needs_two_yeses(org: Org) -> None:
+    lb = org.create_lb("shop", ["app-1", "app-2"])
+    first, second = lb.backends
+    app = org.app()
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await open_screen(pilot)
+        await pick(pilot, screen, lb.id, second.id)
+        pool = screen.query_one(PoolTable)
+
+        def cell(backend_id: str, column: str) -> str:
+            return str(pool.get_cell(backend_id, column))
+
+        assert (cell(first.id, "sessions"), cell(first.id, "rate"), cell(first.id, "checked")) == ("—", "—", "—")
+        stats = BackendStats(current_sessions=3, total_requests=120, request_rate=4.5)
+        report_from_the_node(org, lb, {first.id: ("healthy", stats), second.id: ("unhealthy", None)})
+        await wait_for(pilot, lambda: cell(first.id, "health") == "healthy")
+        assert (cell(first.id, "sessions"), cell(first.id, "rate")) == ("3", "4.5")
+        assert cell(first.id, "checked").endswith("s")
+        assert (cell(second.id, "sessions"), cell(second.id, "rate")) == ("—", "—")  # none reported: none shown
+        assert pool.cursor_key == second.id, "a refresh keeps the cursor on its row"
+        await wait_for(pilot, lambda: "1/2 backends healthy" in screen_text(app))
+
+        # app-1 is the last healthy backend: a drain asks twice, and No at the second keeps it.
+        pool.move_cursor(row=pool.get_row_index(first.id))
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        assert "app-1 is the last healthy backend" in app.screen.text  # type: ignore[attr-defined]
+        await pilot.press("y")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog) and "Really" in app.screen.title_text)
+        await pilot.press("n")
+        await wait_for(pilot, lambda: app.screen is screen)
+        assert org.backend(lb.id, first.id).drained is False  # type: ignore[union-attr]
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog) and "Really" in app.screen.title_text)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: org.backend(lb.id, first.id).drained is True)  # type: ignore[union-attr]
 
     run(app, scenario)
 
