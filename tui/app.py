@@ -254,12 +254,20 @@ class FleetdeckApp(App[None]):
 
         self.back_to_servers(partial(self.push_screen, JobsScreen(server)))
 
+    def action_go_load_balancers(self) -> None:
+        """The org's load balancers and their pools."""
+        from tui.load_balancers.screen import LoadBalancersScreen
+
+        if not isinstance(self.screen, LoadBalancersScreen):
+            self.back_to_servers(partial(self.push_screen, LoadBalancersScreen()))
+
     def action_switch_theme(self, name: str) -> None:
         self._apply_theme(name)
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         from tui.files.commander import CommanderScreen
         from tui.jobs.screen import JobsScreen
+        from tui.load_balancers.screen import LoadBalancersScreen
 
         for command in super().get_system_commands(screen):
             if command.title != "Theme":  # replaced by the fleetdeck themes below
@@ -274,6 +282,10 @@ class FleetdeckApp(App[None]):
             yield SystemCommand("Go to files", "The files of the highlighted server", self.action_go_files)
         if not isinstance(screen, JobsScreen):
             yield SystemCommand("Go to jobs", "Run and follow jobs on the highlighted server", self.action_go_jobs)
+        if not isinstance(screen, LoadBalancersScreen):
+            yield SystemCommand(
+                "Go to load balancers", "The org's load balancers and their pools", self.action_go_load_balancers
+            )
         yield SystemCommand("Help", "The key bindings of this screen", self.action_help)
 
 
@@ -283,4 +295,5 @@ def _import_the_screens() -> None:
     import tui.bridge
     import tui.files.commander
     import tui.jobs.screen
+    import tui.load_balancers.screen
     import tui.servers.screen  # noqa: F401

@@ -52,6 +52,7 @@ class ServerListScreen(FleetScreen):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("j", "open_jobs", "Jobs"),
+        Binding("b", "app.go_load_balancers", "Load balancers"),
         Binding("r", "reload", "Reload"),
         Binding("q", "app.quit", "Quit", show=False),
     ]
@@ -204,7 +205,7 @@ class ServerListScreen(FleetScreen):
         online = sum(1 for s in full if s.agent.online)
         live = "" if self._presence_supported else " · no live updates"
         servers = f"{len(self.servers)} server" + ("" if len(self.servers) == 1 else "s")
-        text = f"{servers} · {online}/{len(full)} agents online{live} · Enter: files · j: jobs"
+        text = f"{servers} · {online}/{len(full)} agents online{live} · Enter: files · j: jobs · b: load balancers"
         self.query_one("#servers-status", Static).update(text)
 
     # --- actions --------------------------------------------------------------------------

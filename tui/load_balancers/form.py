@@ -1,0 +1,274 @@
+"""`n` and `e`: a load balancer's definition in a form; saving it sends it to the control plane.
+
+New: name, node (a full server of the org), engine, port (443 turns TLS on and asks for the
+hostname of the certificate), algorithm, health check, and the backends picked among the org's
+servers with their port and weight. Edit: the same without the backends (the pool table has
+them); the engine and the node are shown locked, as the control plane refuses to change them.
+
+The request is sent from here, so what the control plane refuses is shown in the form, which
+stays open with what was typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+
+from api_client import Server
+from api_client.job_kinds.load_balancers import LbHealthCheck
+from api_client.load_balancers import (
+    DEFAULT_BACKEND_PORT,
+    BackendCreate,
+    HealthCheckPatch,
+    LoadBalancer,
+    LoadBalancerCreate,
+    LoadBalancerPatch,
+)
+from tui.files.dialogs.base import FileDialog
+from tui.text import load_tcss, printable
+
+M = TypeVar("M", bound=BaseModel)
+
+ENGINES = [("nginx", "nginx"), ("HAProxy", "haproxy")]
+PORTS = [("80 (HTTP)", 80), ("443 (HTTPS, a certificate from ACME)", 443)]
+ALGORITHMS = [("round robin", "round_robin"), ("least connections", "least_conn"), ("IP hash", "ip_hash")]
+
+
+class Invalid(ValueError):
+    """What the user typed cannot be sent; the message says what to fix."""
+
+
+class LbFormDialog(FileDialog[LoadBalancer | None]):
+    """Create (no `lb`) or edit `lb`; dismissed with what the control plane saved."""
+
+    DEFAULT_CSS = load_tcss(__file__)
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("ctrl+s", "save", "Save"),
+    ]
+
+    def __init__(self, servers: Sequence[Server], lb: LoadBalancer | None = None) -> None:
+        super().__init__()
+        self.servers = sorted(servers, key=lambda s: s.name.casefold())
+        self.lb = lb
+        self.saving = False
+
+    # --- layout -------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        lb = self.lb
+        check = lb.health_check if lb is not None else LbHealthCheck()
+        title = f"Edit the load balancer {lb.name}" if lb is not None else "New load balancer"
+        full = [(printable(s.name), s.id) for s in self.servers if s.kind == "full"]
+        with Vertical(id="lb-form-box", classes="file-dialog -wide -tall"):
+            yield Static(printable(title), classes="file-dialog--title", markup=False)
+            with VerticalScroll(id="lb-form-fields"):
+                yield from _row(
+                    "Name", Input(lb.name if lb else "", placeholder="web (a-z, 0-9, -)", id="lb-name", compact=True)
+                )
+                locked = lb is not None
+                yield from _row(
+                    "Node" + (" 🔒" if locked else ""),
+                    Select(
+                        full,
+                        value=lb.node_server_id if lb else Select.NULL,
+                        id="lb-node",
+                        disabled=locked,
+                        prompt="pick a full server",
+                        compact=True,
+                    ),
+                )
+                yield from _row(
+                    "Engine" + (" 🔒" if locked else ""),
+                    Select(ENGINES, value=lb.engine if lb else "nginx", allow_blank=False, id="lb-engine",
+                           disabled=locked, compact=True),
+                )  # fmt: skip
+                yield from _row(
+                    "Port", Select(PORTS, value=lb.port if lb else 80, allow_blank=False, id="lb-port", compact=True)
+                )
+                yield from _row(
+                    "Hostname",
+                    Input(
+                        (lb.hostname or "") if lb else "",
+                        placeholder="www.example.com (the certificate's name)",
+                        id="lb-hostname",
+                        disabled=not (lb and lb.tls),
+                        compact=True,
+                    ),
+                )
+                yield from _row(
+                    "Algorithm",
+                    Select(
+                        ALGORITHMS,
+                        value=lb.algorithm if lb else "round_robin",
+                        allow_blank=False,
+                        id="lb-algo",
+                        compact=True,
+                    ),
+                )
+                yield from _row("Check path", Input(check.path, id="lb-check-path", compact=True))
+                yield from _row(
+                    "Every (s)", Input(str(check.interval_s), type="integer", id="lb-check-interval", compact=True)
+                )
+                if lb is None:
+                    yield Static("Backends: tick the servers, then their port and weight", classes="lb-form--section")
+                    for server in self.servers:
+                        yield from self._backend_row(server)
+            yield Static("", id="status")
+            yield Static("Tab: next field · Space: tick · ctrl+s: save · Esc: cancel", classes="file-dialog--hint")
+            with Horizontal(classes="file-dialog--buttons"):
+                yield Button("Save", variant="primary", id="lb-form-save", compact=True)
+                yield Button("Cancel", id="lb-form-cancel", compact=True)
+
+    def _backend_row(self, server: Server) -> ComposeResult:
+        label = printable(f"{server.name} ({server.address or 'no address'})")
+        with Horizontal(classes="lb-form--backend"):
+            yield Checkbox(label, id=f"pick-{server.id}", compact=True)
+            yield Input(str(DEFAULT_BACKEND_PORT), type="integer", id=f"port-{server.id}", compact=True)
+            yield Input("1", type="integer", id=f"weight-{server.id}", compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#lb-name", Input).focus()
+
+    @on(Select.Changed, "#lb-port")
+    def _port_changed(self, event: Select.Changed) -> None:
+        self.query_one("#lb-hostname", Input).disabled = event.value != 443
+
+    # --- saving -------------------------------------------------------------------------------
+
+    @on(Button.Pressed, "#lb-form-save")
+    def _save_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_save()
+
+    @on(Button.Pressed, "#lb-form-cancel")
+    def _cancel_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_cancel()
+
+    @on(Input.Submitted)
+    def _submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_save()
+
+    def action_save(self) -> None:
+        if self.saving:
+            return
+        try:
+            if self.lb is None:
+                self._send(self.client.load_balancers.create, self.creation())
+            else:
+                patch = self.patch(self.lb)
+                if not patch.model_fields_set:
+                    self.notify("Nothing changed.")
+                    self.finish(None)
+                    return
+                self._send(self.client.load_balancers.update, self.lb.id, patch)
+        except Invalid as exc:
+            self.set_status(str(exc), error=True)
+
+    def _send(self, call: Any, *args: Any) -> None:
+        self.saving = True
+        self.query_one("#lb-form-save", Button).disabled = True
+        self.set_status("Saving…")
+        self.bridge.run(self, call, *args, on_done=self.finish, on_error=self._refused)
+
+    def _refused(self, exc: BaseException) -> None:
+        self.saving = False
+        self.query_one("#lb-form-save", Button).disabled = False
+        self.show_error(exc)
+
+    # --- reading the fields -------------------------------------------------------------------
+
+    def _text(self, widget_id: str) -> str:
+        return self.query_one(f"#{widget_id}", Input).value.strip()
+
+    def _number(self, widget_id: str, what: str) -> int:
+        try:
+            return int(self._text(widget_id))
+        except ValueError:
+            raise Invalid(f"{what}: a whole number, please.") from None
+
+    def _select(self, widget_id: str) -> Any:
+        value = self.query_one(f"#{widget_id}", Select).value
+        return None if value is Select.NULL else value
+
+    def _health_check(self) -> LbHealthCheck:
+        return _checked(
+            LbHealthCheck,
+            path=self._text("lb-check-path") or "/",
+            interval_s=self._number("lb-check-interval", "The check interval"),
+        )
+
+    def _port_and_hostname(self) -> dict[str, Any]:
+        port = self._select("lb-port")
+        hostname = self._text("lb-hostname") or None
+        return {"port": port, "tls": port == 443, "hostname": hostname if port == 443 else None}
+
+    def creation(self) -> LoadBalancerCreate:
+        if self._select("lb-node") is None:
+            raise Invalid("Pick the node: the full server that runs the load balancer.")
+        backends = [
+            _checked(
+                BackendCreate,
+                server_id=server.id,
+                port=self._number(f"port-{server.id}", f"The port of {server.name}"),
+                weight=self._number(f"weight-{server.id}", f"The weight of {server.name}"),
+            )
+            for server in self.servers
+            if self.query_one(f"#pick-{server.id}", Checkbox).value
+        ]
+        return _checked(
+            LoadBalancerCreate,
+            name=self._text("lb-name"),
+            node_server_id=self._select("lb-node"),
+            engine=self._select("lb-engine"),
+            algorithm=self._select("lb-algo"),
+            health_check=self._health_check(),
+            backends=backends,
+            **self._port_and_hostname(),
+        )
+
+    def patch(self, lb: LoadBalancer) -> LoadBalancerPatch:
+        """Only what changed: an untouched field is not sent."""
+        changes: dict[str, Any] = {}
+        name, algorithm = self._text("lb-name"), self._select("lb-algo")
+        if name != lb.name:
+            changes["name"] = name
+        if algorithm != lb.algorithm:
+            changes["algorithm"] = algorithm
+        endpoint = self._port_and_hostname()
+        if (endpoint["port"], endpoint["hostname"]) != (lb.port, lb.hostname if lb.tls else None):
+            changes.update(endpoint)
+        check = self._health_check()
+        check_changes = {
+            field: getattr(check, field)
+            for field in ("path", "interval_s")
+            if getattr(check, field) != getattr(lb.health_check, field)
+        }
+        if check_changes:
+            changes["health_check"] = _checked(HealthCheckPatch, **check_changes)
+        return _checked(LoadBalancerPatch, **changes)
+
+
+def _row(label: str, control: Any) -> ComposeResult:
+    with Horizontal(classes="lb-form--row"):
+        yield Label(label, classes="lb-form--label")
+        yield control
+
+
+def _checked(model: type[M], **values: Any) -> M:
+    """`model(**values)`, its first complaint turned into a sentence for the status line."""
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"]) or "the form"
+        raise Invalid(f"{where}: {error['msg']}") from None

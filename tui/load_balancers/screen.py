@@ -1,0 +1,553 @@
+"""The org's load balancers and, below them, the pool of the highlighted one, live (keys as in hatop).
+
+The list is polled (`GET /v1/load-balancers`, every 2 s; faster while a change is being applied)
+and drawn in place. Pool keys act on the pool's highlighted backend whatever table has the focus:
+
+* `d` drain / undrain (a drain first says how many healthy backends stay in rotation, and the
+  last healthy one needs a second yes); `+` `-` weight ±1, `ctrl+↑` `ctrl+↓` (`]` `[`) ±10,
+  within 1-256; `r` back to the weight the backend had when the screen opened;
+* `a` re-apply, `n` new, `e` edit the highlighted load balancer; Delete removes the highlighted
+  backend (pool focused) or load balancer (load balancers focused), once confirmed;
+* Enter: the same actions in a menu, for the row under the cursor.
+
+A weight change shows at once (in italics until the control plane has it); quick presses are
+sent one after the other, the last one winning. A poll answer that raced a change is dropped, so
+a stale list never flashes the old value back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, ClassVar
+
+from textual import events, on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.timer import Timer
+from textual.widgets import DataTable, Footer, Static
+
+from api_client import Server
+from api_client.load_balancers import MAX_WEIGHT, MIN_WEIGHT, Backend, BackendPatch, LoadBalancer, LoadBalancerList
+from tui.bridge import TaskHandle
+from tui.files.dialogs.simple import ConfirmDialog
+from tui.load_balancers.form import LbFormDialog
+from tui.load_balancers.menu import ActionMenu, MenuItem
+from tui.load_balancers.tables import LbTable, PoolTable, backend_cells, lb_cells, one_line
+from tui.screen import FleetScreen
+from tui.text import load_tcss, printable
+from tui.widgets.header import SafeHeader
+
+# How often the list is polled; faster while a load balancer waits for its node to apply a change.
+POLL_S = 2.0
+POLL_PENDING_S = 0.5
+
+LB_ACTIONS = [
+    MenuItem("apply", "Re-apply", "a"),
+    MenuItem("edit", "Edit", "e"),
+    MenuItem("new", "New load balancer", "n"),
+    MenuItem("remove_lb", "Delete this load balancer", "Del"),
+]
+
+
+def backend_actions(backend: Backend) -> list[MenuItem]:
+    return [
+        MenuItem("drain", "Undrain: back into rotation" if backend.drained else "Drain", "d"),
+        MenuItem("weight(1)", "Weight +1", "+"),
+        MenuItem("weight(-1)", "Weight -1", "-"),
+        MenuItem("weight(10)", "Weight +10", "ctrl+↑ ]"),
+        MenuItem("weight(-10)", "Weight -10", "ctrl+↓ ["),
+        MenuItem("restore", "Restore the initial weight", "r"),
+        MenuItem("remove_backend", "Remove from the pool", "Del"),
+    ]
+
+
+class LoadBalancersScreen(FleetScreen):
+    """Load balancers, their pools, live; hatop's keys."""
+
+    DEFAULT_CSS = load_tcss(__file__)
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "back", "Servers", show=False),
+        Binding("d", "drain", "Drain"),
+        Binding("plus", "weight(1)", "Weight +1", key_display="+"),
+        Binding("minus", "weight(-1)", "Weight -1", key_display="-", show=False),
+        Binding("ctrl+up,right_square_bracket", "weight(10)", "Weight +10", show=False),
+        Binding("ctrl+down,left_square_bracket", "weight(-10)", "Weight -10", show=False),
+        Binding("r", "restore", "Restore the initial weight", show=False),
+        Binding("a", "apply", "Re-apply", show=False),
+        Binding("n", "new", "New"),
+        Binding("e", "edit", "Edit"),
+        Binding("delete", "remove", "Remove", key_display="Del"),
+    ]
+    HELP_KEYS: ClassVar[list[tuple[str, str]]] = [
+        ("Tab", "Between the load balancers and the pool"),
+        ("Enter", "The actions of the row under the cursor"),
+    ]
+
+    AUTO_FOCUS = "#lb-table"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.title = "Load balancers"
+        self.lbs: dict[str, LoadBalancer] = {}
+        self.servers: dict[str, Server] = {}
+        self.loaded = False
+        self._initial_weights: dict[str, int] = {}
+        self._wanted_weights: dict[str, int] = {}  # asked for, not yet in a listing
+        self._sending: set[str] = set()  # backends with a weight change on its way
+        self._resend: set[str] = set()  # ... and a newer one to send after it
+        self._epoch = 0  # grows when a change starts or ends: older poll answers are dropped
+        self._changing = 0
+        self._list_task: TaskHandle | None = None
+        self._poll_timer: Timer | None = None
+        self._list_failing = False
+        self._servers_asked = False
+        self._summary = ""
+
+    def compose(self) -> ComposeResult:
+        yield SafeHeader()
+        yield Static("Loading the load balancers…", id="lb-summary", markup=False)
+        yield LbTable(id="lb-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="lb-pool-bar", markup=False)
+        yield PoolTable(id="lb-pool", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="lb-status", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self.dismissed:
+            return
+        self._load_servers()
+        self.poll()
+
+    # --- data ---------------------------------------------------------------------------------
+
+    def _load_servers(self) -> None:
+        self._servers_asked = True
+        self.bridge.run(self, self.client.servers.list, on_done=self._show_servers, on_error=self.show_error)
+
+    def _show_servers(self, servers: list[Server]) -> None:
+        self.servers = {server.id: server for server in servers}
+        self._draw()
+
+    def poll(self) -> None:
+        """Ask for the list now (unless an answer is on its way)."""
+        if self._poll_timer is not None:
+            self._poll_timer.stop()
+            self._poll_timer = None
+        if self._list_task is not None and not self._list_task.finished:
+            return
+        self._list_task = self.bridge.run(
+            self,
+            self.client.load_balancers.list,
+            on_done=partial(self._listed, self._epoch),
+            on_error=self._list_failed,
+        )
+
+    def _listed(self, epoch: int, listing: LoadBalancerList) -> None:
+        self._list_task = None
+        if epoch != self._epoch or self._changing:
+            self._schedule(POLL_PENDING_S)  # it raced a change: ask again, the answer is stale
+            return
+        self._list_failing = False
+        self.loaded = True
+        self.lbs = {lb.id: lb for lb in sorted(listing.load_balancers, key=lambda lb: lb.name)}
+        for lb in self.lbs.values():
+            for backend in lb.backends:
+                self._initial_weights.setdefault(backend.id, backend.weight)
+                if self._wanted_weights.get(backend.id) == backend.weight and backend.id not in self._sending:
+                    del self._wanted_weights[backend.id]
+        if not self._servers_asked and self._unknown_servers():
+            self._load_servers()
+        self._servers_asked = False
+        self._draw(listing)
+        pending = any(lb.state == "pending_apply" for lb in self.lbs.values())
+        self._schedule(POLL_PENDING_S if pending else POLL_S)
+
+    def _unknown_servers(self) -> bool:
+        ids = {lb.node_server_id for lb in self.lbs.values()}
+        ids.update(b.server_id for lb in self.lbs.values() for b in lb.backends)
+        return bool(ids - self.servers.keys())
+
+    def _list_failed(self, exc: BaseException) -> None:
+        self._list_task = None
+        if not self._list_failing:  # once, not every two seconds
+            self._list_failing = True
+            self.show_error(exc)
+        self._update_summary()
+        self._schedule(POLL_S)
+
+    def _schedule(self, seconds: float) -> None:
+        if self._poll_timer is not None:
+            self._poll_timer.stop()
+        self._poll_timer = self.set_timer(seconds, self.poll)
+
+    def _server_name(self, server_id: str) -> str:
+        server = self.servers.get(server_id)
+        return server.name if server is not None else server_id[:8]
+
+    # --- what is highlighted ------------------------------------------------------------------
+
+    @property
+    def highlighted_lb(self) -> LoadBalancer | None:
+        key = self.query_one(LbTable).cursor_key
+        return self.lbs.get(key) if key is not None else None
+
+    @property
+    def highlighted_backend(self) -> Backend | None:
+        lb = self.highlighted_lb
+        key = self.query_one(PoolTable).cursor_key
+        if lb is None or key is None:
+            return None
+        return next((b for b in lb.backends if b.id == key), None)
+
+    def weight_of(self, backend: Backend) -> int:
+        """The weight shown: the one asked for while it travels, else the control plane's."""
+        return self._wanted_weights.get(backend.id, backend.weight)
+
+    # --- drawing ------------------------------------------------------------------------------
+
+    def _draw(self, listing: LoadBalancerList | None = None) -> None:
+        if not self.loaded:
+            return
+        table = self.query_one(LbTable)
+        table.set_rows({lb.id: lb_cells(lb, self._server_name) for lb in self.lbs.values()}, self._room(table))
+        self._draw_pool()
+        self._update_summary(listing)
+
+    def _draw_pool(self) -> None:
+        lb = self.highlighted_lb
+        pool = self.query_one(PoolTable)
+        backends = lb.backends if lb is not None else []
+        rows = {b.id: backend_cells(b, self._server_name, self.weight_of(b)) for b in backends}
+        pool.set_rows(rows, self._room(pool))
+        self._update_pool_bar(lb)
+        self._update_status(lb)
+
+    def _room(self, table: DataTable[Any]) -> int:
+        return (table.size.width or self.size.width) - 1  # the vertical scrollbar
+
+    def _update_summary(self, listing: LoadBalancerList | None = None) -> None:
+        bar = self.query_one("#lb-summary", Static)
+        if not self.loaded:
+            bar.update("Could not load the load balancers · retrying" if self._list_failing else "Loading…")
+            return
+        if listing is not None:
+            s = listing.summary
+            self._summary = (
+                f"{s.total} load balancer{'' if s.total == 1 else 's'} · {s.applied}/{s.total} applied · "
+                f"{s.healthy_backends}/{s.total_backends} backends healthy"
+            )
+        bar.update(self._summary + (" · connection lost, retrying" if self._list_failing else ""))
+
+    def _update_pool_bar(self, lb: LoadBalancer | None) -> None:
+        bar = self.query_one("#lb-pool-bar", Static)
+        if lb is None:
+            bar.update("No load balancer yet · n: create one" if not self.lbs else "")
+            return
+        check = lb.health_check
+        healthy = sum(b.health == "healthy" for b in lb.backends)
+        bar.update(
+            printable(
+                f"Pool of {lb.name} · {healthy}/{len(lb.backends)} healthy · {lb.algorithm.replace('_', ' ')}"
+                f" · check {check.path} every {check.interval_s}s"
+            )
+        )
+
+    def _update_status(self, lb: LoadBalancer | None) -> None:
+        line = self.query_one("#lb-status", Static)
+        degraded = lb is not None and lb.state == "degraded"
+        line.set_class(degraded, "-error")
+        if lb is not None and degraded:
+            line.update(f"{lb.name} degraded: {one_line(lb.state_error or 'no detail from the node')}")
+        elif lb is not None and not lb.backends:
+            line.update("An empty pool: Enter on the load balancer, or n, to add backends")
+        else:
+            line.update("d drain · +/- weight · ]/[ ±10 · r restore · Enter: actions · ?: keys")
+
+    def on_resize(self, _event: events.Resize) -> None:
+        self._draw()
+
+    @on(DataTable.RowHighlighted, "#lb-table")
+    def _lb_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self._draw_pool()
+
+    # --- changes ------------------------------------------------------------------------------
+
+    def _change(
+        self,
+        call: Callable[..., Awaitable[Any]],
+        *args: Any,
+        on_done: Callable[[Any], object] | None = None,
+        on_error: Callable[[BaseException], object] | None = None,
+    ) -> None:
+        """Send one change; the list is asked for again once it is done (or refused)."""
+        self._epoch += 1
+        self._changing += 1
+
+        def ended() -> None:
+            self._epoch += 1
+            self._changing -= 1
+            self.poll()
+
+        def done(result: Any) -> None:
+            ended()
+            if on_done is not None:
+                on_done(result)
+
+        def failed(exc: BaseException) -> None:
+            ended()
+            (on_error or self.show_error)(exc)
+
+        self.bridge.run(self, call, *args, on_done=done, on_error=failed)
+
+    def _target(self) -> tuple[LoadBalancer, Backend] | None:
+        lb, backend = self.highlighted_lb, self.highlighted_backend
+        if lb is None or backend is None:
+            self.notify("No backend to act on: pick one in the pool.", severity="warning")
+            return None
+        return lb, backend
+
+    def action_weight(self, delta: int) -> None:
+        if (target := self._target()) is None:
+            return
+        lb, backend = target
+        current = self.weight_of(backend)
+        wanted = max(MIN_WEIGHT, min(MAX_WEIGHT, current + delta))
+        if wanted == current:
+            self.notify(f"The weight is already {current} (it goes from {MIN_WEIGHT} to {MAX_WEIGHT}).")
+            return
+        self._set_weight(lb, backend, wanted)
+
+    def action_restore(self) -> None:
+        if (target := self._target()) is None:
+            return
+        lb, backend = target
+        initial = self._initial_weights.get(backend.id, backend.weight)
+        if initial == self.weight_of(backend):
+            self.notify(f"The weight is already {initial}, as when this screen opened.")
+            return
+        self._set_weight(lb, backend, initial)
+
+    def _set_weight(self, lb: LoadBalancer, backend: Backend, weight: int) -> None:
+        self._wanted_weights[backend.id] = weight
+        self._draw_pool()
+        self._send_weight(lb.id, backend.id)
+
+    def _send_weight(self, lb_id: str, backend_id: str) -> None:
+        """One weight change at a time per backend; presses meanwhile are sent after it, merged."""
+        if backend_id in self._sending:
+            self._resend.add(backend_id)
+            return
+        weight = self._wanted_weights.get(backend_id)
+        if weight is None:
+            return
+        self._sending.add(backend_id)
+        self._change(
+            self.client.load_balancers.update_backend,
+            lb_id,
+            backend_id,
+            BackendPatch(weight=weight),
+            on_done=partial(self._weight_sent, lb_id),
+            on_error=partial(self._weight_failed, backend_id),
+        )
+
+    def _weight_sent(self, lb_id: str, backend: Backend) -> None:
+        self._sending.discard(backend.id)
+        self._replace_backend(lb_id, backend)
+        if backend.id in self._resend:
+            self._resend.discard(backend.id)
+            self._send_weight(lb_id, backend.id)
+        elif self._wanted_weights.get(backend.id) == backend.weight:
+            del self._wanted_weights[backend.id]
+        self._draw_pool()
+
+    def _weight_failed(self, backend_id: str, exc: BaseException) -> None:
+        self._sending.discard(backend_id)
+        self._resend.discard(backend_id)
+        self._wanted_weights.pop(backend_id, None)
+        self._draw_pool()
+        self.show_error(exc)
+
+    def _replace_backend(self, lb_id: str, backend: Backend) -> None:
+        lb = self.lbs.get(lb_id)
+        if lb is not None:
+            backends = [backend if b.id == backend.id else b for b in lb.backends]
+            self.lbs[lb_id] = lb.model_copy(update={"backends": backends})
+
+    def _backend_changed(self, lb_id: str, backend: Backend) -> None:
+        self._replace_backend(lb_id, backend)
+        self._draw_pool()
+
+    # --- drain --------------------------------------------------------------------------------
+
+    def action_drain(self) -> None:
+        if (target := self._target()) is None:
+            return
+        lb, backend = target
+        name = self._server_name(backend.server_id)
+        if backend.drained:
+            self._set_drained(lb, backend, False)
+            self.notify(f"Undraining {name}: it goes back into rotation.")
+            return
+        staying = [
+            self._server_name(b.server_id)
+            for b in lb.backends
+            if b.id != backend.id and b.health == "healthy" and not b.drained
+        ]
+        last_healthy = not staying and backend.health == "healthy"
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            if last_healthy:
+                self.app.push_screen(
+                    ConfirmDialog(
+                        f"Really drain the last healthy backend of {lb.name}?",
+                        "No healthy backend would be left to take new requests: the endpoint stops answering.",
+                        confirm_label="Drain anyway",
+                    ),
+                    partial(self._drain_if, lb, backend),
+                )
+            else:
+                self._set_drained(lb, backend, True)
+
+        self.app.push_screen(
+            ConfirmDialog(
+                f"Drain {name} from {lb.name}?", drain_preview(name, backend, staying), confirm_label="Drain"
+            ),
+            answered,
+        )
+
+    def _drain_if(self, lb: LoadBalancer, backend: Backend, yes: bool | None) -> None:
+        if yes:
+            self._set_drained(lb, backend, True)
+
+    def _set_drained(self, lb: LoadBalancer, backend: Backend, drained: bool) -> None:
+        self._change(
+            self.client.load_balancers.update_backend,
+            lb.id,
+            backend.id,
+            BackendPatch(drained=drained),
+            on_done=partial(self._backend_changed, lb.id),
+        )
+
+    # --- the load balancer itself -------------------------------------------------------------
+
+    def _picked_lb(self) -> LoadBalancer | None:
+        lb = self.highlighted_lb
+        if lb is None:
+            self.notify("No load balancer yet: n creates one.", severity="warning")
+        return lb
+
+    def action_apply(self) -> None:
+        if (lb := self._picked_lb()) is None:
+            return
+        self._change(
+            self.client.load_balancers.apply,
+            lb.id,
+            on_done=lambda _job_id: self.notify(printable(f"Applying {lb.name} again on its node…")),
+        )
+
+    def action_new(self) -> None:
+        self.app.push_screen(LbFormDialog(list(self.servers.values())), self._saved)
+
+    def action_edit(self) -> None:
+        if (lb := self._picked_lb()) is None:
+            return
+        self.app.push_screen(LbFormDialog(list(self.servers.values()), lb), self._saved)
+
+    def _saved(self, lb: LoadBalancer | None) -> None:
+        if lb is None:
+            return
+        self.lbs[lb.id] = lb
+        for backend in lb.backends:
+            self._initial_weights.setdefault(backend.id, backend.weight)
+        self._draw()
+        table = self.query_one(LbTable)
+        if lb.id in self.lbs:
+            table.move_cursor(row=table.get_row_index(lb.id), animate=False)
+        self._epoch += 1  # what the list said before the save is stale
+        self.poll()
+
+    def action_remove(self) -> None:
+        """Delete: the backend when the pool has the focus, else the load balancer."""
+        if isinstance(self.focused, PoolTable):
+            self.remove_backend()
+        else:
+            self.remove_lb()
+
+    def remove_backend(self) -> None:
+        if (target := self._target()) is None:
+            return
+        lb, backend = target
+        name = self._server_name(backend.server_id)
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._change(self.client.load_balancers.remove_backend, lb.id, backend.id)
+
+        self.app.push_screen(
+            ConfirmDialog(
+                f"Remove {name} from {lb.name}?",
+                f"{backend.address}:{backend.port} leaves the pool (the server itself is untouched).",
+                confirm_label="Remove",
+            ),
+            answered,
+        )
+
+    def remove_lb(self) -> None:
+        if (lb := self._picked_lb()) is None:
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._change(self.client.load_balancers.delete, lb.id)
+
+        self.app.push_screen(
+            ConfirmDialog(
+                f"Delete the load balancer {lb.name}?",
+                f"Port {lb.port} on {self._server_name(lb.node_server_id)} stops serving at once. "
+                "The backend servers are untouched.",
+                confirm_label="Delete",
+            ),
+            answered,
+        )
+
+    # --- the action menu (Enter) --------------------------------------------------------------
+
+    @on(DataTable.RowSelected)
+    def _row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        if isinstance(event.data_table, PoolTable):
+            backend = self.highlighted_backend
+            if backend is not None:
+                title = f"{self._server_name(backend.server_id)} ({backend.address}:{backend.port})"
+                self.app.push_screen(ActionMenu(title, backend_actions(backend)), self._menu_picked)
+        elif (lb := self.highlighted_lb) is not None:
+            self.app.push_screen(ActionMenu(lb.name, LB_ACTIONS), self._menu_picked)
+
+    def _menu_picked(self, action: str | None) -> None:
+        if action == "remove_backend":
+            self.remove_backend()
+        elif action == "remove_lb":
+            self.remove_lb()
+        elif action is not None:
+            self.call_later(self.run_action, action)
+
+    def action_back(self) -> None:
+        self.dismiss()
+
+
+def drain_preview(name: str, backend: Backend, staying: list[str]) -> str:
+    """What a drain leaves in rotation, in words."""
+    keeps = "Its open connections finish; it gets no new ones. "
+    if not staying:
+        if backend.health == "healthy":
+            return keeps + f"{name} is the last healthy backend: no healthy backend stays in rotation."
+        return keeps + "No healthy backend stays in rotation (none is healthy now)."
+    count = len(staying)
+    names = ", ".join(staying[:4]) + (f" and {count - 4} more" if count > 4 else "")
+    stay = "healthy backend stays" if count == 1 else "healthy backends stay"
+    return keeps + f"{count} {stay} in rotation: {names}."
