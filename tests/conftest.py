@@ -5,6 +5,7 @@ more agents and admin commands against it."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -94,3 +95,39 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     running.stop()
     # A stack that died mid-session fails every later test with ConnectError: say why, once.
     assert died is None, f"fleetdeck local exited with {died}:\n{running.log()[-4000:]}"
+
+
+class AgentProcess:
+    """An agent process of its own (the agent of a second server) that a test may kill and
+    restart; `stop` at the end of the test."""
+
+    def __init__(self, stack: Stack, server_id: str, token: str, home: Path, state: Path) -> None:
+        self.stack, self.server_id = stack, server_id
+        self._args = (stack.base_url, token, home, state)
+        self.process = start_agent(*self._args)
+        self.wait_online()
+
+    def online(self) -> bool:
+        with self.stack.http() as http:
+            return bool(http.get(f"/v1/servers/{self.server_id}").json()["agent"]["online"])
+
+    def wait_online(self) -> None:
+        from tests.helpers import wait_until
+
+        wait_until(self.online, timeout=20)
+
+    def kill(self) -> None:
+        """SIGKILL, and wait until the control plane counts it offline."""
+        from tests.helpers import wait_until
+
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+        wait_until(lambda: not self.online(), timeout=10)
+
+    def restart(self) -> None:
+        self.process = start_agent(*self._args)
+        self.wait_online()
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()

@@ -20,7 +20,7 @@ import trio
 from api_client import Client
 from api_client.errors import AgentOffline
 from api_client.sse import SSEParser
-from tests.conftest import Stack, python_env, start_agent, start_local
+from tests.conftest import AgentProcess, Stack, python_env, start_agent, start_local
 from tests.helpers import wait_until
 
 
@@ -340,29 +340,9 @@ def own_agent(stack: Stack, tmp_path: Path) -> Any:
     (state / "sites.json").write_text('{"sites": [{"domain": "a.example.com", "slug": "site-a"}]}')
     server_id, token = created["server"]["id"], created["agent_token"]
 
-    class Agent:
-        def __init__(self) -> None:
-            self.server_id = server_id
-            self.process = start_agent(stack.base_url, token, home, state)
-
-        def online(self) -> bool:
-            with stack.http() as http:
-                return bool(http.get(f"/v1/servers/{server_id}").json()["agent"]["online"])
-
-        def kill(self) -> None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-            wait_until(lambda: not self.online(), timeout=10)
-
-        def restart(self) -> None:
-            self.process = start_agent(stack.base_url, token, home, state)
-            wait_until(self.online, timeout=20)
-
-    agent = Agent()
-    wait_until(agent.online, timeout=20)
+    agent = AgentProcess(stack, server_id, token, home, state)
     yield agent
-    agent.process.kill()
-    agent.process.wait()
+    agent.stop()
 
 
 def test_offline_reads_answer_cached_and_mutations_409(stack: Stack, own_agent: Any) -> None:

@@ -4,7 +4,6 @@ offline node, only the newest revision run) and what the node's answer does to t
 
 from __future__ import annotations
 
-import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Stack, start_agent
+from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_until
 
 
@@ -350,29 +349,9 @@ def own_node(stack: Stack, tmp_path: Path) -> Iterator[Any]:
     state.mkdir()
     server_id, token = created["server"]["id"], created["agent_token"]
 
-    class Node:
-        def __init__(self) -> None:
-            self.server_id = server_id
-            self.process = start_agent(stack.base_url, token, home, state)
-
-        def online(self) -> bool:
-            with stack.http() as http:
-                return bool(http.get(f"/v1/servers/{server_id}").json()["agent"]["online"])
-
-        def kill(self) -> None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-            wait_until(lambda: not self.online(), timeout=10)
-
-        def restart(self) -> None:
-            self.process = start_agent(stack.base_url, token, home, state)
-            wait_until(self.online, timeout=20)
-
-    node = Node()
-    wait_until(node.online, timeout=20)
+    node = AgentProcess(stack, server_id, token, home, state)
     yield node
-    node.process.kill()
-    node.process.wait()
+    node.stop()
 
 
 def test_offline_node_keeps_only_the_newest_revision_queued(stack: Stack, own_node: Any, backend: str) -> None:
