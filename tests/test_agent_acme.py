@@ -87,6 +87,8 @@ async def test_certificate_issued_over_http01_verifies_and_is_reused(pebble: Peb
         )
         for private in (files.key, files.bundle, settings.account_dir / "account-key.pem"):
             assert mode(private) == 0o600, private
+        for folder in (settings.acme_dir, settings.account_dir, settings.certs_dir, files.key.resolve().parent):
+            assert mode(folder) == 0o700, folder
 
         again = await ensure_certificate(settings, "APP.fleetdeck.test", challenges)
         assert again == files and len(set(responder.served)) == 1, "a valid certificate is reused: no new order"
@@ -147,6 +149,14 @@ async def test_refused_validation_is_a_clean_error_with_pebbles_words(pebble: Pe
 async def test_unreachable_directory_is_a_clean_error(tmp_path: Path) -> None:
     settings = AcmeSettings(tmp_path / "acme", directory_url=f"https://127.0.0.1:{free_port()}/dir")
     with pytest.raises(AcmeError, match=r"cannot reach the ACME directory https://127\.0\.0\.1:"):
+        await ensure_certificate(settings, "app.fleetdeck.test", Http01Challenges())
+
+
+@pytest.mark.anyio
+async def test_unusable_storage_is_a_clean_error(tmp_path: Path) -> None:
+    (tmp_path / "acme").write_text("a file where the folder should be")
+    settings = AcmeSettings(tmp_path / "acme", directory_url=f"https://127.0.0.1:{free_port()}/dir")
+    with pytest.raises(AcmeError, match="cannot keep the certificate under"):
         await ensure_certificate(settings, "app.fleetdeck.test", Http01Challenges())
 
 

@@ -315,13 +315,14 @@ def checked_hostname(hostname: str) -> str:
 
 def _ensure(settings: AcmeSettings, hostname: str, challenges: Http01Challenges, now: datetime.datetime) -> CertFiles:
     host_dir = settings.certs_dir / hostname
-    host_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with _locked(host_dir / ".lock"):  # one issuance per name at a time (an apply and the renewal loop)
-        current = current_certificate(settings, hostname)
-        if current is not None and now < current.renew_at:
-            return current
-        log.info("asking %s for a certificate for %s", settings.directory_url, hostname)
-        with _ca_errors(settings):
+    with _ca_errors(settings):
+        for folder in (settings.acme_dir, settings.certs_dir, host_dir):
+            folder.mkdir(mode=0o700, exist_ok=True, parents=True)
+        with _locked(host_dir / ".lock"):  # one issuance per name at a time (an apply and the renewal loop)
+            current = current_certificate(settings, hostname)
+            if current is not None and now < current.renew_at:
+                return current
+            log.info("asking %s for a certificate for %s", settings.directory_url, hostname)
             return _issue(settings, hostname, challenges)
 
 
@@ -466,6 +467,8 @@ def _ca_errors(settings: AcmeSettings) -> Iterator[None]:
         raise AcmeError(f"cannot reach the ACME directory {settings.directory_url}: {exc}") from exc
     except acme_errors.Error as exc:
         raise AcmeError(str(exc) or type(exc).__name__) from exc
+    except OSError as exc:  # after requests' errors, which are OSErrors too: this is the disk's
+        raise AcmeError(f"cannot keep the certificate under {settings.acme_dir}: {exc}") from exc
 
 
 def _problem_text(problem: messages.Error) -> str:
