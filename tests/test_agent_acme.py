@@ -184,7 +184,7 @@ async def test_responder_answers_known_tokens_only(tmp_path: Path) -> None:
             assert (await http.post("/.well-known/acme-challenge/tok-EN_1")).status_code == 404
             challenges.discard("tok-EN_1")
             assert (await http.get("/.well-known/acme-challenge/tok-EN_1")).status_code == 404
-        assert responder.served == ["tok-EN_1"]
+        assert list(responder.served) == ["tok-EN_1"]
         nursery.cancel_scope.cancel()
 
 

@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ RENEWAL_CHECK_S = 6 * 3600.0
 CHALLENGE_PATH = b"/.well-known/acme-challenge/"
 RESPONDER_TIMEOUT_S = 10.0  # one request per connection; a client that stalls longer is dropped
 MAX_REQUEST_HEAD = 8192
+SERVED_KEPT = 64
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]+$")  # RFC 8555 § 8.3: base64url
 HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 USER_AGENT = "fleetdeck-agent (acme-python)"
@@ -151,13 +153,13 @@ class Http01Responder:
 
     Run it with `port = await nursery.start(responder.run)`; it listens on `host:port` (a free
     port by default) until cancelled. Anything else is 404. One request per connection.
-    `served` lists the tokens answered, in order (what a validation asked for).
+    `served` lists the last tokens answered, in order (what the validations asked for).
     """
 
     challenges: Http01Challenges
     host: str = "127.0.0.1"
     port: int = 0
-    served: list[str] = field(default_factory=list)
+    served: deque[str] = field(default_factory=lambda: deque(maxlen=SERVED_KEPT))
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
