@@ -62,6 +62,7 @@ class StackCredentials:
     token: str
     server_id: str
     db_url: str
+    lb_ports: dict[str, int]  # "80"/"443" -> the port its load balancers listen on (127.0.0.1)
 
 
 class StackStartError(Exception):
@@ -201,7 +202,10 @@ class LocalStack:
         path = self.layout.credentials
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            credentials = StackCredentials(**{field.name: str(data[field.name]) for field in fields(StackCredentials)})
+            credentials = StackCredentials(
+                **{f.name: str(data[f.name]) for f in fields(StackCredentials) if f.name != "lb_ports"},
+                lb_ports={str(k): int(v) for k, v in data.get("lb_ports", {}).items()},
+            )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StackStartError(self._failure(f"left no usable {path} ({exc})")) from exc
         if credentials.base_url.rstrip("/") != base_url.rstrip("/"):
