@@ -66,8 +66,17 @@ def job_manager(config: AgentConfig) -> JobManager:
 async def run_agent(config: AgentConfig, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the control plane until cancelled (reconnecting as needed); started once wired."""
     await trio.to_thread.run_sync(prepare_state_dir, config.state_dir)
+    jobs = job_manager(config)
+    try:
+        await _serve(config, jobs, task_status)
+    finally:
+        if config.lb.agent_run:  # the agent's own nginx/HAProxy (demo, tests) stop with it
+            with trio.CancelScope(shield=True):
+                await jobs.ctx.lb.stop_engines()
+
+
+async def _serve(config: AgentConfig, jobs: JobManager, task_status: trio.TaskStatus[None]) -> None:
     async with trio.open_nursery() as nursery:
-        jobs = job_manager(config)
         await nursery.start(jobs.run)
         await nursery.start(jobs.ctx.lb.run)  # the ACME responder and the health monitor
         files = FileHandlers(config.home, jobs.ctx.sites)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import socket
 from pathlib import Path
 
 import orjson
@@ -17,19 +16,13 @@ from control_plane.app import build_fleet
 from control_plane.auth import store as accounts
 from control_plane.serving import base_url, bind, close_unless_served, serve_fleet
 from fleetdeck.demo import ensure_account, ensure_workspace, write_private
+from fleetdeck.launcher import free_port
 from fleetdeck.paths import StackLayout, private_dir
 from fleetdeck.settings import Settings
 
 log = logging.getLogger("fleetdeck.local")
 
 AGENT_READY_TIMEOUT_S = 30.0
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 now (the demo's load balancers may not take 80/443)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def run_local(data_dir: Path, settings: Settings, port: int = 0, ingress: str | None = None) -> None:

@@ -361,8 +361,8 @@ def own_agent(stack: Stack, tmp_path: Path) -> Any:
     agent = Agent()
     wait_until(agent.online, timeout=20)
     yield agent
-    agent.process.kill()
-    agent.process.wait()
+    agent.process.terminate()  # a graceful stop: its own nginx/HAProxy stop with it
+    agent.process.wait(15)
 
 
 def test_offline_reads_answer_cached_and_mutations_409(stack: Stack, own_agent: Any) -> None:
