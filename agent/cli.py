@@ -14,6 +14,8 @@ from agent import __version__
 from agent.files.ingress import parse_listen
 from agent.files.remote_copy import SshSettings
 from agent.link.client import link_url
+from agent.load_balancers.acme import LETS_ENCRYPT_DIRECTORY
+from agent.load_balancers.settings import LbSettings, parse_port_map
 from agent.runner import AgentConfig, run_agent
 
 log = logging.getLogger("fleetdeck.agent")
@@ -75,6 +77,26 @@ def parser(defaults: Defaults = Defaults()) -> argparse.ArgumentParser:
         default=None,
         help="the ingress's public base URL, when it is not http://HOST:PORT (e.g. behind a TLS proxy)",
     )
+    lb = p.add_argument_group("load balancers", "how this server serves the load balancers it is the node of")
+    lb.add_argument("--lb-bind", metavar="ADDR", default=None, help="the listen address (default: all)")
+    lb.add_argument(
+        "--lb-port-map",
+        metavar="80:PORT,443:PORT",
+        default=None,
+        help="listen on these ports instead of 80/443, with the agent's own nginx and HAProxy (demo, tests)",
+    )
+    lb.add_argument(
+        "--lb-root", metavar="DIR", default=None, help="configurations, sockets, certificates (default: STATE_DIR/lb)"
+    )
+    lb.add_argument(
+        "--acme-directory",
+        metavar="URL",
+        default=LETS_ENCRYPT_DIRECTORY,
+        help="the ACME CA's directory (default: Let's Encrypt)",
+    )
+    lb.add_argument(
+        "--acme-ca-bundle", metavar="FILE", default=None, help="the CA certificates to trust for the ACME directory"
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--version", action="version", version=f"fleetdeck agent {__version__}")
     return p
@@ -113,6 +135,18 @@ def main(argv: list[str], defaults: Defaults = Defaults()) -> int:
         except ValueError as exc:
             print(f"fleetdeck agent: --ingress: {exc}", file=sys.stderr)
             return 2
+    try:
+        port_map = parse_port_map(args.lb_port_map) if args.lb_port_map else {}
+    except ValueError as exc:
+        print(f"fleetdeck agent: --lb-port-map: {exc}", file=sys.stderr)
+        return 2
+    lb = LbSettings(
+        bind=args.lb_bind,
+        port_map=port_map,
+        root=args.lb_root,
+        acme_directory=args.acme_directory,
+        acme_ca_bundle=args.acme_ca_bundle,
+    )
     config = AgentConfig(
         url=args.url,
         token=args.token,
@@ -121,6 +155,7 @@ def main(argv: list[str], defaults: Defaults = Defaults()) -> int:
         ssh=ssh,
         ingress=args.ingress,
         ingress_url=args.ingress_url,
+        lb=lb,
     )
     trio.run(serve_until_signal, config)
     return 0

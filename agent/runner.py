@@ -15,6 +15,8 @@ from agent.jobs.base import JobContext
 from agent.jobs.manager import JobManager
 from agent.link.call import Handler
 from agent.link.client import AgentLink
+from agent.load_balancers.node import LbNode
+from agent.load_balancers.settings import LbSettings
 from agent.sites import SiteRegistry
 from agent.state import prepare_state_dir
 
@@ -31,6 +33,7 @@ class AgentConfig:
     ssh: SshSettings = field(default_factory=SshSettings)  # how other agents reach this one (cross-server copy)
     ingress: str | None = None  # HOST:PORT of the direct-upload ingress (None: no ingress)
     ingress_url: str | None = None  # its public base URL, when not http://HOST:PORT (TLS proxy)
+    lb: LbSettings = field(default_factory=LbSettings)  # how this node serves load balancers
 
 
 def build_handlers(
@@ -43,21 +46,39 @@ def build_handlers(
     handlers.update(RemoteCopy(files, config.state_dir, config.ssh).handlers())
     if jobs is not None:
         handlers.update(jobs.handlers())
+        if isinstance(jobs.ctx.lb, LbNode):
+            handlers.update(jobs.ctx.lb.monitor.handlers())
     return handlers
 
 
 def job_manager(config: AgentConfig) -> JobManager:
     """The agent's job manager (run it in the agent's nursery: jobs outlive calls and links)."""
-    ctx = JobContext(config.home, config.state_dir, SiteRegistry(config.state_dir), config.version)
+    ctx = JobContext(
+        config.home,
+        config.state_dir,
+        SiteRegistry(config.state_dir),
+        config.version,
+        lb=LbNode(config.lb, config.state_dir),
+    )
     return JobManager(ctx)
 
 
 async def run_agent(config: AgentConfig, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the control plane until cancelled (reconnecting as needed); started once wired."""
     await trio.to_thread.run_sync(prepare_state_dir, config.state_dir)
+    jobs = job_manager(config)
+    try:
+        await _serve(config, jobs, task_status)
+    finally:
+        if config.lb.agent_run:  # the agent's own nginx/HAProxy (demo, tests) stop with it
+            with trio.CancelScope(shield=True):
+                await jobs.ctx.lb.stop_engines()
+
+
+async def _serve(config: AgentConfig, jobs: JobManager, task_status: trio.TaskStatus[None]) -> None:
     async with trio.open_nursery() as nursery:
-        jobs = job_manager(config)
         await nursery.start(jobs.run)
+        await nursery.start(jobs.ctx.lb.run)  # the ACME responder and the health monitor
         files = FileHandlers(config.home, jobs.ctx.sites)
         ingress = Ingress(files, config.ingress, public_url=config.ingress_url) if config.ingress else None
         ingress_url: str | None = None

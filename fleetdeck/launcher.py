@@ -20,6 +20,7 @@ import os
 import queue
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -62,6 +63,7 @@ class StackCredentials:
     token: str
     server_id: str
     db_url: str
+    lb_ports: dict[str, int]  # "80"/"443" -> the port its load balancers listen on (127.0.0.1)
 
 
 class StackStartError(Exception):
@@ -201,7 +203,10 @@ class LocalStack:
         path = self.layout.credentials
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            credentials = StackCredentials(**{field.name: str(data[field.name]) for field in fields(StackCredentials)})
+            credentials = StackCredentials(
+                **{f.name: str(data[f.name]) for f in fields(StackCredentials) if f.name != "lb_ports"},
+                lb_ports={str(k): int(v) for k, v in data.get("lb_ports", {}).items()},
+            )
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StackStartError(self._failure(f"left no usable {path} ({exc})")) from exc
         if credentials.base_url.rstrip("/") != base_url.rstrip("/"):
@@ -227,7 +232,11 @@ def start_agent(
 ) -> subprocess.Popen[str]:
     """An agent process for the control plane at `base_url`, as on a real server; `extra` are
     more of its options (``--ssh-port``, ...); `ingress` (HOST:PORT, port 0 for any) gives it a
-    direct-upload ingress, announced as `ingress_url` when given. The caller stops it."""
+    direct-upload ingress, announced as `ingress_url` when given. Its load balancers listen on
+    127.0.0.1 on free ports (its own nginx and HAProxy, stopped with it), never on the node's 80/443
+    unless `extra` says otherwise. The caller stops it (SIGTERM stops its load balancers too)."""
+    if "--lb-port-map" not in extra:
+        extra = (*extra, "--lb-bind", "127.0.0.1", "--lb-port-map", f"80:{free_port()},443:{free_port()}")
     return subprocess.Popen(
         [
             *[sys.executable, "-m", "agent", "--url", base_url, "--token", token],
@@ -242,6 +251,13 @@ def start_agent(
         stderr=stderr,
         text=True,
     )
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 _PR_SET_PDEATHSIG = 1

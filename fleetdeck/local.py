@@ -10,11 +10,13 @@ from pathlib import Path
 import orjson
 import trio
 
+from agent.load_balancers.settings import LbSettings
 from agent.runner import AgentConfig, run_agent
 from control_plane.app import build_fleet
 from control_plane.auth import store as accounts
 from control_plane.serving import base_url, bind, close_unless_served, serve_fleet
 from fleetdeck.demo import ensure_account, ensure_workspace, write_private
+from fleetdeck.launcher import free_port
 from fleetdeck.paths import StackLayout, private_dir
 from fleetdeck.settings import Settings
 
@@ -36,8 +38,14 @@ async def run_local(data_dir: Path, settings: Settings, port: int = 0, ingress: 
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(serve_fleet, fleet, sock)
+                lb_ports = {80: free_port(), 443: free_port()}
                 agent = AgentConfig(
-                    url=url, token=account.agent_token, home=str(home), state_dir=str(agent_state), ingress=ingress
+                    url=url,
+                    token=account.agent_token,
+                    home=str(home),
+                    state_dir=str(agent_state),
+                    ingress=ingress,
+                    lb=LbSettings(bind="127.0.0.1", port_map=lb_ports),
                 )
                 nursery.start_soon(_supervised_agent, agent)
                 with trio.fail_after(AGENT_READY_TIMEOUT_S):
@@ -55,6 +63,7 @@ async def run_local(data_dir: Path, settings: Settings, port: int = 0, ingress: 
                     "token": token,
                     "server_id": account.server_id,
                     "db_url": db_url,
+                    "lb_ports": {str(public): actual for public, actual in lb_ports.items()},
                 }
                 write_private(layout.credentials, orjson.dumps(credentials, option=orjson.OPT_INDENT_2).decode())
                 print(f"fleetdeck is running at {url}", flush=True)

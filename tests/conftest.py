@@ -129,5 +129,10 @@ class AgentProcess:
         self.wait_online()
 
     def stop(self) -> None:
-        self.process.kill()
-        self.process.wait()
+        """A graceful stop: the nginx and HAProxy the agent runs for its load balancers stop with it."""
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -382,10 +382,10 @@ async def test_a_job_outlives_its_link(env: Env) -> None:
 async def test_unknown_kind_bad_argv_errors_and_retention(env: Env) -> None:
     async with linked(env, keep_s=0.3) as agent:
         unknown = await agent.stream(
-            "job.run", {"job_id": "j1", "kind": "lb.apply", "argv": ["lb", "apply", "--json"], "secrets": {}}
+            "job.run", {"job_id": "j1", "kind": "ai.status", "argv": ["ai", "status", "--json"], "secrets": {}}
         )
         assert unknown.exit_code == 127
-        assert unknown.stderr == [f"this agent (fleetdeck-agent {__version__}) has no handler for lb.apply"]
+        assert unknown.stderr == [f"this agent (fleetdeck-agent {__version__}) has no handler for ai.status"]
         assert unknown.stdout == []
 
         bad = await agent.run("site", "inspect", "--json")

@@ -54,7 +54,9 @@ def test_local_starts_answers_and_stops(tmp_path: Path, stop_signal: signal.Sign
         credentials_file = tmp_path / "demo-credentials.json"
         assert stat.S_IMODE(credentials_file.stat().st_mode) == 0o600
         credentials = json.loads(credentials_file.read_text())
-        assert set(credentials) == {"base_url", "email", "password", "token", "server_id", "db_url"}
+        assert set(credentials) == {"base_url", "email", "password", "token", "server_id", "db_url", "lb_ports"}
+        assert set(credentials["lb_ports"]) == {"80", "443"}
+        assert all(0 < port < 65536 for port in credentials["lb_ports"].values())
         assert credentials["base_url"] == url and url.startswith("http://127.0.0.1:")
         health = httpx.get(f"{url}/v1/health").json()
         assert health["status"] == "ok" and health["agents_online"] == 1

@@ -53,6 +53,7 @@ class JobContext:
     version: str
     secrets: Mapping[str, str] = field(default_factory=dict)
     as_json: bool = False  # the job's argv asked for JSON (--json): results print as JSON, not for a person
+    lb: Any = None  # the agent's `agent.load_balancers.node.LbNode` (None: `lb.*` jobs make one with defaults)
 
     @property
     def is_root(self) -> bool:
@@ -62,7 +63,7 @@ class JobContext:
         return os.path.join(self.home, slug)
 
     def with_secrets(self, secrets: Mapping[str, str]) -> JobContext:
-        return JobContext(self.home, self.state_dir, self.sites, self.version, dict(secrets))
+        return replace(self, secrets=dict(secrets), as_json=False)
 
 
 # --- output ------------------------------------------------------------------------------

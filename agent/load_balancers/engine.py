@@ -1,0 +1,181 @@
+"""What both engines share: the files of a load balancer, the tools, the proxy processes.
+
+An engine renders one file per load balancer, validates a candidate with its own checker, and
+reloads without dropping connections, then checks that the reload took (a new worker
+generation). Its messages (the validator's, the reload's) are returned as text: they become the
+`degraded` error of the apply.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from agent.jobs.base import Output
+from agent.jobs.proc import capture_command, tool_env, which
+from agent.load_balancers.acme import CertFiles
+from agent.load_balancers.settings import LbSettings
+from api_client.job_kinds.load_balancers import LbApply
+
+log = logging.getLogger("fleetdeck.agent.lb")
+
+RELOAD_TIMEOUT_S = 15.0
+POLL_S = 0.05
+EXIT_INSTALL_FAILED = 3  # the apply is degraded: the engine could not be installed (documented in jobs.py)
+
+
+@dataclass(frozen=True)
+class RenderInput:
+    """Everything a render needs besides the spec: where to listen, the ACME responder, the certificate."""
+
+    bind: str | None
+    port: int  # the port actually listened on (mapped)
+    http_port: int  # where port 80 is (mapped): the TLS load balancer's challenge and redirect listener
+    acme_port: int | None  # the HTTP-01 responder on 127.0.0.1 (None: no responder)
+    cert: CertFiles | None  # the certificate, when TLS and it exists
+    hook: str  # the test hook's text (added verbatim), "" normally
+
+
+class Engine(ABC):
+    kind: str
+    package: str
+    binary: str
+
+    def __init__(self, settings: LbSettings, root: Path) -> None:
+        self.settings = settings
+        self.root = root / self.kind  # agent-run: the engine's own folder
+        self._lock = trio.Lock()
+
+    @property
+    def agent_run(self) -> bool:
+        return self.settings.agent_run
+
+    @abstractmethod
+    def path(self, lb_id: str) -> Path:
+        """The file of one load balancer."""
+
+    @abstractmethod
+    def render(self, spec: LbApply, given: RenderInput) -> str: ...
+
+    @abstractmethod
+    async def validate(self, lb_id: str, text: str) -> str | None:
+        """The checker's message when `text` as the file of `lb_id` is refused, else None."""
+
+    @abstractmethod
+    async def reload(self) -> str | None:
+        """Start (agent-run, first use) or reload the engine and check it took; the error text or None."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Stop the agent-run engine (tests, the demo); nothing for the system's."""
+
+    def hook_text(self) -> str:
+        """The test hook: `<lb root>/test-hook-<engine>.conf`, added verbatim to every render."""
+        if not self.settings.broken_render_hook:
+            return ""
+        try:
+            return (self.root.parent / f"test-hook-{self.kind}.conf").read_text()
+        except FileNotFoundError:
+            return ""
+
+    async def ensure_installed(self, out: Output) -> str:
+        """The engine's binary, installed with apt on first use; EngineMissing when that fails."""
+        found = which(self.binary)
+        if found:
+            return found
+        out.stderr(f"{self.binary} is not installed: installing the {self.package} package with apt-get (first use)")
+        env = {"DEBIAN_FRONTEND": "noninteractive"}
+        code, _, err = await capture_command(["apt-get", "install", "-y", "-q", self.package], env=tool_env(**env))
+        found = which(self.binary)
+        if code != 0 or not found:
+            raise EngineMissing(f"{self.package} could not be installed with apt-get: {err.strip()[-500:]}")
+        return found
+
+
+class EngineMissing(Exception):
+    """The engine's binary is missing and apt could not install it."""
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def read_pid(pidfile: Path) -> int | None:
+    """The live process a pidfile names, or None."""
+    try:
+        pid = int(pidfile.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def child_pids(pid: int) -> set[int]:
+    """The live children of `pid` (from /proc)."""
+    children: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            children.add(int(entry.name))
+    return children
+
+
+def log_offset(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def log_since(path: Path, offset: int, keep: Callable[[str], bool]) -> str:
+    """The lines `keep` selects, written to `path` after `offset` (an engine's own error log)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            data = f.read(256 * 1024).decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(line for line in data.splitlines() if keep(line)).strip()
+
+
+async def wait_for(check: Callable[[], object], within: float = RELOAD_TIMEOUT_S) -> object:
+    """Poll `check` (blocking work stays short: /proc and small files) until truthy or the timeout; its last value."""
+    deadline = time.monotonic() + within
+    while True:
+        value = check()
+        if value or time.monotonic() >= deadline:
+            return value
+        await trio.sleep(POLL_S)
+
+
+def host_port(address: str, port: int) -> str:
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"

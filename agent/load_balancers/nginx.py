@@ -1,0 +1,259 @@
+"""The nginx engine: an `upstream` and a `server` per load balancer, one file each.
+
+Agent-run (a port map): the agent's own nginx master under `<lb root>/nginx` (`nginx -c
+nginx.conf -p <that folder>`), daemonized so it keeps serving across agent restarts and found
+again by its pidfile. Otherwise the node's own nginx: a file per load balancer in
+/etc/nginx/conf.d, reloaded by systemd when it is PID 1, else by a HUP to the master (what
+``nginx -s reload`` and the init script do).
+
+nginx has no active checks: weights, ``least_conn``/``ip_hash``, a drained backend ``down``, and
+passive ``max_fails``/``fail_timeout``; the agent's prober (health.py) says what is healthy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from agent.jobs.proc import capture_command, which
+from agent.load_balancers.engine import (
+    Engine,
+    RenderInput,
+    child_pids,
+    host_port,
+    log_offset,
+    log_since,
+    pid_alive,
+    read_pid,
+    wait_for,
+)
+from agent.sites import write_atomically
+from api_client.job_kinds.load_balancers import LbApply
+
+ACME_PATH = "/.well-known/acme-challenge/"
+SYSTEM_CONF_DIR = Path("/etc/nginx/conf.d")
+SYSTEM_PIDFILE = Path("/run/nginx.pid")
+SYSTEM_ERROR_LOG = Path("/var/log/nginx/error.log")
+
+
+def _errors(line: str) -> bool:
+    return any(level in line for level in ("[emerg]", "[alert]", "[crit]"))
+
+
+class Nginx(Engine):
+    kind = "nginx"
+    package = "nginx"
+    binary = "nginx"
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.root / "conf.d" if self.agent_run else SYSTEM_CONF_DIR
+
+    @property
+    def pidfile(self) -> Path:
+        return self.root / "nginx.pid" if self.agent_run else SYSTEM_PIDFILE
+
+    @property
+    def error_log(self) -> Path:
+        return self.root / "error.log" if self.agent_run else SYSTEM_ERROR_LOG
+
+    def path(self, lb_id: str) -> Path:
+        return self.conf_dir / f"fleetdeck-lb-{lb_id}.conf"
+
+    # --- render ------------------------------------------------------------------------------
+
+    def render(self, spec: LbApply, given: RenderInput) -> str:
+        upstream = f"fleetdeck_lb_{spec.id}"
+        check = spec.health_check
+        lines = [
+            f"# fleetdeck load balancer {spec.name} ({spec.id}), revision {spec.revision}: written by the agent",
+            f"upstream {upstream} {{",
+        ]
+        if spec.algorithm == "least_conn":
+            lines.append("    least_conn;")
+        elif spec.algorithm == "ip_hash":
+            lines.append("    ip_hash;")
+        for backend in spec.backends:
+            down = " down" if backend.drained else ""
+            lines.append(
+                f"    server {host_port(backend.address, backend.port)} weight={backend.weight}"
+                f" max_fails={check.unhealthy_threshold} fail_timeout={check.interval_s}s{down};  # {backend.id}"
+            )
+        if not spec.backends:
+            lines.append("    server 127.0.0.1:1 down;  # an empty pool answers 502")
+        lines.append("}")
+        name = spec.hostname or "_"
+        if spec.tls:
+            lines += self._http_side(name, given)
+            if given.cert is not None:
+                lines += [
+                    "server {",
+                    f"    listen {_listen(given.bind, given.port)} ssl;",
+                    f"    server_name {name};",
+                    f"    ssl_certificate {given.cert.fullchain};",
+                    f"    ssl_certificate_key {given.cert.key};",
+                    *_proxy(upstream),
+                    "}",
+                ]
+        else:
+            lines += ["server {", f"    listen {_listen(given.bind, given.port)};", f"    server_name {name};"]
+            lines += _acme(given.acme_port) + _proxy(upstream) + ["}"]
+        if given.hook:
+            lines += ["# test hook (LbSettings.broken_render_hook)", given.hook]
+        return "\n".join(lines) + "\n"
+
+    def _http_side(self, name: str, given: RenderInput) -> list[str]:
+        """Port 80 of a TLS load balancer: the HTTP-01 answers, and a redirect to https."""
+        return [
+            "server {",
+            f"    listen {_listen(given.bind, given.http_port)};",
+            f"    server_name {name};",
+            *_acme(given.acme_port),
+            "    location / { return 301 https://$host$request_uri; }",
+            "}",
+        ]
+
+    # --- validate, reload ----------------------------------------------------------------------
+
+    def main_conf(self, includes: list[str]) -> str:
+        """The agent-run master's own nginx.conf (the same with other includes to validate a candidate)."""
+        tmp = self.root / "tmp"
+        lines = [
+            "# the agent's own nginx for its load balancers (written by the agent)",
+            "worker_processes 1;",
+            f"pid {self.pidfile};",
+            f"error_log {self.error_log} notice;",
+            "events { worker_connections 4096; }",
+            "http {",
+            "    access_log off;",
+            # no temporary files: the workers may run as another account than the agent's folder's
+            "    proxy_request_buffering off;",
+            "    proxy_max_temp_file_size 0;",
+            *(f"    {kind}_temp_path {tmp / kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")),
+            *(f"    include {include};" for include in includes),
+            "}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def _prepare(self) -> None:
+        for folder in (self.root, self.conf_dir, self.root / "tmp", self.root / "staging"):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_atomically(str(self.root / "nginx.conf"), self.main_conf([f"{self.conf_dir}/*.conf"]).encode())
+
+    async def validate(self, lb_id: str, text: str) -> str | None:
+        binary = which(self.binary) or self.binary
+        target = self.path(lb_id)
+        if self.agent_run:
+            self._prepare()
+            candidate = self.root / "staging" / target.name
+            write_atomically(str(candidate), text.encode())
+            others = sorted(str(p) for p in self.conf_dir.glob("*.conf") if p != target)
+            check = self.root / "staging" / "validate.conf"
+            write_atomically(str(check), self.main_conf([*others, str(candidate)]).encode())
+            argv = [binary, "-t", "-q", "-c", str(check), "-p", f"{self.root}/"]
+            code, out, err = await capture_command(argv)
+            candidate.unlink(missing_ok=True)
+            return None if code == 0 else (err + out).strip() or f"nginx -t exited with {code}"
+        # The node's nginx: its main configuration is not ours, so the candidate is checked in place
+        # and the previous file put back before anything reloads.
+        previous = target.read_bytes() if target.exists() else None
+        write_atomically(str(target), text.encode(), 0o644)
+        try:
+            code, out, err = await capture_command([binary, "-t", "-q"])
+        finally:
+            restore(target, previous)
+        return None if code == 0 else (err + out).strip() or f"nginx -t exited with {code}"
+
+    async def reload(self) -> str | None:
+        async with self._lock:
+            master = read_pid(self.pidfile)
+            if master is None:
+                return await self._start()
+            before = child_pids(master)
+            offset = log_offset(self.error_log)
+            if not self.agent_run and _systemd():
+                code, out, err = await capture_command(["systemctl", "reload", "nginx"])
+                if code != 0:
+                    return (err + out).strip() or f"systemctl reload nginx exited with {code}"
+            else:
+                os.kill(master, signal.SIGHUP)
+
+            def took() -> bool:
+                # new workers, and the old ones no longer accept (else a request may still meet the old rules)
+                return bool(child_pids(master) - before) and all(_leaving(pid) for pid in before)
+
+            await wait_for(lambda: took() or log_since(self.error_log, offset, _errors))
+            if took():
+                return None
+            return log_since(self.error_log, offset, _errors) or "nginx started no new worker process after the reload"
+
+    async def _start(self) -> str | None:
+        binary = which(self.binary) or self.binary
+        if self.agent_run:
+            self._prepare()
+            argv = [binary, "-c", str(self.root / "nginx.conf"), "-p", f"{self.root}/"]
+        elif _systemd():
+            argv = ["systemctl", "start", "nginx"]
+        else:
+            argv = ["service", "nginx", "start"]
+        code, out, err = await capture_command(argv)
+        if code != 0:
+            return (err + out).strip() or f"{argv[0]} exited with {code}"
+        master = await wait_for(lambda: read_pid(self.pidfile))
+        if not isinstance(master, int) or not await wait_for(lambda: child_pids(master)):
+            return "nginx did not start its worker processes"
+        return None
+
+    async def stop(self) -> None:
+        if not self.agent_run:
+            return
+        master = read_pid(self.pidfile)
+        if master is not None:
+            os.kill(master, signal.SIGTERM)
+            await wait_for(lambda: not pid_alive(master))
+
+
+def _leaving(worker: int) -> bool:
+    """An old worker is gone or shutting down (it closed its listening sockets)."""
+    try:
+        return b"shutting down" in Path(f"/proc/{worker}/cmdline").read_bytes()
+    except OSError:
+        return True
+
+
+def restore(path: Path, previous: bytes | None, mode: int = 0o644) -> None:
+    """Put `previous` back as `path` (atomically), or remove `path` when there was none."""
+    if previous is None:
+        path.unlink(missing_ok=True)
+    else:
+        write_atomically(str(path), previous, mode)
+
+
+def _listen(bind: str | None, port: int) -> str:
+    return host_port(bind, port) if bind else str(port)
+
+
+def _acme(acme_port: int | None) -> list[str]:
+    if acme_port is None:
+        return []
+    return [f"    location {ACME_PATH} {{ proxy_pass http://127.0.0.1:{acme_port}; }}"]
+
+
+def _proxy(upstream: str) -> list[str]:
+    return [
+        "    location / {",
+        f"        proxy_pass http://{upstream};",
+        "        proxy_http_version 1.1;",
+        '        proxy_set_header Connection "";',
+        "        proxy_set_header Host $host;",
+        "        proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;",
+        "        proxy_set_header X-Forwarded-Proto $scheme;",
+        "        proxy_next_upstream error timeout;",
+        "    }",
+    ]
+
+
+def _systemd() -> bool:
+    """PID 1 is systemd (the system's services are its units)."""
+    return os.path.isdir("/run/systemd/system")

@@ -1,0 +1,322 @@
+"""Load balancers on real nginx and HAProxy (the agent-run instances, on loopback with a port map).
+
+Three backend HTTP servers answer with their own name (``/slow`` holds the answer until the test
+releases it); each engine gets its own node (its own root and ports), started on the first apply
+and stopped at the end of the module. Jobs run the way the agent runs them (`run_kind`)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from agent import __version__
+from agent.jobs.base import STDERR, STDOUT, JobContext, Output, run_kind
+from agent.jobs.kinds import all_kinds
+from agent.load_balancers.node import LbNode
+from agent.load_balancers.settings import LbSettings
+from agent.sites import SiteRegistry
+from api_client.job_kinds import lookup
+from tests.helpers import eventually
+
+KINDS = all_kinds()
+REVISIONS = count(1)
+
+
+# --- backends ------------------------------------------------------------------------------
+
+
+@dataclass
+class Backend:
+    name: str
+    port: int = 0
+    held: int = 0  # slow requests in flight
+    release: threading.Event = field(default_factory=threading.Event)
+    server: ThreadingHTTPServer | None = None
+
+    def start(self) -> None:
+        backend = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path.startswith("/slow"):
+                    backend.held += 1
+                    backend.release.wait(30)
+                    backend.held -= 1
+                body = backend.name.encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except ConnectionError:
+                    pass  # HAProxy's checks close once they have the status line
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        assert self.server is not None
+        self.server.shutdown()
+        self.server.server_close()
+        self.server = None
+
+
+@pytest.fixture(scope="module")
+def backends() -> Iterator[list[Backend]]:
+    started = [Backend(name) for name in ("alpha", "beta", "gamma")]
+    for backend in started:
+        backend.start()
+    yield started
+    for backend in started:
+        backend.release.set()
+        if backend.server is not None:
+            backend.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- a node per engine ---------------------------------------------------------------------
+
+
+class Collected(Output):
+    def __init__(self) -> None:
+        self.out: list[str] = []
+        self.err: list[str] = []
+
+    def lines(self, stream: str, texts: list[str]) -> None:
+        (self.out if stream == STDOUT else self.err).extend(texts)
+        assert stream in (STDOUT, STDERR)
+
+
+@dataclass
+class Node:
+    engine: str
+    node: LbNode
+    ctx: JobContext
+    port: int
+    root: Path
+
+    async def job(self, kind: str, args: dict[str, Any]) -> tuple[int, Collected]:
+        out = Collected()
+        code = await run_kind(KINDS, kind, lookup(kind).build(args).argv, self.ctx, out)  # type: ignore[union-attr]
+        return code, out
+
+    async def apply(self, name: str = "web", **spec: Any) -> tuple[int, dict[str, Any], Collected]:
+        args = {"id": f"lb-{name}", "name": name, "port": 80, "engine": self.engine, **spec}
+        args.setdefault("revision", next(REVISIONS))
+        code, out = await self.job("lb.apply", args)
+        assert len(out.out) == 1, (out.out, out.err)
+        return code, json.loads(out.out[0]), out
+
+    def spec(self, backends: list[Backend], **extra: Any) -> dict[str, Any]:
+        weights = extra.pop("weights", [1] * len(backends))
+        drained = extra.pop("drained", ())
+        return {
+            "backends": [
+                {"id": b.name, "server_id": f"srv-{b.name}", "address": "127.0.0.1", "port": b.port,
+                 "weight": w, "drained": b.name in drained}
+                for b, w in zip(backends, weights, strict=True)
+            ],
+            "health_check": {"path": "/", "interval_s": 2, "healthy_threshold": 2, "unhealthy_threshold": 2},
+            **extra,
+        }  # fmt: skip
+
+    def get(self, path: str = "/", host: str | None = None) -> str:
+        headers = {"Host": host} if host else {}
+        response = httpx.get(f"http://127.0.0.1:{self.port}{path}", headers=headers, timeout=30)
+        assert response.status_code == 200, response.text
+        return response.text
+
+    async def spread(self, n: int, host: str | None = None) -> Counter[str]:
+        return Counter([await trio.to_thread.run_sync(self.get, "/", host) for _ in range(n)])
+
+
+@pytest.fixture(scope="module", params=["nginx", "haproxy"])
+def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    engine = request.param
+    state = tmp_path_factory.mktemp(f"lb-{engine}")
+    port = free_port()
+    settings = LbSettings(bind="127.0.0.1", port_map={80: port, 443: free_port()}, broken_render_hook=True)
+    lb = LbNode(settings, str(state))
+    ctx = JobContext(str(state), str(state), SiteRegistry(str(state)), __version__, lb=lb)
+    yield Node(engine, lb, ctx, port, lb.root)
+    trio.run(lb.stop_engines)
+
+
+@pytest.fixture
+async def monitored(node: Node) -> Any:
+    """The node's health monitor running for the test (as in the agent's nursery)."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.node.monitor.run)
+        yield node
+        nursery.cancel_scope.cancel()
+
+
+# --- tests -------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_round_robin_spreads_by_weight(node: Node, backends: list[Backend]) -> None:
+    code, outcome, out = await node.apply(**node.spec(backends, weights=[1, 2, 1]))
+    assert code == 0, out.err
+    assert outcome["state"] == "active" and outcome["error"] is None
+    counts = await node.spread(200)
+    for backend, share in zip(backends, (50, 100, 50), strict=True):
+        assert abs(counts[backend.name] - share) <= share * 0.1, counts
+
+
+@pytest.mark.anyio
+async def test_least_conn_prefers_the_idle_backends(node: Node, backends: list[Backend]) -> None:
+    code, _, out = await node.apply(**node.spec(backends, algorithm="least_conn"))
+    assert code == 0, out.err
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.to_thread.run_sync, node.get, "/slow")
+        await eventually(lambda: any(b.held for b in backends), within=10)
+        busy = next(b for b in backends if b.held)
+        counts = await node.spread(20)
+        for backend in backends:
+            backend.release.set()
+    assert counts[busy.name] == 0, counts
+    assert sum(counts.values()) == 20
+    for backend in backends:
+        backend.release.clear()
+
+
+@pytest.mark.anyio
+async def test_ip_hash_pins_a_client(node: Node, backends: list[Backend]) -> None:
+    code, _, out = await node.apply(**node.spec(backends, algorithm="ip_hash"))
+    assert code == 0, out.err
+    counts = await node.spread(30)
+    assert len(counts) == 1 and sum(counts.values()) == 30, counts
+
+
+@pytest.mark.anyio
+async def test_drained_backend_finishes_its_request_and_gets_no_new_ones(node: Node, backends: list[Backend]) -> None:
+    spec = node.spec(backends)
+    code, _, out = await node.apply(**spec)
+    assert code == 0, out.err
+    answers: list[str] = []
+
+    async def slow() -> None:
+        answers.append(await trio.to_thread.run_sync(node.get, "/slow"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(slow)
+        await eventually(lambda: any(b.held for b in backends), within=10)
+        busy = next(b for b in backends if b.held)
+        code, _, out = await node.apply(**node.spec(backends, drained={busy.name}))
+        assert code == 0, out.err
+        counts = await node.spread(30)
+        assert counts[busy.name] == 0, counts
+        busy.release.set()
+    assert answers == [busy.name]  # the in-flight request completed through the old worker
+    busy.release.clear()
+    status, report = await node.job("lb.status", {"id": "lb-web", "name": "web", "engine": node.engine})
+    assert status == 0
+    health = {b["id"]: b["health"] for b in json.loads(report.out[0])["backends"]}
+    assert health[busy.name] == "draining"
+
+
+@pytest.mark.anyio
+async def test_a_dead_backend_goes_unhealthy_then_comes_back(monitored: Node, backends: list[Backend]) -> None:
+    node = monitored
+    code, _, out = await node.apply(**node.spec(backends))
+    assert code == 0, out.err
+    victim = backends[2]
+
+    def health_of(name: str) -> str | None:
+        report = node.node.status("lb-web")
+        return next((b.health for b in report.backends if b.id == name), None) if report else None
+
+    await eventually(lambda: health_of(victim.name) == "healthy", within=10)
+    victim.stop()
+    try:
+        await eventually(lambda: health_of(victim.name) == "unhealthy", within=30)
+        counts = await node.spread(30)
+        assert counts[victim.name] == 0 and sum(counts.values()) == 30, counts
+    finally:
+        victim.start()  # same port again
+    await eventually(lambda: health_of(victim.name) == "healthy", within=30)
+    if node.engine == "haproxy":
+        report = node.node.status("lb-web")
+        assert report is not None and all(b.stats is not None for b in report.backends)
+    else:
+        report = node.node.status("lb-web")
+        assert report is not None and all(b.stats is None for b in report.backends)
+    await eventually(lambda: victim.name in Counter(node.get() for _ in range(9)), within=20)
+
+
+@pytest.mark.anyio
+async def test_broken_render_is_degraded_and_the_old_configuration_serves(node: Node, backends: list[Backend]) -> None:
+    code, _, out = await node.apply(**node.spec(backends[:1]))
+    assert code == 0, out.err
+    hook = node.root / f"test-hook-{node.engine}.conf"
+    hook.write_text("bogus_directive_for_the_test on;\n")
+    try:
+        code, outcome, out = await node.apply(**node.spec(backends))
+    finally:
+        hook.unlink()
+    assert code == 3
+    assert outcome["state"] == "degraded" and "bogus_directive_for_the_test" in outcome["error"]
+    counts = await node.spread(6)
+    assert counts == Counter({backends[0].name: 6})  # the previous configuration, one backend
+
+
+@pytest.mark.anyio
+async def test_a_stale_revision_changes_nothing(node: Node, backends: list[Backend]) -> None:
+    revision = next(REVISIONS)
+    code, _, _ = await node.apply(revision=revision, **node.spec(backends[:2]))
+    assert code == 0
+    code, outcome, _ = await node.apply(revision=revision - 1, **node.spec(backends))
+    assert code == 4
+    assert outcome["revision"] == revision
+    assert backends[2].name not in await node.spread(6)
+
+
+@pytest.mark.anyio
+async def test_two_load_balancers_side_by_side(node: Node, backends: list[Backend]) -> None:
+    if node.engine == "nginx":  # one port, told apart by name
+        code, _, out = await node.apply(hostname="one.example.com", **node.spec(backends[:1]))
+        assert code == 0, out.err
+        code, _, out = await node.apply("other", hostname="two.example.com", **node.spec(backends[1:2]))
+        assert code == 0, out.err
+        assert await node.spread(4, "one.example.com") == Counter({"alpha": 4})
+        assert await node.spread(4, "two.example.com") == Counter({"beta": 4})
+    else:  # HAProxy would split one port between two frontends: the second is refused in words
+        code, outcome, _ = await node.apply("other", **node.spec(backends[1:2]))
+        assert code == 3 and "port 80 is already served" in outcome["error"]
+    code, out = await node.job("lb.remove", {"id": "lb-other", "name": "other", "engine": node.engine})
+    assert code == 0, out.err
+
+
+@pytest.mark.anyio
+async def test_remove_stops_serving_and_is_idempotent(node: Node, backends: list[Backend]) -> None:
+    args = {"id": "lb-web", "name": "web", "engine": node.engine}
+    code, out = await node.job("lb.remove", args)
+    assert code == 0, out.err
+    with pytest.raises(httpx.ConnectError):
+        node.get()
+    code, out = await node.job("lb.remove", args)
+    assert code == 0 and "already removed" in out.err[0]
