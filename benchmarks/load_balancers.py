@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,7 +258,9 @@ def parse_wrk(output: str) -> WrkResult:
 
 async def run_wrk(port: int, seconds: int) -> WrkResult:
     argv = ["wrk", "-t2", "-c64", f"-d{seconds}s", "--latency", f"http://127.0.0.1:{port}/"]
-    done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True)
+    done = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited with {done.returncode}: {done.stderr.decode().strip()}")
     return parse_wrk(done.stdout.decode())
 
 
@@ -396,12 +398,25 @@ class ReloadRun:
     to_active: list[float]  # mutation -> active of each, under the load
 
 
+async def paced_load(
+    port: int, args: argparse.Namespace, run: ReloadRun, during: Callable[[float], Awaitable[None]]
+) -> None:
+    """The paced load on `port` into `run`, with `during(start)` running beside it."""
+    started = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(new_connections, port, args.rate, args.load_seconds, run.new_connections)
+        for index in range(args.keepalive_clients):
+            offset = index / (KEEPALIVE_RATE_EACH * args.keepalive_clients)  # spread over one period
+            client = KeepAliveClient(port)
+            nursery.start_soon(client.run, KEEPALIVE_RATE_EACH, args.load_seconds, offset, run.keep_alive)
+        nursery.start_soon(during, started)
+
+
 async def reloads_under_load(client: Client, lb: LoadBalancer, port: int, args: argparse.Namespace) -> ReloadRun:
     run = ReloadRun(LoadResult(), LoadResult(), 0, [])
     first_revision = lb.applied_revision or 0
-    clients = [KeepAliveClient(port) for _ in range(args.keepalive_clients)]
 
-    async def mutate() -> None:
+    async def mutate(started: float) -> None:
         nonlocal lb
         gap = args.load_seconds * 0.8 / args.reloads  # the last reload well before the end of the load
         for index in range(args.reloads):
@@ -409,14 +424,19 @@ async def reloads_under_load(client: Client, lb: LoadBalancer, port: int, args: 
             seconds, lb = await mutation_to_active(client, lb, 2 if index % 2 == 0 else 1)
             run.to_active.append(seconds)
 
-    started = trio.current_time()
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(new_connections, port, args.rate, args.load_seconds, run.new_connections)
-        for index, keep_alive in enumerate(clients):
-            offset = index / (KEEPALIVE_RATE_EACH * len(clients))  # spread the clients over one period
-            nursery.start_soon(keep_alive.run, KEEPALIVE_RATE_EACH, args.load_seconds, offset, run.keep_alive)
-        nursery.start_soon(mutate)
+    await paced_load(port, args, run, mutate)
     run.reloads = (lb.applied_revision or 0) - first_revision
+    return run
+
+
+async def control_load(port: int, args: argparse.Namespace) -> ReloadRun:
+    """The same paced load with no reload: what this client counts as failures on its own."""
+    run = ReloadRun(LoadResult(), LoadResult(), 0, [])
+
+    async def nothing(started: float) -> None:
+        pass
+
+    await paced_load(port, args, run, nothing)
     return run
 
 
@@ -424,21 +444,25 @@ async def reloads_under_load(client: Client, lb: LoadBalancer, port: int, args: 
 
 
 @dataclass
-class EngineFigures:
+class Figures:
+    """One row of the table."""
+
     wrk: WrkResult
-    to_active: list[float]
+    to_active: list[float]  # empty: not a load balancer
     reload: ReloadRun
 
 
 async def measure(
     stack: LocalStack, nodes: list[Node], ports: list[int], args: argparse.Namespace
-) -> tuple[WrkResult, dict[str, EngineFigures]]:
+) -> dict[str, Figures]:
     async with Client(stack.base_url, token=stack.token) as client:
         lbs = {node.engine: await create_lb(client, node, stack.server_id, ports) for node in nodes}
-        print("load balancers active; measuring throughput", file=sys.stderr)
-        direct = await run_wrk(ports[0], args.wrk_seconds)
-        throughput = {node.engine: await run_wrk(node.port, args.wrk_seconds) for node in nodes}
-        figures = {}
+        print("load balancers active; throughput", file=sys.stderr)
+        throughput = {"direct": await run_wrk(ports[0], args.wrk_seconds)}
+        for node in nodes:
+            throughput[node.engine] = await run_wrk(node.port, args.wrk_seconds)
+        print("direct: the paced load with no reload (a control of the client)", file=sys.stderr)
+        figures = {"direct": Figures(throughput["direct"], [], await control_load(ports[0], args))}
         for node in nodes:
             print(f"{node.engine}: mutation -> active, then reloads under load", file=sys.stderr)
             lb, to_active = lbs[node.engine], []
@@ -446,8 +470,8 @@ async def measure(
                 seconds, lb = await mutation_to_active(client, lb, 2 if run % 2 == 0 else 1)
                 to_active.append(seconds)
             reload = await reloads_under_load(client, lb, node.port, args)
-            figures[node.engine] = EngineFigures(throughput[node.engine], to_active, reload)
-        return direct, figures
+            figures[node.engine] = Figures(throughput[node.engine], to_active, reload)
+        return figures
 
 
 def _spread(values: Sequence[float]) -> str:
@@ -459,44 +483,41 @@ def _failures(result: LoadResult) -> str:
     return f"{sum(result.failed.values())}/{result.sent}"
 
 
-def report(direct: WrkResult, figures: dict[str, EngineFigures], args: argparse.Namespace) -> None:
+def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
     print(
         f"machine: {os.cpu_count()} cores shared by wrk, the proxy, the backends, the control plane, the agents"
         " and this script"
     )
-    print(f"wrk -t2 -c64 -d{args.wrk_seconds}s to a 1 KiB static file; backends: {BACKENDS} nginx, 1 worker each")
-    print(f"mutation -> active: weight PATCH until active at the new revision, {args.runs} runs, idle; median (range)")
     print(
-        f"reload failures: {args.reloads} reloads during {args.load_seconds:g} s of {args.rate:g} req/s on new"
-        f" connections + {args.keepalive_clients} keep-alive clients x {KEEPALIVE_RATE_EACH:g} req/s (retry once);"
-        " failed/sent"
+        f"req/s, p50, p99: wrk -t2 -c64 -d{args.wrk_seconds}s, 1 KiB static file, {BACKENDS} nginx backends (1 worker)"
+    )
+    print(f"mutation->active: weight PATCH until active at the new revision, {args.runs} runs, idle; median (range)")
+    print(
+        f"new conn, keep-alive: failed/sent during {args.load_seconds:g} s of {args.rate:g} req/s on new connections"
+        f" + {args.keepalive_clients} keep-alive clients x {KEEPALIVE_RATE_EACH:g} req/s (failed after one retry),"
+        f" with {args.reloads} reloads; direct: the same load, no reload (a control of the client)"
     )
     print()
     columns = f"{'req/s':>9} {'p50':>9} {'p99':>9}   {'mutation->active':<22} {'new conn':>10} {'keep-alive':>10}"
     header = f"{'':<20} {columns}"
     print(header)
     print("-" * len(header))
-    rows = [("direct", direct, None)] + [(engine, f.wrk, f) for engine, f in figures.items()]
-    for name, wrk, engine in rows:
+    for name, row in figures.items():
+        wrk, reload = row.wrk, row.reload
         line = f"{LABELS[name]:<20} {wrk.requests_per_s:>9,.0f} {wrk.p50_ms:>7.2f}ms {wrk.p99_ms:>7.2f}ms   "
-        if engine is None:
-            line += f"{'-':<22} {'-':>10} {'-':>10}"
-        else:
-            reload = engine.reload
-            line += f"{_spread(engine.to_active):<22} {_failures(reload.new_connections):>10}"
-            line += f" {_failures(reload.keep_alive):>10}"
+        line += f"{_spread(row.to_active) if row.to_active else '-':<22}"
+        line += f" {_failures(reload.new_connections):>10} {_failures(reload.keep_alive):>10}"
         print(line)
     print()
-    for name, wrk, engine in rows:
-        if wrk.errors:
-            print(f"{LABELS[name]}: wrk: {wrk.errors}")
-        if engine is None:
-            continue
-        reload = engine.reload
-        print(
-            f"{LABELS[name]}: {reload.reloads} reloads applied during the load; mutation -> active under load"
-            f" {_spread(reload.to_active) if reload.to_active else '-'}"
-        )
+    for name, row in figures.items():
+        reload = row.reload
+        if row.wrk.errors:
+            print(f"{LABELS[name]}: wrk: {row.wrk.errors}")
+        if row.to_active:
+            under_load = _spread(reload.to_active) if reload.to_active else "-"
+            print(f"{LABELS[name]}: {reload.reloads} reloads during the load; mutation->active under load {under_load}")
+        else:
+            print(f"{LABELS[name]}: the paced load alone")
         for kind, result in (("new connections", reload.new_connections), ("keep-alive", reload.keep_alive)):
             details = [f"schedule at worst {result.max_late_s * 1000:.0f} ms late"]
             if result.retried:
@@ -517,16 +538,26 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (apt-get install wrk)")
+    try:
+        figures = run(args)
+    except KeyboardInterrupt:
+        raise SystemExit("interrupted: the processes this run started are stopped") from None
+    report(figures, args)
+
+
+def run(args: argparse.Namespace) -> dict[str, Figures]:
+    """Start everything, measure, stop everything (a Ctrl+C reaches the agents too: they stop
+    their engines; the rest is stopped here)."""
     with ExitStack() as running:
         try:
             ports = running.enter_context(static_backends(BACKENDS))
             stack = running.enter_context(local_stack())
             nodes = [running.enter_context(lb_node(stack, engine)) for engine in ENGINES]
-            direct, figures = trio.run(measure, stack, nodes, ports, args)
+            figures = trio.run(measure, stack, nodes, ports, args)
         finally:
             # a second Ctrl+C must not cut the cleanup short (the agents got the first one too)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-    report(direct, figures, args)
+    return figures
 
 
 if __name__ == "__main__":
