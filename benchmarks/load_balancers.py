@@ -54,10 +54,11 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agent.load_balancers.engine import child_pids, read_pid
 from api_client import Client
 from api_client.job_kinds.load_balancers import LbHealthCheck
 from api_client.load_balancers import BackendCreate, BackendPatch, LoadBalancer, LoadBalancerCreate
-from benchmarks._stack import LocalStack, local_stack
+from benchmarks._stack import LocalStack, cpu_seconds, local_stack
 from fleetdeck.launcher import free_port
 
 ENGINES = ("nginx", "haproxy")
@@ -180,6 +181,14 @@ def _stop_leftover_engine(lb_root: Path) -> None:
         print(f"stopped the {pidfile.parent.name} its agent left running (pid {pid})", file=sys.stderr)
 
 
+def engine_cpu_seconds(node: Node) -> float:
+    """CPU time the node's engine (its master and live workers) has used so far (Linux /proc)."""
+    master = read_pid(node.lb_root / node.engine / f"{node.engine}.pid")
+    if master is None:
+        return 0.0
+    return sum(cpu_seconds(pid) for pid in {master, *child_pids(master)})
+
+
 async def create_lb(client: Client, node: Node, backend_server: str, ports: Sequence[int]) -> LoadBalancer:
     spec = LoadBalancerCreate(
         name=f"bench-{node.engine}",
@@ -228,6 +237,7 @@ async def mutation_to_active(client: Client, lb: LoadBalancer, weight: int) -> t
 @dataclass
 class WrkResult:
     requests_per_s: float
+    requests: int
     p50_ms: float
     p99_ms: float
     errors: str  # wrk's socket errors and non-2xx/3xx answers, "" when none
@@ -244,16 +254,18 @@ def _ms(text: str) -> float:
 def parse_wrk(output: str) -> WrkResult:
     """The figures of `wrk --latency`'s report."""
     rate = re.search(r"^Requests/sec:\s+([\d.]+)", output, re.M)
+    requests = re.search(r"^\s+(\d+) requests in", output, re.M)
     p50 = re.search(r"^\s+50%\s+(\S+)", output, re.M)
     p99 = re.search(r"^\s+99%\s+(\S+)", output, re.M)
-    if not (rate and p50 and p99):
+    if not (rate and requests and p50 and p99):
         raise ValueError(f"not a wrk --latency report: {output!r}")
     errors = []
     if sockets := re.search(r"Socket errors: (.*)", output):
         errors.append(f"socket errors: {sockets.group(1)}")
     if non_2xx := re.search(r"Non-2xx or 3xx responses: (\d+)", output):
         errors.append(f"{non_2xx.group(1)} non-2xx/3xx")
-    return WrkResult(float(rate.group(1)), _ms(p50.group(1)), _ms(p99.group(1)), "; ".join(errors))
+    figures = (float(rate.group(1)), int(requests.group(1)), _ms(p50.group(1)), _ms(p99.group(1)))
+    return WrkResult(*figures, "; ".join(errors))
 
 
 async def run_wrk(port: int, seconds: int) -> WrkResult:
@@ -448,6 +460,7 @@ class Figures:
     """One row of the table."""
 
     wrk: WrkResult
+    proxy_cpu_s: float | None  # CPU seconds the proxy used during wrk (None: no proxy)
     to_active: list[float]  # empty: not a load balancer
     reload: ReloadRun
 
@@ -459,10 +472,13 @@ async def measure(
         lbs = {node.engine: await create_lb(client, node, stack.server_id, ports) for node in nodes}
         print("load balancers active; throughput", file=sys.stderr)
         throughput = {"direct": await run_wrk(ports[0], args.wrk_seconds)}
+        proxy_cpu = {}
         for node in nodes:
+            before = engine_cpu_seconds(node)
             throughput[node.engine] = await run_wrk(node.port, args.wrk_seconds)
+            proxy_cpu[node.engine] = engine_cpu_seconds(node) - before
         print("direct: the paced load with no reload (a control of the client)", file=sys.stderr)
-        figures = {"direct": Figures(throughput["direct"], [], await control_load(ports[0], args))}
+        figures = {"direct": Figures(throughput["direct"], None, [], await control_load(ports[0], args))}
         for node in nodes:
             print(f"{node.engine}: mutation -> active, then reloads under load", file=sys.stderr)
             lb, to_active = lbs[node.engine], []
@@ -470,7 +486,7 @@ async def measure(
                 seconds, lb = await mutation_to_active(client, lb, 2 if run % 2 == 0 else 1)
                 to_active.append(seconds)
             reload = await reloads_under_load(client, lb, node.port, args)
-            figures[node.engine] = Figures(throughput[node.engine], to_active, reload)
+            figures[node.engine] = Figures(throughput[node.engine], proxy_cpu[node.engine], to_active, reload)
         return figures
 
 
@@ -513,11 +529,18 @@ def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
         reload = row.reload
         if row.wrk.errors:
             print(f"{LABELS[name]}: wrk: {row.wrk.errors}")
+        if row.proxy_cpu_s is not None:
+            cores = row.proxy_cpu_s / args.wrk_seconds
+            per_request = row.proxy_cpu_s / max(row.wrk.requests, 1) * 1e6
+            print(
+                f"{LABELS[name]}: the proxy used {row.proxy_cpu_s:.1f} CPU s during wrk ({cores:.2f} cores,"
+                f" {per_request:.0f} us per request)"
+            )
         if row.to_active:
             under_load = _spread(reload.to_active) if reload.to_active else "-"
-            print(f"{LABELS[name]}: {reload.reloads} reloads during the load; mutation->active under load {under_load}")
+            print(f"  {reload.reloads} reloads during the paced load; mutation->active under load {under_load}")
         else:
-            print(f"{LABELS[name]}: the paced load alone")
+            print(f"{LABELS[name]}: the paced load alone, no proxy")
         for kind, result in (("new connections", reload.new_connections), ("keep-alive", reload.keep_alive)):
             details = [f"schedule at worst {result.max_late_s * 1000:.0f} ms late"]
             if result.retried:
