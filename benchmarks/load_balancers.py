@@ -566,7 +566,7 @@ def main() -> None:
         raise SystemExit("wrk is not installed (apt-get install wrk)")
     try:
         figures = run(args)
-    except KeyboardInterrupt:
+    except* KeyboardInterrupt:  # bare, or from inside a trio nursery
         raise SystemExit("interrupted: the processes this run started are stopped") from None
     report(figures, args)
 
