@@ -29,11 +29,12 @@ class LocalStack:
     agent_pid: int = 0  # the separate agent's process, while `separate_agent` runs
 
     @contextmanager
-    def separate_agent(self, name: str = "bench-agent", *, ingress: bool = False) -> Iterator[str]:
+    def separate_agent(self, name: str = "bench-agent", *extra: str, ingress: bool = False) -> Iterator[str]:
         """A second server whose agent is its own process (as on a real server), on the same demo
         workspace; yields its server id. `fleetdeck local` runs its agent inside the control
-        plane's process, where the two share one core's worth of Python. `ingress`: the agent
-        serves direct uploads on 127.0.0.1 (any port)."""
+        plane's process, where the two share one core's worth of Python. `extra`: more of the
+        agent's options (`start_agent`). `ingress`: the agent serves direct uploads on 127.0.0.1
+        (any port)."""
         import httpx
 
         headers = {"Authorization": f"Bearer {self.token}"}
@@ -48,6 +49,7 @@ class LocalStack:
             created["agent_token"],
             layout.home,
             state,
+            *extra,
             ingress="127.0.0.1:0" if ingress else None,
             stderr=subprocess.DEVNULL,
         )
