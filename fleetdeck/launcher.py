@@ -6,14 +6,14 @@ The child prints a line with its base URL once its control plane and agent are u
 file (a pipe nobody reads would stall it once full), whose tail explains a failed start. It is
 stopped with SIGTERM, then SIGKILL after a grace period.
 
-Starting is two steps, `spawn` (quick, no waiting) and `wait_ready` (seconds): the TUI spawns on
-its main thread and waits in a worker thread, so its first frame never waits for the stack.
+The TUI does not own its stack: `SharedStack` joins the one already running on the data dir
+(`fleetdeck.running`), or starts one with `--idle-minutes`, which outlives the TUI, in a worker
+thread, so its first frame never waits for the stack.
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import json
 import logging
 import os
@@ -25,17 +25,18 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from fleetdeck import paths
+from fleetdeck import paths, running
 
 log = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
+RUNNING_CHECK_TIMEOUT_S = 5.0
 LOG_TAIL_LINES = 15
 BASE_URL_PATTERN = re.compile(r"https?://127\.0\.0\.1:\d+")
 # The directory holding the packages: children must import the same code as this process.
@@ -72,9 +73,9 @@ class LocalStack:
     """`fleetdeck local --data-dir DIR --port PORT` as a child process. A context manager.
 
     `env`: variables added to the child's environment. `log_file`: where its stderr goes
-    (appended to; default `stack.log` in the data folder). `die_with_parent`: the kernel stops
-    the child if this process dies without cleaning up (Linux; the thread that spawns must live
-    as long as the process, so only for the TUI's main thread).
+    (appended to; default `stack.log` in the data folder). `idle_minutes`: the child outlives
+    this process and exits once idle that long (`fleetdeck local --idle-minutes`; the TUI's
+    stack, see `SharedStack`); otherwise it is stopped when this process exits.
     """
 
     def __init__(
@@ -85,7 +86,7 @@ class LocalStack:
         env: Mapping[str, str] | None = None,
         log_file: Path | None = None,
         startup_timeout: float = STARTUP_TIMEOUT_S,
-        die_with_parent: bool = False,
+        idle_minutes: float | None = None,
     ) -> None:
         self.data_dir = data_dir.expanduser()
         self.layout = paths.StackLayout(self.data_dir)
@@ -93,7 +94,7 @@ class LocalStack:
         self.env = dict(env or {})
         self.log_file = log_file or self.layout.stderr_log
         self.startup_timeout = startup_timeout
-        self.die_with_parent = die_with_parent
+        self.idle_minutes = idle_minutes
         self.process: subprocess.Popen[str] | None = None
         self.credentials: StackCredentials | None = None
         self._log_start = 0
@@ -101,7 +102,11 @@ class LocalStack:
 
     @property
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "fleetdeck", "local", "--data-dir", str(self.data_dir), "--port", str(self.port)]
+        idle = [] if self.idle_minutes is None else ["--idle-minutes", str(self.idle_minutes)]
+        return [
+            *[sys.executable, "-m", "fleetdeck", "local", "--data-dir", str(self.data_dir), "--port", str(self.port)],
+            *idle,
+        ]
 
     def start(self) -> StackCredentials:
         """Spawn the child and wait until it runs; `StackStartError` if it does not."""
@@ -123,12 +128,13 @@ class LocalStack:
                     text=True,
                     bufsize=1,
                     env=child_environment(self.env),
-                    start_new_session=True,  # keys the TUI handles (ctrl+c, ctrl+z) must not reach it
-                    preexec_fn=_die_with_parent if self.die_with_parent and _prctl is not None else None,
+                    # Keys the TUI handles (ctrl+c, ctrl+z) and the terminal's hangup must not reach it.
+                    start_new_session=True,
                 )
         except OSError as exc:
             raise StackStartError(f"Cannot start the local control plane: {exc}") from exc
-        atexit.register(self.stop)
+        if self.idle_minutes is None:
+            atexit.register(self.stop)
         assert self.process.stdout is not None
         _drain(self.process.stdout, self._stdout_lines)
 
@@ -214,6 +220,101 @@ class LocalStack:
         return f"The local control plane ({' '.join(self.command[2:])}) {what}.\nLast lines of its stderr:\n{tail}"
 
 
+class SharedStack:
+    """The TUI's local stack: the one running on the data dir if it answers as that dir's stack,
+    else a new one started by `launcher` (with `idle_minutes` set: it outlives the TUI). Two
+    TUIs starting at once share one stack: the start lock makes the second wait for the first.
+    Attached from `connect` until `detach` (or until this process ends, however it ends)."""
+
+    def __init__(self, launcher: LocalStack) -> None:
+        if launcher.idle_minutes is None:
+            raise ValueError("a shared stack outlives its TUI: give the launcher idle_minutes")
+        self.launcher = launcher
+        self.data_dir = launcher.data_dir
+        self.layout = launcher.layout
+        self.reused: bool | None = None
+        self._attachment: int | None = None
+
+    def seems_running(self) -> bool:
+        """Quick enough for the first frame (no network): a run file naming a live process."""
+        return running.live_run_file(self.layout.run_file) is not None
+
+    def connect(self) -> StackCredentials:
+        """Join the running stack or start one (seconds), and stay attached to it."""
+        paths.private_dir(self.data_dir)
+        with running.locked(self.layout.start_lock):
+            credentials = find_running(self.layout)
+            self.reused = credentials is not None
+            if credentials is None:
+                stop_running(self.data_dir)  # one of another version, if any: a data dir has one stack
+                credentials = self.launcher.start()
+            self._attachment = running.lock(self.layout.attach_lock, shared=True)
+        return credentials
+
+    def detach(self) -> None:
+        """Leave the stack to its idle timer (with 0 minutes, it stops now)."""
+        if self._attachment is not None:
+            os.close(self._attachment)
+            self._attachment = None
+
+
+def stack_version() -> str:
+    """The version a stack started from this code runs (a stack of another version is replaced)."""
+    from control_plane import __version__
+
+    return __version__
+
+
+def find_running(layout: paths.StackLayout, *, any_version: bool = False) -> StackCredentials | None:
+    """The credentials of the stack running on this data dir, if one does and answers as this
+    dir's stack: its run file names a live process of this version, its URL answers, and the dir's
+    credentials work there (the token, else the demo login: a fresh token is returned)."""
+    run = running.live_run_file(layout.run_file)
+    if run is None or (run.version != stack_version() and not any_version):
+        return None
+    try:
+        data = json.loads(layout.credentials.read_text(encoding="utf-8"))
+        credentials = StackCredentials(**{field.name: str(data[field.name]) for field in fields(StackCredentials)})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if credentials.base_url != run.base_url:
+        return None
+    return _working_credentials(credentials)
+
+
+def _working_credentials(credentials: StackCredentials) -> StackCredentials | None:
+    import trio
+
+    from api_client import Client
+    from api_client import errors as api_errors
+
+    async def check() -> StackCredentials:
+        async with Client(credentials.base_url, token=credentials.token, timeout=RUNNING_CHECK_TIMEOUT_S) as client:
+            try:
+                await client.auth.me()
+                return credentials
+            except api_errors.Unauthenticated:  # the session expired: the stack's demo login makes another
+                login = await client.auth.login(credentials.email, credentials.password)
+                return replace(credentials, token=login.token)
+
+    try:
+        return trio.run(check)
+    except api_errors.FleetdeckError as exc:
+        log.info("the stack at %s does not answer as this data dir's (%s): starting another", credentials.base_url, exc)
+        return None
+
+
+def stop_running(data_dir: Path, timeout: float = STOP_TIMEOUT_S) -> running.RunFile | None:
+    """Stop the stack running on `data_dir` (of any version), if one answers as its stack; its
+    run file, once its process has exited, or None if there was none."""
+    layout = paths.StackLayout(data_dir.expanduser())
+    run = running.live_run_file(layout.run_file)
+    if run is None or find_running(layout, any_version=True) is None:
+        return None
+    running.terminate(run.pid, timeout)
+    return run
+
+
 def start_agent(
     base_url: str,
     token: str,
@@ -242,21 +343,6 @@ def start_agent(
         stderr=stderr,
         text=True,
     )
-
-
-_PR_SET_PDEATHSIG = 1
-# Looked up here, not in the forked child, where loading a library could deadlock.
-_prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM if the TUI dies without cleaning up.
-
-    A closed terminal (SSH drop) kills the TUI with SIGHUP, which runs no `finally` and no
-    `atexit`; the child, in its own session, would live on. The kernel tells it instead.
-    """
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _drain(stream: IO[str], lines: queue.Queue[str | None]) -> None:

@@ -94,22 +94,20 @@ class FleetdeckApp(App[None]):
 
     def _start_connecting(self, pending: PendingConnection) -> None:
         """Once the starting screen is drawn: what starts now no longer delays the first frame."""
-        try:
-            pending.start()
-        except ConnectError as exc:
-            self._start_failed(str(exc))
-            return
         threading.Thread(target=self._wait_for_connection, args=(pending,), daemon=True).start()
 
     def _wait_for_connection(self, pending: PendingConnection) -> None:
-        """In a thread: the first frame is drawn while the connection comes up."""
-        _import_the_screens()
+        """In a thread: the first frame is drawn while the connection comes up. The screens are
+        imported meanwhile in another thread (a stack starting is mostly waiting)."""
+        importing = threading.Thread(target=_import_the_screens, name="fleetdeck-imports", daemon=True)
+        importing.start()
         try:
             connection = pending.wait()
         except ConnectError as exc:
             self._from_thread(self._start_failed, str(exc))
-        else:
-            self._from_thread(self._connected, connection)
+            return
+        importing.join()
+        self._from_thread(self._connected, connection)
 
     def _from_thread(self, callback: Callable[..., object], *args: object) -> None:
         try:

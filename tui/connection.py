@@ -39,13 +39,11 @@ class ConnectError(Exception):
 @dataclass(frozen=True)
 class PendingConnection:
     """A connection that is not there yet (a local stack starting): the app draws its first frame
-    at once and says `description`; then it calls `start` on its own thread (quick: spawn what
-    must be spawned there) and `wait` in another thread. `wait` blocks until the connection
-    works; either raises `ConnectError` saying why it never will."""
+    at once and says `description`; then it calls `wait` in a thread. `wait` blocks until the
+    connection works, or raises `ConnectError` saying why it never will."""
 
     description: str
     wait: Callable[[], Connection]
-    start: Callable[[], None] = lambda: None
 
 
 class SessionStore:
