@@ -21,7 +21,8 @@ from fleetdeck import paths
 from fleetdeck.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
-    from fleetdeck.launcher import SharedStack, StackCredentials
+    from fleetdeck.launcher import StackCredentials
+    from fleetdeck.running import SharedStack
     from tui.connection import Connection, PendingConnection
 
 CONTROL_PLANE_COMMANDS = frozenset({"serve", "admin"})
@@ -94,7 +95,7 @@ def run_local_command(argv: list[str], settings: Settings) -> int:
 
 
 def stop_local_command(data_dir: Path) -> int:
-    from fleetdeck.launcher import stop_running
+    from fleetdeck.running import stop_running
 
     stopped = stop_running(data_dir)
     if stopped is None:
@@ -136,9 +137,9 @@ def run_tui(args: argparse.Namespace, settings: Settings) -> int:
         return _run_app(connection, args.theme)
     # The app draws its first frame at once, then finds the stack running on the data dir (or
     # starts one, which stays up `local_idle_minutes` after the last TUI leaves) in a thread.
-    from fleetdeck.launcher import LocalStack, SharedStack
+    from fleetdeck.running import SharedStack
 
-    stack = SharedStack(LocalStack(args.data_dir, idle_minutes=settings.local_idle_minutes))
+    stack = SharedStack(args.data_dir, settings.local_idle_minutes)
     try:
         return _run_app(pending_local_connection(stack), args.theme)
     finally:
@@ -147,10 +148,11 @@ def run_tui(args: argparse.Namespace, settings: Settings) -> int:
 
 def pending_local_connection(stack: SharedStack) -> PendingConnection:
     """What the TUI shows, and waits for, while it joins or starts the local stack."""
-    from fleetdeck.launcher import StackStartError
     from tui.connection import ConnectError, PendingConnection
 
     def wait() -> Connection:
+        from fleetdeck.launcher import StackStartError
+
         try:
             return local_connection(stack.connect())
         except StackStartError as exc:

@@ -6,8 +6,8 @@ The child prints a line with its base URL once its control plane and agent are u
 file (a pipe nobody reads would stall it once full), whose tail explains a failed start. It is
 stopped with SIGTERM, then SIGKILL after a grace period.
 
-The TUI does not own its stack: `SharedStack` joins the one already running on the data dir
-(`fleetdeck.running`), or starts one with `--idle-minutes`, which outlives the TUI, in a worker
+The TUI does not own its stack: `fleetdeck.running.SharedStack` joins the one already running on
+the data dir, or starts one here with `--idle-minutes`, which outlives the TUI, in a worker
 thread, so its first frame never waits for the stack.
 """
 
@@ -25,18 +25,17 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-from fleetdeck import paths, running
+from fleetdeck import paths
 
 log = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 10.0
-RUNNING_CHECK_TIMEOUT_S = 5.0
 LOG_TAIL_LINES = 15
 BASE_URL_PATTERN = re.compile(r"https?://127\.0\.0\.1:\d+")
 # The directory holding the packages: children must import the same code as this process.
@@ -65,6 +64,12 @@ class StackCredentials:
     db_url: str
 
 
+def read_credentials(path: Path) -> StackCredentials:
+    """The credentials file a stack wrote; OSError, ValueError, KeyError or TypeError if it is unusable."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return StackCredentials(**{field.name: str(data[field.name]) for field in fields(StackCredentials)})
+
+
 class StackStartError(Exception):
     """The local stack did not start; the message includes the end of its stderr."""
 
@@ -75,7 +80,7 @@ class LocalStack:
     `env`: variables added to the child's environment. `log_file`: where its stderr goes
     (appended to; default `stack.log` in the data folder). `idle_minutes`: the child outlives
     this process and exits once idle that long (`fleetdeck local --idle-minutes`; the TUI's
-    stack, see `SharedStack`); otherwise it is stopped when this process exits.
+    stack, see `fleetdeck.running.SharedStack`); otherwise it is stopped when this process exits.
     """
 
     def __init__(
@@ -206,8 +211,7 @@ class LocalStack:
     def _read_credentials(self, base_url: str) -> StackCredentials:
         path = self.layout.credentials
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            credentials = StackCredentials(**{field.name: str(data[field.name]) for field in fields(StackCredentials)})
+            credentials = read_credentials(path)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StackStartError(self._failure(f"left no usable {path} ({exc})")) from exc
         if credentials.base_url.rstrip("/") != base_url.rstrip("/"):
@@ -218,101 +222,6 @@ class LocalStack:
     def _failure(self, what: str) -> str:
         tail = "\n".join(f"    {line.rstrip()}" for line in self.log_tail()) or "    (nothing on stderr)"
         return f"The local control plane ({' '.join(self.command[2:])}) {what}.\nLast lines of its stderr:\n{tail}"
-
-
-class SharedStack:
-    """The TUI's local stack: the one running on the data dir if it answers as that dir's stack,
-    else a new one started by `launcher` (with `idle_minutes` set: it outlives the TUI). Two
-    TUIs starting at once share one stack: the start lock makes the second wait for the first.
-    Attached from `connect` until `detach` (or until this process ends, however it ends)."""
-
-    def __init__(self, launcher: LocalStack) -> None:
-        if launcher.idle_minutes is None:
-            raise ValueError("a shared stack outlives its TUI: give the launcher idle_minutes")
-        self.launcher = launcher
-        self.data_dir = launcher.data_dir
-        self.layout = launcher.layout
-        self.reused: bool | None = None
-        self._attachment: int | None = None
-
-    def seems_running(self) -> bool:
-        """Quick enough for the first frame (no network): a run file naming a live process."""
-        return running.live_run_file(self.layout.run_file) is not None
-
-    def connect(self) -> StackCredentials:
-        """Join the running stack or start one (seconds), and stay attached to it."""
-        paths.private_dir(self.data_dir)
-        with running.locked(self.layout.start_lock):
-            credentials = find_running(self.layout)
-            self.reused = credentials is not None
-            if credentials is None:
-                stop_running(self.data_dir)  # one of another version, if any: a data dir has one stack
-                credentials = self.launcher.start()
-            self._attachment = running.lock(self.layout.attach_lock, shared=True)
-        return credentials
-
-    def detach(self) -> None:
-        """Leave the stack to its idle timer (with 0 minutes, it stops now)."""
-        if self._attachment is not None:
-            os.close(self._attachment)
-            self._attachment = None
-
-
-def stack_version() -> str:
-    """The version a stack started from this code runs (a stack of another version is replaced)."""
-    from control_plane import __version__
-
-    return __version__
-
-
-def find_running(layout: paths.StackLayout, *, any_version: bool = False) -> StackCredentials | None:
-    """The credentials of the stack running on this data dir, if one does and answers as this
-    dir's stack: its run file names a live process of this version, its URL answers, and the dir's
-    credentials work there (the token, else the demo login: a fresh token is returned)."""
-    run = running.live_run_file(layout.run_file)
-    if run is None or (run.version != stack_version() and not any_version):
-        return None
-    try:
-        data = json.loads(layout.credentials.read_text(encoding="utf-8"))
-        credentials = StackCredentials(**{field.name: str(data[field.name]) for field in fields(StackCredentials)})
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if credentials.base_url != run.base_url:
-        return None
-    return _working_credentials(credentials)
-
-
-def _working_credentials(credentials: StackCredentials) -> StackCredentials | None:
-    import trio
-
-    from api_client import Client
-    from api_client import errors as api_errors
-
-    async def check() -> StackCredentials:
-        async with Client(credentials.base_url, token=credentials.token, timeout=RUNNING_CHECK_TIMEOUT_S) as client:
-            try:
-                await client.auth.me()
-                return credentials
-            except api_errors.Unauthenticated:  # the session expired: the stack's demo login makes another
-                login = await client.auth.login(credentials.email, credentials.password)
-                return replace(credentials, token=login.token)
-
-    try:
-        return trio.run(check)
-    except api_errors.FleetdeckError as exc:
-        log.info("the stack at %s does not answer as this data dir's (%s): starting another", credentials.base_url, exc)
-        return None
-
-
-def stop_running(data_dir: Path, timeout: float = STOP_TIMEOUT_S) -> running.RunFile | None:
-    """Stop the stack running on `data_dir` (of any version), if one answers as its stack; its
-    run file, once its process has exited, or None if there was none."""
-    layout = paths.StackLayout(data_dir.expanduser())
-    run = running.live_run_file(layout.run_file)
-    if run is None or find_running(layout, any_version=True) is None:
-        return None
-    running.terminate(run.pid, timeout)
-    return run
 
 
 def start_agent(

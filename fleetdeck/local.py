@@ -17,7 +17,6 @@ import orjson
 import trio
 
 from agent.runner import AgentConfig, run_agent
-from control_plane import __version__
 from control_plane.app import build_fleet
 from control_plane.auth import store as accounts
 from control_plane.serving import base_url, bind, close_unless_served, serve_fleet
@@ -69,7 +68,7 @@ async def run_local(
                     "db_url": db_url,
                 }
                 write_private(layout.credentials, orjson.dumps(credentials, option=orjson.OPT_INDENT_2).decode())
-                write_private(layout.run_file, running.RunFile(url, os.getpid(), __version__).to_json())
+                write_private(layout.run_file, running.RunFile(url, os.getpid(), running.stack_version()).to_json())
                 print(f"fleetdeck is running at {url}", flush=True)
                 print(f"credentials: {layout.credentials}", flush=True)
                 if idle_minutes is not None:

@@ -8,23 +8,36 @@ lock both files exclusively (no TUI is starting, none is attached) and no API re
 are flock(2)s, released by the kernel however their holder ends, so a killed TUI never keeps a
 stack alive, and a stack going away holds the start lock until its process is gone.
 
-Light on purpose (no third-party imports): the TUI reads the run file before its first frame.
+Light on purpose (no third-party imports at the top): the TUI builds its `SharedStack` and reads
+the run file before its first frame; the launcher and the API client come in `connect`, which runs
+in a worker thread.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import select
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fleetdeck.paths import StackLayout, private_dir
+
+if TYPE_CHECKING:
+    from fleetdeck.launcher import LocalStack, StackCredentials
+
+log = logging.getLogger(__name__)
 
 POLL_S = 0.05
+STOP_TIMEOUT_S = 10.0
+ANSWER_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -141,3 +154,113 @@ def locked(path: Path) -> Iterator[None]:
 def wait_until_unlocked(path: Path) -> None:
     """Return once nobody holds a lock on `path` (locks it for an instant)."""
     os.close(lock(path))
+
+
+class SharedStack:
+    """The TUI's local stack on `data_dir`: the one running there if it answers as that dir's
+    stack, else a new one, started with `idle_minutes` so that it outlives the TUI
+    (`new_launcher(data_dir, idle_minutes)` makes its launcher: a `LocalStack` by default). Two
+    TUIs starting at once share one stack: the start lock makes the second wait for the first.
+    Attached from `connect` until `detach` (or until this process ends, however it ends)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        idle_minutes: float,
+        new_launcher: Callable[[Path, float], LocalStack] | None = None,
+    ) -> None:
+        self.data_dir = data_dir.expanduser()
+        self.layout = StackLayout(self.data_dir)
+        self.idle_minutes = idle_minutes
+        self._new_launcher = new_launcher
+        self.launcher: LocalStack | None = None  # the launcher of the stack this start started
+        self.reused: bool | None = None
+        self._attachment: int | None = None
+
+    def seems_running(self) -> bool:
+        """Quick enough for the first frame (no network): a run file naming a live process."""
+        return live_run_file(self.layout.run_file) is not None
+
+    def connect(self) -> StackCredentials:
+        """Join the running stack or start one (seconds), and stay attached to it."""
+        private_dir(self.data_dir)
+        with locked(self.layout.start_lock):
+            credentials = find_running(self.layout)
+            self.reused = credentials is not None
+            if credentials is None:
+                stop_running(self.data_dir)  # one of another version, if any: a data dir has one stack
+                self.launcher = self._launcher()
+                credentials = self.launcher.start()
+            self._attachment = lock(self.layout.attach_lock, shared=True)
+        return credentials
+
+    def detach(self) -> None:
+        """Leave the stack to its idle timer (with 0 minutes, it stops now)."""
+        if self._attachment is not None:
+            os.close(self._attachment)
+            self._attachment = None
+
+    def _launcher(self) -> LocalStack:
+        if self._new_launcher is not None:
+            return self._new_launcher(self.data_dir, self.idle_minutes)
+        from fleetdeck.launcher import LocalStack
+
+        return LocalStack(self.data_dir, idle_minutes=self.idle_minutes)
+
+
+def stack_version() -> str:
+    """The version a stack started from this code runs (a stack of another version is replaced)."""
+    from control_plane import __version__
+
+    return __version__
+
+
+def find_running(layout: StackLayout, *, any_version: bool = False) -> StackCredentials | None:
+    """The credentials of the stack running on this data dir, if one does and answers as this
+    dir's stack: its run file names a live process of this version, its URL answers, and the dir's
+    credentials work there (the token, else the demo login: a fresh token is returned)."""
+    from fleetdeck.launcher import read_credentials
+
+    run = live_run_file(layout.run_file)
+    if run is None or (run.version != stack_version() and not any_version):
+        return None
+    try:
+        credentials = read_credentials(layout.credentials)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if credentials.base_url != run.base_url:
+        return None
+    return _working_credentials(credentials)
+
+
+def _working_credentials(credentials: StackCredentials) -> StackCredentials | None:
+    import trio
+
+    from api_client import Client
+    from api_client import errors as api_errors
+
+    async def check() -> StackCredentials:
+        async with Client(credentials.base_url, token=credentials.token, timeout=ANSWER_TIMEOUT_S) as client:
+            try:
+                await client.auth.me()
+                return credentials
+            except api_errors.Unauthenticated:  # the session expired: the stack's demo login makes another
+                login = await client.auth.login(credentials.email, credentials.password)
+                return replace(credentials, token=login.token)
+
+    try:
+        return trio.run(check)
+    except api_errors.FleetdeckError as exc:
+        log.info("the stack at %s does not answer as this data dir's (%s)", credentials.base_url, exc)
+        return None
+
+
+def stop_running(data_dir: Path, timeout: float = STOP_TIMEOUT_S) -> RunFile | None:
+    """Stop the stack running on `data_dir` (of any version), if one answers as its stack; its
+    run file, once its process has exited, or None if there was none."""
+    layout = StackLayout(data_dir.expanduser())
+    run = live_run_file(layout.run_file)
+    if run is None or find_running(layout, any_version=True) is None:
+        return None
+    terminate(run.pid, timeout)
+    return run

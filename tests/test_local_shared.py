@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from fleetdeck import running
-from fleetdeck.launcher import stop_running
 from fleetdeck.paths import StackLayout
+from fleetdeck.running import stop_running
 from tests.conftest import STACK_ENV, python_env
 from tests.helpers import wait_until
 from tests.helpers.stacks import stack_processes, stop_stacks
@@ -32,11 +32,13 @@ STARTUP_TIMEOUT_S = 90
 TUI_START = """
 import json, sys
 from pathlib import Path
-from fleetdeck.launcher import LocalStack, SharedStack
+from fleetdeck.launcher import LocalStack
+from fleetdeck.running import SharedStack
 
-data_dir, idle_minutes = Path(sys.argv[1]), float(sys.argv[2])
-log_file = data_dir.parent / "stack.log"
-stack = SharedStack(LocalStack(data_dir, idle_minutes=idle_minutes, log_file=log_file, startup_timeout=60))
+def new_launcher(data_dir, idle_minutes):
+    return LocalStack(data_dir, idle_minutes=idle_minutes, log_file=data_dir.parent / "stack.log", startup_timeout=60)
+
+stack = SharedStack(Path(sys.argv[1]), float(sys.argv[2]), new_launcher)
 credentials = stack.connect()
 print(json.dumps({"base_url": credentials.base_url, "token": credentials.token, "reused": stack.reused}), flush=True)
 sys.stdin.read()  # attached until the test closes stdin

@@ -15,7 +15,8 @@ from textual.widgets import Static
 
 from api_client import Client
 from fleetdeck.cli import local_connection, pending_local_connection
-from fleetdeck.launcher import LocalStack, SharedStack, stop_running
+from fleetdeck.launcher import LocalStack
+from fleetdeck.running import SharedStack, stop_running
 from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.tui import highlight_server, run
@@ -262,16 +263,16 @@ def test_the_first_screen_says_what_starts_before_the_stack_answers(stack: Stack
 
 def test_the_embedded_default_fills_the_server_list_and_the_next_start_joins_its_stack(tmp_path: Path) -> None:
     data_dir = tmp_path / "local"
-    first = SharedStack(LocalStack(data_dir, idle_minutes=10))
+    first = SharedStack(data_dir, idle_minutes=10)
     app = FleetdeckApp(pending_local_connection(first), theme="fleetdeck-ansi")
 
     async def scenario(pilot: Pilot[None]) -> None:
         assert shown_text(app, "#starting-what").startswith("Starting the local control plane and agent in")
         await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers, seconds=60)
-        assert first.launcher.credentials is not None
+        assert first.launcher is not None and first.launcher.credentials is not None
         assert first.launcher.credentials.server_id in app.screen.servers
 
-    second = SharedStack(LocalStack(data_dir, idle_minutes=10))
+    second = SharedStack(data_dir, idle_minutes=10)
     try:
         run(app, scenario)
         first.detach()  # the TUI quit: its stack stays
@@ -282,15 +283,18 @@ def test_the_embedded_default_fills_the_server_list_and_the_next_start_joins_its
             await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers, seconds=60)
 
         run(app, joined)
-        assert second.reused and second.launcher.process is None  # no second control plane
+        assert second.reused and second.launcher is None  # no second control plane
     finally:
         second.detach()
         stop_running(data_dir)
-        assert first.launcher.process is not None and first.launcher.process.wait(30) == 0
+        assert first.launcher is not None and first.launcher.process is not None
+        assert first.launcher.process.wait(30) == 0
 
 
 def test_a_stack_that_does_not_start_says_why_and_lets_the_user_quit(tmp_path: Path) -> None:
-    stack = SharedStack(BrokenStack(tmp_path, startup_timeout=20, idle_minutes=10))
+    stack = SharedStack(
+        tmp_path, 10, lambda data_dir, idle: BrokenStack(data_dir, idle_minutes=idle, startup_timeout=20)
+    )
     app = FleetdeckApp(pending_local_connection(stack), theme="fleetdeck-ansi")
 
     async def scenario(pilot: Pilot[None]) -> None:

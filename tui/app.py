@@ -62,8 +62,9 @@ class FleetdeckApp(App[None]):
         self._client = client
         self._bridge: TrioBridge | None = None
         self.me: Me | None = None
-        self._wanted_theme = default_theme_name(theme)
         register_themes(self)
+        # Set before the first frame: a theme set once mounted restyles every widget again.
+        self._unknown_theme = self._set_theme(default_theme_name(theme))
 
     @property
     def client(self) -> Client:
@@ -84,7 +85,8 @@ class FleetdeckApp(App[None]):
     # --- lifecycle ------------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        self._apply_theme(self._wanted_theme)
+        if self._unknown_theme is not None:
+            self.notify(f"Unknown theme {self._unknown_theme!r}: using {self.theme}.", severity="warning")
         if self.connection is not None:
             self._connected(self.connection)
         elif self.pending is not None:
@@ -149,11 +151,16 @@ class FleetdeckApp(App[None]):
         gc.unfreeze()  # the app's own objects may be collected again once it is gone
 
     def _apply_theme(self, name: str) -> None:
-        if name not in self.available_themes:
-            fallback = automatic_theme_name()
-            self.notify(f"Unknown theme {name!r}: using {fallback}.", severity="warning")
-            name = fallback
-        self.theme = name
+        if (unknown := self._set_theme(name)) is not None:
+            self.notify(f"Unknown theme {unknown!r}: using {self.theme}.", severity="warning")
+
+    def _set_theme(self, name: str) -> str | None:
+        """Use theme `name`, else the automatic choice; the unknown name, if it was one."""
+        if name in self.available_themes:
+            self.theme = name
+            return None
+        self.theme = automatic_theme_name()
+        return name
 
     def _show_identity(self, me: Me) -> None:
         self.me = me
