@@ -99,9 +99,9 @@ class FleetdeckApp(App[None]):
         threading.Thread(target=self._wait_for_connection, args=(pending,), daemon=True).start()
 
     def _wait_for_connection(self, pending: PendingConnection) -> None:
-        """In a thread: the first frame is drawn while the connection comes up. The screens are
-        imported meanwhile in another thread (a stack starting is mostly waiting)."""
-        importing = threading.Thread(target=_import_the_screens, name="fleetdeck-imports", daemon=True)
+        """In a thread: the first frame is drawn while the connection comes up. The server list
+        is imported meanwhile in another thread (a stack starting is mostly waiting)."""
+        importing = threading.Thread(target=_import_the_server_list, name="fleetdeck-imports", daemon=True)
         importing.start()
         try:
             connection = pending.wait()
@@ -121,7 +121,6 @@ class FleetdeckApp(App[None]):
         from api_client import Client
         from tui.servers.screen import ServerListScreen
 
-        freeze_startup_objects()
         self.connection = connection
         if self._client is None:
             self._client = Client(connection.base_url, token=connection.token)
@@ -131,10 +130,21 @@ class FleetdeckApp(App[None]):
         self.bridge.run(self, self.client.auth.me, on_done=self._show_identity)
         if self._starting_screen() is None:
             self.push_screen(ServerListScreen())
-            return
-        while not isinstance(self.screen, StartingScreen):
-            self.pop_screen()  # the help the user opened while waiting
-        self.switch_screen(ServerListScreen())
+        else:
+            while not isinstance(self.screen, StartingScreen):
+                self.pop_screen()  # the help the user opened while waiting
+            self.switch_screen(ServerListScreen())
+        self.call_after_refresh(self._finish_starting)
+
+    def _finish_starting(self) -> None:
+        """Once the server list is drawn: import the other screens in a thread, then freeze what
+        startup made (on the app's thread: never after `on_unmount` has unfrozen it)."""
+
+        def finish() -> None:
+            _import_the_other_screens()
+            self._from_thread(freeze_startup_objects)
+
+        threading.Thread(target=finish, name="fleetdeck-imports", daemon=True).start()
 
     def _start_failed(self, message: str) -> None:
         self.sub_title = "could not start"
@@ -282,10 +292,14 @@ class FleetdeckApp(App[None]):
         yield SystemCommand("Help", "The key bindings of this screen", self.action_help)
 
 
-def _import_the_screens() -> None:
-    """Load what the server list and the screens after it need, off the main thread."""
+def _import_the_server_list() -> None:
+    """Load what the server list needs, off the main thread."""
     import api_client  # noqa: F401
     import tui.bridge
-    import tui.files.commander
-    import tui.jobs.screen
     import tui.servers.screen  # noqa: F401
+
+
+def _import_the_other_screens() -> None:
+    """Load the screens after the server list, off the main thread, while the list is shown."""
+    import tui.files.commander
+    import tui.jobs.screen  # noqa: F401
