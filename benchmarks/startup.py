@@ -14,8 +14,9 @@ fleetdeck runs on the embedded default (`fleetdeck --data-dir DIR`) in three cas
 dir (the demo workspace and database are made: 20,000 files); the stack that start left running
 (a TUI leaves its stack up for `FLEETDECK_LOCAL_IDLE_MINUTES`, so the next start joins it); and a
 reused data dir whose stack was stopped (`fleetdeck local --stop`). Each is measured `--runs`
-times (median shown, and the range); the process is then quit with ctrl+q. Everything includes
-the interpreter's start and imports, as the user waits for them too.
+times, the bare app twice per round between them, as the load of a shared machine changes from
+minute to minute (median shown, and the range); the process is then quit with ctrl+q. Everything
+includes the interpreter's start and imports, as the user waits for them too.
 
     python -m benchmarks.startup [--runs 3]
 """
@@ -138,15 +139,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     runs = parser.parse_args().runs
 
-    bare = [time_markers([sys.executable, "-c", BARE_APP], [BARE_MARKER])[0] for _ in range(runs)]
+    bare: list[float] = []
     cases: dict[str, list[list[float]]] = {"fresh": [], "running": [], "stopped": []}
     markers = [FIRST_FRAME_MARKER, SERVER_LIST_MARKER]
     with tempfile.TemporaryDirectory(prefix="fleetdeck-startup-") as folder:
         for run in range(runs):
             data_dir = Path(folder) / f"data-{run}"
             try:
+                bare.append(time_markers([sys.executable, "-c", BARE_APP], [BARE_MARKER])[0])
                 cases["fresh"].append(time_markers(fleetdeck_command(data_dir), markers))
                 cases["running"].append(time_markers(fleetdeck_command(data_dir), markers))
+                bare.append(time_markers([sys.executable, "-c", BARE_APP], [BARE_MARKER])[0])
                 stop_running(data_dir)
                 cases["stopped"].append(time_markers(fleetdeck_command(data_dir), markers))
             finally:
