@@ -86,6 +86,13 @@ def run_local_command(argv: list[str], settings: Settings) -> int:
     logging.basicConfig(level=settings.log_level("WARNING"), format="%(levelname)s %(name)s: %(message)s")
     if args.stop:
         return stop_local_command(args.data_dir)
+    if args.idle_minutes is None and (url := _running_stack(args.data_dir)) is not None:
+        print(
+            f"fleetdeck: a local stack already runs in {args.data_dir} at {url}"
+            " (stop it first: fleetdeck local --stop)",
+            file=sys.stderr,
+        )
+        return 1
     import trio
 
     from fleetdeck.local import run_local
@@ -94,14 +101,31 @@ def run_local_command(argv: list[str], settings: Settings) -> int:
     return 0
 
 
+def _running_stack(data_dir: Path) -> str | None:
+    """The base URL of the stack running on `data_dir`, if one answers (a TUI starts its stack
+    under the start lock after the same check, so it never makes a second one either)."""
+    from fleetdeck.running import find_running
+
+    found = find_running(paths.StackLayout(data_dir.expanduser()), any_version=True)
+    return found.base_url if found is not None else None
+
+
 def stop_local_command(data_dir: Path) -> int:
-    from fleetdeck.running import stop_running
+    from fleetdeck.running import live_run_file, stop_running
 
     stopped = stop_running(data_dir)
-    if stopped is None:
-        print(f"No local stack is running in {data_dir}.")
-    else:
+    if stopped is not None:
         print(f"Stopped the local stack at {stopped.base_url} (pid {stopped.pid}).")
+        return 0
+    unanswering = live_run_file(paths.StackLayout(data_dir.expanduser()).run_file)
+    if unanswering is not None:  # a pid taken over by another process, or a stack that hangs
+        print(
+            f"fleetdeck: process {unanswering.pid} named in {data_dir}'s run file does not answer as its stack"
+            f" at {unanswering.base_url}: not stopped.",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"No local stack is running in {data_dir}.")
     return 0
 
 

@@ -31,11 +31,11 @@ from types import TracebackType
 from typing import IO
 
 from fleetdeck import paths
+from fleetdeck.running import STOP_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 10.0
 LOG_TAIL_LINES = 15
 BASE_URL_PATTERN = re.compile(r"https?://127\.0\.0\.1:\d+")
 # The directory holding the packages: children must import the same code as this process.

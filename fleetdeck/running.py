@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05
-STOP_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0  # SIGTERM's grace before SIGKILL
 ANSWER_TIMEOUT_S = 5.0
 
 

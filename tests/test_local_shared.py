@@ -97,7 +97,7 @@ def answers(base_url: str, token: str) -> bool:
         return False
 
 
-def stop_command(data_dir: Path) -> str:
+def stop_command(data_dir: Path, exit_code: int = 0) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "fleetdeck", "local", "--stop", "--data-dir", str(data_dir)],
         env=python_env(),
@@ -105,8 +105,8 @@ def stop_command(data_dir: Path) -> str:
         text=True,
         timeout=60,
     )
-    assert done.returncode == 0, done.stderr
-    return done.stdout.strip()
+    assert done.returncode == exit_code, done.stderr
+    return (done.stdout + done.stderr).strip()
 
 
 def test_a_tui_start_joins_the_stack_a_previous_tui_left_and_stop_stops_it(data_dir: Path) -> None:
@@ -125,6 +125,14 @@ def test_a_tui_start_joins_the_stack_a_previous_tui_left_and_stop_stops_it(data_
         assert stack_processes(data_dir) == [pid] == [stack_pid(data_dir)]  # no second control plane
     finally:
         second.leave()
+    foreground = subprocess.run(
+        [sys.executable, "-m", "fleetdeck", "local", "--data-dir", str(data_dir)],
+        env=python_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert foreground.returncode == 1 and f"already runs in {data_dir} at {started['base_url']}" in foreground.stderr
 
     assert stop_command(data_dir) == f"Stopped the local stack at {started['base_url']} (pid {pid})."
     assert not running.process_lives(pid) and stack_processes(data_dir) == []
@@ -149,6 +157,29 @@ def test_a_run_file_naming_a_dead_process_leads_to_a_fresh_start(data_dir: Path)
         assert answers(fresh["base_url"], fresh["token"])
     finally:
         second.leave()
+
+
+def test_a_run_file_naming_another_live_process_is_neither_joined_nor_stopped(data_dir: Path) -> None:
+    """The pid of a stack that died may be taken by another process: it is no stack to join, and
+    `--stop` must not kill it."""
+    stranger = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        data_dir.mkdir()
+        run = running.RunFile("http://127.0.0.1:9", stranger.pid, running.stack_version())
+        StackLayout(data_dir).run_file.write_text(run.to_json())
+        said = stop_command(data_dir, exit_code=1)
+        assert f"process {stranger.pid} named in {data_dir}'s run file does not answer" in said
+        assert stranger.poll() is None
+
+        start = TuiStart(data_dir, idle_minutes=10)
+        try:
+            assert not start.connected()["reused"]
+            assert stack_pid(data_dir) != stranger.pid and stranger.poll() is None
+        finally:
+            start.leave()
+    finally:
+        stranger.kill()
+        stranger.wait()
 
 
 def test_two_tui_starts_at_once_make_one_stack(data_dir: Path) -> None:
