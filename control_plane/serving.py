@@ -147,8 +147,10 @@ async def serve_fleet(
     sock: socket.socket,
     *,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    wrap: Callable[[Any], Any] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
+    """Serve the fleet's app on `sock`; `wrap` (an ASGI middleware) goes around it when given."""
     install_server_fixes()
     config = Config()
     # Hypercorn takes the descriptor over and closes it when it stops: hand it over for good.
@@ -159,4 +161,6 @@ async def serve_fleet(
     config.websocket_max_message_size = 64 * 1024 * 1024
     # hypercorn's ASGI type is narrower than Starlette's own; the app is a plain ASGI 3 callable.
     app: Any = create_app(fleet)
+    if wrap is not None:
+        app = wrap(app)
     await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)

@@ -21,7 +21,8 @@ from fleetdeck import paths
 from fleetdeck.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
-    from fleetdeck.launcher import LocalStack, StackCredentials
+    from fleetdeck.launcher import StackCredentials
+    from fleetdeck.running import SharedStack
     from tui.connection import Connection, PendingConnection
 
 CONTROL_PLANE_COMMANDS = frozenset({"serve", "admin"})
@@ -65,18 +66,66 @@ def _local_parser() -> argparse.ArgumentParser:
         default=None,
         help="give the local agent a direct-upload ingress on HOST:PORT (e.g. 127.0.0.1:0); off by default",
     )
+    parser.add_argument(
+        "--idle-minutes",
+        type=float,
+        metavar="MINUTES",
+        default=None,
+        help="exit once no TUI has been attached and no API request has come for MINUTES (how the TUI starts it)",
+    )
+    parser.add_argument(
+        "--stop", action="store_true", help="stop the stack running on --data-dir (the one the TUI left running)"
+    )
     return parser
 
 
 def run_local_command(argv: list[str], settings: Settings) -> int:
-    """`fleetdeck local`: the embedded stack in the foreground until SIGINT or SIGTERM."""
+    """`fleetdeck local`: the embedded stack in the foreground until SIGINT or SIGTERM; `--stop`
+    stops the one running on the data dir."""
+    args = _local_parser().parse_args(argv)
+    logging.basicConfig(level=settings.log_level("WARNING"), format="%(levelname)s %(name)s: %(message)s")
+    if args.stop:
+        return stop_local_command(args.data_dir)
+    if args.idle_minutes is None and (url := _running_stack(args.data_dir)) is not None:
+        print(
+            f"fleetdeck: a local stack already runs in {args.data_dir} at {url}"
+            " (stop it first: fleetdeck local --stop)",
+            file=sys.stderr,
+        )
+        return 1
     import trio
 
     from fleetdeck.local import run_local
 
-    args = _local_parser().parse_args(argv)
-    logging.basicConfig(level=settings.log_level("WARNING"), format="%(levelname)s %(name)s: %(message)s")
-    trio.run(run_local, args.data_dir, settings, args.port, args.ingress)
+    trio.run(run_local, args.data_dir, settings, args.port, args.ingress, args.idle_minutes)
+    return 0
+
+
+def _running_stack(data_dir: Path) -> str | None:
+    """The base URL of the stack running on `data_dir`, if one answers (a TUI starts its stack
+    under the start lock after the same check, so it never makes a second one either)."""
+    from fleetdeck.running import find_running
+
+    found = find_running(paths.StackLayout(data_dir.expanduser()), any_version=True)
+    return found.base_url if found is not None else None
+
+
+def stop_local_command(data_dir: Path) -> int:
+    from fleetdeck.running import live_run_file, stop_running
+
+    stopped = stop_running(data_dir)
+    if stopped is not None:
+        print(f"Stopped the local stack at {stopped.base_url} (pid {stopped.pid}).")
+        return 0
+    unanswering = live_run_file(paths.StackLayout(data_dir.expanduser()).run_file)
+    if unanswering is not None:  # a pid taken over by another process, or a stack that hangs
+        print(
+            f"fleetdeck: process {unanswering.pid} named in {data_dir}'s run file does not answer as its stack"
+            f" at {unanswering.base_url}: not stopped.",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"No local stack is running in {data_dir}.")
     return 0
 
 
@@ -110,35 +159,32 @@ def run_tui(args: argparse.Namespace, settings: Settings) -> int:
             print(f"fleetdeck: {exc}", file=sys.stderr)
             return 1
         return _run_app(connection, args.theme)
-    # The app draws its first frame at once, then spawns the stack (on its main thread, which
-    # lives as long as the TUI: see `die_with_parent`) and waits for it in a thread.
-    from fleetdeck.launcher import LocalStack
+    # The app draws its first frame at once, then finds the stack running on the data dir (or
+    # starts one, which stays up `local_idle_minutes` after the last TUI leaves) in a thread.
+    from fleetdeck.running import SharedStack
 
-    stack = LocalStack(args.data_dir, die_with_parent=True)
+    stack = SharedStack(args.data_dir, settings.local_idle_minutes)
     try:
         return _run_app(pending_local_connection(stack), args.theme)
     finally:
-        stack.stop()
+        stack.detach()
 
 
-def pending_local_connection(stack: LocalStack) -> PendingConnection:
-    """What the TUI shows, starts and waits for while the local stack starts."""
-    from fleetdeck.launcher import StackStartError
+def pending_local_connection(stack: SharedStack) -> PendingConnection:
+    """What the TUI shows, and waits for, while it joins or starts the local stack."""
     from tui.connection import ConnectError, PendingConnection
 
-    def start() -> None:
-        try:
-            stack.spawn()
-        except StackStartError as exc:
-            raise ConnectError(str(exc)) from exc
-
     def wait() -> Connection:
+        from fleetdeck.launcher import StackStartError
+
         try:
-            return local_connection(stack.wait_ready())
+            return local_connection(stack.connect())
         except StackStartError as exc:
             raise ConnectError(str(exc)) from exc
 
-    return PendingConnection(f"Starting the local control plane and agent in {stack.data_dir}…", wait, start)
+    if stack.seems_running():
+        return PendingConnection(f"Connecting to the local control plane in {stack.data_dir}…", wait)
+    return PendingConnection(f"Starting the local control plane and agent in {stack.data_dir}…", wait)
 
 
 def local_connection(credentials: StackCredentials) -> Connection:

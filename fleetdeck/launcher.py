@@ -6,14 +6,14 @@ The child prints a line with its base URL once its control plane and agent are u
 file (a pipe nobody reads would stall it once full), whose tail explains a failed start. It is
 stopped with SIGTERM, then SIGKILL after a grace period.
 
-Starting is two steps, `spawn` (quick, no waiting) and `wait_ready` (seconds): the TUI spawns on
-its main thread and waits in a worker thread, so its first frame never waits for the stack.
+The TUI does not own its stack: `fleetdeck.running.SharedStack` joins the one already running on
+the data dir, or starts one here with `--idle-minutes`, which outlives the TUI, in a worker
+thread, so its first frame never waits for the stack.
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import json
 import logging
 import os
@@ -32,11 +32,11 @@ from types import TracebackType
 from typing import IO
 
 from fleetdeck import paths
+from fleetdeck.running import STOP_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
 STARTUP_TIMEOUT_S = 120.0
-STOP_TIMEOUT_S = 10.0
 LOG_TAIL_LINES = 15
 BASE_URL_PATTERN = re.compile(r"https?://127\.0\.0\.1:\d+")
 # The directory holding the packages: children must import the same code as this process.
@@ -66,6 +66,15 @@ class StackCredentials:
     lb_ports: dict[str, int]  # "80"/"443" -> the port its load balancers listen on (127.0.0.1)
 
 
+def read_credentials(path: Path) -> StackCredentials:
+    """The credentials file a stack wrote; OSError, ValueError, KeyError or TypeError if it is unusable."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return StackCredentials(
+        **{f.name: str(data[f.name]) for f in fields(StackCredentials) if f.name != "lb_ports"},
+        lb_ports={str(k): int(v) for k, v in data.get("lb_ports", {}).items()},
+    )
+
+
 class StackStartError(Exception):
     """The local stack did not start; the message includes the end of its stderr."""
 
@@ -74,9 +83,9 @@ class LocalStack:
     """`fleetdeck local --data-dir DIR --port PORT` as a child process. A context manager.
 
     `env`: variables added to the child's environment. `log_file`: where its stderr goes
-    (appended to; default `stack.log` in the data folder). `die_with_parent`: the kernel stops
-    the child if this process dies without cleaning up (Linux; the thread that spawns must live
-    as long as the process, so only for the TUI's main thread).
+    (appended to; default `stack.log` in the data folder). `idle_minutes`: the child outlives
+    this process and exits once idle that long (`fleetdeck local --idle-minutes`; the TUI's
+    stack, see `fleetdeck.running.SharedStack`); otherwise it is stopped when this process exits.
     """
 
     def __init__(
@@ -87,7 +96,7 @@ class LocalStack:
         env: Mapping[str, str] | None = None,
         log_file: Path | None = None,
         startup_timeout: float = STARTUP_TIMEOUT_S,
-        die_with_parent: bool = False,
+        idle_minutes: float | None = None,
     ) -> None:
         self.data_dir = data_dir.expanduser()
         self.layout = paths.StackLayout(self.data_dir)
@@ -95,7 +104,7 @@ class LocalStack:
         self.env = dict(env or {})
         self.log_file = log_file or self.layout.stderr_log
         self.startup_timeout = startup_timeout
-        self.die_with_parent = die_with_parent
+        self.idle_minutes = idle_minutes
         self.process: subprocess.Popen[str] | None = None
         self.credentials: StackCredentials | None = None
         self._log_start = 0
@@ -103,7 +112,11 @@ class LocalStack:
 
     @property
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "fleetdeck", "local", "--data-dir", str(self.data_dir), "--port", str(self.port)]
+        idle = [] if self.idle_minutes is None else ["--idle-minutes", str(self.idle_minutes)]
+        return [
+            *[sys.executable, "-m", "fleetdeck", "local", "--data-dir", str(self.data_dir), "--port", str(self.port)],
+            *idle,
+        ]
 
     def start(self) -> StackCredentials:
         """Spawn the child and wait until it runs; `StackStartError` if it does not."""
@@ -125,12 +138,13 @@ class LocalStack:
                     text=True,
                     bufsize=1,
                     env=child_environment(self.env),
-                    start_new_session=True,  # keys the TUI handles (ctrl+c, ctrl+z) must not reach it
-                    preexec_fn=_die_with_parent if self.die_with_parent and _prctl is not None else None,
+                    # Keys the TUI handles (ctrl+c, ctrl+z) and the terminal's hangup must not reach it.
+                    start_new_session=True,
                 )
         except OSError as exc:
             raise StackStartError(f"Cannot start the local control plane: {exc}") from exc
-        atexit.register(self.stop)
+        if self.idle_minutes is None:
+            atexit.register(self.stop)
         assert self.process.stdout is not None
         _drain(self.process.stdout, self._stdout_lines)
 
@@ -202,11 +216,7 @@ class LocalStack:
     def _read_credentials(self, base_url: str) -> StackCredentials:
         path = self.layout.credentials
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            credentials = StackCredentials(
-                **{f.name: str(data[f.name]) for f in fields(StackCredentials) if f.name != "lb_ports"},
-                lb_ports={str(k): int(v) for k, v in data.get("lb_ports", {}).items()},
-            )
+            credentials = read_credentials(path)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StackStartError(self._failure(f"left no usable {path} ({exc})")) from exc
         if credentials.base_url.rstrip("/") != base_url.rstrip("/"):
@@ -258,21 +268,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-_PR_SET_PDEATHSIG = 1
-# Looked up here, not in the forked child, where loading a library could deadlock.
-_prctl = ctypes.CDLL(None).prctl if sys.platform == "linux" else None
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM if the TUI dies without cleaning up.
-
-    A closed terminal (SSH drop) kills the TUI with SIGHUP, which runs no `finally` and no
-    `atexit`; the child, in its own session, would live on. The kernel tells it instead.
-    """
-    if _prctl is not None:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _drain(stream: IO[str], lines: queue.Queue[str | None]) -> None:

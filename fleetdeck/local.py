@@ -1,11 +1,17 @@
 """`fleetdeck local`: the embedded default. A control plane on 127.0.0.1, one agent linked to it
-in the same process, a demo workspace and a demo org, until SIGINT or SIGTERM."""
+in the same process, a demo workspace and a demo org, until SIGINT or SIGTERM, or, started for
+the TUI (`idle_minutes`), until it has been idle that long (`fleetdeck.running` says how)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
+from collections.abc import Awaitable, Callable, MutableMapping
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import orjson
 import trio
@@ -15,6 +21,7 @@ from agent.runner import AgentConfig, run_agent
 from control_plane.app import build_fleet
 from control_plane.auth import store as accounts
 from control_plane.serving import base_url, bind, close_unless_served, serve_fleet
+from fleetdeck import running
 from fleetdeck.demo import ensure_account, ensure_workspace, write_private
 from fleetdeck.launcher import free_port
 from fleetdeck.paths import StackLayout, private_dir
@@ -25,8 +32,12 @@ log = logging.getLogger("fleetdeck.local")
 AGENT_READY_TIMEOUT_S = 30.0
 
 
-async def run_local(data_dir: Path, settings: Settings, port: int = 0, ingress: str | None = None) -> None:
+async def run_local(
+    data_dir: Path, settings: Settings, port: int = 0, ingress: str | None = None, idle_minutes: float | None = None
+) -> None:
+    """Run until a signal, or, with `idle_minutes`, until idle that long with no TUI attached."""
     layout = StackLayout(private_dir(data_dir))
+    activity = RequestActivity()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         home, agent_state = layout.home, layout.agent_state
         await trio.to_thread.run_sync(ensure_workspace, home, agent_state)
@@ -37,7 +48,7 @@ async def run_local(data_dir: Path, settings: Settings, port: int = 0, ingress: 
         url = base_url(sock)
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(serve_fleet, fleet, sock)
+                await nursery.start(partial(serve_fleet, fleet, sock, wrap=activity.around))
                 lb_ports = {80: free_port(), 443: free_port()}
                 agent = AgentConfig(
                     url=url,
@@ -66,13 +77,19 @@ async def run_local(data_dir: Path, settings: Settings, port: int = 0, ingress: 
                     "lb_ports": {str(public): actual for public, actual in lb_ports.items()},
                 }
                 write_private(layout.credentials, orjson.dumps(credentials, option=orjson.OPT_INDENT_2).decode())
+                write_private(layout.run_file, running.RunFile(url, os.getpid(), running.stack_version()).to_json())
                 print(f"fleetdeck is running at {url}", flush=True)
                 print(f"credentials: {layout.credentials}", flush=True)
+                if idle_minutes is not None:
+                    _stop_writing_to_the_launcher()
+                    nursery.start_soon(_exit_when_idle, layout, idle_minutes * 60, activity, nursery.cancel_scope)
                 async for signum in signals:
                     log.info("stopping on %s", signal.Signals(signum).name)
                     break
                 nursery.cancel_scope.cancel()
         finally:
+            if (run := running.read_run_file(layout.run_file)) is not None and run.pid == os.getpid():
+                layout.run_file.unlink(missing_ok=True)
             close_unless_served(sock)
             fleet.db.dispose()
 
@@ -86,3 +103,83 @@ async def _supervised_agent(config: AgentConfig) -> None:
         except Exception:
             log.exception("the local agent failed; restarting it in 1 s")
         await trio.sleep(1)
+
+
+Scope = MutableMapping[str, Any]
+Channel = Callable[..., Awaitable[Any]]  # ASGI's receive and send
+ASGIApp = Callable[[Scope, Channel, Channel], Awaitable[None]]
+
+
+class RequestActivity:
+    """When the last API request ended, and whether one is still running (a stream the TUI
+    follows is activity for as long as it lasts). WebSockets (agent links) are not requests."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.last_ended = 0.0  # trio's clock
+        self._quiet = trio.Event()
+        self._quiet.set()
+
+    def around(self, app: ASGIApp) -> ASGIApp:
+        """`app`, noting each HTTP request's start and end here."""
+
+        async def noted(scope: Scope, receive: Channel, send: Channel) -> None:
+            if scope["type"] != "http":
+                return await app(scope, receive, send)
+            self.in_flight += 1
+            if self.in_flight == 1:
+                self._quiet = trio.Event()
+            try:
+                return await app(scope, receive, send)
+            finally:
+                self.in_flight -= 1
+                self.last_ended = trio.current_time()
+                if self.in_flight == 0:
+                    self._quiet.set()
+
+        return noted
+
+    async def quiet_since(self) -> float:
+        """Once no request runs: when the last one ended."""
+        await self._quiet.wait()
+        return self.last_ended
+
+
+async def _exit_when_idle(
+    layout: StackLayout, idle_s: float, activity: RequestActivity, stack_scope: trio.CancelScope
+) -> None:
+    """Cancel `stack_scope` once no TUI has been starting or attached, and no API request has
+    come, for `idle_s` seconds; the locks taken to decide are held until the process is gone."""
+    while True:
+        await trio.to_thread.run_sync(running.wait_until_unlocked, layout.start_lock, abandon_on_cancel=True)
+        await trio.to_thread.run_sync(running.wait_until_unlocked, layout.attach_lock, abandon_on_cancel=True)
+        await _quiet_for(idle_s, trio.current_time(), activity)
+        starting = running.lock_if_free(layout.start_lock)
+        attached = running.lock_if_free(layout.attach_lock) if starting is not None else None
+        if starting is not None and attached is not None:
+            # Gone before the start lock is released: a TUI waiting on it starts a new stack.
+            layout.run_file.unlink(missing_ok=True)
+            log.info("idle for %.0f s with no TUI attached: stopping", idle_s)
+            stack_scope.cancel()
+            return
+        for descriptor in (starting, attached):
+            if descriptor is not None:
+                os.close(descriptor)
+
+
+async def _quiet_for(idle_s: float, since: float, activity: RequestActivity) -> None:
+    """Return once no request has run for `idle_s` seconds, nor since `since` (trio's clock)."""
+    while True:
+        deadline = max(since, await activity.quiet_since()) + idle_s
+        if deadline <= trio.current_time():
+            return
+        await trio.sleep_until(deadline)  # a request in the meantime moves the deadline
+
+
+def _stop_writing_to_the_launcher() -> None:
+    """Point stdout at /dev/null: the launcher reads it only until the address, and once that TUI
+    has quit, a write to its pipe would fail."""
+    sys.stdout.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -107,6 +107,24 @@ class StackLayout:
         return self.root / "demo-password"
 
     @property
+    def run_file(self) -> Path:
+        """Written by a running `fleetdeck local` (base URL, pid, version), removed when it stops:
+        how the next TUI start finds the stack still running."""
+        return self.root / "run.json"
+
+    @property
+    def start_lock(self) -> Path:
+        """Locked (flock, exclusive) by a TUI while it finds or starts this stack, and by the stack
+        while it exits idle: two starts never make two stacks, nor join one that is going."""
+        return self.root / "start.lock"
+
+    @property
+    def attach_lock(self) -> Path:
+        """Locked (flock, shared) by every TUI using this stack: the stack exits idle only once it
+        can lock it exclusively. The kernel releases a TUI's lock however it ends."""
+        return self.root / "tui.lock"
+
+    @property
     def stderr_log(self) -> Path:
         """The stack's stderr when a launcher runs it as a child process."""
         return self.root / "stack.log"

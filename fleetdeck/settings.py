@@ -41,12 +41,12 @@ def _log_level(value: str) -> LogLevel:
     return level
 
 
-def _seconds(*, minimum: float, inclusive: bool) -> Callable[[str], float]:
+def _amount(unit: str, *, minimum: float, inclusive: bool) -> Callable[[str], float]:
     def parse(value: str) -> float:
         try:
             number = float(value)
         except ValueError:
-            raise ValueError("not a number of seconds") from None
+            raise ValueError(f"not a number of {unit}") from None
         if not math.isfinite(number) or number < minimum or (number == minimum and not inclusive):
             raise ValueError(f"must be a finite number {'>=' if inclusive else '>'} {minimum:g}")
         return number
@@ -85,6 +85,7 @@ class Settings:
     transfer_timeout_s: float = 6 * 3600.0
     job_output_cap_mb: float = 16.0
     agent_ssh_port: int = 22
+    local_idle_minutes: float = 10.0
 
     def log_level(self, default: LogLevel) -> LogLevel:
         """`FLEETDECK_LOG`, else the command's own default."""
@@ -111,11 +112,12 @@ VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "agent_token": ("FLEETDECK_AGENT_TOKEN", _text),
     "theme": ("FLEETDECK_THEME", _text),
     "log": ("FLEETDECK_LOG", _log_level),
-    "heartbeat_s": ("FLEETDECK_HEARTBEAT_S", _seconds(minimum=0, inclusive=False)),
-    "job_grace_s": ("FLEETDECK_JOB_GRACE_S", _seconds(minimum=0, inclusive=True)),
-    "transfer_timeout_s": ("FLEETDECK_TRANSFER_TIMEOUT_S", _seconds(minimum=0, inclusive=False)),
+    "heartbeat_s": ("FLEETDECK_HEARTBEAT_S", _amount("seconds", minimum=0, inclusive=False)),
+    "job_grace_s": ("FLEETDECK_JOB_GRACE_S", _amount("seconds", minimum=0, inclusive=True)),
+    "transfer_timeout_s": ("FLEETDECK_TRANSFER_TIMEOUT_S", _amount("seconds", minimum=0, inclusive=False)),
     "job_output_cap_mb": ("FLEETDECK_JOB_OUTPUT_CAP_MB", _megabytes),
     "agent_ssh_port": ("FLEETDECK_AGENT_SSH_PORT", _port),
+    "local_idle_minutes": ("FLEETDECK_LOCAL_IDLE_MINUTES", _amount("minutes", minimum=0, inclusive=True)),
 }
 
 

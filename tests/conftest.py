@@ -87,6 +87,16 @@ def start_local(data_dir: Path, port: int = 0, env: dict[str, str] | None = None
     return Stack(launcher=launcher, data_dir=data_dir, **credentials.__dict__)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_stack_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A stack started for a TUI outlives it: after the session, none of the session's may run."""
+    from tests.helpers.stacks import stop_stacks
+
+    yield
+    left = stop_stacks(tmp_path_factory.getbasetemp())
+    assert left == [], f"stacks left running after the tests (now stopped): {left}"
+
+
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     running = start_local(tmp_path_factory.mktemp("local"))

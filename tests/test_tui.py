@@ -16,6 +16,7 @@ from textual.widgets import Static
 from api_client import Client
 from fleetdeck.cli import local_connection, pending_local_connection
 from fleetdeck.launcher import LocalStack
+from fleetdeck.running import SharedStack, stop_running
 from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.tui import highlight_server, run
@@ -260,22 +261,40 @@ def test_the_first_screen_says_what_starts_before_the_stack_answers(stack: Stack
         answered.set()
 
 
-def test_the_embedded_default_fills_the_server_list_once_its_stack_runs(tmp_path: Path) -> None:
-    stack = LocalStack(tmp_path / "local")
-    app = FleetdeckApp(pending_local_connection(stack), theme="fleetdeck-ansi")
+def test_the_embedded_default_fills_the_server_list_and_the_next_start_joins_its_stack(tmp_path: Path) -> None:
+    data_dir = tmp_path / "local"
+    first = SharedStack(data_dir, idle_minutes=10)
+    app = FleetdeckApp(pending_local_connection(first), theme="fleetdeck-ansi")
 
     async def scenario(pilot: Pilot[None]) -> None:
+        assert shown_text(app, "#starting-what").startswith("Starting the local control plane and agent in")
         await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers, seconds=60)
-        assert stack.credentials is not None and stack.credentials.server_id in app.screen.servers
+        assert first.launcher is not None and first.launcher.credentials is not None
+        assert first.launcher.credentials.server_id in app.screen.servers
 
+    second = SharedStack(data_dir, idle_minutes=10)
     try:
         run(app, scenario)
+        first.detach()  # the TUI quit: its stack stays
+        app = FleetdeckApp(pending_local_connection(second), theme="fleetdeck-ansi")
+
+        async def joined(pilot: Pilot[None]) -> None:
+            assert shown_text(app, "#starting-what") == f"Connecting to the local control plane in {data_dir}…"
+            await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers, seconds=60)
+
+        run(app, joined)
+        assert second.reused and second.launcher is None  # no second control plane
     finally:
-        assert stack.stop() is not None
+        second.detach()
+        stop_running(data_dir)
+        assert first.launcher is not None and first.launcher.process is not None
+        assert first.launcher.process.wait(30) == 0
 
 
 def test_a_stack_that_does_not_start_says_why_and_lets_the_user_quit(tmp_path: Path) -> None:
-    stack = BrokenStack(tmp_path, startup_timeout=20)
+    stack = SharedStack(
+        tmp_path, 10, lambda data_dir, idle: BrokenStack(data_dir, idle_minutes=idle, startup_timeout=20)
+    )
     app = FleetdeckApp(pending_local_connection(stack), theme="fleetdeck-ansi")
 
     async def scenario(pilot: Pilot[None]) -> None:

@@ -62,8 +62,9 @@ class FleetdeckApp(App[None]):
         self._client = client
         self._bridge: TrioBridge | None = None
         self.me: Me | None = None
-        self._wanted_theme = default_theme_name(theme)
         register_themes(self)
+        # Set before the first frame: a theme set once mounted restyles every widget again.
+        self._unknown_theme = self._set_theme(default_theme_name(theme))
 
     @property
     def client(self) -> Client:
@@ -84,7 +85,8 @@ class FleetdeckApp(App[None]):
     # --- lifecycle ------------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        self._apply_theme(self._wanted_theme)
+        if self._unknown_theme is not None:
+            self.notify(f"Unknown theme {self._unknown_theme!r}: using {self.theme}.", severity="warning")
         if self.connection is not None:
             self._connected(self.connection)
         elif self.pending is not None:
@@ -94,22 +96,20 @@ class FleetdeckApp(App[None]):
 
     def _start_connecting(self, pending: PendingConnection) -> None:
         """Once the starting screen is drawn: what starts now no longer delays the first frame."""
-        try:
-            pending.start()
-        except ConnectError as exc:
-            self._start_failed(str(exc))
-            return
         threading.Thread(target=self._wait_for_connection, args=(pending,), daemon=True).start()
 
     def _wait_for_connection(self, pending: PendingConnection) -> None:
-        """In a thread: the first frame is drawn while the connection comes up."""
-        _import_the_screens()
+        """In a thread: the first frame is drawn while the connection comes up. The server list
+        is imported meanwhile in another thread (a stack starting is mostly waiting)."""
+        importing = threading.Thread(target=_import_the_server_list, name="fleetdeck-imports", daemon=True)
+        importing.start()
         try:
             connection = pending.wait()
         except ConnectError as exc:
             self._from_thread(self._start_failed, str(exc))
-        else:
-            self._from_thread(self._connected, connection)
+            return
+        importing.join()
+        self._from_thread(self._connected, connection)
 
     def _from_thread(self, callback: Callable[..., object], *args: object) -> None:
         try:
@@ -121,7 +121,6 @@ class FleetdeckApp(App[None]):
         from api_client import Client
         from tui.servers.screen import ServerListScreen
 
-        freeze_startup_objects()
         self.connection = connection
         if self._client is None:
             self._client = Client(connection.base_url, token=connection.token)
@@ -131,10 +130,21 @@ class FleetdeckApp(App[None]):
         self.bridge.run(self, self.client.auth.me, on_done=self._show_identity)
         if self._starting_screen() is None:
             self.push_screen(ServerListScreen())
-            return
-        while not isinstance(self.screen, StartingScreen):
-            self.pop_screen()  # the help the user opened while waiting
-        self.switch_screen(ServerListScreen())
+        else:
+            while not isinstance(self.screen, StartingScreen):
+                self.pop_screen()  # the help the user opened while waiting
+            self.switch_screen(ServerListScreen())
+        self.call_after_refresh(self._finish_starting)
+
+    def _finish_starting(self) -> None:
+        """Once the server list is drawn: import the other screens in a thread, then freeze what
+        startup made (on the app's thread: never after `on_unmount` has unfrozen it)."""
+
+        def finish() -> None:
+            _import_the_other_screens()
+            self._from_thread(freeze_startup_objects)
+
+        threading.Thread(target=finish, name="fleetdeck-imports", daemon=True).start()
 
     def _start_failed(self, message: str) -> None:
         self.sub_title = "could not start"
@@ -151,11 +161,16 @@ class FleetdeckApp(App[None]):
         gc.unfreeze()  # the app's own objects may be collected again once it is gone
 
     def _apply_theme(self, name: str) -> None:
-        if name not in self.available_themes:
-            fallback = automatic_theme_name()
-            self.notify(f"Unknown theme {name!r}: using {fallback}.", severity="warning")
-            name = fallback
-        self.theme = name
+        if (unknown := self._set_theme(name)) is not None:
+            self.notify(f"Unknown theme {unknown!r}: using {self.theme}.", severity="warning")
+
+    def _set_theme(self, name: str) -> str | None:
+        """Use theme `name`, else the automatic choice; the unknown name, if it was one."""
+        if name in self.available_themes:
+            self.theme = name
+            return None
+        self.theme = automatic_theme_name()
+        return name
 
     def _show_identity(self, me: Me) -> None:
         self.me = me
@@ -289,11 +304,15 @@ class FleetdeckApp(App[None]):
         yield SystemCommand("Help", "The key bindings of this screen", self.action_help)
 
 
-def _import_the_screens() -> None:
-    """Load what the server list and the screens after it need, off the main thread."""
+def _import_the_server_list() -> None:
+    """Load what the server list needs, off the main thread."""
     import api_client  # noqa: F401
     import tui.bridge
+    import tui.servers.screen  # noqa: F401
+
+
+def _import_the_other_screens() -> None:
+    """Load the screens after the server list, off the main thread, while the list is shown."""
     import tui.files.commander
     import tui.jobs.screen
-    import tui.load_balancers.screen
-    import tui.servers.screen  # noqa: F401
+    import tui.load_balancers.screen  # noqa: F401

@@ -7,8 +7,6 @@ files only the user can read (mode 0600, created so from the start, never chmod-
 
 from __future__ import annotations
 
-import getpass
-import hashlib
 import json
 import os
 import re
@@ -39,13 +37,11 @@ class ConnectError(Exception):
 @dataclass(frozen=True)
 class PendingConnection:
     """A connection that is not there yet (a local stack starting): the app draws its first frame
-    at once and says `description`; then it calls `start` on its own thread (quick: spawn what
-    must be spawned there) and `wait` in another thread. `wait` blocks until the connection
-    works; either raises `ConnectError` saying why it never will."""
+    at once and says `description`; then it calls `wait` in a thread. `wait` blocks until the
+    connection works, or raises `ConnectError` saying why it never will."""
 
     description: str
     wait: Callable[[], Connection]
-    start: Callable[[], None] = lambda: None
 
 
 class SessionStore:
@@ -57,6 +53,8 @@ class SessionStore:
     def path_for(self, base_url: str) -> Path:
         base_url = normalise_url(base_url)
         readable = re.sub(r"[^A-Za-z0-9.-]+", "_", base_url.split("://", 1)[-1]).strip("_")[:60]
+        import hashlib
+
         digest = hashlib.sha256(base_url.encode()).hexdigest()[:12]
         return self.directory / f"{readable}-{digest}.json"
 
@@ -129,11 +127,13 @@ def connect_remote(
     email: str | None = None,
     token: str | None = None,
     ask_email: Callable[[str], str] = input,
-    ask_password: Callable[[str], str] = getpass.getpass,
+    ask_password: Callable[[str], str] | None = None,
     say: Callable[[str], None] = print,
 ) -> Connection:
     """A working connection to `base_url`: the given `token` (from `FLEETDECK_TOKEN`), a saved
-    token, or a fresh login (prompted)."""
+    token, or a fresh login (prompted; `ask_password` is `getpass.getpass` unless given)."""
+    import getpass
+
     from api_client import errors as api_errors
 
     base_url = normalise_url(base_url)
@@ -151,7 +151,7 @@ def connect_remote(
                 say(f"Your saved session for {base_url} has expired: please log in again.")
                 store.forget(base_url)
             email = email or saved.get("email")
-        return _prompt_login(base_url, email, store, ask_email, ask_password, say)
+        return _prompt_login(base_url, email, store, ask_email, ask_password or getpass.getpass, say)
     except api_errors.FleetdeckError as exc:
         raise ConnectError(f"Cannot connect to {base_url}: {exc}") from exc
 

@@ -31,7 +31,11 @@ class StartingScreen(Screen[None]):
             yield Static(self.description, id="starting-what", markup=False)
             yield LoadingIndicator(id="starting-spinner")
             yield Static("", id="starting-error", markup=False)
-        yield Footer()
+
+    def on_mount(self) -> None:
+        # The key bar a frame later: styling it would delay the first frame by a tenth of the
+        # bare app's (`benchmarks/startup.py`), and nothing there is needed at once.
+        self.call_after_refresh(self.mount, Footer())
 
     def failed(self, message: str) -> None:
         """Show why the start failed; the user reads it and quits."""

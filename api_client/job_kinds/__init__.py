@@ -24,7 +24,6 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from api_client.job_kinds import ai, containers, data, load_balancers, system, web
 from api_client.job_kinds.base import DOMAINS, BuiltJob, Group, JobKind
 
 __all__ = ["CATALOG", "DOMAINS", "BuiltJob", "Group", "JobKind", "json_schemas", "lookup"]
@@ -40,16 +39,30 @@ def _assemble(*groups: list[JobKind]) -> Mapping[str, JobKind]:
     return types.MappingProxyType(dict(sorted(catalog.items())))
 
 
-CATALOG: Mapping[str, JobKind] = _assemble(
-    web.KINDS, data.KINDS, containers.KINDS, load_balancers.KINDS, system.KINDS, ai.KINDS
-)
+# Built on first use (`__getattr__` below): building 346 argument models takes a quarter of a
+# second, and importing the package (for `argtypes`, or the wire models that use it) must not
+# cost that to a client that never looks a kind up, such as the TUI's server list.
+CATALOG: Mapping[str, JobKind]
+
+
+@cache
+def _catalog() -> Mapping[str, JobKind]:
+    from api_client.job_kinds import ai, containers, data, load_balancers, system, web
+
+    return _assemble(web.KINDS, data.KINDS, containers.KINDS, load_balancers.KINDS, system.KINDS, ai.KINDS)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "CATALOG":
+        return _catalog()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def lookup(kind: str) -> JobKind | None:
     """The entry of `kind`, exact match only: "Site.List", " site.list" and "site.list " are unknown."""
     if type(kind) is not str:
         return None
-    return CATALOG.get(kind)
+    return _catalog().get(kind)
 
 
 @cache
@@ -66,7 +79,7 @@ def _schemas() -> tuple[dict[str, Any], ...]:
             "secret_fields": list(entry.secret_fields),
             "summary": entry.summary,
         }
-        for entry in CATALOG.values()
+        for entry in _catalog().values()
     )
 
 
