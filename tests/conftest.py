@@ -115,7 +115,11 @@ class AgentProcess:
         self.stack, self.server_id, self.api_token = stack, server_id, api_token
         self._args = (stack.base_url, token, home, state, *extra)
         self.process = start_agent(*self._args)
-        self.wait_online()
+        try:
+            self.wait_online()
+        except BaseException:
+            self.stop()  # a test that cannot start its agent leaves no process behind
+            raise
 
     def online(self) -> bool:
         with self.stack.http(self.api_token) as http:
