@@ -456,7 +456,7 @@ def test_tls_serves_a_certificate_from_the_acme_ca_for_the_hostname(
             assert seen == Counter(alpha=2, beta=2, gamma=2)  # the backends get plain HTTP
             # Port 80 sends clients to https.
             redirect = httpx.get(node.url("/x"), headers={"Host": hostname}, timeout=10)
-            assert redirect.status_code == 301 or redirect.status_code == 302
+            assert redirect.status_code in (301, 302)
             assert redirect.headers["location"].startswith(f"https://{hostname}")
         finally:
             stop_node(node)
