@@ -97,6 +97,11 @@ def parser(defaults: Defaults = Defaults()) -> argparse.ArgumentParser:
     lb.add_argument(
         "--acme-ca-bundle", metavar="FILE", default=None, help="the CA certificates to trust for the ACME directory"
     )
+    lb.add_argument(
+        "--lb-test-hook",
+        action="store_true",
+        help=argparse.SUPPRESS,  # tests: LB_ROOT/test-hook-ENGINE.conf is added verbatim to every render
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("--version", action="version", version=f"fleetdeck agent {__version__}")
     return p
@@ -146,6 +151,7 @@ def main(argv: list[str], defaults: Defaults = Defaults()) -> int:
         root=args.lb_root,
         acme_directory=args.acme_directory,
         acme_ca_bundle=args.acme_ca_bundle,
+        broken_render_hook=args.lb_test_hook,
     )
     config = AgentConfig(
         url=args.url,

@@ -109,16 +109,30 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 class AgentProcess:
     """An agent process of its own (the agent of a second server) that a test may kill and
-    restart; `stop` at the end of the test."""
+    restart; `stop` at the end of the test. `extra` are more of its options (`start_agent`);
+    `api_token` sees the server through the API (default: the stack's owner, for a demo-org server)."""
 
-    def __init__(self, stack: Stack, server_id: str, token: str, home: Path, state: Path) -> None:
-        self.stack, self.server_id = stack, server_id
-        self._args = (stack.base_url, token, home, state)
+    def __init__(
+        self,
+        stack: Stack,
+        server_id: str,
+        token: str,
+        home: Path,
+        state: Path,
+        *extra: str,
+        api_token: str | None = None,
+    ) -> None:
+        self.stack, self.server_id, self.api_token = stack, server_id, api_token
+        self._args = (stack.base_url, token, home, state, *extra)
         self.process = start_agent(*self._args)
-        self.wait_online()
+        try:
+            self.wait_online()
+        except BaseException:
+            self.stop()  # a test that cannot start its agent leaves no process behind
+            raise
 
     def online(self) -> bool:
-        with self.stack.http() as http:
+        with self.stack.http(self.api_token) as http:
             return bool(http.get(f"/v1/servers/{self.server_id}").json()["agent"]["online"])
 
     def wait_online(self) -> None:

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -29,6 +27,7 @@ from agent.load_balancers.settings import LbSettings
 from agent.sites import SiteRegistry
 from api_client.job_kinds import lookup
 from tests.helpers import eventually
+from tests.helpers.http_backends import Backend, start_backends, stop_backends
 
 KINDS = all_kinds()
 REVISIONS = count(1)
@@ -37,58 +36,11 @@ REVISIONS = count(1)
 # --- backends ------------------------------------------------------------------------------
 
 
-@dataclass
-class Backend:
-    name: str
-    port: int = 0
-    held: int = 0  # slow requests in flight
-    release: threading.Event = field(default_factory=threading.Event)
-    server: ThreadingHTTPServer | None = None
-
-    def start(self) -> None:
-        backend = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self.path.startswith("/slow"):
-                    backend.held += 1
-                    backend.release.wait(30)
-                    backend.held -= 1
-                body = backend.name.encode()
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except ConnectionError:
-                    pass  # HAProxy's checks close once they have the status line
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        ThreadingHTTPServer.allow_reuse_address = True
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def stop(self) -> None:
-        assert self.server is not None
-        self.server.shutdown()
-        self.server.server_close()
-        self.server = None
-
-
 @pytest.fixture(scope="module")
 def backends() -> Iterator[list[Backend]]:
-    started = [Backend(name) for name in ("alpha", "beta", "gamma")]
-    for backend in started:
-        backend.start()
+    started = start_backends("alpha", "beta", "gamma")
     yield started
-    for backend in started:
-        backend.release.set()
-        if backend.server is not None:
-            backend.stop()
+    stop_backends(started)
 
 
 def free_port() -> int:

@@ -84,7 +84,8 @@ def test_create_answers_pending_then_the_node_applies_it(stack: Stack, backend: 
         assert (member["port"], member["weight"], member["drained"]) == (8080, 1, False)
         assert member["health"] == "unhealthy" and member["last_check_at"] is None  # never checked
 
-        # The demo agent is a node (its own nginx on a mapped port): it applies revision 1.
+        # The stack's agent serves load balancers: it applies revision 1 (what it serves is
+        # tests/test_load_balancers_e2e.py's to check).
         wait_until(lambda: get_lb(http, lb["id"])["applied_revision"] == 1, timeout=30)
         [job] = apply_jobs(http, stack.server_id, lb["id"])
         assert job["exit_code"] == 0 and job["args"]["revision"] == 1

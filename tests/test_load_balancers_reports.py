@@ -6,11 +6,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from api_client.load_balancers import LbApplyOutcome, LbHealthReport
 from control_plane.clock import now_iso
+from control_plane.hub import AgentHub
+from control_plane.jobs import store as job_store
+from control_plane.jobs.lines import Run
+from control_plane.jobs.runner import JobRunner
 from control_plane.load_balancers import store
+from control_plane.load_balancers.reports import LbReports
 from control_plane.storage import Database
 from control_plane.storage.schema import orgs, servers
 
@@ -138,3 +144,43 @@ def test_another_node_cannot_report_for_a_load_balancer(db: Database) -> None:
     lb_id = _lb(db)
     assert not db.run_sync(store.record_health, "srv_other", _report(db, lb_id, 1, "unhealthy", "unhealthy"))
     assert {b["health"] for b in db.run_sync(store.backends_of, [lb_id])[lb_id]} == {None}
+
+
+async def _no_agent(token: str) -> str | None:
+    return None
+
+
+@pytest.mark.anyio
+async def test_an_apply_taken_back_after_a_restart_reads_the_outcome_printed_before_it(db: Database) -> None:
+    """The control plane restarted while its node ran an `lb.apply`: the outcome line reached the
+    database before the restart, the rest never comes (the agent is gone past the grace period).
+    The outcome hook still reads what the node said."""
+    lb_id = _lb(db)
+    spec = db.run_sync(store.spec_of, lb_id).model_dump(mode="json")
+    job = db.run_sync(
+        job_store.create_job,
+        org_id="org_1",
+        server_id="srv_node",
+        kind="lb.apply",
+        args=spec,
+        argv=[],
+        created_by=None,
+        idempotency_key=None,
+        status="running",
+    )
+    outcome = LbApplyOutcome(id=lb_id, revision=1, state="active").model_dump_json()
+    before_restart = [
+        Run(1, "stderr", now_iso(), ["web: revision 1 serving on haproxy"]),
+        Run(2, "stdout", now_iso(), [outcome]),
+    ]
+    db.run_sync(job_store.insert_lines, job["id"], before_restart)
+
+    hub = AgentHub(authenticate=_no_agent)
+    runner = JobRunner(db, hub, grace_s=0.1)
+    runner.on_finish("lb.apply", LbReports(db, hub).on_apply_finished)
+    async with anyio.create_task_group() as group:
+        runner.bind(group)
+        await runner.resume_unfinished(lambda kind: False)
+    assert db.run_sync(job_store.get_job, "org_1", job["id"])["status"] == "interrupted"
+    row = _row(db, lb_id)
+    assert (row["state"], row["applied_revision"], row["state_error"]) == ("active", 1, None)

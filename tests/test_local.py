@@ -172,11 +172,19 @@ def _mode(path: Path) -> int:
 
 
 def _private_files(data_dir: Path) -> dict[str, int]:
-    """The modes of the data folder, its database files and everything in the agent's state."""
+    """The modes of the data folder, its database files and everything in the agent's state.
+
+    Inside the load balancers' folder (itself 0700, so kept to its owner) nginx and HAProxy
+    write their own files (pidfiles, configurations) with their own modes: it counts as one."""
     agent = data_dir / "agent"
+    lb = agent / "lb"
     found = {".": _mode(data_dir), "agent": _mode(agent)}
     found |= {path.name: _mode(path) for path in data_dir.glob("fleetdeck.db*")}
-    found |= {str(path.relative_to(data_dir)): _mode(path) for path in agent.rglob("*") if not path.is_symlink()}
+    found |= {
+        str(path.relative_to(data_dir)): _mode(path)
+        for path in agent.rglob("*")
+        if not path.is_symlink() and lb not in path.parents
+    }
     return found
 
 

@@ -14,6 +14,7 @@ restarted when an apply or a removal changes what the node serves.
 from __future__ import annotations
 
 import datetime
+import itertools
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -44,8 +45,9 @@ class BackendHealth:
     stats: BackendStats | None = None
 
     def record(self, ok: bool, spec: LbApply, at: datetime.datetime) -> bool:
-        """One check's result under the thresholds; whether the health changed."""
-        self.last_check_at = at
+        """One check's result under the thresholds; whether the health changed (the first check
+        counts as a change: until then the health was only assumed)."""
+        first, self.last_check_at = self.last_check_at is None, at
         check = spec.health_check
         if ok:
             self.successes, self.failures = self.successes + 1, 0
@@ -57,15 +59,15 @@ class BackendHealth:
             if self.healthy and self.failures >= check.unhealthy_threshold:
                 self.healthy = False
                 return True
-        return False
+        return first
 
 
 @dataclass
 class _Watched:
     spec: LbApply
     scope: trio.CancelScope
+    version: int  # of its report: from one counter of the monitor, so a new spec is always sent anew
     backends: dict[str, BackendHealth] = field(default_factory=dict)
-    version: int = 0
 
 
 class HealthMonitor:
@@ -74,6 +76,7 @@ class HealthMonitor:
         self._watched: dict[str, _Watched] = {}
         self._nursery: trio.Nursery | None = None
         self._changed = trio.Event()
+        self._versions = itertools.count(1)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -99,7 +102,7 @@ class HealthMonitor:
             if lb_id in self._watched:
                 continue
             previous = before.get(lb_id, {})
-            watched = _Watched(spec, trio.CancelScope())
+            watched = _Watched(spec, trio.CancelScope(), next(self._versions))
             for backend in spec.backends:  # a backend keeps its health across applies
                 watched.backends[backend.id] = previous.get(backend.id, BackendHealth())
             self._watched[lb_id] = watched
@@ -110,7 +113,7 @@ class HealthMonitor:
 
     def _publish(self, watched: _Watched | None) -> None:
         if watched is not None:
-            watched.version += 1
+            watched.version = next(self._versions)
         self._changed.set()
         self._changed = trio.Event()
 

@@ -129,6 +129,8 @@ class LbNode:
 
     async def _apply(self, spec: LbApply, out: Output) -> str | None:
         """The error text of a failed apply (the previous configuration still serving), or None."""
+        # Kept to the agent's account: the engines' folders below would make it with the umask's mode.
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         engine = self.engines[spec.engine]
         clash = self._port_clash(spec)
         if clash:

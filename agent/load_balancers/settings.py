@@ -23,7 +23,8 @@ class LbSettings:
     root: str | None = None  # configurations, sockets, certificates (None: <state dir>/lb)
     acme_directory: str = LETS_ENCRYPT_DIRECTORY
     acme_ca_bundle: str | None = None
-    broken_render_hook: bool = False  # tests: add <root>/test-hook-<engine>.conf verbatim to each render
+    # tests (`--lb-test-hook`, not in --help): add <root>/test-hook-<engine>.conf verbatim to each render
+    broken_render_hook: bool = False
 
     @property
     def agent_run(self) -> bool:

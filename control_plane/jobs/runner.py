@@ -268,7 +268,10 @@ class JobRunner:
         live.finish(exit_code, status)
         hooks = self._finish_hooks.get(job["kind"], [])
         if hooks:
-            end = JobEnd(job, exit_code, status, _stdout_text(live), _last_stderr(live))
+            runs = live.runs
+            if live.from_seq:  # taken back after a restart: the lines before are in the database only
+                runs = await self._db.run(store.lines_through, job["id"], live.from_seq) + runs
+            end = JobEnd(job, exit_code, status, _stdout_text(runs), _last_stderr(runs))
             for hook in hooks:
                 try:
                     await hook(end)
@@ -448,12 +451,12 @@ class JobRunner:
             await anyio.sleep(QUEUED_POLL_S)  # queued for an offline agent: wait for it to start
 
 
-def _stdout_text(live: LiveJob) -> str:
-    return "\n".join(chain.from_iterable(run.texts for run in live.runs if run.stream == "stdout"))
+def _stdout_text(runs: list[Run]) -> str:
+    return "\n".join(chain.from_iterable(run.texts for run in runs if run.stream == "stdout"))
 
 
-def _last_stderr(live: LiveJob) -> str | None:
-    for run in reversed(live.runs):
+def _last_stderr(runs: list[Run]) -> str | None:
+    for run in reversed(runs):
         if run.stream == "stderr":
             for text in reversed(run.texts):
                 if text.strip():

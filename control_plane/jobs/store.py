@@ -166,6 +166,20 @@ def lines_after(conn: Connection, job_id: str, after: int, limit: int) -> list[R
     return found
 
 
+def lines_through(conn: Connection, job_id: str, last: int) -> list[Run]:
+    """Stored lines with seq <= `last`, in order, as runs: what a job printed before a restart of
+    the control plane took it back (the rows written since start after `last`)."""
+    query = (
+        sa.select(job_output.c.lines)
+        .where(job_output.c.job_id == job_id, job_output.c.first_seq <= last)
+        .order_by(job_output.c.first_seq)
+    )
+    found: list[Run] = []
+    for (chunk,) in conn.execute(query):
+        found.extend(lines.from_items(orjson.loads(chunk), found[-1].last_seq if found else 0))
+    return found
+
+
 def remember_read(conn: Connection, server_id: str, kind: str, key: str, job_id: str, result: Any) -> None:
     values = {"job_id": job_id, "result": orjson.dumps(result).decode(), "at": now_iso()}
     updated = conn.execute(

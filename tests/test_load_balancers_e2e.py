@@ -1,0 +1,517 @@
+"""Load balancers through the whole product: the API, the control plane, the agent link, and the
+real nginx and HAProxy a node's agent runs.
+
+Three backend HTTP servers on loopback answer with their own name (``/slow`` holds its answer
+until the test releases it). Each test works in an org of its own (so the summary strip counts
+only its load balancers) with a node of its own: a full server whose agent is a real process
+(`AgentProcess`) with a loopback port map, so tests never share a port. A node is stopped
+gracefully at the end of its test, and nothing it started (nginx, HAProxy) may be left running.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives import serialization
+from textual.pilot import Pilot
+
+from api_client import Client
+from fleetdeck.launcher import free_port
+from tests.conftest import AgentProcess, Stack
+from tests.helpers import wait_for, wait_until
+from tests.helpers.http_backends import Backend, start_backends, stop_backends
+from tests.helpers.pebble import pebble_installed, run_pebble
+from tests.helpers.tui import run
+from tests.test_tui_load_balancers import open_screen, pick
+from tui.app import FleetdeckApp
+from tui.connection import Connection
+from tui.files.dialogs.simple import ConfirmDialog
+
+ENGINES = ["nginx", "haproxy"]
+APPLY_TIMEOUT_S = 60.0
+# Quick checks: a killed backend is out after one failed check, back after one good one.
+QUICK_CHECKS = {"path": "/", "interval_s": 2, "healthy_threshold": 1, "unhealthy_threshold": 1}
+
+
+# --- the backends, an org, a node ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def backends() -> Iterator[list[Backend]]:
+    started = start_backends("alpha", "beta", "gamma")
+    yield started
+    stop_backends(started)
+
+
+@pytest.fixture(autouse=True)
+def backends_serving(backends: list[Backend]) -> Iterator[None]:
+    """Every test starts with the three backends up and their slow answers held."""
+    for backend in backends:
+        backend.release.clear()
+        if backend.server is None:
+            backend.start()
+    yield
+    for backend in backends:
+        backend.release.set()
+
+
+@dataclass
+class Org:
+    stack: Stack
+    token: str
+    host: str  # a lite server at 127.0.0.1: where the backends run
+
+    def http(self) -> httpx.Client:
+        return self.stack.http(self.token)
+
+    def lb(self, lb_id: str) -> dict[str, Any]:
+        with self.http() as http:
+            answer = http.get(f"/v1/load-balancers/{lb_id}")
+        assert answer.status_code == 200, answer.text
+        found: dict[str, Any] = answer.json()
+        return found
+
+    def create_lb(self, node: Node, engine: str, backends: list[Backend], **fields: Any) -> dict[str, Any]:
+        body = {
+            "name": f"web-{uuid.uuid4().hex[:6]}",
+            "port": 80,
+            "node_server_id": node.server_id,
+            "engine": engine,
+            "health_check": QUICK_CHECKS,
+            "backends": [{"server_id": self.host, "port": b.port} for b in backends],
+            **fields,
+        }
+        with self.http() as http:
+            answer = http.post("/v1/load-balancers", json=body)
+        assert answer.status_code == 201, answer.text
+        created: dict[str, Any] = answer.json()
+        return created
+
+    def patch_backend(self, lb_id: str, backend_id: str, **fields: Any) -> None:
+        with self.http() as http:
+            answer = http.patch(f"/v1/load-balancers/{lb_id}/backends/{backend_id}", json=fields)
+        assert answer.status_code == 200, answer.text
+
+    def patch_lb(self, lb_id: str, **fields: Any) -> None:
+        with self.http() as http:
+            answer = http.patch(f"/v1/load-balancers/{lb_id}", json=fields)
+        assert answer.status_code == 200, answer.text
+
+    def wait_applied(self, lb_id: str, state: str = "active") -> dict[str, Any]:
+        """The load balancer once its node applied its current revision and it reads `state`."""
+
+        def applied() -> bool:
+            lb = self.lb(lb_id)
+            return lb["applied_revision"] == lb["revision"] and lb["state"] == state
+
+        wait_until(applied, timeout=APPLY_TIMEOUT_S)
+        return self.lb(lb_id)
+
+    def apply_jobs(self, node: Node, lb_id: str) -> list[dict[str, Any]]:
+        """The node's `lb.apply` jobs of this load balancer, oldest first."""
+        with self.http() as http:
+            jobs = http.get(f"/v1/servers/{node.server_id}/jobs", params={"limit": 500}).json()["jobs"]
+        return [j for j in reversed(jobs) if j["kind"] == "lb.apply" and j["args"]["id"] == lb_id]
+
+
+@pytest.fixture
+def org(stack: Stack) -> Org:
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    stack.admin("create-org", name, "--plan", "max")
+    email = f"owner@{name}.test"
+    stack.admin("create-user", email, "--org", name, "--role", "owner", "--password", "pw-123456")
+    token = stack.login(email, "pw-123456")
+    with stack.http(token) as http:
+        created = http.post("/v1/servers", json={"name": "apps", "kind": "lite", "address": "127.0.0.1"})
+    assert created.status_code == 201, created.text
+    return Org(stack, token, created.json()["server"]["id"])
+
+
+@dataclass
+class Node:
+    """A full server of the org with its own agent process, serving its load balancers on
+    127.0.0.1 at `ports` (80/443 -> the mapped port)."""
+
+    agent: AgentProcess
+    ports: dict[int, int]
+    lb_root: Path
+
+    @property
+    def server_id(self) -> str:
+        return self.agent.server_id
+
+    def url(self, path: str = "/") -> str:
+        return f"http://127.0.0.1:{self.ports[80]}{path}"
+
+
+def start_node(org: Org, folder: Path, *extra: str, http_port: int | None = None) -> Node:
+    with org.http() as http:
+        created = http.post("/v1/servers", json={"name": f"edge-{uuid.uuid4().hex[:6]}", "kind": "full"})
+    assert created.status_code == 201, created.text
+    server_id, token = created.json()["server"]["id"], created.json()["agent_token"]
+    home, state = folder / "home", folder / "state"
+    home.mkdir(parents=True)
+    state.mkdir()
+    ports = {80: http_port or free_port(), 443: free_port()}
+    options = ["--lb-bind", "127.0.0.1", "--lb-port-map", f"80:{ports[80]},443:{ports[443]}", *extra]
+    agent = AgentProcess(org.stack, server_id, token, home, state, *options, api_token=org.token)
+    return Node(agent, ports, state / "lb")
+
+
+def stop_node(node: Node) -> None:
+    """A graceful stop; the nginx and HAProxy it ran stop with it."""
+    node.agent.stop()
+    assert node.agent.process.returncode == 0, f"the agent exited with {node.agent.process.returncode}"
+    assert processes_under(node.lb_root) == [], "the agent left its proxies running"
+
+
+@pytest.fixture
+def node(org: Org, tmp_path: Path) -> Iterator[Node]:
+    started = start_node(org, tmp_path / "node")
+    yield started
+    stop_node(started)
+
+
+def processes_under(folder: Path) -> list[str]:
+    """The command lines of live processes that name `folder` (an agent's nginx, HAProxy)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            zombie = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if str(folder) in cmdline and not zombie:
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+# --- requests through the proxy ---------------------------------------------------------------------
+
+
+def answers(node: Node, count: int, path: str = "/") -> Counter[str]:
+    """Which backend answered each of `count` requests, each on a new connection."""
+    seen: Counter[str] = Counter()
+    for _ in range(count):
+        answer = httpx.get(node.url(path), timeout=10)
+        assert answer.status_code == 200, answer.text
+        seen[answer.text] += 1
+    return seen
+
+
+def close_to(actual: int, expected: float) -> bool:
+    """Within ±10 % (and one request) of the share the weights give."""
+    return abs(actual - expected) <= max(1.0, expected * 0.1)
+
+
+def by_name(lb: dict[str, Any], backends: list[Backend]) -> dict[str, dict[str, Any]]:
+    """The load balancer's backends, by the name of the backend server at their port."""
+    names = {b.port: b.name for b in backends}
+    return {names[b["port"]]: b for b in lb["backends"]}
+
+
+class SlowRequest:
+    """A `/slow` request through the proxy in a thread: it ends once its backend is released."""
+
+    def __init__(self, node: Node) -> None:
+        self.answer: httpx.Response | None = None
+        self.error: Exception | None = None
+        self._thread = threading.Thread(target=self._run, args=(node.url("/slow"),), daemon=True)
+        self._thread.start()
+
+    def _run(self, url: str) -> None:
+        try:
+            self.answer = httpx.get(url, timeout=60)
+        except Exception as exc:
+            self.error = exc
+
+    def result(self) -> httpx.Response:
+        self._thread.join(60)
+        assert self.error is None, f"the slow request failed: {self.error!r}"
+        assert self.answer is not None
+        return self.answer
+
+
+# --- 1. create: active, the algorithm, the summary, health from the node ---------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_new_load_balancer_serves_by_its_algorithm_and_reports_health(
+    org: Org, node: Node, backends: list[Backend], engine: str
+) -> None:
+    created = org.create_lb(node, engine, backends)
+    assert created["state"] == "pending_apply" and created["applied_revision"] is None
+    lb = org.wait_applied(created["id"])
+    assert lb["applied_revision"] == lb["revision"] == 1 and lb["state_error"] is None
+    pool = by_name(lb, backends)
+    org.patch_backend(lb["id"], pool["gamma"]["id"], weight=2)
+    org.wait_applied(lb["id"])
+
+    # Round robin by weight: 1, 1, 2.
+    seen = answers(node, 80)
+    assert close_to(seen["alpha"], 20) and close_to(seen["beta"], 20) and close_to(seen["gamma"], 40), seen
+
+    # Health comes from the node's lb.watch: every backend healthy, with a check time.
+    def healthy() -> bool:
+        return all(b["health"] == "healthy" and b["last_check_at"] for b in org.lb(lb["id"])["backends"])
+
+    wait_until(healthy, timeout=30)
+    with org.http() as http:
+        listing = http.get("/v1/load-balancers").json()
+    assert [x["id"] for x in listing["load_balancers"]] == [lb["id"]]
+    assert listing["summary"] == {"total": 1, "applied": 1, "healthy_backends": 3, "total_backends": 3}
+
+    if engine == "nginx":
+        assert all(b["stats"] is None for b in org.lb(lb["id"])["backends"])  # never invented
+    else:  # HAProxy's real figures, from its stats socket
+        before = {b["id"]: b["stats"]["total_requests"] for b in org.lb(lb["id"])["backends"]}
+        answers(node, 30)
+
+        def counted() -> bool:
+            now = {b["id"]: b["stats"]["total_requests"] for b in org.lb(lb["id"])["backends"]}
+            return all(now[i] >= before[i] + 5 for i in before)
+
+        wait_until(counted, timeout=30)
+
+    # ip_hash pins one client to one backend.
+    org.patch_lb(lb["id"], algorithm="ip_hash")
+    org.wait_applied(lb["id"])
+    assert len(answers(node, 20)) == 1
+
+
+# --- 2. drain, undrain, weights ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_drain_keeps_the_request_in_flight_and_sends_no_new_ones(
+    org: Org, node: Node, backends: list[Backend], engine: str
+) -> None:
+    lb = org.wait_applied(org.create_lb(node, engine, backends)["id"])
+    pool = by_name(lb, backends)
+    beta = backends[1]
+    slow = [SlowRequest(node) for _ in range(3)]  # round robin: one held on each backend
+    wait_until(lambda: all(b.held == 1 for b in backends), timeout=15)
+
+    org.patch_backend(lb["id"], pool["beta"]["id"], drained=True)
+    lb = org.wait_applied(lb["id"])
+    assert by_name(lb, backends)["beta"]["health"] == "draining"
+    seen = answers(node, 30)
+    assert "beta" not in seen and seen["alpha"] + seen["gamma"] == 30
+    assert beta.held == 1  # the request in flight to the drained backend is still open
+    for backend in backends:
+        backend.release.set()
+    assert sorted(s.result().text for s in slow) == ["alpha", "beta", "gamma"]
+
+    org.patch_backend(lb["id"], pool["beta"]["id"], drained=False)
+    lb = org.wait_applied(lb["id"])
+    assert "beta" in answers(node, 30)
+    wait_until(lambda: by_name(org.lb(lb["id"]), backends)["beta"]["health"] == "healthy", timeout=30)
+
+    org.patch_backend(lb["id"], pool["alpha"]["id"], weight=4)
+    org.wait_applied(lb["id"])
+    seen = answers(node, 60)  # 4, 1, 1
+    assert close_to(seen["alpha"], 40) and close_to(seen["beta"], 10) and close_to(seen["gamma"], 10), seen
+
+
+# --- 3. a backend dies and comes back ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_dead_backend_degrades_the_load_balancer_until_it_is_back(
+    org: Org, node: Node, backends: list[Backend], engine: str
+) -> None:
+    lb = org.wait_applied(org.create_lb(node, engine, backends)["id"])
+    gamma = backends[2]
+    wait_until(lambda: all(b["health"] == "healthy" for b in org.lb(lb["id"])["backends"]), timeout=30)
+
+    gamma.stop()
+    wait_until(lambda: org.lb(lb["id"])["state"] == "degraded", timeout=30)
+    now = org.lb(lb["id"])
+    assert by_name(now, backends)["gamma"]["health"] == "unhealthy"
+    assert f"127.0.0.1:{gamma.port}" in now["state_error"]
+    assert "gamma" not in answers(node, 20)  # out of rotation, and no request fails
+
+    gamma.start()
+    wait_until(lambda: org.lb(lb["id"])["state"] == "active", timeout=30)
+    now = org.lb(lb["id"])
+    assert by_name(now, backends)["gamma"]["health"] == "healthy" and now["state_error"] is None
+    wait_until(lambda: "gamma" in answers(node, 6), timeout=15)
+
+
+# --- 4. the node offline ------------------------------------------------------------------------------
+
+
+def test_an_offline_node_applies_only_the_newest_revision_when_it_is_back(
+    org: Org, node: Node, backends: list[Backend]
+) -> None:
+    lb = org.wait_applied(org.create_lb(node, "nginx", backends)["id"])
+    pool = by_name(lb, backends)
+    node.agent.kill()
+    org.patch_backend(lb["id"], pool["gamma"]["id"], drained=True)  # r1 = 2
+    org.patch_backend(lb["id"], pool["beta"]["id"], drained=True)  # r2 = 3
+    now = org.lb(lb["id"])
+    assert now["state"] == "pending_apply" and now["revision"] == 3 and now["applied_revision"] == 1
+    assert answers(node, 9) == Counter(alpha=3, beta=3, gamma=3)  # the proxy serves on, revision 1
+
+    node.agent.restart()
+    lb = org.wait_applied(lb["id"])
+    assert lb["applied_revision"] == 3
+    _, r1, r2 = org.apply_jobs(node, lb["id"])
+    assert (r1["args"]["revision"], r1["status"], r1["started_at"]) == (2, "cancelled", None)
+    assert (r2["args"]["revision"], r2["status"]) == (3, "succeeded")
+    assert answers(node, 10) == Counter(alpha=10)  # revision 3: beta and gamma drained
+
+
+# --- 5. delete ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_delete_removes_the_endpoint_and_leaves_the_backends_alone(
+    org: Org, node: Node, backends: list[Backend], engine: str
+) -> None:
+    lb = org.wait_applied(org.create_lb(node, engine, backends)["id"])
+    assert answers(node, 3)
+    with org.http() as http:
+        assert http.delete(f"/v1/load-balancers/{lb['id']}").status_code == 204
+        assert http.get(f"/v1/load-balancers/{lb['id']}").status_code == 404
+        jobs = http.get(f"/v1/servers/{node.server_id}/jobs").json()["jobs"]
+        [remove] = [j for j in jobs if j["kind"] == "lb.remove"]
+
+        def ended() -> bool:
+            return http.get(f"/v1/jobs/{remove['id']}").json()["status"] not in ("queued", "running")
+
+        wait_until(ended, timeout=30)
+        assert http.get(f"/v1/jobs/{remove['id']}").json()["status"] == "succeeded"
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(node.url(), timeout=5)
+    for backend in backends:
+        assert httpx.get(f"http://127.0.0.1:{backend.port}/", timeout=5).text == backend.name
+
+
+# --- 6. a broken render -------------------------------------------------------------------------------
+
+# Added at the end of the file: in nginx's http block, in HAProxy's last section.
+INVALID = {"nginx": "fleetdeck_no_such_directive on;", "haproxy": "    fleetdeck_no_such_directive on"}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_broken_render_is_degraded_with_the_validators_message_and_the_old_config_serves(
+    org: Org, backends: list[Backend], tmp_path: Path, engine: str
+) -> None:
+    node = start_node(org, tmp_path / "node", "--lb-test-hook")
+    try:
+        lb = org.wait_applied(org.create_lb(node, engine, backends)["id"])
+        pool = by_name(lb, backends)
+        hook = node.lb_root / f"test-hook-{engine}.conf"
+        hook.write_text(INVALID[engine] + "\n")
+        org.patch_backend(lb["id"], pool["alpha"]["id"], drained=True)
+        wait_until(lambda: org.lb(lb["id"])["state"] == "degraded", timeout=APPLY_TIMEOUT_S)
+        now = org.lb(lb["id"])
+        assert now["applied_revision"] == 1 and now["revision"] == 2
+        assert "fleetdeck_no_such_directive" in now["state_error"], now["state_error"]
+        assert "alpha" in answers(node, 6)  # revision 1 still serves: alpha is not drained there
+
+        hook.unlink()
+        with org.http() as http:
+            assert http.post(f"/v1/load-balancers/{lb['id']}/apply").status_code == 202
+        now = org.wait_applied(lb["id"])
+        assert now["applied_revision"] == 2
+        assert "alpha" not in answers(node, 6)
+    finally:
+        stop_node(node)
+
+
+# --- 7. TLS with a certificate from pebble ------------------------------------------------------------
+
+
+@pytest.mark.skipif(not pebble_installed(), reason="pebble is not installed (scripts/test installs it)")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_tls_serves_a_certificate_from_the_acme_ca_for_the_hostname(
+    org: Org, backends: list[Backend], tmp_path: Path, engine: str
+) -> None:
+    hostname = f"shop-{engine}.fleetdeck.test"
+    (tmp_path / "pebble").mkdir()
+    with run_pebble(tmp_path / "pebble") as pebble:
+        acme = ["--acme-directory", pebble.directory_url, "--acme-ca-bundle", str(pebble.ca_bundle)]
+        node = start_node(org, tmp_path / "node", *acme, http_port=pebble.http_port)
+        try:
+            created = org.create_lb(node, engine, backends, port=443, hostname=hostname)
+            lb = org.wait_applied(created["id"])
+            assert lb["tls"] is True and lb["state_error"] is None
+            root = pebble.root().public_bytes(serialization.Encoding.PEM).decode()
+            context = ssl.create_default_context(cadata=root)
+            seen = Counter(https_get(node.ports[443], hostname, context) for _ in range(6))
+            assert seen == Counter(alpha=2, beta=2, gamma=2)  # the backends get plain HTTP
+            # Port 80 sends clients to https.
+            redirect = httpx.get(node.url("/x"), headers={"Host": hostname}, timeout=10)
+            assert redirect.status_code in (301, 302)
+            assert redirect.headers["location"].startswith(f"https://{hostname}")
+        finally:
+            stop_node(node)
+    assert processes_under(tmp_path / "pebble") == [], "pebble left running"
+
+
+def https_get(port: int, hostname: str, context: ssl.SSLContext) -> str:
+    """GET / over TLS at 127.0.0.1:`port` with SNI `hostname`; the certificate must verify for it."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with raw, context.wrap_socket(raw, server_hostname=hostname) as tls:
+        tls.sendall(f"GET / HTTP/1.1\r\nHost: {hostname}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.split(b" ", 2)[1] == b"200", head
+    return body.decode()
+
+
+# --- 8. the TUI's pool keys, seen on the real proxy ---------------------------------------------------
+
+
+def test_the_pool_keys_drain_and_weigh_a_backend_on_the_real_proxy(
+    org: Org, node: Node, backends: list[Backend]
+) -> None:
+    lb = org.wait_applied(org.create_lb(node, "haproxy", backends)["id"])
+    pool = by_name(lb, backends)
+    wait_until(lambda: all(b["health"] == "healthy" for b in org.lb(lb["id"])["backends"]), timeout=30)
+    connection = Connection(org.stack.base_url, org.token, "test stack")
+    app = FleetdeckApp(connection, theme="fleetdeck-dark", client=Client(org.stack.base_url, token=org.token))
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await open_screen(pilot)
+        await pick(pilot, screen, lb["id"], pool["beta"]["id"])
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: applied_with(org, lb["id"], "beta", backends, drained=True), 60)
+        await wait_for(pilot, lambda: app.screen is screen)
+
+        await pick(pilot, screen, lb["id"], pool["alpha"]["id"])
+        await pilot.press("plus", "plus")
+        await wait_for(pilot, lambda: applied_with(org, lb["id"], "alpha", backends, weight=3), 60)
+
+    run(app, scenario)
+    seen = answers(node, 40)  # beta drained; alpha 3, gamma 1
+    assert "beta" not in seen and close_to(seen["alpha"], 30) and close_to(seen["gamma"], 10), seen
+
+
+def applied_with(org: Org, lb_id: str, name: str, backends: list[Backend], **fields: Any) -> bool:
+    """The load balancer applied (active) with its backend `name` as `fields` say."""
+    lb = org.lb(lb_id)
+    backend = by_name(lb, backends)[name]
+    return (
+        lb["applied_revision"] == lb["revision"]
+        and lb["state"] == "active"
+        and all(backend[k] == v for k, v in fields.items())
+    )
