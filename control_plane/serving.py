@@ -11,6 +11,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import h11
 import trio
 from hypercorn.config import Config
 from hypercorn.events import Closed, RawData
@@ -114,8 +115,28 @@ def _close_answered_requests() -> None:
     HTTPStream.handle = handle  # type: ignore[method-assign]
 
 
+class _BrokenProtocolFilter(logging.Filter):
+    """hypercorn logs "Error in ASGI Framework" with a traceback when the app answers on a
+    connection whose client broke HTTP (h11 is in its ERROR state: a stray byte after a WebSocket
+    upgrade, say). That is the client's bad input, not our bug: one warning line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, BaseExceptionGroup):
+            protocol, rest = error.split(h11.ProtocolError)
+            error = protocol.exceptions[0] if protocol is not None and rest is None else None
+        if isinstance(error, h11.ProtocolError):
+            record.msg, record.args = "a client broke the HTTP protocol (%s): its connection is closed", (error,)
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def install_server_fixes() -> None:
     """Patch hypercorn's trio worker where it fails us (each patch says why); idempotent."""
+    error_log = logging.getLogger("hypercorn.error")
+    if not any(isinstance(f, _BrokenProtocolFilter) for f in error_log.filters):
+        error_log.addFilter(_BrokenProtocolFilter())
     _contain_connection_failures()
     _sending_while_closing_is_closed()
     _close_answered_requests()

@@ -20,6 +20,7 @@ import pytest
 import trio
 
 from tests.conftest import Stack, python_env, start_local
+from tests.helpers import wait_until
 
 
 def _launch(data_dir: Path) -> subprocess.Popen[str]:
@@ -118,6 +119,8 @@ def test_one_broken_connection_does_not_take_the_control_plane_down(tmp_path: Pa
             raw.recv(65536)  # the connection's task has run: it answered, or closed the connection
         assert stack.process.poll() is None, "the control plane exited"
         assert httpx.get(f"{stack.base_url}/v1/health", timeout=10).status_code == 200
+        wait_until(lambda: "broke the HTTP protocol" in stack.log() or "a connection failed" in stack.log())
+        assert "Traceback" not in stack.log(), "a client's broken bytes are one line in the log, not a traceback"
         with stack.http() as http:
             assert http.get(f"/v1/servers/{stack.server_id}").json()["agent"]["online"]
     finally:
