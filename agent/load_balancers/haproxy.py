@@ -28,9 +28,10 @@ from pathlib import Path
 import trio
 
 from agent.jobs.proc import capture_command, tool_env, which
+from agent.jobs.service import systemd_running
 from agent.load_balancers.engine import Engine, RenderInput, host_port, log_offset, log_since, pid_alive, read_pid
 from agent.load_balancers.engine import wait_for as poll_until
-from agent.load_balancers.nginx import ACME_PATH, _systemd
+from agent.load_balancers.nginx import ACME_PATH
 from agent.sites import write_atomically
 from api_client.job_kinds.load_balancers import LbApply
 
@@ -219,7 +220,7 @@ class Haproxy(Engine):
         binary = which(self.binary) or self.binary
         self._prepare()
         if not self.agent_run:
-            argv = ["systemctl", "restart", "haproxy"] if _systemd() else ["service", "haproxy", "restart"]
+            argv = ["systemctl", "restart", "haproxy"] if systemd_running() else ["service", "haproxy", "restart"]
             code, out, err = await capture_command(argv)
             return None if code == 0 else (err + out).strip() or f"{argv[0]} exited with {code}"
         offset = log_offset(self.log_file)

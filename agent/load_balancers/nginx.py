@@ -17,6 +17,7 @@ import signal
 from pathlib import Path
 
 from agent.jobs.proc import capture_command, which
+from agent.jobs.service import systemd_running
 from agent.load_balancers.engine import (
     Engine,
     RenderInput,
@@ -178,7 +179,7 @@ class Nginx(Engine):
                 return await self._start()
             before = child_pids(master)
             offset = log_offset(self.error_log)
-            if not self.agent_run and _systemd():
+            if not self.agent_run and systemd_running():
                 code, out, err = await capture_command(["systemctl", "reload", "nginx"])
                 if code != 0:
                     return (err + out).strip() or f"systemctl reload nginx exited with {code}"
@@ -199,7 +200,7 @@ class Nginx(Engine):
         if self.agent_run:
             self._prepare()
             argv = [binary, "-c", str(self.root / "nginx.conf"), "-p", f"{self.root}/"]
-        elif _systemd():
+        elif systemd_running():
             argv = ["systemctl", "start", "nginx"]
         else:
             argv = ["service", "nginx", "start"]
@@ -258,8 +259,3 @@ def _proxy(upstream: str) -> list[str]:
         "        proxy_next_upstream error timeout;",
         "    }",
     ]
-
-
-def _systemd() -> bool:
-    """PID 1 is systemd (the system's services are its units)."""
-    return os.path.isdir("/run/systemd/system")
