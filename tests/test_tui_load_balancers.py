@@ -413,11 +413,16 @@ def test_n_creates_a_load_balancer_and_e_edits_it_with_engine_and_node_locked(or
         assert form.query_one("#lb-node", Select).disabled and form.query_one("#lb-engine", Select).disabled
         form.query_one("#lb-algo", Select).value = "ip_hash"
         form.query_one("#lb-check-path", Input).value = "/healthz"
+        # A backend added from the edit form: ticked, with its own port.
+        form.query_one(f"#pick-{org.backends['app-2']}", Checkbox).value = True
+        form.query_one(f"#port-{org.backends['app-2']}", Input).value = "9000"
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: app.screen is screen)
         edited = org.lb(created.id)
-        assert (edited.algorithm, edited.health_check.path, edited.revision) == ("ip_hash", "/healthz", 2)
+        assert (edited.algorithm, edited.health_check.path, edited.revision) == ("ip_hash", "/healthz", 3)
         assert (edited.engine, edited.node_server_id, edited.hostname) == ("nginx", org.node, "www.example.com")
+        assert (org.backends["app-2"], 9000, 1) in {(b.server_id, b.port, b.weight) for b in edited.backends}
+        assert len(edited.backends) == 3
 
         # A name the control plane refuses (taken): its message in the form.
         other = org.create_lb("taken", ["app-2"])

@@ -2,8 +2,9 @@
 
 New: name, node (a full server of the org), engine, port (443 turns TLS on and asks for the
 hostname of the certificate), algorithm, health check, and the backends picked among the org's
-servers with their port and weight. Edit: the same without the backends (the pool table has
-them); the engine and the node are shown locked, as the control plane refuses to change them.
+servers with their port and weight. Edit: the same, the backends ticked being ADDED to the pool
+(the pool table drains, reweights and removes the ones it has); the engine and the node are shown
+locked, as the control plane refuses to change them.
 
 The request is sent from here, so what the control plane refuses is shown in the form, which
 stays open with what was typed.
@@ -117,10 +118,14 @@ class LbFormDialog(FileDialog[LoadBalancer | None]):
                 yield from _row(
                     "Every (s)", Input(str(check.interval_s), type="integer", id="lb-check-interval", compact=True)
                 )
-                if lb is None:
-                    yield Static("Backends: tick the servers, then their port and weight", classes="lb-form--section")
-                    for server in self.servers:
-                        yield from self._backend_row(server)
+                section = (
+                    "Backends: tick the servers, then their port and weight"
+                    if lb is None
+                    else "Add backends: tick the servers to add, then their port and weight"
+                )
+                yield Static(section, classes="lb-form--section")
+                for server in self.servers:
+                    yield from self._backend_row(server)
             yield Static("", id="status")
             yield Static("Tab: next field · Space: tick · ctrl+s: save · Esc: cancel", classes="file-dialog--hint")
             with Horizontal(classes="file-dialog--buttons"):
@@ -165,14 +170,23 @@ class LbFormDialog(FileDialog[LoadBalancer | None]):
             if self.lb is None:
                 self._send(self.client.load_balancers.create, self.creation())
             else:
-                patch = self.patch(self.lb)
-                if not patch.model_fields_set:
+                patch, added = self.patch(self.lb), self.picked_backends()
+                if not patch.model_fields_set and not added:
                     self.notify("Nothing changed.")
                     self.finish(None)
                     return
-                self._send(self.client.load_balancers.update, self.lb.id, patch)
+                self._send(self._save_edit, self.lb.id, patch, added)
         except Invalid as exc:
             self.set_status(str(exc), error=True)
+
+    async def _save_edit(self, lb_id: str, patch: LoadBalancerPatch, added: list[BackendCreate]) -> LoadBalancer:
+        """The changed fields, then each added backend (each a mutation of its own), then the result."""
+        api = self.client.load_balancers
+        if patch.model_fields_set:
+            await api.update(lb_id, patch)
+        for backend in added:
+            await api.add_backend(lb_id, backend)
+        return await api.get(lb_id)
 
     def _send(self, call: Any, *args: Any) -> None:
         self.saving = True
@@ -215,7 +229,19 @@ class LbFormDialog(FileDialog[LoadBalancer | None]):
     def creation(self) -> LoadBalancerCreate:
         if self._select("lb-node") is None:
             raise Invalid("Pick the node: the full server that runs the load balancer.")
-        backends = [
+        return _checked(
+            LoadBalancerCreate,
+            name=self._text("lb-name"),
+            node_server_id=self._select("lb-node"),
+            engine=self._select("lb-engine"),
+            algorithm=self._select("lb-algo"),
+            health_check=self._health_check(),
+            backends=self.picked_backends(),
+            **self._port_and_hostname(),
+        )
+
+    def picked_backends(self) -> list[BackendCreate]:
+        return [
             _checked(
                 BackendCreate,
                 server_id=server.id,
@@ -225,16 +251,6 @@ class LbFormDialog(FileDialog[LoadBalancer | None]):
             for server in self.servers
             if self.query_one(f"#pick-{server.id}", Checkbox).value
         ]
-        return _checked(
-            LoadBalancerCreate,
-            name=self._text("lb-name"),
-            node_server_id=self._select("lb-node"),
-            engine=self._select("lb-engine"),
-            algorithm=self._select("lb-algo"),
-            health_check=self._health_check(),
-            backends=backends,
-            **self._port_and_hostname(),
-        )
 
     def patch(self, lb: LoadBalancer) -> LoadBalancerPatch:
         """Only what changed: an untouched field is not sent."""
