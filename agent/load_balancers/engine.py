@@ -47,6 +47,8 @@ class Engine(ABC):
     kind: str
     package: str
     binary: str
+    system_conf_dir: Path  # where the node's own engine reads one file per load balancer
+    file_suffix: str
 
     def __init__(self, settings: LbSettings, root: Path) -> None:
         self.settings = settings
@@ -57,9 +59,13 @@ class Engine(ABC):
     def agent_run(self) -> bool:
         return self.settings.agent_run
 
-    @abstractmethod
+    @property
+    def conf_dir(self) -> Path:
+        return self.root / "conf.d" if self.agent_run else self.system_conf_dir
+
     def path(self, lb_id: str) -> Path:
         """The file of one load balancer."""
+        return self.conf_dir / f"fleetdeck-lb-{lb_id}{self.file_suffix}"
 
     @abstractmethod
     def render(self, spec: LbApply, given: RenderInput) -> str: ...

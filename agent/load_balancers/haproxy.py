@@ -49,14 +49,12 @@ class Haproxy(Engine):
     kind = "haproxy"
     package = "haproxy"
     binary = "haproxy"
+    system_conf_dir = SYSTEM_CONF_DIR
+    file_suffix = ".cfg"
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def conf_dir(self) -> Path:
-        return self.root / "conf.d" if self.agent_run else SYSTEM_CONF_DIR
 
     @property
     def master_socket(self) -> Path:
@@ -77,9 +75,6 @@ class Haproxy(Engine):
     @property
     def main_file(self) -> Path:
         return self.root / "haproxy.cfg" if self.agent_run else Path("/etc/haproxy/haproxy.cfg")
-
-    def path(self, lb_id: str) -> Path:
-        return self.conf_dir / f"fleetdeck-lb-{lb_id}.cfg"
 
     # --- render ------------------------------------------------------------------------------
 

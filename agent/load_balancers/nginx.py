@@ -49,10 +49,8 @@ class Nginx(Engine):
     kind = "nginx"
     package = "nginx"
     binary = "nginx"
-
-    @property
-    def conf_dir(self) -> Path:
-        return self.root / "conf.d" if self.agent_run else SYSTEM_CONF_DIR
+    system_conf_dir = SYSTEM_CONF_DIR
+    file_suffix = ".conf"
 
     @property
     def pidfile(self) -> Path:
@@ -61,9 +59,6 @@ class Nginx(Engine):
     @property
     def error_log(self) -> Path:
         return self.root / "error.log" if self.agent_run else SYSTEM_ERROR_LOG
-
-    def path(self, lb_id: str) -> Path:
-        return self.conf_dir / f"fleetdeck-lb-{lb_id}.conf"
 
     # --- render ------------------------------------------------------------------------------
 
