@@ -77,6 +77,13 @@ def parser(defaults: Defaults = Defaults()) -> argparse.ArgumentParser:
         default=None,
         help="the ingress's public base URL, when it is not http://HOST:PORT (e.g. behind a TLS proxy)",
     )
+    p.add_argument(
+        "--host-layout",
+        metavar="FILE",
+        default=None,
+        help="a JSON file saying where this server's services (nginx, PHP-FPM, MariaDB...) live when not"
+        " where Debian puts them, and how to control them; re-read when it changes",
+    )
     lb = p.add_argument_group("load balancers", "how this server serves the load balancers it is the node of")
     lb.add_argument("--lb-bind", metavar="ADDR", default=None, help="the listen address (default: all)")
     lb.add_argument(
@@ -162,6 +169,7 @@ def main(argv: list[str], defaults: Defaults = Defaults()) -> int:
         ingress=args.ingress,
         ingress_url=args.ingress_url,
         lb=lb,
+        host_layout=args.host_layout,
     )
     trio.run(serve_until_signal, config)
     return 0

@@ -12,6 +12,7 @@ from agent.files.handlers import FileHandlers
 from agent.files.ingress import Ingress
 from agent.files.remote_copy import RemoteCopy, SshSettings
 from agent.jobs.base import JobContext
+from agent.jobs.host import LayoutFile
 from agent.jobs.manager import JobManager
 from agent.link.call import Handler
 from agent.link.client import AgentLink
@@ -34,6 +35,7 @@ class AgentConfig:
     ingress: str | None = None  # HOST:PORT of the direct-upload ingress (None: no ingress)
     ingress_url: str | None = None  # its public base URL, when not http://HOST:PORT (TLS proxy)
     lb: LbSettings = field(default_factory=LbSettings)  # how this node serves load balancers
+    host_layout: str | None = None  # the layout file of this server's services (None: Debian's defaults)
 
 
 def build_handlers(
@@ -59,6 +61,7 @@ def job_manager(config: AgentConfig) -> JobManager:
         SiteRegistry(config.state_dir),
         config.version,
         lb=LbNode(config.lb, config.state_dir),
+        layout=LayoutFile(config.host_layout),
     )
     return JobManager(ctx)
 

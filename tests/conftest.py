@@ -5,18 +5,24 @@ more agents and admin commands against it."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 
 from fleetdeck.launcher import LocalStack, StackCredentials, child_environment
 from fleetdeck.launcher import start_agent as start_agent
+
+if TYPE_CHECKING:
+    from tests.helpers.hosting import Hosting
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 60.0
@@ -160,3 +166,18 @@ class AgentProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+@pytest.fixture(scope="session")
+def hosting(stack: Stack) -> Iterator[Hosting]:
+    """The session's hosting server (`tests.helpers.hosting`): its folder is outside pytest's
+    private temporary folder (mode 0700), so the sites' users and the web server's workers can
+    reach the sites."""
+    from tests.helpers.hosting import start_hosting, stop_hosting
+
+    folder = Path(tempfile.mkdtemp(prefix="fleetdeck-hosting-"))
+    folder.chmod(0o755)
+    started = start_hosting(stack, folder)
+    yield started
+    stop_hosting(started)
+    shutil.rmtree(folder, ignore_errors=True)

@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pydantic import ValidationError
@@ -31,7 +31,15 @@ from api_client.job_kinds import JobKind, lookup
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 
+if TYPE_CHECKING:
+    from agent.jobs.host import HostLayout, LayoutFile
+
 STDOUT = "stdout"
+
+# Exit codes every handler shares (documented in docs/jobs.md). 1 is any other failure, 2 refused
+# arguments, 127 "this agent has no handler for the kind" (and nothing else).
+EXIT_MISSING = 69  # the software the kind drives is not installed (the stderr line names the Debian package)
+EXIT_REFUSED = 78  # the tool's own validation refused the change (nginx -t, visudo -c, ...): nothing changed
 STDERR = "stderr"
 
 
@@ -54,10 +62,18 @@ class JobContext:
     secrets: Mapping[str, str] = field(default_factory=dict)
     as_json: bool = False  # the job's argv asked for JSON (--json): results print as JSON, not for a person
     lb: Any = None  # the agent's `agent.load_balancers.node.LbNode` (None: `lb.*` jobs make one with defaults)
+    layout: LayoutFile | None = None  # where the services live (None: the Debian defaults)
 
     @property
     def is_root(self) -> bool:
         return os.geteuid() == 0
+
+    @property
+    def host(self) -> HostLayout:
+        """Where this server's services keep their configuration, now (see `agent.jobs.host`)."""
+        from agent.jobs.host import DEFAULT_LAYOUT
+
+        return self.layout.current() if self.layout is not None else DEFAULT_LAYOUT
 
     def site_home(self, slug: str) -> str:
         return os.path.join(self.home, slug)

@@ -16,6 +16,7 @@ import trio
 
 from agent import __version__
 from agent.jobs.base import STDOUT, JobContext, Output, run_kind
+from agent.jobs.host import LayoutFile
 from agent.jobs.kinds import all_kinds
 from agent.sites import SiteRegistry
 
@@ -57,6 +58,9 @@ def parser(default_state_dir: str | None = None) -> argparse.ArgumentParser:
         required=default_state_dir is None,
         help=f"the agent's state folder (default: {default_state_dir})",
     )
+    p.add_argument(
+        "--host-layout", metavar="FILE", default=None, help="where the services live (see `fleetdeck agent --help`)"
+    )
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.add_argument("family", help="the job's family: site, cron, service, ...")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="the action and its arguments")
@@ -77,7 +81,13 @@ def main(argv: list[str], default_state_dir: str | None = None) -> int:
         return 2
     logging.basicConfig(level=args.log_level, format="%(levelname)s %(name)s: %(message)s")
     state_dir = args.state_dir
-    ctx = JobContext(home=args.home, state_dir=state_dir, sites=SiteRegistry(state_dir), version=__version__)
+    ctx = JobContext(
+        home=args.home,
+        state_dir=state_dir,
+        sites=SiteRegistry(state_dir),
+        version=__version__,
+        layout=LayoutFile(args.host_layout),
+    )
     job_argv = [args.family, *args.argv]
     kind = f"{args.family}.{args.argv[0]}"
     out = TerminalOutput()

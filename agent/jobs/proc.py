@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import STDERR, STDOUT, JobError, Output
+from agent.jobs.base import EXIT_MISSING, STDERR, STDOUT, JobError, Output
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READ_SIZE = 64 * 1024
@@ -37,10 +37,51 @@ def which(tool: str) -> str | None:
     return shutil.which(tool, path=SYSTEM_PATH)
 
 
-def require(tool: str, purpose: str) -> str:
+# The Debian package of each tool a handler may need (the missing-software line names it).
+PACKAGES = {
+    "apt": "apt",
+    "apt-get": "apt",
+    "crontab": "cron",
+    "dig": "bind9-dnsutils",
+    "fail2ban-client": "fail2ban",
+    "git": "git",
+    "mariadb": "mariadb-client",
+    "mariadb-dump": "mariadb-client",
+    "named": "bind9",
+    "named-checkconf": "bind9-utils",
+    "named-checkzone": "bind9-utils",
+    "nft": "nftables",
+    "nginx": "nginx",
+    "openssl": "openssl",
+    "pg_dump": "postgresql-client",
+    "pg_restore": "postgresql-client",
+    "php": "php-cli",
+    "psql": "postgresql-client",
+    "rndc": "bind9-utils",
+    "service": "init-system-helpers",
+    "ssh-keygen": "openssh-client",
+    "sshd": "openssh-server",
+    "supervisorctl": "supervisor",
+    "systemctl": "systemd",
+    "timedatectl": "systemd",
+    "update-rc.d": "init-system-helpers",
+    "useradd": "passwd",
+    "userdel": "passwd",
+    "usermod": "passwd",
+    "visudo": "sudo",
+}
+
+
+def require(tool: str, purpose: str, package: str | None = None) -> str:
+    """The path of `tool`; a JobError with exit `EXIT_MISSING` naming its Debian package when it
+    is not installed (`package` defaults to the one `PACKAGES` knows, else the tool's name)."""
     path = which(tool)
     if path is None:
-        raise JobError(f"{tool} is not installed on this server: it is needed to {purpose}")
+        package = package or PACKAGES.get(tool, tool)
+        raise JobError(
+            f"{tool} is not installed on this server (Debian package {package}): it is needed to {purpose}",
+            EXIT_MISSING,
+        )
     return path
 
 

@@ -12,14 +12,11 @@ from typing import Any
 import trio
 
 from agent.jobs.base import JobContext, JobError, Output, handler
+from agent.jobs.host import systemd_running
 from agent.jobs.proc import capture_command, require, stream_command
 from api_client.job_kinds.system import ServiceArgs
 
 INIT_D = "/etc/init.d"
-
-
-def systemd_running() -> bool:
-    return os.path.isdir("/run/systemd/system")
 
 
 async def _require_init_script(name: str) -> None:

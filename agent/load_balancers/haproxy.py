@@ -27,8 +27,8 @@ from pathlib import Path
 
 import trio
 
+from agent.jobs.host import systemd_running
 from agent.jobs.proc import capture_command, tool_env, which
-from agent.jobs.service import systemd_running
 from agent.load_balancers.engine import Engine, RenderInput, host_port, log_offset, log_since, pid_alive, read_pid
 from agent.load_balancers.engine import wait_for as poll_until
 from agent.load_balancers.nginx import ACME_PATH

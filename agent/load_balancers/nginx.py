@@ -16,8 +16,8 @@ import os
 import signal
 from pathlib import Path
 
+from agent.jobs.host import systemd_running
 from agent.jobs.proc import capture_command, which
-from agent.jobs.service import systemd_running
 from agent.load_balancers.engine import (
     Engine,
     RenderInput,

@@ -1,0 +1,207 @@
+"""Where this server's services keep their configuration, and how each one is controlled.
+
+On a Debian server every default below is the package's own (nginx reads
+``/etc/nginx/sites-enabled``, PHP-FPM ``/etc/php/<version>/fpm/pool.d``, ...) and a service is
+driven the way the system drives it: ``systemctl <action> <unit>`` where PID 1 is systemd, the
+Debian init script (``service <name> <action>``) otherwise.
+
+A layout file (``fleetdeck agent --host-layout FILE``, JSON, any subset of the sections below)
+overrides them: the tests and the embedded demo run their own nginx, PHP-FPM, MariaDB,
+PostgreSQL... in their own folders and say so there, including the exact commands that control
+those instances (``control.commands``). The file is re-read when it changes (mtime, size,
+inode), so a test may add the section of a service it has just started while the agent runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent.jobs.base import EXIT_MISSING, JobError, Output
+from agent.jobs.proc import capture_command, require, stream_command
+
+log = logging.getLogger("fleetdeck.agent.jobs")
+
+ServiceAction = Literal["start", "stop", "restart", "reload", "enable", "disable", "status"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServiceControl(_Section):
+    """How one service is controlled: the system's unit/init script named `unit`, unless
+    `commands` gives the argv of an action (the tests' own instances: ``nginx -c F -s reload``)."""
+
+    unit: str
+    commands: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class NginxLayout(_Section):
+    sites_dir: str = "/etc/nginx/sites-enabled"  # one file per site, fleetdeck-<slug>.conf
+    conf: str = "/etc/nginx/nginx.conf"  # what `nginx -t -c` checks
+    listen: str = "80"  # the value of a site's `listen` (tests: 127.0.0.1:PORT)
+    tls_listen: str = "443 ssl"
+    user: str = "www-data"  # the workers' account (it must reach the sites' public folders)
+    control: ServiceControl = ServiceControl(unit="nginx")
+
+
+class PhpLayout(_Section):
+    pool_dir: str = "/etc/php/{version}/fpm/pool.d"  # {version}: 8.2
+    ini_dir: str = "/etc/php/{version}"  # holds fpm/ and cli/ (php.ini, conf.d/)
+    mods_dir: str = "/etc/php/{version}/mods-available"
+    run_dir: str = "/run/php"  # the pools' sockets
+    control: ServiceControl = ServiceControl(unit="php{version}-fpm")
+
+
+class MariaDbLayout(_Section):
+    socket: str = "/run/mysqld/mysqld.sock"  # the agent connects as root over it (unix_socket auth)
+    control: ServiceControl = ServiceControl(unit="mariadb")
+
+
+class PostgresLayout(_Section):
+    host: str = "/var/run/postgresql"  # a socket folder or an address
+    port: int = 5432
+    superuser: str = "postgres"  # the role the agent acts as
+    os_user: str = "postgres"  # the account peer authentication maps to it (the agent runs psql as it)
+    hba_file: str | None = None  # None: ask the server (SHOW hba_file)
+    control: ServiceControl = ServiceControl(unit="postgresql")
+
+
+class BindLayout(_Section):
+    zones_dir: str = "/var/lib/bind/fleetdeck"  # one zone file per zone
+    zones_conf: str = "/etc/bind/named.conf.fleetdeck"  # the zone statements (included by named.conf.local)
+    named_conf: str = "/etc/bind/named.conf"  # what named-checkconf checks
+    rndc: list[str] = Field(default_factory=lambda: ["rndc"])  # argv prefix (tests: -c CONF -s 127.0.0.1 -p PORT)
+    port: int = 53  # where `dig @127.0.0.1` asks
+    control: ServiceControl = ServiceControl(unit="named")
+
+
+class SupervisorLayout(_Section):
+    conf_dir: str = "/etc/supervisor/conf.d"  # one fleetdeck-<name>.conf per program
+    supervisord_conf: str = "/etc/supervisor/supervisord.conf"  # supervisorctl -c
+    log_dir: str = "/var/log/supervisor"
+    control: ServiceControl = ServiceControl(unit="supervisor")
+
+
+class Fail2banLayout(_Section):
+    socket: str = "/run/fail2ban/fail2ban.sock"
+    jail_dir: str = "/etc/fail2ban/jail.d"
+    control: ServiceControl = ServiceControl(unit="fail2ban")
+
+
+class SshLayout(_Section):
+    sshd_config: str = "/etc/ssh/sshd_config"  # what `sshd -t -f` checks (it includes the drop-ins)
+    dropin_dir: str = "/etc/ssh/sshd_config.d"
+    control: ServiceControl = ServiceControl(unit="ssh")
+
+
+class SystemLayout(_Section):
+    sudoers_dir: str = "/etc/sudoers.d"
+    nft_table: str = "fleetdeck"  # the nftables table (family inet) the firewall kinds own
+    apt_history: str = "/var/log/apt/history.log"
+    apt_conf_dir: str = "/etc/apt/apt.conf.d"
+    cron_control: ServiceControl = ServiceControl(unit="cron")
+
+
+class HostLayout(_Section):
+    nginx: NginxLayout = NginxLayout()
+    php: PhpLayout = PhpLayout()
+    mariadb: MariaDbLayout = MariaDbLayout()
+    postgres: PostgresLayout = PostgresLayout()
+    bind: BindLayout = BindLayout()
+    supervisor: SupervisorLayout = SupervisorLayout()
+    fail2ban: Fail2banLayout = Fail2banLayout()
+    ssh: SshLayout = SshLayout()
+    system: SystemLayout = SystemLayout()
+
+
+DEFAULT_LAYOUT = HostLayout()
+
+
+class LayoutFile:
+    """A layout file, re-read when it changes; a file that does not parse keeps the last good
+    layout (and says why in the log), a missing one means the defaults."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._key: tuple[int, int, int] | None = None
+        self._layout = DEFAULT_LAYOUT
+
+    def current(self) -> HostLayout:
+        if self.path is None:
+            return DEFAULT_LAYOUT
+        with self._lock:
+            try:
+                st = os.stat(self.path)
+            except FileNotFoundError:
+                self._key, self._layout = None, DEFAULT_LAYOUT
+                return self._layout
+            key = (st.st_mtime_ns, st.st_size, st.st_ino)
+            if key != self._key:
+                try:
+                    with open(self.path, "rb") as f:
+                        self._layout = HostLayout.model_validate_json(f.read())
+                except (OSError, ValidationError) as exc:
+                    log.warning("host layout %s not used: %s", self.path, exc)
+                self._key = key
+            return self._layout
+
+
+# --- controlling a service ------------------------------------------------------------------
+
+
+def systemd_running() -> bool:
+    """PID 1 is systemd (what ``sd_booted()`` checks)."""
+    return os.path.isdir("/run/systemd/system")
+
+
+def system_argv(unit: str, action: str) -> list[str]:
+    """The system's command for `action` on `unit`: systemctl under systemd, else the init script."""
+    if systemd_running():
+        return [require("systemctl", f"{action} {unit}"), action, unit, *(["--no-pager"] if action == "status" else [])]
+    if action in ("enable", "disable"):
+        return [require("update-rc.d", f"{action} {unit} at boot"), unit, "defaults" if action == "enable" else action]
+    if not os.path.exists(os.path.join("/etc/init.d", unit)):
+        raise JobError(f"no service named {unit} on this server (no /etc/init.d/{unit})")
+    return [require("service", f"{action} {unit}"), unit, action]
+
+
+def control_argv(control: ServiceControl, action: str, **names: str) -> list[str]:
+    """The argv that performs `action` on the service of `control` (`names` fill ``{version}``)."""
+    given = control.commands.get(action)
+    if given is not None:
+        return [part.format(**names) for part in given]
+    return system_argv(control.unit.format(**names), action)
+
+
+async def control_service(control: ServiceControl, action: str, out: Output | None = None, **names: str) -> None:
+    """Perform `action` (reload after a configuration change, ...) or raise JobError with the
+    tool's own words; with `out`, its lines are streamed there."""
+    argv = control_argv(control, action, **names)
+    if out is not None:
+        code = await stream_command(out, argv)
+        detail = ""
+    else:
+        code, text, err = await capture_command(argv)
+        detail = ": " + " ".join((err or text).split())[-500:] if (err or text).strip() else ""
+    if code != 0:
+        raise JobError(f"{' '.join(argv)} failed (exit {code}){detail}")
+
+
+__all__ = [
+    "DEFAULT_LAYOUT",
+    "EXIT_MISSING",
+    "HostLayout",
+    "LayoutFile",
+    "ServiceControl",
+    "control_argv",
+    "control_service",
+    "system_argv",
+    "systemd_running",
+]

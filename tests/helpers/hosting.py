@@ -1,0 +1,133 @@
+"""One hosting server for the job-kind tests: a full server of an org of its own (plan max), whose
+agent is a real root process with a host layout file, and a way to run a job through the API.
+
+The services (nginx, PHP-FPM, MariaDB, PostgreSQL, bind9, ...) are started by their own session
+fixtures, in the session's folders, on 127.0.0.1 and free ports; each one then adds its section to
+the layout file (`Hosting.configure`), which the agent re-reads, so the agent never needs a
+restart and a test run that needs only MariaDB starts only MariaDB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from api_client.sse import SSEParser
+from tests.conftest import AgentProcess, Stack
+
+JOB_TIMEOUT_S = 300.0
+
+
+@dataclass
+class JobRun:
+    """A job that ended: its record, exit code and lines (stdout and stderr apart)."""
+
+    job: dict[str, Any]
+    stdout: list[str]
+    stderr: list[str]
+
+    @property
+    def exit_code(self) -> int:
+        code: int = self.job["exit_code"]
+        return code
+
+    @property
+    def result(self) -> Any:
+        """The job's parsed JSON result (a read kind's)."""
+        return self.job["result"]
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.stdout + self.stderr)
+
+    def ok(self) -> JobRun:
+        """Itself, once the job is known to have succeeded (else an assertion with its output)."""
+        assert self.exit_code == 0, f"{self.job['kind']} exited {self.exit_code}:\n{self.text}"
+        return self
+
+
+@dataclass
+class Hosting:
+    stack: Stack
+    token: str
+    server_id: str
+    home: Path  # the agent's --home: where the sites live
+    state: Path  # the agent's --state-dir
+    folder: Path  # the session's folder for the services (each in a subfolder)
+    layout_file: Path
+    agent: AgentProcess
+    layout: dict[str, Any] = field(default_factory=dict)
+
+    def http(self) -> httpx.Client:
+        return self.stack.http(self.token)
+
+    def configure(self, section: str, values: dict[str, Any]) -> None:
+        """Add (or replace) one section of the agent's host layout (`agent.jobs.host.HostLayout`)."""
+        self.layout[section] = values
+        temporary = self.layout_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps(self.layout, indent=2))
+        os.replace(temporary, self.layout_file)
+
+    def post(self, kind: str, **args: Any) -> httpx.Response:
+        with self.http() as http:
+            return http.post(f"/v1/servers/{self.server_id}/jobs", json={"kind": kind, "args": args})
+
+    def run(self, kind: str, **args: Any) -> JobRun:
+        """Run a job through the API and wait for its end (the whole stream, to `exit`)."""
+        answer = self.post(kind, **args)
+        assert answer.status_code == 201, f"{kind} {args}: {answer.status_code} {answer.text}"
+        return self.wait(answer.json()["id"])
+
+    def wait(self, job_id: str) -> JobRun:
+        stdout: list[str] = []
+        stderr: list[str] = []
+        parser = SSEParser()
+        with httpx.Client(base_url=self.stack.base_url, timeout=JOB_TIMEOUT_S) as http:
+            headers = {"Authorization": f"Bearer {self.token}"}
+            with http.stream("GET", f"/v1/jobs/{job_id}/stream", headers=headers) as stream:
+                assert stream.status_code == 200, stream.read().decode()
+                for chunk in stream.iter_bytes():
+                    for event in parser.feed(chunk):
+                        if event.event == "line":
+                            (stdout if event.data["stream"] == "stdout" else stderr).append(event.data["text"])
+                        elif event.event == "exit":
+                            return JobRun(self.job(job_id), stdout, stderr)
+        raise AssertionError(f"the stream of job {job_id} ended without its exit event")
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        with self.http() as http:
+            answer = http.get(f"/v1/jobs/{job_id}")
+        assert answer.status_code == 200, answer.text
+        record: dict[str, Any] = answer.json()
+        return record
+
+
+def start_hosting(stack: Stack, folder: Path) -> Hosting:
+    """The org, its hosting server and the server's agent (stopped with `stop_hosting`)."""
+    name = f"hosting-{uuid.uuid4().hex[:8]}"
+    stack.admin("create-org", name, "--plan", "max")
+    email = f"owner@{name}.test"
+    stack.admin("create-user", email, "--org", name, "--role", "owner", "--password", "pw-123456")
+    token = stack.login(email, "pw-123456")
+    with stack.http(token) as http:
+        created = http.post("/v1/servers", json={"name": "web-1", "kind": "full"})
+    assert created.status_code == 201, created.text
+    server_id, agent_token = created.json()["server"]["id"], created.json()["agent_token"]
+    home, state, services = folder / "home", folder / "state", folder / "services"
+    for made in (home, state, services):
+        made.mkdir(parents=True)
+    home.chmod(0o755)  # the sites' users and the web server's workers go through it
+    layout_file = folder / "host-layout.json"
+    layout_file.write_text("{}")
+    agent = AgentProcess(stack, server_id, agent_token, home, state, "--host-layout", str(layout_file), api_token=token)
+    return Hosting(stack, token, server_id, home, state, services, layout_file, agent)
+
+
+def stop_hosting(hosting: Hosting) -> None:
+    hosting.agent.stop()
