@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import httpx
 import pytest
 
 from agent.jobs.base import JobError
@@ -46,3 +47,10 @@ def test_a_service_is_controlled_by_its_own_commands_or_the_system() -> None:
     assert control_argv(given, "restart", version="8.2")[-2:] == ["php8.2-fpm", "restart"]
     with pytest.raises(JobError, match="no service named nothing-here"):
         control_argv(ServiceControl(unit="nothing-here"), "reload")
+
+
+def test_the_session_runs_its_own_nginx_and_php_fpm(hosting: Hosting) -> None:
+    assert hosting.nginx is not None
+    assert httpx.get(hosting.nginx.url("/")).status_code == 404  # the default server: no site yet
+    if hosting.php is not None:
+        assert (hosting.php.run_dir / "idle.sock").exists()

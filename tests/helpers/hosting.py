@@ -1,10 +1,11 @@
 """One hosting server for the job-kind tests: a full server of an org of its own (plan max), whose
 agent is a real root process with a host layout file, and a way to run a job through the API.
 
-The services (nginx, PHP-FPM, MariaDB, PostgreSQL, bind9, ...) are started by their own session
-fixtures, in the session's folders, on 127.0.0.1 and free ports; each one then adds its section to
-the layout file (`Hosting.configure`), which the agent re-reads, so the agent never needs a
-restart and a test run that needs only MariaDB starts only MariaDB.
+The web services every site needs (an nginx and a PHP-FPM of the session's own, see
+`tests.helpers.web_services`) start with it. The others (MariaDB, PostgreSQL, bind9, ...) are
+started by their own session fixtures, in the session's folders, on 127.0.0.1 and free ports; each
+one then adds its section to the layout file (`Hosting.configure`), which the agent re-reads, so
+the agent never needs a restart and a test run that needs only MariaDB starts only MariaDB.
 """
 
 from __future__ import annotations
@@ -20,6 +21,15 @@ import httpx
 
 from api_client.sse import SSEParser
 from tests.conftest import AgentProcess, Stack
+from tests.helpers.web_services import (
+    Nginx,
+    PhpFpm,
+    php_versions,
+    start_nginx,
+    start_php_fpm,
+    stop_nginx,
+    stop_php_fpm,
+)
 
 JOB_TIMEOUT_S = 300.0
 
@@ -62,6 +72,8 @@ class Hosting:
     folder: Path  # the session's folder for the services (each in a subfolder)
     layout_file: Path
     agent: AgentProcess
+    nginx: Nginx | None = None
+    php: PhpFpm | None = None  # None: no PHP-FPM installed
     layout: dict[str, Any] = field(default_factory=dict)
 
     def http(self) -> httpx.Client:
@@ -126,8 +138,23 @@ def start_hosting(stack: Stack, folder: Path) -> Hosting:
     layout_file = folder / "host-layout.json"
     layout_file.write_text("{}")
     agent = AgentProcess(stack, server_id, agent_token, home, state, "--host-layout", str(layout_file), api_token=token)
-    return Hosting(stack, token, server_id, home, state, services, layout_file, agent)
+    hosting = Hosting(stack, token, server_id, home, state, services, layout_file, agent)
+    try:
+        hosting.nginx = start_nginx(services / "nginx")
+        hosting.configure("nginx", hosting.nginx.layout())
+        versions = php_versions()
+        if versions:
+            hosting.php = start_php_fpm(services / "php", versions[-1])
+            hosting.configure("php", hosting.php.layout())
+    except BaseException:
+        stop_hosting(hosting)
+        raise
+    return hosting
 
 
 def stop_hosting(hosting: Hosting) -> None:
     hosting.agent.stop()
+    if hosting.php is not None:
+        stop_php_fpm(hosting.php)
+    if hosting.nginx is not None:
+        stop_nginx(hosting.nginx)
