@@ -92,7 +92,7 @@ class WebSettings:
 def settings_of(entry: dict[str, Any], home: str) -> WebSettings:
     """A registry entry's web settings (fields of the wrong type fall back to their default)."""
 
-    pool, limits, env, ini = (_mapping(entry.get(name)) for name in ("pool", "limits", "env", "php_ini"))
+    pool, limits, env, ini = (mapping(entry.get(name)) for name in ("pool", "limits", "env", "php_ini"))
     www = entry.get("www_redirect")
     return WebSettings(
         domain=entry["domain"],
@@ -114,7 +114,7 @@ def settings_of(entry: dict[str, Any], home: str) -> WebSettings:
     )
 
 
-def _mapping(value: Any) -> dict[str, Any]:
+def mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
