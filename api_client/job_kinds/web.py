@@ -37,7 +37,7 @@ from api_client.job_kinds.argtypes import (
     Version,
     WpUser,
 )
-from api_client.job_kinds.base import Args, JobKind, NoArgs, kind
+from api_client.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
 
 # --- shared argument models ------------------------------------------------------------------------
 
@@ -317,7 +317,8 @@ SSL = [
          example={"domain": "example.com", "reason": "key_compromise"}),
     kind("ssl.delete", DomainArgs, "Remove a certificate from the server", positional=("domain",), example=_D),
     kind("ssl.install", SslInstall, "Install an uploaded certificate and key", positional=("domain",),
-         example={"domain": "example.com", "cert_path": "ssl/cert.pem", "key_path": "ssl/key.pem"}),
+         example={"domain": "example.com", "cert_path": "ssl/cert.pem", "key_path": "ssl/key.pem"},
+         paths=tuple(ScopedPath(name, site="domain") for name in ("cert_path", "key_path", "chain_path"))),
     kind("ssl.auto-renew", SslAutoRenew, "Turn automatic renewal on or off", positional=("domain", "state"),
          example={"domain": "example.com", "state": "off"}),
 ]  # fmt: skip
