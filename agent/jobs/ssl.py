@@ -40,6 +40,7 @@ from cryptography.hazmat.primitives import serialization
 from agent.files.jail import Jail
 from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import find_site
+from agent.jobs.host import control_service
 from agent.jobs.proc import capture_command, require
 from agent.link.protocol import RpcError
 from agent.load_balancers.acme import (
@@ -143,9 +144,12 @@ def _pointed(ctx: JobContext, site: Site) -> str | None:
         return None
 
 
-async def _switch(ctx: JobContext, site: Site, target: str | None, meta: SiteCert | None) -> None:
+async def _switch(
+    ctx: JobContext, site: Site, target: str | None, meta: SiteCert | None, *, new_files: bool = False
+) -> None:
     """Make `target` the site's certificate and re-render its server block; when nginx refuses
-    it, the previous certificate and record come back (and the JobError goes on)."""
+    it, the previous certificate and record come back (and the JobError goes on). `new_files`:
+    the files behind an unchanged `target` changed (a renewal), so nginx reloads to read them."""
     from agent.jobs.site_web import apply_site_web
 
     before, before_meta = _pointed(ctx, site), read_site_cert(ctx, site)
@@ -158,6 +162,8 @@ async def _switch(ctx: JobContext, site: Site, target: str | None, meta: SiteCer
             await trio.to_thread.run_sync(_point, ctx, site, before)
             await trio.to_thread.run_sync(_write_meta, ctx, site, before_meta)
         raise
+    if new_files and before == target:  # the server block did not change, so nothing reloaded it
+        await control_service(ctx.host.nginx.control, "reload")
 
 
 # --- ACME ------------------------------------------------------------------------------------------
@@ -197,7 +203,7 @@ async def _obtain(ctx: JobContext, site: Site, meta: SiteCert, out: Output, *, f
     """The site's ACME certificate for `meta.names`: (files, whether the CA issued a new one)."""
     settings = acme_settings(ctx, meta)
     before = await trio.to_thread.run_sync(current_certificate, settings, site.domain)
-    out.stdout(f"asking {settings.directory_url} for a certificate for {', '.join(meta.names)}")
+    out.stderr(f"asking {settings.directory_url} for a certificate for {', '.join(meta.names)}")
     try:
         files = await ensure_certificate(
             settings,
@@ -214,10 +220,16 @@ async def _obtain(ctx: JobContext, site: Site, meta: SiteCert, out: Output, *, f
 
 
 def _served_names(ctx: JobContext, site: Site) -> set[str]:
-    """The names the site's server block answers (its domain, aliases and www form)."""
-    from agent.jobs.site_web import served_names
+    """The names the site's server blocks answer, each with its challenge folder: its domain, its
+    aliases, and the www or bare form its www redirect adds. Blocking."""
+    from agent.jobs.site_web import settings_of
 
-    return set(served_names(ctx, site))
+    web = settings_of(ctx.sites.entry(site.domain) or {}, ctx.site_home(site.slug))
+    names = {web.domain, *web.aliases}
+    if web.www_redirect != "keep":
+        bare = web.domain.removeprefix("www.")
+        names |= {bare, f"www.{bare}"}
+    return names
 
 
 async def _issue(args: SslIssue, ctx: JobContext, out: Output) -> int:
@@ -237,8 +249,8 @@ async def _issue(args: SslIssue, ctx: JobContext, out: Output) -> int:
     files, fresh = await _obtain(ctx, site, meta, out, force=False)
     if not fresh:
         until = rfc3339(files.not_after.timestamp())
-        out.stdout(f"{site.domain} already has a certificate for these names, valid until {until}")
-    await _switch(ctx, site, str(files.fullchain.parent), meta)
+        out.stderr(f"{site.domain} already has a certificate for these names, valid until {until}")
+    await _switch(ctx, site, str(files.fullchain.parent), meta, new_files=fresh)
     out.result(await _describe(ctx, site), as_json=ctx.as_json)
     return 0
 
@@ -252,11 +264,11 @@ async def _renew(args: SslRenew, ctx: JobContext, out: Output) -> int:
         raise JobError(f"the certificate of {site.domain} was installed from files: install its successor instead")
     files, fresh = await _obtain(ctx, site, meta, out, force=args.force)
     if not fresh:
-        out.stdout(
+        out.stderr(
             f"not due: the certificate of {site.domain} renews from {rfc3339(files.renew_at.timestamp())}"
             " (--force renews now)"
         )
-    await _switch(ctx, site, str(files.fullchain.parent), meta)  # a reload serves the new files
+    await _switch(ctx, site, str(files.fullchain.parent), meta, new_files=fresh)
     out.result(await _describe(ctx, site), as_json=ctx.as_json)
     return 0
 
@@ -271,7 +283,7 @@ async def _revoke(args: SslRevoke, ctx: JobContext, out: Output) -> int:
         revoked = await revoke_certificate(settings, site.domain, args.reason)
     except AcmeError as exc:
         raise JobError(f"the CA did not revoke the certificate of {site.domain}: {exc}") from exc
-    out.stdout(f"revoked the certificate of {site.domain} ({args.reason}); the site serves HTTP only now")
+    out.stderr(f"revoked the certificate of {site.domain} ({args.reason}); the site serves HTTP only now")
     await _switch(ctx, site, None, None)
     await trio.to_thread.run_sync(_remove_files, ctx, site)
     out.result({"domain": site.domain, "revoked": True, "names": list(revoked.names)}, as_json=ctx.as_json)
@@ -294,11 +306,14 @@ def _remove_files(ctx: JobContext, site: Site) -> None:
     shutil.rmtree(os.path.join(ctx.state_dir, "ssl-installed", site.slug), ignore_errors=True)
 
 
-def forget_site_certificates(ctx: JobContext, site: Site) -> None:
-    """Everything of a deleted site's certificates (its link, record and files). Blocking."""
+def forget_site_certificates(ctx: JobContext, site: Site) -> bool:
+    """Remove everything of a deleted site's certificates (its link, record and files): whether
+    it had one. Blocking."""
+    had = _pointed(ctx, site) is not None or os.path.exists(_meta_path(ctx, site))
     _point(ctx, site, None)
     _write_meta(ctx, site, None)
     _remove_files(ctx, site)
+    return had
 
 
 async def _auto_renew(args: SslAutoRenew, ctx: JobContext, out: Output) -> int:
@@ -500,20 +515,19 @@ async def _list(args: NoArgs, ctx: JobContext, out: Output) -> int:
 # --- the renewal loop ----------------------------------------------------------------------------
 
 
-async def renew_sites_due(ctx: JobContext) -> list[str]:
-    """Renew the due ACME certificates of the sites whose auto-renew is on, and serve the new
-    ones; the domains renewed (a failure is logged and retried at the next round)."""
-    from agent.jobs.site_web import apply_site_web
-
+async def renew_sites_due(ctx: JobContext, now: datetime.datetime | None = None) -> list[str]:
+    """Renew the due ACME certificates of the sites whose auto-renew is on (due at `now`, the
+    clock by default), and serve the new ones; the domains renewed (a failure is logged and
+    retried at the next round)."""
     renewed = []
     for site in await trio.to_thread.run_sync(ctx.sites.sites):
         meta = await trio.to_thread.run_sync(read_site_cert, ctx, site)
         if meta is None or meta.source != "acme" or not meta.auto_renew:
             continue
         settings = acme_settings(ctx, meta)
-        for renewal in await renew_due(settings, [site.domain], _challenges(ctx)):
+        for renewal in await renew_due(settings, [site.domain], _challenges(ctx), now):
             if renewal.files is not None:
-                await apply_site_web(ctx, site)
+                await _switch(ctx, site, str(renewal.files.fullchain.parent), meta, new_files=True)
                 renewed.append(site.domain)
     return renewed
 
