@@ -14,6 +14,7 @@ from agent.files.remote_copy import RemoteCopy, SshSettings
 from agent.jobs.base import JobContext
 from agent.jobs.host import LayoutFile
 from agent.jobs.manager import JobManager
+from agent.jobs.ssl import keep_sites_renewed
 from agent.link.call import Handler
 from agent.link.client import AgentLink
 from agent.load_balancers.node import LbNode
@@ -82,6 +83,7 @@ async def _serve(config: AgentConfig, jobs: JobManager, task_status: trio.TaskSt
     async with trio.open_nursery() as nursery:
         await nursery.start(jobs.run)
         await nursery.start(jobs.ctx.lb.run)  # the ACME responder and the health monitor
+        nursery.start_soon(keep_sites_renewed, jobs.ctx)  # the sites' certificates whose auto-renew is on
         files = FileHandlers(config.home, jobs.ctx.sites)
         ingress = Ingress(files, config.ingress, public_url=config.ingress_url) if config.ingress else None
         ingress_url: str | None = None

@@ -110,6 +110,14 @@ class SystemLayout(_Section):
     cron_control: ServiceControl = ServiceControl(unit="cron")
 
 
+class AcmeLayout(_Section):
+    """The ACME CA of the sites' certificates (None: the agent's --acme-directory / --acme-ca-bundle,
+    Let's Encrypt by default; a directory given here serves every `provider`)."""
+
+    directory_url: str | None = None
+    ca_bundle: str | None = None
+
+
 class HostLayout(_Section):
     nginx: NginxLayout = NginxLayout()
     php: PhpLayout = PhpLayout()
@@ -120,6 +128,7 @@ class HostLayout(_Section):
     fail2ban: Fail2banLayout = Fail2banLayout()
     ssh: SshLayout = SshLayout()
     system: SystemLayout = SystemLayout()
+    acme: AcmeLayout = AcmeLayout()
 
 
 DEFAULT_LAYOUT = HostLayout()

@@ -443,6 +443,7 @@ async def _wait_for_no_processes(uid: int) -> None:
 
 async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
     from agent.jobs.cron import forget_site  # cron imports this family's helpers
+    from agent.jobs.ssl import forget_site_certificates  # ssl renders through this family's server block
 
     site = await find_site(ctx, args.domain)
     home = ctx.site_home(site.slug)
@@ -450,10 +451,7 @@ async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
     cron_removed = await forget_site(ctx, site, out)
     web_removed = await remove_site_web(ctx, site)
     await trio.to_thread.run_sync(ctx.sites.remove, site.domain)
-    certificates = os.path.join(ctx.state_dir, "ssl", site.slug)
-    certificates_removed = await trio.to_thread.run_sync(os.path.isdir, certificates)
-    if certificates_removed:
-        await trio.to_thread.run_sync(shutil.rmtree, certificates)
+    certificates_removed = await trio.to_thread.run_sync(forget_site_certificates, ctx, site)
     files_removed = False
     if not args.keep_files and await trio.to_thread.run_sync(os.path.lexists, home):
         await trio.to_thread.run_sync(_remove_tree, ctx.home, site.slug)

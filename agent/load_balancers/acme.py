@@ -13,6 +13,10 @@ On disk, under `AcmeSettings.acme_dir`::
     certs/<hostname>/<issuance>/     fullchain.pem, privkey.pem (0600), bundle.pem (chain + key,
                                      0600, the one file HAProxy's `crt` takes), issuer.json
 
+Sites' certificates (`ssl.issue`) use the same code: their HTTP-01 answers are files the site's
+nginx serves (`FileChallenges`), a certificate may name several hosts (the domain and its
+aliases) and its key type is the caller's choice.
+
 A certificate's key is generated here, for each issuance, and never leaves the node: the CA only
 sees the CSR. An issuance is written whole in its own folder before `current` points at it, so an
 engine never reads a key that does not match its certificate. Configurations name the paths
@@ -39,7 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import NoReturn
+from typing import Literal, NoReturn, Protocol
 
 import h11
 import requests
@@ -69,6 +73,10 @@ SERVED_KEPT = 64
 TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]+$")  # RFC 8555 § 8.3: base64url
 HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 USER_AGENT = "fleetdeck-agent (acme-python)"
+
+
+KeyType = Literal["ec256", "ec384", "rsa2048", "rsa4096"]
+REVOCATION_REASONS = {"unspecified": 0, "key_compromise": 1, "superseded": 4, "cessation_of_operation": 5}
 
 
 class AcmeError(Exception):
@@ -108,6 +116,7 @@ class CertFiles:
     bundle: Path  # fullchain then key in one file, 0600 (HAProxy `crt`)
     not_before: datetime.datetime
     not_after: datetime.datetime
+    names: tuple[str, ...] = ()  # the DNS names it is valid for (its subjectAltName)
 
     @property
     def renew_at(self) -> datetime.datetime:
@@ -121,6 +130,32 @@ class Renewal:
     hostname: str
     files: CertFiles | None
     error: str | None = None
+
+
+class ChallengeStore(Protocol):
+    """Where the HTTP-01 answers of an order are published while the CA validates them."""
+
+    def add(self, token: str, key_authorization: str) -> None: ...
+
+    def discard(self, token: str) -> None: ...
+
+
+class FileChallenges:
+    """HTTP-01 answers as files `<folder>/<token>` (mode 0644), for a web server that serves the
+    folder at `/.well-known/acme-challenge/` (the sites' nginx). Written whole, then renamed."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def add(self, token: str, key_authorization: str) -> None:
+        if not TOKEN_RE.match(token):
+            raise AcmeError(f"the CA sent a token that is not base64url: {token!r}")
+        self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+        write_atomically(str(self.folder / token), key_authorization.encode("ascii"), 0o644)
+
+    def discard(self, token: str) -> None:
+        if TOKEN_RE.match(token):
+            (self.folder / token).unlink(missing_ok=True)
 
 
 class Http01Challenges:
@@ -227,20 +262,34 @@ def needs_renewal(cert: x509.Certificate, now: datetime.datetime) -> bool:
 async def ensure_certificate(
     settings: AcmeSettings,
     hostname: str,
-    challenges: Http01Challenges,
+    challenges: ChallengeStore,
     now: datetime.datetime | None = None,
+    *,
+    aliases: Iterable[str] = (),
+    key_type: KeyType = "ec256",
+    force: bool = False,
 ) -> CertFiles:
-    """The certificate for `hostname`: the one on disk while it is not due for renewal (see
-    `needs_renewal`; `now` defaults to the clock), otherwise a new one from the CA, validated over
-    HTTP-01 through `challenges` (a responder serving them must be reachable on the name's port 80).
+    """The certificate for `hostname` (and `aliases`, also named in it): the one on disk while it
+    is not due for renewal (see `needs_renewal`; `now` defaults to the clock), names them all and
+    `force` is false, otherwise a new one from the CA, validated over HTTP-01 through `challenges`
+    (whatever serves them must be reachable on each name's port 80).
 
     Raises `AcmeError` (the CA's problem text) when the CA refuses or cannot be reached; the files
     on disk are then unchanged. A cancelled call leaves its worker thread to finish or time out
     (bounded by `ORDER_TIMEOUT`); what it writes is whole, so it cannot leave a broken pair.
     """
     hostname = checked_hostname(hostname)
+    names = tuple(dict.fromkeys([hostname, *(checked_hostname(alias) for alias in aliases)]))
     when = now or datetime.datetime.now(datetime.UTC)
-    work = partial(_ensure, settings, hostname, challenges, when)
+    order = _Order(names, key_type, force)
+    work = partial(_ensure, settings, hostname, challenges, when, order)
+    return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+
+
+async def revoke_certificate(settings: AcmeSettings, hostname: str, reason: str = "unspecified") -> CertFiles:
+    """Ask the CA to revoke the current certificate of `hostname` (signed with the account key
+    that ordered it); the files stay (the caller removes them). AcmeError when there is none."""
+    work = partial(_revoke, settings, checked_hostname(hostname), REVOCATION_REASONS[reason])
     return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
 
 
@@ -264,7 +313,7 @@ def current_certificate(settings: AcmeSettings, hostname: str) -> CertFiles | No
 async def renew_due(
     settings: AcmeSettings,
     hostnames: Iterable[str],
-    challenges: Http01Challenges,
+    challenges: ChallengeStore,
     now: datetime.datetime | None = None,
 ) -> list[Renewal]:
     """Renew, one after the other, the certificates of `hostnames` that are due (a name with no
@@ -277,7 +326,7 @@ async def renew_due(
         if cert is None or when < cert.renew_at:
             continue
         try:
-            files = await ensure_certificate(settings, hostname, challenges, when)
+            files = await ensure_certificate(settings, hostname, challenges, when, aliases=cert.names)
         except AcmeError as exc:
             log.warning("renewal of the certificate for %s failed: %s", hostname, exc)
             renewals.append(Renewal(hostname, None, str(exc)))
@@ -315,27 +364,53 @@ def checked_hostname(hostname: str) -> str:
 # --- the blocking part, in a worker thread ------------------------------------------------------
 
 
-def _ensure(settings: AcmeSettings, hostname: str, challenges: Http01Challenges, now: datetime.datetime) -> CertFiles:
+@dataclass(frozen=True)
+class _Order:
+    names: tuple[str, ...]  # the hostname first
+    key_type: KeyType = "ec256"
+    force: bool = False
+
+
+def _ensure(
+    settings: AcmeSettings,
+    hostname: str,
+    challenges: ChallengeStore,
+    now: datetime.datetime,
+    wanted: _Order | None = None,
+) -> CertFiles:
+    wanted = wanted or _Order((hostname,))
     host_dir = settings.certs_dir / hostname
     with _ca_errors(settings):
         for folder in (settings.acme_dir, settings.certs_dir, host_dir):
             folder.mkdir(mode=0o700, exist_ok=True, parents=True)
         with _locked(host_dir / ".lock"):  # one issuance per name at a time (an apply and the renewal loop)
             current = current_certificate(settings, hostname)
-            if current is not None and now < current.renew_at:
+            fits = current is not None and set(wanted.names) <= set(current.names)
+            if current is not None and fits and now < current.renew_at and not wanted.force:
                 return current
-            log.info("asking %s for a certificate for %s", settings.directory_url, hostname)
-            return _issue(settings, hostname, challenges)
+            log.info("asking %s for a certificate for %s", settings.directory_url, ", ".join(wanted.names))
+            return _issue(settings, hostname, challenges, wanted)
 
 
-def _issue(settings: AcmeSettings, hostname: str, challenges: Http01Challenges) -> CertFiles:
-    account_key = _account_key(settings)
-    client = _client(settings, account_key)
-    key = ec.generate_private_key(ec.SECP256R1())
-    key_pem = key.private_bytes(
+def _private_key(key_type: KeyType) -> bytes:
+    key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+    if key_type.startswith("ec"):
+        key = ec.generate_private_key(ec.SECP384R1() if key_type == "ec384" else ec.SECP256R1())
+    else:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=int(key_type.removeprefix("rsa")))
+    return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    order = client.new_order(crypto_util.make_csr(key_pem, [hostname]))
+
+
+def _issue(
+    settings: AcmeSettings, hostname: str, challenges: ChallengeStore, wanted: _Order | None = None
+) -> CertFiles:
+    wanted = wanted or _Order((hostname,))
+    account_key = _account_key(settings)
+    client = _client(settings, account_key)
+    key_pem = _private_key(wanted.key_type)
+    order = client.new_order(crypto_util.make_csr(key_pem, list(wanted.names)))
     tokens = _answer_challenges(client, order, account_key, challenges)
     try:
         deadline = datetime.datetime.now() + ORDER_TIMEOUT  # the library compares with naive local time
@@ -363,7 +438,7 @@ def _answer_challenges(
     client: acme_client.ClientV2,
     order: messages.OrderResource,
     account_key: JWKRSA,
-    challenges: Http01Challenges,
+    challenges: ChallengeStore,
 ) -> list[str]:
     """Publish the HTTP-01 answer of each pending authorization, then tell the CA to validate."""
     tokens: list[str] = []
@@ -379,6 +454,16 @@ def _answer_challenges(
         tokens.append(token)
         client.answer_challenge(http01[0], response)
     return tokens
+
+
+def _revoke(settings: AcmeSettings, hostname: str, reason: int) -> CertFiles:
+    with _ca_errors(settings):
+        current = current_certificate(settings, hostname)
+        if current is None:
+            raise AcmeError(f"no certificate for {hostname} from {settings.directory_url} on this server")
+        cert = x509.load_pem_x509_certificate(current.fullchain.read_bytes())
+        _client(settings, _account_key(settings)).revoke(cert, reason)
+        return current
 
 
 def _account_key(settings: AcmeSettings) -> JWKRSA:
@@ -420,6 +505,15 @@ def _store(settings: AcmeSettings, hostname: str, fullchain: bytes, key_pem: byt
     return _cert_files(host_dir / "current", hostname, cert)
 
 
+def certificate_names(cert: x509.Certificate) -> tuple[str, ...]:
+    """The DNS names of a certificate's subjectAltName (none: an empty tuple)."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return ()
+    return tuple(san.get_values_for_type(x509.DNSName))
+
+
 def _cert_files(folder: Path, hostname: str, cert: x509.Certificate) -> CertFiles:
     return CertFiles(
         hostname=hostname,
@@ -428,6 +522,7 @@ def _cert_files(folder: Path, hostname: str, cert: x509.Certificate) -> CertFile
         bundle=folder / "bundle.pem",
         not_before=cert.not_valid_before_utc,
         not_after=cert.not_valid_after_utc,
+        names=certificate_names(cert),
     )
 
 

@@ -38,7 +38,7 @@ from api_client.job_kinds.argtypes import (
     Version,
     WpUser,
 )
-from api_client.job_kinds.base import Args, JobKind, NoArgs, kind
+from api_client.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
 
 # --- shared argument models ------------------------------------------------------------------------
 
@@ -356,13 +356,14 @@ SSL = [
          positional=("domain",), example=_D),
     kind("ssl.issue", SslIssue, "Issue a certificate from an ACME provider", positional=("domain",),
          example={"domain": "example.com", "aliases": ["www.example.com"], "email": "ops@example.com"}),
-    kind("ssl.renew", SslRenew, "Renew a certificate now", positional=("domain",),
+    kind("ssl.renew", SslRenew, "Renew a certificate now", positional=("domain",), json=True,
          example={"domain": "example.com", "force": True}),
-    kind("ssl.revoke", SslRevoke, "Revoke a certificate", positional=("domain",),
+    kind("ssl.revoke", SslRevoke, "Revoke a certificate", positional=("domain",), json=True,
          example={"domain": "example.com", "reason": "key_compromise"}),
     kind("ssl.delete", DomainArgs, "Remove a certificate from the server", positional=("domain",), example=_D),
     kind("ssl.install", SslInstall, "Install an uploaded certificate and key", positional=("domain",),
-         example={"domain": "example.com", "cert_path": "ssl/cert.pem", "key_path": "ssl/key.pem"}),
+         example={"domain": "example.com", "cert_path": "ssl/cert.pem", "key_path": "ssl/key.pem"},
+         paths=tuple(ScopedPath(name, site="domain") for name in ("cert_path", "key_path", "chain_path"))),
     kind("ssl.auto-renew", SslAutoRenew, "Turn automatic renewal on or off", positional=("domain", "state"),
          example={"domain": "example.com", "state": "off"}),
 ]  # fmt: skip

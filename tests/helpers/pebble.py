@@ -167,11 +167,12 @@ def running(argv: list[str], log_file: Path, env: dict[str, str] | None = None) 
 
 
 @contextmanager
-def run_pebble(folder: Path) -> Iterator[Pebble]:
-    """Start challtestsrv and pebble on free loopback ports under `folder`; stop both on exit."""
+def run_pebble(folder: Path, http_port: int | None = None) -> Iterator[Pebble]:
+    """Start challtestsrv and pebble on free loopback ports under `folder` (HTTP-01 validations go
+    to 127.0.0.1:`http_port`, a free port by default); stop both on exit."""
     ca_bundle, cert, key = write_tls_files(folder)
     dns_port, dns_management_port = free_tcp_and_udp_port(), free_port()
-    acme_port, management_port, http_port = free_port(), free_port(), free_port()
+    acme_port, management_port, http_port = free_port(), free_port(), http_port or free_port()
     config = {
         "pebble": {
             "listenAddress": f"127.0.0.1:{acme_port}",
