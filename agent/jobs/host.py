@@ -17,12 +17,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from pathlib import Path
 from typing import Literal
 
+import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.jobs.base import EXIT_MISSING, JobError, Output
-from agent.jobs.proc import capture_command, require, stream_command
+from agent.jobs.proc import capture_command, child_pids, read_pid, require, stream_command
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 
@@ -49,6 +52,7 @@ class NginxLayout(_Section):
     fastcgi_params: str = "/etc/nginx/fastcgi_params"  # included by the PHP sites' server blocks
     acme_dir: str = "/var/lib/fleetdeck/acme-challenge"  # HTTP-01 files, read by the workers (not in the private state)
     user: str = "www-data"  # the workers' account (it must reach the sites' public folders)
+    pid_file: str = "/run/nginx.pid"  # its master's: a reload is done once new workers serve
     control: ServiceControl = ServiceControl(unit="nginx")
 
 
@@ -205,6 +209,38 @@ async def control_service(control: ServiceControl, action: str, out: Output | No
         raise JobError(f"{' '.join(argv)} failed (exit {code}){detail}")
 
 
+NGINX_RELOAD_WAIT_S = 15.0
+
+
+def worker_leaving(worker: int) -> bool:
+    """An old nginx worker is gone or shutting down (it closed its listening sockets)."""
+    try:
+        return b"shutting down" in Path(f"/proc/{worker}/cmdline").read_bytes()
+    except OSError:
+        return True
+
+
+async def reload_nginx(nginx: NginxLayout) -> None:
+    """Reload nginx and return once its new workers serve and the old ones accept no more: the
+    reload signal only starts that, and a request meeting an old worker would get the old rules."""
+    master = await trio.to_thread.run_sync(read_pid, Path(nginx.pid_file))
+    before = await trio.to_thread.run_sync(child_pids, master) if master is not None else set()
+    await control_service(nginx.control, "reload")
+    if master is None:
+        return  # not running here (or no pid file where the layout says): nothing to wait for
+
+    def took() -> bool:
+        return bool(child_pids(master) - before) and all(worker_leaving(pid) for pid in before)
+
+    deadline = time.monotonic() + NGINX_RELOAD_WAIT_S
+    while not await trio.to_thread.run_sync(took):
+        if time.monotonic() > deadline:
+            raise JobError(
+                f"nginx started no new worker within {NGINX_RELOAD_WAIT_S:.0f} s of the reload: see its error log"
+            )
+        await trio.sleep(0.02)
+
+
 __all__ = [
     "DEFAULT_LAYOUT",
     "EXIT_MISSING",
@@ -213,6 +249,7 @@ __all__ = [
     "ServiceControl",
     "control_argv",
     "control_service",
+    "reload_nginx",
     "system_argv",
     "systemd_running",
 ]

@@ -13,6 +13,7 @@ import shutil
 import signal
 from collections.abc import Mapping, Sequence
 from functools import partial
+from pathlib import Path
 from subprocess import DEVNULL, PIPE
 from typing import Any
 
@@ -201,3 +202,49 @@ async def capture_command(
         **options,
     )
     return done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
+
+
+# --- processes by pid (the services the agent reloads) -----------------------------------------
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def read_pid(pidfile: Path) -> int | None:
+    """The live process a pidfile names, or None."""
+    try:
+        pid = int(pidfile.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def child_pids(pid: int) -> set[int]:
+    """The live children of `pid` (from /proc)."""
+    children: set[int] = set()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            children.add(int(entry.name))
+    return children

@@ -47,7 +47,7 @@ import trio
 
 from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError
 from agent.jobs.common import account_by_name, site_account
-from agent.jobs.host import HostLayout, NginxLayout, PhpLayout, control_service
+from agent.jobs.host import HostLayout, NginxLayout, PhpLayout, control_service, reload_nginx
 from agent.jobs.proc import capture_command, require, which
 from agent.sites import Site, write_atomically
 
@@ -461,7 +461,7 @@ async def _reload(ctx: JobContext, changes: list[Change], version: str | None) -
     """Reload nginx when the server block changed, each PHP-FPM whose pool came, changed or went."""
     layout = ctx.host
     if changes[0].changed:
-        await control_service(layout.nginx.control, "reload")
+        await reload_nginx(layout.nginx)
     for change in changes[1:]:
         if change.changed:
             await control_service(layout.php.control, "reload", version=_version_of(layout, change.path, version))
@@ -488,7 +488,7 @@ async def remove_site_web(ctx: JobContext, site: Site) -> list[str]:
     await trio.to_thread.run_sync(_install, changes)
     removed = [c.path for c in changes if c.changed]
     if changes[0].changed and which("nginx") is not None:
-        await control_service(layout.nginx.control, "reload")
+        await reload_nginx(layout.nginx)
     for change in changes[1:]:
         if change.changed:
             version = _version_of(layout, change.path, None)

@@ -40,7 +40,7 @@ from cryptography.hazmat.primitives import serialization
 from agent.files.jail import Jail
 from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import find_site
-from agent.jobs.host import control_service
+from agent.jobs.host import reload_nginx
 from agent.jobs.proc import capture_command, require
 from agent.link.protocol import RpcError
 from agent.load_balancers.acme import (
@@ -123,10 +123,13 @@ def _point(ctx: JobContext, site: Site, target: str | None) -> None:
     link = _link(ctx, site)
     os.makedirs(os.path.dirname(link), mode=0o755, exist_ok=True)
     if target is None:
-        try:
-            os.unlink(link)
-        except FileNotFoundError:
-            pass
+        if os.path.isdir(link) and not os.path.islink(link):  # a folder put there by hand
+            shutil.rmtree(link)
+        else:
+            try:
+                os.unlink(link)
+            except FileNotFoundError:
+                pass
         return
     temporary = os.path.join(os.path.dirname(link), f".{site.slug}.new")
     try:
@@ -163,7 +166,7 @@ async def _switch(
             await trio.to_thread.run_sync(_write_meta, ctx, site, before_meta)
         raise
     if new_files and before == target:  # the server block did not change, so nothing reloaded it
-        await control_service(ctx.host.nginx.control, "reload")
+        await reload_nginx(ctx.host.nginx)
 
 
 # --- ACME ------------------------------------------------------------------------------------------
@@ -309,7 +312,7 @@ def _remove_files(ctx: JobContext, site: Site) -> None:
 def forget_site_certificates(ctx: JobContext, site: Site) -> bool:
     """Remove everything of a deleted site's certificates (its link, record and files): whether
     it had one. Blocking."""
-    had = _pointed(ctx, site) is not None or os.path.exists(_meta_path(ctx, site))
+    had = os.path.lexists(_link(ctx, site)) or os.path.exists(_meta_path(ctx, site))
     _point(ctx, site, None)
     _write_meta(ctx, site, None)
     _remove_files(ctx, site)

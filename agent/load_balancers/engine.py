@@ -9,7 +9,6 @@ generation). Its messages (the validator's, the reload's) are returned as text: 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -110,49 +109,6 @@ class EngineMissing(Exception):
 
 
 # --- processes ---------------------------------------------------------------------------------
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not _is_zombie(pid)
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
-
-
-def read_pid(pidfile: Path) -> int | None:
-    """The live process a pidfile names, or None."""
-    try:
-        pid = int(pidfile.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid if pid_alive(pid) else None
-
-
-def child_pids(pid: int) -> set[int]:
-    """The live children of `pid` (from /proc)."""
-    children: set[int] = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid and fields[0] != "Z":
-            children.add(int(entry.name))
-    return children
 
 
 def log_offset(path: Path) -> int:

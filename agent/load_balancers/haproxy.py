@@ -28,8 +28,8 @@ from pathlib import Path
 import trio
 
 from agent.jobs.host import systemd_running
-from agent.jobs.proc import capture_command, tool_env, which
-from agent.load_balancers.engine import Engine, RenderInput, host_port, log_offset, log_since, pid_alive, read_pid
+from agent.jobs.proc import capture_command, pid_alive, read_pid, tool_env, which
+from agent.load_balancers.engine import Engine, RenderInput, host_port, log_offset, log_since
 from agent.load_balancers.engine import wait_for as poll_until
 from agent.load_balancers.nginx import ACME_PATH
 from agent.sites import write_atomically

@@ -16,19 +16,9 @@ import os
 import signal
 from pathlib import Path
 
-from agent.jobs.host import systemd_running
-from agent.jobs.proc import capture_command, which
-from agent.load_balancers.engine import (
-    Engine,
-    RenderInput,
-    child_pids,
-    host_port,
-    log_offset,
-    log_since,
-    pid_alive,
-    read_pid,
-    wait_for,
-)
+from agent.jobs.host import systemd_running, worker_leaving
+from agent.jobs.proc import capture_command, child_pids, pid_alive, read_pid, which
+from agent.load_balancers.engine import Engine, RenderInput, host_port, log_offset, log_since, wait_for
 from agent.sites import write_atomically
 from api_client.job_kinds.load_balancers import LbApply
 
@@ -183,7 +173,7 @@ class Nginx(Engine):
 
             def took() -> bool:
                 # new workers, and the old ones no longer accept (else a request may still meet the old rules)
-                return bool(child_pids(master) - before) and all(_leaving(pid) for pid in before)
+                return bool(child_pids(master) - before) and all(worker_leaving(pid) for pid in before)
 
             await wait_for(lambda: took() or log_since(self.error_log, offset, _errors))
             if took():
@@ -214,14 +204,6 @@ class Nginx(Engine):
         if master is not None:
             os.kill(master, signal.SIGTERM)
             await wait_for(lambda: not pid_alive(master))
-
-
-def _leaving(worker: int) -> bool:
-    """An old worker is gone or shutting down (it closed its listening sockets)."""
-    try:
-        return b"shutting down" in Path(f"/proc/{worker}/cmdline").read_bytes()
-    except OSError:
-        return True
 
 
 def restore(path: Path, previous: bytes | None, mode: int = 0o644) -> None:

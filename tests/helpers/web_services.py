@@ -51,6 +51,7 @@ class Nginx:
             "sites_dir": str(self.sites_dir),
             "conf": str(self.conf),
             "listen": f"127.0.0.1:{self.port}",
+            "pid_file": str(self.pid_file),
             "tls_listen": f"127.0.0.1:{self.tls_port} ssl",
             "acme_dir": str(self.acme_dir),
             "control": {
