@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.jobs.db import grant_pattern, json_rows, literal, parse_status, scrub, unescape_pattern
+from agent.jobs.db import connection, grant_pattern, json_rows, literal, parse_status, scrub, unescape_pattern
+from agent.jobs.host import MariaDbLayout
 from tests.helpers.hosting import Hosting, JobRun
 from tests.helpers.mariadb import MariaDb, mariadb_installed, run_mariadb
 
@@ -197,6 +198,32 @@ def test_a_dump_is_written_gzipped_into_the_site_as_its_user_and_imports_back(
         hosting.run("db.drop", name=name).ok()
 
 
+def test_a_failed_dump_leaves_the_previous_file_in_place(hosting: Hosting, mariadb: MariaDb, site_home: Path) -> None:
+    hosting.run("db.create", name="fragile").ok()
+    mariadb.sql("CREATE TABLE t (n INT); CREATE VIEW v AS SELECT n FROM t;", "fragile")
+    hosting.run("db.export", name="fragile", domain=SITE, path="fragile.sql").ok()
+    before = (site_home / "fragile.sql").read_bytes()
+    mariadb.sql("DROP TABLE t;", "fragile")  # the view now fails: so does the dump
+    failed = hosting.run("db.export", name="fragile", domain=SITE, path="fragile.sql")
+    assert failed.exit_code == 1 and "fragile.sql was not written" in failed.text
+    assert (site_home / "fragile.sql").read_bytes() == before
+    assert not [p.name for p in site_home.iterdir() if p.name.endswith(".part")]
+    hosting.run("db.drop", name="fragile").ok()
+    (site_home / "fragile.sql").unlink()
+
+
+def test_a_server_that_does_not_answer_is_a_status(hosting: Hosting, mariadb: MariaDb) -> None:
+    hosting.configure("mariadb", {**mariadb.layout(), "socket": str(mariadb.socket.with_name("gone.sock"))})
+    try:
+        status = hosting.run("db.status").ok().result
+        assert status["running"] is False and "Can't connect" in status["error"]
+        refused = hosting.run("db.list")
+        assert refused.exit_code == 1 and "Can't connect" in refused.text
+    finally:
+        hosting.configure("mariadb", mariadb.layout())
+    assert hosting.run("db.status").ok().result["running"] is True
+
+
 def test_a_dump_stays_inside_the_site(hosting: Hosting, mariadb: MariaDb, site_home: Path) -> None:
     hosting.run("db.create", name="jailed").ok()
     outside = hosting.folder / "outside"
@@ -236,4 +263,6 @@ def test_rows_status_and_quoting() -> None:
     assert literal("it's a \\ test") == "'it\\'s a \\\\ test'"
     assert grant_pattern("shop_a%") == "shop\\_a\\%"
     assert unescape_pattern(grant_pattern("shop_a%")) == "shop_a%"
+    assert connection(MariaDbLayout(socket="/s.sock"))[0] == "--no-defaults"
+    assert connection(MariaDbLayout(defaults_file="/etc/mysql/agent.cnf"))[0] == "--defaults-file=/etc/mysql/agent.cnf"
     assert scrub("near 'it\\'s secret' at\nline 1", ["it's secret"]) == "near '***' at line 1"
