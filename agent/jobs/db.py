@@ -346,10 +346,6 @@ async def _user_revoke(args: DbRevoke, ctx: JobContext, out: Output) -> int:
 # --- files of a site ------------------------------------------------------------------------
 
 
-def _open_site_jail(ctx: JobContext, slug: str) -> Jail:
-    return scope_jail(ctx.home, slug)
-
-
 def _ensure_folder(jail: Jail, folder: tuple[str, ...], owner: Account) -> None:
     """The folders of `folder` inside the jail, the missing ones made (mode 0750, the site's user's)."""
     for depth in range(1, len(folder) + 1):
@@ -462,7 +458,7 @@ async def _export(args: DbExport, ctx: JobContext, out: Output) -> int:
     argv += ["--routines", "--triggers", "--hex-blob", "--verbose", "--", args.name]
 
     def open_file() -> DumpFile:
-        with _open_site_jail(ctx, site.slug) as jail:
+        with scope_jail(ctx.home, site.slug) as jail:
             return DumpFile(jail, args.path, owner, compress=args.path.endswith(".gz"))
 
     target: DumpFile = await trio.to_thread.run_sync(partial(_jailed, args.path, open_file))
@@ -518,6 +514,8 @@ class DumpReader:
         try:
             return self.stream.read(CHUNK)
         except (OSError, EOFError, zlib.error) as exc:
+            if self.stream is self.raw:
+                raise
             raise JobError(f"the dump is not a complete gzip file: {exc}") from None
 
     @property
@@ -550,7 +548,7 @@ async def _import(args: DbImport, ctx: JobContext, out: Output) -> int:
     await need_database(ctx, args.name)
 
     def open_file() -> DumpReader:
-        with _open_site_jail(ctx, site.slug) as jail:
+        with scope_jail(ctx.home, site.slug) as jail:
             return DumpReader(jail, args.path)
 
     source: DumpReader = await trio.to_thread.run_sync(partial(_jailed, args.path, open_file))
