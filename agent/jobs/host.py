@@ -66,6 +66,8 @@ class PhpLayout(_Section):
 
 class MariaDbLayout(_Section):
     socket: str = "/run/mysqld/mysqld.sock"  # the agent connects as root over it (unix_socket auth)
+    user: str = "root"  # the account the agent acts as
+    defaults_file: str | None = None  # a client option file read instead of none (e.g. a password for `user`)
     control: ServiceControl = ServiceControl(unit="mariadb")
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, model_validator
 
 from api_client.job_kinds.argtypes import (
     AccessKeyId,
@@ -49,6 +49,12 @@ class DbCreate(Args):
     charset: Literal["utf8mb4", "utf8mb3", "latin1"] = "utf8mb4"
     collation: Literal["utf8mb4_unicode_ci", "utf8mb4_general_ci", "utf8mb4_0900_ai_ci", "utf8mb4_bin"] | None = None
 
+    @model_validator(mode="after")
+    def _collation_of_charset(self) -> DbCreate:
+        if self.collation is not None and not self.collation.startswith(f"{self.charset}_"):
+            raise ValueError(f"the collation {self.collation} is not one of the character set {self.charset}")
+        return self
+
 
 class DbUserCreate(Args):
     user: DbUser
@@ -80,18 +86,30 @@ class DbRevoke(Args):
     host: DbHost = "localhost"
 
 
+SQL_SUFFIXES = (".sql", ".sql.gz")
+
+
+def _sql_file(value: str) -> str:
+    if not value.endswith(SQL_SUFFIXES):
+        raise ValueError("an SQL dump is a .sql file, or .sql.gz when gzip-compressed")
+    return value
+
+
+SqlFile = Annotated[FilePath, Field(min_length=1), AfterValidator(_sql_file)]
+"""A dump in a site's files: its suffix says whether it is gzip-compressed (.sql.gz) or not (.sql)."""
+
+
 class DbImport(Args):
     name: DbName
     domain: DomainName
-    path: FilePath = Field(min_length=1)
-    drop_existing: Bool = False
+    path: SqlFile
+    drop_existing: Bool = False  # drop the database's tables first (it is recreated empty)
 
 
 class DbExport(Args):
     name: DbName
     domain: DomainName
-    path: FilePath = Field(min_length=1)
-    gzip: Bool = False
+    path: SqlFile  # .sql.gz: compressed with gzip as it is written
 
 
 _DB = {"name": "shop"}
@@ -100,6 +118,7 @@ DB = [
     kind("db.list", NoArgs, "List the MySQL/MariaDB databases", read=True, example={}),
     kind("db.status", NoArgs, "Show the database server status", read=True, example={}),
     kind("db.size", DbSize, "Show database sizes", read=True, example=_DB),
+    kind("db.table-list", DbNameArgs, "List the tables of a database", read=True, positional=("name",), example=_DB),
     kind("db.create", DbCreate, "Create a database", positional=("name",),
          example={"name": "shop", "collation": "utf8mb4_unicode_ci"}),
     kind("db.drop", DbNameArgs, "Drop a database", positional=("name",), example=_DB),
@@ -117,7 +136,7 @@ DB = [
     kind("db.import", DbImport, "Import an SQL dump (.sql or .sql.gz) from a site's files", positional=("name",),
          example={"name": "shop", **_SQL}, paths=(ScopedPath("path", site="domain"),)),
     kind("db.export", DbExport, "Export a database into a site's files", positional=("name",),
-         example={"name": "shop", **_SQL, "gzip": True}, paths=(ScopedPath("path", site="domain"),)),
+         example={"name": "shop", **_SQL}, paths=(ScopedPath("path", site="domain"),)),
 ]  # fmt: skip
 
 # --- pg --------------------------------------------------------------------------------------------

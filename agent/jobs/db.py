@@ -1,0 +1,610 @@
+"""``db ...``: MariaDB databases, accounts, grants and dumps, through the server's own client.
+
+The agent acts as the layout's account (root, unix_socket authentication) over the server's
+socket: ``mariadb --no-defaults --protocol=socket --socket=S --user=root`` with the statements on
+stdin, never in argv (a password is a string literal there). Names come validated by the catalog
+(`DbName`, `DbUser`, `DbHost`) and are quoted here all the same; a password is escaped as a
+string literal and scrubbed from any error the server sends back. Each statement script starts by
+setting the session's SQL mode, so the escaping does not depend on the server's configuration.
+
+Reads select one ``JSON_OBJECT`` per row: with ``--batch --raw`` each row is one line of JSON.
+
+Dumps live in a site's files, resolved through the site's jail (a path cannot lead out of it):
+``db.export`` streams ``mariadb-dump``'s progress, compresses with gzip when the path ends in
+``.gz``, writes a temporary file owned by the site's user and renames it into place once the dump
+is complete; ``db.import`` feeds a ``.sql`` or ``.sql.gz`` file of the site to the client.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import secrets
+import stat
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
+from subprocess import DEVNULL, PIPE
+from typing import Any
+
+import orjson
+import trio
+
+from agent.files.jail import Jail, split_path
+from agent.jobs.base import STDERR, STDOUT, JobContext, JobError, Output, handler
+from agent.jobs.common import Account, find_site, site_account
+from agent.jobs.host import MariaDbLayout
+from agent.jobs.proc import LineSplitter, capture_command, require, tool_env
+from agent.jobs.storage import scope_jail
+from agent.link.protocol import RpcError
+from api_client.job_kinds.base import NoArgs
+from api_client.job_kinds.data import (
+    DbCreate,
+    DbExport,
+    DbGrant,
+    DbImport,
+    DbNameArgs,
+    DbRevoke,
+    DbSize,
+    DbUserArgs,
+    DbUserCreate,
+    DbUserPassword,
+)
+
+SYSTEM_DATABASES = ("mysql", "information_schema", "performance_schema", "sys")
+# The session's SQL mode (MariaDB's default): backslash escapes strings whatever the server says.
+SQL_MODE = "STRICT_TRANS_TABLES,ERROR_FOR_DIVISION_BY_ZERO,NO_AUTO_CREATE_USER,NO_ENGINE_SUBSTITUTION"
+SESSION = f"SET SESSION sql_mode = '{SQL_MODE}';\n"
+PRIVILEGES = {
+    "all": "ALL PRIVILEGES",
+    "read": "SELECT, SHOW VIEW",
+    "readwrite": "SELECT, INSERT, UPDATE, DELETE, CREATE TEMPORARY TABLES, LOCK TABLES, EXECUTE, SHOW VIEW",
+}
+CHUNK = 256 * 1024
+CHILD: dict[str, Any] = {"check": False, "env": tool_env(), "start_new_session": True}
+PROGRESS_STEPS = 10  # an import reports its progress every tenth of the file
+
+
+# --- SQL text -------------------------------------------------------------------------------
+
+
+def ident(name: str) -> str:
+    """A quoted identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def literal(text: str) -> str:
+    """A quoted string literal (the session's SQL mode lets backslash escape)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def account(user: str, host: str) -> str:
+    return f"{literal(user)}@{literal(host)}"
+
+
+def grant_pattern(name: str) -> str:
+    """The database of a GRANT: ``_`` and ``%`` are wildcards there, escaped to mean themselves."""
+    return name.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%")
+
+
+def unescape_pattern(pattern: str) -> str:
+    out, escaped = [], False
+    for char in pattern:
+        if char == "\\" and not escaped:
+            escaped = True
+            continue
+        out.append(char)
+        escaped = False
+    return "".join(out)
+
+
+def json_rows(text: str) -> list[dict[str, Any]]:
+    """The rows of a ``SELECT JSON_OBJECT(...)`` read with ``--batch --raw``: one JSON per line."""
+    return [orjson.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def scrub(text: str, hidden: Iterable[str]) -> str:
+    """`text` without the secrets (nor their escaped spelling), in one line."""
+    for secret in hidden:
+        for spelling in {secret, literal(secret)[1:-1]}:
+            text = text.replace(spelling, "***")
+    return " ".join(text.split())
+
+
+# --- the client -----------------------------------------------------------------------------
+
+
+def connection(layout: MariaDbLayout) -> list[str]:
+    """The options that connect a client (``mariadb``, ``mariadb-dump``) as the agent's account."""
+    options = f"--defaults-file={layout.defaults_file}" if layout.defaults_file else "--no-defaults"
+    return [options, "--protocol=socket", f"--socket={layout.socket}", f"--user={layout.user}"]
+
+
+def client_argv(layout: MariaDbLayout, *extra: str) -> list[str]:
+    mariadb = require("mariadb", "run statements on the MariaDB server")
+    return [mariadb, *connection(layout), "--default-character-set=utf8mb4", *extra]
+
+
+async def run_sql(ctx: JobContext, sql: str, *, hidden: Sequence[str] = ()) -> str:
+    """Run `sql` (statements, on stdin) as the agent's account; its stdout, or a JobError with the
+    server's words (any secret in `hidden` scrubbed from them)."""
+    argv = client_argv(ctx.host.mariadb, "--batch", "--raw", "--skip-column-names")
+    code, text, err = await capture_command(argv, stdin=(SESSION + sql).encode())
+    if code != 0:
+        raise JobError(f"mariadb: {scrub(err or text, hidden) or f'exit {code}'}")
+    return text
+
+
+async def rows(ctx: JobContext, select: str) -> list[dict[str, Any]]:
+    return json_rows(await run_sql(ctx, select))
+
+
+async def database_exists(ctx: JobContext, name: str) -> bool:
+    found = await run_sql(ctx, f"SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {literal(name)};")
+    return bool(found.strip())
+
+
+async def account_exists(ctx: JobContext, user: str, host: str) -> bool:
+    found = await run_sql(ctx, f"SELECT 1 FROM mysql.user WHERE User = {literal(user)} AND Host = {literal(host)};")
+    return bool(found.strip())
+
+
+async def need_database(ctx: JobContext, name: str) -> None:
+    if not await database_exists(ctx, name):
+        raise JobError(f"no database {name} on this server")
+
+
+async def need_account(ctx: JobContext, user: str, host: str) -> None:
+    if not await account_exists(ctx, user, host):
+        raise JobError(f"no database account {user}@{host} on this server")
+
+
+def _report(ctx: JobContext, out: Output, said: str, obj: dict[str, Any]) -> int:
+    """A change's outcome: its sentence for a person, the object with ``--json``."""
+    if ctx.as_json:
+        out.json(obj)
+    else:
+        out.stdout(said)
+    return 0
+
+
+# --- databases ------------------------------------------------------------------------------
+
+_NOT_SYSTEM = f"NOT IN ({', '.join(literal(name) for name in SYSTEM_DATABASES)})"
+
+
+async def _list(args: NoArgs, ctx: JobContext, out: Output) -> int:
+    found = await rows(
+        ctx,
+        "SELECT JSON_OBJECT('name', SCHEMA_NAME, 'charset', DEFAULT_CHARACTER_SET_NAME,"
+        " 'collation', DEFAULT_COLLATION_NAME) FROM information_schema.SCHEMATA"
+        f" WHERE SCHEMA_NAME {_NOT_SYSTEM} ORDER BY SCHEMA_NAME;",
+    )
+    out.result(found, as_json=ctx.as_json)
+    return 0
+
+
+async def _size(args: DbSize, ctx: JobContext, out: Output) -> int:
+    where = f"= {literal(args.name)}" if args.name else _NOT_SYSTEM
+    if args.name:
+        await need_database(ctx, args.name)
+    found = await rows(
+        ctx,
+        "SELECT JSON_OBJECT('name', s.SCHEMA_NAME, 'tables', COUNT(t.TABLE_NAME),"
+        " 'data_bytes', COALESCE(SUM(t.DATA_LENGTH), 0), 'index_bytes', COALESCE(SUM(t.INDEX_LENGTH), 0),"
+        " 'bytes', COALESCE(SUM(t.DATA_LENGTH + t.INDEX_LENGTH), 0))"
+        " FROM information_schema.SCHEMATA s LEFT JOIN information_schema.TABLES t ON t.TABLE_SCHEMA = s.SCHEMA_NAME"
+        f" WHERE s.SCHEMA_NAME {where} GROUP BY s.SCHEMA_NAME ORDER BY s.SCHEMA_NAME;",
+    )
+    out.result(found, as_json=ctx.as_json)
+    return 0
+
+
+async def _table_list(args: DbNameArgs, ctx: JobContext, out: Output) -> int:
+    await need_database(ctx, args.name)
+    found = await rows(
+        ctx,
+        "SELECT JSON_OBJECT('name', TABLE_NAME, 'type', TABLE_TYPE, 'engine', ENGINE, 'rows', TABLE_ROWS,"
+        " 'bytes', COALESCE(DATA_LENGTH + INDEX_LENGTH, 0), 'collation', TABLE_COLLATION)"
+        f" FROM information_schema.TABLES WHERE TABLE_SCHEMA = {literal(args.name)} ORDER BY TABLE_NAME;",
+    )
+    out.result(found, as_json=ctx.as_json)
+    return 0
+
+
+STATUS_VARIABLES = ("Uptime", "Threads_connected", "Threads_running", "Questions", "Slow_queries", "Connections")
+
+
+def parse_status(text: str) -> dict[str, Any]:
+    """``SHOW GLOBAL STATUS`` lines (name TAB value) as a result: lowercase names, numbers as ints."""
+    found: dict[str, Any] = {}
+    for line in text.splitlines():
+        name, tab, value = line.partition("\t")
+        if tab:
+            found[name.lower()] = int(value) if value.isdigit() else value
+    return found
+
+
+async def _status(args: NoArgs, ctx: JobContext, out: Output) -> int:
+    """The server's version and counters; a server that does not answer is a result too (running: false)."""
+    layout = ctx.host.mariadb
+    client_argv(layout)  # a missing client is exit 69, not a server that is down
+    names = ", ".join(literal(name) for name in STATUS_VARIABLES)
+    try:
+        version = (await run_sql(ctx, "SELECT VERSION();")).strip()
+        variables = parse_status(await run_sql(ctx, f"SHOW GLOBAL STATUS WHERE Variable_name IN ({names});"))
+    except JobError as exc:
+        out.result({"running": False, "socket": layout.socket, "error": str(exc)}, as_json=ctx.as_json)
+        return 0
+    result = {"running": True, "version": version, "socket": layout.socket, **variables}
+    if "uptime" in result:
+        result["uptime_s"] = result.pop("uptime")
+    out.result(result, as_json=ctx.as_json)
+    return 0
+
+
+async def _create(args: DbCreate, ctx: JobContext, out: Output) -> int:
+    name = args.name
+    if await database_exists(ctx, name):
+        return _report(ctx, out, f"database {name} exists", {"name": name, "created": False})
+    collate = f" COLLATE {args.collation}" if args.collation else ""
+    await run_sql(ctx, f"CREATE DATABASE {ident(name)} CHARACTER SET {args.charset}{collate};")
+    said = f"created database {name} ({args.charset}{', ' + args.collation if args.collation else ''})"
+    return _report(ctx, out, said, {"name": name, "created": True, "charset": args.charset})
+
+
+async def _drop(args: DbNameArgs, ctx: JobContext, out: Output) -> int:
+    name = args.name
+    if not await database_exists(ctx, name):
+        return _report(ctx, out, f"no database {name}: nothing to drop", {"name": name, "dropped": False})
+    await run_sql(ctx, f"DROP DATABASE {ident(name)};")
+    return _report(ctx, out, f"dropped database {name}", {"name": name, "dropped": True})
+
+
+# --- accounts -------------------------------------------------------------------------------
+
+
+async def _user_list(args: NoArgs, ctx: JobContext, out: Output) -> int:
+    accounts = await rows(ctx, "SELECT JSON_OBJECT('user', User, 'host', Host) FROM mysql.user ORDER BY User, Host;")
+    grants = await rows(ctx, "SELECT JSON_OBJECT('user', User, 'host', Host, 'db', Db) FROM mysql.db ORDER BY Db;")
+    for item in accounts:
+        item["databases"] = [
+            unescape_pattern(g["db"]) for g in grants if (g["user"], g["host"]) == (item["user"], item["host"])
+        ]
+    out.result(accounts, as_json=ctx.as_json)
+    return 0
+
+
+async def _user_create(args: DbUserCreate, ctx: JobContext, out: Output) -> int:
+    user, host = args.user, args.host
+    obj = {"user": user, "host": host}
+    if await account_exists(ctx, user, host):
+        said = f"database account {user}@{host} exists (its password is unchanged: db.user-password sets it)"
+        return _report(ctx, out, said, {**obj, "created": False})
+    password = args.password.get_secret_value()
+    await run_sql(ctx, f"CREATE USER {account(user, host)} IDENTIFIED BY {literal(password)};", hidden=[password])
+    return _report(ctx, out, f"created database account {user}@{host}", {**obj, "created": True})
+
+
+async def _user_delete(args: DbUserArgs, ctx: JobContext, out: Output) -> int:
+    user, host = args.user, args.host
+    obj = {"user": user, "host": host}
+    if not await account_exists(ctx, user, host):
+        return _report(ctx, out, f"no database account {user}@{host}: nothing to delete", {**obj, "deleted": False})
+    await run_sql(ctx, f"DROP USER {account(user, host)};")
+    return _report(ctx, out, f"deleted database account {user}@{host}", {**obj, "deleted": True})
+
+
+async def _user_password(args: DbUserPassword, ctx: JobContext, out: Output) -> int:
+    await need_account(ctx, args.user, args.host)
+    password = args.password.get_secret_value()
+    sql = f"ALTER USER {account(args.user, args.host)} IDENTIFIED BY {literal(password)};"
+    await run_sql(ctx, sql, hidden=[password])
+    out.stdout(f"set the password of database account {args.user}@{args.host}")
+    return 0
+
+
+async def _granted_patterns(ctx: JobContext, user: str, host: str, name: str) -> list[str]:
+    """The database patterns of `user`@`host`'s grants that name `name` (escaped, or as typed by hand)."""
+    found = await run_sql(
+        ctx,
+        f"SELECT Db FROM mysql.db WHERE User = {literal(user)} AND Host = {literal(host)}"
+        f" AND Db IN ({literal(grant_pattern(name))}, {literal(name)});",
+    )
+    return sorted({line for line in found.splitlines() if line})
+
+
+def _revoke_all(user: str, host: str, patterns: Iterable[str]) -> str:
+    return "".join(f"REVOKE ALL PRIVILEGES ON {ident(p)}.* FROM {account(user, host)};\n" for p in patterns)
+
+
+async def _user_grant(args: DbGrant, ctx: JobContext, out: Output) -> int:
+    """The account's privileges on the database become exactly the level asked (earlier ones go)."""
+    await need_account(ctx, args.user, args.host)
+    await need_database(ctx, args.name)
+    earlier = await _granted_patterns(ctx, args.user, args.host, args.name)
+    sql = _revoke_all(args.user, args.host, earlier)
+    on = ident(grant_pattern(args.name))
+    sql += f"GRANT {PRIVILEGES[args.privileges]} ON {on}.* TO {account(args.user, args.host)};"
+    await run_sql(ctx, sql)
+    out.stdout(f"granted {args.privileges} on database {args.name} to {args.user}@{args.host}")
+    return 0
+
+
+async def _user_revoke(args: DbRevoke, ctx: JobContext, out: Output) -> int:
+    await need_account(ctx, args.user, args.host)
+    earlier = await _granted_patterns(ctx, args.user, args.host, args.name)
+    if not earlier:
+        out.stdout(f"{args.user}@{args.host} has no privileges on database {args.name}: nothing to revoke")
+        return 0
+    await run_sql(ctx, _revoke_all(args.user, args.host, earlier))
+    out.stdout(f"revoked the privileges of {args.user}@{args.host} on database {args.name}")
+    return 0
+
+
+# --- files of a site ------------------------------------------------------------------------
+
+
+def _ensure_folder(jail: Jail, folder: tuple[str, ...], owner: Account) -> None:
+    """The folders of `folder` inside the jail, the missing ones made (mode 0750, the site's user's)."""
+    for depth in range(1, len(folder) + 1):
+        dir_fd, name = jail.open_parent("/".join(folder[:depth]))
+        try:
+            os.mkdir(name, 0o750, dir_fd=dir_fd)
+            os.chown(name, owner.uid, owner.gid, dir_fd=dir_fd, follow_symlinks=False)
+        except FileExistsError:
+            pass
+        finally:
+            os.close(dir_fd)
+
+
+class DumpFile:
+    """A dump being written: a temporary file beside its final name, owned by the site's user,
+    renamed into place by `commit` (or removed by `discard`). Gzip-compressed when asked."""
+
+    def __init__(self, jail: Jail, path: str, owner: Account, *, compress: bool) -> None:
+        parts = split_path(path)
+        _ensure_folder(jail, parts[:-1], owner)
+        self.dir_fd, self.name = jail.open_parent(path)
+        self.temporary = f".{self.name}.{secrets.token_hex(4)}.part"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            self.fd = os.open(self.temporary, flags, 0o600, dir_fd=self.dir_fd)
+            os.fchown(self.fd, owner.uid, owner.gid)
+            os.fchmod(self.fd, 0o640)
+        except BaseException:
+            os.close(self.dir_fd)
+            raise
+        self.compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if compress else None  # 31: a gzip stream
+        self.raw_bytes = 0
+        self.bytes = 0
+
+    def write(self, data: bytes | bytearray) -> None:
+        self.raw_bytes += len(data)
+        self._put(self.compressor.compress(data) if self.compressor is not None else data)
+
+    def _put(self, data: bytes | bytearray) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+        self.bytes += len(data)
+
+    def commit(self) -> None:
+        if self.compressor is not None:
+            self._put(self.compressor.flush())
+        os.fsync(self.fd)
+        os.close(self.fd)
+        self.fd = -1
+        os.rename(self.temporary, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        os.close(self.dir_fd)
+
+    def discard(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+        try:
+            os.unlink(self.temporary, dir_fd=self.dir_fd)
+        except FileNotFoundError:
+            pass
+        os.close(self.dir_fd)
+
+
+def _jailed(what: str, call: Callable[[], Any]) -> Any:
+    """`call()`, its jail refusals as a clean failure naming `what`."""
+    try:
+        return call()
+    except RpcError as exc:
+        raise JobError(f"{what}: {exc.message}") from None
+    except IsADirectoryError:
+        raise JobError(f"{what}: is a folder") from None
+    except NotADirectoryError:
+        raise JobError(f"{what}: a folder on the way is a file") from None
+
+
+Route = Callable[[str], tuple[str, list[str]]]
+
+
+def _progress_line(line: str) -> tuple[str, list[str]]:
+    """Where a line of ``mariadb-dump --verbose`` goes: its ``-- `` progress lines are the job's
+    output, anything else (warnings, errors) its stderr."""
+    return (STDOUT if line.startswith("-- ") else STDERR), [line]
+
+
+def _to(stream: str) -> Route:
+    return lambda line: (stream, [line])
+
+
+async def _pump_lines(receive: trio.abc.ReceiveStream, out: Output, route: Route) -> None:
+    """The lines of `receive`, each to the stream `route` says."""
+    splitter = LineSplitter()
+
+    def send(lines: list[str]) -> None:
+        for line in lines:
+            out.lines(*route(line))
+
+    while data := await receive.receive_some(CHUNK):
+        send(splitter.feed(data))
+        await out.drain()
+    send(splitter.close())
+
+
+async def _export(args: DbExport, ctx: JobContext, out: Output) -> int:
+    site = await find_site(ctx, args.domain)
+    owner = site_account(ctx, site)
+    await need_database(ctx, args.name)
+    dump = require("mariadb-dump", "dump a MariaDB database")
+    argv = [dump, *connection(ctx.host.mariadb), "--default-character-set=utf8mb4", "--single-transaction"]
+    argv += ["--routines", "--triggers", "--hex-blob", "--verbose", "--", args.name]
+
+    def open_file() -> DumpFile:
+        with scope_jail(ctx.home, site.slug) as jail:
+            return DumpFile(jail, args.path, owner, compress=args.path.endswith(".gz"))
+
+    target: DumpFile = await trio.to_thread.run_sync(partial(_jailed, args.path, open_file))
+    try:
+        code = await _dump_into(argv, target, out)
+        if code != 0:
+            raise JobError(f"mariadb-dump exited {code}: {args.path} was not written")
+        await trio.to_thread.run_sync(target.commit)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(target.discard)
+        raise
+    sizes = f"{target.bytes} bytes" + (f", {target.raw_bytes} uncompressed" if target.compressor else "")
+    out.stdout(f"wrote {args.path} in {site.domain} ({sizes})")
+    return 0
+
+
+async def _dump_into(argv: list[str], target: DumpFile, out: Output) -> int:
+    """Run the dump, its stdout into `target`, its progress to `out`; its exit code."""
+    async with trio.open_nursery() as nursery:
+        process: trio.Process = await nursery.start(
+            partial(trio.run_process, argv, stdin=DEVNULL, stdout=PIPE, stderr=PIPE, **CHILD)
+        )
+        assert process.stdout is not None and process.stderr is not None
+        nursery.start_soon(_pump_lines, process.stderr, out, _progress_line)
+        while data := await process.stdout.receive_some(CHUNK):
+            await trio.to_thread.run_sync(target.write, data)
+    assert process.returncode is not None
+    return process.returncode
+
+
+class DumpReader:
+    """A dump of a site opened for reading (through the jail), decompressed when it is gzip."""
+
+    def __init__(self, jail: Jail, path: str) -> None:
+        fd = jail.open(path, os.O_RDONLY | os.O_NONBLOCK, follow_last=True)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise JobError(f"{path} is not a regular file")
+            jail.refuse_foreign_link(st, path)
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.size = st.st_size
+        self.raw = os.fdopen(fd, "rb")
+        self.stream: io.BufferedIOBase = self.raw
+        if path.endswith(".gz"):
+            self.stream = gzip.GzipFile(fileobj=self.raw, mode="rb")
+
+    def read(self) -> bytes:
+        try:
+            return self.stream.read(CHUNK)
+        except (OSError, EOFError, zlib.error) as exc:
+            if self.stream is self.raw:
+                raise
+            raise JobError(f"the dump is not a complete gzip file: {exc}") from None
+
+    @property
+    def position(self) -> int:
+        return self.raw.tell()
+
+    def close(self) -> None:
+        self.stream.close()
+        self.raw.close()
+
+
+async def _recreate(ctx: JobContext, name: str) -> None:
+    """Drop the database and create it again, empty, with its character set and collation (its
+    grants stay: they name it, not its tables)."""
+    found = await rows(
+        ctx,
+        "SELECT JSON_OBJECT('charset', DEFAULT_CHARACTER_SET_NAME, 'collation', DEFAULT_COLLATION_NAME)"
+        f" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {literal(name)};",
+    )
+    charset, collation = found[0]["charset"], found[0]["collation"]
+    await run_sql(
+        ctx,
+        f"DROP DATABASE {ident(name)};\nCREATE DATABASE {ident(name)} CHARACTER SET {charset} COLLATE {collation};",
+    )
+
+
+async def _import(args: DbImport, ctx: JobContext, out: Output) -> int:
+    site = await find_site(ctx, args.domain)
+    site_account(ctx, site)  # a site without a user of its own is refused, as for an export
+    await need_database(ctx, args.name)
+
+    def open_file() -> DumpReader:
+        with scope_jail(ctx.home, site.slug) as jail:
+            return DumpReader(jail, args.path)
+
+    source: DumpReader = await trio.to_thread.run_sync(partial(_jailed, args.path, open_file))
+    try:
+        if args.drop_existing:
+            await _recreate(ctx, args.name)
+            out.stdout(f"emptied database {args.name}")
+        argv = client_argv(ctx.host.mariadb, "--batch", f"--database={args.name}")
+        code = await _feed(argv, source, out, args.path)
+    finally:
+        await trio.to_thread.run_sync(source.close)
+    if code != 0:
+        raise JobError(f"mariadb exited {code} while importing {args.path}: the import stopped there")
+    out.stdout(f"imported {args.path} into database {args.name}")
+    return 0
+
+
+async def _feed(argv: list[str], source: DumpReader, out: Output, path: str) -> int:
+    """Run the client with the dump on its stdin, a progress line every tenth of the file; its exit code."""
+    async with trio.open_nursery() as nursery:
+        process: trio.Process = await nursery.start(
+            partial(trio.run_process, argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, **CHILD)
+        )
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        nursery.start_soon(_pump_lines, process.stdout, out, _to(STDOUT))
+        nursery.start_soon(_pump_lines, process.stderr, out, _to(STDERR))
+        reported = 0
+        try:
+            while data := await trio.to_thread.run_sync(source.read):
+                await process.stdin.send_all(data)
+                step = source.position * PROGRESS_STEPS // max(source.size, 1)
+                if step > reported and step < PROGRESS_STEPS:
+                    reported = step
+                    done = f"{step * 100 // PROGRESS_STEPS}% read ({source.position} of {source.size} bytes)"
+                    out.stdout(f"{path}: {done}")
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the client stopped reading: its exit code and stderr say why
+        finally:
+            await process.stdin.aclose()
+    assert process.returncode is not None
+    return process.returncode
+
+
+KINDS = [
+    handler("db.list", _list),
+    handler("db.status", _status),
+    handler("db.size", _size),
+    handler("db.table-list", _table_list),
+    handler("db.create", _create),
+    handler("db.drop", _drop),
+    handler("db.user-list", _user_list),
+    handler("db.user-create", _user_create),
+    handler("db.user-delete", _user_delete),
+    handler("db.user-password", _user_password),
+    handler("db.user-grant", _user_grant),
+    handler("db.user-revoke", _user_revoke),
+    handler("db.export", _export),
+    handler("db.import", _import),
+]

@@ -1,0 +1,268 @@
+"""The db kinds through the API, on a real MariaDB server of the session's own.
+
+Each kind runs as a job of the hosting server's root agent (`hosting.run`), and its effect is
+checked on the server itself: the database exists, the account logs in over TCP with its password,
+a grant lets it read or write and a revoke stops it, the dump is a gzip file in the site that
+imports back. Plus the parsers and the SQL quoting, on their own.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.jobs.db import connection, grant_pattern, json_rows, literal, parse_status, scrub, unescape_pattern
+from agent.jobs.host import MariaDbLayout
+from tests.helpers.hosting import Hosting, JobRun
+from tests.helpers.mariadb import MariaDb, mariadb_installed, run_mariadb
+
+pytestmark = pytest.mark.skipif(not mariadb_installed(), reason="needs mariadb-server and mariadb-client")
+
+SITE = "shop-db.test"
+PASSWORD = "first-Secret'pass\\word"  # a quote and a backslash: the literal must escape both
+NEW_PASSWORD = "second-secret-passw0rd"
+
+
+@pytest.fixture(scope="session")
+def mariadb(hosting: Hosting) -> Iterator[MariaDb]:
+    with run_mariadb(hosting.folder / "mariadb") as server:
+        hosting.configure("mariadb", server.layout())
+        yield server
+
+
+@pytest.fixture(scope="session")
+def site_home(hosting: Hosting, mariadb: MariaDb) -> Iterator[Path]:
+    hosting.run("site.create", domain=SITE, profile="static").ok()
+    yield hosting.home / SITE.replace(".", "-")  # the site's folder (`agent.jobs.site.slug_of`)
+    hosting.run("site.delete", domain=SITE).ok()
+
+
+def databases(server: MariaDb) -> set[str]:
+    return set(server.sql("SHOW DATABASES;").split())
+
+
+def reply(run: JobRun) -> dict[str, object]:
+    """The object a create/delete kind reports (its argv ends with --json)."""
+    obj: dict[str, object] = json.loads(run.ok().stdout[-1])
+    return obj
+
+
+def can(server: MariaDb, user: str, password: str, sql: str, database: str | None = None) -> bool:
+    return server.client(sql, user=user, password=password, database=database).returncode == 0
+
+
+# --- databases ------------------------------------------------------------------------------
+
+
+def test_a_database_is_created_listed_measured_and_dropped(hosting: Hosting, mariadb: MariaDb) -> None:
+    assert reply(hosting.run("db.create", name="catalog", collation="utf8mb4_bin")) == {
+        "name": "catalog",
+        "created": True,
+        "charset": "utf8mb4",
+    }
+    assert "catalog" in databases(mariadb)
+    assert mariadb.sql("SELECT DEFAULT_COLLATION_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME='catalog';")
+    again = hosting.run("db.create", name="catalog").ok()
+    assert reply(again) == {"name": "catalog", "created": False}
+
+    mariadb.sql("CREATE TABLE items (id INT PRIMARY KEY, title TEXT); INSERT INTO items VALUES (1, 'a');", "catalog")
+    listed = {item["name"]: item for item in hosting.run("db.list").ok().result}
+    assert listed["catalog"]["collation"] == "utf8mb4_bin"
+    assert not {"mysql", "information_schema", "performance_schema", "sys"} & set(listed)
+
+    (size,) = hosting.run("db.size", name="catalog").ok().result
+    assert size["name"] == "catalog" and size["tables"] == 1 and size["bytes"] > 0
+    assert "catalog" in {item["name"] for item in hosting.run("db.size").ok().result}
+
+    (table,) = hosting.run("db.table-list", name="catalog").ok().result
+    assert table["name"] == "items" and table["engine"] == "InnoDB" and table["type"] == "BASE TABLE"
+
+    assert reply(hosting.run("db.drop", name="catalog")) == {"name": "catalog", "dropped": True}
+    assert "catalog" not in databases(mariadb)
+    assert reply(hosting.run("db.drop", name="catalog")) == {"name": "catalog", "dropped": False}
+    missing = hosting.run("db.table-list", name="catalog")
+    assert missing.exit_code == 1 and "no database catalog" in missing.text
+
+
+def test_the_catalog_refuses_a_collation_of_another_charset_and_a_dump_that_is_not_sql(hosting: Hosting) -> None:
+    assert hosting.post("db.create", name="x1", charset="latin1", collation="utf8mb4_bin").status_code == 422
+    for path in ("backups/x.tar", "../x.sql", "/etc/x.sql"):
+        assert hosting.post("db.export", name="x1", domain=SITE, path=path).status_code == 422, path
+
+
+def test_the_status_of_the_server(hosting: Hosting, mariadb: MariaDb) -> None:
+    status = hosting.run("db.status").ok().result
+    assert status["running"] is True
+    assert status["version"] == mariadb.sql("SELECT VERSION();").strip()
+    assert status["uptime_s"] >= 0 and status["threads_connected"] >= 1
+
+
+# --- accounts -------------------------------------------------------------------------------
+
+
+def test_an_account_logs_in_with_its_password_which_never_shows(hosting: Hosting, mariadb: MariaDb) -> None:
+    created = hosting.run("db.user-create", user="app_user", password=PASSWORD, host="127.0.0.1")
+    assert reply(created) == {"user": "app_user", "host": "127.0.0.1", "created": True}
+    assert can(mariadb, "app_user", PASSWORD, "SELECT 1;")
+    assert not can(mariadb, "app_user", "not-the-password", "SELECT 1;")
+
+    again = hosting.run("db.user-create", user="app_user", password=NEW_PASSWORD, host="127.0.0.1")
+    assert reply(again)["created"] is False
+    assert can(mariadb, "app_user", PASSWORD, "SELECT 1;")  # an existing account keeps its password
+
+    changed = hosting.run("db.user-password", user="app_user", password=NEW_PASSWORD, host="127.0.0.1").ok()
+    assert can(mariadb, "app_user", NEW_PASSWORD, "SELECT 1;")
+    assert not can(mariadb, "app_user", PASSWORD, "SELECT 1;")
+
+    accounts = hosting.run("db.user-list").ok().result
+    assert {"user": "app_user", "host": "127.0.0.1", "databases": []} in accounts
+    for run in (created, again, changed):
+        for secret in (PASSWORD, NEW_PASSWORD):
+            assert secret not in json.dumps(run.job) and secret not in run.text
+
+    deleted = hosting.run("db.user-delete", user="app_user", host="127.0.0.1")
+    assert reply(deleted) == {"user": "app_user", "host": "127.0.0.1", "deleted": True}
+    assert not can(mariadb, "app_user", NEW_PASSWORD, "SELECT 1;")
+    assert reply(hosting.run("db.user-delete", user="app_user", host="127.0.0.1"))["deleted"] is False
+    refused = hosting.run("db.user-password", user="app_user", password=NEW_PASSWORD, host="127.0.0.1")
+    assert refused.exit_code == 1 and "no database account app_user@127.0.0.1" in refused.text
+
+
+def test_grants_take_effect_and_an_underscore_is_no_wildcard(hosting: Hosting, mariadb: MariaDb) -> None:
+    mariadb.sql("CREATE DATABASE shop_a; CREATE DATABASE shopxa;")
+    mariadb.sql("CREATE TABLE t (n INT); INSERT INTO t VALUES (1);", "shop_a")
+    mariadb.sql("CREATE TABLE t (n INT); INSERT INTO t VALUES (1);", "shopxa")
+    hosting.run("db.user-create", user="grantee", password=PASSWORD, host="127.0.0.1").ok()
+    assert not can(mariadb, "grantee", PASSWORD, "SELECT * FROM t;", "shop_a")
+
+    hosting.run("db.user-grant", user="grantee", name="shop_a", privileges="read", host="127.0.0.1").ok()
+    assert can(mariadb, "grantee", PASSWORD, "SELECT * FROM t;", "shop_a")
+    assert not can(mariadb, "grantee", PASSWORD, "INSERT INTO t VALUES (2);", "shop_a")
+    assert not can(mariadb, "grantee", PASSWORD, "SELECT * FROM t;", "shopxa")  # `_` matched itself only
+
+    hosting.run("db.user-grant", user="grantee", name="shop_a", privileges="readwrite", host="127.0.0.1").ok()
+    assert can(mariadb, "grantee", PASSWORD, "INSERT INTO t VALUES (2);", "shop_a")
+    assert not can(mariadb, "grantee", PASSWORD, "DROP TABLE t;", "shop_a")
+    listed = {(a["user"], a["host"]): a for a in hosting.run("db.user-list").ok().result}
+    assert listed["grantee", "127.0.0.1"]["databases"] == ["shop_a"]
+
+    hosting.run("db.user-revoke", user="grantee", name="shop_a", host="127.0.0.1").ok()
+    assert not can(mariadb, "grantee", PASSWORD, "SELECT * FROM t;", "shop_a")
+    nothing = hosting.run("db.user-revoke", user="grantee", name="shop_a", host="127.0.0.1").ok()
+    assert "nothing to revoke" in nothing.text
+
+    refused = hosting.run("db.user-grant", user="grantee", name="no_such_db", host="127.0.0.1")
+    assert refused.exit_code == 1 and "no database no_such_db" in refused.text
+    hosting.run("db.user-delete", user="grantee", host="127.0.0.1").ok()
+    mariadb.sql("DROP DATABASE shop_a; DROP DATABASE shopxa;")
+
+
+# --- dumps ----------------------------------------------------------------------------------
+
+
+def test_a_dump_is_written_gzipped_into_the_site_as_its_user_and_imports_back(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    hosting.run("db.create", name="shop").ok()
+    mariadb.sql("CREATE TABLE orders (id INT PRIMARY KEY, note TEXT);", "shop")
+    mariadb.sql("INSERT INTO orders VALUES " + ", ".join(f"({i}, 'order {i}')" for i in range(1, 501)) + ";", "shop")
+
+    exported = hosting.run("db.export", name="shop", domain=SITE, path="backups/shop.sql.gz").ok()
+    assert any(line.startswith("-- ") and "orders" in line for line in exported.stdout)  # the dump's progress
+    dump = site_home / "backups" / "shop.sql.gz"
+    owner = os.stat(site_home).st_uid
+    assert os.stat(dump).st_uid == owner and os.stat(dump.parent).st_uid == owner
+    assert b"CREATE TABLE `orders`" in gzip.decompress(dump.read_bytes())
+    assert [p.name for p in dump.parent.iterdir()] == ["shop.sql.gz"]  # no temporary file left
+
+    hosting.run("db.create", name="shop_copy").ok()
+    imported = hosting.run("db.import", name="shop_copy", domain=SITE, path="backups/shop.sql.gz").ok()
+    assert "imported backups/shop.sql.gz into database shop_copy" in imported.text
+    assert mariadb.sql("SELECT COUNT(*), MAX(note) FROM orders;", "shop_copy").split("\t") == ["500", "order 99\n"]
+
+    mariadb.sql("ALTER TABLE orders ADD pad TEXT; UPDATE orders SET pad = REPEAT('x', 6000);", "shop")  # 3 MB
+    hosting.run("db.export", name="shop", domain=SITE, path="backups/plain.sql").ok()
+    assert (site_home / "backups" / "plain.sql").read_text().count("INSERT INTO `orders`") >= 1
+    mariadb.sql("CREATE TABLE extra (n INT); DELETE FROM orders WHERE id > 10;", "shop_copy")
+    again = hosting.run("db.import", name="shop_copy", domain=SITE, path="backups/plain.sql", drop_existing=True)
+    assert any(line.startswith("backups/plain.sql: 50% read") for line in again.ok().stdout)  # its progress
+    assert mariadb.sql("SHOW TABLES;", "shop_copy").split() == ["orders"]
+    assert mariadb.sql("SELECT COUNT(*) FROM orders;", "shop_copy").strip() == "500"
+
+    for name in ("shop", "shop_copy"):
+        hosting.run("db.drop", name=name).ok()
+
+
+def test_a_failed_dump_leaves_the_previous_file_in_place(hosting: Hosting, mariadb: MariaDb, site_home: Path) -> None:
+    hosting.run("db.create", name="fragile").ok()
+    mariadb.sql("CREATE TABLE t (n INT); CREATE VIEW v AS SELECT n FROM t;", "fragile")
+    hosting.run("db.export", name="fragile", domain=SITE, path="fragile.sql").ok()
+    before = (site_home / "fragile.sql").read_bytes()
+    mariadb.sql("DROP TABLE t;", "fragile")  # the view now fails: so does the dump
+    failed = hosting.run("db.export", name="fragile", domain=SITE, path="fragile.sql")
+    assert failed.exit_code == 1 and "fragile.sql was not written" in failed.text
+    assert (site_home / "fragile.sql").read_bytes() == before
+    assert not [p.name for p in site_home.iterdir() if p.name.endswith(".part")]
+    hosting.run("db.drop", name="fragile").ok()
+    (site_home / "fragile.sql").unlink()
+
+
+def test_a_server_that_does_not_answer_is_a_status(hosting: Hosting, mariadb: MariaDb) -> None:
+    hosting.configure("mariadb", {**mariadb.layout(), "socket": str(mariadb.socket.with_name("gone.sock"))})
+    try:
+        status = hosting.run("db.status").ok().result
+        assert status["running"] is False and "Can't connect" in status["error"]
+        refused = hosting.run("db.list")
+        assert refused.exit_code == 1 and "Can't connect" in refused.text
+    finally:
+        hosting.configure("mariadb", mariadb.layout())
+    assert hosting.run("db.status").ok().result["running"] is True
+
+
+def test_a_dump_stays_inside_the_site(hosting: Hosting, mariadb: MariaDb, site_home: Path) -> None:
+    hosting.run("db.create", name="jailed").ok()
+    outside = hosting.folder / "outside"
+    outside.mkdir()
+    (site_home / "escape").symlink_to(outside)
+    try:
+        written = hosting.run("db.export", name="jailed", domain=SITE, path="escape/x.sql")
+        assert written.exit_code == 1 and "outside the scope" in written.text
+        assert list(outside.iterdir()) == []
+        (outside / "y.sql").write_text("CREATE TABLE stolen (n INT);")
+        read = hosting.run("db.import", name="jailed", domain=SITE, path="escape/y.sql")
+        assert read.exit_code == 1 and "outside the scope" in read.text
+        assert mariadb.sql("SHOW TABLES;", "jailed") == ""
+    finally:
+        (site_home / "escape").unlink()
+    missing = hosting.run("db.import", name="jailed", domain=SITE, path="backups/none.sql.gz")
+    assert missing.exit_code == 1
+    (site_home / "broken.sql.gz").write_bytes(b"not gzip at all")
+    broken = hosting.run("db.import", name="jailed", domain=SITE, path="broken.sql.gz")
+    assert broken.exit_code == 1 and "gzip" in broken.text
+    hosting.run("db.drop", name="jailed").ok()
+
+
+# --- parsers and quoting --------------------------------------------------------------------
+
+
+def test_rows_status_and_quoting() -> None:
+    assert json_rows('{"name": "a", "n": 1}\n\n{"name": "b\\tc", "n": null}\n') == [
+        {"name": "a", "n": 1},
+        {"name": "b\tc", "n": None},
+    ]
+    assert parse_status("Uptime\t42\nThreads_connected\t3\nOdd\tx\n") == {
+        "uptime": 42,
+        "threads_connected": 3,
+        "odd": "x",
+    }
+    assert literal("it's a \\ test") == "'it\\'s a \\\\ test'"
+    assert grant_pattern("shop_a%") == "shop\\_a\\%"
+    assert unescape_pattern(grant_pattern("shop_a%")) == "shop_a%"
+    assert connection(MariaDbLayout(socket="/s.sock"))[0] == "--no-defaults"
+    assert connection(MariaDbLayout(defaults_file="/etc/mysql/agent.cnf"))[0] == "--defaults-file=/etc/mysql/agent.cnf"
+    assert scrub("near 'it\\'s secret' at\nline 1", ["it's secret"]) == "near '***' at line 1"
