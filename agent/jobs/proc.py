@@ -41,6 +41,7 @@ def which(tool: str) -> str | None:
 PACKAGES = {
     "apt": "apt",
     "apt-get": "apt",
+    "chpasswd": "passwd",
     "crontab": "cron",
     "dig": "bind9-dnsutils",
     "fail2ban-client": "fail2ban",
@@ -53,12 +54,14 @@ PACKAGES = {
     "nft": "nftables",
     "nginx": "nginx",
     "openssl": "openssl",
+    "passwd": "passwd",
     "pg_dump": "postgresql-client",
     "pg_restore": "postgresql-client",
     "php": "php-cli",
     "psql": "postgresql-client",
     "rndc": "bind9-utils",
     "service": "init-system-helpers",
+    "ss": "iproute2",
     "ssh-keygen": "openssh-client",
     "sshd": "openssh-server",
     "supervisorctl": "supervisor",
@@ -69,6 +72,7 @@ PACKAGES = {
     "userdel": "passwd",
     "usermod": "passwd",
     "visudo": "sudo",
+    "zsh": "zsh",
 }
 
 
