@@ -45,6 +45,7 @@ PACKAGES = {
     "crontab": "cron",
     "dig": "bind9-dnsutils",
     "fail2ban-client": "fail2ban",
+    "fail2ban-server": "fail2ban",
     "git": "git",
     "mariadb": "mariadb-client",
     "mariadb-dump": "mariadb-client",

@@ -461,8 +461,9 @@ async def _run_tool(argv: list[str]) -> None:
 async def _create(args: UserCreate, ctx: JobContext, out: Output) -> int:
     _require_root(ctx)
     if find_user(args.username) is not None:
-        login_user(args.username, "be created")
-        out.stdout(f"user {args.username} exists already: nothing changed")
+        user = login_user(args.username, "be created")
+        message = f"user {args.username} exists already: nothing changed"
+        out.result({"user": await _describe(ctx, user), "created": False, "message": message}, as_json=ctx.as_json)
         return 0
     shell = SHELLS[args.shell]
     if not await trio.to_thread.run_sync(os.path.exists, shell):
@@ -475,16 +476,19 @@ async def _create(args: UserCreate, ctx: JobContext, out: Output) -> int:
         await _chpasswd(args.username, args.password.get_secret_value())
     if args.sudo:
         await set_sudo(ctx, args.username, True)
-    out.stdout(f"user {args.username} created" + (" with sudo" if args.sudo else ""))
+    message = f"user {args.username} created" + (" with sudo" if args.sudo else "")
+    described = await _describe(ctx, existing_user(args.username))
+    out.result({"user": described, "created": True, "message": message}, as_json=ctx.as_json)
     return 0
 
 
 async def _delete(args: UserDelete, ctx: JobContext, out: Output) -> int:
     _require_root(ctx)
     if find_user(args.username) is None:
-        out.stdout(f"no user {args.username} on this server: nothing to delete")
+        message = f"no user {args.username} on this server: nothing to delete"
+        out.result({"username": args.username, "deleted": False, "message": message}, as_json=ctx.as_json)
         return 0
-    login_user(args.username, "be deleted")
+    user = login_user(args.username, "be deleted")
     crontab = which("crontab")
     if crontab is not None:  # userdel leaves the user's crontab behind
         await capture_command([crontab, "-u", args.username, "-r"])
@@ -492,7 +496,8 @@ async def _delete(args: UserDelete, ctx: JobContext, out: Output) -> int:
     await _run_tool([userdel, *([] if args.keep_home else ["--remove"]), args.username])
     await set_sudo(ctx, args.username, False)
     await trio.to_thread.run_sync(lambda: KeyRecord(ctx.state_dir).change(args.username, forget=True))
-    out.stdout(f"user {args.username} deleted" + (" (home kept)" if args.keep_home else ""))
+    message = f"user {args.username} deleted" + (f" ({user.home} kept)" if args.keep_home else "")
+    out.result({"username": args.username, "deleted": True, "message": message}, as_json=ctx.as_json)
     return 0
 
 
@@ -551,12 +556,14 @@ async def _key_add(args: SshKeyAdd, ctx: JobContext, out: Output) -> int:
         (k := key_of_line(line)) is not None and k["fingerprint"] == key["fingerprint"] for line in text.splitlines()
     )
     if present:
-        out.stdout(f"key {key['fingerprint']} is already authorised for {user.name}: nothing changed")
+        message = f"key {key['fingerprint']} is already authorised for {user.name}: nothing changed"
     else:
         text = (text if not text or text.endswith("\n") else text + "\n") + args.key.strip() + "\n"
         await trio.to_thread.run_sync(write_authorized_keys, user, text)
-        out.stdout(f"key {key['fingerprint']} authorised for {user.name}")
+        message = f"key {key['fingerprint']} authorised for {user.name}"
     await trio.to_thread.run_sync(lambda: record.change(user.name, add=key["fingerprint"]))
+    described = {**key, "bits": measured[key["fingerprint"]]["bits"]}
+    out.result({"username": user.name, "key": described, "added": not present, "message": message}, as_json=ctx.as_json)
     return 0
 
 
@@ -566,12 +573,15 @@ async def _key_remove(args: SshKeyRemove, ctx: JobContext, out: Output) -> int:
     text = await trio.to_thread.run_sync(read_authorized_keys, user)
     lines = text.splitlines()
     kept = [line for line in lines if (k := key_of_line(line)) is None or k["fingerprint"] != args.fingerprint]
-    if len(kept) == len(lines):
-        out.stdout(f"no key {args.fingerprint} in the authorised keys of {user.name}: nothing changed")
-    else:
+    removed = len(kept) < len(lines)
+    if removed:
         await trio.to_thread.run_sync(write_authorized_keys, user, "".join(line + "\n" for line in kept))
-        out.stdout(f"key {args.fingerprint} removed from {user.name}")
+        message = f"key {args.fingerprint} removed from {user.name}"
+    else:
+        message = f"no key {args.fingerprint} in the authorised keys of {user.name}: nothing changed"
     await trio.to_thread.run_sync(lambda: KeyRecord(ctx.state_dir).change(user.name, remove=args.fingerprint))
+    result = {"username": user.name, "fingerprint": args.fingerprint, "removed": removed, "message": message}
+    out.result(result, as_json=ctx.as_json)
     return 0
 
 
