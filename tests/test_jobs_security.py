@@ -237,7 +237,7 @@ def _kernel(table: str) -> str | None:
     return listed.stdout if listed.returncode == 0 else None
 
 
-def test_firewall_rules_enable_and_disable(hosting: Hosting, nft_table: str) -> None:
+def test_firewall_rules_enable_and_disable(hosting: Hosting, nft_table: str, sshd: Sshd) -> None:
     tables_before = _run("nft", "list", "tables").stdout.replace(f"table inet {nft_table}\n", "")
     https = hosting.run("security.firewall-allow", port=8443, proto="tcp", comment="https").ok()
     rule_id = json.loads(https.stdout[0])["rule"]["id"]
@@ -261,6 +261,11 @@ def test_firewall_rules_enable_and_disable(hosting: Hosting, nft_table: str) -> 
         assert "8443" not in (_kernel(nft_table) or "")
         assert "nothing to delete" in hosting.run("security.firewall-delete", rule=rule_id).ok().text
         assert hosting.run("security.status").ok().result["firewall"]["loaded"] is True
+
+        port = free_port()  # SSH moves to a new port: the firewall follows at once
+        assert "firewall reloaded" in hosting.run("security.ssh-set", port=port).ok().text
+        ssh_rule = next(line for line in (_kernel(nft_table) or "").splitlines() if 'comment "ssh"' in line)
+        assert str(port) in ssh_rule and str(sshd.port) in ssh_rule
     finally:
         hosting.run("security.firewall-disable").ok()
     assert _kernel(nft_table) is None

@@ -24,6 +24,7 @@ from agent.jobs.users import (
     install_checked,
     key_of_line,
     parse_keygen_list,
+    parse_lastlog,
     parse_passwd_status,
     weak_reason,
 )
@@ -128,6 +129,7 @@ def test_lock_and_unlock(hosting: Hosting, created: str) -> None:
     assert "Jan 02, 1970" in _tool("chage", "-l", created)  # expired: key logins end too
     inspected = hosting.run("user.inspect", username=created).ok().result
     assert inspected["locked"] is True and inspected["password"] == "locked"
+    assert inspected["last_login"] is None and inspected["groups"] == [created]
 
     hosting.run("user.unlock", username=created).ok()
     assert _tool("passwd", "-S", created).split()[1] == "P"
@@ -230,6 +232,19 @@ def test_a_sudo_rule_visudo_refuses_leaves_the_previous_one(tmp_path: Path) -> N
     assert refused.value.exit_code == EXIT_REFUSED
     assert target.read_text() == "jo ALL=(ALL:ALL) ALL\n"
     assert [p.name for p in tmp_path.iterdir()] == ["fleetdeck-jo"]
+
+
+def test_parse_lastlog() -> None:
+    header = "Username         Port     From                                       Latest\n"
+    assert (
+        parse_lastlog(
+            header + "deploy                                                              **Never logged in**\n"
+        )
+        is None
+    )
+    seen = "deploy           pts/0    203.0.113.9                                Mon Nov 23 20:01:02 +0000 2026\n"
+    assert parse_lastlog(header + seen) == "Mon Nov 23 20:01:02 +0000 2026"
+    assert parse_lastlog("") is None
 
 
 def test_parse_passwd_status() -> None:

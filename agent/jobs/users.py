@@ -170,6 +170,23 @@ def account_expired(name: str, shadow: str = "/etc/shadow") -> bool:
     return False
 
 
+def parse_lastlog(text: str) -> str | None:
+    """``lastlog -u NAME``: the Latest column of its one line (None: never logged in)."""
+    lines = text.splitlines()
+    if len(lines) < 2 or "Latest" not in lines[0] or "Never logged in" in lines[1]:
+        return None
+    latest = lines[1][lines[0].index("Latest") :].strip()
+    return latest or None
+
+
+async def last_login(name: str) -> str | None:
+    lastlog = which("lastlog")
+    if lastlog is None:
+        return None
+    code, text, _ = await capture_command([lastlog, "-u", name])
+    return parse_lastlog(text) if code == 0 else None
+
+
 # --- authorized_keys -----------------------------------------------------------------------
 
 
@@ -425,6 +442,7 @@ async def _describe(ctx: JobContext, user: User, detailed: bool = False) -> dict
         described["groups"] = [primary, *(g for g in groups if g != primary)]
         added = await trio.to_thread.run_sync(KeyRecord(ctx.state_dir).added, user.name)
         described["keys"] = await list_keys(user, added)
+        described["last_login"] = await last_login(user.name)
     return described
 
 

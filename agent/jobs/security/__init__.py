@@ -15,6 +15,7 @@ from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.proc import which
 from agent.jobs.security import fail2ban, firewall, sshd
 from api_client.job_kinds.base import NoArgs
+from api_client.job_kinds.system import SshSet
 
 
 async def _part(name: str, ctx: JobContext) -> dict[str, Any]:
@@ -41,13 +42,20 @@ async def _status(args: NoArgs, ctx: JobContext, out: Output) -> int:
     return 0
 
 
+async def _ssh_set(args: SshSet, ctx: JobContext, out: Output) -> int:
+    code = await sshd.ssh_set(args, ctx, out)
+    if args.port is not None and await firewall.follow_ssh(ctx):
+        out.stdout(f"firewall reloaded: SSH on {args.port} stays allowed")
+    return code
+
+
 KINDS = [
     handler("security.status", _status),
     handler("security.fail2ban-status", fail2ban.status),
     handler("security.fail2ban-ban", fail2ban.ban),
     handler("security.fail2ban-unban", fail2ban.unban),
     handler("security.fail2ban-jail-set", fail2ban.jail_set),
-    handler("security.ssh-set", sshd.ssh_set),
+    handler("security.ssh-set", _ssh_set),
     handler("security.firewall-list", firewall.firewall_list),
     handler("security.firewall-allow", firewall.firewall_allow),
     handler("security.firewall-deny", firewall.firewall_deny),

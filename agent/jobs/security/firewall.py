@@ -159,6 +159,16 @@ async def change(ctx: JobContext, edit: Callable[[dict[str, Any]], Any]) -> tupl
     return record, answer
 
 
+async def follow_ssh(ctx: JobContext) -> bool:
+    """Reload the table when the firewall is on, so it lets in the SSH server's ports as they are
+    now (after ``ssh-set --port``); whether it was reloaded."""
+    record = await trio.to_thread.run_sync(read_record, _path(ctx))
+    if not record["enabled"]:
+        return False
+    await change(ctx, lambda record: None)
+    return True
+
+
 # --- handlers ------------------------------------------------------------------------------
 
 
