@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -25,10 +24,11 @@ from agent.jobs.security.sshd import parse_dropin, parse_effective, render_dropi
 from fleetdeck.launcher import free_port
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting
+from tests.helpers.sshd import Sshd, running_sshd
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
-needs = {tool: shutil.which(tool) is None for tool in ("fail2ban-server", "sshd", "ssh", "nft")}
+needs = {tool: shutil.which(tool) is None for tool in ("fail2ban-server", "nft")}
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -128,54 +128,9 @@ def test_a_jail_setting_fail2ban_refuses_leaves_the_previous_one(hosting: Hostin
 # --- sshd ----------------------------------------------------------------------------------
 
 
-@dataclass
-class Sshd:
-    config: Path
-    dropins: Path
-    port: int
-
-    def effective(self) -> dict[str, object]:
-        return parse_effective(_run("sshd", "-T", "-f", str(self.config)).stdout)
-
-    def methods(self) -> str:
-        """The login methods sshd offers, as a refused login attempt shows them."""
-        tried = _run(
-            "ssh", "-F", "/dev/null", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-            "-o", "UserKnownHostsFile=/dev/null", "-o", "ConnectTimeout=5", "-p", str(self.port),
-            "nobody@127.0.0.1", "true",
-        )  # fmt: skip
-        return tried.stderr.strip().splitlines()[-1] if tried.stderr.strip() else ""
-
-
 @pytest.fixture(scope="module")
 def sshd(hosting: Hosting) -> Iterator[Sshd]:
-    if needs["sshd"] or needs["ssh"]:
-        pytest.skip("needs openssh-server and openssh-client")
-    folder = hosting.folder / "ssh"
-    dropins = folder / "sshd_config.d"
-    dropins.mkdir(parents=True)
-    _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(folder / "host_key"))
-    port, pidfile = free_port(), folder / "sshd.pid"
-    config = folder / "sshd_config"
-    config.write_text(
-        f"Include {dropins}/*.conf\nPort {port}\nListenAddress 127.0.0.1\nHostKey {folder / 'host_key'}\n"
-        f"PidFile {pidfile}\nKbdInteractiveAuthentication no\n"
-    )
-    started = _run(shutil.which("sshd") or "sshd", "-f", str(config))  # sshd re-executes itself: a full path
-    assert started.returncode == 0, started.stderr
-    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip())
-    pid = pidfile.read_text().strip()
-    server = Sshd(config, dropins, port)
-    hosting.configure(
-        "ssh",
-        {
-            "sshd_config": str(config),
-            "dropin_dir": str(dropins),
-            "control": {"unit": "ssh", "commands": {"reload": ["kill", "-HUP", pid]}},
-        },
-    )
-    yield server
-    os.kill(int(pid), signal.SIGTERM)
+    yield from running_sshd(hosting)
 
 
 def test_ssh_set_turns_password_login_off_and_on(hosting: Hosting, sshd: Sshd) -> None:

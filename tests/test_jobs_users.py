@@ -28,7 +28,9 @@ from agent.jobs.users import (
     parse_passwd_status,
     weak_reason,
 )
+from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting
+from tests.helpers.sshd import Sshd, running_sshd
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("visudo") is None,
@@ -51,6 +53,11 @@ def sudoers_dir(hosting: Hosting) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     hosting.configure("system", {**hosting.layout.get("system", {}), "sudoers_dir": str(folder)})
     return folder
+
+
+@pytest.fixture(scope="module")
+def sshd(hosting: Hosting) -> Iterator[Sshd]:
+    yield from running_sshd(hosting)
 
 
 @pytest.fixture
@@ -135,6 +142,18 @@ def test_lock_and_unlock(hosting: Hosting, created: str) -> None:
     assert _tool("passwd", "-S", created).split()[1] == "P"
     assert "Account expires\t\t\t\t\t\t: never" in _tool("chage", "-l", created)
     assert hosting.run("user.inspect", username=created).ok().result["locked"] is False
+
+
+def test_a_key_login_works_until_the_user_is_locked(hosting: Hosting, created: str, sshd: Sshd, tmp_path: Path) -> None:
+    key = _keypair(tmp_path)
+    identity = str(tmp_path / next(p.stem for p in tmp_path.glob("key-*.pub")))
+    hosting.run("user.ssh-key-add", username=created, key=key).ok()
+    wait_until(lambda: sshd.login(created, identity).stdout.strip() == created)  # a real SSH login
+    hosting.run("user.lock", username=created).ok()
+    refused = sshd.login(created, identity)
+    assert refused.returncode != 0 and "expired" in refused.stderr
+    hosting.run("user.unlock", username=created).ok()
+    assert sshd.login(created, identity).stdout.strip() == created
 
 
 def test_unlocking_a_key_only_user_leaves_it_without_a_password(hosting: Hosting, created: str) -> None:
