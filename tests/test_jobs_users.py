@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agent.jobs.base import EXIT_REFUSED, JobError
+from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED, JobError
 from agent.jobs.users import (
     fingerprint,
     install_checked,
@@ -220,6 +220,37 @@ def test_sudo_on_and_off(hosting: Hosting, created: str, sudoers_dir: Path) -> N
     hosting.run("user.sudo-set", username=created, state="off").ok()
     assert not dropin.exists()
     assert [p.name for p in sudoers_dir.iterdir() if created in p.name] == []  # no candidate left
+
+
+def test_a_sites_user_keeps_to_its_site(hosting: Hosting, sudoers_dir: Path, tmp_path: Path) -> None:
+    """A site's user (made by site.create as site.create does: --system, marked by its comment)
+    is listed and its keys are managed, but it is not deleted or given sudo here."""
+    name = f"fds{uuid.uuid4().hex[:8]}"
+    home = hosting.folder / "users" / name
+    subprocess.run(
+        ["useradd", "--system", "--user-group", "--create-home", "--home-dir", str(home),
+         "--shell", "/usr/sbin/nologin", "--comment", "fleetdeck site shop.example", name],
+        check=True,
+    )  # fmt: skip
+    try:
+        listed = {u["username"]: u for u in hosting.run("user.list").ok().result["users"]}
+        assert listed[name]["site"] == "shop.example" and listed[name]["uid"] < 1000
+        hosting.run("user.ssh-key-add", username=name, key=_keypair(tmp_path)).ok()
+        assert len((home / ".ssh" / "authorized_keys").read_text().splitlines()) == 1
+        for kind, args in (("user.delete", {}), ("user.sudo-set", {"state": "on"})):
+            run = hosting.run(kind, username=name, **args)
+            assert run.exit_code == 1 and "user of site shop.example" in run.text
+        assert pwd.getpwnam(name).pw_dir == str(home)
+    finally:
+        _remove_user(name)
+
+
+@pytest.mark.skipif(shutil.which("zsh") is not None, reason="zsh is installed here")
+def test_a_missing_shell_names_its_package(hosting: Hosting, username: str) -> None:
+    run = hosting.run("user.create", username=username, shell="zsh")
+    assert run.exit_code == EXIT_MISSING and "Debian package zsh" in run.text
+    with pytest.raises(KeyError):
+        pwd.getpwnam(username)
 
 
 def test_system_accounts_and_unknown_users_are_refused(hosting: Hosting, sudoers_dir: Path) -> None:

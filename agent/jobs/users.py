@@ -244,7 +244,16 @@ async def measure_keys(text: str) -> dict[str, dict[str, Any]]:
 def _ssh_dir(user: User, create: bool) -> Iterator[int | None]:
     """The user's ``~/.ssh`` opened without following links (made 0700, owned by the user, when
     `create`); None when it does not exist. Every file below is reached relative to it."""
-    home = os.open(user.home, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        home = os.open(user.home, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise JobError(f"the home of {user.name} ({user.home}) is missing") from None
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise JobError(
+                f"the home of {user.name} ({user.home}) is not a folder (a link?): it is left alone"
+            ) from None
+        raise
     try:
         if create:
             try:
