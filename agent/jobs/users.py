@@ -446,13 +446,18 @@ async def _describe(ctx: JobContext, user: User, detailed: bool = False) -> dict
         "sudo": await trio.to_thread.run_sync(os.path.exists, sudo_dropin(ctx, user.name)),
     }
     if detailed:
-        groups = sorted(g.gr_name for g in grp.getgrall() if user.name in g.gr_mem)
-        primary = grp.getgrgid(user.gid).gr_name if user.gid in {g.gr_gid for g in grp.getgrall()} else str(user.gid)
-        described["groups"] = [primary, *(g for g in groups if g != primary)]
+        described["groups"] = await trio.to_thread.run_sync(groups_of, user)
         added = await trio.to_thread.run_sync(KeyRecord(ctx.state_dir).added, user.name)
         described["keys"] = await list_keys(user, added)
         described["last_login"] = await last_login(user.name)
     return described
+
+
+def groups_of(user: User) -> list[str]:
+    """The user's primary group first, then the others it is a member of."""
+    every = grp.getgrall()
+    primary = next((g.gr_name for g in every if g.gr_gid == user.gid), str(user.gid))
+    return [primary, *sorted(g.gr_name for g in every if user.name in g.gr_mem and g.gr_name != primary)]
 
 
 def _all_users() -> list[User]:
