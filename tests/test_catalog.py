@@ -67,6 +67,7 @@ READ_VERBS = {
     "list", "status", "show", "get", "inspect", "info", "tail", "search", "usage", "logs", "history", "versions",
     "templates", "available", "check", "verify", "recommend", "processes", "disks", "inodes", "largest", "events",
     "journal", "stats", "size", "report",
+    "audit",  # user.key-audit
 }  # fmt: skip
 MUTATION_VERBS = {
     "create", "add", "delete", "remove", "drop", "install", "uninstall", "issue", "renew", "revoke", "enable",

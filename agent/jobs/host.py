@@ -98,6 +98,7 @@ class SupervisorLayout(_Section):
 
 class Fail2banLayout(_Section):
     socket: str = "/run/fail2ban/fail2ban.sock"
+    conf_dir: str = "/etc/fail2ban"  # what `fail2ban-client -c DIR -t` checks (it reads jail_dir)
     jail_dir: str = "/etc/fail2ban/jail.d"
     control: ServiceControl = ServiceControl(unit="fail2ban")
 

@@ -7,6 +7,7 @@ from agent.jobs import (
     db,
     logs,
     metrics,
+    security,
     service,
     site,
     site_settings,
@@ -14,6 +15,7 @@ from agent.jobs import (
     storage,
     system,
     updates,
+    users,
 )
 from agent.jobs.base import Kind, kind_table
 from agent.load_balancers import jobs as load_balancers
@@ -27,11 +29,13 @@ def all_kinds() -> dict[str, Kind]:
         db,
         cron,
         service,
+        security,
         updates,
         storage,
         system,
         logs,
         metrics,
+        users,
         load_balancers,
     )
     return kind_table(kind for family in families for kind in family.KINDS)

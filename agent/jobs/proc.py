@@ -42,9 +42,11 @@ def which(tool: str) -> str | None:
 PACKAGES = {
     "apt": "apt",
     "apt-get": "apt",
+    "chpasswd": "passwd",
     "crontab": "cron",
     "dig": "bind9-dnsutils",
     "fail2ban-client": "fail2ban",
+    "fail2ban-server": "fail2ban",
     "git": "git",
     "mariadb": "mariadb-client",
     "mariadb-dump": "mariadb-client",
@@ -54,12 +56,14 @@ PACKAGES = {
     "nft": "nftables",
     "nginx": "nginx",
     "openssl": "openssl",
+    "passwd": "passwd",
     "pg_dump": "postgresql-client",
     "pg_restore": "postgresql-client",
     "php": "php-cli",
     "psql": "postgresql-client",
     "rndc": "bind9-utils",
     "service": "init-system-helpers",
+    "ss": "iproute2",
     "ssh-keygen": "openssh-client",
     "sshd": "openssh-server",
     "supervisorctl": "supervisor",
@@ -70,6 +74,7 @@ PACKAGES = {
     "userdel": "passwd",
     "usermod": "passwd",
     "visudo": "sudo",
+    "zsh": "zsh",
 }
 
 

@@ -347,6 +347,10 @@ class SudoSet(Args):
     state: OnOff
 
 
+class KeyAudit(Args):
+    username: Username | None = None  # None: every login user and site user
+
+
 _U = {"username": "deploy"}
 _KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl jo@laptop"
 
@@ -370,6 +374,8 @@ USER = [
     kind("user.unlock", UserArgs, "Let a locked user log in again", positional=("username",), example=_U),
     kind("user.sudo-set", SudoSet, "Grant or take away sudo", positional=("username", "state"),
          example={"username": "deploy", "state": "off"}),
+    kind("user.key-audit", KeyAudit, "Audit authorised SSH keys: weak ones and ones not added here", read=True,
+         example=_U),
 ]  # fmt: skip
 
 # --- security --------------------------------------------------------------------------------------

@@ -1,0 +1,65 @@
+"""``security.*``: fail2ban (`fail2ban`), the SSH server's policy (`sshd`), the nftables firewall
+(`firewall`) and ``status``, a summary of the three.
+
+``security.scan`` and ``security.scan-report`` have no handler: they promise a malware scan of
+the sites (with quarantine), and no malware scanner is installed on these servers (ClamAV is not
+among the packages `scripts/test` installs); a list of listening ports (``ss``) would not be what
+they promise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.jobs.base import JobContext, JobError, Output, handler
+from agent.jobs.proc import which
+from agent.jobs.security import fail2ban, firewall, sshd
+from api_client.job_kinds.base import NoArgs
+from api_client.job_kinds.system import SshSet
+
+
+async def _part(name: str, ctx: JobContext) -> dict[str, Any]:
+    """One part of the summary; a part that cannot be read says why instead."""
+    tools = {"firewall": "nft", "fail2ban": "fail2ban-client", "ssh": "sshd"}
+    if which(tools[name]) is None:
+        return {"available": False, "error": f"{tools[name]} is not installed"}
+    try:
+        if name == "firewall":
+            part = await firewall.summary(ctx)
+            return {"available": True, **part, "rules": len(part["rules"])}
+        if name == "fail2ban":
+            jails = (await fail2ban.overview(ctx))["jails"]
+            banned = sum(jail["currently_banned"] for jail in jails)
+            return {"available": True, "running": True, "jails": [jail["name"] for jail in jails], "banned": banned}
+        return {"available": True, **(await sshd.effective(ctx))}
+    except JobError as exc:
+        return {"available": True, "error": str(exc)}
+
+
+async def _status(args: NoArgs, ctx: JobContext, out: Output) -> int:
+    result = {name: await _part(name, ctx) for name in ("firewall", "fail2ban", "ssh")}
+    out.result(result, as_json=ctx.as_json)
+    return 0
+
+
+async def _ssh_set(args: SshSet, ctx: JobContext, out: Output) -> int:
+    code = await sshd.ssh_set(args, ctx, out)
+    if args.port is not None and await firewall.follow_ssh(ctx):
+        out.stdout(f"firewall reloaded: SSH on {args.port} stays allowed")
+    return code
+
+
+KINDS = [
+    handler("security.status", _status),
+    handler("security.fail2ban-status", fail2ban.status),
+    handler("security.fail2ban-ban", fail2ban.ban),
+    handler("security.fail2ban-unban", fail2ban.unban),
+    handler("security.fail2ban-jail-set", fail2ban.jail_set),
+    handler("security.ssh-set", _ssh_set),
+    handler("security.firewall-list", firewall.firewall_list),
+    handler("security.firewall-allow", firewall.firewall_allow),
+    handler("security.firewall-deny", firewall.firewall_deny),
+    handler("security.firewall-delete", firewall.firewall_delete),
+    handler("security.firewall-enable", firewall.firewall_enable),
+    handler("security.firewall-disable", firewall.firewall_disable),
+]
