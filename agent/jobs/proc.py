@@ -40,7 +40,9 @@ def which(tool: str) -> str | None:
 # The Debian package of each tool a handler may need (the missing-software line names it).
 PACKAGES = {
     "apt": "apt",
+    "apt-config": "apt",
     "apt-get": "apt",
+    "apt-mark": "apt",
     "crontab": "cron",
     "dig": "bind9-dnsutils",
     "fail2ban-client": "fail2ban",
@@ -59,11 +61,13 @@ PACKAGES = {
     "psql": "postgresql-client",
     "rndc": "bind9-utils",
     "service": "init-system-helpers",
+    "shutdown": "systemd-sysv",
     "ssh-keygen": "openssh-client",
     "sshd": "openssh-server",
     "supervisorctl": "supervisor",
     "systemctl": "systemd",
     "timedatectl": "systemd",
+    "unattended-upgrade": "unattended-upgrades",
     "update-rc.d": "init-system-helpers",
     "useradd": "passwd",
     "userdel": "passwd",
