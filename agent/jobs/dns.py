@@ -269,11 +269,12 @@ def _make_zones_dir(layout: BindLayout) -> None:
     """The zones folder (and its keys folder), writable by named's group where there is one:
     inline signing writes its ``.signed`` files and journals beside the zone file."""
     for folder in (layout.zones_dir, key_dir(layout)):
-        os.makedirs(folder, mode=0o775, exist_ok=True)
+        os.makedirs(folder, mode=0o755, exist_ok=True)
         try:
-            os.chown(folder, 0, grp.getgrnam("bind").gr_gid)
+            os.chown(folder, -1, grp.getgrnam("bind").gr_gid)
+            os.chmod(folder, 0o2775)
         except (KeyError, PermissionError):
-            pass
+            pass  # no bind group (named runs as root, as in the tests) or not root
 
 
 async def write_zone_checked(data: ZoneData, path: str) -> None:
