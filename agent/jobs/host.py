@@ -86,6 +86,7 @@ class BindLayout(_Section):
     named_conf: str = "/etc/bind/named.conf"  # what named-checkconf checks
     rndc: list[str] = Field(default_factory=lambda: ["rndc"])  # argv prefix (tests: -c CONF -s 127.0.0.1 -p PORT)
     port: int = 53  # where `dig @127.0.0.1` asks
+    nameservers: list[str] = Field(default_factory=list)  # the NS of new zones (empty: ns1.<zone> at its address)
     control: ServiceControl = ServiceControl(unit="named")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from agent.jobs import (
     cron,
     db,
+    dns,
     logs,
     metrics,
     security,
@@ -30,6 +31,7 @@ def all_kinds() -> dict[str, Kind]:
         cron,
         service,
         security,
+        dns,
         updates,
         storage,
         system,

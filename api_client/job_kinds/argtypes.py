@@ -289,6 +289,15 @@ DnsName = Annotated[
     ),
 ]
 
+DnsLookupName = Annotated[
+    str,
+    shaped(
+        rf"^{_DNS_LABEL}(?:\.{_DNS_LABEL})*\.?$",
+        "a fully qualified name to look up, e.g. www.example.com or _dmarc.example.com",
+        max_length=253,
+    ),
+]
+
 DnsValue = Annotated[
     str,
     shaped(

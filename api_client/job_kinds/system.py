@@ -113,10 +113,12 @@ class UpdatesHistory(Args):
 class UpdatesApply(Args):
     packages: list[PackageName] = Field(default_factory=list, max_length=200)  # empty: everything
     reboot: Bool = False  # reboot afterwards when the update needs it
+    simulate: Bool = False  # only show what would be installed (apt-get --simulate): nothing changes
 
 
 class UpdatesSecurity(Args):
     reboot: Bool = False
+    simulate: Bool = False
 
 
 class UpdatesAuto(Args):

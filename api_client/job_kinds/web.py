@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 from api_client.job_kinds.argtypes import (
     Bool,
     CommandLine,
+    DnsLookupName,
     DnsName,
     DnsValue,
     DomainName,
@@ -22,6 +23,7 @@ from api_client.job_kinds.argtypes import (
     IniKey,
     IniValue,
     Int,
+    IPAddress,
     IPv4,
     IPv6,
     Locale,
@@ -429,6 +431,16 @@ class RecordDelete(Args):
     id: Id
 
 
+LookupType = Literal["A", "AAAA", "CNAME", "MX", "TXT", "SRV", "CAA", "NS", "SOA", "PTR"]
+
+
+class DnsLookup(Args):
+    name: DnsLookupName
+    type: LookupType = "A"
+    server: IPAddress | None = None  # None: the server's own resolvers (/etc/resolv.conf)
+    port: Port | None = None  # the server's DNS port (53 unless given)
+
+
 class Dnssec(Args):
     zone: DomainName
     state: OnOff
@@ -437,6 +449,8 @@ class Dnssec(Args):
 _Z = {"zone": "example.com"}
 
 DNS = [
+    kind("dns.lookup", DnsLookup, "Look a name up with dig", read=True, positional=("name",),
+         example={"name": "www.example.com", "type": "A", "server": "1.1.1.1"}),
     kind("dns.zone-list", NoArgs, "List the DNS zones", read=True, example={}),
     kind("dns.zone-show", Zone, "Show a zone with its records", read=True, positional=("zone",), example=_Z),
     kind("dns.zone-add", ZoneAdd, "Create a DNS zone", positional=("zone",),
