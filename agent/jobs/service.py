@@ -203,7 +203,7 @@ OUTCOME = {
     "disable": ("enabled", False),
 }
 IDEMPOTENT = ("start", "stop", "enable", "disable")  # already in place: said, and exit 0
-SETTLE_S = 10.0  # how long a service may take to reach the state its init script started it towards
+SETTLE_S = 5.0  # how long a service may take to reach the state its init script started it towards
 SETTLE_POLL_S = 0.2
 
 
@@ -250,6 +250,11 @@ async def _change(action: str, name: str, out: Output) -> int:
     if code != 0:
         raise JobError(f"{action} {name} failed (exit {code})")
     after = await _settled(name, field, wanted)
+    if action in ("restart", "reload") and not after["active"] and not systemd_running():
+        # Some scripts' restart only stops (Debian's supervisor 4.2.5: its force-reload calls it too).
+        out.stdout(f"the init script's {action} left {name} stopped: starting it")
+        if await stream_command(out, system_argv(name, "start")) == 0:
+            after = await _settled(name, field, wanted)
     if after.get(field) != wanted:
         raise JobError(f"{action} {name}: the service is {_words(field, not wanted)} afterwards ({after['state']})")
     out.stdout(f"{name} is {_words(field, wanted)}")
