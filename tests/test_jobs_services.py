@@ -8,6 +8,7 @@ act for real on supervisor's own init script, whose state and rc.d links are put
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import secrets
@@ -154,6 +155,7 @@ def test_a_daemon_runs_as_the_site_user_in_its_folder_and_creating_it_again_says
     name = unique("work")
     created = hosting.run("daemon.create", name=name, domain=site.domain, command="./worker.sh", instances=2).ok()
     assert f"daemon {name} created" in created.text
+    assert json.loads(created.stdout[-1])["outcome"] == "created"  # --json: the result comes last
     pids = running_pids(hosting, name, 2)
     for pid in pids:
         assert owner_and_folder(pid) == (site.user.pw_uid, str(site.folder))
@@ -162,6 +164,7 @@ def test_a_daemon_runs_as_the_site_user_in_its_folder_and_creating_it_again_says
 
     again = hosting.run("daemon.create", name=name, domain=site.domain, command="./worker.sh", instances=2).ok()
     assert f"daemon {name} already exists with this definition" in again.text
+    assert json.loads(again.stdout[-1])["outcome"] == "unchanged"
     assert running_pids(hosting, name, 2) == pids  # untouched
 
     status = hosting.run("daemon.status", name=name).ok().result

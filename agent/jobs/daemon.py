@@ -235,7 +235,7 @@ async def _create(args: DaemonCreate, ctx: JobContext, out: Output) -> int:
     if existing == definition:
         await _apply(layout, args.name)  # in case supervisord has not loaded it yet
         out.stdout(f"daemon {args.name} already exists with this definition")
-        return await _report(ctx, args.name, out)
+        return await _report(ctx, definition, "unchanged", out)
     problem = await _reread(layout)
     if problem is not None:
         raise JobError(f"supervisor's configuration does not read before the change: {problem}")
@@ -248,10 +248,10 @@ async def _create(args: DaemonCreate, ctx: JobContext, out: Output) -> int:
         await trio.to_thread.run_sync(_write_or_restore, path, before)
         raise JobError(f"supervisor refused the daemon's file ({problem}): the previous state is back", EXIT_REFUSED)
     await _apply(layout, args.name)
-    verb = "changed (restarted)" if existing is not None else "created"
+    verb = "changed" if existing is not None else "created"
     instances = f"{args.instances} instance(s)"
     out.stdout(f"daemon {args.name} {verb}: {' '.join(argv)} ({instances}) as {account.name} in {workdir}")
-    return await _report(ctx, args.name, out)
+    return await _report(ctx, definition, verb, out)
 
 
 def _read_text(path: str) -> str | None:
@@ -262,9 +262,10 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-async def _report(ctx: JobContext, name: str, out: Output) -> int:
-    for process in await _processes(ctx.host.supervisor, name):
-        out.stdout(f"{process['process']}: {process['state']} {process['description'] or ''}".rstrip())
+async def _report(ctx: JobContext, definition: dict[str, Any], outcome: str, out: Output) -> int:
+    """The daemon as it is now (the result, last on stdout); `outcome`: created, changed or unchanged."""
+    processes = await _processes(ctx.host.supervisor, definition["name"])
+    out.result({"daemon": _described(definition, processes), "outcome": outcome}, as_json=ctx.as_json)
     return 0
 
 
@@ -329,9 +330,11 @@ async def _delete(args: NameArgs, ctx: JobContext, out: Output) -> int:
     definition = await trio.to_thread.run_sync(read_definition, path)
     if definition is None:
         out.stdout(f"daemon {args.name} does not exist: nothing to delete")
+        out.result({"deleted": None}, as_json=ctx.as_json)
         return 0
     await remove(ctx, definition)
     out.stdout(f"daemon {args.name} of {definition.get('domain')} stopped and deleted")
+    out.result({"deleted": definition}, as_json=ctx.as_json)
     return 0
 
 
