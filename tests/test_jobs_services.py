@@ -208,7 +208,9 @@ def test_a_bad_command_or_folder_is_refused_before_anything_is_written(
 
 
 @needs_supervisor
-def test_a_file_supervisor_refuses_is_put_back(hosting: Hosting, supervisor: Supervisor, site: Site) -> None:
+def test_a_configuration_supervisor_cannot_read_stops_the_change_before_it_is_written(
+    hosting: Hosting, supervisor: Supervisor, site: Site
+) -> None:
     name = unique("keep")
     hosting.run("daemon.create", name=name, domain=site.domain, command="/usr/bin/sleep 600").ok()
     running_pids(hosting, name, 1)

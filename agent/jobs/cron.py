@@ -41,7 +41,7 @@ import trio
 
 from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import Account, find_site, site_account
-from agent.jobs.proc import SYSTEM_PATH, capture_command, stream_command, which
+from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
 from agent.sites import Site, write_atomically
 from agent.state import open_lock_file
 from api_client.job_kinds.system import CronAdd, CronEdit, CronHistory, IdArgs, OptionalDomain
@@ -289,7 +289,7 @@ async def _delete(args: IdArgs, ctx: JobContext, out: Output) -> int:
 
     site = await _change(ctx, args.id, delete)
     runner = _Runner(ctx, site)
-    code, _, err = await runner.capture(["rm", "-f", history_file(args.id)])
+    code, _, err = await runner.capture([require("rm", "remove the entry's history"), "-f", history_file(args.id)])
     if code != 0:
         out.stderr(f"warning: the run history of {args.id} stays: {' '.join(err.split())}")
     out.result({"deleted": removed[0]}, as_json=ctx.as_json)
@@ -323,7 +323,8 @@ class _Runner:
 
     async def record(self, entry_id: str, line: str, out: Output) -> None:
         """Append `line` to the entry's history (``tee -a``, as the site user)."""
-        code, _, err = await self.capture(["tee", "-a", history_file(entry_id)], stdin=f"{line}\n".encode())
+        tee = require("tee", "record the run")
+        code, _, err = await self.capture([tee, "-a", history_file(entry_id)], stdin=f"{line}\n".encode())
         if code != 0:
             out.stderr(f"warning: the run was not recorded in {history_file(entry_id)}: {' '.join(err.split())}")
 
@@ -337,7 +338,7 @@ async def _run(args: IdArgs, ctx: JobContext, out: Output) -> int:
         raise JobError(f"the folder of site {site.domain} is missing: {runner.folder}")
     key = f"run-{secrets.token_hex(4)}"
     await runner.record(args.id, f"start {key} {int(time.time())}", out)
-    code = 1
+    code = 143  # what the history says if the job is cancelled (its process group gets SIGTERM)
     try:
         code = await runner.stream(out, argv)
     except FileNotFoundError:
@@ -403,7 +404,7 @@ async def _history(args: CronHistory, ctx: JobContext, out: Output) -> int:
     site = await find_site(ctx, str(entry.get("domain")))
     runner = _Runner(ctx, site)
     lines = str(2 * args.limit + 100)  # a start and an end each, and room for runs of other keys in between
-    code, text, err = await runner.capture(["tail", "-n", lines, history_file(args.id)])
+    code, text, err = await runner.capture([require("tail", "read the history"), "-n", lines, history_file(args.id)])
     if code != 0 and "No such file" not in err:
         raise JobError(f"the history of cron entry {args.id} cannot be read: {' '.join(err.split())}")
     runs = await trio.to_thread.run_sync(parse_history, text if code == 0 else "", _pid_alive)
