@@ -387,6 +387,17 @@ def test_disable_and_enable_a_service_at_boot(hosting: Hosting, system_superviso
 
 
 @needs_init_scripts
+def test_a_script_without_boot_links_gets_them_from_its_header(hosting: Hosting, system_supervisor: None) -> None:
+    for link in rc_links("supervisor"):  # as after `update-rc.d supervisor remove`
+        os.unlink(link)
+    assert "already disabled" in hosting.run("service.disable", name="supervisor").ok().text
+    assert rc_links("supervisor") == []
+    hosting.run("service.enable", name="supervisor").ok()  # update-rc.d supervisor defaults
+    levels = {os.path.basename(link)[0] + os.path.basename(os.path.dirname(link))[2] for link in rc_links("supervisor")}
+    assert levels == {"S2", "S3", "S4", "S5", "K0", "K1", "K6"}  # its LSB header's Default-Start and -Stop
+
+
+@needs_init_scripts
 def test_a_services_logs_without_a_journal(hosting: Hosting, system_supervisor: None) -> None:
     if system_supervisor_pid() is None:
         hosting.run("service.start", name="supervisor").ok()
