@@ -9,8 +9,17 @@ from pathlib import Path
 import pytest
 
 from agent.jobs.base import JobError
+from agent.jobs.cron import parse_history
+from agent.jobs.daemon import parse_status
 from agent.jobs.metrics import meminfo
-from agent.jobs.service import parse_service_status, parse_systemctl_show
+from agent.jobs.service import (
+    parse_journal,
+    parse_list_unit_files,
+    parse_list_units,
+    parse_service_status,
+    parse_status_all,
+    parse_systemctl_show,
+)
 from agent.jobs.ssl import parse_x509
 from agent.jobs.system import cpu_model, os_release
 from agent.jobs.updates import parse_upgradable
@@ -101,6 +110,8 @@ def test_a_running_systemd_service() -> None:
         "active": True,
         "state": "active (running)",
         "description": "Regular background program processing daemon",
+        "pid": 612,
+        "enabled": True,
         "manager": "systemd",
     }
 
@@ -109,6 +120,7 @@ def test_a_failed_systemd_service_and_an_equals_sign_in_its_description() -> Non
     status = parse_systemctl_show("nginx", recorded("systemctl_show_failed.txt"))
     assert status["active"] is False and status["state"] == "failed (failed)"
     assert status["description"] == "Web = proxy (nginx)"
+    assert status["pid"] is None and status["enabled"] is False
 
 
 def test_a_missing_systemd_service() -> None:
@@ -119,6 +131,7 @@ def test_a_missing_systemd_service() -> None:
 def test_systemctl_output_without_properties() -> None:
     status = parse_systemctl_show("odd", "\nnot a property line\n")
     assert status["active"] is False and status["state"] == "unknown (unknown)" and status["description"] is None
+    assert status["pid"] is None and status["enabled"] is None
 
 
 def test_sysv_service_status() -> None:
@@ -135,6 +148,107 @@ def test_sysv_service_status() -> None:
     assert parse_service_status("x", 4, "\n  \n", "")["state"] == "not running (status 4)"
     with pytest.raises(JobError, match="no service named nosuchxyz"):
         parse_service_status("nosuchxyz", 1, "", "nosuchxyz: unrecognized service\n")
+
+
+def test_systemd_units_skip_the_header_legend_and_counts() -> None:
+    units = parse_list_units(recorded("systemctl_list_units.txt"))
+    assert [u["name"] for u in units] == [
+        "apparmor",
+        "cron",
+        "dbus",
+        "getty@tty1",
+        "mariadb",
+        "nginx",
+        "php8.2-fpm",
+        "plymouth-start",
+        "ssh",
+        "systemd-journald",
+    ]
+    assert units[1] == {
+        "name": "cron",
+        "active": True,
+        "state": "active (running)",
+        "loaded": True,
+        "description": "Regular background program processing daemon",
+    }
+    assert units[4]["state"] == "failed (failed)" and not units[4]["active"]
+    assert units[7]["loaded"] is False
+    assert units[5]["description"] == "A high performance web server and a reverse proxy server"
+
+
+def test_a_failed_unit_keeps_its_name_when_systemctl_marks_it() -> None:
+    marked = "● mariadb.service loaded failed failed MariaDB database server\n"
+    assert parse_list_units(marked)[0]["name"] == "mariadb"
+
+
+def test_systemd_unit_files_say_which_start_at_boot() -> None:
+    enabled = parse_list_unit_files(recorded("systemctl_list_unit_files.txt"))
+    assert enabled["cron"] is True and enabled["nginx"] is False and enabled["sshd"] is True
+    assert enabled["dbus"] is None  # static: started by something else, not enabled itself
+
+
+def test_init_scripts_from_service_status_all() -> None:
+    services = parse_status_all(recorded("service_status_all.txt"))
+    by_name = {s["name"]: s for s in services}
+    assert by_name["hwclock.sh"] == {"name": "hwclock.sh", "active": None, "state": "unknown"}
+    assert by_name["cron"]["active"] is False and by_name["cron"]["state"] == "stopped"
+    assert parse_status_all(" [ + ]  nginx\nnot a status line\n") == [
+        {"name": "nginx", "active": True, "state": "running"}
+    ]
+
+
+def test_journal_lines_without_journalctl_notes() -> None:
+    lines = parse_journal(recorded("journalctl_nginx.txt"))
+    assert len(lines) == 5 and all(line.startswith("2026-11-") for line in lines)
+    assert parse_journal(recorded("journalctl_no_entries.txt")) == []
+
+
+# --- supervisorctl status ------------------------------------------------------------------------
+
+
+def test_supervisor_processes_of_each_state() -> None:
+    processes = parse_status(recorded("supervisorctl_status.txt"))
+    assert [(p["group"], p["process"], p["state"]) for p in processes] == [
+        ("fleetdeck-queue", "fleetdeck-queue_00", "RUNNING"),
+        ("fleetdeck-queue", "fleetdeck-queue_01", "STOPPED"),
+        ("fleetdeck-broken", "fleetdeck-broken_00", "BACKOFF"),
+        ("fleetdeck-new", "fleetdeck-new_00", "STARTING"),
+        ("handwritten", "handwritten", "FATAL"),
+    ]
+    assert processes[0]["pid"] == 13283 and processes[0]["uptime"] == "0:00:02"
+    assert processes[1]["pid"] is None and processes[1]["description"] == "Nov 23 08:46 PM"
+    assert processes[3]["description"] is None
+    assert parse_status("fleetdeck-x: ERROR (no such group)\n") == []
+
+
+# --- a cron entry's run history --------------------------------------------------------------------
+
+
+def test_cron_runs_pair_by_key_newest_first() -> None:
+    text = "\n".join(
+        [
+            "end 90 1700000001 0",  # its start was trimmed away
+            "start 101 1700000060",
+            "start run-ab12 1700000070",
+            "end 101 1700000062 0",
+            "end run-ab12 1700000075 3",
+            "start 102 1700000120",  # never ended, its shell is gone
+            "start 103 1700000180",  # still running
+            "start 102 1700000240",  # pid 102 again
+            "end 102 1700000241 1",
+            "garbage",
+        ]
+    )
+    runs = parse_history(text, alive=lambda pid: pid == 103)
+    assert [(r["trigger"], r["state"], r["exit_code"], r["duration_s"]) for r in runs] == [
+        ("schedule", "failed", 1, 1),
+        ("schedule", "running", None, None),
+        ("schedule", "interrupted", None, None),
+        ("manual", "failed", 3, 5),
+        ("schedule", "ok", 0, 2),
+    ]
+    assert runs[-1]["started_at"] == "2023-11-14T22:14:20Z" and runs[-1]["ended_at"] == "2023-11-14T22:14:22Z"
+    assert parse_history("", alive=lambda pid: True) == []
 
 
 # --- /proc and /etc files --------------------------------------------------------------------------

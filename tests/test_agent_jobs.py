@@ -550,8 +550,9 @@ async def test_cron_add_list_pause_run_with_a_real_crontab(env: Env) -> None:
 
         crontab = await trio.to_thread.run_sync(crontab_of, slug)
         assert "@reboot /bin/true" in crontab  # lines outside the block stay
-        assert f"*/5 * * * * cd {env.home / slug} && /usr/bin/id -un" in crontab
-        assert f"@daily cd {env.home / slug} && /bin/pwd" in crontab
+        assert f"*/5 * * * * cd {env.home / slug} || exit; " in crontab  # the command, between its records:
+        assert "; /usr/bin/id -un; r=$?; " in crontab and "history; /bin/pwd; r=$?; " in crontab
+        assert f"@daily cd {env.home / slug} || exit; " in crontab
 
         listed = (await agent.run("cron", "list", "--domain", domain, "--json")).json()["entries"]
         assert [e["id"] for e in listed] == [entry["id"], other["entry"]["id"]]

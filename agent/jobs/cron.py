@@ -14,6 +14,15 @@ to the command's stdin): ``crontab_line`` writes every ``%`` as ``\%``, which cr
 
 A command is a program and its arguments separated by single spaces, no shell syntax; ``run``
 executes it now, without a shell, as the site user, in the site's folder.
+
+Runs are recorded in ``<site>/logs/cron-<id>.history``, one line when a run starts and one when it
+ends: ``start KEY EPOCH`` and ``end KEY EPOCH EXIT``. A scheduled run writes them itself: its
+crontab line wraps the command in ``echo``/``date`` (cron runs the line with ``/bin/sh`` anyway),
+KEY being the shell's pid; ``run`` appends them with ``tee -a`` as the site user, KEY
+``run-<random>``. Both write as the site user, so the agent never writes (nor, for ``history``,
+reads: ``tail`` does, as the user) a file in a folder the site user controls. A line keeps the
+file under `HISTORY_MAX_BYTES` (``tail -n`` into a new file, renamed over it). ``history`` pairs
+the lines by KEY: a start without its end is ``running`` while its pid lives, else ``interrupted``.
 """
 
 from __future__ import annotations
@@ -32,10 +41,10 @@ import trio
 
 from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import Account, find_site, site_account
-from agent.jobs.proc import SYSTEM_PATH, capture_command, stream_command, which
+from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
 from agent.sites import Site, write_atomically
 from agent.state import open_lock_file
-from api_client.job_kinds.system import CronAdd, CronEdit, IdArgs, OptionalDomain
+from api_client.job_kinds.system import CronAdd, CronEdit, CronHistory, IdArgs, OptionalDomain
 
 CRON_FILE = "cron.json"
 BEGIN = "# BEGIN fleetdeck-agent: entries managed by the fleetdeck agent; edits inside are overwritten"
@@ -87,10 +96,29 @@ def _find(entries: list[dict[str, Any]], entry_id: str) -> dict[str, Any]:
 # --- crontab -------------------------------------------------------------------------------
 
 
+HISTORY_MAX_BYTES = 256 * 1024  # past this, a scheduled run keeps the last HISTORY_KEEP_LINES
+HISTORY_KEEP_LINES = 2000  # about 1000 runs: cron.history's limit tops at 1000
+
+
+def history_file(entry_id: str) -> str:
+    """The run history of an entry, relative to its site's folder."""
+    return f"logs/cron-{entry_id}.history"
+
+
 def crontab_line(entry: dict[str, Any], folder: str) -> str:
-    # cron runs the line with /bin/sh and turns an unescaped % into a newline.
-    command = f"cd {shlex.quote(folder)} && {entry['command']}".replace("%", "\\%")
-    return f"{entry['schedule']} {command}"
+    """The entry's line: in the site's folder, the command between its start and end records.
+    cron runs the line with /bin/sh and turns an unescaped % into a newline: each % is escaped."""
+    history = history_file(entry["id"])
+    script = (
+        f"cd {shlex.quote(folder)} || exit; "
+        f'echo "start $$ $(date +%s)" >>{history}; '
+        f"{entry['command']}; r=$?; "
+        f'echo "end $$ $(date +%s) $r" >>{history}; '
+        f"if [ $(wc -c <{history}) -gt {HISTORY_MAX_BYTES} ]; "
+        f"then tail -n {HISTORY_KEEP_LINES} {history} >{history}.new && mv {history}.new {history}; fi; "
+        "exit $r"
+    ).replace("%", "\\%")
+    return f"{entry['schedule']} {script}"
 
 
 def replace_block(crontab: str, block: list[str]) -> str:
@@ -259,36 +287,138 @@ async def _delete(args: IdArgs, ctx: JobContext, out: Output) -> int:
         removed.append(_find(entries, args.id))
         entries.remove(removed[0])
 
-    await _change(ctx, args.id, delete)
+    site = await _change(ctx, args.id, delete)
+    runner = _Runner(ctx, site)
+    code, _, err = await runner.capture([require("rm", "remove the entry's history"), "-f", history_file(args.id)])
+    if code != 0:
+        out.stderr(f"warning: the run history of {args.id} stays: {' '.join(err.split())}")
     out.result({"deleted": removed[0]}, as_json=ctx.as_json)
     return 0
+
+
+class _Runner:
+    """Runs a program the way an entry's command runs: as the site user, in the site's folder,
+    with a small environment of its own (what cron gives a job)."""
+
+    def __init__(self, ctx: JobContext, site: Site) -> None:
+        self.account = site_account(ctx, site)
+        self.folder = ctx.site_home(site.slug)
+        self.env = {
+            "PATH": SYSTEM_PATH,
+            "HOME": self.folder,
+            "USER": self.account.name,
+            "LOGNAME": self.account.name,
+            "SHELL": "/bin/sh",
+            "LANG": "C.UTF-8",
+        }
+        self.options: dict[str, Any] = {}
+        if ctx.is_root:
+            self.options = {"user": self.account.uid, "group": self.account.gid, "extra_groups": []}
+
+    async def stream(self, out: Output, argv: list[str]) -> int:
+        return await stream_command(out, argv, cwd=self.folder, env=self.env, **self.options)
+
+    async def capture(self, argv: list[str], stdin: bytes = b"") -> tuple[int, str, str]:
+        return await capture_command(argv, stdin=stdin, cwd=self.folder, env=self.env, **self.options)
+
+    async def record(self, entry_id: str, line: str, out: Output) -> None:
+        """Append `line` to the entry's history (``tee -a``, as the site user)."""
+        tee = require("tee", "record the run")
+        code, _, err = await self.capture([tee, "-a", history_file(entry_id)], stdin=f"{line}\n".encode())
+        if code != 0:
+            out.stderr(f"warning: the run was not recorded in {history_file(entry_id)}: {' '.join(err.split())}")
 
 
 async def _run(args: IdArgs, ctx: JobContext, out: Output) -> int:
     entry = _find(await trio.to_thread.run_sync(CronStore(ctx.state_dir).entries), args.id)
     site = await find_site(ctx, str(entry.get("domain")))
-    account = site_account(ctx, site)
-    folder = ctx.site_home(site.slug)
+    runner = _Runner(ctx, site)
     argv = str(entry.get("command", "")).split(" ")
-    env = {
-        "PATH": SYSTEM_PATH,
-        "HOME": folder,
-        "USER": account.name,
-        "LOGNAME": account.name,
-        "SHELL": "/bin/sh",
-        "LANG": "C.UTF-8",
-    }
-    if not await trio.to_thread.run_sync(os.path.isdir, folder):
-        raise JobError(f"the folder of site {site.domain} is missing: {folder}")
-    options: dict[str, Any] = {}
-    if ctx.is_root:
-        options = {"user": account.uid, "group": account.gid, "extra_groups": []}
+    if not await trio.to_thread.run_sync(os.path.isdir, runner.folder):
+        raise JobError(f"the folder of site {site.domain} is missing: {runner.folder}")
+    key = f"run-{secrets.token_hex(4)}"
+    await runner.record(args.id, f"start {key} {int(time.time())}", out)
+    code = 143  # what the history says if the job is cancelled (its process group gets SIGTERM)
     try:
-        return await stream_command(out, argv, cwd=folder, env=env, **options)
+        code = await runner.stream(out, argv)
     except FileNotFoundError:
-        raise JobError(f"command not found: {argv[0]} (in {folder})", 127) from None
+        code = 127
+        raise JobError(f"command not found: {argv[0]} (in {runner.folder})", 127) from None
     except PermissionError:
-        raise JobError(f"permission denied: {argv[0]} cannot be run by {account.name}", 126) from None
+        code = 126
+        raise JobError(f"permission denied: {argv[0]} cannot be run by {runner.account.name}", 126) from None
+    finally:
+        with trio.CancelScope(shield=True):
+            await runner.record(args.id, f"end {key} {int(time.time())} {code}", out)
+    return code
+
+
+# --- history -------------------------------------------------------------------------------
+
+
+def parse_history(text: str, alive: Callable[[int], bool]) -> list[dict[str, Any]]:
+    """The runs of a history file (see the module's docstring), newest first. `alive(pid)` tells
+    whether the shell of a scheduled run that has no end yet still runs."""
+    runs: list[dict[str, Any]] = []
+    started: dict[str, tuple[int, dict[str, Any]]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "start" and parts[2].isdigit():
+            previous = started.pop(parts[1], None)
+            if previous is not None:  # the same key again: that run never ended (a pid reused after a reboot)
+                previous[1]["state"] = "interrupted"
+            run: dict[str, Any] = {
+                "started_at": rfc3339(int(parts[2])),
+                "ended_at": None,
+                "duration_s": None,
+                "exit_code": None,
+                "state": "running",
+                "trigger": "manual" if parts[1].startswith("run-") else "schedule",
+            }
+            started[parts[1]] = (int(parts[2]), run)
+            runs.append(run)
+        elif len(parts) == 4 and parts[0] == "end" and parts[2].isdigit() and parts[3].isdigit():
+            begun = started.pop(parts[1], None)
+            if begun is None:  # its start was trimmed away
+                continue
+            at, run = begun
+            code = int(parts[3])
+            run.update(
+                ended_at=rfc3339(int(parts[2])),
+                duration_s=max(0, int(parts[2]) - at),
+                exit_code=code,
+                state="ok" if code == 0 else "failed",
+            )
+    for key, (_, run) in started.items():
+        if key.isdigit() and not alive(int(key)):
+            run["state"] = "interrupted"
+    return runs[::-1]
+
+
+def _pid_alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+async def _history(args: CronHistory, ctx: JobContext, out: Output) -> int:
+    entry = _find(await trio.to_thread.run_sync(CronStore(ctx.state_dir).entries), args.id)
+    site = await find_site(ctx, str(entry.get("domain")))
+    runner = _Runner(ctx, site)
+    lines = str(2 * args.limit + 100)  # a start and an end each, and room for runs of other keys in between
+    code, text, err = await runner.capture([require("tail", "read the history"), "-n", lines, history_file(args.id)])
+    if code != 0 and "No such file" not in err:
+        raise JobError(f"the history of cron entry {args.id} cannot be read: {' '.join(err.split())}")
+    runs = await trio.to_thread.run_sync(parse_history, text if code == 0 else "", _pid_alive)
+    result = {
+        "id": args.id,
+        "domain": site.domain,
+        "schedule": entry.get("schedule"),
+        "command": entry.get("command"),
+        "paused": entry.get("paused", False),
+        "history_file": os.path.join(runner.folder, history_file(args.id)),
+        "runs": runs[: args.limit],
+    }
+    out.result(result, as_json=ctx.as_json)
+    return 0
 
 
 KINDS = [
@@ -299,4 +429,5 @@ KINDS = [
     handler("cron.resume", _resume),
     handler("cron.delete", _delete),
     handler("cron.run", _run),
+    handler("cron.history", _history),
 ]

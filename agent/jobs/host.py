@@ -14,6 +14,7 @@ inode), so a test may add the section of a service it has just started while the
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
 import threading
@@ -180,14 +181,38 @@ def systemd_running() -> bool:
     return os.path.isdir("/run/systemd/system")
 
 
+INIT_D = "/etc/init.d"
+RC_DIRS = "/etc/rc{level}.d"
+BOOT_LEVELS = ("2", "3", "4", "5")  # Debian's multi-user runlevels: a service starts at boot when linked S.. there
+
+
+def rc_links(unit: str) -> list[str]:
+    """The ``/etc/rc?.d/[SK]NNunit`` links of an init script (what ``update-rc.d`` writes)."""
+    return sorted(glob.glob(os.path.join(RC_DIRS.format(level="?"), f"[SK][0-9][0-9]{glob.escape(unit)}")))
+
+
+def sysv_enabled(unit: str) -> bool:
+    """The init script starts at boot: an S link in one of the multi-user runlevels."""
+    return any(
+        os.path.basename(link).startswith("S") and os.path.basename(os.path.dirname(link))[2:3] in BOOT_LEVELS
+        for link in rc_links(unit)
+    )
+
+
 def system_argv(unit: str, action: str) -> list[str]:
-    """The system's command for `action` on `unit`: systemctl under systemd, else the init script."""
+    """The system's command for `action` on `unit`: systemctl under systemd, else the init script
+    (``service``), and ``update-rc.d`` for enable/disable: ``enable``/``disable`` flip existing
+    rc.d links between S and K, so a script without any links first gets them from its LSB header
+    (``defaults``, or ``defaults-disabled``)."""
     if systemd_running():
         return [require("systemctl", f"{action} {unit}"), action, unit, *(["--no-pager"] if action == "status" else [])]
+    if not os.path.exists(os.path.join(INIT_D, unit)):
+        raise JobError(f"no service named {unit} on this server (no {INIT_D}/{unit})")
     if action in ("enable", "disable"):
-        return [require("update-rc.d", f"{action} {unit} at boot"), unit, "defaults" if action == "enable" else action]
-    if not os.path.exists(os.path.join("/etc/init.d", unit)):
-        raise JobError(f"no service named {unit} on this server (no /etc/init.d/{unit})")
+        update_rc_d = require("update-rc.d", f"{action} {unit} at boot")
+        if not rc_links(unit):
+            return [update_rc_d, unit, "defaults" if action == "enable" else "defaults-disabled"]
+        return [update_rc_d, unit, action]
     return [require("service", f"{action} {unit}"), unit, action]
 
 
@@ -254,6 +279,9 @@ __all__ = [
     "control_argv",
     "control_service",
     "reload_nginx",
+
+    "rc_links",
     "system_argv",
     "systemd_running",
+    "sysv_enabled",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from agent.jobs import (
     cron,
+    daemon,
     db,
     dns,
     logs,
@@ -29,6 +30,7 @@ def all_kinds() -> dict[str, Kind]:
         ssl,
         db,
         cron,
+        daemon,
         service,
         security,
         dns,
