@@ -105,6 +105,8 @@ class SystemLayout(_Section):
     nft_table: str = "fleetdeck"  # the nftables table (family inet) the firewall kinds own
     apt_history: str = "/var/log/apt/history.log"
     apt_conf_dir: str = "/etc/apt/apt.conf.d"
+    apt_archives: str = "/var/cache/apt/archives"  # what `apt-get clean` empties (storage.cleanup)
+    log_dir: str = "/var/log"  # the system's logs (logs.list, storage.cleanup of rotated logs)
     cron_control: ServiceControl = ServiceControl(unit="cron")
 
 

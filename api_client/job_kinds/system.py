@@ -188,7 +188,7 @@ STORAGE = [
     kind("storage.inodes", NoArgs, "Show inode usage of the file systems", read=True, example={}),
     kind("storage.largest", StorageLargest, "List the largest files under a folder of a site or of the home", read=True,
          example={"path": "example-com", "limit": 20}, paths=(ScopedPath("path", site="domain"),)),
-    kind("storage.cleanup", StorageCleanup, "Delete temporary files, old logs, caches and unused packages",
+    kind("storage.cleanup", StorageCleanup, "Delete temporary files, old logs, caches and unused packages", json=True,
          example={"targets": ["tmp", "logs"], "older_than_days": 14, "dry_run": True}),
 ]  # fmt: skip
 
