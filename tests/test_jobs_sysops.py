@@ -197,3 +197,138 @@ def test_journal_argv_and_log_times() -> None:
         True,
         True,
     ]
+
+
+# --- system --------------------------------------------------------------------------------
+
+
+def test_processes_are_listed_busiest_first(hosting: Hosting) -> None:
+    by_memory = hosting.run("system.processes", sort="memory", limit=5).ok().result["processes"]
+    assert len(by_memory) == 5
+    assert [p["rss_bytes"] for p in by_memory] == sorted((p["rss_bytes"] for p in by_memory), reverse=True)
+    everything = hosting.run("system.processes", sort="cpu", limit=500).ok().result["processes"]
+    mine = [p for p in everything if p["pid"] == os.getpid()]
+    assert mine and "pytest" in mine[0]["command"] and mine[0]["rss_bytes"] > 0
+
+
+@pytest.fixture(scope="module")
+def etc(hosting: Hosting) -> Path:
+    """The files the system settings write, in the session's folder (the zone files are the real ones)."""
+    folder = hosting.folder / "etc"
+    folder.mkdir()
+    files = {
+        "timezone_file": folder / "timezone",
+        "localtime": folder / "localtime",
+        "hostname_file": folder / "hostname",
+        "locale_file": folder / "locale",
+        "drop_caches": folder / "drop_caches",
+    }
+    hosting.configure("system", {**hosting.layout.get("system", {}), **{k: str(v) for k, v in files.items()}})
+    return folder
+
+
+@pytest.mark.skipif(os.path.isdir("/run/systemd/system"), reason="under systemd timedatectl sets the zone")
+def test_the_timezone_is_set_by_its_files(hosting: Hosting, etc: Path) -> None:
+    hosting.run("system.timezone-set", timezone="Europe/Berlin").ok()
+    assert os.readlink(etc / "localtime") == "/usr/share/zoneinfo/Europe/Berlin"
+    assert (etc / "timezone").read_text() == "Europe/Berlin\n"
+    again = hosting.run("system.timezone-set", timezone="Europe/Berlin").ok()
+    assert "already Europe/Berlin" in again.text
+    assert hosting.post("system.timezone-set", timezone="Mars/Olympus").status_code == 422  # the catalog knows
+    assert os.readlink(etc / "localtime") == "/usr/share/zoneinfo/Europe/Berlin"
+    hosting.run("system.timezone-set", timezone="Etc/UTC").ok()
+    assert os.readlink(etc / "localtime") == "/usr/share/zoneinfo/Etc/UTC"
+
+
+@pytest.mark.skipif(os.path.isdir("/run/systemd/system"), reason="under systemd hostnamectl sets the name")
+def test_the_hostname_is_set_for_real_and_restored(hosting: Hosting, etc: Path) -> None:
+    import socket
+    import subprocess
+
+    before = socket.gethostname()
+    name = f"fd-test-{uuid.uuid4().hex[:6]}"
+    try:
+        hosting.run("system.hostname-set", hostname=name).ok()
+        assert socket.gethostname() == name
+        assert (etc / "hostname").read_text() == f"{name}\n"
+    finally:
+        subprocess.run(["hostname", before], check=True)
+    assert socket.gethostname() == before
+
+
+def test_a_locale_that_is_not_generated_is_refused(hosting: Hosting, etc: Path) -> None:
+    run = hosting.run("system.locale-set", locale="tlh_XX.UTF-8")  # no one generates Klingon
+    assert run.exit_code == 1 and "not generated" in run.text
+    assert not (etc / "locale").exists()
+
+
+@pytest.mark.skipif(os.path.exists("/usr/bin/chronyc"), reason="chrony is installed")
+def test_ntp_sync_names_the_missing_package(hosting: Hosting) -> None:
+    if os.path.isdir("/run/systemd/system"):
+        pytest.skip("systemd-timesyncd can synchronise the clock here")
+    run = hosting.run("system.ntp-sync")
+    assert run.exit_code == 69 and "Debian package chrony" in run.text
+
+
+def test_cache_drop_writes_3_after_sync(hosting: Hosting, etc: Path) -> None:
+    hosting.run("system.cache-drop").ok()
+    assert (etc / "drop_caches").read_text() == "3\n"
+
+
+def test_a_reboot_needs_the_host_name_typed_again(hosting: Hosting) -> None:
+    for confirm in (None, "someone-else"):
+        args = {"confirm": confirm} if confirm else {}
+        run = hosting.run("system.reboot", **args)
+        assert run.exit_code == 2 and "needs --confirm" in run.text
+
+
+def test_reboot_argv() -> None:
+    from agent.jobs.system import reboot_argv
+
+    assert reboot_argv(0, systemd=True) == ["systemctl", "reboot"]
+    assert reboot_argv(0, systemd=False) == ["shutdown", "-r", "now"]
+    assert reboot_argv(5, systemd=True) == ["shutdown", "-r", "+5"]
+
+
+# --- metrics -------------------------------------------------------------------------------
+
+
+def test_each_get_records_a_sample_and_history_reads_them(hosting: Hosting) -> None:
+    hosting.run("metrics.get").ok()
+    second = hosting.run("metrics.get").ok().result
+    assert second["cpu_percent"] is not None and 0 <= second["cpu_percent"] <= 100
+    assert second["network"]["rx_bytes"] >= 0
+    samples = (hosting.state / "metrics.jsonl").read_text().splitlines()
+    assert len(samples) >= 2
+    cpu = hosting.run("metrics.history", metric="cpu", period="1h").ok().result
+    assert cpu["unit"] == "percent" and len(cpu["points"]) >= 2
+    assert all(0 <= p["value"] <= 100 for p in cpu["points"])
+    disk = hosting.run("metrics.history", metric="disk", period="1h").ok().result
+    assert len(disk["points"]) >= 3 and all(0 < p["value"] < 100 for p in disk["points"])
+
+
+def test_alerts_are_stored_evaluated_and_deleted(hosting: Hosting) -> None:
+    made = outcome(hosting.run("metrics.alert-set", metric="disk", threshold_percent=1, duration_min=5))
+    alert_id = made["alert"]["id"]
+    again = outcome(hosting.run("metrics.alert-set", metric="disk", threshold_percent=2, duration_min=5))
+    assert again["replaced"] is True and again["alert"]["id"] == alert_id
+    quiet = outcome(hosting.run("metrics.alert-set", metric="memory", threshold_percent=100))
+    listed = {a["metric"]: a for a in hosting.run("metrics.alert-list").ok().result["alerts"]}
+    assert listed["disk"]["firing"] is True and listed["disk"]["value"] > 2  # any disk in use is above 2%
+    assert listed["memory"]["firing"] is False
+    hosting.run("metrics.alert-delete", id=alert_id).ok()
+    hosting.run("metrics.alert-delete", id=quiet["alert"]["id"]).ok()
+    assert hosting.run("metrics.alert-list").ok().result["alerts"] == []
+    missing = hosting.run("metrics.alert-delete", id=alert_id)
+    assert missing.exit_code == 1 and f"no metric alert {alert_id}" in missing.text
+
+
+def test_an_alert_fires_only_when_its_whole_window_is_above() -> None:
+    from agent.jobs.metrics import evaluate
+
+    rule = {"metric": "memory", "threshold_percent": 80, "duration_min": 5}
+    now = 10_000.0
+    samples = [{"at": now - 400, "memory": 50.0}, {"at": now - 200, "memory": 90.0}, {"at": now, "memory": 95.0}]
+    assert evaluate(rule, samples, now) == {**rule, "value": 95.0, "firing": True}
+    samples[1]["memory"] = 70.0
+    assert evaluate(rule, samples, now)["firing"] is False

@@ -107,6 +107,13 @@ class SystemLayout(_Section):
     apt_conf_dir: str = "/etc/apt/apt.conf.d"
     apt_archives: str = "/var/cache/apt/archives"  # what `apt-get clean` empties (storage.cleanup)
     log_dir: str = "/var/log"  # the system's logs (logs.list, storage.cleanup of rotated logs)
+    # Without systemd, system.timezone-set/hostname-set/locale-set write these files themselves.
+    zoneinfo_dir: str = "/usr/share/zoneinfo"
+    timezone_file: str = "/etc/timezone"
+    localtime: str = "/etc/localtime"  # a link into zoneinfo_dir
+    hostname_file: str = "/etc/hostname"
+    locale_file: str = "/etc/default/locale"
+    drop_caches: str = "/proc/sys/vm/drop_caches"
     cron_control: ServiceControl = ServiceControl(unit="cron")
 
 

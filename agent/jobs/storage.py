@@ -212,7 +212,7 @@ async def _largest(args: StorageLargest, ctx: JobContext, out: Output) -> int:
 async def file_systems() -> list[dict[str, Any]]:
     """The real file systems (no proc, tmpfs, cgroup...) as findmnt lists them, each with its
     figures from statvfs."""
-    findmnt = require("findmnt", "list the file systems", package="util-linux")
+    findmnt = require("findmnt", "list the file systems")
     code, text, err = await capture_command([findmnt, "--json", "--real", "--output", "SOURCE,TARGET,FSTYPE"])
     if code != 0:
         raise JobError(f"findmnt failed (exit {code}): {' '.join(err.split())}")
