@@ -332,3 +332,31 @@ def test_an_alert_fires_only_when_its_whole_window_is_above() -> None:
     assert evaluate(rule, samples, now) == {**rule, "value": 95.0, "firing": True}
     samples[1]["memory"] = 70.0
     assert evaluate(rule, samples, now)["firing"] is False
+
+
+def test_the_swap_file_is_made_turned_on_listed_and_removed(hosting: Hosting, etc: Path) -> None:
+    swap, fstab = etc / "swapfile", etc / "fstab"
+    fstab.write_text("/dev/vda / ext4 defaults 0 1\n")
+    hosting.configure("system", {**hosting.layout["system"], "swap_file": str(swap), "fstab": str(fstab)})
+    made = hosting.run("system.swap-set", size_mb=1)
+    if made.exit_code != 0 and "swapon" in made.text:
+        hosting.run("system.swap-set", size_mb=0).ok()
+        pytest.skip(f"this machine cannot turn a swap file on: {made.text}")
+    made.ok()
+    try:
+        assert str(swap) in Path("/proc/swaps").read_text()
+        assert swap.stat().st_size == 1024 * 1024 and swap.stat().st_mode & 0o077 == 0
+        assert fstab.read_text() == f"/dev/vda / ext4 defaults 0 1\n{swap} none swap sw 0 0\n"
+        assert "already 1 MiB" in hosting.run("system.swap-set", size_mb=1).ok().text
+    finally:
+        hosting.run("system.swap-set", size_mb=0).ok()
+    assert str(swap) not in Path("/proc/swaps").read_text()
+    assert not swap.exists() and fstab.read_text() == "/dev/vda / ext4 defaults 0 1\n"
+
+
+def test_swap_parsers() -> None:
+    from agent.jobs.system import active_swaps, fstab_with_swap
+
+    proc = "Filename\tType\tSize\tUsed\tPriority\n/swap\\040file file 1024 0 -2\n/dev/vdb partition 9 0 -3\n"
+    assert active_swaps(proc) == ["/swap file", "/dev/vdb"]
+    assert fstab_with_swap("# c\n\n/swapfile none swap sw 0 0\n", "/swapfile", False) == "# c\n\n"

@@ -114,6 +114,8 @@ class SystemLayout(_Section):
     hostname_file: str = "/etc/hostname"
     locale_file: str = "/etc/default/locale"
     drop_caches: str = "/proc/sys/vm/drop_caches"
+    swap_file: str = "/swapfile"  # the swap file system.swap-set sizes
+    fstab: str = "/etc/fstab"  # where that swap file is listed for the next boot
     cron_control: ServiceControl = ServiceControl(unit="cron")
 
 

@@ -1,4 +1,4 @@
-"""``system info|processes|timezone-set|hostname-set|locale-set|ntp-sync|cache-drop|reboot``.
+"""``system info|processes|timezone-set|hostname-set|locale-set|swap-set|ntp-sync|cache-drop|reboot``.
 
 Under systemd the settings go through its tools (timedatectl, hostnamectl, localectl); otherwise
 the agent writes what they would (``/etc/timezone`` and the ``/etc/localtime`` link,
@@ -22,7 +22,7 @@ from agent.jobs.metrics import meminfo, uptime_s
 from agent.jobs.proc import capture_command, require, stream_command, which
 from agent.sites import write_atomically
 from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.system import HostnameSet, LocaleSet, Processes, Reboot, TimezoneSet
+from api_client.job_kinds.system import HostnameSet, LocaleSet, Processes, Reboot, SwapSet, TimezoneSet
 
 
 def os_release(path: str = "/etc/os-release") -> dict[str, str]:
@@ -239,6 +239,76 @@ async def _cache_drop(args: NoArgs, ctx: JobContext, out: Output) -> int:
     return 0
 
 
+# --- swap ----------------------------------------------------------------------------------
+
+MIB = 1024 * 1024
+
+
+def active_swaps(text: str) -> list[str]:
+    """The swap areas in use, from /proc/swaps (its names escape a space as ``\\040``)."""
+    return [line.split()[0].replace("\\040", " ") for line in text.splitlines()[1:] if line.split()]
+
+
+def fstab_with_swap(text: str, path: str, listed: bool) -> str:
+    """fstab without any line for `path`, plus one when `listed`."""
+    lines = [line for line in text.splitlines() if line.split()[:1] != [path]]
+    if listed:
+        lines.append(f"{path} none swap sw 0 0")
+    return "\n".join(lines) + "\n"
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def _file_size(path: str) -> int:
+    return os.path.getsize(path) if os.path.isfile(path) else 0
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+async def _swap_set(args: SwapSet, ctx: JobContext, out: Output) -> int:
+    """Size the swap file: a new file is made beside it (fallocate, mode 0600, mkswap), renamed
+    into place and turned on; 0 turns it off and removes it. fstab follows."""
+    layout = ctx.host.system
+    path, size = layout.swap_file, args.size_mb * MIB
+    active = path in active_swaps(await trio.to_thread.run_sync(_read, "/proc/swaps"))
+    current = await trio.to_thread.run_sync(_file_size, path)
+    if (active and current == size) or (size == 0 and not active and not current):
+        out.stdout(f"the swap file is already {args.size_mb} MiB" if size else "there is no swap file already")
+        return 0
+    if active:
+        await _run_tool([require("swapoff", "turn the swap file off"), path])
+    if size:
+        candidate = f"{path}.fleetdeck-new"
+        try:
+            await _run_tool([require("fallocate", "make the swap file"), "--length", str(size), candidate])
+            await trio.to_thread.run_sync(os.chmod, candidate, 0o600)
+            await _run_tool([require("mkswap", "format the swap file"), candidate])
+            await trio.to_thread.run_sync(os.replace, candidate, path)
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(_remove, candidate)
+        await _run_tool([require("swapon", "turn the swap file on"), path])
+    else:
+        await trio.to_thread.run_sync(_remove, path)
+    fstab = await trio.to_thread.run_sync(_read, layout.fstab)
+    await trio.to_thread.run_sync(
+        write_atomically, layout.fstab, fstab_with_swap(fstab, path, bool(size)).encode(), 0o644
+    )
+    out.stdout(f"swap file {path}: {args.size_mb} MiB" if size else f"swap file {path} removed")
+    return 0
+
+
 # --- reboot --------------------------------------------------------------------------------
 
 
@@ -267,5 +337,6 @@ KINDS = [
     handler("system.locale-set", _locale_set),
     handler("system.ntp-sync", _ntp_sync),
     handler("system.cache-drop", _cache_drop),
+    handler("system.swap-set", _swap_set),
     handler("system.reboot", _reboot),
 ]
