@@ -76,7 +76,7 @@ MUTATION_VERBS = {
     "git", "import", "export", "dump", "restore", "grant", "password", "quota", "lock", "unlock", "ban", "unban",
     "scan", "deny", "allow", "reboot", "sync", "security", "subscribe", "unsubscribe", "hold", "unhold", "cleanup",
     "schedule", "unschedule", "rotate", "ingest", "reindex", "cancel", "maintenance", "replace", "setup",
-    "activate", "deactivate", "reset", "edit", "clone", "limits",
+    "activate", "deactivate", "reset", "edit", "clone", "limits", "init",
 }  # fmt: skip
 
 SHELL_OR_GLOB = set(";|&$`<>(){}'\"\\*?[]")
@@ -349,7 +349,7 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str, list[Any]]] = [
     ("security.firewall-allow", {"port_range": "8000-8100"}, "port_range",
      ["8100-8000", "0-100", "1-65536", "8000", "8000-", "-8000", "8000:8100", "a-b", "8000 - 8100"]),
     ("deploy.git", {"domain": "a.com", "repo": "https://github.com/a/b.git"}, "repo",
-     [*INJECTIONS, "ext::sh -c touch% /tmp/pwned", "file:///etc/passwd", "https://user:pw@github.com/a/b",
+     [*INJECTIONS, "ext::sh -c touch% /tmp/pwned", "file://host/x", "file:///a/../b", "file:///-x", "https://user:pw@github.com/a/b",
       "http://github.com/a/b", "git@github.com:-x/y", "https://github.com/../x", "--upload-pack=x"]),
     ("deploy.git", {"domain": "a.com", "repo": "https://github.com/a/b.git"}, "branch",
      [*INJECTIONS, "a..b", "a/", "a.lock", "@{1}", "a b"]),

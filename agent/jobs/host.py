@@ -116,6 +116,17 @@ class SystemLayout(_Section):
     nft_table: str = "fleetdeck"  # the nftables table (family inet) the firewall kinds own
     apt_history: str = "/var/log/apt/history.log"
     apt_conf_dir: str = "/etc/apt/apt.conf.d"
+    apt_archives: str = "/var/cache/apt/archives"  # what `apt-get clean` empties (storage.cleanup)
+    log_dir: str = "/var/log"  # the system's logs (logs.list, storage.cleanup of rotated logs)
+    # Without systemd, system.timezone-set/hostname-set/locale-set write these files themselves.
+    zoneinfo_dir: str = "/usr/share/zoneinfo"
+    timezone_file: str = "/etc/timezone"
+    localtime: str = "/etc/localtime"  # a link into zoneinfo_dir
+    hostname_file: str = "/etc/hostname"
+    locale_file: str = "/etc/default/locale"
+    drop_caches: str = "/proc/sys/vm/drop_caches"
+    swap_file: str = "/swapfile"  # the swap file system.swap-set sizes
+    fstab: str = "/etc/fstab"  # where that swap file is listed for the next boot
     cron_control: ServiceControl = ServiceControl(unit="cron")
 
 

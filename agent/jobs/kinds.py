@@ -6,6 +6,7 @@ from agent.jobs import (
     cron,
     daemon,
     db,
+    deploy,
     dns,
     logs,
     metrics,
@@ -39,6 +40,7 @@ def all_kinds() -> dict[str, Kind]:
         system,
         logs,
         metrics,
+        deploy,
         users,
         load_balancers,
     )

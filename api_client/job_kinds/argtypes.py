@@ -566,8 +566,9 @@ GitUrl = Annotated[
     str,
     shaped(
         rf"^(?:https://{_HOST}(?::[0-9]{{1,5}})?/{_GIT_PATH}|ssh://git@{_HOST}(?::[0-9]{{1,5}})?/{_GIT_PATH}"
-        rf"|git@{_HOST}:{_GIT_PATH})$",
-        "https://host/path, ssh://git@host/path or git@host:path; credentials go in the token field",
+        rf"|git@{_HOST}:{_GIT_PATH}|file:///{_GIT_PATH})$",
+        "https://host/path, ssh://git@host/path, git@host:path or file:///path (a repository on the server, "
+        "read as the site's user); credentials go in the token field",
         max_length=2048,
         check=lambda v: _no_dotdot(v, "repository URL"),
     ),

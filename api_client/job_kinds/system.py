@@ -70,6 +70,7 @@ class Processes(Args):
 
 class Reboot(Args):
     delay_min: Int = Field(default=0, ge=0, le=1440)
+    confirm: SafeText | None = None  # the server's host name, typed again: anything else refuses
 
 
 class HostnameSet(Args):
@@ -92,7 +93,7 @@ SYSTEM = [
     kind("system.info", NoArgs, "Show the server: OS, kernel, CPU, memory, uptime, load", read=True, example={}),
     kind("system.processes", Processes, "List the busiest processes", read=True,
          example={"sort": "memory", "limit": 10}),
-    kind("system.reboot", Reboot, "Reboot the server", example={"delay_min": 5}),
+    kind("system.reboot", Reboot, "Reboot the server", example={"delay_min": 5, "confirm": "web1.example.com"}),
     kind("system.hostname-set", HostnameSet, "Set the host name", positional=("hostname",),
          example={"hostname": "web1.example.com"}),
     kind("system.timezone-set", TimezoneSet, "Set the time zone", positional=("timezone",),
@@ -101,6 +102,7 @@ SYSTEM = [
          example={"locale": "en_US.UTF-8"}),
     kind("system.swap-set", SwapSet, "Size the swap file", positional=("size_mb",), example={"size_mb": 2048}),
     kind("system.ntp-sync", NoArgs, "Synchronise the clock now", example={}),
+    kind("system.cache-drop", NoArgs, "Drop the kernel's page cache, dentries and inodes", example={}),
 ]  # fmt: skip
 
 # --- updates ---------------------------------------------------------------------------------------
@@ -190,7 +192,7 @@ STORAGE = [
     kind("storage.inodes", NoArgs, "Show inode usage of the file systems", read=True, example={}),
     kind("storage.largest", StorageLargest, "List the largest files under a folder of a site or of the home", read=True,
          example={"path": "example-com", "limit": 20}, paths=(ScopedPath("path", site="domain"),)),
-    kind("storage.cleanup", StorageCleanup, "Delete temporary files, old logs, caches and unused packages",
+    kind("storage.cleanup", StorageCleanup, "Delete temporary files, old logs, caches and unused packages", json=True,
          example={"targets": ["tmp", "logs"], "older_than_days": 14, "dry_run": True}),
 ]  # fmt: skip
 

@@ -553,6 +553,20 @@ class DeployGit(Args):
     token: Secret | None = None  # an access token for a private https repository
 
 
+class DeployInit(Args):
+    domain: DomainName
+    repo: GitUrl | None = None  # None: a bare repository in the site to push to
+    branch: GitRef = "main"  # what `deploy.run` deploys
+    shared: list[RelativePath] = Field(default_factory=list, max_length=20)  # folders kept across releases
+    token: Secret | None = None  # as in DeployGit
+
+
+class DeployRun(Args):
+    domain: DomainName
+    branch: GitRef | None = None  # None: the branch `deploy.init` chose
+    token: Secret | None = None  # as in DeployGit
+
+
 class DeployRollback(Args):
     domain: DomainName
     release: Id | None = None  # None: the previous release
@@ -569,6 +583,12 @@ class DeployPrune(Args):
 
 
 DEPLOY = [
+    kind("deploy.init", DeployInit, "Prepare a site for git deploys: clone a repository, or make one to push to",
+         positional=("domain",), json=True,
+         example={"domain": "example.com", "repo": "https://github.com/acme/site.git", "branch": "main",
+                  "shared": ["storage", "public_html/uploads"]}),
+    kind("deploy.run", DeployRun, "Deploy the newest commit of the branch as a new release", positional=("domain",),
+         json=True, example={"domain": "example.com", "branch": "main"}),
     kind("deploy.git", DeployGit, "Deploy a git branch into a site as a new release", positional=("domain",),
          json=True,
          example={"domain": "example.com", "repo": "https://github.com/acme/site.git", "branch": "main",

@@ -1,0 +1,519 @@
+"""``deploy init|run|git|rollback|list|inspect|prune|key-show``: git releases of a site.
+
+Everything happens in the site's folder and every command runs as the site's user (git, tar,
+mkdir, ln, mv, rm, tee, ssh-keygen; never a shell), so a repository's hooks and configuration
+can do nothing its own user could not do anyway. The agent itself only reads there, through the
+site's jail (a link out of the site is refused). The folder holds::
+
+    deploy/repo.git                 a mirror of the remote (clone mode) or the repository pushed to
+    deploy/releases/<name>.json     what each release is (commit, subject, branch, time)
+    deploy/pushes.log               one line per push received (the bare repository's hook)
+    deploy/id_ed25519[.pub]         the site's deploy key (ssh), made by ``key-show``
+    releases/<name>/                the files of each release (``git archive`` of its commit)
+    shared/<folder>/                folders kept across releases, linked into each one
+    current -> releases/<name>      switched atomically: a new link renamed over the old one
+
+The branch to deploy and the shared folders are kept in the repository's own git config
+(``fleetdeck.branch``, ``fleetdeck.shared``). A release is named after its UTC time
+(``20261123-204500``; ``-2``... when two land in the same second).
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import os
+import posixpath
+import re
+import stat
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import trio
+
+from agent.files.jail import Jail
+from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.common import Account, find_site, site_account
+from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
+from agent.link.protocol import RpcError
+from agent.state import open_lock_file
+from api_client.job_kinds.web import (
+    DeployGit,
+    DeployInit,
+    DeployPrune,
+    DeployRelease,
+    DeployRollback,
+    DeployRun,
+    DomainArgs,
+)
+
+REPO = "deploy/repo.git"
+META = "deploy/releases"
+PUSHES = "deploy/pushes.log"
+KEY = "deploy/id_ed25519"
+RELEASES = "releases"
+SHARED = "shared"
+CURRENT = "current"
+RELEASE_RE = re.compile(r"^\d{8}-\d{6}(?:-\d+)?$")
+MAX_META_BYTES = 64 * 1024
+ALLOWED_PROTOCOLS = "file:https:ssh"  # git refuses ext::, fd::, ... even in submodules or a changed config
+
+# The post-receive hook of a push repository: it records each push, nothing more.
+POST_RECEIVE = """#!/bin/sh
+# fleetdeck: records each push in deploy/pushes.log; `deploy run` deploys it.
+while read old new ref; do
+  echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $ref $old $new" >> ../pushes.log
+done
+"""
+
+# The hooks a release may run, in this order: (name, the file that asks for it, argv).
+HOOKS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("composer", "composer.json", ("composer", "install", "--no-dev", "--no-interaction", "--prefer-dist")),
+    ("npm", "package-lock.json", ("npm", "ci", "--no-audit", "--no-fund")),
+)
+
+
+@dataclass(frozen=True)
+class SiteGit:
+    """Where and as whom a site's deploy commands run."""
+
+    ctx: JobContext
+    domain: str
+    slug: str
+    account: Account
+    folder: str
+
+    def path(self, rel: str) -> str:
+        return os.path.join(self.folder, rel)
+
+    def env(self, token: str | None = None) -> dict[str, str]:
+        env = {
+            "PATH": SYSTEM_PATH,
+            "HOME": self.folder,
+            "USER": self.account.name,
+            "LOGNAME": self.account.name,
+            "LANG": "C.UTF-8",
+            "GIT_ALLOW_PROTOCOL": ALLOWED_PROTOCOLS,
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_SSH_COMMAND": (
+                f"ssh -i {self.path(KEY)} -o IdentitiesOnly=yes -o BatchMode=yes"
+                f" -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile={self.path('deploy/known_hosts')}"
+            ),
+        }
+        if token:  # in the environment, never in argv or in the repository's config
+            basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
+            env.update(GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="http.extraHeader")
+            env["GIT_CONFIG_VALUE_0"] = f"Authorization: Basic {basic}"
+        return env
+
+    def options(self) -> dict[str, Any]:
+        if not self.ctx.is_root:
+            return {}
+        return {"user": self.account.uid, "group": self.account.gid, "extra_groups": []}
+
+    async def stream(
+        self, out: Output, argv: Sequence[str], *, cwd: str | None = None, token: str | None = None
+    ) -> None:
+        """Run `argv` as the site user, its lines to the job; a JobError when it fails."""
+        code = await stream_command(out, argv, cwd=cwd or self.folder, env=self.env(token), **self.options())
+        if code != 0:
+            raise JobError(f"{' '.join(argv[:3])} failed (exit {code})")
+
+    async def capture(self, argv: Sequence[str], *, stdin: bytes = b"", check: bool = True) -> tuple[int, str]:
+        """Run `argv` as the site user in its folder: (exit code, stdout)."""
+        code, text, err = await capture_command(argv, stdin=stdin, env=self.env(), cwd=self.folder, **self.options())
+        if check and code != 0:
+            raise JobError(f"{' '.join(argv[:3])} failed (exit {code}): {' '.join(err.split())[-500:]}")
+        return code, text
+
+    async def git(self, *args: str, check: bool = True) -> tuple[int, str]:
+        return await self.capture([require("git", "deploy from git"), "--git-dir", self.path(REPO), *args], check=check)
+
+    async def config(self, key: str) -> list[str]:
+        code, text = await self.git("config", "--get-all", key, check=False)
+        return text.splitlines() if code == 0 else []
+
+    async def write(self, rel: str, data: bytes) -> None:
+        await self.capture(["tee", "--", rel], stdin=data)
+
+
+async def site_git(ctx: JobContext, domain: str) -> SiteGit:
+    site = await find_site(ctx, domain)
+    folder = ctx.site_home(site.slug)
+    if not await trio.to_thread.run_sync(os.path.isdir, folder):
+        raise JobError(f"the folder of site {site.domain} is missing: {folder}")
+    return SiteGit(ctx, site.domain, site.slug, site_account(ctx, site), folder)
+
+
+# --- reading the site's deploy folders (as the agent, through the jail) -------------------
+
+
+class SiteReader:
+    """Blocking reads inside one site's jail; symlinks are never followed out of it."""
+
+    def __init__(self, home: str, slug: str) -> None:
+        self.home, self.slug = home, slug
+
+    def _jail(self) -> Jail:
+        with Jail(self.home) as home:
+            return home.subjail(self.slug)
+
+    def exists(self, rel: str) -> bool:
+        with self._jail() as jail:
+            try:
+                jail.lstat(rel)
+            except RpcError:
+                return False
+            return True
+
+    def current(self) -> str | None:
+        """The release ``current`` points to, or None."""
+        with self._jail() as jail:
+            try:
+                target = jail.readlink(CURRENT)
+            except RpcError:
+                return None
+        name = posixpath.basename(posixpath.normpath(target))
+        return name if RELEASE_RE.match(name) else None
+
+    def releases(self) -> list[str]:
+        """The release folders, oldest first."""
+        with self._jail() as jail:
+            try:
+                fd = jail.open(RELEASES, os.O_RDONLY | os.O_DIRECTORY, follow_last=False)
+            except RpcError:
+                return []
+            try:
+                names = [
+                    name
+                    for name in os.listdir(fd)
+                    if RELEASE_RE.match(name) and stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+                ]
+            finally:
+                os.close(fd)
+        return sorted(names, key=release_order)
+
+    def text(self, rel: str, limit: int = MAX_META_BYTES) -> str | None:
+        """A small regular file's text, or None."""
+        with self._jail() as jail:
+            try:
+                fd = jail.open(rel, os.O_RDONLY | os.O_NONBLOCK, follow_last=False)
+            except (RpcError, OSError):
+                return None
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+                    return None
+                return os.read(fd, limit).decode("utf-8", "replace")
+            finally:
+                os.close(fd)
+
+    def meta(self, name: str) -> dict[str, Any]:
+        text = self.text(f"{META}/{name}.json")
+        try:
+            data = orjson.loads(text) if text else {}
+        except orjson.JSONDecodeError:
+            data = {}
+        known = ("commit", "subject", "branch", "created_at")
+        return {"name": name, **{key: data.get(key) for key in known if isinstance(data, dict)}}
+
+
+def release_order(name: str) -> tuple[str, int]:
+    """Oldest first: by time, then by the number a second release of the same second got."""
+    extra = name[16:]
+    return name[:15], int(extra) if extra.isdigit() else 1
+
+
+def release_name(taken: Sequence[str], now: float | None = None) -> str:
+    base = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+async def read(work: SiteGit, method: str, *args: Any) -> Any:
+    reader = SiteReader(work.ctx.home, work.slug)
+    return await trio.to_thread.run_sync(lambda: getattr(reader, method)(*args))
+
+
+class SiteLock:
+    """One deploy change at a time per site (a second one fails at once rather than waiting)."""
+
+    def __init__(self, ctx: JobContext, work: SiteGit) -> None:
+        self.path = os.path.join(ctx.state_dir, f"deploy-{work.slug}.lock")
+        self.domain = work.domain
+
+    def __enter__(self) -> None:
+        self.file = open_lock_file(self.path)
+        try:
+            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.file.close()
+            raise JobError(f"another deploy change of {self.domain} is running") from None
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+
+# --- init ----------------------------------------------------------------------------------
+
+
+async def initialise(work: SiteGit, args: DeployInit | DeployGit, out: Output) -> dict[str, Any]:
+    """Make (or bring up to date) the site's repository and settings; what they are now."""
+    git = require("git", "deploy from git")
+    repo = getattr(args, "repo", None)
+    token = args.token.get_secret_value() if args.token else None
+    existed = await read(work, "exists", REPO)
+    await work.capture(["mkdir", "-p", "--", META, RELEASES, SHARED])
+    if not existed:
+        if repo:
+            out.stdout(f"cloning {repo} into {REPO}")
+            await work.stream(out, [git, "clone", "--mirror", "--quiet", "--", repo, REPO], token=token)
+        else:
+            await work.capture([git, "init", "--bare", "--quiet", "--", REPO])
+            await work.write(f"{REPO}/hooks/post-receive", POST_RECEIVE.encode())
+            await work.capture(["chmod", "0755", "--", f"{REPO}/hooks/post-receive"])
+            out.stdout(f"made the repository {work.path(REPO)} to push to (its pushes go to {PUSHES})")
+    else:
+        origin = await work.config("remote.origin.url")
+        if repo and origin != [repo]:
+            if not origin:
+                raise JobError(f"the deploy of {work.domain} receives pushes; it cannot switch to {repo}")
+            await work.git("remote", "set-url", "origin", repo)
+            out.stdout(f"the repository now follows {repo}")
+        out.stdout(f"the deploy of {work.domain} was already initialised; its settings are updated")
+    await work.git("config", "fleetdeck.branch", args.branch)
+    shared = list(getattr(args, "shared", None) or [])
+    if isinstance(args, DeployInit) or not existed:
+        await work.git("config", "--unset-all", "fleetdeck.shared", check=False)
+        for folder in shared:
+            await work.git("config", "--add", "fleetdeck.shared", folder)
+    shared = await work.config("fleetdeck.shared")
+    for folder in shared:
+        await work.capture(["mkdir", "-p", "--", f"{SHARED}/{folder}"])
+    origin = await work.config("remote.origin.url")
+    return {
+        "domain": work.domain,
+        "mode": "clone" if origin else "push",
+        "repo": origin[0] if origin else None,
+        "push_url": None if origin else f"file://{work.path(REPO)}",
+        "branch": args.branch,
+        "shared": shared,
+        "created": not existed,
+    }
+
+
+async def _init(args: DeployInit, ctx: JobContext, out: Output) -> int:
+    work = await site_git(ctx, args.domain)
+    with SiteLock(ctx, work):
+        out.result(await initialise(work, args, out), as_json=ctx.as_json)
+    return 0
+
+
+# --- run -----------------------------------------------------------------------------------
+
+
+async def deploy(work: SiteGit, branch: str | None, token: str | None, out: Output) -> dict[str, Any]:
+    """Fetch, unpack the branch's newest commit into a new release, link the shared folders, run
+    the hooks, then switch ``current`` to it; a failure before the switch removes the release."""
+    git = require("git", "deploy from git")
+    if not await read(work, "exists", REPO):
+        raise JobError(f"site {work.domain} has no deploy yet: run deploy init first")
+    branch = branch or next(iter(await work.config("fleetdeck.branch")), "main")
+    if await work.config("remote.origin.url"):
+        out.stdout("fetching origin")
+        await work.stream(
+            out, [git, "--git-dir", work.path(REPO), "fetch", "--prune", "--quiet", "origin"], token=token
+        )
+    code, commit = await work.git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", check=False)
+    if code != 0:
+        raise JobError(f"the repository of {work.domain} has no branch {branch}")
+    commit = commit.strip()
+    _, subject = await work.git("log", "-1", "--format=%s", commit)
+    previous = await read(work, "current")
+    name = release_name(await read(work, "releases"))
+    folder = f"{RELEASES}/{name}"
+    out.stdout(f"release {name}: {branch} at {commit[:12]} ({subject.strip()})")
+    await work.capture(["mkdir", "--", folder])
+    try:
+        archive = work.path(f"deploy/{name}.tar")
+        try:
+            await work.git("archive", "--format=tar", f"--output={archive}", commit)
+            await work.capture(["tar", "-x", "-f", archive, "-C", folder])
+        finally:
+            await work.capture(["rm", "-f", "--", archive], check=False)
+        for shared in await work.config("fleetdeck.shared"):
+            await link_shared(work, folder, shared)
+        hooks = await run_hooks(work, folder, out)
+        meta = {"commit": commit, "subject": subject.strip(), "branch": branch, "created_at": rfc3339(time.time())}
+        await work.write(f"{META}/{name}.json", orjson.dumps(meta) + b"\n")
+        await switch(work, name)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await work.capture(["rm", "-rf", "--", folder], check=False)
+        raise
+    out.stdout(f"current -> {folder}")
+    return {"domain": work.domain, "release": name, **meta, "previous": previous, "hooks": hooks}
+
+
+async def link_shared(work: SiteGit, release: str, shared: str) -> None:
+    """``<release>/<shared>`` becomes a relative link to ``shared/<shared>`` (what the repository
+    had there is removed: the shared folder wins)."""
+    target = f"{release}/{shared}"
+    await work.capture(["mkdir", "-p", "--", f"{SHARED}/{shared}", posixpath.dirname(target)])
+    await work.capture(["rm", "-rf", "--", target])
+    relative = posixpath.relpath(f"{SHARED}/{shared}", posixpath.dirname(target))
+    await work.capture(["ln", "-s", "--", relative, target])
+
+
+async def run_hooks(work: SiteGit, release: str, out: Output) -> list[dict[str, Any]]:
+    """The fixed hooks the release asks for (by its files), each only when its tool is installed."""
+    ran: list[dict[str, Any]] = []
+    for name, manifest, argv in HOOKS:
+        if not await read(work, "exists", f"{release}/{manifest}"):
+            continue
+        tool = which(argv[0])
+        if tool is None:
+            out.stderr(f"note: {manifest} is there but {argv[0]} is not installed: {name} skipped")
+            ran.append({"hook": name, "ran": False})
+            continue
+        out.stdout(f"hook {name}: {' '.join(argv)}")
+        await work.stream(out, [tool, *argv[1:]], cwd=work.path(release))
+        ran.append({"hook": name, "ran": True})
+    return ran
+
+
+async def switch(work: SiteGit, name: str) -> None:
+    """Point ``current`` at the release `name`: a new link, renamed over the old one (rename(2)
+    is atomic, so a request sees the old release or the new one, never none)."""
+    if await read(work, "exists", CURRENT) and await read(work, "current") is None:
+        raise JobError(f"{work.path(CURRENT)} is not a link to a release: move it away first")
+    temporary = f".current-{name}"
+    await work.capture(["ln", "-sfn", "--", f"{RELEASES}/{name}", temporary])
+    await work.capture(["mv", "-T", "--", temporary, CURRENT])
+
+
+async def _run(args: DeployRun, ctx: JobContext, out: Output) -> int:
+    work = await site_git(ctx, args.domain)
+    with SiteLock(ctx, work):
+        result = await deploy(work, args.branch, args.token.get_secret_value() if args.token else None, out)
+    out.result(result, as_json=ctx.as_json)
+    return 0
+
+
+async def _git(args: DeployGit, ctx: JobContext, out: Output) -> int:
+    """Initialise (or re-point) the site's deploy at `repo`, then deploy the branch."""
+    if args.path:
+        raise JobError("a deploy goes into the site's releases/ and current/ folders; path must be empty")
+    work = await site_git(ctx, args.domain)
+    with SiteLock(ctx, work):
+        await initialise(work, args, out)
+        result = await deploy(work, args.branch, args.token.get_secret_value() if args.token else None, out)
+    out.result(result, as_json=ctx.as_json)
+    return 0
+
+
+# --- rollback, list, inspect, prune --------------------------------------------------------
+
+
+async def _rollback(args: DeployRollback, ctx: JobContext, out: Output) -> int:
+    work = await site_git(ctx, args.domain)
+    with SiteLock(ctx, work):
+        releases, current = await read(work, "releases"), await read(work, "current")
+        if args.release is not None:
+            if args.release not in releases:
+                raise JobError(f"site {work.domain} has no release {args.release}")
+            target = args.release
+        else:
+            older = releases[: releases.index(current)] if current in releases else []
+            if not older:
+                raise JobError(f"site {work.domain} has no release before {current or 'the current one'}")
+            target = older[-1]
+        await switch(work, target)
+    out.result({"domain": work.domain, "release": target, "previous": current}, as_json=ctx.as_json)
+    return 0
+
+
+async def listing(work: SiteGit) -> dict[str, Any]:
+    def work_() -> dict[str, Any]:
+        reader = SiteReader(work.ctx.home, work.slug)
+        current = reader.current()
+        releases = [{**reader.meta(name), "current": name == current} for name in reversed(reader.releases())]
+        return {"domain": work.domain, "current": current, "releases": releases}
+
+    return await trio.to_thread.run_sync(work_)
+
+
+async def _list(args: DomainArgs, ctx: JobContext, out: Output) -> int:
+    work = await site_git(ctx, args.domain)
+    out.result(await listing(work), as_json=ctx.as_json)
+    return 0
+
+
+async def _inspect(args: DeployRelease, ctx: JobContext, out: Output) -> int:
+    work = await site_git(ctx, args.domain)
+    found = [r for r in (await listing(work))["releases"] if r["name"] == args.release]
+    if not found:
+        raise JobError(f"site {work.domain} has no release {args.release}")
+    out.result(
+        {"domain": work.domain, "path": work.path(f"{RELEASES}/{args.release}"), **found[0]}, as_json=ctx.as_json
+    )
+    return 0
+
+
+async def _prune(args: DeployPrune, ctx: JobContext, out: Output) -> int:
+    work = await site_git(ctx, args.domain)
+    with SiteLock(ctx, work):
+        releases, current = await read(work, "releases"), await read(work, "current")
+        doomed = [name for name in releases[: max(0, len(releases) - args.keep)] if name != current]
+        for name in doomed:
+            await work.capture(["rm", "-rf", "--", f"{RELEASES}/{name}", f"{META}/{name}.json"])
+    out.result(
+        {"domain": work.domain, "deleted": doomed, "kept": [r for r in releases if r not in doomed]},
+        as_json=ctx.as_json,
+    )
+    return 0
+
+
+# --- the deploy key ------------------------------------------------------------------------
+
+
+async def _key_show(args: DomainArgs, ctx: JobContext, out: Output) -> int:
+    """The site's ssh deploy key (made on first use, as the site user, without a passphrase:
+    git uses it unattended); only the public half is shown."""
+    work = await site_git(ctx, args.domain)
+    keygen = require("ssh-keygen", "make the site's deploy key")
+    made = False
+    if not await read(work, "exists", f"{KEY}.pub"):
+        await work.capture(["mkdir", "-p", "--", "deploy"])
+        await work.capture([keygen, "-q", "-t", "ed25519", "-N", "", "-C", f"deploy@{work.domain}", "-f", KEY])
+        made = True
+    public = await read(work, "text", f"{KEY}.pub")
+    if public is None:
+        raise JobError(f"{work.path(KEY)}.pub is not a readable key file")
+    _, fingerprint = await work.capture([keygen, "-l", "-f", f"{KEY}.pub"])
+    result = {
+        "domain": work.domain,
+        "public_key": public.strip(),
+        "fingerprint": fingerprint.split()[1] if len(fingerprint.split()) > 1 else None,
+        "created": made,
+    }
+    out.result(result, as_json=ctx.as_json)
+    return 0
+
+
+KINDS = [
+    handler("deploy.init", _init),
+    handler("deploy.run", _run),
+    handler("deploy.git", _git),
+    handler("deploy.rollback", _rollback),
+    handler("deploy.list", _list),
+    handler("deploy.inspect", _inspect),
+    handler("deploy.prune", _prune),
+    handler("deploy.key-show", _key_show),
+]

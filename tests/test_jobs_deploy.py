@@ -1,0 +1,188 @@
+"""``deploy.*`` through the API against the real root agent: a local origin repository (file://)
+with two commits, releases unpacked as the site user, ``current`` switched and rolled back."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.jobs.deploy import release_name, release_order
+from tests.helpers.hosting import Hosting, JobRun
+
+GIT_ENV = {
+    "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/nonexistent",
+    "GIT_AUTHOR_NAME": "Test",
+    "GIT_AUTHOR_EMAIL": "test@example.com",
+    "GIT_COMMITTER_NAME": "Test",
+    "GIT_COMMITTER_EMAIL": "test@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def git(cwd: Path, *args: str, **options: object) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, capture_output=True, text=True, check=False, **options)  # type: ignore[call-overload]
+    assert done.returncode == 0, f"git {args}: {done.stderr}"
+    return str(done.stdout)
+
+
+def commit(work: Path, name: str, text: str) -> str:
+    (work / name).write_text(text)
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", f"add {name}")
+    return git(work, "rev-parse", "HEAD").strip()
+
+
+@pytest.fixture
+def domain(hosting: Hosting) -> Iterator[str]:
+    name = f"deploy-{uuid.uuid4().hex[:6]}.test"
+    hosting.run("site.create", domain=name, profile="static").ok()
+    yield name
+    hosting.run("site.delete", domain=name).ok()
+
+
+def outcome(run: JobRun) -> Any:
+    """A change's JSON result: the last line of its stdout (its progress lines come before)."""
+    return json.loads(run.ok().stdout[-1])
+
+
+def give(path: Path, owner: Path) -> None:
+    """`path` and all it holds to the owner of `owner`."""
+    uid, gid = owner.stat().st_uid, owner.stat().st_gid
+    for item in [path, *path.rglob("*")]:
+        os.lchown(item, uid, gid)
+
+
+@pytest.fixture
+def origin(hosting: Hosting, domain: str) -> tuple[Path, Path]:
+    """(a work tree, its bare origin) with one commit on main; the origin belongs to the site's
+    user (git reads a local repository only as its owner)."""
+    folder = hosting.folder / f"git-{uuid.uuid4().hex[:6]}"
+    work, bare = folder / "work", folder / "origin.git"
+    work.mkdir(parents=True)
+    git(work, "init", "-q", "-b", "main")
+    commit(work, "index.html", "first\n")
+    git(folder, "init", "-q", "--bare", str(bare))
+    git(work, "push", "-q", str(bare), "main")
+    give(bare, hosting.home / domain.replace(".", "-"))
+    return work, bare
+
+
+def push(work: Path, bare: Path) -> None:
+    git(work, "push", "-q", str(bare), "main", user=bare.stat().st_uid, group=bare.stat().st_gid)
+
+
+def test_run_unpacks_a_release_switches_current_and_rollback_goes_back(
+    hosting: Hosting, domain: str, origin: tuple[Path, Path]
+) -> None:
+    work, bare = origin
+    site = hosting.home / domain.replace(".", "-")
+    init = outcome(hosting.run("deploy.init", domain=domain, repo=f"file://{bare}", shared=["storage"]))
+    assert init["mode"] == "clone" and init["created"] is True
+    assert (site / "deploy/repo.git/HEAD").is_file()
+    owner = (site / "deploy/repo.git").stat().st_uid
+    assert owner == site.stat().st_uid != 0  # made as the site user
+
+    first = outcome(hosting.run("deploy.run", domain=domain))
+    assert (site / "current/index.html").read_text() == "first\n"
+    (site / "current/storage/kept.txt").write_text("uploaded")  # lands in shared/storage
+
+    second_commit = commit(work, "second.html", "second\n")
+    give(work, bare)
+    push(work, bare)
+    second = outcome(hosting.run("deploy.run", domain=domain))
+    assert second["commit"] == second_commit and second["previous"] == first["release"]
+    assert os.readlink(site / "current") == f"releases/{second['release']}"
+    assert (site / "current/second.html").read_text() == "second\n"
+    assert (site / "current/storage/kept.txt").read_text() == "uploaded"
+    assert (site / "current/storage").is_symlink()
+    assert (site / "releases" / second["release"] / "second.html").stat().st_uid == owner
+
+    listed = hosting.run("deploy.list", domain=domain).ok().result
+    assert [r["name"] for r in listed["releases"]] == [second["release"], first["release"]]
+    assert listed["current"] == second["release"] and listed["releases"][0]["current"] is True
+    assert listed["releases"][0]["commit"] == second_commit
+
+    back = hosting.run("deploy.rollback", domain=domain).ok()
+    assert f"release: {first['release']}" in back.stdout
+    assert os.readlink(site / "current") == f"releases/{first['release']}"
+    assert not (site / "current/second.html").exists()
+    refused = hosting.run("deploy.rollback", domain=domain)
+    assert refused.exit_code == 1 and "no release before" in refused.text
+
+    shown = hosting.run("deploy.inspect", domain=domain, release=second["release"]).ok().result
+    assert shown["subject"] == "add second.html" and shown["current"] is False
+    hosting.run("deploy.prune", domain=domain, keep=1).ok()
+    assert (site / "releases" / first["release"]).is_dir()  # the newest is kept, and the older one is current
+    hosting.run("deploy.rollback", domain=domain, release=second["release"]).ok()
+    hosting.run("deploy.prune", domain=domain, keep=1).ok()
+    assert sorted(p.name for p in (site / "releases").iterdir()) == [second["release"]]
+    assert not (site / "deploy/releases" / f"{first['release']}.json").exists()
+
+
+def test_init_twice_says_so_and_a_missing_branch_changes_nothing(
+    hosting: Hosting, domain: str, origin: tuple[Path, Path]
+) -> None:
+    _, bare = origin
+    site = hosting.home / domain.replace(".", "-")
+    os.chown(bare, 0, 0)
+    refused = hosting.run("deploy.init", domain=domain, repo=f"file://{bare}")
+    assert refused.exit_code == 1 and "dubious ownership" in refused.text  # not the site user's
+    assert not (site / "deploy/repo.git").exists()
+    give(bare, site)
+    hosting.run("deploy.init", domain=domain, repo=f"file://{bare}").ok()
+    again = hosting.run("deploy.init", domain=domain, repo=f"file://{bare}", branch="nope")
+    assert outcome(again)["created"] is False and "already initialised" in again.text
+    failed = hosting.run("deploy.run", domain=domain)
+    assert failed.exit_code == 1 and "no branch nope" in failed.text
+    assert not (site / "current").exists() and list((site / "releases").iterdir()) == []
+
+
+def test_a_push_repository_records_pushes_and_deploys_them(hosting: Hosting, domain: str) -> None:
+    site = hosting.home / domain.replace(".", "-")
+    init = outcome(hosting.run("deploy.init", domain=domain))
+    assert init["mode"] == "push" and init["push_url"] == f"file://{site}/deploy/repo.git"
+    work = hosting.folder / f"push-{uuid.uuid4().hex[:6]}"
+    work.mkdir()
+    git(work, "init", "-q", "-b", "main")
+    pushed = commit(work, "index.html", "pushed\n")
+    give(work, site)
+    push(work, site / "deploy/repo.git")  # as the site user: its repository
+    assert (
+        f"refs/heads/main 0000000000000000000000000000000000000000 {pushed}" in (site / "deploy/pushes.log").read_text()
+    )
+    result = outcome(hosting.run("deploy.run", domain=domain))
+    assert result["commit"] == pushed
+    assert (site / "current/index.html").read_text() == "pushed\n"
+
+
+def test_the_deploy_key_is_made_once_as_the_site_user(hosting: Hosting, domain: str) -> None:
+    site = hosting.home / domain.replace(".", "-")
+    first = hosting.run("deploy.key-show", domain=domain).ok().result
+    assert first["created"] is True and first["public_key"].startswith("ssh-ed25519 ")
+    assert first["fingerprint"].startswith("SHA256:")
+    private = site / "deploy/id_ed25519"
+    assert private.stat().st_uid == site.stat().st_uid and private.stat().st_mode & 0o077 == 0
+    again = hosting.run("deploy.key-show", domain=domain).ok().result
+    assert again["created"] is False and again["public_key"] == first["public_key"]
+    assert "PRIVATE" not in hosting.run("deploy.key-show", domain=domain).text
+
+
+def test_a_release_name_is_its_utc_time_and_a_second_in_the_same_second_is_numbered() -> None:
+    now = 1_800_000_000.0
+    assert release_name([], now) == "20270115-080000"
+    assert release_name(["20270115-080000"], now) == "20270115-080000-2"
+    names = ["20270115-080000-10", "20270115-080000-2", "20270115-080000", "20260101-000000"]
+    assert sorted(names, key=release_order) == [
+        "20260101-000000",
+        "20270115-080000",
+        "20270115-080000-2",
+        "20270115-080000-10",
+    ]
