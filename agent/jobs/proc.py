@@ -55,6 +55,7 @@ PACKAGES = {
     "openssl": "openssl",
     "pg_dump": "postgresql-client",
     "pg_restore": "postgresql-client",
+    "cgi-fcgi": "libfcgi-bin",
     "php": "php-cli",
     "psql": "postgresql-client",
     "rndc": "bind9-utils",
