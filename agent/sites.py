@@ -7,7 +7,10 @@ they are. It is re-read whenever it changes (mtime, size or inode), so whatever 
 only has to rewrite it (atomically, by rename). Invalid entries are skipped with a warning; an
 unreadable file keeps the last good list.
 
-`add` and `remove` rewrite the file under an exclusive lock (``sites.json.lock``, so an agent and
+`update` changes the other fields of one entry (the web settings of `agent.jobs.site_web`: aliases,
+redirects, limits, environment...), `entry` reads them back.
+
+`add`, `update` and `remove` rewrite the file under an exclusive lock (``sites.json.lock``, so an agent and
 ``fleetdeck agent run`` on the same state folder never lose each other's change), through a
 temporary file renamed over it.
 """
@@ -20,7 +23,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +62,7 @@ class SiteRegistry:
         self._lock = threading.Lock()
         self._key: tuple[int, int, int] | None = None
         self._sites: dict[str, Site] = {}
+        self._entries: dict[str, dict[str, Any]] = {}
 
     def sites(self) -> list[Site]:
         with self._lock:
@@ -98,6 +102,30 @@ class SiteRegistry:
                     raise RpcError("conflict", f"the folder name {site.slug} is already used by {other.get('domain')}")
             document["sites"].append(dict(entry))
         return site
+
+    def entry(self, domain: str) -> dict[str, Any] | None:
+        """A copy of the whole entry of `domain` (every field, known or not), or None."""
+        with self._lock:
+            self._refresh()
+            raw = self._entries.get(domain.lower())
+        return orjson.loads(orjson.dumps(raw)) if raw is not None else None
+
+    def update(self, domain: str, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Apply `change` to the entry of `domain` under the file lock (it edits the dict in place;
+        ``domain`` and ``slug`` stay as they are) and return a copy of the new entry; ``not_found``
+        when there is none."""
+        domain = domain.lower()
+        with self._locked_document() as document:
+            for entry in document["sites"]:
+                if isinstance(entry, dict) and str(entry.get("domain", "")).lower() == domain:
+                    fixed = entry["domain"], entry.get("slug")
+                    change(entry)
+                    entry["domain"], entry["slug"] = fixed
+                    updated: dict[str, Any] = orjson.loads(orjson.dumps(entry))
+                    break
+            else:
+                raise RpcError("not_found", f"no site {domain!r} on this server", {"domain": domain})
+        return updated
 
     def remove(self, domain: str) -> Site:
         """Drop the entry of `domain` and return it; ``not_found`` when there is none."""
@@ -141,7 +169,7 @@ class SiteRegistry:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            self._key, self._sites = None, {}
+            self._key, self._sites, self._entries = None, {}, {}
             return
         key = (st.st_mtime_ns, st.st_size, st.st_ino)
         if key == self._key:
@@ -153,15 +181,17 @@ class SiteRegistry:
         except (OSError, orjson.JSONDecodeError) as exc:
             log.error("cannot read %s (%s); keeping the previous site list", self.path, exc)
             return
-        self._sites = _parse(document, self.path)
+        self._sites, self._entries = _parse(document, self.path)
 
 
-def _parse(document: Any, path: str) -> dict[str, Site]:
+def _parse(document: Any, path: str) -> tuple[dict[str, Site], dict[str, dict[str, Any]]]:
+    """The valid sites of a registry document, and their raw entries (both by domain)."""
     entries = document.get("sites") if isinstance(document, dict) else None
     if not isinstance(entries, list):
         log.error("%s has no list of sites", path)
-        return {}
+        return {}, {}
     sites: dict[str, Site] = {}
+    raw: dict[str, dict[str, Any]] = {}
     for entry in entries:
         domain = entry.get("domain") if isinstance(entry, dict) else None
         slug = entry.get("slug") if isinstance(entry, dict) else None
@@ -173,7 +203,8 @@ def _parse(document: Any, path: str) -> dict[str, Site]:
             log.warning("%s: site %s is listed twice; the first entry wins", path, domain)
         else:
             sites[domain] = _site(entry) or Site(domain, slug)
-    return sites
+            raw[domain] = entry
+    return sites, raw
 
 
 def _site(entry: dict[str, Any]) -> Site | None:

@@ -29,6 +29,7 @@ import trio
 
 from agent import __version__
 from agent.jobs.base import JobContext, Kind, Output
+from agent.jobs.host import LayoutFile
 from agent.jobs.manager import BLOCK, RUN_LINES, Job, JobManager
 from agent.jobs.proc import LineSplitter
 from agent.link import protocol
@@ -102,7 +103,13 @@ def env(tmp_path: Path) -> Iterator[Env]:
     state.mkdir()
     if IS_ROOT:
         os.chmod(tmp_path, 0o755)  # site users must reach their folders
-    made = Env(home, state, JobContext(str(home), str(state), SiteRegistry(str(state)), __version__))
+    # A server without a web server (no nginx sites folder, no PHP-FPM pool folder): its sites are
+    # files, users and registry entries only (tests/test_jobs_sites.py serves them for real).
+    layout = tmp_path / "host-layout.json"
+    no_web = {"nginx": {"sites_dir": str(tmp_path / "no-nginx")}, "php": {"pool_dir": str(tmp_path / "no-php")}}
+    layout.write_text(json.dumps(no_web))
+    ctx = JobContext(str(home), str(state), SiteRegistry(str(state)), __version__, layout=LayoutFile(str(layout)))
+    made = Env(home, state, ctx)
     yield made
     for name in made.users:  # whatever a failed test left behind
         if shutil.which("crontab"):

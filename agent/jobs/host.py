@@ -45,7 +45,9 @@ class NginxLayout(_Section):
     sites_dir: str = "/etc/nginx/sites-enabled"  # one file per site, fleetdeck-<slug>.conf
     conf: str = "/etc/nginx/nginx.conf"  # what `nginx -t -c` checks
     listen: str = "80"  # the value of a site's `listen` (tests: 127.0.0.1:PORT)
-    tls_listen: str = "443 ssl"
+    tls_listen: str = "443 ssl"  # a site's TLS `listen` (tests: 127.0.0.1:PORT ssl)
+    fastcgi_params: str = "/etc/nginx/fastcgi_params"  # included by the PHP sites' server blocks
+    acme_dir: str = "/var/lib/fleetdeck/acme-challenge"  # HTTP-01 files, read by the workers (not in the private state)
     user: str = "www-data"  # the workers' account (it must reach the sites' public folders)
     control: ServiceControl = ServiceControl(unit="nginx")
 

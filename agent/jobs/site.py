@@ -2,26 +2,40 @@
 
 A site ``example.com`` lives in ``<home>/example-com`` (dots become dashes). As root, each site
 gets a system user named after its folder (``useradd --system``, no login shell), owning the
-folder (mode 0750) with ``public_html/`` (the profile's index file) and ``logs/`` inside. The
-registry entry is written last, so a site appears in ``fs/scopes`` only once it is complete, and
-a create that fails half-way undoes what it made.
+folder with ``public_html/`` (the profile's index file) and ``logs/`` inside. The registry entry
+is written before the web server's files (`agent.jobs.site_web` renders them from it), and a
+create that fails half-way undoes what it made.
+
+Who reaches a site's files: its folder is ``<site user>:<group of nginx's user>`` (www-data),
+mode 0750. nginx's workers are in that group, so they enter and read ``public_html`` (0755); no
+other site's user is (their PHP runs as themselves), so they cannot even enter it. No ACL, no
+change to www-data's groups, and the site's user stays free to ``chmod`` its own files.
+``logs/`` (0750, the site's own group) is written by nginx's master (root) and PHP-FPM.
+
+Without nginx (not installed, or no sites folder), ``site.create`` still makes the site's user,
+files and registry entry, says on stderr that nothing serves it and why (naming the Debian
+package), reports ``served: false`` and exits 0: ``site.enable`` writes the server block once
+nginx is there. The same goes for a php or wordpress site without its PHP-FPM.
 """
 
 from __future__ import annotations
 
 import hashlib
 import html
+import logging
 import os
 import re
 import shutil
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, get_args
 
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import Account, account_by_name, current_account, find_site, user_name_of
 from agent.jobs.proc import capture_command, require, which
+from agent.jobs.site_web import apply_site_web, remove_site_web
 from agent.jobs.storage import measure_path
 from agent.sites import SLUG_RE, Site
 from api_client.job_kinds.base import NoArgs
@@ -30,6 +44,8 @@ from api_client.job_kinds.web import DomainArgs, SiteCreate, SiteDelete, SitePro
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 _O_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_USER_NAME = 32
+PROCESS_WAIT_S = 15.0
+log = logging.getLogger("fleetdeck.agent.jobs")
 
 _STATIC_INDEX = """<!doctype html>
 <html lang="en">
@@ -134,8 +150,9 @@ async def _inspect(args: DomainArgs, ctx: JobContext, out: Output) -> int:
 # --- create --------------------------------------------------------------------------------
 
 
-def _make_tree(home: str, slug: str, domain: str, profile: str, uid: int, gid: int) -> None:
-    """``<home>/<slug>`` and its contents, owned by uid:gid; the folder must not exist."""
+def _make_tree(home: str, slug: str, domain: str, profile: str, uid: int, gid: int, web_gid: int) -> None:
+    """``<home>/<slug>`` and its contents, owned by uid:gid (the folder itself by uid:web_gid, the
+    group nginx's workers enter it by); the folder must not exist."""
     index_name, template = PROFILES[profile]
     home_fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -168,7 +185,7 @@ def _make_tree(home: str, slug: str, domain: str, profile: str, uid: int, gid: i
                 os.fchown(sub, uid, gid)
             finally:
                 os.close(sub)
-        os.fchown(site_fd, uid, gid)
+        os.fchown(site_fd, uid, web_gid)
         os.fchmod(site_fd, 0o750)
     finally:
         os.close(site_fd)
@@ -228,6 +245,28 @@ async def _delete_user(name: str) -> str | None:
     return None if code == 0 else f"userdel {name} failed (exit {code}): {' '.join(err.split())}"
 
 
+def _web_gid(ctx: JobContext, account: Account) -> int:
+    """The group a new site's folder grants: nginx's workers' (the site's own when not root or
+    when that account does not exist)."""
+    if not ctx.is_root:
+        return account.gid
+    workers = account_by_name(ctx.host.nginx.user)
+    return workers.gid if workers is not None else account.gid
+
+
+async def serve(ctx: JobContext, site: Site, out: Output) -> bool:
+    """Write the site's server block (and pool) and reload; False, with a note on stderr, when
+    the software is missing (the site's files stay ready)."""
+    try:
+        await apply_site_web(ctx, site)
+    except JobError as exc:
+        if exc.exit_code != EXIT_MISSING:
+            raise
+        out.stderr(f"note: {exc}; the site's files are ready but nothing serves them yet")
+        return False
+    return True
+
+
 async def _create(args: SiteCreate, ctx: JobContext, out: Output) -> int:
     domain, profile = args.domain, args.profile
     slug = slug_of(domain)
@@ -240,34 +279,82 @@ async def _create(args: SiteCreate, ctx: JobContext, out: Output) -> int:
         if other.slug == slug:
             raise JobError(f"the folder name {slug} is already used by site {other.domain}")
     await trio.to_thread.run_sync(_check_free, ctx.home, ctx.site_home(slug))
-    account, made_user = await _site_user(ctx, slug, domain)
-    made_tree = False
+    entry = {
+        "domain": domain,
+        "slug": slug,
+        "profile": profile,
+        "php": php_version() if profile != "static" else None,
+        "created_at": rfc3339(time.time()),
+    }
+    site, served = await _provision(ctx, entry, out, lambda account: _make_tree_for(ctx, entry, account))
+    out.result(
+        {"site": await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True)), "served": served},
+        as_json=ctx.as_json,
+    )
+    return 0
+
+
+async def _quietly(step: Awaitable[Any]) -> None:
+    """An undo step whose own failure must not hide the error being undone (it is logged)."""
     try:
-        await trio.to_thread.run_sync(_make_tree, ctx.home, slug, domain, profile, account.uid, account.gid)
+        await step
+    except Exception:
+        log.exception("undoing a failed site job")
+
+
+def _make_tree_for(ctx: JobContext, entry: dict[str, Any], account: Account) -> None:
+    profile = entry["profile"]
+    web_gid = _web_gid(ctx, account)
+    _make_tree(ctx.home, entry["slug"], entry["domain"], profile, account.uid, account.gid, web_gid)
+
+
+async def _provision(
+    ctx: JobContext, entry: dict[str, Any], out: Output, make_tree: Callable[[Account], None]
+) -> tuple[Site, bool]:
+    """A new site from its registry `entry`: its user, its folder (`make_tree(account)`, in a
+    thread), the entry, its server block and pool. Whatever fails undoes what was made."""
+    domain, slug = entry["domain"], entry["slug"]
+    account, made_user = await _site_user(ctx, slug, domain)
+    made_tree = added = False
+    try:
+        await trio.to_thread.run_sync(make_tree, account)
         made_tree = True
-        entry = {
-            "domain": domain,
-            "slug": slug,
-            "user": account.name if ctx.is_root else None,
-            "profile": profile,
-            "php": php_version() if profile != "static" else None,
-            "created_at": rfc3339(time.time()),
-        }
-        site = await trio.to_thread.run_sync(ctx.sites.add, entry)
+        site = await trio.to_thread.run_sync(ctx.sites.add, {**entry, "user": account.name if ctx.is_root else None})
+        added = True
+        served = await serve(ctx, site, out)
     except BaseException:
         with trio.CancelScope(shield=True):
+            if added:
+                await _quietly(remove_site_web(ctx, site))
+                await trio.to_thread.run_sync(ctx.sites.remove, domain)
             if made_tree:
                 await trio.to_thread.run_sync(_remove_tree, ctx.home, slug)
             if made_user:
                 await _delete_user(account.name)
         raise
-    if profile != "static" and site.php is None:
-        out.stderr(f"note: PHP is not installed on this server; the {profile} site's files are ready")
-    out.result({"site": await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True))}, as_json=ctx.as_json)
-    return 0
+    return site, served
 
 
 # --- delete --------------------------------------------------------------------------------
+
+
+def _processes_of(uid: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    found.append(int(name))
+            except FileNotFoundError:
+                pass
+    return found
+
+
+async def _wait_for_no_processes(uid: int) -> None:
+    """userdel refuses a user with processes: give the old pool's children (bounded) time to end."""
+    with trio.move_on_after(PROCESS_WAIT_S):
+        while await trio.to_thread.run_sync(_processes_of, uid):  # noqa: ASYNC110 (no event to wait on)
+            await trio.sleep(0.05)
 
 
 async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
@@ -277,7 +364,12 @@ async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
     home = ctx.site_home(site.slug)
     exit_code = 0
     cron_removed = await forget_site(ctx, site, out)
+    web_removed = await remove_site_web(ctx, site)
     await trio.to_thread.run_sync(ctx.sites.remove, site.domain)
+    certificates = os.path.join(ctx.state_dir, "ssl", site.slug)
+    certificates_removed = await trio.to_thread.run_sync(os.path.isdir, certificates)
+    if certificates_removed:
+        await trio.to_thread.run_sync(shutil.rmtree, certificates)
     files_removed = False
     if not args.keep_files and await trio.to_thread.run_sync(os.path.lexists, home):
         await trio.to_thread.run_sync(_remove_tree, ctx.home, site.slug)
@@ -287,6 +379,7 @@ async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
         account = account_by_name(site.user)
         others = [s for s in await trio.to_thread.run_sync(ctx.sites.sites) if s.user == site.user]
         if account is not None and same_path(account.home, home) and not others:
+            await _wait_for_no_processes(account.uid)  # the pool's children end with PHP-FPM's reload
             error = await _delete_user(account.name)
             if error:
                 out.stderr(error)
@@ -299,6 +392,8 @@ async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
         "files_removed": files_removed,
         "user_removed": user_removed,
         "cron_entries_removed": cron_removed,
+        "web_files_removed": web_removed,
+        "certificates_removed": certificates_removed,
     }
     out.result(result, as_json=ctx.as_json)
     return exit_code

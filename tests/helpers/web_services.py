@@ -32,10 +32,15 @@ class Nginx:
     conf: Path
     sites_dir: Path
     port: int
+    tls_port: int  # the sites' TLS server blocks listen here (once they have a certificate)
 
     @property
     def pid_file(self) -> Path:
         return self.folder / "nginx.pid"
+
+    @property
+    def acme_dir(self) -> Path:
+        return self.folder / "acme-challenge"
 
     def url(self, path: str = "/") -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -46,6 +51,8 @@ class Nginx:
             "sites_dir": str(self.sites_dir),
             "conf": str(self.conf),
             "listen": f"127.0.0.1:{self.port}",
+            "tls_listen": f"127.0.0.1:{self.tls_port} ssl",
+            "acme_dir": str(self.acme_dir),
             "control": {
                 "unit": "nginx",
                 "commands": {
@@ -64,7 +71,7 @@ def start_nginx(folder: Path) -> Nginx:
     sites.mkdir()
     for temporary in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
         (folder / "temp" / temporary).mkdir(parents=True)
-    nginx = Nginx(folder, folder / "nginx.conf", sites, free_port())
+    nginx = Nginx(folder, folder / "nginx.conf", sites, free_port(), free_port())
     temp = folder / "temp"
     nginx.conf.write_text(
         f"""user www-data;

@@ -1,0 +1,497 @@
+"""The web side of a site: its nginx server block and, for PHP sites, its PHP-FPM pool.
+
+Both are rendered from the site's registry entry every time (`apply_site_web`), never edited in
+place, so whichever kind changed a setting (``site.alias-add``, ``ssl.issue``, ``php.set``...)
+only updates the entry and calls `apply_site_web`. The entry's web fields (all optional):
+
+- ``enabled`` (bool, default true): false serves the parked page (HTTP 503) instead of public_html;
+- ``aliases`` (list of domains): more ``server_name`` values;
+- ``https_redirect`` (bool): port 80 answers 301 to https, once the site has a certificate;
+- ``www_redirect`` (``keep``/``add``/``remove``): 301 to the www or the bare name;
+- ``php`` (a version such as ``8.2``): the PHP-FPM the pool runs on (php and wordpress profiles);
+- ``pool`` (``pm``, ``max_children``, ``max_requests``): the pool's process manager;
+- ``limits`` (``memory_limit``, ``upload_limit``): ``php_admin_value`` lines and nginx's
+  ``client_max_body_size``;
+- ``php_ini`` (name -> value): more ``php_admin_value`` lines of the pool;
+- ``env`` (name -> {``value``, ``secret``}): the pool's ``env[NAME]`` lines (a secret value is
+  masked wherever it is shown; the pool file is root's, mode 0600).
+
+Files: ``<nginx.sites_dir>/fleetdeck-<slug>.conf`` and ``<php.pool_dir>/fleetdeck-<slug>.conf``,
+the pool's socket ``<php.run_dir>/fleetdeck-<slug>.sock`` (owned by the site user, group of
+nginx's user, mode 0660: only nginx's workers and the site connect). TLS: when
+``<state_dir>/ssl/<slug>/fullchain.pem`` and ``privkey.pem`` both exist, a second server block
+listens on ``nginx.tls_listen`` with them. ACME HTTP-01: ``/.well-known/acme-challenge/`` of every
+name is served from `acme_challenge_dir` (``nginx.acme_dir``), a folder nginx's workers can read
+(the agent's state folder is private: 0700).
+
+Validation comes first: the pool is checked alone with ``php-fpm<version> -t -y`` before it is put
+in place, then nginx's whole configuration with ``nginx -t -c`` with the new server block in place;
+a refusal restores the previous files and raises a JobError with `EXIT_REFUSED`. Only then are
+the services reloaded (``agent.jobs.host.control_service``), each only when its file changed.
+
+Missing software: no ``nginx`` binary or no sites folder -> `EXIT_MISSING` naming the Debian
+package (``nginx``); a PHP site without ``php-fpm<version>`` or its pool folder -> the same with
+``php<version>-fpm``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import trio
+
+from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError
+from agent.jobs.common import account_by_name, site_account
+from agent.jobs.host import HostLayout, NginxLayout, PhpLayout, control_service
+from agent.jobs.proc import capture_command, require, which
+from agent.sites import Site, write_atomically
+
+PHP_PROFILES = ("php", "wordpress")
+DEFAULT_PM = "ondemand"
+DEFAULT_MAX_CHILDREN = 5
+SOCKET_WAIT_S = 15.0
+CONF_NAME = "fleetdeck-{slug}.conf"
+PARKED_PAGE = (
+    "<!doctype html><html><head><title>Site disabled</title></head>"
+    "<body><h1>This site is disabled</h1><p>It will be back soon.</p></body></html>"
+)
+WwwRedirect = Literal["keep", "add", "remove"]
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    """What a site's server block and pool are rendered from (its registry entry, with defaults)."""
+
+    domain: str
+    slug: str
+    home: str
+    profile: str
+    enabled: bool = True
+    aliases: tuple[str, ...] = ()
+    https_redirect: bool = False
+    www_redirect: WwwRedirect = "keep"
+    php: str | None = None
+    pm: str = DEFAULT_PM
+    max_children: int = DEFAULT_MAX_CHILDREN
+    max_requests: int | None = None
+    memory_limit: str | None = None
+    upload_limit: str | None = None
+    php_ini: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def uses_php(self) -> bool:
+        return self.profile in PHP_PROFILES
+
+
+def settings_of(entry: dict[str, Any], home: str) -> WebSettings:
+    """A registry entry's web settings (fields of the wrong type fall back to their default)."""
+
+    pool, limits, env, ini = (_mapping(entry.get(name)) for name in ("pool", "limits", "env", "php_ini"))
+    www = entry.get("www_redirect")
+    return WebSettings(
+        domain=entry["domain"],
+        slug=entry["slug"],
+        home=home,
+        profile=str(entry.get("profile") or "static"),
+        enabled=entry.get("enabled") is not False,
+        aliases=tuple(a for a in entry.get("aliases") or () if isinstance(a, str)),
+        https_redirect=entry.get("https_redirect") is True,
+        www_redirect=www if www in ("keep", "add", "remove") else "keep",
+        php=entry.get("php") if isinstance(entry.get("php"), str) else None,
+        pm=str(pool["pm"]) if pool.get("pm") in ("dynamic", "static", "ondemand") else DEFAULT_PM,
+        max_children=_number(pool.get("max_children")) or DEFAULT_MAX_CHILDREN,
+        max_requests=_number(pool.get("max_requests")),
+        memory_limit=limits.get("memory_limit") if isinstance(limits.get("memory_limit"), str) else None,
+        upload_limit=limits.get("upload_limit") if isinstance(limits.get("upload_limit"), str) else None,
+        php_ini={k: v for k, v in ini.items() if isinstance(v, str)},
+        env={k: v["value"] for k, v in env.items() if isinstance(v, dict) and isinstance(v.get("value"), str)},
+    )
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _number(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+# --- where things are ------------------------------------------------------------------------
+
+
+def vhost_path(nginx: NginxLayout, slug: str) -> str:
+    return os.path.join(nginx.sites_dir, CONF_NAME.format(slug=slug))
+
+
+def pool_dir(php: PhpLayout, version: str) -> str:
+    return php.pool_dir.format(version=version)
+
+
+def pool_path(php: PhpLayout, version: str, slug: str) -> str:
+    return os.path.join(pool_dir(php, version), CONF_NAME.format(slug=slug))
+
+
+def socket_path(php: PhpLayout, slug: str, version: str) -> str:
+    return os.path.join(php.run_dir.format(version=version), f"fleetdeck-{slug}.sock")
+
+
+def acme_challenge_dir(ctx: JobContext) -> str:
+    """Where HTTP-01 challenge files go (``<dir>/<token>``); every site's server block serves them."""
+    return ctx.host.nginx.acme_dir
+
+
+def tls_files(state_dir: str, slug: str) -> tuple[str, str] | None:
+    """The site's certificate chain and key, when both exist."""
+    folder = os.path.join(state_dir, "ssl", slug)
+    chain, key = os.path.join(folder, "fullchain.pem"), os.path.join(folder, "privkey.pem")
+    return (chain, key) if os.path.isfile(chain) and os.path.isfile(key) else None
+
+
+def fpm_versions() -> list[str]:
+    """The PHP-FPM versions installed (``/usr/sbin/php-fpm8.2`` -> 8.2), oldest first."""
+    found = [m[1] for p in glob.glob("/usr/sbin/php-fpm*") if (m := re.fullmatch(r".*/php-fpm(\d+\.\d+)", p))]
+    return sorted(found, key=lambda v: tuple(int(part) for part in v.split(".")))
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+def _names(s: WebSettings) -> tuple[list[str], list[str], str | None]:
+    """(the names the site answers on, the names redirected to the canonical one, that name)."""
+    if s.www_redirect == "keep":
+        return [s.domain, *s.aliases], [], None
+    bare = s.domain.removeprefix("www.")
+    www = f"www.{bare}"
+    canonical, other = (www, bare) if s.www_redirect == "add" else (bare, www)
+    served = [canonical, *(a for a in (s.domain, *s.aliases) if a not in (canonical, other))]
+    return served, [other], canonical
+
+
+def _acme_location(acme_dir: str) -> list[str]:
+    return [
+        "    location ^~ /.well-known/acme-challenge/ {",
+        f"        alias {acme_dir}/;",
+        "        default_type text/plain;",
+        "    }",
+    ]
+
+
+def _site_body(s: WebSettings, nginx: NginxLayout, socket: str | None) -> list[str]:
+    """The locations that serve the site (or its parked page)."""
+    if not s.enabled:
+        return [
+            "    location / {",
+            "        default_type text/html;",
+            f"        return 503 '{PARKED_PAGE}';",
+            "    }",
+        ]
+    if socket is None:
+        return ["    location / {", "        try_files $uri $uri/ =404;", "    }"]
+    return [
+        "    location / {",
+        "        try_files $uri $uri/ /index.php?$args;",
+        "    }",
+        "    location ~ \\.php$ {",
+        "        try_files $uri =404;",
+        f"        include {nginx.fastcgi_params};",
+        "        fastcgi_param SCRIPT_FILENAME $realpath_root$fastcgi_script_name;",
+        f"        fastcgi_pass unix:{socket};",
+        "    }",
+    ]
+
+
+def render_vhost(
+    s: WebSettings, nginx: NginxLayout, acme_dir: str, socket: str | None, tls: tuple[str, str] | None
+) -> str:
+    """The site's nginx configuration: its server block on `nginx.listen` (and `nginx.tls_listen`
+    with a certificate), plus one redirecting block when a www redirect is set."""
+    served, redirected, canonical = _names(s)
+    public = os.path.join(s.home, "public_html")
+    logs = os.path.join(s.home, "logs")
+    lines = [f"# fleetdeck site {s.domain}: written by the agent from its settings; edits are overwritten", ""]
+    listeners: list[tuple[str, bool]] = [(nginx.listen, False)]
+    if tls is not None:
+        listeners.append((nginx.tls_listen, True))
+    for listen, secure in listeners:
+        to_https = tls is not None and s.https_redirect and not secure
+        head = [f"    listen {listen};"]
+        if secure and tls is not None:
+            head += [f"    ssl_certificate {tls[0]};", f"    ssl_certificate_key {tls[1]};"]
+        scheme = "https" if secure or to_https else "$scheme"
+        lines += ["server {", *head, f"    server_name {' '.join(served)};"]
+        lines += [f"    access_log {logs}/access.log;", f"    error_log {logs}/error.log;"]
+        if s.upload_limit:
+            lines.append(f"    client_max_body_size {s.upload_limit.lower()};")
+        lines += _acme_location(acme_dir)
+        if to_https:
+            lines += ["    location / {", "        return 301 https://$host$request_uri;", "    }"]
+        else:
+            lines += [f"    root {public};", "    index index.php index.html index.htm;"]
+            lines += _site_body(s, nginx, socket)
+        lines += ["}", ""]
+        if redirected:
+            lines += ["server {", *head, f"    server_name {' '.join(redirected)};"]
+            lines += [f"    access_log {logs}/access.log;", f"    error_log {logs}/error.log;"]
+            lines += _acme_location(acme_dir)
+            lines += ["    location / {", f"        return 301 {scheme}://{canonical}$request_uri;", "    }", "}", ""]
+    return "\n".join(lines)
+
+
+def ini_quote(value: str) -> str:
+    """A value for PHP-FPM's INI parser, taken literally: double quotes, with ``\\``, ``"`` and
+    ``$`` (which would expand ``${VAR}``) escaped."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise JobError("a value in a PHP-FPM pool may not contain control characters (a new line...)")
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
+
+
+def render_pool(s: WebSettings, user: str, group: str, socket: str, listen_group: str) -> str:
+    """The site's PHP-FPM pool: its processes run as the site's user; its socket is for nginx."""
+    lines = [
+        f"; fleetdeck site {s.domain}: written by the agent from its settings; edits are overwritten",
+        f"[fleetdeck-{s.slug}]",
+        f"user = {user}",
+        f"group = {group}",
+        f"listen = {socket}",
+        f"listen.owner = {user}",
+        f"listen.group = {listen_group}",
+        "listen.mode = 0660",
+        f"pm = {s.pm}",
+        f"pm.max_children = {s.max_children}",
+    ]
+    if s.pm == "dynamic":
+        spare = max(1, s.max_children // 4)
+        lines += [f"pm.start_servers = {spare}", f"pm.min_spare_servers = {spare}", f"pm.max_spare_servers = {spare}"]
+    elif s.pm == "ondemand":
+        lines.append("pm.process_idle_timeout = 10s")
+    if s.max_requests is not None:
+        lines.append(f"pm.max_requests = {s.max_requests}")
+    lines += [
+        "chdir = /",
+        f"php_admin_value[error_log] = {os.path.join(s.home, 'logs', 'php-error.log')}",
+        "php_admin_flag[log_errors] = on",
+    ]
+    admin = dict(s.php_ini)
+    if s.memory_limit:
+        admin["memory_limit"] = s.memory_limit
+    if s.upload_limit:
+        admin["upload_max_filesize"] = s.upload_limit
+        admin["post_max_size"] = s.upload_limit
+    lines += [f"php_admin_value[{key}] = {ini_quote(value)}" for key, value in sorted(admin.items())]
+    lines += [f"env[{name}] = {ini_quote(value)}" for name, value in sorted(s.env.items())]
+    return "\n".join(lines) + "\n"
+
+
+# --- applying ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Change:
+    """One configuration file to put in place (`text`) or remove (None), and what it was."""
+
+    path: str
+    text: str | None
+    mode: int
+    before: bytes | None = None
+
+    @property
+    def changed(self) -> bool:
+        return self.before != (self.text.encode() if self.text is not None else None)
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _put(path: str, data: bytes | None, mode: int) -> None:
+    if data is None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    else:
+        write_atomically(path, data, mode)
+
+
+def _install(changes: list[Change]) -> None:
+    for change in changes:
+        change.before = _read(change.path)
+    done: list[Change] = []
+    try:
+        for change in changes:
+            if change.changed:
+                _put(change.path, change.text.encode() if change.text is not None else None, change.mode)
+                done.append(change)
+    except BaseException:
+        _restore(done)
+        raise
+
+
+def _restore(changes: list[Change]) -> None:
+    for change in changes:
+        _put(change.path, change.before, change.mode)
+
+
+def _tool_words(text: str) -> str:
+    return " ".join(text.split())[-800:]
+
+
+def require_nginx(layout: HostLayout) -> str:
+    nginx = require("nginx", "serve the sites", package="nginx")
+    if not os.path.isdir(layout.nginx.sites_dir):
+        raise JobError(
+            f"nginx's sites folder {layout.nginx.sites_dir} does not exist (Debian package nginx)", EXIT_MISSING
+        )
+    return nginx
+
+
+def require_fpm(layout: HostLayout, version: str | None) -> tuple[str, str]:
+    """The ``php-fpm<version>`` binary and version a PHP site's pool runs on."""
+    if version is None:
+        raise JobError("PHP is not installed on this server (Debian package php-fpm)", EXIT_MISSING)
+    binary = require(f"php-fpm{version}", "run the site's PHP", package=f"php{version}-fpm")
+    if not os.path.isdir(pool_dir(layout.php, version)):
+        raise JobError(
+            f"PHP-FPM's pool folder {pool_dir(layout.php, version)} does not exist (Debian package php{version}-fpm)",
+            EXIT_MISSING,
+        )
+    return binary, version
+
+
+async def _check_pool(fpm: str, text: str) -> None:
+    """``php-fpm -t`` on the pool alone (with an empty global section), before it is used."""
+    with tempfile.TemporaryDirectory(prefix="fleetdeck-pool-") as folder:  # 0700: the pool may hold secrets
+        candidate = os.path.join(folder, "candidate.conf")
+        whole = f"[global]\nerror_log = {os.devnull}\n{text}".encode()
+        await trio.to_thread.run_sync(write_atomically, candidate, whole)
+        code, out_text, err = await capture_command([fpm, "-t", "-y", candidate])
+    if code != 0:
+        said = [line for line in (err + out_text).splitlines() if "ERROR" in line] or [err + out_text]
+        raise JobError(f"php-fpm refused the pool: {_tool_words(' '.join(said))}", EXIT_REFUSED)
+
+
+async def _check_nginx(nginx: str, conf: str) -> None:
+    code, text, err = await capture_command([nginx, "-t", "-q", "-c", conf])
+    if code != 0:
+        raise JobError(f"nginx refused the configuration: {_tool_words(err or text)}", EXIT_REFUSED)
+
+
+async def _wait_for_socket(path: str) -> None:
+    """PHP-FPM reloads in the background: wait (bounded) until the pool's socket is there."""
+    with trio.move_on_after(SOCKET_WAIT_S):
+        while not await trio.to_thread.run_sync(os.path.exists, path):  # noqa: ASYNC110 (no event to wait on)
+            await trio.sleep(0.05)
+        return
+    raise JobError(f"PHP-FPM did not open {path} within {SOCKET_WAIT_S:.0f} s after its reload")
+
+
+def nginx_group(layout: HostLayout) -> str:
+    """The group of nginx's worker account (the group a site's folder and socket grant)."""
+    import grp
+
+    account = account_by_name(layout.nginx.user)
+    if account is None:
+        raise JobError(f"nginx's worker account {layout.nginx.user} does not exist on this server")
+    return grp.getgrgid(account.gid).gr_name
+
+
+def _plan(ctx: JobContext, site: Site, s: WebSettings, version: str | None) -> list[Change]:
+    layout = ctx.host
+    socket = socket_path(layout.php, s.slug, version) if version is not None else None
+    tls = tls_files(ctx.state_dir, s.slug)
+    vhost = render_vhost(s, layout.nginx, acme_challenge_dir(ctx), socket, tls)
+    changes = [Change(vhost_path(layout.nginx, s.slug), vhost, 0o644)]
+    for other in fpm_versions():
+        if other != version and os.path.isdir(pool_dir(layout.php, other)):  # a PHP version it left
+            changes.append(Change(pool_path(layout.php, other, s.slug), None, 0o600))
+    if version is not None and socket is not None:
+        account = site_account(ctx, site)
+        group = _group_name(account.gid)
+        text = render_pool(s, account.name, group, socket, nginx_group(layout))
+        changes.append(Change(pool_path(layout.php, version, s.slug), text, 0o600))
+    return changes
+
+
+def _group_name(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+async def apply_site_web(ctx: JobContext, site: Site) -> None:
+    """Render the site's server block (and pool) from its registry entry, validate, put in place,
+    reload what changed. A refusal restores the previous files: JobError `EXIT_REFUSED`."""
+    layout = ctx.host
+    entry = await trio.to_thread.run_sync(ctx.sites.entry, site.domain)
+    if entry is None:
+        raise JobError(f"no site {site.domain} on this server")
+    s = settings_of(entry, ctx.site_home(site.slug))
+    nginx = require_nginx(layout)
+    fpm, version = require_fpm(layout, s.php) if s.uses_php else (None, None)
+    await trio.to_thread.run_sync(_prepare_acme_dir, acme_challenge_dir(ctx))
+    changes = await trio.to_thread.run_sync(_plan, ctx, site, s, version)
+    pool = next((c for c in changes if c.text is not None and c.path != changes[0].path), None)
+    if fpm is not None and pool is not None and pool.text is not None:
+        await _check_pool(fpm, pool.text)
+    await trio.to_thread.run_sync(_install, changes)
+    try:
+        await _check_nginx(nginx, layout.nginx.conf)
+    except JobError:
+        await trio.to_thread.run_sync(_restore, changes)
+        raise
+    await _reload(ctx, changes, version)
+    if version is not None:
+        await _wait_for_socket(socket_path(layout.php, s.slug, version))
+
+
+async def _reload(ctx: JobContext, changes: list[Change], version: str | None) -> None:
+    """Reload nginx when the server block changed, each PHP-FPM whose pool came, changed or went."""
+    layout = ctx.host
+    if changes[0].changed:
+        await control_service(layout.nginx.control, "reload")
+    for change in changes[1:]:
+        if change.changed:
+            await control_service(layout.php.control, "reload", version=_version_of(layout, change.path, version))
+
+
+def _version_of(layout: HostLayout, path: str, fallback: str | None) -> str:
+    for version in fpm_versions():
+        if os.path.dirname(path) == pool_dir(layout.php, version).rstrip("/"):
+            return version
+    return fallback or ""
+
+
+def _prepare_acme_dir(path: str) -> None:
+    """The challenge folder: nginx's workers read it, so it is 0755 (only root writes in it)."""
+    os.makedirs(path, mode=0o755, exist_ok=True)
+
+
+async def remove_site_web(ctx: JobContext, site: Site) -> list[str]:
+    """Take the site's server block and pools away and reload; the files removed. Without nginx
+    (or PHP-FPM) there is nothing of it to remove."""
+    layout = ctx.host
+    changes = [Change(vhost_path(layout.nginx, site.slug), None, 0o644)]
+    changes += [Change(pool_path(layout.php, v, site.slug), None, 0o600) for v in fpm_versions()]
+    await trio.to_thread.run_sync(_install, changes)
+    removed = [c.path for c in changes if c.changed]
+    if changes[0].changed and which("nginx") is not None:
+        await control_service(layout.nginx.control, "reload")
+    for change in changes[1:]:
+        if change.changed:
+            version = _version_of(layout, change.path, None)
+            await control_service(layout.php.control, "reload", version=version)
+            await trio.to_thread.run_sync(_put, socket_path(layout.php, site.slug, version), None, 0)
+    return removed
