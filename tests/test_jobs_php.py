@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -21,8 +22,6 @@ import pytest
 
 from agent.jobs.php.fpm import FileTrial, parse_alternatives, parse_sections, problem_lines, set_directive
 from agent.jobs.php.modules import module_priority, parse_php_m
-from agent.jobs.php.pools import pool_directives
-from api_client.job_kinds.web import PhpPool
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting
 from tests.helpers.web_services import PhpFpm
@@ -284,6 +283,98 @@ def test_extension_install_of_an_installed_or_unknown_extension(hosting: Hosting
     assert f"no Debian package php{version}-nosuchext" in run.text
 
 
+# --- a site's pool -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PhpSite:
+    domain: str
+    slug: str
+    socket: Path
+    pool_file: Path
+
+
+@pytest.fixture(scope="module")
+def site(hosting: Hosting, pool: ProbePool) -> Iterator[PhpSite]:
+    domain = f"php{secrets.token_hex(4)}.example.test"
+    hosting.run("site.create", domain=domain, profile="php").ok()
+    slug = domain.replace(".", "-")
+    fpm = pool.fpm
+    yield PhpSite(domain, slug, fpm.run_dir / f"fleetdeck-{slug}.sock", fpm.pool_dir / f"fleetdeck-{slug}.conf")
+    hosting.run("site.delete", domain=domain).ok()
+    subprocess.run(["userdel", slug], capture_output=True, check=False)
+
+
+def test_a_site_ini_value_is_in_its_own_pool_only(hosting: Hosting, pool: ProbePool, site: PhpSite) -> None:
+    version = pool.fpm.version
+    run = hosting.run("php.ini-set", version=version, key="max_execution_time", value="77", domain=site.domain).ok()
+    assert "php_admin_value[max_execution_time]" in site.pool_file.read_text(), run.text
+    wait_until(lambda: pool.ask("max_execution_time", socket=site.socket)["ini"]["max_execution_time"] == "77")
+    assert pool.ask("max_execution_time", socket=site.socket)["user"] == site.slug
+    assert pool.ask("max_execution_time")["ini"]["max_execution_time"] != "77"  # another pool: the global value
+    got = hosting.run("php.ini-get", version=version, key="max_execution_time", domain=site.domain).ok().result
+    assert got["value"] == "77" and got["scope"] == "site" and got["global_value"] != "77"
+    again = hosting.run("php.ini-set", version=version, key="max_execution_time", value="77", domain=site.domain)
+    assert "already" in again.ok().text
+
+
+def test_a_refused_site_ini_value_leaves_the_pool_as_it_was(hosting: Hosting, pool: ProbePool, site: PhpSite) -> None:
+    before = site.pool_file.read_text()
+    run = hosting.run("php.ini-set", version=pool.fpm.version, key="memory_limit", value="12Q", domain=site.domain)
+    assert run.exit_code == 78, run.text
+    assert site.pool_file.read_text() == before
+
+
+def test_pool_set_sizes_the_site_pool(hosting: Hosting, pool: ProbePool, site: PhpSite) -> None:
+    hosting.run("php.pool-set", domain=site.domain, pm="static", max_children=2, max_requests=100).ok()
+    text = site.pool_file.read_text()
+    assert "pm = static" in text and "pm.max_children = 2" in text and "pm.max_requests = 100" in text
+    name = f"fleetdeck-{site.slug}"
+    wait_until(lambda: len(worker_pids(pool.fpm, name)) == 2)
+    status = hosting.run("php.fpm-status", version=pool.fpm.version).ok().result
+    mine = next(p for p in status["pools"] if p["name"] == name)
+    assert mine["pm"] == "static" and {p["user"] for p in mine["processes"]} == {site.slug}
+    again = hosting.run("php.pool-set", domain=site.domain, pm="static", max_children=2, max_requests=100)
+    assert "already" in again.ok().text
+    hosting.run("php.pool-set", domain=site.domain, pm="ondemand", max_children=3).ok()
+    assert "pm = ondemand" in site.pool_file.read_text() and "max_requests" not in site.pool_file.read_text()
+    wait_until(lambda: not worker_pids(pool.fpm, name))
+
+
+def test_php_set_keeps_a_site_on_an_installed_version(hosting: Hosting, pool: ProbePool, site: PhpSite) -> None:
+    before = site.pool_file.read_text()
+    same = hosting.run("php.set", domain=site.domain, version=pool.fpm.version).ok()
+    assert f"already runs PHP {pool.fpm.version}" in same.text
+    missing = hosting.run("php.set", domain=site.domain, version="5.1")
+    assert missing.exit_code == 69 and "php5.1-fpm" in missing.text
+    assert site.pool_file.read_text() == before
+    assert hosting.run("site.inspect", domain=site.domain).ok().result["php"] == pool.fpm.version
+
+
+def test_opcache_reset_goes_through_the_site_pool(hosting: Hosting, pool: ProbePool, site: PhpSite) -> None:
+    def restarts() -> int:
+        status = pool.ask(socket=site.socket)["opcache"]
+        assert status, "the FPM's opcache is off"
+        count: int = status["opcache_statistics"]["manual_restarts"]
+        return count
+
+    before = restarts()
+    run = hosting.run("php.opcache-reset", domain=site.domain).ok()
+    assert "is reset" in run.text
+    wait_until(lambda: restarts() > before)
+
+
+def test_a_static_site_has_no_php_to_reset(hosting: Hosting) -> None:
+    domain = f"static{secrets.token_hex(4)}.example.test"
+    hosting.run("site.create", domain=domain).ok()
+    try:
+        run = hosting.run("php.opcache-reset", domain=domain)
+        assert run.exit_code == 1 and "runs no PHP" in run.text
+    finally:
+        hosting.run("site.delete", domain=domain).ok()
+        subprocess.run(["userdel", domain.replace(".", "-")], capture_output=True, check=False)
+
+
 # --- parsers ------------------------------------------------------------------------------------
 
 
@@ -322,21 +413,6 @@ def test_module_priority_and_php_m_names() -> None:
         "core",
         "pdo",
         "opcache",
-    }
-
-
-def test_a_dynamic_pool_gets_spare_servers_within_its_children() -> None:
-    assert pool_directives(PhpPool(domain="a.com", pm="dynamic", max_children=2)) == {
-        "pm": "dynamic",
-        "pm.max_children": "2",
-        "pm.start_servers": "1",
-        "pm.min_spare_servers": "1",
-        "pm.max_spare_servers": "2",
-    }
-    assert pool_directives(PhpPool(domain="a.com", pm="static", max_children=4, max_requests=500)) == {
-        "pm": "static",
-        "pm.max_children": "4",
-        "pm.max_requests": "500",
     }
 
 

@@ -19,6 +19,7 @@ KINDS = [
     handler("php.module-list", modules._module_list),
     handler("php.module-enable", modules._module_enable),
     handler("php.module-disable", modules._module_disable),
+    handler("php.set", pools._set),
     handler("php.pool-set", pools._pool_set),
     handler("php.opcache-reset", pools._opcache_reset),
 ]

@@ -2,7 +2,8 @@
 
 Globally a directive goes to ``99-fleetdeck.ini`` in the conf.d of FPM and of the CLI (read
 after Debian's files, so it wins, and ``php.ini`` itself stays the package's); for a site it is a
-``php_admin_value[KEY]`` line of the site's FPM pool (the site's code cannot override it). Before
+``php_admin_value[KEY]`` line of the site's FPM pool (the site's code cannot override it), kept
+in its registry entry (``php_ini``) from which `agent.jobs.site_web` renders the pool. Before
 anything is written the key must be one PHP knows (``ini_get`` answers false for any other) and
 the value must not make PHP warn (``php -d KEY=VALUE``: "Invalid quantity", ...); then the whole
 configuration goes through ``php-fpm -t`` (see `change_checked`): a refusal exits 78 and leaves
@@ -30,7 +31,7 @@ from agent.jobs.php.fpm import (
     reload_after_change,
     set_directive,
 )
-from agent.jobs.php.pools import site_pool, write_pool_directive
+from agent.jobs.php.pools import set_site_ini, site_pool
 from agent.jobs.proc import capture_command
 from api_client.job_kinds.web import PhpIniGet, PhpIniSet
 
@@ -93,12 +94,14 @@ async def _ini_set(args: PhpIniSet, ctx: JobContext, out: Output) -> int:
     await check_ini(paths, args.key, args.value)
     if args.domain is not None:
         site = await find_site(ctx, args.domain)
-        pool = await site_pool(ctx, site, paths)
-        changed = await write_pool_directive(paths, pool, {f"php_admin_value[{args.key}]": args.value})
-        where = f"the pool of {site.domain}"
-    else:
-        changed = await _write_global(paths, args.key, args.value)
-        where = f"PHP {args.version} ({FLEETDECK_INI})"
+        await site_pool(ctx, site, paths)
+        if not await set_site_ini(ctx, site, args.key, args.value):
+            out.stdout(f"{args.key} is already {args.value} in the pool of {site.domain}")
+            return 0
+        out.stdout(f"{args.key} = {args.value} in the pool of {site.domain} (PHP-FPM {args.version} reloaded)")
+        return 0
+    changed = await _write_global(paths, args.key, args.value)
+    where = f"PHP {args.version} ({FLEETDECK_INI})"
     if not changed:
         out.stdout(f"{args.key} is already {args.value} in {where}")
         return 0

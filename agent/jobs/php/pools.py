@@ -1,27 +1,27 @@
-"""``php set|pool-set|opcache-reset``: a site's FPM pool (``<pool_dir>/fleetdeck-<slug>.conf``,
-written by `agent.jobs.site_web`), its process manager and the opcache of the FPM serving it."""
+"""``php set|pool-set|opcache-reset`` and the site side of ``ini-set``: a site's PHP-FPM pool.
+
+The pool (``<pool_dir>/fleetdeck-<slug>.conf``) is rendered from the site's registry entry by
+`agent.jobs.site_web.apply_site_web`, never edited in place: these kinds change the entry (``php``,
+``pool``, ``php_ini``) and render it again, which checks the pool with ``php-fpm -t``, moves it
+to the version's pool folder, and reloads the FPMs it touched. A refusal there (78) puts the
+entry back too, so the entry and the files stay in step.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 import trio
 
 from agent.jobs.base import JobContext, JobError, Output
 from agent.jobs.common import find_site
-from agent.jobs.php.fpm import (
-    FileTrial,
-    PhpPaths,
-    change_checked,
-    parse_fcgi_json,
-    parse_sections,
-    php_paths,
-    reload_after_change,
-    set_directive,
-)
+from agent.jobs.php.fpm import PhpPaths, parse_fcgi_json, php_paths
 from agent.jobs.proc import capture_command, require, tool_env
+from agent.jobs.site_web import apply_site_web, pool_path, socket_path
 from agent.sites import Site
-from api_client.job_kinds.web import DomainArgs, PhpPool
+from api_client.job_kinds.web import DomainArgs, PhpPool, PhpSet
 
 OPCACHE_TIMEOUT_S = 30.0
 # The fixed script the agent runs through a site's pool to reset the opcache; it lives outside
@@ -34,87 +34,115 @@ echo json_encode(['reset' => $enabled ? opcache_reset() : false, 'opcache' => (b
 """
 
 
-def pool_file(paths: PhpPaths, site: Site) -> str:
-    return os.path.join(paths.pool_dir, f"fleetdeck-{site.slug}.conf")
-
-
 def site_version(site: Site) -> str:
     if not site.php:
         raise JobError(f"site {site.domain} runs no PHP (its profile is {site.profile or 'static'})")
     return site.php
 
 
-async def site_pool(ctx: JobContext, site: Site, paths: PhpPaths | None = None) -> str:
-    """The pool file of `site` (under the version it runs); an error when it has none."""
+async def site_pool(ctx: JobContext, site: Site, paths: PhpPaths) -> str:
+    """The pool file of `site` under `paths`' version; an error when it runs another or has none."""
     version = site_version(site)
-    if paths is not None and paths.version != version:
+    if paths.version != version:
         raise JobError(f"site {site.domain} runs PHP {version}, not {paths.version} (php.set switches it)")
-    paths = paths or php_paths(ctx, version)
-    path = pool_file(paths, site)
+    path = pool_path(ctx.host.php, version, site.slug)
     if not await trio.Path(path).exists():
         raise JobError(f"site {site.domain} has no PHP-FPM pool ({path} is missing)")
     return path
 
 
-async def write_pool_directive(paths: PhpPaths, pool: str, directives: dict[str, str]) -> bool:
-    """Set `directives` in the pool file, checked by ``php-fpm -t``; False when all were set already."""
-    old = await trio.Path(pool).read_text()
-    new = old
-    for key, value in directives.items():
-        new = set_directive(new, key, value)
-    if new == old:
+async def change_site(ctx: JobContext, site: Site, change: Callable[[dict[str, Any]], None]) -> bool:
+    """Apply `change` to the site's registry entry and render the site again; False (nothing
+    rendered) when the entry did not change. A failed render puts the entry back."""
+    before = await trio.to_thread.run_sync(ctx.sites.entry, site.domain)
+    if before is None:
+        raise JobError(f"no site {site.domain} on this server")
+    after = await trio.to_thread.run_sync(ctx.sites.update, site.domain, change)
+    if after == before:
         return False
+    try:
+        await apply_site_web(ctx, site)
+    except BaseException:
 
-    def write(trial: FileTrial) -> None:
-        trial.write(pool, new, os.stat(pool).st_mode & 0o7777)
+        def restore(entry: dict[str, Any]) -> None:
+            entry.clear()
+            entry.update(before)
 
-    await change_checked(paths, write)
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(ctx.sites.update, site.domain, restore)
+        raise
     return True
 
 
-def pool_directives(args: PhpPool) -> dict[str, str]:
-    """The pool lines of a pool-set: a dynamic pool also needs its spare servers within
-    max_children (FPM refuses the pool otherwise)."""
-    directives = {"pm": args.pm, "pm.max_children": str(args.max_children)}
-    if args.pm == "dynamic":
-        spare_max = max(1, min(args.max_children, 3))
-        directives.update(
-            {"pm.start_servers": "1", "pm.min_spare_servers": "1", "pm.max_spare_servers": str(spare_max)}
-        )
-    if args.max_requests is not None:
-        directives["pm.max_requests"] = str(args.max_requests)
-    return directives
+def _section(entry: dict[str, Any], name: str) -> dict[str, Any]:
+    value = entry.get(name)
+    if not isinstance(value, dict):
+        value = entry[name] = {}
+    return value
+
+
+async def _set(args: PhpSet, ctx: JobContext, out: Output) -> int:
+    site = await find_site(ctx, args.domain)
+    current = site_version(site)
+    php_paths(ctx, args.version)  # installed, else exit 69 naming php<version>-fpm
+    if current == args.version:
+        out.stdout(f"{site.domain} already runs PHP {args.version}")
+        return 0
+    await change_site(ctx, site, lambda entry: entry.update(php=args.version))
+    out.stdout(f"{site.domain} runs PHP {args.version} (was {current})")
+    return 0
 
 
 async def _pool_set(args: PhpPool, ctx: JobContext, out: Output) -> int:
     site = await find_site(ctx, args.domain)
-    paths = php_paths(ctx, site_version(site))
-    pool = await site_pool(ctx, site, paths)
-    directives = pool_directives(args)
-    if not await write_pool_directive(paths, pool, directives):
+    await site_pool(ctx, site, php_paths(ctx, site_version(site)))
+    wanted: dict[str, Any] = {"pm": args.pm, "max_children": args.max_children}
+    if args.max_requests is not None:
+        wanted["max_requests"] = args.max_requests
+
+    def change(entry: dict[str, Any]) -> None:
+        pool = _section(entry, "pool")
+        pool.update(wanted)
+        if args.max_requests is None:
+            pool.pop("max_requests", None)
+
+    if not await change_site(ctx, site, change):
         out.stdout(f"the pool of {site.domain} is already {args.pm} with {args.max_children} children")
         return 0
-    out.stdout(f"the pool of {site.domain}: " + ", ".join(f"{k} = {v}" for k, v in directives.items()))
-    await reload_after_change(ctx, paths, out)
+    out.stdout(f"the pool of {site.domain}: " + ", ".join(f"{key} {value}" for key, value in wanted.items()))
     return 0
+
+
+# `site.limits` owns these directives of a site's pool (its values win over php_ini's)
+_LIMITED = {"memory_limit": "memory_limit", "upload_max_filesize": "upload_limit", "post_max_size": "upload_limit"}
+
+
+async def set_site_ini(ctx: JobContext, site: Site, key: str, value: str) -> bool:
+    """``php_admin_value[key]`` in the site's pool (its entry's ``php_ini``); False when it was."""
+    entry = await trio.to_thread.run_sync(ctx.sites.entry, site.domain) or {}
+    limits = entry.get("limits") if isinstance(entry.get("limits"), dict) else {}
+    limit = _LIMITED.get(key)
+    if limit is not None and isinstance(limits, dict) and limits.get(limit):
+        raise JobError(f"site.limits sets {key} for {site.domain} ({limits[limit]}): change it there")
+    return await change_site(ctx, site, lambda entry: _section(entry, "php_ini").update({key: value}))
 
 
 # --- opcache ------------------------------------------------------------------------------------
 
 
 async def _opcache_reset(args: DomainArgs, ctx: JobContext, out: Output) -> int:
+    """A request through the site's own pool runs ``opcache_reset()`` in a worker of the FPM
+    serving it: the opcache lives in that FPM master's shared memory, so this empties it for
+    every pool of the master, without the reload that would restart every worker."""
     site = await find_site(ctx, args.domain)
     paths = php_paths(ctx, site_version(site))
-    pool = await site_pool(ctx, site, paths)
-    listen = _pool_listen(await trio.Path(pool).read_text())
-    if listen is None or not listen.startswith("/"):
-        where = listen or "nothing"
-        raise JobError(f"the pool of {site.domain} listens on {where}, not on a socket the agent can reach")
+    await site_pool(ctx, site, paths)
     tool = require("cgi-fcgi", "send a request to the site's PHP-FPM pool", package="libfcgi-bin")
     script = await trio.to_thread.run_sync(_reset_script, paths)
     env = tool_env(REQUEST_METHOD="GET", SCRIPT_FILENAME=script, SCRIPT_NAME="/" + os.path.basename(script))
+    socket = socket_path(ctx.host.php, site.slug, paths.version)
     with trio.move_on_after(OPCACHE_TIMEOUT_S):
-        code, text, err = await capture_command([tool, "-bind", "-connect", listen], env=env)
+        code, text, err = await capture_command([tool, "-bind", "-connect", socket], env=env)
         answer = parse_fcgi_json(text)
         if code != 0 or not isinstance(answer, dict):
             said = " ".join((err or text).split())[-300:]
@@ -125,13 +153,6 @@ async def _opcache_reset(args: DomainArgs, ctx: JobContext, out: Output) -> int:
             out.stdout(f"the opcache of PHP-FPM {paths.version} is reset (every site of this FPM recompiles)")
         return 0
     raise JobError(f"the pool of {site.domain} did not answer within {OPCACHE_TIMEOUT_S:.0f} s")
-
-
-def _pool_listen(text: str) -> str | None:
-    for name, values in parse_sections(text):
-        if name and name != "global" and "listen" in values:
-            return values["listen"]
-    return None
 
 
 def _reset_script(paths: PhpPaths) -> str:
