@@ -90,6 +90,10 @@ class PhpPaths:
     def conf_d(self, sapi: str) -> str:
         return os.path.join(self.ini_dir, sapi, "conf.d")
 
+    def sapis(self) -> list[str]:
+        """The SAPIs of `SAPIS` installed (their conf.d exists: no php<version>-cli, no cli/)."""
+        return [sapi for sapi in SAPIS if os.path.isdir(self.conf_d(sapi))]
+
     def php_ini(self, sapi: str) -> str:
         return os.path.join(self.ini_dir, sapi, "php.ini")
 

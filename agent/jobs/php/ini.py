@@ -21,7 +21,6 @@ import trio
 from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output
 from agent.jobs.common import find_site
 from agent.jobs.php.fpm import (
-    SAPIS,
     FileTrial,
     PhpPaths,
     change_checked,
@@ -112,7 +111,7 @@ async def _ini_set(args: PhpIniSet, ctx: JobContext, out: Output) -> int:
 
 async def _write_global(paths: PhpPaths, key: str, value: str) -> bool:
     """Set the directive in the fleetdeck ini of FPM and CLI; False when both had it already."""
-    files = [os.path.join(paths.conf_d(sapi), FLEETDECK_INI) for sapi in SAPIS]
+    files = [os.path.join(paths.conf_d(sapi), FLEETDECK_INI) for sapi in paths.sapis()]
     texts: dict[str, str] = {}
     for file in files:
         try:

@@ -88,7 +88,7 @@ async def _module_enable(args: PhpModuleArgs, ctx: JobContext, out: Output) -> i
         package = f"php{args.version}-{args.module}"
         said = f"PHP {args.version} has no module {args.module} ({ini}; Debian package {package})"
         raise JobError(said, EXIT_MISSING) from None
-    missing = [sapi for sapi in SAPIS if not enabled_links(paths, sapi, args.module)]
+    missing = [sapi for sapi in paths.sapis() if not enabled_links(paths, sapi, args.module)]
     if not missing:
         out.stdout(f"{args.module} is already enabled for PHP {args.version}")
         return 0
