@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output
+from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
 from agent.jobs.common import find_site
 from agent.jobs.php.fpm import (
     FileTrial,
@@ -130,3 +130,9 @@ async def _write_global(paths: PhpPaths, key: str, value: str) -> bool:
 
     await change_checked(paths, write)
     return True
+
+
+KINDS = [
+    handler("php.ini-get", _ini_get),
+    handler("php.ini-set", _ini_set),
+]

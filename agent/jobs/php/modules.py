@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output
+from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler
 from agent.jobs.php.fpm import SAPIS, FileTrial, PhpPaths, change_checked, php_paths, reload_after_change
 from agent.jobs.proc import capture_command
 from api_client.job_kinds.web import PhpModuleArgs, PhpVersionArgs
@@ -118,3 +118,10 @@ async def _module_disable(args: PhpModuleArgs, ctx: JobContext, out: Output) -> 
     out.stdout(f"{args.module} disabled for PHP {args.version}")
     await reload_after_change(ctx, paths, out)
     return 0
+
+
+KINDS = [
+    handler("php.module-list", _module_list),
+    handler("php.module-enable", _module_enable),
+    handler("php.module-disable", _module_disable),
+]

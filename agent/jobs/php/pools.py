@@ -15,7 +15,7 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output
+from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.common import find_site
 from agent.jobs.php.fpm import PhpPaths, parse_fcgi_json, php_paths
 from agent.jobs.proc import capture_command, require, tool_env
@@ -173,3 +173,10 @@ def _reset_script(paths: PhpPaths) -> str:
         os.chmod(temporary, 0o644)
         os.replace(temporary, path)
     return path
+
+
+KINDS = [
+    handler("php.set", _set),
+    handler("php.pool-set", _pool_set),
+    handler("php.opcache-reset", _opcache_reset),
+]

@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output
+from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.common import user_name_of
 from agent.jobs.php.fpm import (
     PhpPaths,
@@ -178,3 +178,14 @@ async def _status_page(values: dict[str, str]) -> dict[str, Any] | None:
         answer = parse_fcgi_json(text) if code == 0 else None
         return answer if isinstance(answer, dict) else None
     return None
+
+
+KINDS = [
+    handler("php.versions", _versions),
+    handler("php.install", _install),
+    handler("php.uninstall", _uninstall),
+    handler("php.extension-install", _extension_install),
+    handler("php.restart", _restart),
+    handler("php.reload", _reload),
+    handler("php.fpm-status", _fpm_status),
+]
