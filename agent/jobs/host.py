@@ -61,6 +61,7 @@ class PhpLayout(_Section):
     pool_dir: str = "/etc/php/{version}/fpm/pool.d"  # {version}: 8.2
     ini_dir: str = "/etc/php/{version}"  # holds fpm/ and cli/ (php.ini, conf.d/)
     mods_dir: str = "/etc/php/{version}/mods-available"
+    fpm_conf: str = "/etc/php/{version}/fpm/php-fpm.conf"  # the master's file (`php-fpm -t -y`), it includes pool_dir
     run_dir: str = "/run/php"  # the pools' sockets
     control: ServiceControl = ServiceControl(unit="php{version}-fpm")
 

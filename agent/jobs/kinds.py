@@ -10,6 +10,7 @@ from agent.jobs import (
     dns,
     logs,
     metrics,
+    php,
     security,
     service,
     site,
@@ -28,6 +29,7 @@ def all_kinds() -> dict[str, Kind]:
     families = (
         site,
         site_settings,
+        php,
         ssl,
         db,
         cron,

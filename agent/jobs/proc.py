@@ -71,6 +71,7 @@ PACKAGES = {
     "passwd": "passwd",
     "pg_dump": "postgresql-client",
     "pg_restore": "postgresql-client",
+    "cgi-fcgi": "libfcgi-bin",
     "php": "php-cli",
     "ps": "procps",
     "psql": "postgresql-client",

@@ -300,6 +300,8 @@ PHP = [
          example={"domain": "example.com", "version": "8.3"}),
     kind("php.restart", PhpVersionArgs, "Restart the FPM service of a PHP version", positional=("version",),
          example=_V),
+    kind("php.reload", PhpVersionArgs, "Reload the FPM service of a PHP version (new workers, same master)",
+         positional=("version",), example=_V),
     kind("php.ini-get", PhpIniGet, "Show a php.ini directive", read=True, positional=("version", "key"),
          example={"version": "8.3", "key": "memory_limit"}),
     kind("php.ini-set", PhpIniSet, "Set a php.ini directive (globally or for one site)",
@@ -311,10 +313,14 @@ PHP = [
          example={"version": "8.3", "module": "imagick"}),
     kind("php.module-disable", PhpModuleArgs, "Disable a PHP extension module", positional=("version", "module"),
          example={"version": "8.3", "module": "xdebug"}),
+    kind("php.extension-install", PhpModuleArgs, "Install a PHP extension from Debian (php<version>-<module>)",
+         positional=("version", "module"), example={"version": "8.3", "module": "imagick"}),
     kind("php.fpm-status", PhpVersionArgs, "Show the FPM pools of a PHP version", read=True,
          positional=("version",), example=_V),
     kind("php.pool-set", PhpPool, "Size the FPM pool of a site", positional=("domain",),
          example={"domain": "example.com", "pm": "dynamic", "max_children": 20}),
+    kind("php.opcache-reset", DomainArgs, "Empty the opcache of the FPM serving a site", positional=("domain",),
+         example=_D),
 ]  # fmt: skip
 
 # --- ssl -------------------------------------------------------------------------------------------

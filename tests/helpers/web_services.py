@@ -139,6 +139,7 @@ class PhpFpm:
             "pool_dir": str(self.pool_dir),
             "ini_dir": str(self.ini_dir),
             "run_dir": str(self.run_dir),
+            "fpm_conf": str(self.conf),
             "control": {
                 "unit": "php{version}-fpm",
                 "commands": {
