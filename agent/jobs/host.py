@@ -290,9 +290,8 @@ __all__ = [
     "ServiceControl",
     "control_argv",
     "control_service",
-    "reload_nginx",
-
     "rc_links",
+    "reload_nginx",
     "system_argv",
     "systemd_running",
     "sysv_enabled",
