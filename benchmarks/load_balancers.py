@@ -55,7 +55,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.load_balancers.engine import child_pids, read_pid
+from agent.jobs.proc import child_pids, read_pid
 from api_client import Client
 from api_client.job_kinds.load_balancers import LbHealthCheck
 from api_client.load_balancers import BackendCreate, BackendPatch, LoadBalancer, LoadBalancerCreate
