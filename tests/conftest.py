@@ -130,7 +130,10 @@ class AgentProcess:
     ) -> None:
         self.stack, self.server_id, self.api_token = stack, server_id, api_token
         self._args = (stack.base_url, token, home, state, *extra)
-        self.process = start_agent(*self._args)
+        # Its log goes to a file beside its state folder: a pipe nobody reads would fill up and
+        # block a long-lived agent (the session's hosting server logs every job).
+        self.log_file = state.parent / f"{state.name}-agent.log"
+        self.process = self._start()
         try:
             self.wait_online()
         except BaseException:
@@ -155,8 +158,12 @@ class AgentProcess:
         wait_until(lambda: not self.online(), timeout=10)
 
     def restart(self) -> None:
-        self.process = start_agent(*self._args)
+        self.process = self._start()
         self.wait_online()
+
+    def _start(self) -> subprocess.Popen[str]:
+        with open(self.log_file, "a", encoding="utf-8") as log:
+            return start_agent(*self._args, stderr=log)
 
     def stop(self) -> None:
         """A graceful stop: the nginx and HAProxy the agent runs for its load balancers stop with it."""

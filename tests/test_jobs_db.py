@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from tests.helpers.mariadb import MariaDb, mariadb_installed, run_mariadb
 
 pytestmark = pytest.mark.skipif(not mariadb_installed(), reason="needs mariadb-server and mariadb-client")
 
-SITE = "shop-db.test"
+SITE = f"shop-{uuid.uuid4().hex[:6]}.test"  # unique: a site user of an interrupted run may be left on the machine
 PASSWORD = "first-Secret'pass\\word"  # a quote and a backslash: the literal must escape both
 NEW_PASSWORD = "second-secret-passw0rd"
 

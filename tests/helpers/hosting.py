@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import subprocess
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,3 +160,15 @@ def stop_hosting(hosting: Hosting) -> None:
         stop_php_fpm(hosting.php)
     if hosting.nginx is not None:
         stop_nginx(hosting.nginx)
+    left = remove_site_users(hosting.home)
+    assert left == [], f"sites left behind by the tests (their users are removed now): {left}"
+
+
+def remove_site_users(home: Path) -> list[str]:
+    """Remove the system users (and their crontabs) whose home is under `home`: the sites a test
+    did not delete, e.g. because it failed half-way. Their names."""
+    found = [entry.pw_name for entry in pwd.getpwall() if Path(entry.pw_dir).is_relative_to(home)]
+    for name in found:
+        subprocess.run(["crontab", "-u", name, "-r"], capture_output=True, check=False)
+        subprocess.run(["userdel", name], capture_output=True, check=False)
+    return found
