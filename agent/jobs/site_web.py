@@ -37,6 +37,7 @@ package (``nginx``); a PHP site without ``php-fpm<version>`` or its pool folder 
 from __future__ import annotations
 
 import glob
+import grp
 import os
 import re
 import tempfile
@@ -397,8 +398,6 @@ async def _wait_for_socket(path: str) -> None:
 
 def nginx_group(layout: HostLayout) -> str:
     """The group of nginx's worker account (the group a site's folder and socket grant)."""
-    import grp
-
     account = account_by_name(layout.nginx.user)
     if account is None:
         raise JobError(f"nginx's worker account {layout.nginx.user} does not exist on this server")
@@ -430,8 +429,6 @@ def _pool_paths(layout: HostLayout, slug: str) -> list[str]:
 
 
 def _group_name(gid: int) -> str:
-    import grp
-
     try:
         return grp.getgrgid(gid).gr_name
     except KeyError:
@@ -458,7 +455,7 @@ async def _apply(ctx: JobContext, site: Site) -> None:
     fpm, version = require_fpm(layout, s.php) if s.uses_php else (None, None)
     await trio.to_thread.run_sync(_prepare_acme_dir, acme_challenge_dir(ctx))
     changes = await trio.to_thread.run_sync(_plan, ctx, site, s, version)
-    pool = next((c for c in changes if c.text is not None and c.path != changes[0].path), None)
+    pool = next((c for c in changes[1:] if c.text is not None), None)  # changes[0]: the server block
     if fpm is not None and pool is not None and pool.text is not None:
         await check_pool(fpm, pool.text)
     await trio.to_thread.run_sync(_install, changes)
