@@ -498,7 +498,10 @@ async def test_site_lifecycle(env: Env) -> None:
         assert {"domain": domain, "slug": slug} in scopes["sites"]
 
         again = await agent.run("site", "create", domain, "--json")
-        assert again.exit_code == 1 and again.stderr == [f"site {domain} already exists on this server"]
+        assert again.exit_code == 0 and again.stdout[0] == f"site {domain} already exists on this server"
+        other_profile = await agent.run("site", "create", domain, "--profile", "php", "--json")
+        assert other_profile.exit_code == 1
+        assert other_profile.stderr == [f"site {domain} already exists on this server, with the static profile"]
 
         inspected = (await agent.run("site", "inspect", domain, "--json")).json()
         assert inspected["profile"] == "static" and inspected["files"] == 3 and inspected["created_at"]

@@ -93,6 +93,8 @@ def test_a_static_site_answers_through_nginx(hosting: Hosting) -> None:
     page = answers(hosting, domain, "/", 200, f"<h1>{domain}</h1>")
     assert page.headers["content-type"].startswith("text/html")
     assert get(hosting, "other.example.test").status_code == 404  # the default server: not this site
+    again = hosting.run("site.create", domain=domain).ok()
+    assert again.stdout[0] == f"site {domain} already exists on this server"
     access_log = home_of(hosting, domain) / "logs" / "access.log"
     wait_until(lambda: "GET / HTTP/1.1" in access_log.read_text())
 
@@ -157,6 +159,8 @@ def test_an_alias_answers_until_it_is_removed(hosting: Hosting) -> None:
     answers(hosting, alias, "/", 200, f"<h1>{domain}</h1>")
     taken = hosting.run("site.alias-add", domain=new_site(hosting), alias=alias)
     assert taken.exit_code == 1 and f"{alias} is already served by site {domain}" in taken.text
+    as_site = hosting.run("site.create", domain=alias)
+    assert as_site.exit_code == 1 and f"{alias} is an alias of site {domain}" in as_site.text
     assert reported(hosting.run("site.alias-remove", domain=domain, alias=alias))["aliases"] == []
     answers(hosting, alias, "/", 404, "")  # the default server
     answers(hosting, domain, "/", 200, f"<h1>{domain}</h1>")

@@ -288,12 +288,18 @@ async def _new_slug(ctx: JobContext, domain: str) -> str:
             raise JobError(f"site {domain} already exists on this server")
         if other.slug == slug:
             raise JobError(f"the folder name {slug} is already used by site {other.domain}")
+        aliases = (await trio.to_thread.run_sync(ctx.sites.entry, other.domain) or {}).get("aliases") or []
+        if domain in aliases:
+            raise JobError(f"{domain} is an alias of site {other.domain}: remove it there first")
     await trio.to_thread.run_sync(_check_free, ctx.home, ctx.site_home(slug))
     return slug
 
 
 async def _create(args: SiteCreate, ctx: JobContext, out: Output) -> int:
     domain, profile = args.domain, args.profile
+    existing = await trio.to_thread.run_sync(ctx.sites.get, domain)
+    if existing is not None:
+        return await _exists(ctx, existing, profile, out)
     slug = await _new_slug(ctx, domain)
     entry = {
         "domain": domain,
@@ -307,6 +313,18 @@ async def _create(args: SiteCreate, ctx: JobContext, out: Output) -> int:
         {"site": await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True)), "served": served},
         as_json=ctx.as_json,
     )
+    return 0
+
+
+async def _exists(ctx: JobContext, site: Site, profile: str, out: Output) -> int:
+    """Creating a site that is there: said on stdout, its web files written again, exit 0; the
+    same domain with another profile is a conflict."""
+    if (site.profile or "static") != profile:
+        raise JobError(f"site {site.domain} already exists on this server, with the {site.profile or 'static'} profile")
+    out.stdout(f"site {site.domain} already exists on this server")
+    served = await serve(ctx, site, out)
+    described = await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True))
+    out.result({"site": described, "served": served}, as_json=ctx.as_json)
     return 0
 
 

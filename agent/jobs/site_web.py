@@ -37,6 +37,7 @@ package (``nginx``); a PHP site without ``php-fpm<version>`` or its pool folder 
 from __future__ import annotations
 
 import glob
+import grp
 import os
 import re
 import tempfile
@@ -368,7 +369,7 @@ def require_fpm(layout: HostLayout, version: str | None) -> tuple[str, str]:
     return binary, version
 
 
-async def _check_pool(fpm: str, text: str) -> None:
+async def check_pool(fpm: str, text: str) -> None:
     """``php-fpm -t`` on the pool alone (with an empty global section), before it is used."""
     with tempfile.TemporaryDirectory(prefix="fleetdeck-pool-") as folder:  # 0700: the pool may hold secrets
         candidate = os.path.join(folder, "candidate.conf")
@@ -397,8 +398,6 @@ async def _wait_for_socket(path: str) -> None:
 
 def nginx_group(layout: HostLayout) -> str:
     """The group of nginx's worker account (the group a site's folder and socket grant)."""
-    import grp
-
     account = account_by_name(layout.nginx.user)
     if account is None:
         raise JobError(f"nginx's worker account {layout.nginx.user} does not exist on this server")
@@ -411,9 +410,10 @@ def _plan(ctx: JobContext, site: Site, s: WebSettings, version: str | None) -> l
     tls = tls_files(ctx.state_dir, s.slug)
     vhost = render_vhost(s, layout.nginx, acme_challenge_dir(ctx), socket, tls)
     changes = [Change(vhost_path(layout.nginx, s.slug), vhost, 0o644)]
-    for other in fpm_versions():
-        if other != version and os.path.isdir(pool_dir(layout.php, other)):  # a PHP version it left
-            changes.append(Change(pool_path(layout.php, other, s.slug), None, 0o600))
+    kept = pool_path(layout.php, version, s.slug) if version is not None else None
+    for path in _pool_paths(layout, s.slug):
+        if path != kept:  # a PHP version the site left
+            changes.append(Change(path, None, 0o600))
     if version is not None and socket is not None:
         account = site_account(ctx, site)
         group = _group_name(account.gid)
@@ -422,18 +422,30 @@ def _plan(ctx: JobContext, site: Site, s: WebSettings, version: str | None) -> l
     return changes
 
 
-def _group_name(gid: int) -> str:
-    import grp
+def _pool_paths(layout: HostLayout, slug: str) -> list[str]:
+    """Where a pool of the site may be, once each (a layout without ``{version}`` has one folder)."""
+    paths = [pool_path(layout.php, v, slug) for v in fpm_versions() if os.path.isdir(pool_dir(layout.php, v))]
+    return list(dict.fromkeys(paths))
 
+
+def _group_name(gid: int) -> str:
     try:
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return str(gid)
 
 
+_APPLYING = trio.Lock()  # one site's files at a time: a restore never undoes another job's change
+
+
 async def apply_site_web(ctx: JobContext, site: Site) -> None:
     """Render the site's server block (and pool) from its registry entry, validate, put in place,
     reload what changed. A refusal restores the previous files: JobError `EXIT_REFUSED`."""
+    async with _APPLYING:
+        await _apply(ctx, site)
+
+
+async def _apply(ctx: JobContext, site: Site) -> None:
     layout = ctx.host
     entry = await trio.to_thread.run_sync(ctx.sites.entry, site.domain)
     if entry is None:
@@ -443,9 +455,9 @@ async def apply_site_web(ctx: JobContext, site: Site) -> None:
     fpm, version = require_fpm(layout, s.php) if s.uses_php else (None, None)
     await trio.to_thread.run_sync(_prepare_acme_dir, acme_challenge_dir(ctx))
     changes = await trio.to_thread.run_sync(_plan, ctx, site, s, version)
-    pool = next((c for c in changes if c.text is not None and c.path != changes[0].path), None)
+    pool = next((c for c in changes[1:] if c.text is not None), None)  # changes[0]: the server block
     if fpm is not None and pool is not None and pool.text is not None:
-        await _check_pool(fpm, pool.text)
+        await check_pool(fpm, pool.text)
     await trio.to_thread.run_sync(_install, changes)
     try:
         await _check_nginx(nginx, layout.nginx.conf)
@@ -482,9 +494,14 @@ def _prepare_acme_dir(path: str) -> None:
 async def remove_site_web(ctx: JobContext, site: Site) -> list[str]:
     """Take the site's server block and pools away and reload; the files removed. Without nginx
     (or PHP-FPM) there is nothing of it to remove."""
+    async with _APPLYING:
+        return await _remove(ctx, site)
+
+
+async def _remove(ctx: JobContext, site: Site) -> list[str]:
     layout = ctx.host
     changes = [Change(vhost_path(layout.nginx, site.slug), None, 0o644)]
-    changes += [Change(pool_path(layout.php, v, site.slug), None, 0o600) for v in fpm_versions()]
+    changes += [Change(path, None, 0o600) for path in _pool_paths(layout, site.slug)]
     await trio.to_thread.run_sync(_install, changes)
     removed = [c.path for c in changes if c.changed]
     if changes[0].changed and which("nginx") is not None:
