@@ -476,8 +476,14 @@ async def test_site_lifecycle(env: Env) -> None:
     env.users.append(slug)
     folder = env.home / slug
     async with linked(env) as agent:
-        created = (await agent.run("site", "create", domain, "--profile", "static", "--json")).json()["site"]
+        made = await agent.run("site", "create", domain, "--profile", "static", "--json")
+        created = made.json()["site"]
         assert (created["domain"], created["slug"], created["home"]) == (domain, slug, str(folder))
+        # No web server here: the site is files only, and the job says so, naming the package.
+        assert made.json()["served"] is False and made.exit_code == 0
+        assert any("(Debian package nginx)" in line and "nothing serves" in line for line in made.stderr)
+        unserved = await agent.run("site", "enable", domain)
+        assert unserved.exit_code == 69 and "nginx" in unserved.stderr[0]
         st = folder.stat()
         assert stat.S_IMODE(st.st_mode) == 0o750
         assert (folder / "public_html/index.html").read_text().count(domain) >= 1
@@ -492,7 +498,10 @@ async def test_site_lifecycle(env: Env) -> None:
         assert {"domain": domain, "slug": slug} in scopes["sites"]
 
         again = await agent.run("site", "create", domain, "--json")
-        assert again.exit_code == 1 and again.stderr == [f"site {domain} already exists on this server"]
+        assert again.exit_code == 0 and again.stdout[0] == f"site {domain} already exists on this server"
+        other_profile = await agent.run("site", "create", domain, "--profile", "php", "--json")
+        assert other_profile.exit_code == 1
+        assert other_profile.stderr == [f"site {domain} already exists on this server, with the static profile"]
 
         inspected = (await agent.run("site", "inspect", domain, "--json")).json()
         assert inspected["profile"] == "static" and inspected["files"] == 3 and inspected["created_at"]

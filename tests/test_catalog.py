@@ -75,7 +75,7 @@ MUTATION_VERBS = {
     "git", "import", "export", "dump", "restore", "grant", "password", "quota", "lock", "unlock", "ban", "unban",
     "scan", "deny", "allow", "reboot", "sync", "security", "subscribe", "unsubscribe", "hold", "unhold", "cleanup",
     "schedule", "unschedule", "rotate", "ingest", "reindex", "cancel", "maintenance", "replace", "setup",
-    "activate", "deactivate", "reset", "edit",
+    "activate", "deactivate", "reset", "edit", "clone", "limits",
 }  # fmt: skip
 
 SHELL_OR_GLOB = set(";|&$`<>(){}'\"\\*?[]")
@@ -448,6 +448,7 @@ EXPECTED_SECRETS = {
     "backup.target-set": ("secret_access_key",),
     "litellm.model-add": ("api_key",),
     "app.env-set": ("value",),
+    "site.env-set": ("value",),
     "mcp.env-set": ("value",),
     "migrate.pull": ("password",),
     "user.password-set": ("password",),

@@ -76,8 +76,7 @@ def put_page(hosting: Hosting, domain: str, name: str, text: str) -> None:
 
 @pytest.fixture(scope="module")
 def php_site(hosting: Hosting) -> str:
-    if hosting.php is None:
-        pytest.skip("PHP-FPM is not installed (Debian package php-fpm)")
+    needs_php(hosting)
     domain = unique_domain("php")
     hosting.run("site.create", domain=domain, profile="php").ok()
     put_page(hosting, domain, "whoami.php", PHP_USER_PAGE)
@@ -94,6 +93,8 @@ def test_a_static_site_answers_through_nginx(hosting: Hosting) -> None:
     page = answers(hosting, domain, "/", 200, f"<h1>{domain}</h1>")
     assert page.headers["content-type"].startswith("text/html")
     assert get(hosting, "other.example.test").status_code == 404  # the default server: not this site
+    again = hosting.run("site.create", domain=domain).ok()
+    assert again.stdout[0] == f"site {domain} already exists on this server"
     access_log = home_of(hosting, domain) / "logs" / "access.log"
     wait_until(lambda: "GET / HTTP/1.1" in access_log.read_text())
 
@@ -126,3 +127,181 @@ def as_user(name: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv, user=account.pw_uid, group=account.pw_gid, extra_groups=groups, capture_output=True, text=True
     )
+
+
+def new_site(hosting: Hosting, prefix: str = "s", profile: str = "static") -> str:
+    domain = unique_domain(prefix)
+    hosting.run("site.create", domain=domain, profile=profile).ok()
+    return domain
+
+
+def needs_php(hosting: Hosting) -> None:
+    if hosting.php is None:
+        pytest.skip("PHP-FPM is not installed (Debian package php-fpm)")
+
+
+def test_a_disabled_site_shows_its_parked_page(hosting: Hosting) -> None:
+    domain = new_site(hosting)
+    hosting.run("site.disable", domain=domain).ok()
+    parked = answers(hosting, domain, "/", 503, "This site is disabled")
+    assert domain not in parked.text
+    assert "was already" in hosting.run("site.disable", domain=domain).ok().text
+    assert hosting.run("site.inspect", domain=domain).ok().result["enabled"] is False
+    hosting.run("site.enable", domain=domain).ok()
+    answers(hosting, domain, "/", 200, f"<h1>{domain}</h1>")
+
+
+def test_an_alias_answers_until_it_is_removed(hosting: Hosting) -> None:
+    domain = new_site(hosting)
+    alias = unique_domain("alias")
+    added = reported(hosting.run("site.alias-add", domain=domain, alias=alias))
+    assert added == {"domain": domain, "aliases": [alias]}
+    answers(hosting, alias, "/", 200, f"<h1>{domain}</h1>")
+    taken = hosting.run("site.alias-add", domain=new_site(hosting), alias=alias)
+    assert taken.exit_code == 1 and f"{alias} is already served by site {domain}" in taken.text
+    as_site = hosting.run("site.create", domain=alias)
+    assert as_site.exit_code == 1 and f"{alias} is an alias of site {domain}" in as_site.text
+    assert reported(hosting.run("site.alias-remove", domain=domain, alias=alias))["aliases"] == []
+    answers(hosting, alias, "/", 404, "")  # the default server
+    answers(hosting, domain, "/", 200, f"<h1>{domain}</h1>")
+
+
+def test_a_refused_configuration_changes_nothing(hosting: Hosting) -> None:
+    assert hosting.nginx is not None
+    domain = new_site(hosting)
+    vhost = hosting.nginx.sites_dir / f"fleetdeck-{domain.replace('.', '-')}.conf"
+    before = vhost.read_text()
+    broken = hosting.nginx.sites_dir / "zz-broken-by-hand.conf"
+    broken.write_text("server { listen nonsense; }\n")
+    try:
+        refused = hosting.run("site.alias-add", domain=domain, alias=unique_domain("refused"))
+    finally:
+        broken.unlink()
+    assert refused.exit_code == 78 and "nginx refused the configuration" in refused.text
+    assert vhost.read_text() == before
+    assert hosting.run("site.inspect", domain=domain).ok().result["aliases"] == []
+
+
+def test_www_redirect(hosting: Hosting) -> None:
+    domain = new_site(hosting)
+    hosting.run("site.redirect-set", domain=domain, www="remove").ok()
+    moved = answers(hosting, f"www.{domain}", "/a/b?c=1", 301, "")
+    assert moved.headers["location"] == f"http://{domain}/a/b?c=1"
+    answers(hosting, domain, "/", 200, f"<h1>{domain}</h1>")
+    hosting.run("site.redirect-set", domain=domain, www="add").ok()
+    assert answers(hosting, domain, "/x", 301, "").headers["location"] == f"http://www.{domain}/x"
+    answers(hosting, f"www.{domain}", "/", 200, f"<h1>{domain}</h1>")
+
+
+def self_signed(hosting: Hosting, domain: str) -> None:
+    """A certificate where the ssl kinds put the site's (``<state>/ssl/<slug>/``)."""
+    folder = hosting.state / "ssl" / domain.replace(".", "-")
+    folder.mkdir(parents=True)
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+         "-days", "2", "-subj", f"/CN={domain}", "-keyout", str(folder / "privkey.pem"),
+         "-out", str(folder / "fullchain.pem")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def test_https_redirect_once_the_site_has_a_certificate(hosting: Hosting) -> None:
+    assert hosting.nginx is not None
+    domain = new_site(hosting)
+    no_certificate = hosting.run("site.redirect-set", domain=domain, https=True).ok()
+    assert "has no certificate yet" in no_certificate.text
+    answers(hosting, domain, "/", 200, f"<h1>{domain}</h1>")  # no certificate: no redirect
+    self_signed(hosting, domain)
+    hosting.run("site.redirect-set", domain=domain, https=True).ok()
+    moved = answers(hosting, domain, "/p?q=1", 301, "")
+    assert moved.headers["location"] == f"https://{domain}/p?q=1"
+    acme = hosting.nginx.acme_dir / "token-123"
+    acme.write_text("token-123.thumbprint")
+    try:  # the challenge is still answered over http
+        assert answers(hosting, domain, "/.well-known/acme-challenge/token-123", 200, "thumbprint").text
+    finally:
+        acme.unlink()
+    url = f"https://127.0.0.1:{hosting.nginx.tls_port}/"
+    with httpx.Client(verify=False) as client:
+        secure = client.get(url, headers={"Host": domain}, extensions={"sni_hostname": domain})
+    assert secure.status_code == 200 and f"<h1>{domain}</h1>" in secure.text
+
+
+def test_site_logs_show_the_access_log(hosting: Hosting) -> None:
+    domain = new_site(hosting)
+    answers(hosting, domain, "/logged-here", 404, "")
+    shown = hosting.run("site.logs", domain=domain, lines=5).ok().result
+    assert shown["domain"] == domain and isinstance(shown["error"], list)
+    assert any("GET /logged-here HTTP/1.1" in line for line in shown["access"])
+    only_access = hosting.run("site.logs", domain=domain, log="access", lines=1).ok().result
+    assert set(only_access) == {"domain", "access"} and len(only_access["access"]) == 1
+
+
+def test_the_environment_reaches_php_and_secrets_stay_masked(hosting: Hosting, php_site: str) -> None:
+    secret = 'p@ss "w0rd" $HOME ${HOME} \\ ;# end'
+    put_page(hosting, php_site, "env.php", "<?php var_export(getenv('APP_SECRET')); echo '|', getenv('APP_MODE');\n")
+    hosting.run("site.env-set", domain=php_site, key="APP_MODE", value="production").ok()
+    run = hosting.run("site.env-set", domain=php_site, key="APP_SECRET", value=secret, masked=True).ok()
+    assert "p@ss" not in run.text and "p@ss" not in json.dumps(run.job)
+    answers(hosting, php_site, "/env.php", 200, "|production")
+    assert get(hosting, php_site, "/env.php").text == f"{secret!r}|production".replace('"', '"')
+    listed = hosting.run("site.env-list", domain=php_site).ok().result["env"]
+    assert listed == [
+        {"key": "APP_MODE", "value": "production", "masked": False},
+        {"key": "APP_SECRET", "value": "********", "masked": True},
+    ]
+    hosting.run("site.env-unset", domain=php_site, key="APP_SECRET").ok()
+    answers(hosting, php_site, "/env.php", 200, "false|production")
+    assert "has no APP_SECRET" in hosting.run("site.env-unset", domain=php_site, key="APP_SECRET").ok().text
+
+
+def test_limits_reach_php_and_nginx(hosting: Hosting, php_site: str) -> None:
+    assert hosting.php is not None
+    ini = "<?php echo ini_get('memory_limit'), ' ', ini_get('upload_max_filesize'), ' ', ini_get('post_max_size');\n"
+    put_page(hosting, php_site, "limits.php", ini)
+    run = hosting.run("site.limits", domain=php_site, max_children=3, memory_limit="96M", upload_limit="2M")
+    assert reported(run) == {"domain": php_site, "max_children": 3, "memory_limit": "96M", "upload_limit": "2M"}
+    answers(hosting, php_site, "/limits.php", 200, "96M 2M 2M")
+    pool = hosting.php.pool_dir / f"fleetdeck-{php_site.replace('.', '-')}.conf"
+    assert "pm.max_children = 3\n" in pool.read_text()
+    assert hosting.nginx is not None
+    too_big = httpx.post(hosting.nginx.url("/limits.php"), headers={"Host": php_site}, content=b"x" * 3_000_000)
+    assert too_big.status_code == 413
+    static = new_site(hosting)
+    refused = hosting.run("site.limits", domain=static, memory_limit="64M")
+    assert refused.exit_code == 1 and "static site: it has no PHP" in refused.text
+
+
+def test_a_clone_answers_under_its_new_domain_as_another_user(hosting: Hosting, php_site: str) -> None:
+    target = unique_domain("clone")
+    answers(hosting, php_site, "/before-the-clone", 200, php_site)  # index.php answers every path
+    cloned = reported(hosting.run("site.clone", domain=php_site, target=target))
+    user = target.replace(".", "-")
+    assert cloned["cloned_from"] == php_site and cloned["site"]["user"] == user and cloned["served"] is True
+    assert answers(hosting, target, "/whoami.php", 200, user).text == user
+    original = get(hosting, php_site, "/").text
+    assert answers(hosting, target, "/", 200, php_site).text == original  # the same files
+    copied = home_of(hosting, target) / "public_html" / "whoami.php"
+    assert pwd.getpwuid(copied.stat().st_uid).pw_name == user
+    assert "/before-the-clone" in (home_of(hosting, php_site) / "logs" / "access.log").read_text()
+    assert "/before-the-clone" not in (home_of(hosting, target) / "logs" / "access.log").read_text()  # its own logs
+
+
+def test_delete_removes_everything(hosting: Hosting) -> None:
+    needs_php(hosting)
+    assert hosting.nginx is not None and hosting.php is not None
+    domain = new_site(hosting, "gone", "php")
+    slug = domain.replace(".", "-")
+    self_signed(hosting, domain)
+    hosting.run("site.enable", domain=domain).ok()
+    answers(hosting, domain, "/", 200, domain)
+    deleted = reported(hosting.run("site.delete", domain=domain))
+    assert deleted["user_removed"] == slug and deleted["certificates_removed"] is True
+    assert len(deleted["web_files_removed"]) == 2
+    answers(hosting, domain, "/", 404, "")
+    with pytest.raises(KeyError):
+        pwd.getpwnam(slug)
+    assert not (hosting.nginx.sites_dir / f"fleetdeck-{slug}.conf").exists()
+    assert not (hosting.php.pool_dir / f"fleetdeck-{slug}.conf").exists()
+    assert not (hosting.php.run_dir / f"fleetdeck-{slug}.sock").exists()
+    assert not (hosting.state / "ssl" / slug).exists() and not home_of(hosting, domain).exists()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from agent.jobs import cron, logs, metrics, php, service, site, ssl, storage, system, updates
+from agent.jobs import cron, logs, metrics, php, service, site, site_settings, ssl, storage, system, updates
 from agent.jobs.base import Kind, kind_table
 from agent.load_balancers import jobs as load_balancers
 
 
 def all_kinds() -> dict[str, Kind]:
-    families = (site, php, cron, service, system, logs, storage, metrics, updates, ssl, load_balancers)
+    families = (site, site_settings, php, cron, service, system, logs, storage, metrics, updates, ssl, load_balancers)
     return kind_table(kind for family in families for kind in family.KINDS)

@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, get_args
@@ -33,13 +34,13 @@ from typing import Any, get_args
 import trio
 
 from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler, rfc3339
-from agent.jobs.common import Account, account_by_name, current_account, find_site, user_name_of
+from agent.jobs.common import Account, account_by_name, account_by_uid, current_account, find_site, user_name_of
 from agent.jobs.proc import capture_command, require, which
-from agent.jobs.site_web import apply_site_web, remove_site_web
+from agent.jobs.site_web import apply_site_web, remove_site_web, settings_of, vhost_path
 from agent.jobs.storage import measure_path
 from agent.sites import SLUG_RE, Site
 from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.web import DomainArgs, SiteCreate, SiteDelete, SiteProfile
+from api_client.job_kinds.web import DomainArgs, SiteClone, SiteCreate, SiteDelete, SiteProfile
 
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 _O_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -129,6 +130,15 @@ def describe(ctx: JobContext, site: Site, *, full: bool) -> dict[str, Any]:
             profile=site.profile,
             php=site.php,
             created_at=site.created_at,
+        )
+        entry = ctx.sites.entry(site.domain) or {}
+        web = settings_of(entry, home) if entry else None
+        info.update(
+            enabled=web.enabled if web else None,
+            aliases=list(web.aliases) if web else [],
+            https_redirect=web.https_redirect if web else None,
+            www_redirect=web.www_redirect if web else None,
+            served=os.path.exists(vhost_path(ctx.host.nginx, site.slug)),
         )
     return info
 
@@ -267,8 +277,8 @@ async def serve(ctx: JobContext, site: Site, out: Output) -> bool:
     return True
 
 
-async def _create(args: SiteCreate, ctx: JobContext, out: Output) -> int:
-    domain, profile = args.domain, args.profile
+async def _new_slug(ctx: JobContext, domain: str) -> str:
+    """The folder name of a new site `domain`, once nothing on the server has it already."""
     slug = slug_of(domain)
     if not SLUG_RE.match(slug):
         raise JobError(f"the domain {domain} is too long for a site folder name (at most 63 characters)")
@@ -278,7 +288,19 @@ async def _create(args: SiteCreate, ctx: JobContext, out: Output) -> int:
             raise JobError(f"site {domain} already exists on this server")
         if other.slug == slug:
             raise JobError(f"the folder name {slug} is already used by site {other.domain}")
+        aliases = (await trio.to_thread.run_sync(ctx.sites.entry, other.domain) or {}).get("aliases") or []
+        if domain in aliases:
+            raise JobError(f"{domain} is an alias of site {other.domain}: remove it there first")
     await trio.to_thread.run_sync(_check_free, ctx.home, ctx.site_home(slug))
+    return slug
+
+
+async def _create(args: SiteCreate, ctx: JobContext, out: Output) -> int:
+    domain, profile = args.domain, args.profile
+    existing = await trio.to_thread.run_sync(ctx.sites.get, domain)
+    if existing is not None:
+        return await _exists(ctx, existing, profile, out)
+    slug = await _new_slug(ctx, domain)
     entry = {
         "domain": domain,
         "slug": slug,
@@ -291,6 +313,18 @@ async def _create(args: SiteCreate, ctx: JobContext, out: Output) -> int:
         {"site": await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True)), "served": served},
         as_json=ctx.as_json,
     )
+    return 0
+
+
+async def _exists(ctx: JobContext, site: Site, profile: str, out: Output) -> int:
+    """Creating a site that is there: said on stdout, its web files written again, exit 0; the
+    same domain with another profile is a conflict."""
+    if (site.profile or "static") != profile:
+        raise JobError(f"site {site.domain} already exists on this server, with the {site.profile or 'static'} profile")
+    out.stdout(f"site {site.domain} already exists on this server")
+    served = await serve(ctx, site, out)
+    described = await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True))
+    out.result({"site": described, "served": served}, as_json=ctx.as_json)
     return 0
 
 
@@ -333,6 +367,74 @@ async def _provision(
                 await _delete_user(account.name)
         raise
     return site, served
+
+
+# --- clone -------------------------------------------------------------------------------------
+
+CLONED_FIELDS = ("profile", "php", "enabled", "https_redirect", "www_redirect", "pool", "limits", "php_ini", "env")
+"""What a clone takes from its source's entry (not its aliases: those names belong to the source)."""
+
+
+def _plain_entries(folder: str, names: list[str]) -> set[str]:
+    """copytree's `ignore`: what is neither a folder, a regular file nor a symbolic link (a FIFO
+    would block the copy), and the logs' contents (a clone starts with empty logs)."""
+    skipped = {n for n in names if not _is_plain(os.path.join(folder, n))}
+    if os.path.basename(folder) == "logs":
+        skipped.update(names)
+    return skipped
+
+
+def _is_plain(path: str) -> bool:
+    mode = os.lstat(path).st_mode
+    return stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)
+
+
+def _copy_tree(ctx: JobContext, source: str, target: str, account: Account) -> None:
+    """``<home>/<source>`` copied to ``<home>/<target>`` (links as links, modes kept); what the
+    source's user owned is the new user's, the rest keeps its owner; empty logs."""
+    src, dst = ctx.site_home(source), ctx.site_home(target)
+    top = os.lstat(src)
+    if not stat.S_ISDIR(top.st_mode):
+        raise JobError(f"{src} is not a folder")
+    shutil.copytree(src, dst, symlinks=True, ignore=_plain_entries)
+    for folder, dirs, files in os.walk(dst):
+        for name in (*dirs, *files):
+            made = os.path.join(folder, name)
+            was = os.lstat(os.path.join(src, os.path.relpath(made, dst)))
+            uid = account.uid if was.st_uid == top.st_uid else was.st_uid
+            gid = account.gid if was.st_gid in (top.st_gid, _own_gid(top.st_uid)) else was.st_gid
+            os.lchown(made, uid, gid)
+    logs = os.path.join(dst, "logs")
+    if os.path.isdir(logs) and not os.path.islink(logs):
+        for name in LOG_FILES:
+            path = os.path.join(logs, name)
+            fd = os.open(path, _O_NEW_FILE, 0o640)
+            os.fchown(fd, account.uid, account.gid)
+            os.close(fd)
+    os.lchown(dst, account.uid, _web_gid(ctx, account))
+    os.chmod(dst, 0o750)
+
+
+def _own_gid(uid: int) -> int | None:
+    account = account_by_uid(uid)
+    return account.gid if account is not None else None
+
+
+async def _clone(args: SiteClone, ctx: JobContext, out: Output) -> int:
+    source = await find_site(ctx, args.domain)
+    slug = await _new_slug(ctx, args.target)
+    entry = await trio.to_thread.run_sync(ctx.sites.entry, source.domain) or {}
+    cloned = {
+        "domain": args.target,
+        "slug": slug,
+        **{name: entry[name] for name in CLONED_FIELDS if name in entry},
+        "created_at": rfc3339(time.time()),
+        "cloned_from": source.domain,
+    }
+    site, served = await _provision(ctx, cloned, out, lambda account: _copy_tree(ctx, source.slug, slug, account))
+    described = await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True))
+    out.result({"site": described, "cloned_from": source.domain, "served": served}, as_json=ctx.as_json)
+    return 0
 
 
 # --- delete --------------------------------------------------------------------------------
@@ -404,4 +506,5 @@ KINDS = [
     handler("site.inspect", _inspect),
     handler("site.create", _create),
     handler("site.delete", _delete),
+    handler("site.clone", _clone),
 ]

@@ -92,7 +92,7 @@ class WebSettings:
 def settings_of(entry: dict[str, Any], home: str) -> WebSettings:
     """A registry entry's web settings (fields of the wrong type fall back to their default)."""
 
-    pool, limits, env, ini = (_mapping(entry.get(name)) for name in ("pool", "limits", "env", "php_ini"))
+    pool, limits, env, ini = (mapping(entry.get(name)) for name in ("pool", "limits", "env", "php_ini"))
     www = entry.get("www_redirect")
     return WebSettings(
         domain=entry["domain"],
@@ -114,7 +114,7 @@ def settings_of(entry: dict[str, Any], home: str) -> WebSettings:
     )
 
 
-def _mapping(value: Any) -> dict[str, Any]:
+def mapping(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
@@ -368,7 +368,7 @@ def require_fpm(layout: HostLayout, version: str | None) -> tuple[str, str]:
     return binary, version
 
 
-async def _check_pool(fpm: str, text: str) -> None:
+async def check_pool(fpm: str, text: str) -> None:
     """``php-fpm -t`` on the pool alone (with an empty global section), before it is used."""
     with tempfile.TemporaryDirectory(prefix="fleetdeck-pool-") as folder:  # 0700: the pool may hold secrets
         candidate = os.path.join(folder, "candidate.conf")
@@ -431,9 +431,17 @@ def _group_name(gid: int) -> str:
         return str(gid)
 
 
+_APPLYING = trio.Lock()  # one site's files at a time: a restore never undoes another job's change
+
+
 async def apply_site_web(ctx: JobContext, site: Site) -> None:
     """Render the site's server block (and pool) from its registry entry, validate, put in place,
     reload what changed. A refusal restores the previous files: JobError `EXIT_REFUSED`."""
+    async with _APPLYING:
+        await _apply(ctx, site)
+
+
+async def _apply(ctx: JobContext, site: Site) -> None:
     layout = ctx.host
     entry = await trio.to_thread.run_sync(ctx.sites.entry, site.domain)
     if entry is None:
@@ -445,7 +453,7 @@ async def apply_site_web(ctx: JobContext, site: Site) -> None:
     changes = await trio.to_thread.run_sync(_plan, ctx, site, s, version)
     pool = next((c for c in changes if c.text is not None and c.path != changes[0].path), None)
     if fpm is not None and pool is not None and pool.text is not None:
-        await _check_pool(fpm, pool.text)
+        await check_pool(fpm, pool.text)
     await trio.to_thread.run_sync(_install, changes)
     try:
         await _check_nginx(nginx, layout.nginx.conf)
@@ -482,6 +490,11 @@ def _prepare_acme_dir(path: str) -> None:
 async def remove_site_web(ctx: JobContext, site: Site) -> list[str]:
     """Take the site's server block and pools away and reload; the files removed. Without nginx
     (or PHP-FPM) there is nothing of it to remove."""
+    async with _APPLYING:
+        return await _remove(ctx, site)
+
+
+async def _remove(ctx: JobContext, site: Site) -> list[str]:
     layout = ctx.host
     changes = [Change(vhost_path(layout.nginx, site.slug), None, 0o644)]
     changes += [Change(pool_path(layout.php, v, site.slug), None, 0o600) for v in fpm_versions()]

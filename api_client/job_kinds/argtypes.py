@@ -238,6 +238,11 @@ IniValue = Annotated[
     ),
 ]
 
+PhpSize = Annotated[
+    str,
+    shaped(r"^[1-9][0-9]{0,5}[KMG]$", "a size in PHP's and nginx's notation, e.g. 256M or 2G"),
+]
+
 SysctlKey = Annotated[
     str,
     shaped(

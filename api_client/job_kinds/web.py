@@ -27,6 +27,7 @@ from api_client.job_kinds.argtypes import (
     Locale,
     OnOff,
     PhpModule,
+    PhpSize,
     PhpVersion,
     PluginSlug,
     Port,
@@ -78,6 +79,36 @@ class SiteRedirect(Args):
     www: Literal["keep", "add", "remove"] = "keep"
 
 
+class SiteLogs(Args):
+    domain: DomainName
+    lines: Int = Field(default=100, ge=1, le=10_000)
+    log: Literal["access", "error", "both"] = "both"
+
+
+class SiteEnvKey(Args):
+    domain: DomainName
+    key: EnvName
+
+
+class SiteEnvSet(SiteEnvKey):
+    value: Secret  # travels in the job's secrets either way; `masked` hides it in listings
+    masked: Bool = False
+
+
+class SiteLimits(Args):
+    """Only the limits given change; the job prints them all."""
+
+    domain: DomainName
+    max_children: Int | None = Field(default=None, ge=1, le=1000)
+    memory_limit: PhpSize | None = None
+    upload_limit: PhpSize | None = None  # upload_max_filesize, post_max_size and nginx's client_max_body_size
+
+
+class SiteClone(Args):
+    domain: DomainName
+    target: DomainName
+
+
 _D = {"domain": "example.com"}
 
 SITE = [
@@ -95,6 +126,20 @@ SITE = [
          example={"domain": "example.com", "alias": "www.example.com"}),
     kind("site.redirect-set", SiteRedirect, "Set the https and www redirects of a site", positional=("domain",),
          example={"domain": "example.com", "https": True, "www": "remove"}),
+    kind("site.logs", SiteLogs, "Show the last lines of a site's access and error logs", read=True,
+         positional=("domain",), example={"domain": "example.com", "lines": 50, "log": "error"}),
+    kind("site.env-list", DomainArgs, "List the environment of a site's PHP (secret values masked)", read=True,
+         positional=("domain",), example=_D),
+    kind("site.env-set", SiteEnvSet, "Set an environment variable of a site's PHP", positional=("domain", "key"),
+         example={"domain": "example.com", "key": "DB_PASSWORD", "value": "correct-horse-battery", "masked": True}),
+    kind("site.env-unset", SiteEnvKey, "Remove an environment variable of a site's PHP",
+         positional=("domain", "key"), example={"domain": "example.com", "key": "DB_PASSWORD"}),
+    kind("site.limits", SiteLimits, "Set a site's PHP children, memory and upload limits", positional=("domain",),
+         json=True, example={"domain": "example.com", "max_children": 8, "memory_limit": "256M",
+                             "upload_limit": "64M"}),
+    kind("site.clone", SiteClone, "Copy a site to a new domain (files, user, web server)",
+         positional=("domain", "target"), json=True,
+         example={"domain": "example.com", "target": "staging.example.com"}),
 ]  # fmt: skip
 
 # --- wp --------------------------------------------------------------------------------------------

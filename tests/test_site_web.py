@@ -1,0 +1,58 @@
+"""The web side of a site without services: pool values PHP-FPM reads literally, registry fields
+of the wrong type, the www redirect's server blocks, a pool PHP-FPM refuses (78)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import trio
+
+from agent.jobs.base import EXIT_REFUSED, JobError
+from agent.jobs.host import NginxLayout
+from agent.jobs.site_web import check_pool, ini_quote, render_vhost, settings_of
+from tests.helpers.web_services import php_versions
+
+
+def test_pool_values_are_taken_literally_by_php_fpm(tmp_path: Path) -> None:
+    value = 'a "quoted" $HOME ${HOME} back\\slash ;# x'
+    ini = tmp_path / "t.ini"
+    ini.write_text(f"v = {ini_quote(value)}\n")
+    if shutil.which("php") is None:
+        pytest.skip("php-cli is not installed")
+    read_back = f"echo parse_ini_file('{ini}', false, INI_SCANNER_NORMAL)['v'];"
+    assert subprocess.run(["php", "-r", read_back], capture_output=True, text=True).stdout == value
+    with pytest.raises(JobError, match="control characters"):
+        ini_quote("two\nlines")
+
+
+def test_settings_of_ignores_fields_of_the_wrong_type() -> None:
+    entry = {"domain": "a.test", "slug": "a-test", "enabled": "no", "aliases": ["b.test", 3], "pool": [1]}
+    entry |= {"www_redirect": "sideways", "limits": {"memory_limit": 5}, "env": {"K": {"value": 1}}}
+    s = settings_of(entry, "/home/a-test")
+    assert (s.enabled, s.aliases, s.www_redirect, s.max_children, s.memory_limit, s.env) == (
+        True, ("b.test",), "keep", 5, None, {}
+    )  # fmt: skip
+
+
+def test_the_www_redirect_block_names_the_other_host() -> None:
+    s = settings_of(
+        {"domain": "www.a.test", "slug": "www-a-test", "www_redirect": "remove", "aliases": ["c.test"]}, "/h"
+    )
+    text = render_vhost(s, NginxLayout(listen="8080"), "/acme", None, None)
+    assert "server_name a.test c.test;" in text and "server_name www.a.test;" in text
+    assert "return 301 $scheme://a.test$request_uri;" in text
+    assert text.count("location ^~ /.well-known/acme-challenge/") == 2
+
+
+def test_php_fpm_refuses_a_broken_pool() -> None:
+    fpm = shutil.which("php-fpm" + (php_versions() or ["none"])[-1])
+    if fpm is None:
+        pytest.skip("PHP-FPM is not installed")
+    good = "[p]\nuser = www-data\nlisten = /tmp/never.sock\npm = ondemand\npm.max_children = 2\n"
+    trio.run(check_pool, fpm, good)
+    with pytest.raises(JobError) as refused:
+        trio.run(check_pool, fpm, good.replace("= 2", "= many"))
+    assert refused.value.exit_code == EXIT_REFUSED and "pm.max_children" in str(refused.value)
