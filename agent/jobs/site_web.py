@@ -411,15 +411,22 @@ def _plan(ctx: JobContext, site: Site, s: WebSettings, version: str | None) -> l
     tls = tls_files(ctx.state_dir, s.slug)
     vhost = render_vhost(s, layout.nginx, acme_challenge_dir(ctx), socket, tls)
     changes = [Change(vhost_path(layout.nginx, s.slug), vhost, 0o644)]
-    for other in fpm_versions():
-        if other != version and os.path.isdir(pool_dir(layout.php, other)):  # a PHP version it left
-            changes.append(Change(pool_path(layout.php, other, s.slug), None, 0o600))
+    kept = pool_path(layout.php, version, s.slug) if version is not None else None
+    for path in _pool_paths(layout, s.slug):
+        if path != kept:  # a PHP version the site left
+            changes.append(Change(path, None, 0o600))
     if version is not None and socket is not None:
         account = site_account(ctx, site)
         group = _group_name(account.gid)
         text = render_pool(s, account.name, group, socket, nginx_group(layout))
         changes.append(Change(pool_path(layout.php, version, s.slug), text, 0o600))
     return changes
+
+
+def _pool_paths(layout: HostLayout, slug: str) -> list[str]:
+    """Where a pool of the site may be, once each (a layout without ``{version}`` has one folder)."""
+    paths = [pool_path(layout.php, v, slug) for v in fpm_versions() if os.path.isdir(pool_dir(layout.php, v))]
+    return list(dict.fromkeys(paths))
 
 
 def _group_name(gid: int) -> str:
@@ -497,7 +504,7 @@ async def remove_site_web(ctx: JobContext, site: Site) -> list[str]:
 async def _remove(ctx: JobContext, site: Site) -> list[str]:
     layout = ctx.host
     changes = [Change(vhost_path(layout.nginx, site.slug), None, 0o644)]
-    changes += [Change(pool_path(layout.php, v, site.slug), None, 0o600) for v in fpm_versions()]
+    changes += [Change(path, None, 0o600) for path in _pool_paths(layout, site.slug)]
     await trio.to_thread.run_sync(_install, changes)
     removed = [c.path for c in changes if c.changed]
     if changes[0].changed and which("nginx") is not None:
