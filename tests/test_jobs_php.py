@@ -325,6 +325,15 @@ def test_a_refused_site_ini_value_leaves_the_pool_as_it_was(hosting: Hosting, po
     assert site.pool_file.read_text() == before
 
 
+def test_a_site_limit_is_changed_by_site_limits_only(hosting: Hosting, pool: ProbePool, site: PhpSite) -> None:
+    hosting.run("site.limits", domain=site.domain, memory_limit="96M").ok()
+    before = site.pool_file.read_text()
+    run = hosting.run("php.ini-set", version=pool.fpm.version, key="memory_limit", value="64M", domain=site.domain)
+    assert run.exit_code == 1 and "site.limits sets memory_limit" in run.text
+    assert site.pool_file.read_text() == before
+    wait_until(lambda: pool.ask("memory_limit", socket=site.socket)["ini"]["memory_limit"] == "96M")
+
+
 def test_pool_set_sizes_the_site_pool(hosting: Hosting, pool: ProbePool, site: PhpSite) -> None:
     hosting.run("php.pool-set", domain=site.domain, pm="static", max_children=2, max_requests=100).ok()
     text = site.pool_file.read_text()

@@ -2,15 +2,14 @@
 
 The pool (``<pool_dir>/fleetdeck-<slug>.conf``) is rendered from the site's registry entry by
 `agent.jobs.site_web.apply_site_web`, never edited in place: these kinds change the entry (``php``,
-``pool``, ``php_ini``) and render it again, which checks the pool with ``php-fpm -t``, moves it
-to the version's pool folder, and reloads the FPMs it touched. A refusal there (78) puts the
-entry back too, so the entry and the files stay in step.
+``pool``, ``php_ini``) and render it again (`agent.jobs.site_settings.change_site`), which checks
+the pool with ``php-fpm -t``, moves it to the version's pool folder, and reloads the FPMs it
+touched. A refusal there (78) puts the entry back too, so the entry and the files stay in step.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -19,7 +18,8 @@ from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.common import find_site
 from agent.jobs.php.fpm import PhpPaths, parse_fcgi_json, php_paths
 from agent.jobs.proc import capture_command, require, tool_env
-from agent.jobs.site_web import apply_site_web, pool_path, socket_path
+from agent.jobs.site_settings import change_site
+from agent.jobs.site_web import mapping, pool_path, socket_path
 from agent.sites import Site
 from api_client.job_kinds.web import DomainArgs, PhpPool, PhpSet
 
@@ -51,36 +51,6 @@ async def site_pool(ctx: JobContext, site: Site, paths: PhpPaths) -> str:
     return path
 
 
-async def change_site(ctx: JobContext, site: Site, change: Callable[[dict[str, Any]], None]) -> bool:
-    """Apply `change` to the site's registry entry and render the site again; False (nothing
-    rendered) when the entry did not change. A failed render puts the entry back."""
-    before = await trio.to_thread.run_sync(ctx.sites.entry, site.domain)
-    if before is None:
-        raise JobError(f"no site {site.domain} on this server")
-    after = await trio.to_thread.run_sync(ctx.sites.update, site.domain, change)
-    if after == before:
-        return False
-    try:
-        await apply_site_web(ctx, site)
-    except BaseException:
-
-        def restore(entry: dict[str, Any]) -> None:
-            entry.clear()
-            entry.update(before)
-
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(ctx.sites.update, site.domain, restore)
-        raise
-    return True
-
-
-def _section(entry: dict[str, Any], name: str) -> dict[str, Any]:
-    value = entry.get(name)
-    if not isinstance(value, dict):
-        value = entry[name] = {}
-    return value
-
-
 async def _set(args: PhpSet, ctx: JobContext, out: Output) -> int:
     site = await find_site(ctx, args.domain)
     current = site_version(site)
@@ -99,16 +69,13 @@ async def _pool_set(args: PhpPool, ctx: JobContext, out: Output) -> int:
     wanted: dict[str, Any] = {"pm": args.pm, "max_children": args.max_children}
     if args.max_requests is not None:
         wanted["max_requests"] = args.max_requests
-
-    def change(entry: dict[str, Any]) -> None:
-        pool = _section(entry, "pool")
-        pool.update(wanted)
-        if args.max_requests is None:
-            pool.pop("max_requests", None)
-
-    if not await change_site(ctx, site, change):
+    entry = await trio.to_thread.run_sync(ctx.sites.entry, site.domain) or {}
+    pool = {key: value for key, value in mapping(entry.get("pool")).items() if key != "max_requests"}
+    pool.update(wanted)
+    if pool == mapping(entry.get("pool")):
         out.stdout(f"the pool of {site.domain} is already {args.pm} with {args.max_children} children")
         return 0
+    await change_site(ctx, site, lambda entry: entry.update(pool=pool))
     out.stdout(f"the pool of {site.domain}: " + ", ".join(f"{key} {value}" for key, value in wanted.items()))
     return 0
 
@@ -120,11 +87,15 @@ _LIMITED = {"memory_limit": "memory_limit", "upload_max_filesize": "upload_limit
 async def set_site_ini(ctx: JobContext, site: Site, key: str, value: str) -> bool:
     """``php_admin_value[key]`` in the site's pool (its entry's ``php_ini``); False when it was."""
     entry = await trio.to_thread.run_sync(ctx.sites.entry, site.domain) or {}
-    limits = entry.get("limits") if isinstance(entry.get("limits"), dict) else {}
+    limits = mapping(entry.get("limits"))
     limit = _LIMITED.get(key)
-    if limit is not None and isinstance(limits, dict) and limits.get(limit):
+    if limit is not None and limits.get(limit):
         raise JobError(f"site.limits sets {key} for {site.domain} ({limits[limit]}): change it there")
-    return await change_site(ctx, site, lambda entry: _section(entry, "php_ini").update({key: value}))
+    ini = mapping(entry.get("php_ini"))
+    if ini.get(key) == value:
+        return False
+    await change_site(ctx, site, lambda entry: entry.update(php_ini={**ini, key: value}))
+    return True
 
 
 # --- opcache ------------------------------------------------------------------------------------
