@@ -66,7 +66,7 @@ PRO = {"quota", "plan", "tuning", "rag", "mcp", "extension"}
 READ_VERBS = {
     "list", "status", "show", "get", "inspect", "info", "tail", "search", "usage", "logs", "history", "versions",
     "templates", "available", "check", "verify", "recommend", "processes", "disks", "inodes", "largest", "events",
-    "journal", "stats", "size", "report",
+    "journal", "stats", "size", "report", "tables",
 }  # fmt: skip
 MUTATION_VERBS = {
     "create", "add", "delete", "remove", "drop", "install", "uninstall", "issue", "renew", "revoke", "enable",
@@ -75,7 +75,7 @@ MUTATION_VERBS = {
     "git", "import", "export", "dump", "restore", "grant", "password", "quota", "lock", "unlock", "ban", "unban",
     "scan", "deny", "allow", "reboot", "sync", "security", "subscribe", "unsubscribe", "hold", "unhold", "cleanup",
     "schedule", "unschedule", "rotate", "ingest", "reindex", "cancel", "maintenance", "replace", "setup",
-    "activate", "deactivate", "reset", "edit",
+    "activate", "deactivate", "reset", "edit", "vacuum",
 }  # fmt: skip
 
 SHELL_OR_GLOB = set(";|&$`<>(){}'\"\\*?[]")

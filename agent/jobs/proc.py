@@ -57,6 +57,7 @@ PACKAGES = {
     "pg_restore": "postgresql-client",
     "php": "php-cli",
     "psql": "postgresql-client",
+    "vacuumdb": "postgresql-client",
     "rndc": "bind9-utils",
     "service": "init-system-helpers",
     "ssh-keygen": "openssh-client",
@@ -151,10 +152,14 @@ async def stream_command(
     *,
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
+    stdin: int | None = None,
+    stdout: int | None = None,
     **options: Any,
 ) -> int:
     """Run `argv`, streaming its stdout and stderr lines as they come; its exit code.
 
+    `stdin` and `stdout` may be descriptors the child reads its input from and writes its output
+    to (a dump going to a file, a restore reading one): then only its stderr is streamed.
     `options` go to `subprocess.Popen` (``user``, ``group``, ``extra_groups``). A missing
     program raises `FileNotFoundError`.
     """
@@ -163,8 +168,8 @@ async def stream_command(
             partial(
                 trio.run_process,
                 list(argv),
-                stdin=DEVNULL,
-                stdout=PIPE,
+                stdin=DEVNULL if stdin is None else stdin,
+                stdout=PIPE if stdout is None else stdout,
                 stderr=PIPE,
                 check=False,
                 cwd=cwd,
@@ -174,8 +179,9 @@ async def stream_command(
                 **options,
             )
         )
-        assert process.stdout is not None and process.stderr is not None
-        nursery.start_soon(_pump, process.stdout, STDOUT, out)
+        assert process.stderr is not None
+        if process.stdout is not None:
+            nursery.start_soon(_pump, process.stdout, STDOUT, out)
         nursery.start_soon(_pump, process.stderr, STDERR, out)
     assert process.returncode is not None
     return process.returncode
