@@ -66,7 +66,7 @@ PRO = {"quota", "plan", "tuning", "rag", "mcp", "extension"}
 READ_VERBS = {
     "list", "status", "show", "get", "inspect", "info", "tail", "search", "usage", "logs", "history", "versions",
     "templates", "available", "check", "verify", "recommend", "processes", "disks", "inodes", "largest", "events",
-    "journal", "stats", "size", "report", "tables",
+    "journal", "stats", "size", "report",
 }  # fmt: skip
 MUTATION_VERBS = {
     "create", "add", "delete", "remove", "drop", "install", "uninstall", "issue", "renew", "revoke", "enable",

@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import json
 import pwd
+import shutil
 import stat
 import uuid
 from collections.abc import Iterator
@@ -76,6 +77,22 @@ def test_status_reports_the_running_server(hosting: Hosting, postgres: PostgresS
 
 
 @needs_postgres
+def test_a_server_that_does_not_answer_is_a_status_and_a_clear_failure(
+    hosting: Hosting, postgres: PostgresServer
+) -> None:
+    gone = str(postgres.folder / "no-socket-here")
+    hosting.configure("postgres", {**postgres.layout(), "host": gone})
+    try:
+        status = hosting.run("pg.status").ok().result
+        assert status["running"] is False and gone in status["error"]
+        refused = hosting.run("pg.list")
+        assert refused.exit_code == 1 and f"PostgreSQL at {gone}:{postgres.port}" in refused.text
+    finally:
+        hosting.configure("postgres", postgres.layout())
+    assert hosting.run("pg.status").ok().result["running"] is True
+
+
+@needs_postgres
 def test_create_list_size_and_drop_a_database(hosting: Hosting, postgres: PostgresServer) -> None:
     name = unique("shop")
     made = output(hosting.run("pg.create", name=name).ok())
@@ -121,13 +138,13 @@ def test_drop_force_ends_open_sessions(hosting: Hosting, postgres: PostgresServe
 
 
 @needs_postgres
-def test_tables_lists_the_tables_of_a_database(hosting: Hosting, postgres: PostgresServer) -> None:
+def test_table_list_lists_the_tables_of_a_database(hosting: Hosting, postgres: PostgresServer) -> None:
     name = unique("tables")
     hosting.run("pg.create", name=name).ok()
     postgres.psql("CREATE SCHEMA billing; CREATE TABLE billing.invoices (id int); CREATE TABLE notes (t text);", name)
-    tables = hosting.run("pg.tables", name=name).ok().result["tables"]
+    tables = hosting.run("pg.table-list", name=name).ok().result["tables"]
     assert {(t["schema"], t["name"]) for t in tables} == {("billing", "invoices"), ("public", "notes")}
-    missing = hosting.run("pg.tables", name=unique("none"))
+    missing = hosting.run("pg.table-list", name=unique("none"))
     assert missing.exit_code == 1 and "no database" in missing.text
 
 
@@ -340,12 +357,16 @@ def test_a_dump_stays_inside_the_site(hosting: Hosting, postgres: PostgresServer
     try:
         run = hosting.run("pg.dump", name=name, domain=site, path="escape/x.dump")
         assert run.exit_code == 1 and "outside" in run.text
-        assert list(outside.iterdir()) == []
+        assert list(outside.iterdir()) == []  # nothing written through the link
+        (outside / "y.dump").write_text("CREATE TABLE stolen (n int);\n")
+        read = hosting.run("pg.restore", name=name, domain=site, path="escape/y.dump")
+        assert read.exit_code == 1 and "outside" in read.text
+        assert postgres.psql("SELECT count(*) FROM pg_tables WHERE tablename = 'stolen'", name) == "0"
         refused = hosting.post("pg.dump", name=name, domain=site, path="../x.dump")
         assert refused.status_code == 422
     finally:
         (folder / "escape").unlink()
-        outside.rmdir()
+        shutil.rmtree(outside)
     missing = hosting.run("pg.restore", name=name, domain=site, path="no/such.dump")
     assert missing.exit_code == 1 and "no such file" in missing.text
 

@@ -240,7 +240,7 @@ PG = [
     kind("pg.restore", PgRestore, "Restore a dump from a site's files", positional=("name",),
          example={**_DUMP, "clean": True}, paths=(ScopedPath("path", site="domain"),)),
     kind("pg.size", PgSize, "Show PostgreSQL database sizes", read=True, example=_PG),
-    kind("pg.tables", PgNameArgs, "List the tables of a PostgreSQL database", read=True, positional=("name",),
+    kind("pg.table-list", PgNameArgs, "List the tables of a PostgreSQL database", read=True, positional=("name",),
          example=_PG),
     kind("pg.vacuum", PgVacuum, "Vacuum a PostgreSQL database (optionally analyze, full)",
          example={"name": "app", "analyze": True}),

@@ -1,4 +1,4 @@
-"""``pg status|list|size|tables|create|drop|extension-add|vacuum``: the server and its databases."""
+"""``pg status|list|size|table-list|create|drop|extension-add|vacuum``: the server and its databases."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ async def _size(args: PgSize, ctx: JobContext, out: Output) -> int:
     return 0
 
 
-async def _tables(args: PgNameArgs, ctx: JobContext, out: Output) -> int:
+async def _table_list(args: PgNameArgs, ctx: JobContext, out: Output) -> int:
     pg = Postgres.of(ctx)
     await require_database(pg, args.name)
     out.result({"database": args.name, "tables": await pg.rows(_TABLES, database=args.name)}, as_json=ctx.as_json)
@@ -175,7 +175,7 @@ KINDS = [
     handler("pg.status", _status),
     handler("pg.list", _list),
     handler("pg.size", _size),
-    handler("pg.tables", _tables),
+    handler("pg.table-list", _table_list),
     handler("pg.create", _create),
     handler("pg.drop", _drop),
     handler("pg.extension-add", _extension_add),
