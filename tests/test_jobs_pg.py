@@ -181,6 +181,8 @@ def test_vacuum_streams_its_progress_and_analyzes(hosting: Hosting, postgres: Po
     assert done == "t"
     full = hosting.run("pg.vacuum", name=name, full=True).ok()
     assert "(full)" in full.text
+    every = hosting.run("pg.vacuum").ok()  # every database
+    assert f'vacuuming database "{name}"' in every.text and 'vacuuming database "postgres"' in every.text
 
 
 # --- roles and privileges --------------------------------------------------------------------
