@@ -43,6 +43,7 @@ WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_s
 ORDER BY n.nspname, c.relname
 """
 
+_ONE_DATABASE = "AND d.datname = :'name'"
 _DATABASE_EXISTS = "SELECT 1 FROM pg_database WHERE datname = :'name'"
 
 # The Debian package of the extensions PostgreSQL does not ship itself ({major}: 15).
@@ -71,7 +72,7 @@ async def _size(args: PgSize, ctx: JobContext, out: Output) -> int:
     if args.name is None:
         rows = await pg.rows(_DATABASES.format(where=""))
     else:
-        rows = await pg.rows(_DATABASES.format(where="AND d.datname = :'name'"), variables={"name": args.name})
+        rows = await pg.rows(_DATABASES.format(where=_ONE_DATABASE), variables={"name": args.name})
         if not rows:
             raise JobError(f"no database {args.name} on this server")
     sizes = [{"name": row["name"], "bytes": row["bytes"]} for row in rows]
@@ -86,28 +87,33 @@ async def _table_list(args: PgNameArgs, ctx: JobContext, out: Output) -> int:
     return 0
 
 
-async def require_database(pg: Postgres, name: str) -> None:
-    if not await pg.exists(_DATABASE_EXISTS, variables={"name": name}):
-        raise JobError(f"no database {name} on this server")
-
-
 async def database_exists(pg: Postgres, name: str) -> bool:
     return await pg.exists(_DATABASE_EXISTS, variables={"name": name})
 
 
+async def require_database(pg: Postgres, name: str) -> None:
+    if not await database_exists(pg, name):
+        raise JobError(f"no database {name} on this server")
+
+
+async def _database(pg: Postgres, name: str) -> dict[str, Any]:
+    (row,) = await pg.rows(_DATABASES.format(where=_ONE_DATABASE), variables={"name": name})
+    return row
+
+
 async def _create(args: PgCreate, ctx: JobContext, out: Output) -> int:
     pg = Postgres.of(ctx)
-    variables = {"name": args.name, "encoding": args.encoding, "owner": args.owner or pg.layout.superuser}
     if await database_exists(pg, args.name):
-        (row,) = await pg.rows(_DATABASES.format(where="AND d.datname = :'name'"), variables=variables)
+        row = await _database(pg, args.name)
         out.result({"message": f"database {args.name} already exists", "created": False, **row}, as_json=ctx.as_json)
         return 0
-    # template0: the encoding may differ from template1's; the locale stays the server's.
-    sql = 'CREATE DATABASE :"name" OWNER :"owner" ENCODING :\'encoding\' TEMPLATE template0;\n'
-    if args.encoding != "UTF8":  # a non-UTF8 encoding needs the C locale (any encoding goes with it)
-        sql = sql.replace("TEMPLATE template0", "TEMPLATE template0 LOCALE 'C'")
-    await pg.run(sql, variables=variables)
-    (row,) = await pg.rows(_DATABASES.format(where="AND d.datname = :'name'"), variables=variables)
+    # template0: the encoding may differ from template1's. The locale stays the server's, except
+    # for a non-UTF8 encoding, which needs the C locale (any encoding goes with it).
+    locale = "" if args.encoding == "UTF8" else " LOCALE 'C'"
+    variables = {"name": args.name, "encoding": args.encoding, "owner": args.owner or pg.layout.superuser}
+    await pg.run(f'CREATE DATABASE :"name" OWNER :"owner" ENCODING :\'encoding\' TEMPLATE template0{locale};\n',
+                 variables=variables)  # fmt: skip
+    row = await _database(pg, args.name)
     out.result({"message": f"database {args.name} created", "created": True, **row}, as_json=ctx.as_json)
     return 0
 
