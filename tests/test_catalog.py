@@ -76,7 +76,7 @@ MUTATION_VERBS = {
     "git", "import", "export", "dump", "restore", "grant", "password", "quota", "lock", "unlock", "ban", "unban",
     "scan", "deny", "allow", "reboot", "sync", "security", "subscribe", "unsubscribe", "hold", "unhold", "cleanup",
     "schedule", "unschedule", "rotate", "ingest", "reindex", "cancel", "maintenance", "replace", "setup",
-    "activate", "deactivate", "reset", "edit", "clone", "limits", "init",
+    "activate", "deactivate", "reset", "edit", "clone", "limits", "init", "vacuum",
 }  # fmt: skip
 
 SHELL_OR_GLOB = set(";|&$`<>(){}'\"\\*?[]")

@@ -44,6 +44,7 @@ PACKAGES = {
     "apt-config": "apt",
     "apt-get": "apt",
     "apt-mark": "apt",
+    "cgi-fcgi": "libfcgi-bin",
     "chpasswd": "passwd",
     "chronyc": "chrony",
     "crontab": "cron",
@@ -71,7 +72,6 @@ PACKAGES = {
     "passwd": "passwd",
     "pg_dump": "postgresql-client",
     "pg_restore": "postgresql-client",
-    "cgi-fcgi": "libfcgi-bin",
     "php": "php-cli",
     "ps": "procps",
     "psql": "postgresql-client",
@@ -95,6 +95,7 @@ PACKAGES = {
     "useradd": "passwd",
     "userdel": "passwd",
     "usermod": "passwd",
+    "vacuumdb": "postgresql-client",
     "visudo": "sudo",
     "zsh": "zsh",
 }
@@ -179,10 +180,14 @@ async def stream_command(
     *,
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
+    stdin: int | None = None,
+    stdout: int | None = None,
     **options: Any,
 ) -> int:
     """Run `argv`, streaming its stdout and stderr lines as they come; its exit code.
 
+    `stdin` and `stdout` may be descriptors the child reads its input from and writes its output
+    to (a dump going to a file, a restore reading one): then only its stderr is streamed.
     `options` go to `subprocess.Popen` (``user``, ``group``, ``extra_groups``). A missing
     program raises `FileNotFoundError`.
     """
@@ -191,8 +196,8 @@ async def stream_command(
             partial(
                 trio.run_process,
                 list(argv),
-                stdin=DEVNULL,
-                stdout=PIPE,
+                stdin=DEVNULL if stdin is None else stdin,
+                stdout=PIPE if stdout is None else stdout,
                 stderr=PIPE,
                 check=False,
                 cwd=cwd,
@@ -202,8 +207,9 @@ async def stream_command(
                 **options,
             )
         )
-        assert process.stdout is not None and process.stderr is not None
-        nursery.start_soon(_pump, process.stdout, STDOUT, out)
+        assert process.stderr is not None
+        if process.stdout is not None:
+            nursery.start_soon(_pump, process.stdout, STDOUT, out)
         nursery.start_soon(_pump, process.stderr, STDERR, out)
     assert process.returncode is not None
     return process.returncode

@@ -10,6 +10,7 @@ from api_client.job_kinds.argtypes import (
     AccessKeyId,
     Bool,
     BucketName,
+    Cidr,
     CronSchedule,
     DbHost,
     DbName,
@@ -190,6 +191,13 @@ class PgDump(Args):
     domain: DomainName
     path: FilePath = Field(min_length=1)
     format: Literal["plain", "custom"] = "custom"
+    gzip: Bool = False  # a plain dump gzipped (a custom one is always compressed)
+
+    @model_validator(mode="after")
+    def _gzip_is_for_plain(self) -> PgDump:
+        if self.gzip and self.format != "plain":
+            raise ValueError("gzip applies to a plain dump: a custom dump is compressed already")
+        return self
 
 
 class PgRestore(Args):
@@ -199,8 +207,36 @@ class PgRestore(Args):
     clean: Bool = False
 
 
+class PgSize(Args):
+    name: DbName | None = None  # None: every database
+
+
+class PgNameArgs(Args):
+    name: DbName
+
+
+class PgVacuum(Args):
+    name: DbName | None = None  # None: every database
+    analyze: Bool = False  # update the planner's statistics too
+    full: Bool = False  # rewrite the tables (reclaims space; locks each table while it runs)
+
+
+class PgRevoke(Args):
+    user: DbUser
+    name: DbName
+
+
+class PgAllow(Args):
+    """A pg_hba.conf entry: TCP logins from `cidr`, with a SCRAM password."""
+
+    cidr: Cidr
+    name: DbName | None = None  # the database; None: all
+    user: DbUser | None = None  # the role; None: all
+
+
 _PG = {"name": "app"}
 _DUMP = {"name": "app", "domain": "example.com", "path": "backups/app.dump"}
+_ALLOW = {"cidr": "10.0.0.0/24", "name": "app", "user": "app_user"}
 
 PG = [
     kind("pg.list", NoArgs, "List the PostgreSQL databases", read=True, example={}),
@@ -222,6 +258,18 @@ PG = [
          paths=(ScopedPath("path", site="domain"),)),
     kind("pg.restore", PgRestore, "Restore a dump from a site's files", positional=("name",),
          example={**_DUMP, "clean": True}, paths=(ScopedPath("path", site="domain"),)),
+    kind("pg.size", PgSize, "Show PostgreSQL database sizes", read=True, example=_PG),
+    kind("pg.table-list", PgNameArgs, "List the tables of a PostgreSQL database", read=True, positional=("name",),
+         example=_PG),
+    kind("pg.vacuum", PgVacuum, "Vacuum a PostgreSQL database (optionally analyze, full)",
+         example={"name": "app", "analyze": True}),
+    kind("pg.revoke", PgRevoke, "Revoke a role's privileges on a database", positional=("user", "name"),
+         example={"user": "app_user", "name": "app"}),
+    kind("pg.allow-list", NoArgs, "List the remote logins allowed in pg_hba.conf", read=True, example={}),
+    kind("pg.allow-add", PgAllow, "Allow remote logins to PostgreSQL from a network", positional=("cidr",),
+         example=_ALLOW),
+    kind("pg.allow-remove", PgAllow, "Remove a remote login entry from pg_hba.conf", positional=("cidr",),
+         example=_ALLOW),
 ]  # fmt: skip
 
 # --- mongo -----------------------------------------------------------------------------------------

@@ -1,0 +1,7 @@
+"""``pg *``: PostgreSQL, driven with its own client tools (psql, pg_dump, pg_restore, vacuumdb)."""
+
+from __future__ import annotations
+
+from agent.jobs.pg import databases, dumps, hba, roles
+
+KINDS = [*databases.KINDS, *roles.KINDS, *dumps.KINDS, *hba.KINDS]
