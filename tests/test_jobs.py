@@ -696,10 +696,13 @@ def test_cron_entry_made_through_the_api_can_be_edited_paused_resumed_and_delete
             job("cron.add", {"domain": domain, "schedule": "*/5 * * * *", "command": "/bin/date +%Y-%m-%d"})
             entry = job("cron.list", {"domain": domain})["result"]["entries"][0]["id"]
             folder = stack.data_dir / "home" / user
-            assert f"*/5 * * * * cd {folder} && /bin/date +\\%Y-\\%m-\\%d\n" in _crontab(user)
+            crontab = _crontab(user)  # the command between its run records (see cron.history)
+            assert f"*/5 * * * * cd {folder} || exit; " in crontab
+            assert "; /bin/date +\\%Y-\\%m-\\%d; r=$?; " in crontab
 
             job("cron.edit", {"id": entry, "schedule": "0 4 * * *", "command": "/bin/echo 100%"})
-            assert f"0 4 * * * cd {folder} && /bin/echo 100\\%\n" in _crontab(user)
+            assert f"0 4 * * * cd {folder} || exit; " in _crontab(user)
+            assert "; /bin/echo 100\\%; r=$?; " in _crontab(user)
             assert "*/5" not in _crontab(user)
             job("cron.pause", {"id": entry})
             assert "/bin/echo" not in _crontab(user)
