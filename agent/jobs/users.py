@@ -631,14 +631,21 @@ async def _sudo_set(args: SudoSet, ctx: JobContext, out: Output) -> int:
 async def _key_audit(args: KeyAudit, ctx: JobContext, out: Output) -> int:
     users = [existing_user(args.username)] if args.username else await trio.to_thread.run_sync(_all_users)
     record = await trio.to_thread.run_sync(KeyRecord(ctx.state_dir).read)
-    audited = []
+    audited, unread = [], []
     for user in users:
-        keys = await list_keys(user, set(record.get(user.name, [])))
+        try:
+            keys = await list_keys(user, set(record.get(user.name, [])))
+        except JobError as exc:
+            if args.username:
+                raise
+            unread.append({"username": user.name, "error": str(exc)})  # one broken home hides no other key
+            continue
         audited += [{"username": user.name, **key} for key in keys]
     flagged = [key for key in audited if key["flags"]]
     out.result(
         {
             "keys": audited,
+            "unread": unread,
             "weak": sum("weak" in k["flags"] for k in audited),
             "unknown": sum("unknown" in k["flags"] for k in audited),
             "flagged": len(flagged),
