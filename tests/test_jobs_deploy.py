@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -186,3 +187,22 @@ def test_a_release_name_is_its_utc_time_and_a_second_in_the_same_second_is_numbe
         "20270115-080000-2",
         "20270115-080000-10",
     ]
+
+
+@pytest.mark.skipif(shutil.which("npm") is None, reason="needs npm for the release's hook")
+def test_a_failing_hook_removes_its_release_and_leaves_current(
+    hosting: Hosting, domain: str, origin: tuple[Path, Path]
+) -> None:
+    work, bare = origin
+    site = hosting.home / domain.replace(".", "-")
+    hosting.run("deploy.init", domain=domain, repo=f"file://{bare}").ok()
+    first = outcome(hosting.run("deploy.run", domain=domain))
+    (work / "package.json").write_text('{"name": "site", "version": "1.0.0"}\n')
+    commit(work, "package-lock.json", "{ not json\n")
+    give(work, bare)
+    push(work, bare)
+    failed = hosting.run("deploy.run", domain=domain)
+    assert failed.exit_code == 1 and "hook npm: npm ci" in failed.text
+    assert os.readlink(site / "current") == f"releases/{first['release']}"
+    assert [p.name for p in (site / "releases").iterdir()] == [first["release"]]
+    assert [p.name for p in (site / "deploy/releases").iterdir()] == [f"{first['release']}.json"]

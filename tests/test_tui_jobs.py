@@ -834,12 +834,12 @@ def test_the_picker_puts_the_agents_kinds_first_and_marks_the_others(stack: Stac
         (text, dimmed), *_ = [row for row in picker_rows(picker) if row[0].strip().startswith(first_other + " ")]
         assert NOT_AVAILABLE in text and dimmed and len(text) <= pilot.app.size.width
         # Still selectable: it is created, and the agent says why it ends with 127.
-        picker.query_one("#kind-search", Input).value = "system.ntp-sync"
-        await wait_for(pilot, lambda: picker.matches[0].kind.kind == "system.ntp-sync")
-        assert "system.ntp-sync" not in runnable
+        picker.query_one("#kind-search", Input).value = "docker.restart"
+        await wait_for(pilot, lambda: picker.matches[0].kind.kind == "docker.restart")
+        assert "docker.restart" not in runnable
         await pilot.press("enter")
         await confirm(pilot)
-        await wait_for(pilot, lambda: [kind for kind, *_ in wire.creations()] == ["system.ntp-sync"])
+        await wait_for(pilot, lambda: [kind for kind, *_ in wire.creations()] == ["docker.restart"])
 
     run(app, scenario)
 

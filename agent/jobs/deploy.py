@@ -355,7 +355,7 @@ async def deploy(work: SiteGit, branch: str | None, token: str | None, out: Outp
         await switch(work, name)
     except BaseException:
         with trio.CancelScope(shield=True):
-            await work.capture(["rm", "-rf", "--", folder], check=False)
+            await work.capture(["rm", "-rf", "--", folder, f"{META}/{name}.json"], check=False)
         raise
     out.stdout(f"current -> {folder}")
     return {"domain": work.domain, "release": name, **meta, "previous": previous, "hooks": hooks}
