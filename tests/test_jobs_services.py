@@ -288,6 +288,23 @@ def test_deleting_a_daemon_stops_it_and_removes_its_files(hosting: Hosting, supe
     assert "nothing to delete" in hosting.run("daemon.delete", name=name).ok().text
 
 
+@needs_supervisor
+def test_deleting_a_site_stops_and_removes_its_daemons(hosting: Hosting, supervisor: Supervisor) -> None:
+    domain = f"{unique('gone')}.example.test"
+    hosting.run("site.create", domain=domain, profile="static").ok()
+    folder = hosting.home / domain.replace(".", "-")
+    (folder / "worker.sh").write_text(WORKER)
+    (folder / "worker.sh").chmod(0o755)
+    name = unique("orphan")
+    hosting.run("daemon.create", name=name, domain=domain, command="./worker.sh").ok()
+    pids = running_pids(hosting, name, 1)
+    deleted = hosting.run("site.delete", domain=domain).ok()
+    assert json.loads(deleted.stdout[-1])["daemons_removed"] == 1
+    assert json.loads(deleted.stdout[-1])["user_removed"] == domain.replace(".", "-")  # no process held it
+    assert gone(pids)
+    assert not (supervisor.conf_dir / f"fleetdeck-{name}.conf").exists()
+
+
 # --- services, through the init scripts -------------------------------------------------------------
 
 SUPERVISOR_PID = Path("/var/run/supervisord.pid")

@@ -460,13 +460,14 @@ async def _wait_for_no_processes(uid: int) -> None:
 
 
 async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
-    from agent.jobs.cron import forget_site  # cron imports this family's helpers
+    from agent.jobs import cron, daemon  # both import this family's helpers
     from agent.jobs.ssl import forget_site_certificates  # ssl renders through this family's server block
 
     site = await find_site(ctx, args.domain)
     home = ctx.site_home(site.slug)
     exit_code = 0
-    cron_removed = await forget_site(ctx, site, out)
+    cron_removed = await cron.forget_site(ctx, site, out)
+    daemons_removed = await daemon.forget_site(ctx, site, out)  # their processes hold the site's user
     web_removed = await remove_site_web(ctx, site)
     await trio.to_thread.run_sync(ctx.sites.remove, site.domain)
     certificates_removed = await trio.to_thread.run_sync(forget_site_certificates, ctx, site)
@@ -492,6 +493,7 @@ async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
         "files_removed": files_removed,
         "user_removed": user_removed,
         "cron_entries_removed": cron_removed,
+        "daemons_removed": daemons_removed,
         "web_files_removed": web_removed,
         "certificates_removed": certificates_removed,
     }

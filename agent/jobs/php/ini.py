@@ -34,7 +34,7 @@ from agent.jobs.php.pools import set_site_ini, site_pool
 from agent.jobs.proc import capture_command
 from api_client.job_kinds.web import PhpIniGet, PhpIniSet
 
-FLEETDECK_INI = "99-fleetdeck.ini"
+GLOBAL_INI_FILE = "99-fleetdeck.ini"
 _HEADER = "; written by fleetdeck (php.ini-set): these directives override php.ini\n"
 # A fixed script; the key is its argument, never part of the code.
 _INI_GET = "echo json_encode(ini_get($argv[1]));"
@@ -100,7 +100,7 @@ async def _ini_set(args: PhpIniSet, ctx: JobContext, out: Output) -> int:
         out.stdout(f"{args.key} = {args.value} in the pool of {site.domain} (PHP-FPM {args.version} reloaded)")
         return 0
     changed = await _write_global(paths, args.key, args.value)
-    where = f"PHP {args.version} ({FLEETDECK_INI})"
+    where = f"PHP {args.version} ({GLOBAL_INI_FILE})"
     if not changed:
         out.stdout(f"{args.key} is already {args.value} in {where}")
         return 0
@@ -111,7 +111,7 @@ async def _ini_set(args: PhpIniSet, ctx: JobContext, out: Output) -> int:
 
 async def _write_global(paths: PhpPaths, key: str, value: str) -> bool:
     """Set the directive in the fleetdeck ini of FPM and CLI; False when both had it already."""
-    files = [os.path.join(paths.conf_d(sapi), FLEETDECK_INI) for sapi in paths.sapis()]
+    files = [os.path.join(paths.conf_d(sapi), GLOBAL_INI_FILE) for sapi in paths.sapis()]
     texts: dict[str, str] = {}
     for file in files:
         try:
