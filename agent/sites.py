@@ -221,15 +221,18 @@ def _site(entry: dict[str, Any]) -> Site | None:
     return Site(domain, slug, text("user"), text("profile"), text("php"), text("created_at"))
 
 
-def write_atomically(path: str, data: bytes, mode: int = 0o600) -> None:
+def write_atomically(path: str, data: bytes, mode: int = 0o600, owner: tuple[int, int] | None = None) -> None:
     """Replace `path` with `data`: a temporary file in the same folder, fsynced, renamed over it.
-    State files are the agent's own: readable by its account only, unless `mode` says otherwise."""
+    State files are the agent's own: readable by its account only, unless `mode` says otherwise;
+    `owner` (uid, gid) gives the file to another account before it takes the name."""
     folder = os.path.dirname(path) or "."
     fd, temp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            if owner is not None:
+                os.fchown(f.fileno(), *owner)
             os.fchmod(f.fileno(), mode)
             os.fsync(f.fileno())
         os.replace(temp, path)

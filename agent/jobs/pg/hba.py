@@ -17,7 +17,6 @@ from __future__ import annotations
 import fcntl
 import os
 import stat
-import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import trio
 
 from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
 from agent.jobs.pg.client import Postgres
+from agent.sites import write_atomically
 from agent.state import open_lock_file
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.data import PgAllow
@@ -126,22 +126,7 @@ def _read(path: str) -> tuple[str, os.stat_result]:
 
 def replace_file(path: str, text: str, like: os.stat_result) -> None:
     """Replace `path` with `text` atomically, with the owner and mode of `like` (the file it replaces)."""
-    folder = os.path.dirname(path) or "."
-    fd, temp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fchown(f.fileno(), like.st_uid, like.st_gid)
-            os.fchmod(f.fileno(), stat.S_IMODE(like.st_mode))
-            os.fsync(f.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_atomically(path, text.encode("utf-8"), stat.S_IMODE(like.st_mode), (like.st_uid, like.st_gid))
 
 
 async def _hba_errors(pg: Postgres) -> list[str]:
