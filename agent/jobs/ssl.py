@@ -121,7 +121,6 @@ def _write_meta(ctx: JobContext, site: Site, meta: SiteCert | None) -> None:
 def _point(ctx: JobContext, site: Site, target: str | None) -> None:
     """Point ``ssl/<slug>`` at `target` (None: remove it), atomically."""
     link = _link(ctx, site)
-    os.makedirs(os.path.dirname(link), mode=0o755, exist_ok=True)
     if target is None:
         if os.path.isdir(link) and not os.path.islink(link):  # a folder put there by hand
             shutil.rmtree(link)
@@ -131,6 +130,7 @@ def _point(ctx: JobContext, site: Site, target: str | None) -> None:
             except FileNotFoundError:
                 pass
         return
+    os.makedirs(os.path.dirname(link), mode=0o700, exist_ok=True)  # in the private state: nginx's master reads as root
     temporary = os.path.join(os.path.dirname(link), f".{site.slug}.new")
     try:
         os.unlink(temporary)
@@ -381,8 +381,7 @@ def checked_pair(cert_pem: bytes, key_pem: bytes, chain_pem: bytes = b"") -> tup
 
 def _store_installed(ctx: JobContext, site: Site, certs: list[x509.Certificate], key_pem: bytes) -> str:
     folder = os.path.join(ctx.state_dir, "ssl-installed", site.slug, f"{time.time_ns():x}")
-    os.makedirs(folder, mode=0o700)
-    os.chmod(folder, 0o755)  # nginx's master reads the chain as root; the key stays 0600
+    os.makedirs(folder, mode=0o700)  # nginx's master reads it as root
     chain = b"".join(cert.public_bytes(serialization.Encoding.PEM) for cert in certs)
     write_atomically(os.path.join(folder, "fullchain.pem"), chain, 0o644)
     write_atomically(os.path.join(folder, "privkey.pem"), key_pem, 0o600)
