@@ -6,9 +6,9 @@ driven the way the system drives it: ``systemctl <action> <unit>`` where PID 1 i
 Debian init script (``service <name> <action>``) otherwise.
 
 A layout file (``fleetdeck agent --host-layout FILE``, JSON, any subset of the sections below)
-overrides them: the tests and the embedded demo run their own nginx, PHP-FPM, MariaDB,
-PostgreSQL... in their own folders and say so there, including the exact commands that control
-those instances (``control.commands``). The file is re-read when it changes (mtime, size,
+overrides them: the tests run their own nginx, PHP-FPM, MariaDB, PostgreSQL... in their own
+folders and say so there, including the exact commands that control those instances
+(``control.commands``). The file is re-read when it changes (mtime, size,
 inode), so a test may add the section of a service it has just started while the agent runs.
 """
 
@@ -20,17 +20,14 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Literal
 
 import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.jobs.base import EXIT_MISSING, JobError, Output
+from agent.jobs.base import JobError, Output
 from agent.jobs.proc import capture_command, child_pids, read_pid, require, stream_command
 
 log = logging.getLogger("fleetdeck.agent.jobs")
-
-ServiceAction = Literal["start", "stop", "restart", "reload", "enable", "disable", "status"]
 
 
 class _Section(BaseModel):
@@ -284,7 +281,6 @@ async def reload_nginx(nginx: NginxLayout) -> None:
 
 __all__ = [
     "DEFAULT_LAYOUT",
-    "EXIT_MISSING",
     "HostLayout",
     "LayoutFile",
     "ServiceControl",
