@@ -11,9 +11,8 @@ import pytest
 import trio
 
 from agent.jobs.base import EXIT_REFUSED, JobError
-from agent.jobs.host import NginxLayout
+from agent.jobs.host import NginxLayout, php_fpm_versions
 from agent.jobs.site_web import check_pool, ini_quote, render_vhost, settings_of
-from tests.helpers.web_services import php_versions
 
 
 def test_pool_values_are_taken_literally_by_php_fpm(tmp_path: Path) -> None:
@@ -48,7 +47,7 @@ def test_the_www_redirect_block_names_the_other_host() -> None:
 
 
 def test_php_fpm_refuses_a_broken_pool() -> None:
-    fpm = shutil.which("php-fpm" + (php_versions() or ["none"])[-1])
+    fpm = shutil.which("php-fpm" + (php_fpm_versions() or ["none"])[-1])
     if fpm is None:
         pytest.skip("PHP-FPM is not installed")
     good = "[p]\nuser = www-data\nlisten = /tmp/never.sock\npm = ondemand\npm.max_children = 2\n"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -61,6 +62,32 @@ class PhpLayout(_Section):
     fpm_conf: str = "/etc/php/{version}/fpm/php-fpm.conf"  # the master's file (`php-fpm -t -y`), it includes pool_dir
     run_dir: str = "/run/php"  # the pools' sockets
     control: ServiceControl = ServiceControl(unit="php{version}-fpm")
+
+
+PHP_FPM_BINARY = re.compile(r"^php-fpm(\d+\.\d+)$")  # /usr/sbin/php-fpm8.2
+PHP_CLI_BINARY = re.compile(r"^php(\d+\.\d+)$")  # /usr/bin/php8.2
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
+def php_installed() -> dict[str, dict[str, bool]]:
+    """Each PHP version with an FPM (``/usr/sbin/php-fpm8.2``) or a CLI (``/usr/bin/php8.2``),
+    oldest first: ``{"8.2": {"fpm": True, "cli": True}}`` (what the Debian packages install)."""
+    found: dict[str, dict[str, bool]] = {}
+    binaries = (("/usr/sbin/php-fpm*", PHP_FPM_BINARY, "fpm"), ("/usr/bin/php*", PHP_CLI_BINARY, "cli"))
+    for pattern, name_re, part in binaries:
+        for path in glob.glob(pattern):
+            match = name_re.match(os.path.basename(path))
+            if match and os.access(path, os.X_OK):
+                found.setdefault(match.group(1), {"fpm": False, "cli": False})[part] = True
+    return dict(sorted(found.items(), key=lambda item: version_key(item[0])))
+
+
+def php_fpm_versions() -> list[str]:
+    """The PHP-FPM versions installed, oldest first."""
+    return [version for version, parts in php_installed().items() if parts["fpm"]]
 
 
 class MariaDbLayout(_Section):

@@ -35,6 +35,7 @@ import trio
 
 from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import Account, account_by_name, account_by_uid, current_account, find_site, user_name_of
+from agent.jobs.host import php_installed
 from agent.jobs.proc import capture_command, require, which
 from agent.jobs.site_web import apply_site_web, remove_site_web, settings_of, vhost_path
 from agent.jobs.storage import measure_path
@@ -90,12 +91,7 @@ def user_name_for(slug: str) -> str:
 
 def php_version() -> str | None:
     """The newest PHP installed (``/usr/bin/phpX.Y``), or None."""
-    versions = []
-    for name in os.listdir("/usr/bin") if os.path.isdir("/usr/bin") else []:
-        match = re.fullmatch(r"php(\d+)\.(\d+)", name)
-        if match:
-            versions.append((int(match[1]), int(match[2])))
-    return "{}.{}".format(*max(versions)) if versions else None
+    return next((v for v, parts in reversed(php_installed().items()) if parts["cli"]), None)
 
 
 # --- reading -------------------------------------------------------------------------------

@@ -36,10 +36,8 @@ package (``nginx``); a PHP site without ``php-fpm<version>`` or its pool folder 
 
 from __future__ import annotations
 
-import glob
 import grp
 import os
-import re
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -48,7 +46,7 @@ import trio
 
 from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError
 from agent.jobs.common import account_by_name, site_account
-from agent.jobs.host import HostLayout, NginxLayout, PhpLayout, control_service, reload_nginx
+from agent.jobs.host import HostLayout, NginxLayout, PhpLayout, control_service, php_fpm_versions, reload_nginx
 from agent.jobs.proc import capture_command, require, which
 from agent.sites import Site, write_atomically
 
@@ -152,12 +150,6 @@ def tls_files(state_dir: str, slug: str) -> tuple[str, str] | None:
     folder = os.path.join(state_dir, "ssl", slug)
     chain, key = os.path.join(folder, "fullchain.pem"), os.path.join(folder, "privkey.pem")
     return (chain, key) if os.path.isfile(chain) and os.path.isfile(key) else None
-
-
-def fpm_versions() -> list[str]:
-    """The PHP-FPM versions installed (``/usr/sbin/php-fpm8.2`` -> 8.2), oldest first."""
-    found = [m[1] for p in glob.glob("/usr/sbin/php-fpm*") if (m := re.fullmatch(r".*/php-fpm(\d+\.\d+)", p))]
-    return sorted(found, key=lambda v: tuple(int(part) for part in v.split(".")))
 
 
 # --- rendering ---------------------------------------------------------------------------------
@@ -424,7 +416,7 @@ def _plan(ctx: JobContext, site: Site, s: WebSettings, version: str | None) -> l
 
 def _pool_paths(layout: HostLayout, slug: str) -> list[str]:
     """Where a pool of the site may be, once each (a layout without ``{version}`` has one folder)."""
-    paths = [pool_path(layout.php, v, slug) for v in fpm_versions() if os.path.isdir(pool_dir(layout.php, v))]
+    paths = [pool_path(layout.php, v, slug) for v in php_fpm_versions() if os.path.isdir(pool_dir(layout.php, v))]
     return list(dict.fromkeys(paths))
 
 
@@ -480,7 +472,7 @@ async def _reload(ctx: JobContext, changes: list[Change], version: str | None) -
 
 
 def _version_of(layout: HostLayout, path: str, fallback: str | None) -> str:
-    for version in fpm_versions():
+    for version in php_fpm_versions():
         if os.path.dirname(path) == pool_dir(layout.php, version).rstrip("/"):
             return version
     return fallback or ""

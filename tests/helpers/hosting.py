@@ -21,12 +21,12 @@ from typing import Any
 
 import httpx
 
+from agent.jobs.host import php_fpm_versions
 from api_client.sse import SSEParser
 from tests.conftest import AgentProcess, Stack
 from tests.helpers.web_services import (
     Nginx,
     PhpFpm,
-    php_versions,
     start_nginx,
     start_php_fpm,
     stop_nginx,
@@ -144,7 +144,7 @@ def start_hosting(stack: Stack, folder: Path) -> Hosting:
     try:
         hosting.nginx = start_nginx(services / "nginx")
         hosting.configure("nginx", hosting.nginx.layout())
-        versions = php_versions()
+        versions = php_fpm_versions()
         if versions:
             hosting.php = start_php_fpm(services / "php", versions[-1])
             hosting.configure("php", hosting.php.layout())

@@ -11,9 +11,7 @@ them (reload is ``nginx -s reload``, PHP-FPM's ``SIGUSR2``).
 
 from __future__ import annotations
 
-import glob
 import os
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -150,12 +148,6 @@ class PhpFpm:
                 },
             },
         }
-
-
-def php_versions() -> list[str]:
-    """The PHP-FPM versions installed, oldest first (``/usr/sbin/php-fpm8.2`` -> 8.2)."""
-    found = [re.sub(r".*php-fpm", "", path) for path in glob.glob("/usr/sbin/php-fpm*.*")]
-    return sorted(found, key=lambda v: tuple(int(part) for part in v.split(".")))
 
 
 def start_php_fpm(folder: Path, version: str) -> PhpFpm:

@@ -20,30 +20,12 @@ from typing import Any
 import trio
 
 from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError, Output
-from agent.jobs.host import PhpLayout, control_service
+from agent.jobs.host import PHP_CLI_BINARY, PhpLayout, control_service, php_installed
 from agent.jobs.proc import capture_command, require, tool_env
 
 SAPIS = ("fpm", "cli")
-_FPM_BINARY = re.compile(r"^php-fpm(\d+\.\d+)$")
-_CLI_BINARY = re.compile(r"^php(\d+\.\d+)$")
 _MASTER = re.compile(r"^php-fpm: master process \((.*)\)$")
 _WORKER = re.compile(r"^php-fpm: pool (\S+)$")
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("."))
-
-
-def installed_versions() -> dict[str, dict[str, bool]]:
-    """Each PHP version with an FPM (``/usr/sbin/php-fpm8.2``) or a CLI (``/usr/bin/php8.2``),
-    oldest first: ``{"8.2": {"fpm": True, "cli": True}}``."""
-    found: dict[str, dict[str, bool]] = {}
-    for pattern, name_re, part in (("/usr/sbin/php-fpm*", _FPM_BINARY, "fpm"), ("/usr/bin/php*", _CLI_BINARY, "cli")):
-        for path in glob.glob(pattern):
-            match = name_re.match(os.path.basename(path))
-            if match and os.access(path, os.X_OK):
-                found.setdefault(match.group(1), {"fpm": False, "cli": False})[part] = True
-    return dict(sorted(found.items(), key=lambda item: version_key(item[0])))
 
 
 def parse_alternatives(text: str) -> str | None:
@@ -52,7 +34,7 @@ def parse_alternatives(text: str) -> str | None:
     for line in text.splitlines():
         if line.startswith("Value:"):
             target = line.split(":", 1)[1].strip()
-            match = _CLI_BINARY.match(os.path.basename(os.path.realpath(target)))
+            match = PHP_CLI_BINARY.match(os.path.basename(os.path.realpath(target)))
             return match.group(1) if match else None
     return None
 
@@ -113,7 +95,7 @@ class PhpPaths:
 
 def php_paths(ctx: JobContext, version: str) -> PhpPaths:
     """The paths of an installed version; exit 69 naming ``php<version>-fpm`` when it is not."""
-    if not installed_versions().get(version, {}).get("fpm"):
+    if not php_installed().get(version, {}).get("fpm"):
         raise JobError(f"PHP {version} is not installed on this server (Debian package php{version}-fpm)", EXIT_MISSING)
     return PhpPaths(version, ctx.host.php)
 

@@ -10,12 +10,12 @@ import trio
 
 from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.common import user_name_of
+from agent.jobs.host import php_installed
 from agent.jobs.php.fpm import (
     PhpPaths,
     control_fpm,
     fpm_pools,
     fpm_processes,
-    installed_versions,
     master_pid,
     parse_alternatives,
     parse_fcgi_json,
@@ -39,7 +39,7 @@ async def default_version() -> str | None:
 
 
 async def _versions(args: NoArgs, ctx: JobContext, out: Output) -> int:
-    found = await trio.to_thread.run_sync(installed_versions)
+    found = await trio.to_thread.run_sync(php_installed)
     default = await default_version()
     processes = await trio.to_thread.run_sync(fpm_processes)
     result = []
@@ -86,7 +86,7 @@ def _version_packages(version: str) -> list[str]:
 
 
 async def _install(args: PhpVersionArgs, ctx: JobContext, out: Output) -> int:
-    parts = (await trio.to_thread.run_sync(installed_versions)).get(args.version, {})
+    parts = (await trio.to_thread.run_sync(php_installed)).get(args.version, {})
     if parts.get("fpm") and parts.get("cli"):
         out.stdout(f"PHP {args.version} is already installed (php{args.version}-fpm, php{args.version}-cli)")
         return 0
@@ -96,7 +96,7 @@ async def _install(args: PhpVersionArgs, ctx: JobContext, out: Output) -> int:
 
 
 async def _uninstall(args: PhpVersionArgs, ctx: JobContext, out: Output) -> int:
-    parts = (await trio.to_thread.run_sync(installed_versions)).get(args.version, {})
+    parts = (await trio.to_thread.run_sync(php_installed)).get(args.version, {})
     if not parts:
         out.stdout(f"PHP {args.version} is not installed")
         return 0
