@@ -9,11 +9,9 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
-import os
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +31,8 @@ from control_plane.load_balancers import store
 from control_plane.storage import Database
 from tests.conftest import Stack
 from tests.helpers import wait_for
+from tests.helpers.snapshots import SNAPSHOTS, screen_text
+from tests.helpers.snapshots import UPDATE as UPDATE_SNAPSHOTS
 from tests.helpers.tui import run
 from tui.app import FleetdeckApp
 from tui.connection import Connection
@@ -43,9 +43,6 @@ from tui.load_balancers.menu import ActionMenu
 from tui.load_balancers.screen import LoadBalancersScreen, drain_preview
 from tui.load_balancers.tables import LbTable, PoolTable, fit_widths
 from tui.servers.screen import ServerListScreen
-
-SNAPSHOTS = Path(__file__).parent / "data" / "snapshots"
-UPDATE_SNAPSHOTS = os.environ.get("FLEETDECK_UPDATE_SNAPSHOTS") == "1"
 
 
 @dataclass
@@ -458,11 +455,6 @@ def test_the_palette_and_help_reach_the_screen(org: Org) -> None:
 
 
 # --- 80x24 ----------------------------------------------------------------------------------------
-
-
-def screen_text(app: FleetdeckApp) -> str:
-    lines = [strip.text.rstrip() for strip in app.screen._compositor.render_strips()]
-    return "\n".join(lines) + "\n"
 
 
 def test_the_screen_at_80x24_matches_its_snapshot(stack: Stack) -> None:

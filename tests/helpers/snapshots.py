@@ -1,0 +1,53 @@
+"""Text snapshots of the TUI: what a screen shows, cell for cell, compared with a stored copy.
+
+A snapshot is the screen's text (colours left out: the states they carry must show in the text
+too), so a cut word, a lost column or a footer that no longer fits shows up as a readable diff.
+`FLEETDECK_UPDATE_SNAPSHOTS=1` rewrites the stored copies; read the diff before committing it.
+What changes from run to run (clock times, ages, durations, ids) is masked first, so the test
+fails only on a change of the screen itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from textual.app import App
+
+SNAPSHOTS = Path(__file__).resolve().parent.parent / "data" / "snapshots"
+UPDATE = os.environ.get("FLEETDECK_UPDATE_SNAPSHOTS") == "1"
+
+# Masked in this order; each keeps the width of what it replaces, so columns stay where they were.
+VOLATILE = [
+    re.compile(r"\b\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2})?\b"),  # timestamps
+    re.compile(r"\b\d{1,2}:\d{2}:\d{2}\b"),  # clock times
+    re.compile(r"\b\d+(\.\d+)? ?(ms|s|min|h) ago\b"),  # ages
+    re.compile(r"\b\d+(\.\d+)? ?(ms|s)\b(?! ago)"),  # durations
+    re.compile(r"\bj-[0-9a-f]{6,}\b|\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]{4,}\b"),  # ids
+    re.compile(r"127\.0\.0\.1:\d+"),  # the test stack's port
+]
+
+
+def screen_text(app: App[object]) -> str:
+    """The current screen as text, one line per terminal row, trailing blanks dropped."""
+    lines = [strip.text.rstrip() for strip in app.screen._compositor.render_strips()]
+    return "\n".join(lines) + "\n"
+
+
+def masked(text: str) -> str:
+    for pattern in VOLATILE:
+        text = pattern.sub(lambda match: "~" * len(match.group(0)), text)
+    return text
+
+
+def assert_snapshot(app: App[object], name: str) -> str:
+    """Compare the screen with `data/snapshots/<name>.txt` (written when updating); return it."""
+    text = masked(screen_text(app))
+    stored = SNAPSHOTS / f"{name}.txt"
+    if UPDATE:
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        stored.write_text(text)
+    assert stored.exists(), f"no stored snapshot {stored.name}: run with FLEETDECK_UPDATE_SNAPSHOTS=1"
+    assert text == stored.read_text(), f"{name} changed:\n{text}"
+    return text

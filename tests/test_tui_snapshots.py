@@ -1,0 +1,320 @@
+"""Every screen of the TUI at 80x24, compared with its stored text snapshot (`tests/helpers/snapshots`).
+
+A new user's first terminal is often 80x24: a cut path, a footer whose last key is half drawn or
+a dialog wider than the screen shows up here as a diff. The screens open on an org of their own
+with fixed names (`snapshots`), a server with an agent over a small site whose files have fixed
+times, so that only a change of the screen changes the text. Screens are reached through their
+actions rather than keys where the key is not what the test is about.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from api_client import Client
+from tests.conftest import AgentProcess, Stack
+from tests.helpers import wait_for
+from tests.helpers.snapshots import assert_snapshot, screen_text
+from tests.helpers.tui import highlight, run
+from tui.app import FleetdeckApp
+from tui.connection import ConnectError, Connection, PendingConnection
+from tui.files.commander import CommanderScreen
+from tui.files.editor_screen import EditorScreen
+from tui.files.viewer import ViewerScreen
+from tui.help import HelpScreen
+from tui.jobs.run import JobRunScreen
+from tui.jobs.screen import JobsScreen
+from tui.load_balancers.screen import LoadBalancersScreen
+from tui.servers.screen import ServerListScreen
+from tui.starting import StartingScreen
+
+ORG = "snapshots"
+PASSWORD = "pw-123456"
+FIXED_TIME = 1767323040  # 2026-01-02 03:04 UTC: every file of the site has it
+
+
+@dataclass
+class SnapOrg:
+    stack: Stack
+    token: str
+    web: str  # the server with an agent
+
+    def app(self) -> FleetdeckApp:
+        client = Client(self.stack.base_url, token=self.token)
+        connection = Connection(self.stack.base_url, self.token, "test stack")
+        return FleetdeckApp(connection, theme="fleetdeck-dark", client=client)
+
+
+def make_site(home: Path) -> None:
+    """A small site: folders, a PHP page, a log, an archive, a dotfile; all at `FIXED_TIME`."""
+    site = home / "example-com"
+    (site / "public_html" / "css").mkdir(parents=True)
+    (site / "logs").mkdir()
+    (site / "public_html" / "index.php").write_text("<?php\necho 'hello';\n")
+    (site / "public_html" / "css" / "site.css").write_text("body { margin: 0; }\n")
+    (site / "logs" / "access.log").write_text("".join(f"127.0.0.1 GET /page/{n} 200\n" for n in range(40)))
+    (site / "notes.md").write_text("# Notes\n\nDeploy on Fridays? Never.\n")
+    (site / ".env").write_text("APP_ENV=production\n")
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        info = tarfile.TarInfo("wp-content/readme.txt")
+        info.size, info.mtime = 6, FIXED_TIME
+        tar.addfile(info, io.BytesIO(b"hello\n"))
+    (site / "backup.tar.gz").write_bytes(archive.getvalue())
+    for path in [site, *site.rglob("*")]:
+        os.utime(path, (FIXED_TIME, FIXED_TIME))
+
+
+@pytest.fixture(scope="module")
+def snap_org(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SnapOrg]:
+    stack.admin("create-org", ORG, "--plan", "max")
+    email = f"owner@{ORG}.test"
+    stack.admin("create-user", email, "--org", ORG, "--role", "owner", "--password", PASSWORD)
+    token = stack.login(email, PASSWORD)
+    with stack.http(token) as http:
+        for name, kind, address in [("db-1", "full", "10.0.0.2"), ("cdn-1", "lite", "10.0.0.3")]:
+            assert http.post("/v1/servers", json={"name": name, "kind": kind, "address": address}).status_code == 201
+        created = http.post("/v1/servers", json={"name": "web-1", "kind": "full", "address": "10.0.0.1"}).json()
+    base = tmp_path_factory.mktemp("snapshots")
+    home, state = base / "home", base / "state"
+    make_site(home)
+    state.mkdir()
+    (state / "sites.json").write_text('{"sites": [{"domain": "example.com", "slug": "example-com"}]}')
+    agent = AgentProcess(stack, created["server"]["id"], created["agent_token"], home, state, api_token=token)
+    yield SnapOrg(stack, token, created["server"]["id"])
+    agent.stop()
+
+
+Scenario = Callable[[Pilot[Any]], Awaitable[None]]
+
+
+def snapshot_after(org: SnapOrg, name: str, reach: Scenario, settled: Callable[[str], bool]) -> None:
+    """Open the app, `reach` the screen, wait until its text is `settled`, compare the snapshot."""
+    snapshot_of(org.app(), name, reach, settled)
+
+
+async def server_list(pilot: Pilot[Any]) -> ServerListScreen:
+    app = pilot.app
+    await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and len(app.screen.servers) == 3)
+    screen = app.screen
+    assert isinstance(screen, ServerListScreen)
+    await wait_for(pilot, lambda: "online" in screen_text(app))
+    return screen
+
+
+async def files(pilot: Pilot[Any]) -> CommanderScreen:
+    """The files of web-1 (the server list opens on it: it sorts last, so go to it)."""
+    screen = await server_list(pilot)
+    while screen.highlighted_server is None or screen.highlighted_server.name != "web-1":
+        await pilot.press("down")
+    await pilot.press("enter")
+    await wait_for(
+        pilot, lambda: isinstance(pilot.app.screen, CommanderScreen) and pilot.app.screen.active.pane.entries
+    )
+    commander = pilot.app.screen
+    assert isinstance(commander, CommanderScreen)
+    await wait_for(pilot, lambda: bool(commander.other.pane.entries))
+    return commander
+
+
+async def files_on(pilot: Pilot[Any], name: str) -> CommanderScreen:
+    commander = await files(pilot)
+    await highlight(pilot, commander.active, name)
+    return commander
+
+
+async def action(pilot: Pilot[Any], screen: Any, name: str) -> None:
+    await screen.run_action(name)
+    await pilot.pause()
+
+
+def snapshot_of(app: FleetdeckApp, name: str, reach: Scenario, settled: Callable[[str], bool]) -> None:
+    async def scenario(pilot: Pilot[Any]) -> None:
+        await reach(pilot)
+        await wait_for(pilot, lambda: settled(screen_text(app)))
+        await pilot.pause()
+        assert_snapshot(app, name)
+
+    run(app, scenario)
+
+
+# --- the screens ---------------------------------------------------------------------------------
+
+
+def test_server_list(snap_org: SnapOrg) -> None:
+    snapshot_after(snap_org, "servers_80x24", server_list, lambda text: "web-1" in text)
+
+
+def test_help(snap_org: SnapOrg) -> None:
+    async def reach(pilot: Pilot[Any]) -> None:
+        await server_list(pilot)
+        await pilot.app.run_action("help")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
+
+    snapshot_after(snap_org, "help_80x24", reach, lambda text: "Keys" in text)
+
+
+def test_files(snap_org: SnapOrg) -> None:
+    snapshot_after(snap_org, "files_80x24", files, lambda text: "notes.md" in text)
+
+
+def test_files_in_a_folder(snap_org: SnapOrg) -> None:
+    async def reach(pilot: Pilot[Any]) -> None:
+        commander = await files_on(pilot, "public_html")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: commander.active.path == "public_html" and bool(commander.active.pane.entries))
+
+    snapshot_after(snap_org, "files_folder_80x24", reach, lambda text: "index.php" in text)
+
+
+def test_viewer(snap_org: SnapOrg) -> None:
+    async def reach(pilot: Pilot[Any]) -> None:
+        commander = await files_on(pilot, "notes.md")
+        await action(pilot, commander, "view")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ViewerScreen))
+
+    snapshot_after(snap_org, "viewer_80x24", reach, lambda text: "Fridays" in text)
+
+
+def test_editor(snap_org: SnapOrg) -> None:
+    async def reach(pilot: Pilot[Any]) -> None:
+        commander = await files_on(pilot, "notes.md")
+        await action(pilot, commander, "edit")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, EditorScreen))
+
+    snapshot_after(snap_org, "editor_80x24", reach, lambda text: "Fridays" in text)
+
+
+# The files screen's dialogs: (snapshot name, entry highlighted, action, text once it is drawn).
+DIALOGS = [
+    ("location_picker", "notes.md", "pick_location", "example.com"),
+    ("new_file", "notes.md", "new_file", "ew file"),
+    ("mkdir", "notes.md", "mkdir", "older"),
+    ("rename", "notes.md", "rename", "notes.md"),
+    ("delete", "notes.md", "delete", "notes.md"),
+    ("properties", "notes.md", "properties", "notes.md"),
+    ("permissions", "notes.md", "permissions", "notes.md"),
+    ("search", "notes.md", "search", "earch"),
+    ("trash", "notes.md", "trash", "rash"),
+    ("compress", "public_html", "compress", "public_html"),
+    ("extract", "backup.tar.gz", "extract", "backup.tar.gz"),
+    ("upload", "notes.md", "upload", "pload"),
+]
+
+
+@pytest.mark.parametrize(("name", "entry", "action_name", "shown"), DIALOGS, ids=[row[0] for row in DIALOGS])
+def test_files_dialog(snap_org: SnapOrg, name: str, entry: str, action_name: str, shown: str) -> None:
+    async def reach(pilot: Pilot[Any]) -> None:
+        commander = await files_on(pilot, entry)
+        await action(pilot, commander, action_name)
+        await wait_for(pilot, lambda: pilot.app.screen is not commander)
+
+    snapshot_after(snap_org, f"files_{name}_80x24", reach, lambda text: shown in text)
+
+
+def test_files_copy_dialog(snap_org: SnapOrg) -> None:
+    async def reach(pilot: Pilot[Any]) -> None:
+        commander = await files(pilot)
+        await action(pilot, commander, "switch_panel")
+        await highlight(pilot, commander.active, "public_html")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: commander.active.path == "public_html" and bool(commander.active.pane.entries))
+        await action(pilot, commander, "switch_panel")
+        await highlight(pilot, commander.active, "notes.md")
+        await action(pilot, commander, "copy")
+        await wait_for(pilot, lambda: pilot.app.screen is not commander)
+
+    snapshot_after(snap_org, "files_copy_80x24", reach, lambda text: "notes.md" in text)
+
+
+async def jobs(pilot: Pilot[Any]) -> JobsScreen:
+    screen = await server_list(pilot)
+    while screen.highlighted_server is None or screen.highlighted_server.name != "web-1":
+        await pilot.press("down")
+    await action(pilot, screen, "open_jobs")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, JobsScreen) and bool(pilot.app.screen.kinds))
+    jobs_screen = pilot.app.screen
+    assert isinstance(jobs_screen, JobsScreen)
+    return jobs_screen
+
+
+def test_jobs(snap_org: SnapOrg) -> None:
+    snapshot_after(snap_org, "jobs_80x24", jobs, lambda text: "web-1" in text)
+
+
+def test_job_kind_picker(snap_org: SnapOrg) -> None:
+    async def reach(pilot: Pilot[Any]) -> None:
+        screen = await jobs(pilot)
+        await action(pilot, screen, "new_job")
+        await wait_for(pilot, lambda: pilot.app.screen is not screen)
+
+    snapshot_after(snap_org, "job_kinds_80x24", reach, lambda text: "Run a job" in text)
+
+
+def test_job_form(snap_org: SnapOrg) -> None:
+    async def reach(pilot: Pilot[Any]) -> None:
+        screen = await jobs(pilot)
+        await action(pilot, screen, "new_job")
+        await wait_for(pilot, lambda: pilot.app.screen is not screen)
+        await pilot.press(*"cron.add")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "chedule" in screen_text(pilot.app))
+
+    snapshot_after(snap_org, "job_form_80x24", reach, lambda text: "chedule" in text)
+
+
+def test_job_log(snap_org: SnapOrg) -> None:
+    with snap_org.stack.http(snap_org.token) as http:
+        body = {"kind": "logs.tail", "args": {"domain": "example.com", "lines": 5}}
+        job = http.post(f"/v1/servers/{snap_org.web}/jobs", json=body).json()
+
+    async def reach(pilot: Pilot[Any]) -> None:
+        screen = await jobs(pilot)
+        await wait_for(pilot, lambda: screen.highlighted_job is not None and screen.highlighted_job.id == job["id"])
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, JobRunScreen))
+
+    snapshot_after(snap_org, "job_log_80x24", reach, lambda text: "page/39" in text and "exit" in text.lower())
+
+
+def test_load_balancers_without_any(snap_org: SnapOrg) -> None:
+    async def reach(pilot: Pilot[Any]) -> None:
+        await server_list(pilot)
+        await pilot.app.run_action("go_load_balancers")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, LoadBalancersScreen))
+
+    snapshot_after(snap_org, "load_balancers_empty_80x24", reach, lambda text: "0 load balancers" in text)
+
+
+def test_load_balancer_form(snap_org: SnapOrg) -> None:
+    async def reach(pilot: Pilot[Any]) -> None:
+        await server_list(pilot)
+        await pilot.app.run_action("go_load_balancers")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, LoadBalancersScreen))
+        screen = pilot.app.screen
+        await wait_for(pilot, lambda: "0 load balancers" in screen_text(pilot.app))
+        await action(pilot, screen, "new")
+        await wait_for(pilot, lambda: pilot.app.screen is not screen)
+
+    snapshot_after(snap_org, "load_balancer_form_80x24", reach, lambda text: "Name" in text)
+
+
+def test_the_starting_screen_when_the_stack_does_not_start() -> None:
+    def never() -> Connection:
+        raise ConnectError("the control plane exited with 1 before it answered:\nAddress already in use")
+
+    app = FleetdeckApp(PendingConnection("Starting the local control plane and agent in /data/local…", never))
+
+    async def reach(pilot: Pilot[Any]) -> None:
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, StartingScreen))
+
+    snapshot_of(app, "starting_failed_80x24", reach, lambda text: "Address already in use" in text)
