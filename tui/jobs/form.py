@@ -465,7 +465,7 @@ class JobForm(VerticalScroll):
                 hint = spec.hint()
                 if spec.name in self.sources:
                     pick = f"↓: pick one of the {self.sources[spec.name].noun}"
-                    hint = f"{hint} · {pick}" if hint else pick
+                    hint = f"{pick} · {hint}" if hint else pick  # first: a long description must not hide it
                 if hint:
                     yield Static(printable(hint), classes="job-field--hint", markup=False)
                 yield error
