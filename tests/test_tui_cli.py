@@ -7,6 +7,7 @@ import socket
 import stat
 import subprocess
 import sys
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -254,7 +255,7 @@ def test_an_empty_password_is_asked_again_then_ends_with_a_sentence(stack: Stack
 
 
 def test_email_naming_another_user_logs_in_as_them_despite_a_saved_session(stack: Stack, tmp_path: Path) -> None:
-    other, password = "second-login@example.com", "another password 12"
+    other, password = f"second-{uuid.uuid4().hex[:8]}@example.com", "another password 12"
     stack.admin("create-user", other, "--org", "demo", "--role", "member", "--password", password)
     store = SessionStore(tmp_path / "sessions")
     Prompts(stack.email, stack.password).connect(stack, store)  # the owner's session is saved

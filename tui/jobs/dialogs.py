@@ -430,6 +430,12 @@ class JobFormScreen(FleetModal[Job | None]):
         Binding("enter", "run_from_field", "Run", show=False, priority=True),
     ]
 
+    HELP_KEYS: ClassVar[list[tuple[str, str]]] = [
+        ("Enter", "Run the job, from any field (on a button: press it)"),
+        ("↓ / F2", "Pick what a field names (a site, a cron entry, a database…) from those on the server"),
+        ("Tab", "Next field"),
+    ]
+
     def __init__(
         self, server: Server, kind: JobKindInfo, access: Access | None = None, choices: ChoiceCache | None = None
     ) -> None:
