@@ -1,6 +1,7 @@
 """`fleetdeck`: the one command line, dispatching to the TUI, the embedded stack and each tower.
 
     fleetdeck [--url URL] [--email EMAIL] [--data-dir DIR] [--theme NAME]   the TUI
+    fleetdeck logout [--url URL | --all]                                     forget saved sessions
     fleetdeck local ...                                                      the embedded stack
     fleetdeck serve | admin ...                                              the control plane
     fleetdeck agent ...                                                      the agent
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args and args[0] == "local":
         return run_local_command(args[1:], settings)
+    if args and args[0] == "logout":
+        return run_logout(args[1:], settings)
     if args and args[0] in CONTROL_PLANE_COMMANDS:
         from control_plane.cli import main as control_plane_main
 
@@ -129,11 +132,50 @@ def stop_local_command(data_dir: Path) -> int:
     return 0
 
 
+def _logout_parser(settings: Settings) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fleetdeck logout",
+        description="forget the session saved for a control plane (the next start asks for the password again)",
+    )
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--url", default=settings.url, help="the control plane's base URL (or FLEETDECK_URL)")
+    which.add_argument("--all", action="store_true", help="forget the sessions of every control plane")
+    return parser
+
+
+# The contract has no route that ends a session token (`DELETE /v1/tokens/{id}` is for API
+# tokens), so logging out forgets the token here; the server lets it expire.
+NOT_REVOKED = "The control plane has no logout route: the token stays valid there until it expires."
+
+
+def run_logout(argv: list[str], settings: Settings) -> int:
+    """`fleetdeck logout`: forget the saved session of `--url`, or of every control plane."""
+    from tui.connection import SessionStore, normalise_url
+
+    parser = _logout_parser(settings)
+    args = parser.parse_args(argv)
+    store = SessionStore(paths.session_store_dir())
+    if args.all:
+        urls = store.saved_urls()
+    elif args.url:
+        urls = [normalise_url(args.url)]
+    else:
+        parser.error("say which control plane: --url URL (or FLEETDECK_URL), or --all")
+    forgotten = [url for url in urls if store.forget(url)]
+    if not forgotten:
+        print("No saved session to forget." if args.all else f"No session is saved for {urls[0]}.")
+        return 0
+    for url in forgotten:
+        print(f"Forgot the session saved for {url}.")
+    print(NOT_REVOKED)
+    return 0
+
+
 def _parser(settings: Settings) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fleetdeck",
         description="Run a fleet of servers from the terminal. Without --url, opens the local demo stack.",
-        epilog="Other commands: fleetdeck local|serve|admin|agent --help",
+        epilog="Other commands: fleetdeck logout|local|serve|admin|agent --help",
     )
     parser.add_argument("--url", default=settings.url, help="control plane base URL (or FLEETDECK_URL)")
     parser.add_argument("--email", help="log in as this user (the password is prompted)")

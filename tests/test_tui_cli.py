@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
 import stat
+import subprocess
 import sys
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ from control_plane.storage import Database
 from fleetdeck import cli
 from fleetdeck.cli import local_connection
 from fleetdeck.launcher import LocalStack, StackStartError
-from tests.conftest import Stack
+from tests.conftest import Stack, python_env
 from themes import ANSI, DARK, FleetdeckAnsiStyle, default_theme_name, rich_style_map
 from tui.connection import ConnectError, Connection, SessionStore, connect_remote
 from tui.errors import describe_error
@@ -45,7 +48,6 @@ def test_the_tui_module_does_not_import_the_control_plane() -> None:
     code = f"import sys, fleetdeck.cli, tui.app; sys.exit(any(m.startswith({towers}) for m in sys.modules))"
     root = Path(__file__).resolve().parent.parent
     env = {**os.environ, "PYTHONPATH": str(root)}
-    import subprocess
 
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=60).returncode == 0
 
@@ -200,3 +202,97 @@ def test_the_embedded_stack_gives_up_after_its_timeout(tmp_path: Path) -> None:
     with pytest.raises(StackStartError, match=r"(?s)did not report its address.*loading"):
         stack.start()
     assert stack.process is not None and stack.process.poll() is not None
+
+
+# --- logging in from the command line, and out ----------------------------------------------------
+
+
+def run_cli(home: Path, *args: str, answers: str = "") -> subprocess.CompletedProcess[str]:
+    """`fleetdeck ARGS` in a child with its own config dirs under `home`, no terminal (so getpass reads
+    `answers` from stdin) and no token or URL from this environment."""
+    dirs = {f"XDG_{name}_HOME": str(home / name.lower()) for name in ("CONFIG", "DATA", "STATE", "CACHE")}
+    env = {k: v for k, v in python_env(**dirs).items() if k not in ("FLEETDECK_TOKEN", "FLEETDECK_URL")}
+    command = [sys.executable, "-m", "fleetdeck", *args]
+    return subprocess.run(
+        command, input=answers, env=env, capture_output=True, text=True, timeout=60, start_new_session=True
+    )
+
+
+def cli_sessions(home: Path) -> SessionStore:
+    """The session store `run_cli`'s child uses (the config dir of `home`)."""
+    return SessionStore(home / "config" / "fleetdeck" / "sessions")
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_an_unreachable_url_is_said_before_any_credentials_are_asked_for(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    done = run_cli(tmp_path, "--url", url, answers="someone@example.com\nsecret\n")
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"fleetdeck: Cannot connect to {url} (")
+    assert "check the URL" in done.stderr
+    assert "Email" not in done.stdout and "Password" not in done.stdout + done.stderr
+
+
+def test_an_empty_password_is_asked_again_then_ends_with_a_sentence(stack: Stack, tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "--url", stack.base_url, "--email", stack.email, answers="\n\n\n")
+    assert done.returncode == 1
+    said = done.stdout + done.stderr
+    assert said.count("A password is needed: type it, or press Ctrl+C to give up.") == 2
+    assert done.stderr.rstrip().endswith("fleetdeck: A password is needed: nothing was typed, so not logged in.")
+    assert "validation" not in said.lower() and "pydantic" not in said.lower()
+    assert cli_sessions(tmp_path).load(stack.base_url) is None
+
+    prompts = Prompts(stack.email, "", stack.password)  # one empty answer, then the password
+    connection = prompts.connect(stack, SessionStore(tmp_path / "in-process"))
+    assert connection.label == stack.email
+    assert prompts.said == ["A password is needed: type it, or press Ctrl+C to give up."]
+
+
+def test_email_naming_another_user_logs_in_as_them_despite_a_saved_session(stack: Stack, tmp_path: Path) -> None:
+    other, password = f"second-{uuid.uuid4().hex[:8]}@example.com", "another password 12"
+    stack.admin("create-user", other, "--org", "demo", "--role", "member", "--password", password)
+    store = SessionStore(tmp_path / "sessions")
+    Prompts(stack.email, stack.password).connect(stack, store)  # the owner's session is saved
+
+    prompts = Prompts("not asked: --email names the user", password)
+    connection = connect_remote(
+        stack.base_url, store=store, email=other, ask_email=prompts.ask_email, ask_password=prompts.ask_password
+    )
+    assert connection.label == other and prompts.passwords == []
+    assert store.load(stack.base_url) == {"base_url": stack.base_url, "token": connection.token, "email": other}
+    with stack.http(connection.token) as http:
+        assert http.get("/v1/me").json()["user"]["email"] == other
+
+    same = connect_remote(stack.base_url, store=store, email=other.upper(), ask_password=Prompts(other).ask_password)
+    assert same == connection  # the saved session is that user's: no password asked
+
+
+def test_logout_forgets_the_saved_session_of_a_url_or_all_of_them(stack: Stack, tmp_path: Path) -> None:
+    sessions = cli_sessions(tmp_path)
+    sessions.save(stack.base_url, "fd_saved_token", stack.email)
+    sessions.save("http://elsewhere.example:8443", "fd_other_token", "someone@example.com")
+
+    done = run_cli(tmp_path, "logout", "--url", stack.base_url + "/")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"Forgot the session saved for {stack.base_url}.", cli.NOT_REVOKED]
+    assert sessions.load(stack.base_url) is None
+    assert sessions.saved_urls() == ["http://elsewhere.example:8443"]
+
+    again = run_cli(tmp_path, "logout", "--url", stack.base_url)
+    assert again.returncode == 0 and again.stdout == f"No session is saved for {stack.base_url}.\n"
+
+    everything = run_cli(tmp_path, "logout", "--all")
+    assert everything.stdout.splitlines() == [
+        "Forgot the session saved for http://elsewhere.example:8443.",
+        cli.NOT_REVOKED,
+    ]
+    assert sessions.saved_urls() == []
+
+    unnamed = run_cli(tmp_path, "logout")
+    assert unnamed.returncode == 2 and "--url URL (or FLEETDECK_URL), or --all" in unnamed.stderr

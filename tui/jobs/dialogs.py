@@ -1,4 +1,5 @@
-"""The dialogs of the jobs screen: pick a kind (fuzzy search), fill its form, confirm a change."""
+"""The dialogs of the jobs screen: pick a kind (fuzzy search), fill its form (picking what a field
+names from what exists), confirm a change."""
 
 from __future__ import annotations
 
@@ -17,11 +18,14 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.fuzzy import FuzzySearch
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, OptionList, Static
+from textual.widget import Widget
+from textual.widgets import Button, Input, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from api_client import Server
 from api_client.models import PLANS, Job, JobKindInfo
+from tui.errors import describe_error
+from tui.jobs.choices import Choice, ChoiceCache, ChoicesUnavailable, Source, fetch_choices, sources_of
 from tui.jobs.errors import describe_job_error, validation_errors
 from tui.jobs.form import Invalid, JobForm, parse_schema
 from tui.screen import FleetModal
@@ -285,6 +289,123 @@ class ConfirmRun(ModalScreen[bool]):
         self.dismiss(run)
 
 
+# --- picking what a field names -----------------------------------------------------------------
+
+
+class ChoicePicker(FleetModal[str | None]):
+    """The things a field names that exist on the server (a site's domain…): type to narrow,
+    ↑↓ move, Enter picks, Esc goes back to the field (where any value can still be typed).
+
+    The list comes from `choices` when read before for this server, else is read now (`fetch_choices`).
+    """
+
+    DEFAULT_CSS = load_tcss(__file__)
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("up", "move(-1)", "Up", show=False),
+    ]
+
+    def __init__(self, server: Server, source: Source, choices: ChoiceCache, typed: str = "") -> None:
+        super().__init__()
+        self.server = server
+        self.source = source
+        self.cache = choices
+        self.typed = typed
+        self.shown: list[Choice] = []
+
+    @property
+    def loaded(self) -> bool:
+        return self.source in self.cache.by_source
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="choice-picker-box", classes="job-dialog"):
+            title = f"Pick one of the {self.source.noun} on {self.server.name}"
+            yield Static(printable(title), classes="job-dialog--title", markup=False)
+            yield Input(self.typed, placeholder="Type to narrow…", id="choice-search", compact=True)
+            yield OptionList(id="choice-options")
+            yield Static("", id="choice-hint", classes="job-dialog--hint", markup=False)
+
+    def on_mount(self) -> None:
+        self.query_one("#choice-search", Input).focus()
+        if self.loaded:
+            self._refilter()
+            return
+        self._hint(f"Reading the {self.source.noun} ({self.source.where})…")
+        self.bridge.run(
+            self,
+            fetch_choices,
+            self.client,
+            self.server.id,
+            self.source,
+            on_done=self._fetched,
+            on_error=self._failed,
+        )
+
+    def _fetched(self, choices: list[Choice]) -> None:
+        self.cache.by_source[self.source] = choices
+        self._refilter()
+
+    def _failed(self, exc: BaseException) -> None:
+        why = str(exc) if isinstance(exc, ChoicesUnavailable) else describe_error(exc, server=self.server.name)
+        self._hint(f"Cannot list the {self.source.noun}: {why}. Esc, then type the value.", error=True)
+
+    def _hint(self, text: str, *, error: bool = False) -> None:
+        hint = self.query_one("#choice-hint", Static)
+        hint.update(printable(text))
+        hint.set_class(error, "-error")
+
+    @on(Input.Changed, "#choice-search")
+    def _search_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        if self.loaded:
+            self._refilter()
+
+    def _refilter(self) -> None:
+        query = self.query_one("#choice-search", Input).value.strip().lower()
+        every = self.cache.by_source.get(self.source, [])
+        self.shown = [c for c in every if query in c.value.lower() or query in c.detail.lower()]
+        options = self.query_one(OptionList)
+        options.clear_options()
+        width = max((len(c.value) for c in self.shown), default=0)
+        for choice in self.shown:
+            prompt = Text(printable(choice.value).ljust(width), style="bold")
+            if choice.detail:
+                prompt.append("  " + printable(choice.detail), style="dim")
+            prompt.no_wrap = True
+            prompt.overflow = "ellipsis"
+            options.add_option(Option(prompt))
+        if self.shown:
+            options.highlighted = 0
+            self._hint(f"{len(self.shown)} of {len(every)} {self.source.noun} · ↑↓ move · Enter: pick · Esc: back")
+        elif every:
+            self._hint(f"None of the {len(every)} {self.source.noun} matches: Esc, then type the value.")
+        else:
+            self._hint(f"There are no {self.source.noun} on {self.server.name} ({self.source.where}).")
+
+    def action_move(self, delta: int) -> None:
+        options = self.query_one(OptionList)
+        if self.shown:
+            current = options.highlighted if options.highlighted is not None else 0
+            options.highlighted = max(0, min(len(self.shown) - 1, current + delta))
+
+    @on(Input.Submitted, "#choice-search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        options = self.query_one(OptionList)
+        if self.shown and options.highlighted is not None:
+            self.dismiss(self.shown[options.highlighted].value)
+
+    @on(OptionList.OptionSelected, "#choice-options")
+    def _option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        self.dismiss(self.shown[event.option_index].value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
 # --- the form ---------------------------------------------------------------------------------
 
 
@@ -293,7 +414,7 @@ def takes_arguments(kind: JobKindInfo) -> bool:
 
 
 class JobFormScreen(FleetModal[Job | None]):
-    """The arguments of one kind; Enter (or ctrl+r, or the Run button) starts the job.
+    """The arguments of one kind; Enter in any field (or ctrl+r, or the Run button) starts the job.
 
     The job is created here, so the server's `validation_error` details land next to their
     fields. A retry with the same arguments reuses the idempotency key: a request that did reach
@@ -305,13 +426,24 @@ class JobFormScreen(FleetModal[Job | None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel"),
         Binding("ctrl+r", "run", "Run"),
+        # Before the focused field: Enter runs from a checkbox, a list or a closed dropdown too.
+        Binding("enter", "run_from_field", "Run", show=False, priority=True),
     ]
 
-    def __init__(self, server: Server, kind: JobKindInfo, access: Access | None = None) -> None:
+    HELP_KEYS: ClassVar[list[tuple[str, str]]] = [
+        ("Enter", "Run the job, from any field (on a button: press it)"),
+        ("↓ / F2", "Pick what a field names (a site, a cron entry, a database…) from those on the server"),
+        ("Tab", "Next field"),
+    ]
+
+    def __init__(
+        self, server: Server, kind: JobKindInfo, access: Access | None = None, choices: ChoiceCache | None = None
+    ) -> None:
         super().__init__()
         self.server = server
         self.kind = kind
         self.access = access or Access()
+        self.choices = choices if choices is not None else ChoiceCache()
         self.creating = False
         self._idempotency: tuple[dict[str, Any], str] | None = None
 
@@ -326,7 +458,9 @@ class JobFormScreen(FleetModal[Job | None]):
             yield Static(title, classes="job-dialog--title")
             if self.kind.summary:
                 yield Static(printable(self.kind.summary), classes="job-dialog--summary", markup=False)
-            yield JobForm(self.kind.args_schema, self.kind.secret_fields, id="job-form")
+            names = [spec.name for spec in parse_schema(self.kind.args_schema, self.kind.secret_fields)]
+            sources = sources_of(self.kind, names)
+            yield JobForm(self.kind.args_schema, self.kind.secret_fields, sources=sources, id="job-form")
             yield Static("", id="job-form-status", classes="job-dialog--hint", markup=False)
             with Horizontal(classes="job-dialog--buttons"):
                 yield Button("Run", variant="primary" if self.kind.read else "warning", id="job-form-run", compact=True)
@@ -359,13 +493,50 @@ class JobFormScreen(FleetModal[Job | None]):
         event.stop()
         self.action_cancel()
 
-    @on(JobForm.Submitted)
-    def _form_submitted(self, event: JobForm.Submitted) -> None:
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Enter on a button presses it, and in an open dropdown picks its option."""
+        return action != "run_from_field" or self._enter_runs(self.focused)
+
+    @staticmethod
+    def _enter_runs(focused: Widget | None) -> bool:
+        if focused is None:
+            return True
+        if isinstance(focused, Button):
+            return False
+        open_dropdown = any(isinstance(w, Select) and w.expanded for w in (focused, *focused.ancestors))
+        return not open_dropdown
+
+    @on(JobForm.Edited)
+    def _form_edited(self, event: JobForm.Edited) -> None:
+        """A fixed field clears "Not run: … to fix" (or says how many are left)."""
         event.stop()
-        self.action_run()
+        line = self.query_one("#job-form-status", Static)
+        if not line.has_class("-error") or self.creating:
+            return
+        left = len(self.form.invalid_fields)
+        if left:
+            self._status(f"Not run: {left} field{'s' if left != 1 else ''} to fix (marked ✘).", error=True)
+        else:
+            self._status_hint()
+
+    @on(JobForm.PickRequested)
+    def _pick_requested(self, event: JobForm.PickRequested) -> None:
+        event.stop()
+        name = event.name
+        typed = str(self.form.raw_value(name) or "")
+
+        def picked(value: str | None) -> None:
+            if value is not None:
+                self.form.set_raw_value(name, value)
+            self.form.focus_field(name)
+
+        self.app.push_screen(ChoicePicker(self.server, event.source, self.choices, typed), picked)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+    def action_run_from_field(self) -> None:
+        self.action_run()
 
     def action_run(self) -> None:
         if self.creating:

@@ -9,7 +9,9 @@ Both are pure, so they are tested without a screen.
 `JobForm` builds one row per field: a label (`*` marks a required field), an input fitting the
 type (text, integer, checkbox, select, a comma-separated list, a multi-select, JSON for the rest),
 a hint, and an error line filled as you type and by the server's `validation_error` details.
-Secret fields (the kind's `secret_fields`) are masked inputs and are never pre-filled.
+Secret fields (the kind's `secret_fields`) are masked inputs and are never pre-filled. A field that
+names a thing of the server (its `Source`, see `tui.jobs.choices`) is a text input that also
+offers a picker of what exists: ↓ or F2 asks for it (`JobForm.PickRequested`).
 """
 
 from __future__ import annotations
@@ -19,16 +21,18 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Checkbox, Input, Label, Select, SelectionList, Static
 
+from tui.jobs.choices import Source
 from tui.text import load_tcss, printable
 
 FieldKind = Literal["string", "integer", "number", "boolean", "enum", "string_list", "enum_list", "const", "json"]
@@ -152,7 +156,34 @@ def _resolve(prop: Mapping[str, Any], definitions: Mapping[str, Any]) -> dict[st
     return out
 
 
+# Words that read as letters: `tls` is shown `TLS`, `php_version` `PHP version`.
+ACRONYMS = frozenset(
+    {"api", "cidr", "cpu", "db", "dns", "gb", "gid", "http", "https", "id", "ip", "lb", "mb", "php", "rpm", "sql"}
+    | {"ssh", "ssl", "tls", "tpm", "ttl", "uid", "url", "usd"}
+)
+
+
+def humanize(name: str) -> str:
+    """A field name in words: `health_check` → `Health check`, `tls` → `TLS`."""
+    words = [word for word in re.split(r"[_\-\s]+", name) if word]
+    shown = [word.upper() if word.lower() in ACRONYMS else word.lower() for word in words]
+    if shown and shown[0].islower():
+        shown[0] = shown[0].capitalize()
+    return " ".join(shown) or name
+
+
+def _title(name: str, prop: Mapping[str, Any]) -> str:
+    """The field's own title when one was written, else its name in words: never the title of a
+    model or enum it refers to (`LbHealthCheck` for `health_check`), which names a class, nor
+    pydantic's default (`Php Version`)."""
+    title = prop.get("title")
+    if isinstance(title, str) and title.strip() and title != name.replace("_", " ").title():
+        return title.strip()
+    return humanize(name)
+
+
 def _field(name: str, prop: dict[str, Any], required: bool, secret: bool, definitions: Mapping[str, Any]) -> FieldSpec:
+    title = _title(name, prop)  # before `$ref` is followed: the target's title names its class
     prop = _resolve(prop, definitions)
     nullable = False
     alternatives = prop.get("anyOf") or prop.get("oneOf")
@@ -171,7 +202,7 @@ def _field(name: str, prop: dict[str, Any], required: bool, secret: bool, defini
         type_ = others[0] if len(others) == 1 else "json"
     common: dict[str, Any] = {
         "name": name,
-        "title": str(prop.get("title") or name.replace("_", " ").capitalize()),
+        "title": title,
         "required": required,
         "nullable": nullable,
         "default": prop.get("default", MISSING),
@@ -344,6 +375,22 @@ def _widget_id(name: str) -> str:
     return "arg-" + re.sub(r"[^A-Za-z0-9_-]", "_", name)
 
 
+class PickableInput(Input):
+    """A text input whose value may also be picked from what exists on the server (↓ or F2)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("down,f2", "pick", "Pick", show=False)]
+
+    def __init__(self, *args: Any, field_name: str, source: Source, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.field_name = field_name
+        self.source = source
+
+    def action_pick(self) -> None:
+        form = next((a for a in self.ancestors if isinstance(a, JobForm)), None)
+        if form is not None:
+            form.post_message(JobForm.PickRequested(form, self.field_name, self.source))
+
+
 @dataclass
 class _Row:
     spec: FieldSpec
@@ -360,17 +407,46 @@ class JobForm(VerticalScroll):
     DEFAULT_CSS = load_tcss(__file__)
 
     class Submitted(Message):
-        """Enter in a text field: the user wants to run the job."""
+        """Enter in a text field (where no screen binding took Enter first): run the job."""
 
         def __init__(self, form: JobForm) -> None:
             super().__init__()
             self.form = form
 
+    class Edited(Message):
+        """A field changed (its error line is up to date): the form's status may change too."""
+
+        def __init__(self, form: JobForm) -> None:
+            super().__init__()
+            self.form = form
+
+    class PickRequested(Message):
+        """The user asks to pick the value of `name` from what exists (`source`)."""
+
+        def __init__(self, form: JobForm, name: str, source: Source) -> None:
+            super().__init__()
+            self.form = form
+            self.name = name
+            self.source = source
+
     NO_ARGUMENTS = "This job takes no arguments."
 
-    def __init__(self, schema: Mapping[str, Any], secret_fields: Iterable[str] = (), *, id: str | None = None) -> None:
+    def __init__(
+        self,
+        schema: Mapping[str, Any],
+        secret_fields: Iterable[str] = (),
+        *,
+        sources: Mapping[str, Source] | None = None,
+        id: str | None = None,
+    ) -> None:
         super().__init__(id=id)
         self.specs = parse_schema(schema, secret_fields)
+        # Only text fields can take a picked value (and still be typed in).
+        self.sources = {
+            spec.name: source
+            for spec in self.specs
+            if spec.kind == "string" and not spec.secret and (source := (sources or {}).get(spec.name)) is not None
+        }
         self._rows: dict[str, _Row] = {}
 
     # --- building -------------------------------------------------------------------------
@@ -387,6 +463,9 @@ class JobForm(VerticalScroll):
                 yield Label(self._label(spec), classes="job-field--label")
                 yield control
                 hint = spec.hint()
+                if spec.name in self.sources:
+                    pick = f"↓: pick one of the {self.sources[spec.name].noun}"
+                    hint = f"{pick} · {hint}" if hint else pick  # first: a long description must not hide it
                 if hint:
                     yield Static(printable(hint), classes="job-field--hint", markup=False)
                 yield error
@@ -428,15 +507,18 @@ class JobForm(VerticalScroll):
         if not value and spec.kind in ("string", "integer", "number"):
             placeholder = "(required)" if spec.required else "(optional)"
         input_type = {"integer": "integer", "number": "number"}.get(spec.kind, "text")
-        return Input(
-            value,
-            placeholder=placeholder,
-            password=spec.secret,
-            type=input_type,  # type: ignore[arg-type]
-            id=widget_id,
-            compact=True,
-            select_on_focus=False,
-        )
+        settings: dict[str, Any] = {
+            "placeholder": placeholder,
+            "password": spec.secret,
+            "type": input_type,
+            "id": widget_id,
+            "compact": True,
+            "select_on_focus": False,
+        }
+        source = self.sources.get(spec.name)
+        if source is not None:
+            return PickableInput(value, field_name=spec.name, source=source, **settings)
+        return Input(value, **settings)
 
     # --- values ---------------------------------------------------------------------------
 
@@ -512,6 +594,9 @@ class JobForm(VerticalScroll):
             self._rows[name].control.focus()
             return
 
+    def focus_field(self, name: str) -> None:
+        self._rows[name].control.focus()
+
     def focus_first(self) -> None:
         for row in self._rows.values():
             if row.control.focusable:
@@ -564,10 +649,12 @@ class JobForm(VerticalScroll):
             return
         row.touched = True
         row.server_error = None
+        self.show_general_error(None)  # what the server said of the arguments as a whole: checked again on run
         try:
             self.check(row.spec.name)
         except Invalid:
             pass
+        self.post_message(self.Edited(self))
 
     @on(Input.Changed)
     def _input_changed(self, event: Input.Changed) -> None:

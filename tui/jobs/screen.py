@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Footer, Static
 from api_client import Client, Server
 from api_client.models import FINISHED_STATUSES, Job, JobKindInfo
 from tui.bridge import TaskHandle
+from tui.jobs.choices import ChoiceCache
 from tui.jobs.dialogs import Access, ConfirmRun, JobFormScreen, KindPicker, takes_arguments
 from tui.jobs.errors import describe_job_error
 from tui.jobs.log_panel import format_duration
@@ -78,6 +79,7 @@ class JobsScreen(FleetScreen):
         self._poll_timer: Timer | None = None
         self._pick_when_loaded = False
         self._args_shown = False
+        self.choices = ChoiceCache()  # what the forms' pickers read on this server
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
@@ -258,7 +260,7 @@ class JobsScreen(FleetScreen):
         if kind is None:
             return
         if takes_arguments(kind):
-            self.app.push_screen(JobFormScreen(self.server, kind, self.access), self._form_done)
+            self.app.push_screen(JobFormScreen(self.server, kind, self.access, self.choices), self._form_done)
         elif kind.read:
             self._create(kind)
         else:
@@ -285,6 +287,9 @@ class JobsScreen(FleetScreen):
 
     def _form_done(self, job: Job | None) -> None:
         if job is not None:
+            kind = self.kinds.get(job.kind)
+            if kind is None or not kind.read:
+                self.choices.clear()  # the change may add or remove what the pickers listed
             self.jobs[job.id] = job
             self.open_job(job)
 

@@ -1,0 +1,172 @@
+"""The job form on the real stack: pickers of what a field names, Enter from any field, the error
+line that clears once fixed, and labels in words."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Input, Label, OptionList, Select
+
+from api_client.job_kinds import json_schemas
+from api_client.models import JobKindInfo
+from tests.conftest import Stack
+from tests.helpers import wait_for
+from tests.test_tui_jobs import open_form, open_jobs_of, real_app, run
+from tui.jobs.choices import SOURCES, source_of
+from tui.jobs.dialogs import ChoicePicker, JobFormScreen
+from tui.jobs.form import JobForm, humanize, parse_schema
+from tui.jobs.run import JobRunScreen
+
+KINDS = {entry["kind"]: JobKindInfo.model_validate(entry) for entry in json_schemas()}
+
+
+def test_the_fields_that_name_a_thing_have_a_source_except_where_the_thing_is_made() -> None:
+    assert source_of(KINDS["logs.tail"], "domain") is SOURCES[("*", "domain")]
+    assert source_of(KINDS["cron.delete"], "id") is SOURCES[("cron", "id")]
+    assert source_of(KINDS["lb.remove"], "id") is SOURCES[("lb", "id")]
+    assert source_of(KINDS["db.drop"], "name") is SOURCES[("db", "name")]
+    assert source_of(KINDS["cron.add"], "domain") is SOURCES[("*", "domain")]  # the site exists already
+    assert source_of(KINDS["site.create"], "domain") is None  # a new site: nothing to pick
+    assert source_of(KINDS["db.create"], "name") is None
+    assert source_of(KINDS["logs.tail"], "lines") is None
+    # Every source is a read kind of the catalog (or the API's load balancers).
+    for source in SOURCES.values():
+        assert source.read_kind is None or KINDS[source.read_kind].read
+
+
+def test_labels_are_words_never_a_class_name() -> None:
+    titles = {spec.name: spec.title for spec in parse_schema(KINDS["lb.apply"].args_schema)}
+    assert titles["health_check"] == "Health check"  # was `LbHealthCheck`, the model's name
+    assert (titles["id"], titles["tls"]) == ("ID", "TLS")
+    assert humanize("php_version") == "PHP version"
+    for kind in KINDS.values():
+        for spec in parse_schema(kind.args_schema, kind.secret_fields):
+            assert not any(a.islower() and b.isupper() for a, b in zip(spec.title, spec.title[1:], strict=False)), (
+                kind.kind,
+                spec.title,
+            )
+
+
+@pytest.fixture
+def load_balancer(stack: Stack) -> Iterator[dict[str, Any]]:
+    """A load balancer whose node is the stack's server (deleted after the test)."""
+    body = {"name": f"pick-{uuid.uuid4().hex[:6]}", "port": 80, "node_server_id": stack.server_id, "engine": "nginx"}
+    with stack.http() as http:
+        created = http.post("/v1/load-balancers", json=body)
+        assert created.status_code == 201, created.text
+        lb: dict[str, Any] = created.json()
+    yield lb
+    with stack.http() as http:
+        assert http.delete(f"/v1/load-balancers/{lb['id']}").status_code in (202, 204)
+
+
+def labels(form: JobForm) -> list[str]:
+    return [str(label.render()) for label in form.query(".job-field--label").results(Label)]
+
+
+def picked_values(picker: ChoicePicker) -> list[str]:
+    return [choice.value for choice in picker.shown]
+
+
+async def open_picker(pilot: Pilot[Any], form_screen: JobFormScreen, name: str) -> ChoicePicker:
+    form_screen.form.focus_field(name)
+    await pilot.press("down")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChoicePicker) and pilot.app.screen.loaded, 30)
+    picker = pilot.app.screen
+    assert isinstance(picker, ChoicePicker)
+    return picker
+
+
+def test_a_domain_is_picked_from_the_sites_and_enter_runs_from_any_field(stack: Stack) -> None:
+    app, wire = real_app(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        jobs = await open_jobs_of(pilot, "local")
+        form_screen = await open_form(pilot, "logs.tail")
+        form = form_screen.form
+        hint = " ".join(str(s.render()) for s in form.query(".job-field--hint"))
+        assert "↓: pick one of the sites" in hint
+
+        # ↓ in the domain field lists the server's sites (site.list, run as a job); Enter picks one.
+        picker = await open_picker(pilot, form_screen, "domain")
+        assert "example.com" in picked_values(picker)
+        assert [kind for kind, _args, _key in wire.creations()] == ["site.list"]
+        options = picker.query_one(OptionList)
+        options.highlighted = picked_values(picker).index("example.com")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is form_screen)
+        assert form.raw_value("domain") == "example.com" and app.focused is form.query_one("#arg-domain")
+
+        # The list is read once per jobs screen: typing narrows it; Esc leaves the field as it was.
+        form.set_raw_value("domain", "example.c")
+        picker = await open_picker(pilot, form_screen, "domain")
+        assert picked_values(picker) == ["example.com"] and len(wire.creations()) == 1
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is form_screen)
+        assert form.raw_value("domain") == "example.c"
+        form.set_raw_value("domain", "example.com")
+
+        # Enter in an open dropdown picks its option and runs nothing; in the closed one it runs.
+        log = form.query_one("#arg-log", Select)
+        log.focus()
+        await pilot.press("space")
+        await wait_for(pilot, lambda: log.expanded)
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: not log.expanded)
+        assert app.screen is form_screen and log.value == "error" and len(wire.creations()) == 1
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobRunScreen))
+        assert wire.creations()[-1][:2] == ("logs.tail", {"domain": "example.com", "log": "error", "lines": 200})
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is jobs)
+
+    run(app, scenario)
+
+
+def test_the_error_line_clears_once_the_field_is_fixed(stack: Stack) -> None:
+    app, wire = real_app(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        await open_jobs_of(pilot, "local")
+        form_screen = await open_form(pilot, "logs.tail")
+        status = form_screen.query_one("#job-form-status")
+        lines = form_screen.query_one("#arg-lines", Input)
+        lines.focus()
+        await pilot.press("enter")  # from the lines field, with the required domain empty
+        await pilot.pause()
+        assert str(status.render()) == "Not run: 1 field to fix (marked ✘)." and status.has_class("-error")
+        assert form_screen.form.error_of("domain") == "required" and app.focused is form_screen.query_one("#arg-domain")
+        await pilot.press(*"example.com")
+        assert form_screen.form.error_of("domain") == ""
+        assert not status.has_class("-error") and str(status.render()).startswith("* required · Enter: run")
+        assert wire.creations() == []
+
+    run(app, scenario)
+
+
+def test_a_load_balancer_is_picked_from_the_api_and_labels_are_words(
+    stack: Stack, load_balancer: dict[str, Any]
+) -> None:
+    app, wire = real_app(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        await open_jobs_of(pilot, "local")
+        form_screen = await open_form(pilot, "lb.apply")
+        shown = labels(form_screen.form)
+        assert any(label.startswith("Health check") for label in shown)
+        assert not any("LbHealthCheck" in label for label in shown)
+        picker = await open_picker(pilot, form_screen, "id")
+        assert load_balancer["id"] in picked_values(picker)
+        choice = picker.shown[picked_values(picker).index(load_balancer["id"])]
+        assert choice.detail == f"{load_balancer['name']} · port 80"
+        picker.query_one(OptionList).highlighted = picked_values(picker).index(load_balancer["id"])
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is form_screen)
+        assert form_screen.form.raw_value("id") == load_balancer["id"]
+        assert wire.creations() == []  # the load balancers come from the API, not from a job
+
+    run(app, scenario)
