@@ -249,7 +249,7 @@ def test_properties_show_owner_mode_and_folder_size(stack: Stack) -> None:
         results = await push(pilot, dialog)
         await wait_for(pilot, lambda: dialog.entry is not None)
         rows = dict(dialog.rows())
-        assert rows["Type"] == "File" and rows["Size"] == "17 bytes"
+        assert rows["Type"] == "File" and rows["Size"] == "17 B"
         assert rows["Owner"].startswith(f"{owner}:")
         assert rows["Permissions"] == "rw-r----- (0640)"
         modified = datetime.fromtimestamp(target.stat().st_mtime).astimezone()
@@ -263,7 +263,7 @@ def test_properties_show_owner_mode_and_folder_size(stack: Stack) -> None:
         await wait_for(pilot, lambda: dialog.totals is not None)
         rows = dict(dialog.rows())
         assert rows["Type"] == "Folder"
-        assert rows["Size"] == "2,017 bytes (2.0 KiB) in 2 files, 1 folder"
+        assert rows["Size"] == "2.0 KiB (2,017 bytes) in 2 files, 1 folder"
         assert rows["Permissions"] == f"{stat.filemode(folder.stat().st_mode)[1:]} (0{mode_of(folder):o})"
         await pilot.press("enter")
         await wait_for(pilot, lambda: results)

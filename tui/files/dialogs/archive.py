@@ -224,7 +224,7 @@ class ArchiveDialog(FileDialog[bool]):
             bar.update(total=total_bytes, progress=done_bytes)
         elif total_files:
             bar.update(total=total_files, progress=done_files)
-        files = f"{done_files} of {plural(total_files, 'file')}" if total_files else plural(done_files, "file")
+        files = f"{done_files:,} of {plural(total_files, 'file')}" if total_files else plural(done_files, "file")
         size = format_size(done_bytes) + (f" of {format_size(total_bytes)}" if total_bytes else "")
         self.query_one("#archive-numbers", Static).update(f"{files} · {size}")
         current = data.get("current")
