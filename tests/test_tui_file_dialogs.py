@@ -629,7 +629,7 @@ def test_compress_then_extract_round_trips_with_progress(stack: Stack) -> None:
         dialog = ArchiveDialog.extract(server, SITE, "dlg-arch/src.tar.gz", "dlg-arch")
         results = await push(pilot, dialog)
         destination = dialog.query_one("#archive-destination", Input)
-        await wait_for(pilot, lambda: destination.value == "dlg-arch")  # one root, src/: here
+        await wait_for(pilot, lambda: destination.value == "/dlg-arch")  # one root, src/: here
         destination.value = "dlg-arch/out"
         destination.focus()
         await pilot.press("enter")
@@ -665,7 +665,7 @@ def test_extract_puts_a_single_root_archive_here_and_lists_conflicts_before_writ
         dialog = ArchiveDialog.extract(server, SITE, "dlg-extract/wp-content.zip", "dlg-extract")
         results = await push(pilot, dialog)
         destination = dialog.query_one("#archive-destination", Input)
-        await wait_for(pilot, lambda: destination.value == "dlg-extract")
+        await wait_for(pilot, lambda: destination.value == "/dlg-extract")
         await pilot.press("enter")
         await wait_for(pilot, lambda: dialog.conflicts_shown)
         assert_fits(dialog)
@@ -698,7 +698,7 @@ def test_extract_puts_a_single_root_archive_here_and_lists_conflicts_before_writ
         dialog = ArchiveDialog.extract(server, SITE, "dlg-extract/two.zip", "dlg-extract")
         results = await push(pilot, dialog)
         destination = dialog.query_one("#archive-destination", Input)
-        await wait_for(pilot, lambda: destination.value == "dlg-extract/two")
+        await wait_for(pilot, lambda: destination.value == "/dlg-extract/two")
         await pilot.press("enter")  # no conflict: extracts at once
         await wait_for(pilot, lambda: results, seconds=60)
         assert results == [True] and (folder / "two" / "a.txt").read_text() == "a"

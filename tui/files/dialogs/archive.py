@@ -240,8 +240,7 @@ class ArchiveDialog(FileDialog[bool]):
             self._remember(destination, check)
         field = self.query_one("#archive-destination", Input)
         if not field.value:
-            field.value = destination
-        field.placeholder = "the site's top folder" if self.scope.scope == "site" else "/home"
+            field.value = "/" + destination
         what = plural(check.entries, "entry", "entries") + f", {format_size(check.bytes)}"
         layout = f"one top-level folder, {check.roots[0]}" if len(check.roots) == 1 else "several top-level entries"
         self.set_status(printable(f"{what} · {layout}") if check.roots else what)
@@ -255,7 +254,7 @@ class ArchiveDialog(FileDialog[bool]):
         self.checking = self.proposing = self.start_when_proposed = False
         field = self.query_one("#archive-destination", Input)
         if not field.value:
-            field.value = proposed_destination(self.directory, self.paths[0].rpartition("/")[2], [])
+            field.value = "/" + proposed_destination(self.directory, self.paths[0].rpartition("/")[2], [])
         self.show_error(exc, path=self.paths[0])
 
     def _check_then_extract(self, destination: str) -> None:
