@@ -410,11 +410,14 @@ def _open_destination(jail: Jail, destination: str, fds: list[int]) -> tuple[int
 
 def extract_check(jail: Jail, path: str, destination: str, *, token: CancelToken) -> dict[str, Any]:
     """``fs.extract.check``: what extracting `path` into `destination` would meet, writing nothing:
-    ``{entries, bytes, roots, conflicts, conflicts_total, clashes}``. Every member is checked as
-    ``fs.extract`` checks it (an unsafe archive is refused here already); `roots` are the
-    archive's top-level names (one: a single-root archive, which goes into the current folder);
-    `conflicts` the paths (in the scope) the archive would write that exist already, `clashes`
-    those of them where a folder meets something else (``overwrite`` cannot settle those)."""
+    ``{entries, bytes, roots, conflicts, conflicts_total, clashes}``.
+
+    Every member's name, type and size is checked as ``fs.extract`` checks it, so an unsafe
+    archive is refused here already (links that lead out only together are caught by the
+    extraction, which writes them). `roots` are the archive's top-level names (one: a single-root
+    archive, which goes into the current folder); `conflicts` the paths (in the scope) the
+    archive would write that exist already, `clashes` those of them where a folder meets
+    something else (``overwrite`` cannot settle those)."""
     kind = archive_kind(path)
     dest_rel = normalize(destination)
     archive_fd, archive_st = open_regular(jail, path)
@@ -462,10 +465,10 @@ def find_conflicts(
             parent = open_dirs[-1][1]
             is_dir = complete[parts]
             here: int | None = None
-            existing = lstat_at(parent, parts[-1]) if parent is not None else None
-            if existing is not None:
+            existing = lstat_at(parent, parts[-1]) if parent is not None else None  # None: a new folder above
+            if parent is not None and existing is not None:
                 if is_dir and stat.S_ISDIR(existing.st_mode):
-                    here = open_dir_if_still(parent, parts[-1]) if parent is not None else None
+                    here = open_dir_if_still(parent, parts[-1])
                 else:
                     taken.append("/".join(parts))
                     if is_dir or stat.S_ISDIR(existing.st_mode):
