@@ -168,7 +168,7 @@ class TransferDialog(FileDialog[bool]):
             self.set_status(f"{verb}…")
 
     def numbers(self) -> str:
-        """`12.3 MiB of 100 MiB · 45.2 MiB/s · 0:02 left`."""
+        """`12 MiB of 100 MiB · 4.5 MiB/s · 0:02 left`."""
         parts = [format_size(self.done) + (f" of {format_size(self.total)}" if self.total is not None else "")]
         speed = self.meter.speed
         if speed is not None:
