@@ -661,20 +661,24 @@ def test_extract_puts_a_single_root_archive_here_and_lists_conflicts_before_writ
     app = real_app(stack)
     server = demo_server(stack)
 
-    async def open_conflicts(pilot: Pilot[Any]) -> tuple[ArchiveDialog, list[Any], list[str]]:
+    async def open_conflicts(pilot: Pilot[Any], *, early: bool = False) -> tuple[ArchiveDialog, list[Any], list[str]]:
+        """Extract wp-content.zip up to its list of conflicts; `early`: Enter at once, maybe while
+        the archive is still being read (the start waits for the destination, it is not lost)."""
         dialog = ArchiveDialog.extract(server, SITE, "dlg-extract/wp-content.zip", "dlg-extract")
         results = await push(pilot, dialog)
         destination = dialog.query_one("#archive-destination", Input)
-        await wait_for(pilot, lambda: destination.value == "/dlg-extract")
+        if not early:
+            await wait_for(pilot, lambda: destination.value == "/dlg-extract")
         await pilot.press("enter")
         await wait_for(pilot, lambda: dialog.conflicts_shown)
+        assert destination.value == "/dlg-extract"
         assert_fits(dialog)
         listing = dialog.query_one("#archive-conflict-list", OptionList)
         shown = [str(listing.get_option_at_index(i).prompt) for i in range(listing.option_count)]
         return dialog, results, shown
 
     async def scenario(pilot: Pilot[Any]) -> None:
-        dialog, results, shown = await open_conflicts(pilot)
+        dialog, results, shown = await open_conflicts(pilot, early=True)
         title = str(dialog.query_one("#archive-conflicts-title", Static).render())
         assert title == "1 item of the archive already exists in /dlg-extract:" and shown == ["wp-content/index.php"]
         assert not (wp / "themes").exists()  # nothing written before the choice

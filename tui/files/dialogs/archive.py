@@ -173,7 +173,7 @@ class ArchiveDialog(FileDialog[bool]):
     def _destination_changed(self, event: Input.Changed) -> None:
         """Another folder: the conflicts listed were those of the one before."""
         event.stop()
-        if self.conflicts_shown:
+        if self.conflicts_shown and event.value.strip().strip("/") != self.checked_destination:
             self._show_choice(False)
             self.set_status("")
 
