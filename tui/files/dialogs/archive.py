@@ -258,8 +258,11 @@ class ArchiveDialog(FileDialog[bool]):
         self.show_error(exc, path=self.paths[0])
 
     def _check_then_extract(self, destination: str) -> None:
-        if self.check is not None and self.checked_destination == destination:
-            self._decide(destination, self.check)
+        """Extract, or first list the conflicts. The check made when the dialog opened is used
+        once: a later Start (after a failure, say) asks the server again."""
+        check, self.check = self.check, None
+        if check is not None and self.checked_destination == destination:
+            self._decide(destination, check)
             return
         self.checking = True
         self.set_status("Looking for items the archive would replace…")
