@@ -42,6 +42,7 @@ from api_client.models import (
     ApiTokenCreated,
     DirectUpload,
     Entry,
+    ExtractConflicts,
     FileContent,
     FsChmodResult,
     FsCopyResult,
@@ -51,6 +52,7 @@ from api_client.models import (
     FsDirSize,
     FsEmptyTrashResult,
     FsEntryResult,
+    FsExtractCheck,
     FsMoveResult,
     FsRestoreResult,
     FsSearchResult,
@@ -569,9 +571,19 @@ class FilesAPI(_SubAPI):
         body = {**_scope_body(scope), "paths": list(paths), "format": format, "destination": destination}
         return OperationStarted.model_validate(await self._fs("POST", server_id, "compress", json=body)).operation_id
 
-    async def extract(self, server_id: str, scope: Scope, path: str, destination: str) -> str:
-        body = {**_scope_body(scope), "path": path, "destination": destination}
+    async def extract(
+        self, server_id: str, scope: Scope, path: str, destination: str, *, on_conflict: ExtractConflicts = "refuse"
+    ) -> str:
+        """Start extracting; `on_conflict` says what a path the archive finds taken gets (see
+        `extract_check`, which lists them first)."""
+        body = {**_scope_body(scope), "path": path, "destination": destination, "on_conflict": on_conflict}
         return OperationStarted.model_validate(await self._fs("POST", server_id, "extract", json=body)).operation_id
+
+    async def extract_check(self, server_id: str, scope: Scope, path: str, destination: str) -> FsExtractCheck:
+        """The archive's top-level names and the paths an extraction into `destination` would
+        find taken; nothing is written."""
+        params = {**_scope_params(scope), "path": path, "destination": destination}
+        return FsExtractCheck.model_validate(await self._fs("GET", server_id, "extract/check", params=params))
 
     def operation(self, server_id: str, operation_id: str) -> EventStream:
         """`progress` events, then `done` (data: `{"result"}`) or `error` (`{"code", "message"}`)."""

@@ -357,9 +357,13 @@ class FsArchive(FsRequest):
     destination: str = Field(max_length=4096)
 
 
+ExtractConflicts = Literal["refuse", "skip", "overwrite"]
+
+
 class FsExtract(FsRequest):
     path: str = Field(max_length=4096)
     destination: str = Field(max_length=4096)
+    on_conflict: ExtractConflicts = "refuse"
 
 
 class FsTrashRestore(FsRequest):
@@ -426,6 +430,19 @@ class FsDirSize(WireModel):
     bytes: int
     files: int
     dirs: int
+
+
+class FsExtractCheck(WireModel):
+    """`fs/extract/check`: what extracting an archive into a folder would meet, nothing written.
+    One name in `roots` is a single-root archive; `conflicts` (the first 500 of
+    `conflicts_total`) exist already, `clashes` are those where a folder meets a file."""
+
+    entries: int
+    bytes: int
+    roots: list[str]
+    conflicts: list[str]
+    conflicts_total: int
+    clashes: list[str]
 
 
 class FsSearchMatch(WireModel):

@@ -112,13 +112,13 @@ async def test_compress_then_extract_round_trip(fs: FileHandlers, home: Home, fm
         del original["main-link"]
     assert tree_of(site / "unpacked" / "project") == original
     assert stat.S_IMODE((site / "unpacked").stat().st_mode) == 0o755
-    # Into an existing folder: the top-level names must be free, else nothing moves.
-    (site / "again").mkdir()
-    (site / "again" / "project").mkdir()
+    # Into an existing folder: folders merge, a taken file is a conflict and nothing moves.
+    (site / "again" / "project").mkdir(parents=True)
+    (site / "again" / "project" / "run.sh").write_text("mine\n")
     taken = await error(fs.fs_extract, **SITE, path=archive, destination="again")
-    assert taken.code == "conflict" and taken.details == {"paths": ["again/project"]}
-    assert os.listdir(site / "again" / "project") == [] and temp_leftovers(site / "again") == []
-    os.rmdir(site / "again" / "project")
+    assert taken.code == "conflict" and taken.details == {"paths": ["again/project/run.sh"], "total": 1}
+    assert os.listdir(site / "again" / "project") == ["run.sh"] and temp_leftovers(site / "again") == []
+    os.unlink(site / "again" / "project" / "run.sh")
     done = await call(fs.fs_extract, **SITE, path=archive, destination="again")
     assert done["entry"]["path"] == "again" and (site / "again" / "project" / "run.sh").exists()
     assert os.listdir(site / "again") == ["project"]
@@ -459,3 +459,99 @@ async def test_extract_and_compress_in_the_root_scope(tmp_path: Path) -> None:
     assert result["entry"]["path"] == "p.tgz" and (home.home / "p.tgz").exists()
     await call(fs.fs_extract, scope="root", path="p.tgz", destination="other-site")
     assert (home.other / "public" / "css" / "site.css").read_text() == "body {}\n"
+
+
+# --- single-root archives and conflicts ------------------------------------------------------
+
+
+def make_wp_content(site: Path) -> None:
+    """A single-root zip (`wp-content/…`, without a folder member, as many zips are) and the same
+    tree half present in the site already, with a file of the same name and a folder/file clash."""
+    make_zip(
+        site / "wp-content.zip",
+        [
+            ("wp-content/index.php", b"<?php // new", 0),
+            ("wp-content/themes/style.css", b"new {}", 0),
+            ("wp-content/themes/new.css", b"added {}", 0),
+            ("wp-content/uploads/", b"", stat.S_IFDIR | 0o755),
+        ],
+    )
+    (site / "wp-content" / "themes").mkdir(parents=True)
+    (site / "wp-content" / "index.php").write_text("<?php // mine")
+    (site / "wp-content" / "themes" / "style.css").write_text("mine {}")
+    (site / "wp-content" / "themes" / "other.css").write_text("untouched")
+
+
+@pytest.mark.anyio
+async def test_extract_check_names_the_roots_and_the_taken_paths(fs: FileHandlers, home: Home) -> None:
+    site = home.site
+    make_wp_content(site)
+    make_zip(site / "two.zip", [("a.txt", b"a", 0), ("b/c.txt", b"c", 0)])
+    before = tree_of(site)
+    check = await call(fs.fs_extract_check, **SITE, path="wp-content.zip", destination="")
+    assert check["roots"] == ["wp-content"] and check["entries"] == 4 and check["bytes"] == 12 + 6 + 8
+    assert check["conflicts"] == ["wp-content/index.php", "wp-content/themes/style.css"]
+    assert check["conflicts_total"] == 2 and check["clashes"] == []
+    assert (await call(fs.fs_extract_check, **SITE, path="two.zip", destination=""))["roots"] == ["a.txt", "b"]
+    # A missing destination has no conflicts; a file where the archive has a folder is a clash.
+    fresh = await call(fs.fs_extract_check, **SITE, path="wp-content.zip", destination="new-folder")
+    assert fresh["conflicts"] == [] and fresh["conflicts_total"] == 0
+    (site / "public" / "wp-content").write_text("a file")
+    clash = await call(fs.fs_extract_check, **SITE, path="wp-content.zip", destination="public")
+    assert clash["conflicts"] == clash["clashes"] == ["public/wp-content"]
+    (site / "public" / "wp-content").unlink()
+    assert tree_of(site) == before  # the check writes nothing
+
+
+@pytest.mark.anyio
+async def test_extract_into_the_current_folder_refuses_skips_or_overwrites(fs: FileHandlers, home: Home) -> None:
+    site = home.site
+    make_wp_content(site)
+    before = tree_of(site)
+    refused = await error(fs.fs_extract, **SITE, path="wp-content.zip", destination="")
+    assert refused.code == "conflict" and refused.details == {
+        "paths": ["wp-content/index.php", "wp-content/themes/style.css"],
+        "total": 2,
+    }
+    assert tree_of(site) == before and temp_leftovers(site) == []
+    kept = await call(fs.fs_extract, **SITE, path="wp-content.zip", destination="", on_conflict="skip")
+    assert kept["kept"] == 2 and kept["replaced"] == 0 and kept["entry"]["path"] == ""
+    wp = site / "wp-content"
+    assert (wp / "index.php").read_text() == "<?php // mine" and (wp / "themes" / "style.css").read_text() == "mine {}"
+    assert (wp / "themes" / "new.css").read_text() == "added {}" and (wp / "uploads").is_dir()
+    assert (wp / "themes" / "other.css").read_text() == "untouched"
+    assert not (site / "wp-content" / "wp-content").exists() and temp_leftovers(site) == []
+    mine = os.stat(wp / "index.php").st_ino
+    replaced = await call(fs.fs_extract, **SITE, path="wp-content.zip", destination="", on_conflict="overwrite")
+    assert replaced["replaced"] == 3 and replaced["kept"] == 0  # new.css is taken too by now
+    assert (wp / "index.php").read_text() == "<?php // new" and (wp / "themes" / "style.css").read_text() == "new {}"
+    assert os.stat(wp / "index.php").st_ino != mine  # a new file renamed over the old one
+    assert (wp / "themes" / "other.css").read_text() == "untouched" and temp_leftovers(site) == []
+    assert (await error(fs.fs_extract, **SITE, path="wp-content.zip", destination="", on_conflict="x")).code == (
+        "validation_error"
+    )
+
+
+@pytest.mark.anyio
+async def test_overwrite_never_replaces_a_folder_with_a_file(fs: FileHandlers, home: Home) -> None:
+    site = home.site
+    make_zip(site / "flat.zip", [("public", b"a file named like the folder", 0), ("extra.txt", b"x", 0)])
+    before = tree_of(site)
+    clash = await error(fs.fs_extract, **SITE, path="flat.zip", destination="", on_conflict="overwrite")
+    assert clash.code == "conflict" and clash.details == {"paths": ["public"], "total": 1}
+    assert tree_of(site) == before and temp_leftovers(site) == []
+    await call(fs.fs_extract, **SITE, path="flat.zip", destination="", on_conflict="skip")
+    assert (site / "public" / "index.html").exists() and (site / "extra.txt").read_text() == "x"
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("case", ["dotdot", "absolute", "link-up", "link-then-write"])
+async def test_extract_check_refuses_unsafe_archives_too(fs: FileHandlers, home: Home, case: str) -> None:
+    make_tar(home.site / "evil.tar", HOSTILE_TARS[case])
+    before, listing = outside_state(home), sorted(os.listdir(home.site))
+    refused = await error(fs.fs_extract_check, **SITE, path="evil.tar", destination="")
+    assert refused.code == "validation_error", refused
+    for on_conflict in ("skip", "overwrite"):
+        refused = await error(fs.fs_extract, **SITE, path="evil.tar", destination="", on_conflict=on_conflict)
+        assert refused.code == "validation_error", refused
+        _assert_nothing_extracted(home, before, listing)

@@ -108,6 +108,8 @@ def write_ops(path: str) -> list[tuple[str, dict[str, Any]]]:
         ("fs_compress", {"paths": ["public"], "format": "zip", "destination": path}),
         ("fs_compress", {"paths": [path], "format": "zip", "destination": "out.zip"}),
         ("fs_extract", {"path": "site.zip", "destination": path}),
+        ("fs_extract", {"path": "site.zip", "destination": path, "on_conflict": "overwrite"}),
+        ("fs_extract_check", {"path": "site.zip", "destination": path}),
         ("fs_dirsize", {"path": path}),
         ("fs_search", {"path": path, "query": "secret", "content": True}),
     ]

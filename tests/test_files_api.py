@@ -226,6 +226,51 @@ async def test_compress_and_extract_with_progress(stack: Stack, folder: str) -> 
 
 
 @pytest.mark.anyio
+async def test_extract_check_then_skip_or_overwrite(stack: Stack, folder: str) -> None:
+    """A single-root archive extracted into the folder it sits in: the check names its root and
+    the files already there without writing; `on_conflict` decides what they get."""
+    root = site_root(stack) / folder
+    with zipfile.ZipFile(root / "wp-content.zip", "w") as archive:
+        archive.writestr("wp-content/index.php", "new index")
+        archive.writestr("wp-content/plugins/a.php", "new plugin")
+    (root / "wp-content").mkdir()
+    (root / "wp-content" / "index.php").write_text("my index")
+    with zipfile.ZipFile(root / "evil.zip", "w") as archive:
+        archive.writestr("../escaped.txt", "x")
+
+    async def run(on_conflict: Any) -> Any:
+        started = await client.files.extract(
+            stack.server_id, SITE, f"{folder}/wp-content.zip", folder, on_conflict=on_conflict
+        )
+        return [e async for e in client.files.operation(stack.server_id, started)][-1]
+
+    async with Client(stack.base_url, token=stack.token) as client:
+        check = await client.files.extract_check(stack.server_id, SITE, f"{folder}/wp-content.zip", folder)
+        assert check.roots == ["wp-content"] and check.entries == 2
+        assert check.conflicts == [f"{folder}/wp-content/index.php"] and check.conflicts_total == 1
+        assert sorted(os.listdir(root / "wp-content")) == ["index.php"]  # nothing written
+        refused = await run("refuse")
+        assert refused.event == "error" and refused.data["code"] == "conflict"
+        assert sorted(os.listdir(root / "wp-content")) == ["index.php"]
+        kept = await run("skip")
+        assert kept.event == "done" and kept.data["result"]["kept"] == 1
+        assert (root / "wp-content" / "index.php").read_text() == "my index"
+        assert (root / "wp-content" / "plugins" / "a.php").read_text() == "new plugin"
+        replaced = await run("overwrite")
+        assert replaced.event == "done" and replaced.data["result"]["replaced"] == 2
+        assert (root / "wp-content" / "index.php").read_text() == "new index"
+        assert not (root / "wp-content" / "wp-content").exists()
+    with stack.http() as http:
+        evil = fs(stack, http, "GET", "extract/check", params=site_body(path=f"{folder}/evil.zip", destination=folder))
+        assert evil.status_code == 422 and evil.json()["error"]["code"] == "validation_error"
+        assert not (root.parent / "escaped.txt").exists()
+        body = site_body(path=f"{folder}/wp-content.zip", destination=folder, on_conflict="merge")
+        assert fs(stack, http, "POST", "extract", json=body).status_code == 422
+        not_archive = site_body(path=f"{folder}/wp-content/index.php", destination=folder)
+        assert fs(stack, http, "GET", "extract/check", params=not_archive).status_code == 422
+
+
+@pytest.mark.anyio
 async def test_an_archive_takes_more_items_than_one_bulk_request(stack: Stack, folder: str) -> None:
     """Compress cannot be batched (one archive, one operation): marking every file of a folder over
     the bulk bound and compressing them works; past the archive bound it is refused in words."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pwd
 import stat
+import zipfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -67,11 +68,14 @@ async def push(pilot: Pilot[Any], dialog: FileDialog[Any]) -> list[Any]:
 
 
 def assert_fits(dialog: FileDialog[Any]) -> None:
-    """The dialog's box, buttons and hint are inside an 80x24 screen."""
+    """The dialog's box, buttons and hint are inside an 80x24 screen (the buttons shown: a dialog
+    may swap some for others, as extract swaps Start for Skip and Overwrite)."""
     box = dialog.query_one(".file-dialog")
     width, height = SIZE
     assert box.region.right <= width and box.region.bottom <= height, box.region
     for part in dialog.query(".file-dialog--hint, .file-dialog--buttons Button"):
+        if not part.display:
+            continue
         assert part.region.height >= 1 and part.region.bottom <= box.region.bottom, part
 
 
@@ -249,7 +253,7 @@ def test_properties_show_owner_mode_and_folder_size(stack: Stack) -> None:
         results = await push(pilot, dialog)
         await wait_for(pilot, lambda: dialog.entry is not None)
         rows = dict(dialog.rows())
-        assert rows["Type"] == "File" and rows["Size"] == "17 bytes"
+        assert rows["Type"] == "File" and rows["Size"] == "17 B"
         assert rows["Owner"].startswith(f"{owner}:")
         assert rows["Permissions"] == "rw-r----- (0640)"
         modified = datetime.fromtimestamp(target.stat().st_mtime).astimezone()
@@ -263,7 +267,7 @@ def test_properties_show_owner_mode_and_folder_size(stack: Stack) -> None:
         await wait_for(pilot, lambda: dialog.totals is not None)
         rows = dict(dialog.rows())
         assert rows["Type"] == "Folder"
-        assert rows["Size"] == "2,017 bytes (2.0 KiB) in 2 files, 1 folder"
+        assert rows["Size"] == "2.0 KiB (2,017 bytes) in 2 files, 1 folder"
         assert rows["Permissions"] == f"{stat.filemode(folder.stat().st_mode)[1:]} (0{mode_of(folder):o})"
         await pilot.press("enter")
         await wait_for(pilot, lambda: results)
@@ -625,7 +629,7 @@ def test_compress_then_extract_round_trips_with_progress(stack: Stack) -> None:
         dialog = ArchiveDialog.extract(server, SITE, "dlg-arch/src.tar.gz", "dlg-arch")
         results = await push(pilot, dialog)
         destination = dialog.query_one("#archive-destination", Input)
-        assert destination.value == "dlg-arch/src"
+        await wait_for(pilot, lambda: destination.value == "/dlg-arch")  # one root, src/: here
         destination.value = "dlg-arch/out"
         destination.focus()
         await pilot.press("enter")
@@ -636,5 +640,71 @@ def test_compress_then_extract_round_trips_with_progress(stack: Stack) -> None:
             p.relative_to(out).as_posix().removeprefix("src/"): p.read_bytes() for p in out.rglob("*") if p.is_file()
         }
         assert extracted == files
+
+    run(app, scenario)
+
+
+def test_extract_puts_a_single_root_archive_here_and_lists_conflicts_before_writing(stack: Stack) -> None:
+    """`wp-content.zip` (all under `wp-content/`) extracts into the folder it sits in, not into
+    `wp-content/wp-content/`; the files already there are listed before anything is written, and
+    Skip keeps them while Overwrite replaces them. An archive of several entries gets a folder."""
+    folder = fresh_dir(stack, "dlg-extract")
+    with zipfile.ZipFile(folder / "wp-content.zip", "w") as archive:
+        archive.writestr("wp-content/index.php", "<?php // new")
+        archive.writestr("wp-content/themes/new.css", "new {}")
+    (folder / "wp-content").mkdir()
+    (folder / "wp-content" / "index.php").write_text("<?php // mine")
+    with zipfile.ZipFile(folder / "two.zip", "w") as archive:
+        archive.writestr("a.txt", "a")
+        archive.writestr("b.txt", "b")
+    wp = folder / "wp-content"
+    app = real_app(stack)
+    server = demo_server(stack)
+
+    async def open_conflicts(pilot: Pilot[Any], *, early: bool = False) -> tuple[ArchiveDialog, list[Any], list[str]]:
+        """Extract wp-content.zip up to its list of conflicts; `early`: Enter at once, maybe while
+        the archive is still being read (the start waits for the destination, it is not lost)."""
+        dialog = ArchiveDialog.extract(server, SITE, "dlg-extract/wp-content.zip", "dlg-extract")
+        results = await push(pilot, dialog)
+        destination = dialog.query_one("#archive-destination", Input)
+        if not early:
+            await wait_for(pilot, lambda: destination.value == "/dlg-extract")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: dialog.conflicts_shown)
+        assert destination.value == "/dlg-extract"
+        assert_fits(dialog)
+        listing = dialog.query_one("#archive-conflict-list", OptionList)
+        shown = [str(listing.get_option_at_index(i).prompt) for i in range(listing.option_count)]
+        return dialog, results, shown
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        dialog, results, shown = await open_conflicts(pilot, early=True)
+        title = str(dialog.query_one("#archive-conflicts-title", Static).render())
+        assert title == "1 item of the archive already exists in /dlg-extract:" and shown == ["wp-content/index.php"]
+        assert not (wp / "themes").exists()  # nothing written before the choice
+        await pilot.press("s")
+        await wait_for(pilot, lambda: results, seconds=60)
+        assert results == [True]
+        assert (wp / "index.php").read_text() == "<?php // mine" and (wp / "themes" / "new.css").read_text() == "new {}"
+        assert not (wp / "wp-content").exists()
+
+        dialog, results, shown = await open_conflicts(pilot)
+        assert shown == ["wp-content/index.php", "wp-content/themes/new.css"]
+        await pilot.press("escape")  # cancel: still nothing written
+        await wait_for(pilot, lambda: results)
+        assert results == [False] and (wp / "index.php").read_text() == "<?php // mine"
+
+        dialog, results, shown = await open_conflicts(pilot)
+        await pilot.press("o")
+        await wait_for(pilot, lambda: results, seconds=60)
+        assert results == [True] and (wp / "index.php").read_text() == "<?php // new"
+
+        dialog = ArchiveDialog.extract(server, SITE, "dlg-extract/two.zip", "dlg-extract")
+        results = await push(pilot, dialog)
+        destination = dialog.query_one("#archive-destination", Input)
+        await wait_for(pilot, lambda: destination.value == "/dlg-extract/two")
+        await pilot.press("enter")  # no conflict: extracts at once
+        await wait_for(pilot, lambda: results, seconds=60)
+        assert results == [True] and (folder / "two" / "a.txt").read_text() == "a"
 
     run(app, scenario)

@@ -10,6 +10,7 @@ from textual.pilot import Pilot
 
 from tests.helpers.tui import run
 from themes import register_themes
+from tui.errors import format_size
 from tui.files.code_view import CodeView
 from tui.files.directory_pane import ColumnLayout, DirectoryPane, sort_entries
 from tui.files.highlight import BLOCK_LINES, LEAD_IN_LINES, LazyHighlighter, lexer_for_path, split_lines
@@ -191,6 +192,21 @@ def test_marks_survive_sorting_and_filtering_and_a_reload_keeps_them() -> None:
         assert app.marks_changes >= 6
 
     run(app, scenario)
+
+
+def test_one_size_format_fits_the_size_column() -> None:
+    """Panels, dialogs, progress, properties and the trash all write sizes with `format_size`."""
+    assert [format_size(n) for n in (0, 999, 1000, 1536, 12 * 1024**2, 1234 * 1024**2)] == [
+        "0 B",
+        "999 B",
+        "1.0 KiB",
+        "1.5 KiB",
+        "12 MiB",
+        "1.2 GiB",
+    ]
+    sizes = [int(1.0001**k) for k in range(0, 340_000, 97)]  # up to 800 TiB, every unit's edges
+    widest = max((format_size(size) for size in sizes), key=len)
+    assert len(widest) <= ColumnLayout.fit(200, 8).size, widest
 
 
 def test_directory_pane_drops_columns_when_narrow_and_shows_no_control_characters() -> None:

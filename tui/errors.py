@@ -52,13 +52,14 @@ def _limit_clause(exc: api_errors.ApiError) -> str:
 
 
 def format_size(size: int) -> str:
-    """`1536` → `1.5 KiB`: binary units, one decimal below 10."""
+    """The one way the TUI writes a size: `512 B`, `1.5 KiB`, `12 MiB` (binary units, one decimal
+    below 10). The next unit starts at 1000, so a size never takes more than 7 cells (`999 KiB`,
+    then `1.0 MiB`): it fits the panels' size column."""
     value = float(size)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            if unit == "B":
-                return f"{int(value)} B"
-            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+        number = str(size) if unit == "B" else f"{value:.1f}" if value < 9.95 else f"{value:.0f}"
+        if float(number) < 1000 or unit == "TiB":
+            return f"{number} {unit}"
         value /= 1024
     raise AssertionError("unreachable")
 

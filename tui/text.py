@@ -36,18 +36,6 @@ def _control_picture(match: re.Match[str]) -> str:
     return "\u2421" if code == 0x7F else "?"
 
 
-def short_size(size: int) -> str:
-    """Like `ls -h`: `512`, `4.0K`, `12M`, `1.2G`."""
-    if size < 1024:
-        return str(size)
-    value = float(size)
-    for unit in "KMGTP":
-        value /= 1024
-        if value < 1024 or unit == "P":
-            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
-    raise AssertionError("unreachable")
-
-
 @lru_cache(maxsize=4096)
 def short_time(rfc3339: str) -> str:
     """`2026-11-22T10:00:00Z` → `2026-11-22 11:00` in the local time zone; `?` if unreadable."""

@@ -22,6 +22,13 @@ archive (``validation_error``, nothing left behind) on the first member that bre
 Everything is written through a jail rooted at a temporary folder made inside the destination
 (``O_EXCL | O_NOFOLLOW`` for files, mkdirat for folders), then moved into place; a failure or a
 cancel removes the temporary folder.
+
+Into an existing folder, the archive's folders merge with the folders already there; a member
+whose path is taken is a conflict. ``fs.extract.check`` lists them without writing anything, so
+the user can choose before the extraction what ``on_conflict`` does with them: ``refuse`` (the
+default: ``conflict``, nothing moved), ``skip`` (the existing items stay, the rest is extracted)
+or ``overwrite`` (each taken file is replaced by a rename, atomically; a folder never replaces a
+file nor the other way round: those are refused before anything moves).
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ import tarfile
 import time
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
@@ -58,6 +65,7 @@ from agent.files.fdops import (
     mkdir_temp,
     never,
     open_dir_at,
+    open_dir_if_still,
     remove_entry,
     rename_noreplace,
     reopen_dir,
@@ -77,6 +85,8 @@ CHUNK = 1024 * 1024
 TRASH = ".Trash"
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY
 _DRIVE = re.compile(r"^[A-Za-z]:")
+ON_CONFLICT = ("refuse", "skip", "overwrite")
+MAX_LISTED_CONFLICTS = 500  # the paths an answer names; its total counts them all
 
 
 def archive_kind(path: str) -> str:
@@ -381,31 +391,129 @@ def _dir_mode(mode: int | None) -> int:
     return ((0o755 if mode is None else mode) & 0o755) | 0o700
 
 
-def extract(jail: Jail, path: str, destination: str, *, token: CancelToken, progress: Progress) -> dict[str, Any]:
-    """``fs.extract``: ``{extracted, entry}`` (the entry of the destination folder).
+def _open_destination(jail: Jail, destination: str, fds: list[int]) -> tuple[int, str | None]:
+    """The destination folder's descriptor and None when it exists; else its parent's and the
+    name to give the new folder (``validation_error`` when the name is taken by something else)."""
+    try:
+        into = jail.open(destination, _O_PATH_DIR, follow_last=True)
+        fds.append(into)
+        return into, None
+    except RpcError as exc:
+        if exc.code != "not_found":
+            raise
+    base, final = jail.open_parent(destination)
+    fds.append(base)
+    if lstat_at(base, final) is not None:
+        raise RpcError("validation_error", "the destination is not a folder", {"path": normalize(destination)})
+    return base, final
 
-    An existing destination folder receives the archive's top-level entries (``conflict`` if
-    any name is taken, before anything is moved); a missing one is created.
-    """
+
+def extract_check(jail: Jail, path: str, destination: str, *, token: CancelToken) -> dict[str, Any]:
+    """``fs.extract.check``: what extracting `path` into `destination` would meet, writing nothing:
+    ``{entries, bytes, roots, conflicts, conflicts_total, clashes}``.
+
+    Every member's name, type and size is checked as ``fs.extract`` checks it, so an unsafe
+    archive is refused here already (links that lead out only together are caught by the
+    extraction, which writes them). `roots` are the archive's top-level names (one: a single-root
+    archive, which goes into the current folder); `conflicts` the paths (in the scope) the
+    archive would write that exist already, `clashes` those of them where a folder meets
+    something else (``overwrite`` cannot settle those)."""
     kind = archive_kind(path)
     dest_rel = normalize(destination)
     archive_fd, archive_st = open_regular(jail, path)
     fds = [archive_fd]
     try:
-        into: int | None = None
+        extractor = _Extractor(jail, token, Progress(), archive_st.st_size)
         try:
-            into = jail.open(destination, _O_PATH_DIR, follow_last=True)
-            fds.append(into)
-            base, final = into, None
-        except RpcError as exc:
-            if exc.code != "not_found":
-                raise
-            base, final = jail.open_parent(destination)
-            fds.append(base)
-            if lstat_at(base, final) is not None:
-                raise RpcError("validation_error", "the destination is not a folder", {"path": dest_rel}) from None
+            members = extractor.zip_members(archive_fd) if kind == "zip" else extractor.tar_members(archive_fd)
+        except (zipfile.BadZipFile, tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as exc:
+            raise RpcError("validation_error", f"not a valid archive: {exc}") from None
+        into, final = _open_destination(jail, destination, fds)
+        taken, clashes = ([], []) if final is not None else find_conflicts(into, members, token)
+        return {
+            "entries": extractor.planned_entries,
+            "bytes": extractor.planned_bytes,
+            "roots": sorted({parts[0] for parts in members}),
+            "conflicts": [join(dest_rel, p) for p in taken[:MAX_LISTED_CONFLICTS]],
+            "conflicts_total": len(taken),
+            "clashes": [join(dest_rel, p) for p in clashes[:MAX_LISTED_CONFLICTS]],
+        }
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def find_conflicts(
+    into: int, members: Mapping[tuple[str, ...], bool], token: CancelToken
+) -> tuple[list[str], list[str]]:
+    """The members (path parts: is a folder) whose path is taken in the folder `into`, and those
+    of them where a folder meets a non-folder. A folder meeting a folder merges: no conflict.
+    Beneath a taken non-folder nothing more is looked at (the taken one is listed). The folders
+    a member implies count as folders. Paths come out sorted, relative to `into`."""
+    complete = dict(members)
+    for parts in members:
+        for i in range(1, len(parts)):
+            complete[parts[:i]] = True
+    taken: list[str] = []
+    clashes: list[str] = []
+    open_dirs: list[tuple[tuple[str, ...], int | None]] = [((), into)]  # the folders above the member
+    try:
+        for parts in sorted(complete):
+            token.check()
+            while open_dirs[-1][0] != parts[:-1]:
+                _close_dir(open_dirs.pop()[1], into)
+            parent = open_dirs[-1][1]
+            is_dir = complete[parts]
+            here: int | None = None
+            existing = lstat_at(parent, parts[-1]) if parent is not None else None  # None: a new folder above
+            if parent is not None and existing is not None:
+                if is_dir and stat.S_ISDIR(existing.st_mode):
+                    here = open_dir_if_still(parent, parts[-1])
+                else:
+                    taken.append("/".join(parts))
+                    if is_dir or stat.S_ISDIR(existing.st_mode):
+                        clashes.append("/".join(parts))
+            if is_dir:
+                open_dirs.append((parts, here))
+    finally:
+        for _, fd in open_dirs:
+            _close_dir(fd, into)
+    return taken, clashes
+
+
+def _close_dir(fd: int | None, into: int) -> None:
+    if fd is not None and fd != into:
+        os.close(fd)
+
+
+def extract(
+    jail: Jail,
+    path: str,
+    destination: str,
+    *,
+    token: CancelToken,
+    progress: Progress,
+    on_conflict: str = "refuse",
+) -> dict[str, Any]:
+    """``fs.extract``: ``{extracted, entry, kept, replaced}`` (the entry of the destination
+    folder; `kept` and `replaced` count the conflicts that `on_conflict` settled).
+
+    An existing destination folder receives the archive's entries, its folders merged with
+    those there; what a taken path gets is `on_conflict`'s choice (see the module docstring),
+    decided for every conflict before anything is moved. A missing destination is created.
+    """
+    if on_conflict not in ON_CONFLICT:
+        raise RpcError("validation_error", "on_conflict must be 'refuse', 'skip' or 'overwrite'")
+    kind = archive_kind(path)
+    dest_rel = normalize(destination)
+    archive_fd, archive_st = open_regular(jail, path)
+    fds = [archive_fd]
+    try:
+        base, final = _open_destination(jail, destination, fds)
+        into = base if final is None else None
         temp = mkdir_temp(base, final or "extract")
         done = False
+        settled = 0
         try:
             temp_fd = open_dir_at(base, temp)
             try:
@@ -424,9 +532,9 @@ def extract(jail: Jail, path: str, destination: str, *, token: CancelToken, prog
                     raise RpcError("validation_error", f"not a valid archive: {exc}") from None
                 extractor.check_links()
                 if into is not None:
-                    _merge(inner.fileno(), into, dest_rel)
+                    settled = _merge(inner.fileno(), into, dest_rel, extractor.written_members(), on_conflict, token)
             if into is not None:
-                os.rmdir(temp, dir_fd=base)
+                remove_entry(base, temp, never())  # what `skip` left behind
                 st = os.fstat(into)
                 name = dest_rel.rsplit("/", 1)[-1]
             else:
@@ -447,24 +555,74 @@ def extract(jail: Jail, path: str, destination: str, *, token: CancelToken, prog
             if not done:
                 remove_entry(base, temp, never())
         fsync_dir(base)
-        return {"extracted": extractor.count, "entry": entry(name, dest_rel, st, None)}
+        return {
+            "extracted": extractor.count,
+            "entry": entry(name, dest_rel, st, None),
+            "kept": settled if on_conflict == "skip" else 0,
+            "replaced": settled if on_conflict == "overwrite" else 0,
+        }
     finally:
         for fd in fds:
             os.close(fd)
 
 
-def _merge(temp_fd: int, into: int, dest_rel: str) -> None:
-    names = listdir(temp_fd)
-    taken = [n for n in names if lstat_at(into, n) is not None]
-    if taken:
-        paths = [join(dest_rel, n) for n in taken[:50]]
-        raise RpcError("conflict", "the destination already holds items of the archive", {"paths": paths})
-    for name in names:
-        try:
-            rename_noreplace(temp_fd, name, into, name)
-        except FileExistsError:
-            raise RpcError("conflict", "the name is already taken", {"path": join(dest_rel, name)}) from None
+def _merge(
+    temp_fd: int,
+    into: int,
+    dest_rel: str,
+    members: Mapping[tuple[str, ...], bool],
+    on_conflict: str,
+    token: CancelToken,
+) -> int:
+    """Move the extracted tree into the existing folder; returns the number of conflicts settled.
+    Every conflict is found first: `refuse` (and `overwrite` meeting a folder/file clash) fails
+    before anything has moved."""
+    taken, clashes = find_conflicts(into, members, token)
+    if taken and on_conflict == "refuse":
+        raise _conflict("the destination already holds items of the archive", dest_rel, taken)
+    if clashes and on_conflict == "overwrite":
+        raise _conflict("overwrite does not replace a folder with a file or a file with a folder", dest_rel, clashes)
+    _move_into(temp_fd, into, dest_rel, "", on_conflict, token)
     fsync_dir(into)
+    return len(taken)
+
+
+def _conflict(message: str, dest_rel: str, paths: list[str]) -> RpcError:
+    listed = [join(dest_rel, p) for p in paths[:50]]
+    return RpcError("conflict", message, {"paths": listed, "total": len(paths)})
+
+
+def _move_into(src: int, dst: int, dest_rel: str, rel: str, on_conflict: str, token: CancelToken) -> None:
+    """Move each entry of `src` into `dst`: a free name takes it, a folder meeting a folder
+    merges, a taken name is settled as `on_conflict` says (what `skip` leaves stays in `src`).
+    A rename never replaces a folder: one that appeared since the check is ``conflict``."""
+    for name in listdir(src):
+        token.check()
+        path = join(rel, name)
+        existing = lstat_at(dst, name)
+        incoming = lstat_at(src, name)
+        if incoming is None:
+            continue
+        if existing is not None and stat.S_ISDIR(existing.st_mode) and stat.S_ISDIR(incoming.st_mode):
+            src_sub = open_dir_at(src, name)
+            try:
+                dst_sub = open_dir_at(dst, name)
+                try:
+                    _move_into(src_sub, dst_sub, dest_rel, path, on_conflict, token)
+                finally:
+                    os.close(dst_sub)
+            finally:
+                os.close(src_sub)
+            continue
+        try:
+            if existing is None:
+                rename_noreplace(src, name, dst, name)
+            elif on_conflict == "overwrite":
+                os.rename(name, name, src_dir_fd=src, dst_dir_fd=dst)  # a file or link, atomically; never a folder
+            elif on_conflict == "refuse":
+                raise FileExistsError(name)  # taken since the conflicts were looked for
+        except (FileExistsError, IsADirectoryError, NotADirectoryError):
+            raise RpcError("conflict", "the destination changed meanwhile", {"path": join(dest_rel, path)}) from None
 
 
 class _Extractor:
@@ -478,6 +636,13 @@ class _Extractor:
         self.files: set[str] = set()
         self.dirs: set[str] = {""}
         self.links: list[str] = []
+        self.planned_entries = self.planned_bytes = 0
+
+    def written_members(self) -> dict[tuple[str, ...], bool]:
+        """What was written, as `zip_members` (links and hard links count as files)."""
+        written = {tuple(path.split("/")): False for path in (*self.files, *self.links)}
+        written.update({tuple(path.split("/")): True for path in self.dirs if path})
+        return written
 
     # --- limits --------------------------------------------------------------------------
 
@@ -499,6 +664,7 @@ class _Extractor:
                 "too_large", "the archive has too many entries", {"limit": MAX_EXTRACT_ENTRIES, "size": count}
             )
         self._too_much(total, "declares")
+        self.planned_entries, self.planned_bytes = count, total
         self.progress.update(total_files=count, total_bytes=total)
 
     def _account(self, n: int) -> None:
@@ -508,13 +674,22 @@ class _Extractor:
 
     # --- formats -------------------------------------------------------------------------
 
+    def _zip_checked(self, archive: zipfile.ZipFile) -> list[tuple[zipfile.ZipInfo, str, tuple[str, ...]]]:
+        """Every member checked, and the totals against the limits: before anything is written."""
+        checked = [(info, *self._zip_member(info)) for info in archive.infolist()]
+        self._plan(len(checked), sum(i.file_size for i, kind, _ in checked if kind == "file"))
+        return checked
+
+    def zip_members(self, archive_fd: int) -> dict[tuple[str, ...], bool]:
+        """The zip's checked members, path parts: is a folder (what `find_conflicts` takes)."""
+        os.lseek(archive_fd, 0, os.SEEK_SET)
+        with open(archive_fd, "rb", closefd=False) as raw, zipfile.ZipFile(raw) as archive:
+            return {parts: kind == "dir" for _, kind, parts in self._zip_checked(archive) if parts}
+
     def zip(self, archive_fd: int) -> None:
         os.lseek(archive_fd, 0, os.SEEK_SET)
         with open(archive_fd, "rb", closefd=False) as raw, zipfile.ZipFile(raw) as archive:
-            infos = archive.infolist()
-            checked = [(info, *self._zip_member(info)) for info in infos]
-            self._plan(len(checked), sum(i.file_size for i, kind, _ in checked if kind == "file"))
-            for info, kind, parts in checked:
+            for info, kind, parts in self._zip_checked(archive):
                 self.token.check()
                 if not parts:
                     continue
@@ -573,18 +748,26 @@ class _Extractor:
         os.lseek(archive_fd, 0, os.SEEK_SET)
         return tarfile.open(fileobj=raw, mode="r|*")
 
-    def tar(self, archive_fd: int) -> None:
+    def tar_members(self, archive_fd: int) -> dict[tuple[str, ...], bool]:
+        """Check every member and the totals, writing nothing; the members as `zip_members`."""
         count = total = 0
+        members: dict[tuple[str, ...], bool] = {}
         with open(archive_fd, "rb", closefd=False) as raw, self._open_tar(archive_fd, raw) as archive:
-            for info in archive:  # first pass: check every member and the totals, write nothing
+            for info in archive:
                 self.token.check()
-                kind, _ = self._tar_member(info)
+                kind, parts = self._tar_member(info)
                 count += 1
                 total += info.size if kind == "file" else 0
                 if count > MAX_EXTRACT_ENTRIES:
                     self._plan(count, total)
                 self._too_much(total, "declares")
+                if parts:
+                    members[parts] = kind == "dir"
         self._plan(count, total)
+        return members
+
+    def tar(self, archive_fd: int) -> None:
+        self.tar_members(archive_fd)  # first pass: check everything before writing anything
         with open(archive_fd, "rb", closefd=False) as raw, self._open_tar(archive_fd, raw) as archive:
             for info in archive:
                 self.token.check()

@@ -9,7 +9,8 @@ temporary folder) runs before the call ends.
 Methods: ``fs.scopes``, ``fs.list``, ``fs.stat``, ``fs.read``, ``fs.write``, ``fs.mkdir``,
 ``fs.move``, ``fs.copy``, ``fs.delete``, ``fs.trash.list``, ``fs.trash.restore``,
 ``fs.trash.empty``, ``fs.chmod``, ``fs.dirsize``, ``fs.search``, ``fs.compress`` and
-``fs.extract`` (streamed: progress items), ``fs.download`` (streamed: one items message, then
+``fs.extract`` (streamed: progress items), ``fs.extract.check`` (the archive's top-level names and
+the paths an extraction would find taken, writing nothing), ``fs.download`` (streamed: one items message, then
 bytes), ``fs.upload`` (an upload call), ``fs.upload.check`` (would an upload to this path be
 accepted now: the scope, the jail, the folder, a name taken without ``overwrite``). ``fs.list``
 called as a stream with ``encoded: true`` answers like a download, with the bytes of the page's
@@ -82,6 +83,7 @@ class FileHandlers:
             "fs.search": self.fs_search,
             "fs.compress": self.fs_compress,
             "fs.extract": self.fs_extract,
+            "fs.extract.check": self.fs_extract_check,
             "fs.download": self.fs_download,
             "fs.upload": self.fs_upload,
             "fs.upload.check": self.fs_upload_check,
@@ -229,13 +231,26 @@ class FileHandlers:
     async def fs_extract(self, call: Call) -> dict[str, Any]:
         params = call.params
         path, destination = _path(params), _text(params, "destination")
+        on_conflict = params.get("on_conflict") or "refuse"
+        if on_conflict not in archives.ON_CONFLICT:
+            raise RpcError("validation_error", "on_conflict must be 'refuse', 'skip' or 'overwrite'")
         archives.archive_kind(path)
         progress = Progress()
 
         def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
-            return archives.extract(jail, path, destination, token=token, progress=progress)
+            return archives.extract(jail, path, destination, token=token, progress=progress, on_conflict=on_conflict)
 
         return await self._cancellable(params, work, call=call, progress=progress)
+
+    async def fs_extract_check(self, call: Call) -> dict[str, Any]:
+        params = call.params
+        path, destination = _path(params), _text(params, "destination")
+        archives.archive_kind(path)
+
+        def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
+            return archives.extract_check(jail, path, destination, token=token)
+
+        return await self._cancellable(params, work)
 
     # --- transfers ------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from api_client.models import (
     FsEmptyTrashResult,
     FsEntryResult,
     FsExtract,
+    FsExtractCheck,
     FsMkdir,
     FsMoveCopy,
     FsMoveResult,
@@ -472,13 +473,35 @@ ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
 @router.post("/extract", status_code=202, response_model=OperationStarted)
 async def extract(server_id: str, body: FsExtract, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
-    if not body.path.lower().endswith(ARCHIVE_SUFFIXES):
+    _require_archive(body.path, "body")
+    params = {"path": body.path, "destination": body.destination, "on_conflict": body.on_conflict}
+    return await _start_operation(fleet, caller, target, "fs.extract", params)
+
+
+@router.get("/extract/check", response_model=FsExtractCheck)
+async def extract_check(
+    server_id: str,
+    caller: Caller,
+    fleet: FleetDep,
+    path: str,
+    destination: str = "",
+    scope: str = "site",
+    domain: str | None = None,
+) -> Response:
+    """What an extraction would meet (the archive's top-level names, the paths already taken),
+    asked before it starts so the user chooses what conflicts get; writes nothing."""
+    target = await resolve_target(fleet, caller, server_id, scope, domain)
+    _require_archive(path, "query")
+    params = target.params(path=path, destination=destination)
+    return _checked(FsExtractCheck, await fleet.call_agent(server_id, "fs.extract.check", params), "fs.extract.check")
+
+
+def _require_archive(path: str, where: str) -> None:
+    if not path.lower().endswith(ARCHIVE_SUFFIXES):
         raise ValidationFailed(
             f"only {', '.join(ARCHIVE_SUFFIXES)} archives can be extracted",
-            details={"errors": [{"loc": ["body", "path"], "msg": "not a supported archive"}]},
+            details={"errors": [{"loc": [where, "path"], "msg": "not a supported archive"}]},
         )
-    params = {"path": body.path, "destination": body.destination}
-    return await _start_operation(fleet, caller, target, "fs.extract", params)
 
 
 @router.get(

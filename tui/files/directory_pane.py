@@ -25,7 +25,8 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tui.text import load_tcss, printable, short_size, short_time
+from tui.errors import format_size
+from tui.text import load_tcss, printable, short_time
 
 EntryDict = Mapping[str, Any]
 
@@ -439,7 +440,7 @@ class DirectoryPane(ScrollView, can_focus=True):
             Segment(_fit(name, layout.name), name_style),
         ]
         metadata = [
-            (layout.size, "" if kind == "dir" else short_size(int(entry.get("size", 0))), True),
+            (layout.size, "" if kind == "dir" else format_size(int(entry.get("size", 0))), True),
             (layout.permissions, str(entry.get("permissions", "")), False),
             (layout.owner, printable(str(entry.get("owner", ""))), False),
             (layout.mtime, short_time(str(entry.get("mtime", ""))), False),

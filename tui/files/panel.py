@@ -276,4 +276,4 @@ def describe_entry(entry: EntryDict) -> str:
         return f"{name} → {printable(str(entry['link_target']))}"
     if kind == "dir":
         return f"{name}/"
-    return f"{name} · {entry.get('size', 0):,} bytes · {entry.get('owner', '')}:{entry.get('group', '')}"
+    return f"{name} · {format_size(int(entry.get('size', 0)))} · {entry.get('owner', '')}:{entry.get('group', '')}"

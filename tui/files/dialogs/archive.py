@@ -1,6 +1,11 @@
 """Compress paths into a zip or tar.gz, or extract an archive, with the progress the server
 streams (`fs/operations/{op}/stream`) and a Cancel that stops the operation on the server (which
-removes the partial result)."""
+removes the partial result).
+
+Extract asks the server first what the archive holds (`fs/extract/check`, which writes nothing):
+an archive with one top-level entry (`wp-content.zip` holding `wp-content/…`) is proposed for the
+folder it sits in, not for a folder named after it (`wp-content/wp-content/…`); the paths it would
+find taken are listed, and the user chooses Skip or Overwrite before anything is written."""
 
 from __future__ import annotations
 
@@ -11,21 +16,24 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, Input, Label, ProgressBar, Select, Static
+from textual.widgets import Button, Input, Label, OptionList, ProgressBar, Select, Static
 
 from api_client import Scope, Server
 from api_client.client import archive_paths_problem
+from api_client.models import ExtractConflicts, FsExtractCheck
 from api_client.sse import Event
 from tui.bridge import TaskHandle
 from tui.errors import format_size
 from tui.files.dialogs.base import FileDialog, describe_items, name_problem, plural
-from tui.text import join_path, printable
+from tui.text import join_path, load_tcss, printable
 
 ArchiveKind = Literal["compress", "extract"]
 ArchiveFormat = Literal["zip", "tar.gz"]
 
 FORMAT_SUFFIXES: dict[ArchiveFormat, str] = {"zip": ".zip", "tar.gz": ".tar.gz"}
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
+HINT = "Enter: start · Esc: cancel (stops a running operation)"
+CONFLICT_HINT = "s: skip existing · o: overwrite · Esc: cancel (nothing is written yet)"
 
 
 def archive_stem(name: str) -> str:
@@ -35,6 +43,12 @@ def archive_stem(name: str) -> str:
         if lowered.endswith(suffix) and len(name) > len(suffix):
             return name[: -len(suffix)]
     return name
+
+
+def proposed_destination(directory: str, archive_name: str, roots: Sequence[str]) -> str:
+    """Where to extract: the archive's own folder when it holds one top-level entry (it makes its
+    own folder), else a folder named after the archive (`site.zip` → `site`)."""
+    return directory if len(roots) == 1 else join_path(directory, archive_stem(archive_name))
 
 
 def default_archive_name(paths: Sequence[str], fmt: ArchiveFormat) -> str:
@@ -47,7 +61,12 @@ class ArchiveDialog(FileDialog[bool]):
     """First the archive's name and format (or the folder to extract into), then the progress.
     Enter starts; Esc cancels (a running operation is stopped on the server first)."""
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
+    DEFAULT_CSS = load_tcss(__file__)
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("s", "choose('skip')", "Skip existing", show=False),
+        Binding("o", "choose('overwrite')", "Overwrite", show=False),
+    ]
 
     def __init__(self, server: Server, scope: Scope, kind: ArchiveKind, paths: Sequence[str], directory: str) -> None:
         super().__init__()
@@ -62,6 +81,13 @@ class ArchiveDialog(FileDialog[bool]):
         self.last_progress: dict[str, Any] = {}
         self.result: dict[str, Any] | None = None
         self._stream: TaskHandle | None = None
+        # Extract: what the server said about the archive, and for which destination.
+        self.check: FsExtractCheck | None = None
+        self.checked_destination: str | None = None
+        self.proposing = kind == "extract"  # the destination waits for the archive's roots
+        self.checking = False
+        self.start_when_proposed = False
+        self.conflicts_shown = False
 
     @classmethod
     def compress(cls, server: Server, scope: Scope, paths: Sequence[str], directory: str) -> ArchiveDialog:
@@ -92,10 +118,17 @@ class ArchiveDialog(FileDialog[bool]):
                     yield Select(formats, value="zip", allow_blank=False, id="archive-format", compact=True)
                 else:
                     yield Label("Extract into the folder (made when missing)", classes="file-dialog--label")
-                    stem = archive_stem(self.paths[0].rpartition("/")[2])
                     yield Input(
-                        join_path(self.directory, stem), id="archive-destination", compact=True, select_on_focus=False
+                        "",
+                        placeholder="reading the archive…",
+                        id="archive-destination",
+                        compact=True,
+                        select_on_focus=False,
                     )
+            with Vertical(id="archive-conflicts"):
+                yield Static("", id="archive-conflicts-title", classes="file-dialog--note", markup=False)
+                yield OptionList(id="archive-conflict-list", compact=True)
+                yield Static("", id="archive-conflicts-note", classes="file-dialog--text", markup=False)
             bar = ProgressBar(total=None, show_eta=False, id="archive-bar")
             bar.display = False  # shown once the operation runs
             yield bar
@@ -104,14 +137,21 @@ class ArchiveDialog(FileDialog[bool]):
             yield Static("", id="status", markup=False)
             with Horizontal(classes="file-dialog--buttons"):
                 yield Button("Start", id="archive-start", variant="primary", compact=True)
+                yield Button("Skip existing", id="archive-skip", variant="primary", compact=True)
+                yield Button("Overwrite", id="archive-overwrite", variant="warning", compact=True)
                 yield Button("Cancel", id="archive-cancel", compact=True)
-            yield Static("Enter: start · Esc: cancel (stops a running operation)", classes="file-dialog--hint")
+            yield Static(HINT, id="archive-hint", classes="file-dialog--hint", markup=False)
 
     def on_mount(self) -> None:
         field = self.query_one("#archive-name" if self.kind == "compress" else "#archive-destination", Input)
         field.focus()
+        self._show_choice(False)
         if self.too_many:
             self.set_status(self.too_many, error=True)
+        if self.kind == "extract":
+            self.set_status("Reading the archive…")
+            self.checking = True
+            self.bridge.run(self, self._check, self.directory, on_done=self._proposed, on_error=self._not_proposed)
 
     @property
     def too_many(self) -> str | None:
@@ -129,6 +169,14 @@ class ArchiveDialog(FileDialog[bool]):
         name = self.query_one("#archive-name", Input)
         name.value = archive_stem(name.value or "archive") + FORMAT_SUFFIXES[self.archive_format]
 
+    @on(Input.Changed, "#archive-destination")
+    def _destination_changed(self, event: Input.Changed) -> None:
+        """Another folder: the conflicts listed were those of the one before."""
+        event.stop()
+        if self.conflicts_shown and event.value.strip().strip("/") != self.checked_destination:
+            self._show_choice(False)
+            self.set_status("")
+
     @on(Input.Submitted)
     def _submitted(self, event: Input.Submitted) -> None:
         event.stop()
@@ -139,38 +187,163 @@ class ArchiveDialog(FileDialog[bool]):
         event.stop()
         if event.button.id == "archive-start":
             self.action_start()
+        elif event.button.id == "archive-skip":
+            self.action_choose("skip")
+        elif event.button.id == "archive-overwrite":
+            self.action_choose("overwrite")
         else:
             self.action_cancel()
 
     # --- running ------------------------------------------------------------------------------
 
     def action_start(self) -> None:
-        if self.running:
+        if self.running or self.checking:
+            self.start_when_proposed = self.proposing
             return
         if self.too_many:
             self.set_status(self.too_many, error=True)
             return
-        if self.kind == "compress":
-            name = self.query_one("#archive-name", Input).value
-            problem = name_problem(name)
-            if problem:
-                self.set_status(problem, error=True)
-                return
-            destination = join_path(self.directory, name)
-            starter = self._start_compress
-        else:
-            destination = self.query_one("#archive-destination", Input).value.strip().strip("/")
-            starter = self._start_extract
+        if self.kind == "extract":
+            self._check_then_extract(self.destination)
+            return
+        name = self.query_one("#archive-name", Input).value
+        problem = name_problem(name)
+        if problem:
+            self.set_status(problem, error=True)
+            return
         self._set_running(True)
         self.set_status("Starting…")
-        self.bridge.run(self, starter, destination, on_done=self._started, on_error=self._failed)
+        destination = join_path(self.directory, name)
+        self.bridge.run(self, self._start_compress, destination, on_done=self._started, on_error=self._failed)
 
     async def _start_compress(self, destination: str) -> str:
         files = self.client.files
         return await files.compress(self.server.id, self.scope, self.paths, destination, format=self.archive_format)
 
-    async def _start_extract(self, destination: str) -> str:
-        return await self.client.files.extract(self.server.id, self.scope, self.paths[0], destination)
+    # --- extract: the archive's roots and conflicts first ---------------------------------------
+
+    @property
+    def destination(self) -> str:
+        return self.query_one("#archive-destination", Input).value.strip().strip("/")
+
+    async def _check(self, destination: str) -> FsExtractCheck:
+        return await self.client.files.extract_check(self.server.id, self.scope, self.paths[0], destination)
+
+    def _remember(self, destination: str, check: FsExtractCheck) -> None:
+        self.check, self.checked_destination = check, destination
+
+    def _proposed(self, check: FsExtractCheck) -> None:
+        """The archive's roots are known: propose its destination (unless the user typed one)."""
+        self.checking = self.proposing = False
+        destination = proposed_destination(self.directory, self.paths[0].rpartition("/")[2], check.roots)
+        if destination == self.directory:
+            self._remember(destination, check)
+        field = self.query_one("#archive-destination", Input)
+        if not field.value:
+            field.value = "/" + destination
+        what = plural(check.entries, "entry", "entries") + f", {format_size(check.bytes)}"
+        layout = f"one top-level folder, {check.roots[0]}" if len(check.roots) == 1 else "several top-level entries"
+        self.set_status(printable(f"{what} · {layout}") if check.roots else what)
+        if self.start_when_proposed:
+            self.start_when_proposed = False
+            self.action_start()
+
+    def _not_proposed(self, exc: BaseException) -> None:
+        """The archive could not be read (unsafe, broken): say why; the folder named after it is
+        proposed, and Start asks again (and says why again)."""
+        self.checking = self.proposing = self.start_when_proposed = False
+        field = self.query_one("#archive-destination", Input)
+        if not field.value:
+            field.value = "/" + proposed_destination(self.directory, self.paths[0].rpartition("/")[2], [])
+        self.show_error(exc, path=self.paths[0])
+
+    def _check_then_extract(self, destination: str) -> None:
+        """Extract, or first list the conflicts. The check made when the dialog opened is used
+        once: a later Start (after a failure, say) asks the server again."""
+        check, self.check = self.check, None
+        if check is not None and self.checked_destination == destination:
+            self._decide(destination, check)
+            return
+        self.checking = True
+        self.set_status("Looking for items the archive would replace…")
+        self.bridge.run(
+            self,
+            self._check,
+            destination,
+            on_done=lambda check: self._checked(destination, check),
+            on_error=self._check_failed,
+        )
+
+    def _checked(self, destination: str, check: FsExtractCheck) -> None:
+        self.checking = False
+        self._remember(destination, check)
+        if destination == self.destination:  # else the user changed it meanwhile: Start again
+            self._decide(destination, check)
+
+    def _check_failed(self, exc: BaseException) -> None:
+        self.checking = False
+        self.show_error(exc, path=self.paths[0])
+
+    def _decide(self, destination: str, check: FsExtractCheck) -> None:
+        """No conflict: extract now. Else list them and wait for Skip or Overwrite."""
+        if not check.conflicts_total:
+            self._run_extract("refuse")
+            return
+        self._list_conflicts(destination, check)
+        self._show_choice(True)
+        skip = self.query_one("#archive-skip", Button)
+        skip.focus()
+        self.set_status("Nothing is written until you choose.")
+
+    def _list_conflicts(self, destination: str, check: FsExtractCheck) -> None:
+        total = check.conflicts_total
+        verb = "exists" if total == 1 else "exist"
+        where = "/" + destination if destination else "the top folder"
+        title = f"{plural(total, 'item')} of the archive already {verb} in {where}:"
+        self.query_one("#archive-conflicts-title", Static).update(printable(title))
+        listing = self.query_one("#archive-conflict-list", OptionList)
+        listing.clear_options()
+        prefix = destination + "/" if destination else ""
+        listing.add_options(printable(path.removeprefix(prefix)) for path in check.conflicts)
+        if total > len(check.conflicts):
+            listing.add_option(f"… and {total - len(check.conflicts):,} more")
+        listing.highlighted = None
+        note = "Skip keeps them and extracts the rest; Overwrite replaces each of them."
+        if check.clashes:
+            clashes = plural(len(check.clashes), "of them is", "of them are")
+            note = f"{clashes} a folder where the archive has a file or the other way round: only Skip can settle that."
+        self.query_one("#archive-conflicts-note", Static).update(printable(note))
+        self.query_one("#archive-overwrite", Button).disabled = bool(check.clashes)
+
+    def _show_choice(self, shown: bool) -> None:
+        """The conflicts and Skip/Overwrite in place of Start, or back."""
+        self.conflicts_shown = shown
+        self.query_one("#archive-conflicts").set_class(shown, "-shown")
+        self.query_one("#archive-start", Button).display = not shown and not self.running
+        for button in self.query("#archive-skip, #archive-overwrite").results(Button):
+            button.display = shown
+        self.query_one("#archive-hint", Static).update(CONFLICT_HINT if shown else HINT)
+
+    def action_choose(self, on_conflict: ExtractConflicts) -> None:
+        """Skip or Overwrite, once the conflicts are listed."""
+        if not self.conflicts_shown or self.running:
+            return
+        if on_conflict == "overwrite" and self.query_one("#archive-overwrite", Button).disabled:
+            return
+        self._run_extract(on_conflict)
+
+    def _run_extract(self, on_conflict: ExtractConflicts) -> None:
+        destination = self.destination
+        self._show_choice(False)
+        self._set_running(True)
+        self.set_status("Starting…")
+        self.bridge.run(
+            self, self._start_extract, destination, on_conflict, on_done=self._started, on_error=self._failed
+        )
+
+    async def _start_extract(self, destination: str, on_conflict: ExtractConflicts) -> str:
+        files = self.client.files
+        return await files.extract(self.server.id, self.scope, self.paths[0], destination, on_conflict=on_conflict)
 
     def _set_running(self, running: bool) -> None:
         self.running = running
@@ -224,7 +397,7 @@ class ArchiveDialog(FileDialog[bool]):
             bar.update(total=total_bytes, progress=done_bytes)
         elif total_files:
             bar.update(total=total_files, progress=done_files)
-        files = f"{done_files} of {plural(total_files, 'file')}" if total_files else plural(done_files, "file")
+        files = f"{done_files:,} of {plural(total_files, 'file')}" if total_files else plural(done_files, "file")
         size = format_size(done_bytes) + (f" of {format_size(total_bytes)}" if total_bytes else "")
         self.query_one("#archive-numbers", Static).update(f"{files} · {size}")
         current = data.get("current")
@@ -238,7 +411,13 @@ class ArchiveDialog(FileDialog[bool]):
         where = f"/{entry['path']}" if entry and isinstance(entry.get("path"), str) else "it"
         skipped = result.get("skipped") or []
         note = f" ({plural(len(skipped), 'item')} skipped)" if isinstance(skipped, list) and skipped else ""
+        if result.get("kept"):
+            note = f" ({plural(int(result['kept']), 'existing item')} kept)"
+        elif result.get("replaced"):
+            note = f" ({plural(int(result['replaced']), 'item')} replaced)"
         verb = "Created" if self.kind == "compress" else "Extracted into"
+        if where == "/":
+            where = "the top folder"
         self.notify(printable(f"{verb} {where}{note}."))
         self.finish(True)
 

@@ -25,8 +25,8 @@ TYPE_NAMES = {"file": "File", "dir": "Folder", "symlink": "Symbolic link", "othe
 
 
 def size_text(size: int) -> str:
-    """`1,536 bytes (1.5 KiB)`."""
-    return f"{size:,} bytes" + (f" ({format_size(size)})" if size >= 1024 else "")
+    """`1.5 KiB (1,536 bytes)`: the size as everywhere, then exactly."""
+    return format_size(size) + (f" ({plural(size, 'byte')})" if size >= 1000 else "")
 
 
 class PropertiesDialog(FileDialog[None]):

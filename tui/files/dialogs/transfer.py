@@ -39,7 +39,6 @@ READ_CHUNK = 1024 * 1024  # one upload frame
 WRITE_CHUNK = 4 * 1024 * 1024  # downloaded bytes are written to disk in blocks this big
 REPORT_EVERY_S = 0.1  # progress reaches the screen at most ten times a second
 SPEED_WINDOW_S = 3.0  # the speed shown is the average over the last seconds
-MIB = 1024 * 1024
 
 
 def _read_umask() -> int:
@@ -169,11 +168,11 @@ class TransferDialog(FileDialog[bool]):
             self.set_status(f"{verb}…")
 
     def numbers(self) -> str:
-        """`12.3 MiB of 100 MiB · 45.2 MiB/s · 0:02 left`."""
+        """`12 MiB of 100 MiB · 4.5 MiB/s · 0:02 left`."""
         parts = [format_size(self.done) + (f" of {format_size(self.total)}" if self.total is not None else "")]
         speed = self.meter.speed
         if speed is not None:
-            parts.append(f"{speed / MIB:.1f} MiB/s")
+            parts.append(f"{format_size(int(speed))}/s")
             if self.total is not None and speed > 0:
                 parts.append(f"{format_duration((self.total - self.done) / speed)} left")
         return " · ".join(parts)
@@ -186,7 +185,7 @@ class TransferDialog(FileDialog[bool]):
             return
         took = max(time.monotonic() - self.started_at, 1e-6)
         where = str(self.local_path) if self.direction == "download" else f"/{self.remote_path}"
-        average = f"{self.done / took / MIB:.1f} MiB/s"
+        average = f"{format_size(int(self.done / took))}/s"
         self.notify(printable(f"Saved {where}: {format_size(self.done)} in {format_duration(took)} ({average})."))
         self.finish(True)
 

@@ -17,20 +17,21 @@ from textual.widgets.selection_list import Selection
 from api_client import Scope, Server
 from api_client import errors as api_errors
 from api_client.models import TrashItem
+from tui.errors import format_size
 from tui.files.dialogs.base import FileDialog, plural
 from tui.files.dialogs.simple import ConfirmDialog
-from tui.text import printable, short_size
+from tui.text import printable
 
 
 def item_prompt(item: TrashItem, name_width: int, path_width: int) -> Text:
-    """`name  original/path  2026-11-22 10:00  1.2K` in fixed columns."""
+    """`name  original/path  2026-11-22 10:00  1.2 KiB` in fixed columns."""
     deleted = item.deleted_at if item.deleted_at.tzinfo else item.deleted_at.replace(tzinfo=UTC)
     name = printable(item.name) + ("/" if item.type == "dir" else "")
     prompt = Text(no_wrap=True, overflow="ellipsis")
     prompt.append(_fit(name, name_width), style="bold")
     prompt.append("  " + _fit("/" + printable(item.original_path), path_width), style="dim")
     prompt.append(f"  {deleted.astimezone():%Y-%m-%d %H:%M}")
-    prompt.append(f"  {short_size(item.size):>6}")
+    prompt.append(f"  {format_size(item.size):>7}")
     return prompt
 
 
@@ -96,7 +97,7 @@ class TrashDialog(FileDialog[list[str]]):
         listing = self.query_one("#trash-items", SelectionList)
         listing.clear_options()
         width = max(20, listing.size.width or 70) - 8  # the tick box, padding and a scrollbar
-        fixed = 2 + 16 + 2 + 6
+        fixed = 2 + 16 + 2 + 7
         name_width = max(8, min(28, (width - fixed) // 2))
         path_width = max(8, width - fixed - name_width)
         listing.add_options(Selection(item_prompt(item, name_width, path_width), item.id) for item in self.items)
