@@ -1,0 +1,119 @@
+"""The TUI knows whether it reaches its control plane: the header says which one and in what state,
+every screen says when it is lost (presence unknown, a running job's log, the file panels), and
+it reconnects by itself. A test here kills its own stack (never the session's) and restarts it on
+the same port; an agent of its own going offline shows in the files panel."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Static
+
+from api_client import Client
+from tests.conftest import AgentProcess, Stack, start_local
+from tests.helpers import wait_for
+from tests.helpers.tui import highlight_server, real_app, run
+from tui.app import FleetdeckApp
+from tui.connection import Connection
+from tui.files.commander import CommanderScreen
+from tui.files.panel import FilePanel
+from tui.servers.screen import ServerListScreen
+from tui.widgets.header import ConnectionBadge
+
+
+def badge(app: FleetdeckApp) -> str:
+    return str(app.screen.query_one(ConnectionBadge).render())
+
+
+def agent_cell(screen: ServerListScreen, name: str) -> str:
+    server = next(s for s in screen.servers.values() if s.name == name)
+    table = screen.query_one("#servers")
+    return str(table.get_cell(server.id, "agent"))  # type: ignore[attr-defined]
+
+
+def status_line(screen: ServerListScreen) -> str:
+    return str(screen.query_one("#servers-status", Static).render())
+
+
+@pytest.fixture
+def own_stack(tmp_path: Path) -> Iterator[list[Stack]]:
+    """A stack of this test's own, which it may kill and restart: the last one started is stopped."""
+    stacks = [start_local(tmp_path / "local")]
+    yield stacks
+    stacks[-1].stop()
+
+
+def test_a_lost_control_plane_is_said_everywhere_and_the_tui_comes_back_by_itself(own_stack: list[Stack]) -> None:
+    stack = own_stack[0]
+    port = int(stack.base_url.rsplit(":", 1)[1])
+    client = Client(stack.base_url, token=stack.token)
+    app = FleetdeckApp(Connection(stack.base_url, stack.token, "local demo", local=True), client=client)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, "local")
+        servers = app.screen
+        assert isinstance(servers, ServerListScreen)
+        await wait_for(pilot, lambda: badge(app) == "local ● connected")
+        assert agent_cell(servers, "local") == "online"
+
+        stack.process.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(stack.process.wait)
+        # Within the probe's interval and timeout (under 5 s): waited on, not timed.
+        await wait_for(pilot, lambda: "lost" in badge(app))
+        assert badge(app).startswith("local ○ lost")
+        await wait_for(pilot, lambda: agent_cell(servers, "local") == "unknown")
+        assert "connection lost: agents unknown" in status_line(servers)
+
+        # The same port again: the TUI finds it by itself, and the list is online again.
+        own_stack.append(await asyncio.to_thread(start_local, stack.data_dir, port))
+        await wait_for(pilot, lambda: badge(app) == "local ● connected", seconds=40)
+        await wait_for(pilot, lambda: agent_cell(servers, "local") == "online")
+        assert "1/1 agents online" in status_line(servers) or "agents online" in status_line(servers)
+
+    run(app, scenario)
+
+
+def test_a_panel_says_when_its_agent_is_offline_and_lists_again_when_it_is_back(stack: Stack, tmp_path: Path) -> None:
+    with stack.http() as http:
+        created = http.post("/v1/servers", json={"name": f"pan-{tmp_path.name[-6:]}", "kind": "full"}).json()
+    server_id, name = created["server"]["id"], created["server"]["name"]
+    home, state = tmp_path / "home", tmp_path / "state"
+    (home / "site-a" / "www").mkdir(parents=True)
+    state.mkdir()
+    (state / "sites.json").write_text('{"sites": [{"domain": "a.example", "slug": "site-a"}]}')
+    agent = AgentProcess(stack, server_id, created["agent_token"], home, state)
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, name)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen))
+        panel = app.screen.query_one("#left", FilePanel)
+        await wait_for(pilot, lambda: panel.pane.index_of("www") is not None)
+        title = panel.query_one(".file-panel--title", Static)
+        assert not str(title.render()).startswith("○")
+
+        await asyncio.to_thread(agent.kill)
+        await wait_for(pilot, lambda: str(title.render()).startswith("○ offline · "))
+        assert panel.has_class("-agent-offline")
+        assert f"The agent of {name} is offline" in str(panel.pane.message)
+        panel.reload()  # r: a clear word, no request to fail
+        await pilot.pause()
+        assert not any("offline" in n.message for n in app._notifications)
+
+        await asyncio.to_thread(agent.restart)
+        await wait_for(pilot, lambda: panel.pane.index_of("www") is not None)
+        assert not panel.has_class("-agent-offline")
+        assert not str(title.render()).startswith("○")
+
+    try:
+        run(app, scenario)
+    finally:
+        agent.stop()
+        with stack.http() as http:
+            http.delete(f"/v1/servers/{server_id}")
