@@ -67,7 +67,7 @@ def test_a_lost_control_plane_is_said_everywhere_and_the_tui_comes_back_by_itsel
         await wait_for(pilot, lambda: "lost" in badge(app))
         assert badge(app).startswith("local ○ lost")
         await wait_for(pilot, lambda: agent_cell(servers, "local") == "unknown")
-        assert "connection lost: agents unknown" in status_line(servers)
+        assert "connection lost" in status_line(servers)
 
         # The same port again: the TUI finds it by itself, and the list is online again.
         own_stack.append(await asyncio.to_thread(start_local, stack.data_dir, port))

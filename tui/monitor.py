@@ -2,8 +2,10 @@
 
 What tells: the presence stream (`GET /v1/servers/events`) breaks at once when the control
 plane's process dies, but on a silent network it would only notice at its keep-alive, every 15 s.
-So a cheap probe of `GET /v1/health` runs every `PROBE_INTERVAL_S` with a short timeout: a loss is
-seen within `PROBE_INTERVAL_S + PROBE_TIMEOUT_S` (under 5 s) whatever the cause. Then the monitor
+So a cheap probe of `GET /v1/health` runs every `PROBE_INTERVAL_S`: a refused connection is a loss
+at once, and so is `SILENCE_LIMIT_S` without an answer (a black hole), so a loss is seen within
+`SILENCE_LIMIT_S` (under 5 s) whatever the cause, while a control plane slow to answer on a busy
+machine is not taken for a lost one. Then the monitor
 probes again after a full-jitter backoff (`api_client.backoff`, so a fleet of TUIs does not come
 back in lockstep) until the control plane answers, and says so: the screens refresh what they show.
 
@@ -38,11 +40,12 @@ if TYPE_CHECKING:
     from api_client import Client
     from tui.bridge import TrioBridge
 
-PROBE_INTERVAL_S = 2.0
-PROBE_TIMEOUT_S = 2.0
-# Reconnect attempts wait full_jitter(attempt, RETRY_BASE_S, RETRY_CAP_S): at most 15 s apart.
+PROBE_INTERVAL_S = 1.5
+SILENCE_LIMIT_S = 4.5  # since the last answer
+RECONNECT_PROBE_TIMEOUT_S = 5.0
+# Reconnect attempts wait full_jitter(attempt, RETRY_BASE_S, RETRY_CAP_S): at most 10 s apart.
 RETRY_BASE_S = 0.5
-RETRY_CAP_S = 15.0
+RETRY_CAP_S = 10.0
 
 Status = Literal["connected", "reconnecting"]
 
@@ -156,13 +159,12 @@ class ConnectionMonitor:
         raise api_errors.TransportError("the presence stream ended")
 
     async def _keep_probing(self) -> None:
+        answered = trio.current_time()
         while True:
             await trio.sleep(PROBE_INTERVAL_S)
-            await self._probe()
-
-    async def _probe(self) -> None:
-        with trio.fail_after(PROBE_TIMEOUT_S):
-            await self._client.health()
+            with trio.fail_at(answered + SILENCE_LIMIT_S):
+                await self._client.health()
+            answered = trio.current_time()
 
     async def _reconnect(self) -> None:
         attempt = 0
@@ -172,7 +174,8 @@ class ConnectionMonitor:
             await trio.sleep(delay)
             self._post(self._set_state, LinkState("reconnecting"))
             try:
-                await self._probe()
+                with trio.fail_after(RECONNECT_PROBE_TIMEOUT_S):
+                    await self._client.health()
                 return
             except (api_errors.FleetdeckError, trio.TooSlowError):
                 attempt += 1

@@ -31,7 +31,8 @@ from tui.text import join_path, load_tcss, parent_path, printable
 BUSY_INDICATOR_DELAY_S = 0.2
 # What the title starts with while the panel cannot be trusted to be current.
 AGENT_OFFLINE_MARK = "○ offline · "
-CONNECTION_LOST_MARK = "? "
+CANNOT_REFRESH = "Connection lost: cannot refresh"
+CONNECTION_LOST_MARK = "○ lost · "
 
 
 def scope_label(scope: Scope) -> str:
@@ -166,7 +167,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         """Whether listing now can work; if not, the panel says why (no request made to fail)."""
         self._update_title()
         if not self.monitor.state.connected:
-            self._set_status("Connection lost: cannot refresh until it is back.")
+            self._set_status(CANNOT_REFRESH)
             return False
         if self.server is not None and self.server.kind == "full" and self.agent_online is False:
             self.path = path
@@ -296,7 +297,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
     def update_status(self) -> None:
         pane = self.pane
         shown, total = len(pane.entries), len(pane.all_entries)
-        parts = []
+        parts = [CANNOT_REFRESH] if self.has_class("-connection-lost") else []
         marked = pane.marked
         if marked:
             files = [entry for entry in marked if entry.get("type") != "dir"]

@@ -185,7 +185,7 @@ class ServerListScreen(FleetScreen):
         online = sum(1 for s in full if s.agent.online)
         live = "" if self.monitor.live_presence else " · no live updates"
         servers = f"{len(self.servers)} server" + ("" if len(self.servers) == 1 else "s")
-        agents = f"{online}/{len(full)} agents online" if self._connected else "connection lost: agents unknown"
+        agents = f"{online}/{len(full)} agents online" if self._connected else "connection lost"
         text = f"{servers} · {agents}{live} · Enter: files · j: jobs · b: load balancers"
         self.query_one("#servers-status", Static).update(text)
 
