@@ -15,15 +15,19 @@ from textual.pilot import Pilot
 from textual.widgets import Static
 
 from api_client import Client
+from api_client.models import Job, Server
 from tests.conftest import AgentProcess, Stack, start_local
-from tests.helpers import wait_for
+from tests.helpers import soon, wait_for, wait_until
 from tests.helpers.tui import highlight_server, real_app, run
 from tui.app import FleetdeckApp
 from tui.connection import Connection
 from tui.files.commander import CommanderScreen
 from tui.files.panel import FilePanel
+from tui.jobs.run import JobRunScreen
 from tui.servers.screen import ServerListScreen
 from tui.widgets.header import ConnectionBadge
+
+LOG_LINES = 200_000  # enough that the replay is still streaming when the control plane dies
 
 
 def badge(app: FleetdeckApp) -> str:
@@ -51,6 +55,16 @@ def own_stack(tmp_path: Path) -> Iterator[list[Stack]]:
 def test_a_lost_control_plane_is_said_everywhere_and_the_tui_comes_back_by_itself(own_stack: list[Stack]) -> None:
     stack = own_stack[0]
     port = int(stack.base_url.rsplit(":", 1)[1])
+    log = [f"line {i}" for i in range(LOG_LINES)]
+    (stack.data_dir / "home" / "example-com" / "logs" / "access.log").write_text("".join(f"{x}\n" for x in log))
+    with stack.http() as http:
+        server = Server.model_validate(http.get(f"/v1/servers/{stack.server_id}").json())
+        args = {"domain": "example.com", "lines": LOG_LINES}
+        job = Job.model_validate(
+            http.post(f"/v1/servers/{server.id}/jobs", json={"kind": "logs.tail", "args": args}).json()
+        )
+        wait_until(lambda: http.get(f"/v1/jobs/{job.id}").json()["status"] == "succeeded", 60)
+        job = Job.model_validate(http.get(f"/v1/jobs/{job.id}").json())
     client = Client(stack.base_url, token=stack.token)
     app = FleetdeckApp(Connection(stack.base_url, stack.token, "local demo", local=True), client=client)
 
@@ -60,6 +74,13 @@ def test_a_lost_control_plane_is_said_everywhere_and_the_tui_comes_back_by_itsel
         assert isinstance(servers, ServerListScreen)
         await wait_for(pilot, lambda: badge(app) == "local ● connected")
         assert agent_cell(servers, "local") == "online"
+        # A job's output, still streaming when the control plane dies.
+        app.push_screen(JobRunScreen(server, job))
+        await soon(lambda: isinstance(app.screen, JobRunScreen) and app.screen._stream_tasks)
+        run_screen = app.screen
+        assert isinstance(run_screen, JobRunScreen)
+        panel = run_screen.log_view.panel
+        await soon(lambda: panel.appended > 0)
 
         stack.process.send_signal(signal.SIGKILL)
         await asyncio.to_thread(stack.process.wait)
@@ -68,12 +89,22 @@ def test_a_lost_control_plane_is_said_everywhere_and_the_tui_comes_back_by_itsel
         assert badge(app).startswith("local ○ lost")
         await wait_for(pilot, lambda: agent_cell(servers, "local") == "unknown")
         assert "connection lost" in status_line(servers)
+        assert run_screen.connection_lost and panel.banner is not None
+        assert panel.banner.text == "⚠ connection lost · the output resumes once it is back"
+        assert "connection lost" in str(run_screen.query_one("#job-bar", Static).render())
+        panel.flush_now()
+        assert 0 < panel.appended < LOG_LINES, "the replay ended before the control plane died"
 
-        # The same port again: the TUI finds it by itself, and the list is online again.
+        # The same port again: the TUI finds it by itself, the list is online again, and the output
+        # resumes after the last line shown: every line once, then how the job ended.
         own_stack.append(await asyncio.to_thread(start_local, stack.data_dir, port))
         await wait_for(pilot, lambda: badge(app) == "local ● connected", seconds=40)
+        await wait_for(pilot, lambda: panel.banner is not None and panel.banner.note is None, seconds=60)
+        panel.flush_now()
+        assert panel.banner is not None and panel.banner[:2] == ("succeeded", 0)
+        assert panel.appended == LOG_LINES and [line.text for line in panel.lines] == log[-panel.max_lines :]
         await wait_for(pilot, lambda: agent_cell(servers, "local") == "online")
-        assert "1/1 agents online" in status_line(servers) or "agents online" in status_line(servers)
+        assert "1/1 agents online" in status_line(servers)
 
     run(app, scenario)
 

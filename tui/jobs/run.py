@@ -134,6 +134,7 @@ class JobRunScreen(FleetScreen):
         if not self.exited:
             self._clock = self.set_interval(1.0, self._update_bar)
         self.monitor.changed.subscribe(self, self._connection_changed)
+        self._connection_changed(self.monitor.state)  # opened while it is lost
 
     # --- the stream ---------------------------------------------------------------------------
 

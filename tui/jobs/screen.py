@@ -96,6 +96,7 @@ class JobsScreen(FleetScreen):
             self.notify(f"{self.server.name} is a lite server: it has no agent to run jobs.", severity="warning")
         self._load_kinds()
         self.action_reload()
+        self._connected = self.monitor.state.connected
         self.monitor.changed.subscribe(self, self._connection_changed)
 
     def _connection_changed(self, state: LinkState) -> None:
