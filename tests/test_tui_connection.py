@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from tui.connection import Connection
 from tui.files.commander import CommanderScreen
 from tui.files.panel import FilePanel
 from tui.jobs.run import JobRunScreen
+from tui.monitor import LinkState, control_plane_name
 from tui.servers.screen import ServerListScreen
 from tui.widgets.header import ConnectionBadge
 
@@ -148,3 +150,11 @@ def test_a_panel_says_when_its_agent_is_offline_and_lists_again_when_it_is_back(
         agent.stop()
         with stack.http() as http:
             http.delete(f"/v1/servers/{server_id}")
+
+
+def test_the_header_calls_the_embedded_control_plane_local_and_any_other_by_its_host() -> None:
+    assert control_plane_name("http://127.0.0.1:40123", local=True) == "local"
+    assert control_plane_name("https://cp.example.net:8443/", local=False) == "cp.example.net"
+    assert LinkState("connected").describe() == "connected"
+    assert LinkState("reconnecting").describe() == "lost · reconnecting…"
+    assert LinkState("reconnecting", time.monotonic() + 3.2).describe() == "lost · retry in 3 s"
