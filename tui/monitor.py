@@ -117,6 +117,8 @@ class ConnectionMonitor:
         self.presence.publish(event)
 
     def _presence_refused(self) -> None:
+        if not self.live_presence:
+            return  # said once, not after every reconnect
         self.live_presence = False
         self.changed.publish(self.state)
         self.app.notify("Live agent status is not available on this control plane.", severity="warning")
