@@ -92,6 +92,7 @@ class ConnectionMonitor:
         self._client = client
         self._bridge = bridge
         self._online: dict[str, bool] = {}
+        self._presence_id: str | None = None  # where the next presence stream resumes
 
     def start(self) -> None:
         self._bridge.run(self.app, self._watch, name="connection monitor")
@@ -151,13 +152,18 @@ class ConnectionMonitor:
             nursery.start_soon(until_fails, self._keep_probing)
 
     async def _follow_presence(self) -> None:
+        """The presence stream, resumed after a loss with Last-Event-ID: what changed meanwhile
+        comes first (a restarted control plane, with other ids, sends what it holds)."""
+        stream = self._client.servers.presence(last_event_id=self._presence_id)
         try:
-            async for event in self._client.servers.presence():
+            async for event in stream:
                 self._post(self._heard, event)
         except api_errors.ApiError:
             # Refused (no such stream here, no right): the probe alone watches the connection.
             self._post(self._presence_refused)
             await trio.sleep_forever()
+        finally:
+            self._presence_id = stream.last_event_id
         raise api_errors.TransportError("the presence stream ended")
 
     async def _keep_probing(self) -> None:
