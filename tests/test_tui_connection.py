@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Static
+from textual.widgets import DataTable, Static
 
 from api_client import Client
 from api_client.models import Job, Server
@@ -38,8 +38,7 @@ def badge(app: FleetdeckApp) -> str:
 
 def agent_cell(screen: ServerListScreen, name: str) -> str:
     server = next(s for s in screen.servers.values() if s.name == name)
-    table = screen.query_one("#servers")
-    return str(table.get_cell(server.id, "agent"))  # type: ignore[attr-defined]
+    return str(screen.query_one("#servers", DataTable).get_cell(server.id, "agent"))
 
 
 def status_line(screen: ServerListScreen) -> str:
