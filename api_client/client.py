@@ -327,9 +327,25 @@ class ServersAPI(_SubAPI):
     async def delete(self, server_id: str) -> None:
         await self._client.request("DELETE", f"/v1/servers/{server_id}", expect_body=False)
 
-    async def presence(self, *, last_event_id: str | None = None) -> AsyncIterator[PresenceEvent]:
-        """Agent presence changes of the org's servers as they happen (an endless stream)."""
-        async for event in self._client.events("/v1/servers/events", last_event_id=last_event_id):
+    def presence(self, *, last_event_id: str | None = None) -> PresenceStream:
+        """Agent presence changes of the org's servers as they happen (an endless stream); its
+        `last_event_id` resumes a later stream where this one stopped."""
+        return PresenceStream(self._client.events("/v1/servers/events", last_event_id=last_event_id))
+
+
+class PresenceStream:
+    """The `PresenceEvent`s of `GET /v1/servers/events`, and the id to resume after."""
+
+    def __init__(self, events: EventStream) -> None:
+        self._events = events
+
+    @property
+    def last_event_id(self) -> str | None:
+        """The id of the last event handed over (the stream's opening `ready` counts)."""
+        return self._events.last_event_id
+
+    async def __aiter__(self) -> AsyncIterator[PresenceEvent]:
+        async for event in self._events:
             if event.event == "presence":
                 yield PresenceEvent.model_validate(event.data)
 

@@ -233,7 +233,7 @@ def local_connection(credentials: StackCredentials) -> Connection:
     """The TUI's connection to a local stack, as its demo owner."""
     from tui.connection import Connection
 
-    return Connection(credentials.base_url, credentials.token, f"local demo ({credentials.email})")
+    return Connection(credentials.base_url, credentials.token, f"local demo ({credentials.email})", local=True)
 
 
 def _run_app(connection: Connection | PendingConnection, theme: str | None) -> int:

@@ -25,6 +25,7 @@ from tui.starting import StartingScreen
 if TYPE_CHECKING:
     from api_client import Client, Me, Server
     from tui.bridge import TrioBridge
+    from tui.monitor import ConnectionMonitor
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class FleetdeckApp(App[None]):
         self._client = client
         self._bridge: TrioBridge | None = None
         self.me: Me | None = None
+        self.monitor: ConnectionMonitor | None = None  # once connected: is the control plane there
         register_themes(self)
         # Set before the first frame: a theme set once mounted restyles every widget again.
         self._unknown_theme = self._set_theme(default_theme_name(theme))
@@ -128,6 +130,7 @@ class FleetdeckApp(App[None]):
         self.bridge.start()
         self.bridge.add_shutdown_hook(self.client.aclose)
         self.bridge.run(self, self.client.auth.me, on_done=self._show_identity)
+        self._watch_connection(connection)
         if self._starting_screen() is None:
             self.push_screen(ServerListScreen())
         else:
@@ -135,6 +138,13 @@ class FleetdeckApp(App[None]):
                 self.pop_screen()  # the help the user opened while waiting
             self.switch_screen(ServerListScreen())
         self.call_after_refresh(self._finish_starting)
+
+    def _watch_connection(self, connection: Connection) -> None:
+        from tui.monitor import ConnectionMonitor, control_plane_name
+
+        name = control_plane_name(connection.base_url, local=connection.local)
+        self.monitor = ConnectionMonitor(self, self.client, self.bridge, name)
+        self.monitor.start()
 
     def _finish_starting(self) -> None:
         """Once the server list is drawn: import the other screens in a thread, then freeze what
@@ -308,6 +318,7 @@ def _import_the_server_list() -> None:
     """Load what the server list needs, off the main thread."""
     import api_client  # noqa: F401
     import tui.bridge
+    import tui.monitor
     import tui.servers.screen  # noqa: F401
 
 

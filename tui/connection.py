@@ -26,11 +26,13 @@ HEALTH_TIMEOUT_S = 10
 
 @dataclass(frozen=True)
 class Connection:
-    """A base URL and a token that works there; `label` says where, for the title bar."""
+    """A base URL and a token that works there; `label` says where, for the title bar. `local`:
+    the embedded control plane (the header calls it `local` rather than by its address)."""
 
     base_url: str
     token: str
     label: str
+    local: bool = False
 
 
 class ConnectError(Exception):

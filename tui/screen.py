@@ -13,6 +13,7 @@ from tui.text import load_tcss
 
 if TYPE_CHECKING:
     from tui.app import FleetdeckApp
+    from tui.monitor import ConnectionMonitor
 
 T = TypeVar("T")
 
@@ -31,6 +32,14 @@ class FleetAccess:
     @property
     def bridge(self) -> TrioBridge:
         return self.fleet.bridge
+
+    @property
+    def monitor(self) -> ConnectionMonitor:
+        """Whether the control plane answers, and the agents' presence (set once connected)."""
+        monitor = self.fleet.monitor
+        if monitor is None:
+            raise RuntimeError("not connected yet")
+        return monitor
 
 
 class FleetScreen(FleetAccess, BridgedMixin, Screen[None]):

@@ -3,6 +3,11 @@
 Each panel is independent (its own server and scope), so the commander screen can copy from one
 panel to the other across sites and servers. The panel lists, opens folders, goes up, filters and
 keeps the marks; everything that acts on files is the screen's (`tui.files.commander`).
+
+A panel follows its server's agent (presence, from `tui.monitor`): while the agent is offline its
+title says so and the panel says why it lists nothing rather than asking and failing; while the
+control plane is lost it keeps what it shows and says it cannot refresh it. Both list again when
+what they wait for is back.
 """
 
 from __future__ import annotations
@@ -15,13 +20,19 @@ from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from api_client import Listing, Scope, Server
+from api_client.models import PresenceEvent
 from tui.bridge import BridgedMixin, TaskHandle
 from tui.errors import describe_error, format_size
 from tui.files.directory_pane import DirectoryPane, EntryDict
+from tui.monitor import LinkState
 from tui.screen import FleetAccess
 from tui.text import join_path, load_tcss, parent_path, printable
 
 BUSY_INDICATOR_DELAY_S = 0.2
+# What the title starts with while the panel cannot be trusted to be current.
+AGENT_OFFLINE_MARK = "○ offline · "
+CANNOT_REFRESH = "Connection lost: cannot refresh"
+CONNECTION_LOST_MARK = "○ lost · "
 
 
 def scope_label(scope: Scope) -> str:
@@ -61,6 +72,10 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         yield DirectoryPane(classes="file-panel--listing")
         yield Input(placeholder="filter: text or glob (*.php) · Enter keep · Esc clear", classes="file-panel--filter")
         yield Static("", classes="file-panel--status", markup=False)
+
+    def on_mount(self) -> None:
+        self.monitor.changed.subscribe(self, self._connection_changed)
+        self.monitor.presence.subscribe(self, self._presence_changed)
 
     # --- parts ----------------------------------------------------------------------------
 
@@ -109,6 +124,8 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         """List `path`; put the cursor on `select` once shown."""
         if self.server is None or self.scope is None:
             return
+        if not self._can_list(path):
+            return
         if self._listing_task is not None:
             self._listing_task.cancel()  # a newer click wins over a slow listing
         self._set_busy(True)
@@ -134,6 +151,53 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self.path = path
         self._set_busy(False)
         self.pane.set_entries(listing.entries, select=select, keep_marks=keep_marks)
+        self._update_title()
+
+    # --- the agent and the control plane ------------------------------------------------------
+
+    @property
+    def agent_online(self) -> bool | None:
+        """Whether the agent of the panel's server is online; None while the control plane is lost."""
+        if self.server is None or not self.monitor.state.connected:
+            return None
+        heard = self.monitor.online(self.server.id)
+        return self.server.agent.online if heard is None else heard
+
+    def _can_list(self, path: str) -> bool:
+        """Whether listing now can work; if not, the panel says why (no request made to fail)."""
+        self._update_title()
+        if not self.monitor.state.connected:
+            self._set_status(CANNOT_REFRESH)
+            return False
+        if self.server is not None and self.server.kind == "full" and self.agent_online is False:
+            self.path = path
+            self._set_busy(False)
+            message = f"The agent of {printable(self.server.name)} is offline: this panel lists again once it is back."
+            self.pane.show_message(message)
+            self._set_status("Agent offline.")
+            return False
+        return True
+
+    def _connection_changed(self, state: LinkState) -> None:
+        was_lost = self.has_class("-connection-lost")
+        self.set_class(not state.connected, "-connection-lost")
+        if self.place is None:
+            return
+        if not state.connected and not was_lost:
+            if self._listing_task is not None:
+                self._listing_task.cancel()
+            self._set_busy(False)
+            self._can_list(self.path)  # says so
+        elif state.connected and was_lost:
+            self.reload()
+
+    def _presence_changed(self, event: PresenceEvent) -> None:
+        if self.server is None or event.server_id != self.server.id:
+            return
+        if event.online and self.has_class("-agent-offline"):
+            self.reload()  # back: list what the panel shows
+        elif not event.online:
+            self._can_list(self.path)
         self._update_title()
 
     def _listing_failed(self, exc: BaseException, path: str) -> None:
@@ -224,12 +288,16 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self.update_status()
 
     def _update_title(self) -> None:
-        self.query_one(".file-panel--title", Static).update(self.location)
+        offline = self.agent_online is False and self.server is not None and self.server.kind == "full"
+        self.set_class(offline, "-agent-offline")
+        lost = not self.monitor.state.connected
+        mark = CONNECTION_LOST_MARK if lost else AGENT_OFFLINE_MARK if offline else ""
+        self.query_one(".file-panel--title", Static).update(mark + self.location)
 
     def update_status(self) -> None:
         pane = self.pane
         shown, total = len(pane.entries), len(pane.all_entries)
-        parts = []
+        parts = [CANNOT_REFRESH] if self.has_class("-connection-lost") else []
         marked = pane.marked
         if marked:
             files = [entry for entry in marked if entry.get("type") != "dir"]

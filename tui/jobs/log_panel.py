@@ -64,9 +64,12 @@ class Banner(NamedTuple):
     status: str  # succeeded | failed | interrupted | anything else the server says
     exit_code: int | None
     duration_s: float | None
+    note: str | None = None  # said instead, while how it ends is not known (e.g. "connection lost")
 
     @property
     def text(self) -> str:
+        if self.note is not None:
+            return f"⚠ {self.note}"
         mark = {"succeeded": "✔", "failed": "✘", "interrupted": "⚠"}.get(self.status, "■")
         parts = [f"{mark} {self.status}"]
         parts.append(f"exit code {self.exit_code}" if self.exit_code is not None else "no exit code")

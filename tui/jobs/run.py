@@ -19,6 +19,7 @@ from tui.jobs.errors import describe_job_error
 from tui.jobs.log_panel import Banner, LogView, format_duration
 from tui.jobs.result_view import ResultView
 from tui.jobs.stream import JobBatch, iterate, open_batch_channel, pump_job_events
+from tui.monitor import LinkState
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
 from tui.widgets.header import SafeHeader
@@ -90,6 +91,7 @@ class JobRunScreen(FleetScreen):
         self.title = server.name
         self.exited = job.status in FINISHED_STATUSES
         self.stream_lost = False
+        self.connection_lost = False  # the control plane is lost: the output resumes once it is back
         self._exit_seen = False  # the stream delivered the job's `exit`: its output is complete
         self._last_seq: int | None = None
         self._stream_tasks: list[TaskHandle] = []
@@ -131,6 +133,8 @@ class JobRunScreen(FleetScreen):
         self._follow_stream()
         if not self.exited:
             self._clock = self.set_interval(1.0, self._update_bar)
+        self.monitor.changed.subscribe(self, self._connection_changed)
+        self._connection_changed(self.monitor.state)  # opened while it is lost
 
     # --- the stream ---------------------------------------------------------------------------
 
@@ -213,6 +217,38 @@ class JobRunScreen(FleetScreen):
     def _stream_alive(self) -> bool:
         return any(not task.finished for task in self._stream_tasks)
 
+    def _connection_changed(self, state: LinkState) -> None:
+        """Lost: the output stops where it is, and so does the clock; the log says why. Back: the
+        stream resumes after the last line shown (Last-Event-ID: none lost, none twice)."""
+        if not state.connected and not self.connection_lost:
+            self.connection_lost = True
+            if self._exit_seen:
+                return  # the output is complete: nothing to wait for
+            for task in self._stream_tasks:
+                task.cancel()
+            self._stop_clock()
+            self.log_view.panel.set_banner(
+                Banner(self.job.status, None, None, note="connection lost · the output resumes once it is back")
+            )
+            self._update_bar()
+        elif state.connected and self.connection_lost:
+            self.connection_lost = False
+            if self._exit_seen:
+                return
+            self.log_view.panel.set_banner(None)
+            self._follow_stream()
+            if not self.exited:
+                self._clock = self.set_interval(1.0, self._update_bar)
+            self.bridge.run(
+                self, self.client.jobs.get, self.job.id, on_done=self._job_refreshed, on_error=lambda exc: None
+            )
+            self._update_bar()
+
+    def _stop_clock(self) -> None:
+        if self._clock is not None:
+            self._clock.stop()
+            self._clock = None
+
     def action_reconnect(self) -> None:
         self.notify("Reconnecting to the job's output…", timeout=3)
         self._follow_stream()
@@ -221,9 +257,7 @@ class JobRunScreen(FleetScreen):
     # --- what is shown ------------------------------------------------------------------------
 
     def _show_banner(self) -> None:
-        if self._clock is not None:
-            self._clock.stop()
-            self._clock = None
+        self._stop_clock()
         self.log_view.panel.set_banner(Banner(self.job.status, self.job.exit_code, job_duration(self.job)))
         self._update_bar()
 
@@ -269,7 +303,9 @@ class JobRunScreen(FleetScreen):
         if job.cached:
             bar.append("  ")
             bar.append(f" cached at {local_time(job.cached_at)} ", style="bold reverse yellow")
-        if self.stream_lost:
+        if self.connection_lost and not self._exit_seen:
+            bar.append("  connection lost", style="bold red")
+        elif self.stream_lost:
             bar.append("  output lost: r reconnects", style="bold red")
         if job.args:
             bar.append(f"  {args_summary(job.args)}", style="dim")

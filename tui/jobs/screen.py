@@ -26,6 +26,7 @@ from tui.jobs.dialogs import Access, ConfirmRun, JobFormScreen, KindPicker, take
 from tui.jobs.errors import describe_job_error
 from tui.jobs.log_panel import format_duration
 from tui.jobs.run import JobRunScreen, args_summary, job_duration, local_time, status_text
+from tui.monitor import LinkState
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
 from tui.widgets.header import SafeHeader
@@ -80,6 +81,7 @@ class JobsScreen(FleetScreen):
         self._pick_when_loaded = False
         self._args_shown = False
         self.choices = ChoiceCache()  # what the forms' pickers read on this server
+        self._connected = True  # the control plane answers (`tui.monitor`)
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
@@ -96,6 +98,15 @@ class JobsScreen(FleetScreen):
             self.notify(f"{self.server.name} is a lite server: it has no agent to run jobs.", severity="warning")
         self._load_kinds()
         self.action_reload()
+        self._connected = self.monitor.state.connected
+        self.monitor.changed.subscribe(self, self._connection_changed)
+
+    def _connection_changed(self, state: LinkState) -> None:
+        """Lost: the agent's state is unknown. Back: the jobs again (some ended meanwhile)."""
+        if state.connected and not self._connected:
+            self.action_reload()
+        self._connected = state.connected
+        self._update_bar()
 
     def on_screen_resume(self) -> None:
         if self._loaded:
@@ -160,7 +171,7 @@ class JobsScreen(FleetScreen):
 
     def _poll(self) -> None:
         self._poll_timer = None
-        if self.is_current:
+        if self.is_current and self._connected:  # lost: the list is reloaded once it is back
             self.action_reload()
 
     @property
@@ -213,11 +224,14 @@ class JobsScreen(FleetScreen):
             self._draw_table()
 
     def _update_bar(self) -> None:
-        agent = self.server.agent
+        online = self.monitor.online(self.server.id)
         if self.server.kind == "lite":
             state = "lite server: no agent"
+        elif not self.monitor.state.connected:
+            state = "connection lost: agent unknown"
         else:
-            state = "agent online" if agent.online else "agent offline (reads answer from the cache)"
+            online = self.server.agent.online if online is None else online
+            state = "agent online" if online else "agent offline (reads answer from the cache)"
         self.query_one("#jobs-bar", Static).update(printable(f"Jobs of {self.server.name} · {state}"))
 
     def _update_status(self) -> None:

@@ -1,4 +1,5 @@
-"""The server list: every server of the org, its agent's presence updated live over SSE."""
+"""The server list: every server of the org, its agent's presence updated live over SSE (the
+app's one presence stream, followed by `tui.monitor`); unknown while the control plane is lost."""
 
 from __future__ import annotations
 
@@ -14,16 +15,12 @@ from textual.theme import Theme
 from textual.widgets import DataTable, Footer, Static
 
 from api_client import Server
-from api_client import errors as api_errors
 from api_client.models import PresenceEvent
-from tui.bridge import TaskHandle
+from tui.monitor import LinkState
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
 from tui.widgets.header import SafeHeader
 
-# After the presence stream is lost for good (the client already retried with Last-Event-ID),
-# wait this long, reload the list (it has the state we may have missed) and subscribe again.
-PRESENCE_RETRY_S = 10.0
 # "Last seen 3 min ago" grows old on its own: redraw the times this often.
 RELATIVE_TIME_REFRESH_S = 15.0
 
@@ -60,8 +57,7 @@ class ServerListScreen(FleetScreen):
     def __init__(self) -> None:
         super().__init__()
         self.servers: dict[str, Server] = {}
-        self._presence: TaskHandle | None = None
-        self._presence_supported = True
+        self._connected = True
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
@@ -73,8 +69,9 @@ class ServerListScreen(FleetScreen):
         self.query_one(DataTable).focus()
         self.app.theme_changed_signal.subscribe(self, self._on_theme_changed)
         self.set_interval(RELATIVE_TIME_REFRESH_S, self._redraw_rows)
+        self.monitor.presence.subscribe(self, self._on_presence)
+        self.monitor.changed.subscribe(self, self._connection_changed)
         self.action_reload()
-        self._subscribe_presence()
 
     # --- data -----------------------------------------------------------------------------
 
@@ -92,6 +89,8 @@ class ServerListScreen(FleetScreen):
     def _show_servers(self, servers: list[Server]) -> None:
         highlighted = self.highlighted_server
         self.servers = {server.id: server for server in sorted(servers, key=lambda s: s.name.casefold())}
+        for server in servers:
+            self.monitor.remember(server.id, server.agent.online)
         table = self.query_one(DataTable)
         rows = {server.id: self._cells(server) for server in self.servers.values()}
         # Explicit widths: the columns are rebuilt with each list, sized to what they hold.
@@ -111,15 +110,6 @@ class ServerListScreen(FleetScreen):
 
     # --- presence -------------------------------------------------------------------------
 
-    def _subscribe_presence(self) -> None:
-        self._presence = self.bridge.stream(
-            self,
-            self.client.servers.presence,
-            on_item=self._on_presence,
-            on_end=self._presence_lost,
-            on_error=self._presence_failed,
-        )
-
     def _on_presence(self, event: PresenceEvent) -> None:
         server = self.servers.get(event.server_id)
         if server is None:
@@ -138,26 +128,14 @@ class ServerListScreen(FleetScreen):
         self._redraw_row(updated)
         self._update_status()
 
-    def _presence_failed(self, exc: BaseException) -> None:
-        if isinstance(exc, api_errors.ApiError):
-            # Refused (no such stream here, no right, expired session): retrying would not help.
-            # The list still works, without live updates.
-            self._presence_supported = False
-            self._update_status()
-            if isinstance(exc, api_errors.NotFound | api_errors.Forbidden):
-                self.notify("Live agent status is not available on this control plane.", severity="warning")
-            else:
-                self.show_error(exc)
-            return
-        self.notify(f"Live agent status interrupted ({exc}); retrying.", severity="warning")
-        self._presence_lost()
-
-    def _presence_lost(self) -> None:
-        def resubscribe() -> None:
+    def _connection_changed(self, state: LinkState) -> None:
+        """Lost: every agent's presence becomes unknown. Back: the list again (presence changed
+        meanwhile, maybe servers too); the monitor follows the presence stream again by itself."""
+        if state.connected and not self._connected:
             self.action_reload()
-            self._subscribe_presence()
-
-        self.set_timer(PRESENCE_RETRY_S, resubscribe)
+        self._connected = state.connected
+        self._redraw_rows()
+        self._update_status()
 
     # --- drawing --------------------------------------------------------------------------
 
@@ -168,6 +146,8 @@ class ServerListScreen(FleetScreen):
         muted = self._theme_style("text-muted")
         if server.kind == "lite":
             status, state = Text("◌", style=muted), Text("lite", style=muted)
+        elif not self._connected:  # the last word heard may be stale: say nothing we do not know
+            status, state = Text("?", style=muted), Text("unknown", style=muted)
         else:
             status = Text("●" if online else "○", style=state_style)
             state = Text("online" if online else "offline", style=state_style)
@@ -178,7 +158,7 @@ class ServerListScreen(FleetScreen):
             Text(printable(server.address or "—"), style=Style() if server.address else muted),
             state,
             Text(agent.version or "—", style=Style() if agent.version else muted),
-            Text(_last_seen(server), style=muted),
+            Text(_last_seen(server) if self._connected or server.kind == "lite" else "?", style=muted),
         ]
 
     def _redraw_row(self, server: Server) -> None:
@@ -203,9 +183,10 @@ class ServerListScreen(FleetScreen):
     def _update_status(self) -> None:
         full = [s for s in self.servers.values() if s.kind == "full"]
         online = sum(1 for s in full if s.agent.online)
-        live = "" if self._presence_supported else " · no live updates"
+        live = "" if self.monitor.live_presence else " · no live updates"
         servers = f"{len(self.servers)} server" + ("" if len(self.servers) == 1 else "s")
-        text = f"{servers} · {online}/{len(full)} agents online{live} · Enter: files · j: jobs · b: load balancers"
+        agents = f"{online}/{len(full)} agents online" if self._connected else "connection lost"
+        text = f"{servers} · {agents}{live} · Enter: files · j: jobs · b: load balancers"
         self.query_one("#servers-status", Static).update(text)
 
     # --- actions --------------------------------------------------------------------------

@@ -1,15 +1,54 @@
-"""Textual's Header, made safe against a screen dismissed while it is still being mounted."""
+"""Textual's Header, made safe against a screen dismissed while it is still being mounted, and
+naming the control plane the TUI is on with the state of the connection (`tui.monitor`)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.app import ComposeResult
 from textual.css.query import NoMatches
 from textual.dom import NoScreen
 from textual.events import Mount
 from textual.widget import Widget
 from textual.widgets import Header
-from textual.widgets._header import HeaderTitle
+from textual.widgets._header import HeaderIcon, HeaderTitle
 
 from tui.text import load_tcss
+
+if TYPE_CHECKING:  # the monitor imports trio and the API client: not before the first frame
+    from tui.monitor import ConnectionMonitor, LinkState
+
+
+class ConnectionBadge(Widget):
+    """`local ● connected`, `example.net ○ lost · retry in 3 s`: where the TUI is, and whether it
+    can reach it. Empty until connected (the starting screen). Styled by the header's CSS."""
+
+    def on_mount(self) -> None:
+        monitor = self.monitor
+        if monitor is not None:
+            monitor.changed.subscribe(self, self._changed)
+            self._changed(monitor.state)
+        self.set_interval(1.0, self._tick)  # the retry countdown
+
+    @property
+    def monitor(self) -> ConnectionMonitor | None:
+        return getattr(self.app, "monitor", None)
+
+    def _changed(self, state: LinkState) -> None:
+        self.set_class(not state.connected, "-lost")
+        self.refresh(layout=True)
+
+    def _tick(self) -> None:
+        if self.has_class("-lost"):
+            self.refresh(layout=True)
+
+    def render(self) -> Text:
+        monitor = self.monitor
+        if monitor is None:
+            return Text("")
+        state = monitor.state
+        return Text.assemble((monitor.name, "bold"), " ● " if state.connected else " ○ ", state.describe())
 
 
 class SafeHeader(Header):
@@ -21,6 +60,11 @@ class SafeHeader(Header):
     """
 
     DEFAULT_CSS = load_tcss(__file__)
+
+    def compose(self) -> ComposeResult:
+        yield HeaderIcon().data_bind(Header.icon)
+        yield HeaderTitle()
+        yield ConnectionBadge()  # where Header keeps a clock's space: fleetdeck shows no clock
 
     def _on_mount(self, event: Mount) -> None:
         event.prevent_default()  # replaces Header._on_mount (Widget's own is called below)
