@@ -8,6 +8,7 @@ output is parsed. Children run in their own session; cancelling the job terminat
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -150,6 +151,9 @@ class LineSplitter:
         return [rest.decode("utf-8", "replace")]
 
 
+GROUP_POLL_S = 0.05  # how often a cancelled child's group is looked at until it is empty
+
+
 async def _terminate_group(process: trio.Process) -> None:
     for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
         try:
@@ -160,6 +164,39 @@ async def _terminate_group(process: trio.Process) -> None:
             with trio.move_on_after(wait):
                 await process.wait()
                 return
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is in the group `pgid`: an orphan's zombie waits for
+    PID 1 to reap it, which a container's init may never do."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+async def _stop_leftovers(pgid: int) -> None:
+    """After a cancelled child exited: what is left of its process group (a grandchild that
+    ignores TERM or outlives its parent) gets `KILL_GRACE_S` to go, then KILL. trio stops
+    `_terminate_group` as soon as the child itself has exited, so the rest is stopped here."""
+    with trio.move_on_after(KILL_GRACE_S):
+        while _group_alive(pgid):
+            await trio.sleep(GROUP_POLL_S)
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 async def _pump(receive: trio.abc.ReceiveStream, stream: str, out: Output) -> None:
@@ -191,26 +228,33 @@ async def stream_command(
     `options` go to `subprocess.Popen` (``user``, ``group``, ``extra_groups``). A missing
     program raises `FileNotFoundError`.
     """
-    async with trio.open_nursery() as nursery:
-        process: trio.Process = await nursery.start(
-            partial(
-                trio.run_process,
-                list(argv),
-                stdin=DEVNULL if stdin is None else stdin,
-                stdout=PIPE if stdout is None else stdout,
-                stderr=PIPE,
-                check=False,
-                cwd=cwd,
-                env=dict(env) if env is not None else tool_env(),
-                start_new_session=True,
-                deliver_cancel=_terminate_group,
-                **options,
+    process: trio.Process | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            process = await nursery.start(
+                partial(
+                    trio.run_process,
+                    list(argv),
+                    stdin=DEVNULL if stdin is None else stdin,
+                    stdout=PIPE if stdout is None else stdout,
+                    stderr=PIPE,
+                    check=False,
+                    cwd=cwd,
+                    env=dict(env) if env is not None else tool_env(),
+                    start_new_session=True,
+                    deliver_cancel=_terminate_group,
+                    **options,
+                )
             )
-        )
-        assert process.stderr is not None
-        if process.stdout is not None:
-            nursery.start_soon(_pump, process.stdout, STDOUT, out)
-        nursery.start_soon(_pump, process.stderr, STDERR, out)
+            assert process.stderr is not None
+            if process.stdout is not None:
+                nursery.start_soon(_pump, process.stdout, STDOUT, out)
+            nursery.start_soon(_pump, process.stderr, STDERR, out)
+    except BaseException:
+        if process is not None:  # cancelled: the job is being stopped (its child has had TERM)
+            with trio.CancelScope(shield=True):
+                await _stop_leftovers(process.pid)
+        raise
     assert process.returncode is not None
     return process.returncode
 
