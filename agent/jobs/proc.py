@@ -192,7 +192,7 @@ async def _stop_leftovers(pgid: int) -> None:
     ignores TERM or outlives its parent) gets `KILL_GRACE_S` to go, then KILL. trio stops
     `_terminate_group` as soon as the child itself has exited, so the rest is stopped here."""
     with trio.move_on_after(KILL_GRACE_S):
-        while _group_alive(pgid):
+        while _group_alive(pgid):  # noqa: ASYNC110 (the kernel sends no event when a group empties)
             await trio.sleep(GROUP_POLL_S)
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
