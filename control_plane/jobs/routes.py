@@ -26,7 +26,7 @@ from api_client.errors import (
     ValidationFailed,
 )
 from api_client.job_kinds import BuiltJob, JobKind, json_schemas, lookup
-from api_client.models import Job, JobCreate, JobKindList, JobList
+from api_client.models import Capability, Job, JobCreate, JobKindList, JobList
 from control_plane import sse
 from control_plane.auth.principal import Principal
 from control_plane.clock import parse
@@ -231,8 +231,9 @@ async def stream_job(job_id: str, request: Request, caller: Caller, fleet: Fleet
 
 
 # Who may cancel a job of a kind that left the catalog: those who may change the server.
-RETIRED_KIND_GROUP = "infra"
+RETIRED_KIND_GROUP: Capability = "infra"
 CANCEL_TIMEOUT_S = 15.0
+CANCELLED_NOTE = "fleetdeck: cancelled before it started"
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=Job, status_code=202)
@@ -260,11 +261,8 @@ async def cancel_job(job_id: str, caller: Caller, fleet: FleetDep) -> Response:
         raise AgentError("the server's agent is too old to cancel jobs: update it")
     answer = await fleet.call_agent(row["server_id"], "job.cancel", {"job_id": job_id}, timeout=CANCEL_TIMEOUT_S)
     if isinstance(answer, dict) and answer.get("ended") is True:
-        raise NotRunning("the job ended before the cancel reached its agent", details={"status": "ended"})
+        raise NotRunning("the job ended before the cancel reached its agent")
     return await _cancelled(fleet, caller, job_id, was="running")
-
-
-CANCELLED_NOTE = "fleetdeck: cancelled before it started"
 
 
 async def _cancelled(fleet: Fleet, caller: Principal, job_id: str, *, was: str) -> Response:
