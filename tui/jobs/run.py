@@ -89,7 +89,7 @@ class JobRunScreen(FleetScreen):
         Binding("2", "show_tab('log')", "Log", show=False),
         Binding("r", "reconnect", "Reconnect"),
         # k9s's kill key; shown only while the job runs.
-        Binding("ctrl+k", "cancel_job", "Cancel job"),
+        Binding("ctrl+k", "cancel_job", "Cancel"),
     ]
 
     AUTO_FOCUS = "#log-panel"
@@ -305,7 +305,7 @@ class JobRunScreen(FleetScreen):
         self.app.push_screen(ConfirmCancel(self.job, self.server), confirmed)
 
     def _cancel_sent(self, job: Job) -> None:
-        if job.status not in FINISHED_STATUSES:
+        if job.status not in FINISHED_STATUSES and not self.exited:
             self.notify(f"Stopping {job.kind} on {self.server.name}: TERM, then KILL…", timeout=5)
         # The stream brings the end (`cancelled`, or the job's own when it ended first).
 
