@@ -19,6 +19,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -31,7 +32,7 @@ from agent import __version__
 from agent.jobs.base import JobContext, Kind, Output
 from agent.jobs.host import LayoutFile
 from agent.jobs.manager import BLOCK, RUN_LINES, Job, JobManager
-from agent.jobs.proc import LineSplitter
+from agent.jobs.proc import LineSplitter, capture_command, pid_alive
 from agent.link import protocol
 from agent.link.client import AgentLink
 from agent.runner import AgentConfig, build_handlers
@@ -954,3 +955,16 @@ async def test_cancel_of_an_ended_job_says_so_and_an_overtaken_run_runs_nothing(
         with pytest.raises(AgentCallError) as info:
             await agent.hub.call(SERVER_ID, "job.cancel", {"job_id": ""}, timeout=5)
         assert info.value.code == "validation_error"
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_capture_stops_what_is_left_of_the_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    script = f"(trap '' TERM; exec sleep 300) & echo $! > {pidfile}; sleep 301"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(capture_command, ["/bin/sh", "-c", script]))
+        await eventually(lambda: pidfile.exists() and pidfile.read_text().strip())
+        child = int(pidfile.read_text())
+        assert live_members(os.getpgid(child))
+        nursery.cancel_scope.cancel()
+    await eventually(lambda: not pid_alive(child))  # it ignored TERM: the KILL after the grace period stops it

@@ -3,7 +3,8 @@
 `stream_command` reads a child's stdout and stderr incrementally and hands complete lines to the
 job's `Output` (split on ``\\n``; a partial line waits for the rest; the last line may lack its
 newline; UTF-8 decoded with ``errors="replace"``). `capture_command` is for tools whose whole
-output is parsed. Children run in their own session; cancelling the job terminates the group.
+output is parsed. Children run in their own session; cancelling the job terminates the group:
+TERM, then KILL after `KILL_GRACE_S` to the child and to whatever of its group is still alive.
 """
 
 from __future__ import annotations
@@ -267,17 +268,29 @@ async def capture_command(
     **options: Any,
 ) -> tuple[int, str, str]:
     """Run `argv` to its end: (exit code, stdout, stderr), decoded with ``errors="replace"``."""
-    done = await trio.run_process(
-        list(argv),
-        stdin=stdin,
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-        env=dict(env) if env is not None else tool_env(),
-        start_new_session=True,
-        deliver_cancel=_terminate_group,
-        **options,
-    )
+    terminated: list[int] = []  # the child's pid, once a cancel has stopped it
+
+    async def terminate(process: trio.Process) -> None:
+        terminated.append(process.pid)
+        await _terminate_group(process)
+
+    try:
+        done = await trio.run_process(
+            list(argv),
+            stdin=stdin,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=dict(env) if env is not None else tool_env(),
+            start_new_session=True,
+            deliver_cancel=terminate,
+            **options,
+        )
+    except BaseException:
+        if terminated:
+            with trio.CancelScope(shield=True):
+                await _stop_leftovers(terminated[0])
+        raise
     return done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
 
 
