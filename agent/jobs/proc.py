@@ -200,6 +200,23 @@ async def _stop_leftovers(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+class _GroupStopper:
+    """The `deliver_cancel` of a child: TERM to its group, then KILL (`_terminate_group`). It keeps
+    the group's id, so that `stop_leftovers` stops what outlived the child, once trio is done."""
+
+    def __init__(self) -> None:
+        self.pgid: int | None = None  # set once a cancel has stopped the child
+
+    async def __call__(self, process: trio.Process) -> None:
+        self.pgid = process.pid  # the child leads its own session, so its pid is its group's id
+        await _terminate_group(process)
+
+    async def stop_leftovers(self) -> None:
+        if self.pgid is not None:
+            with trio.CancelScope(shield=True):
+                await _stop_leftovers(self.pgid)
+
+
 async def _pump(receive: trio.abc.ReceiveStream, stream: str, out: Output) -> None:
     splitter = LineSplitter()
     while data := await receive.receive_some(READ_SIZE):
@@ -229,10 +246,10 @@ async def stream_command(
     `options` go to `subprocess.Popen` (``user``, ``group``, ``extra_groups``). A missing
     program raises `FileNotFoundError`.
     """
-    process: trio.Process | None = None
+    stopper = _GroupStopper()
     try:
         async with trio.open_nursery() as nursery:
-            process = await nursery.start(
+            process: trio.Process = await nursery.start(
                 partial(
                     trio.run_process,
                     list(argv),
@@ -243,7 +260,7 @@ async def stream_command(
                     cwd=cwd,
                     env=dict(env) if env is not None else tool_env(),
                     start_new_session=True,
-                    deliver_cancel=_terminate_group,
+                    deliver_cancel=stopper,
                     **options,
                 )
             )
@@ -252,9 +269,7 @@ async def stream_command(
                 nursery.start_soon(_pump, process.stdout, STDOUT, out)
             nursery.start_soon(_pump, process.stderr, STDERR, out)
     except BaseException:
-        if process is not None:  # cancelled: the job is being stopped (its child has had TERM)
-            with trio.CancelScope(shield=True):
-                await _stop_leftovers(process.pid)
+        await stopper.stop_leftovers()
         raise
     assert process.returncode is not None
     return process.returncode
@@ -268,12 +283,7 @@ async def capture_command(
     **options: Any,
 ) -> tuple[int, str, str]:
     """Run `argv` to its end: (exit code, stdout, stderr), decoded with ``errors="replace"``."""
-    terminated: list[int] = []  # the child's pid, once a cancel has stopped it
-
-    async def terminate(process: trio.Process) -> None:
-        terminated.append(process.pid)
-        await _terminate_group(process)
-
+    stopper = _GroupStopper()
     try:
         done = await trio.run_process(
             list(argv),
@@ -283,13 +293,11 @@ async def capture_command(
             check=False,
             env=dict(env) if env is not None else tool_env(),
             start_new_session=True,
-            deliver_cancel=terminate,
+            deliver_cancel=stopper,
             **options,
         )
     except BaseException:
-        if terminated:
-            with trio.CancelScope(shield=True):
-                await _stop_leftovers(terminated[0])
+        await stopper.stop_leftovers()
         raise
     return done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
 
