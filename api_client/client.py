@@ -742,6 +742,11 @@ class JobsAPI(_SubAPI):
     async def get(self, job_id: str) -> Job:
         return Job.model_validate(await self._client.request("GET", f"/v1/jobs/{job_id}"))
 
+    async def cancel(self, job_id: str) -> Job:
+        """Stop a job: a queued one never runs; a running one's process group gets TERM, then
+        KILL, and the job ends `cancelled` (follow its stream for that). `NotRunning` once it ended."""
+        return Job.model_validate(await self._client.request("POST", f"/v1/jobs/{job_id}/cancel"))
+
     def stream(self, job_id: str, *, last_event_id: str | None = None) -> EventStream:
         """The job's events: `line` (data: a `JobLine` dict) as they come, then one `exit` (`JobExit`).
 

@@ -92,6 +92,13 @@ class AgentOffline(ApiError):
     status = 409
 
 
+class NotRunning(ApiError):
+    """Cancel of a job that has already ended (its status is the real one)."""
+
+    code = "not_running"
+    status = 409
+
+
 class TooLarge(ApiError):
     code = "too_large"
     status = 413
@@ -173,6 +180,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         NotFound,
         Conflict,
         AgentOffline,
+        NotRunning,
         TooLarge,
         BinaryFile,
         ValidationFailed,

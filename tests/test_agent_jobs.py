@@ -19,6 +19,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -31,7 +32,7 @@ from agent import __version__
 from agent.jobs.base import JobContext, Kind, Output
 from agent.jobs.host import LayoutFile
 from agent.jobs.manager import BLOCK, RUN_LINES, Job, JobManager
-from agent.jobs.proc import LineSplitter
+from agent.jobs.proc import LineSplitter, capture_command, pid_alive
 from agent.link import protocol
 from agent.link.client import AgentLink
 from agent.runner import AgentConfig, build_handlers
@@ -885,3 +886,85 @@ async def test_lines_the_journal_no_longer_holds_are_said_lost_where_they_were(e
     assert [line["seq"] for line in kept] == list(range(first_kept, count + 1))
     assert [line["text"] for line in kept] == [f"line {i}" for i in range(first_kept, count + 1)]
     assert events[-1].event == "exit" and events[-1].data == {"exit_code": 0, "status": "succeeded"}
+
+
+# --- cancelling a job ------------------------------------------------------------------------
+
+# A parent that TERM stops and a child that ignores TERM: only KILL stops the child, after the
+# parent is gone. Each says where it is, so the test cancels once both run.
+STUBBORN_SCRIPT = """#!/bin/sh
+(trap '' TERM; echo "child ignores TERM"; exec sleep 300) &
+echo "parent $$ started"
+sleep 301
+"""
+
+
+def live_members(pgid: int) -> list[int]:
+    """The processes of the group `pgid` that are not zombies."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+@needs_root
+@pytest.mark.anyio
+async def test_cancel_stops_the_whole_process_group_and_keeps_the_output(env: Env) -> None:
+    folder = env.add_site("stubborn.example.com", owner=NOBODY)
+    (folder / "stubborn.sh").write_text(STUBBORN_SCRIPT)
+    (folder / "stubborn.sh").chmod(0o755)
+    env.add_cron_entry("stubborn", "stubborn.example.com", "./stubborn.sh")
+    async with linked(env) as agent:
+        job = agent.jobs.start("job-stubborn", "cron.run", ["cron", "run", "stubborn"])
+        await eventually(lambda: len(job.lines_after(0, 10)) >= 2 or job.done)
+        texts = [line["text"] for line in job.lines_after(0, 10)]
+        assert not job.done, texts
+        parent = int(next(t for t in texts if t.startswith("parent ")).split()[1])
+        assert "child ignores TERM" in texts and len(live_members(parent)) >= 3
+        answer = await agent.hub.call(SERVER_ID, "job.cancel", {"job_id": "job-stubborn"}, timeout=5)
+        assert answer == {"ended": False}
+        with trio.fail_after(30):
+            await job.wait_done()
+        replay = await agent.hub.call(SERVER_ID, "job.attach", {"job_id": "job-stubborn", "after": 0}, timeout=5)
+    assert job.cancelled and replay == {"exit_code": job.exit_code, "cancelled": True}
+    assert live_members(parent) == []  # the child that ignored TERM was killed too
+    assert [line["text"] for line in job.lines_after(0, 10)][: len(texts)] == texts
+
+
+@pytest.mark.anyio
+async def test_cancel_of_an_ended_job_says_so_and_an_overtaken_run_runs_nothing(env: Env) -> None:
+    async with linked(env) as agent:
+        ended = await agent.run("site", "list", "--json", job_id="job-ended")
+        answer = await agent.hub.call(SERVER_ID, "job.cancel", {"job_id": "job-ended"}, timeout=5)
+        assert answer == {"ended": True}
+        assert agent.jobs.get("job-ended") is not None and not agent.jobs.get("job-ended").cancelled  # type: ignore[union-attr]
+        assert ended.exit_code == 0
+        # The cancel reached the agent before the job.run it overtook: that run runs nothing.
+        assert await agent.hub.call(SERVER_ID, "job.cancel", {"job_id": "job-later"}, timeout=5) == {"ended": False}
+        params = {"job_id": "job-later", "kind": "site.list", "argv": ["site", "list", "--json"], "secrets": {}}
+        later = await agent.hub.call(SERVER_ID, "job.run", params, timeout=5)
+        assert later == {"exit_code": agent.jobs.get("job-later").exit_code, "cancelled": True}  # type: ignore[union-attr]
+        assert agent.jobs.get("job-later").lines_after(0, 10) == []  # type: ignore[union-attr]
+        with pytest.raises(AgentCallError) as info:
+            await agent.hub.call(SERVER_ID, "job.cancel", {"job_id": ""}, timeout=5)
+        assert info.value.code == "validation_error"
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_capture_stops_what_is_left_of_the_group(tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    script = f"(trap '' TERM; exec sleep 300) & echo $! > {pidfile}; sleep 301"
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(partial(capture_command, ["/bin/sh", "-c", script]))
+        await eventually(lambda: pidfile.exists() and pidfile.read_text().strip())
+        child = int(pidfile.read_text())
+        assert live_members(os.getpgid(child))
+        nursery.cancel_scope.cancel()
+    await eventually(lambda: not pid_alive(child))  # it ignored TERM: the KILL after the grace period stops it

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pwd
 import signal
 import sqlite3
 import uuid
@@ -34,7 +36,7 @@ from tests.helpers.tui import highlight_server
 from themes import register_themes
 from tui.app import FleetdeckApp
 from tui.connection import Connection
-from tui.jobs.dialogs import NOT_AVAILABLE, ConfirmRun, JobFormScreen, KindPicker, rank_kinds
+from tui.jobs.dialogs import NOT_AVAILABLE, ConfirmCancel, ConfirmRun, JobFormScreen, KindPicker, rank_kinds
 from tui.jobs.form import Invalid, JobForm, check_value, field_of_error, parse_schema
 from tui.jobs.log_panel import Banner, LogLine, LogPanel, LogView, write_log
 from tui.jobs.log_save import LogSavePrompt
@@ -1113,5 +1115,88 @@ def test_system_info_and_logs_tail_from_the_jobs_screen(stack: Stack) -> None:
         assert isinstance(replay, JobRunScreen) and replay.job.id == tail.job.id
         replay.log_view.panel.flush_now()
         assert replay.log_view.panel.lines == panel.lines
+
+    run(app, scenario)
+
+
+# --- cancelling a running job -------------------------------------------------------------------
+
+# Prints, then waits: TERM stops it at once.
+WAITING_SCRIPT = '#!/bin/sh\necho "waiting"\nexec sleep 300\n'
+
+
+@pytest.fixture
+def waiting_agent(stack: Stack, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A server of the demo org whose agent has a cron entry `wait` that runs for minutes (as
+    nobody, from its site's folder): (server name, server id)."""
+    name = f"cancel-{uuid.uuid4().hex[:6]}"
+    with stack.http() as http:
+        created = http.post("/v1/servers", json={"name": name, "kind": "full"}).json()
+    tmp_path.chmod(0o755)  # nobody reaches its site's folder
+    home, state = tmp_path / "home", tmp_path / "state"
+    folder = home / "site-w"
+    folder.mkdir(parents=True)
+    (folder / "wait.sh").write_text(WAITING_SCRIPT)
+    (folder / "wait.sh").chmod(0o755)
+    nobody = pwd.getpwnam("nobody")
+    os.chown(folder, nobody.pw_uid, nobody.pw_gid)
+    state.mkdir()
+    (state / "sites.json").write_text(json.dumps({"sites": [{"domain": "w.example.com", "slug": "site-w"}]}))
+    entry = {"id": "wait", "domain": "w.example.com", "schedule": "@daily", "command": "./wait.sh", "paused": True}
+    (state / "cron.json").write_text(json.dumps({"entries": [entry]}))
+    process = start_agent(stack.base_url, created["agent_token"], home, state)
+    server_id = created["server"]["id"]
+    try:
+        with stack.http() as http:
+            wait_until(lambda: http.get(f"/v1/servers/{server_id}").json()["agent"]["online"], timeout=20)
+        yield name, server_id
+    finally:
+        process.terminate()
+        process.wait(15)
+        with stack.http() as http:  # the demo org's server list stays as it was
+            assert http.delete(f"/v1/servers/{server_id}").status_code == 204
+
+
+def footer_keys(screen: JobRunScreen) -> list[str]:
+    return [binding.action for (_, binding, enabled, _) in screen.active_bindings.values() if enabled]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the site's command runs as nobody: the agent must be root")
+def test_ctrl_k_asks_first_then_cancels_the_running_job(stack: Stack, waiting_agent: tuple[str, str]) -> None:
+    name, server_id = waiting_agent
+    with stack.http() as http:
+        created = http.post(f"/v1/servers/{server_id}/jobs", json={"kind": "cron.run", "args": {"id": "wait"}})
+        job = Job.model_validate(created.json())
+        server = Server.model_validate(http.get(f"/v1/servers/{server_id}").json())
+    app, wire = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, name)
+        app.push_screen(JobRunScreen(server, job))
+        await soon(lambda: isinstance(app.screen, JobRunScreen) and app.screen._stream_tasks)  # mounted
+        run_screen = app.screen
+        assert isinstance(run_screen, JobRunScreen) and not run_screen.exited
+        await wait_for(pilot, lambda: run_screen.log_view.panel.appended > 0)  # it printed: it runs
+        assert "cancel_job" in footer_keys(run_screen)  # shown while it runs
+
+        await pilot.press("ctrl+k")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmCancel))
+        texts = [str(static.render()) for static in app.screen.query(Static)]
+        assert f"Cancel job cron.run on {name}?" in texts
+        assert any("TERM, then KILL" in text for text in texts)
+        await pilot.press("n")  # kept running: nothing was sent
+        await wait_for(pilot, lambda: app.screen is run_screen)
+        assert not [r for r in wire.requests if r.url.path.endswith("/cancel")]
+
+        await pilot.press("ctrl+k")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmCancel))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: run_screen.exited and run_screen.log_view.panel.banner is not None, 30)
+        assert run_screen.job.status == "cancelled"
+        banner = run_screen.log_view.panel.banner
+        assert banner is not None and banner.status == "cancelled"
+        assert run_screen.log_view.panel.appended >= 1  # what it printed stays
+        assert "cancel_job" not in footer_keys(run_screen)  # gone once it ended
+        assert [r.method for r in wire.requests if r.url.path == f"/v1/jobs/{job.id}/cancel"] == ["POST"]
 
     run(app, scenario)

@@ -3,8 +3,11 @@
 ``job.run {job_id, kind, argv, secrets, runs?}`` starts the job (a job id this agent already has
 is attached from the start instead: the call is idempotent) and streams its lines;
 ``job.attach {job_id, after, acked?, runs?}`` streams the lines with ``seq > after``, then the live ones.
-Both answer ``{"exit_code": n}`` once the job is over, and a dropped call or link never stops the
-job.
+Both answer ``{"exit_code": n}`` once the job is over (with ``"cancelled": true`` when
+``job.cancel`` stopped it), and a dropped call or link never stops the job. ``job.cancel
+{job_id}`` stops one: its task is cancelled, so its child's whole process group gets TERM, then
+KILL after `agent.jobs.proc.KILL_GRACE_S` (see `stream_command`); it answers at once, ``{"ended":
+true}`` when the job had already ended by itself (its exit code stands).
 
 Each job keeps its last `max_lines` lines (500,000) with seq numbers 1, 2, 3…; a line is
 ``{"seq", "stream": "stdout"|"stderr", "text", "at"}``. The buffer holds texts in blocks, each
@@ -35,6 +38,7 @@ first) and in age (`keep_s` after the end).
 from __future__ import annotations
 
 import logging
+import signal
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Mapping
@@ -60,6 +64,7 @@ FLUSH_S = 0.020
 MAX_BATCH = 8192  # lines handed to one send_items call
 RUN_LINES = 1024  # lines in one run item at most (keeps frames far below the chunk size)
 MAX_JOB_ID = 128
+EXIT_CANCELLED = -signal.SIGTERM  # a cancelled job's exit code here (as for a child TERM ended)
 
 
 class _Reader:
@@ -93,6 +98,8 @@ class Job:
         self.next_seq = 1  # seq of the next line
         self.first_seq = 1  # oldest seq still held
         self.exit_code: int | None = None
+        self.cancelled = False  # stopped by job.cancel: it ended on our signal, not by itself
+        self.cancel_scope = trio.CancelScope()  # what its run is in: cancelling it stops the job
         self.finished_at: float | None = None  # trio clock
         self.started_at = now_at()
         # blocks[i] holds seqs (base_block + i) * BLOCK + 1 ...: (texts, runs), where runs are
@@ -174,6 +181,13 @@ class Job:
             "secrets": list(self.secrets.values()),
         }
 
+    def end_answer(self) -> dict[str, Any]:
+        """The last answer of `job.run` and `job.attach` once the job is over."""
+        answer: dict[str, Any] = {"exit_code": self.exit_code}
+        if self.cancelled:
+            answer["cancelled"] = True
+        return answer
+
     def finish(self, exit_code: int) -> None:
         self.exit_code = exit_code
         self.finished_at = trio.current_time()
@@ -244,7 +258,7 @@ class Job:
         the exit code at the end."""
         if not call.streaming:
             await self.wait_done()
-            return {"exit_code": self.exit_code}
+            return self.end_answer()
         reader = _Reader(max(after, self.first_seq - 1))
         self._readers.add(reader)
         try:
@@ -264,7 +278,7 @@ class Job:
                     reader.pos = last["seq"] + len(last["texts"]) - 1 if runs else last["seq"]
                     self._room.set()
                 elif self.done:
-                    return {"exit_code": self.exit_code}
+                    return self.end_answer()
         finally:
             self._readers.discard(reader)
             self._room.set()
@@ -319,7 +333,12 @@ class JobManager:
                 self._nursery = None
 
     def handlers(self) -> dict[str, Handler]:
-        return {"job.run": self.job_run, "job.attach": self.job_attach, "job.journal": self.job_journal}
+        return {
+            "job.run": self.job_run,
+            "job.attach": self.job_attach,
+            "job.journal": self.job_journal,
+            "job.cancel": self.job_cancel,
+        }
 
     def get(self, job_id: str) -> Job | None:
         self._forget_old()
@@ -343,12 +362,37 @@ class JobManager:
         out = _JobOutput(job)
         log.info("job %s: %s started", job.id, job.kind)
         try:
-            exit_code = await run_kind(self.kinds, job.kind, job.argv, self.ctx.with_secrets(secrets), out)
+            with job.cancel_scope:
+                exit_code = await run_kind(self.kinds, job.kind, job.argv, self.ctx.with_secrets(secrets), out)
         except BaseException:
             job.finish(-1)  # cancelled: the agent is stopping
             raise
+        if job.cancel_scope.cancelled_caught:
+            job.cancelled = True
+            job.finish(EXIT_CANCELLED)
+            log.info("job %s: %s cancelled (%d lines)", job.id, job.kind, job.last_seq)
+            return
         job.finish(exit_code)
         log.info("job %s: %s exited with %d (%d lines)", job.id, job.kind, exit_code, job.last_seq)
+
+    def cancel(self, job_id: str) -> bool:
+        """Stop the job `job_id`; False when it had already ended by itself.
+
+        A job this agent does not have (yet) is kept as one cancelled before it started: the
+        control plane marks a job running before its ``job.run`` reaches the agent, and a cancel
+        may overtake it; that ``job.run`` then finds the job ended and runs nothing.
+        """
+        job = self.get(job_id)
+        if job is None:
+            job = Job(job_id, "", [], max_lines=self.max_lines, max_bytes=self.max_bytes)
+            job.cancelled = True
+            job.finish(EXIT_CANCELLED)
+            self._jobs[job_id] = job
+            return True
+        if job.done:
+            return job.cancelled
+        job.cancel_scope.cancel()  # a job that ends by itself meanwhile keeps its own exit code
+        return True
 
     def _forget_old(self) -> None:
         """Forget the jobs that ended over `keep_s` ago, and the oldest ended ones past `max_jobs`."""
@@ -390,6 +434,12 @@ class JobManager:
             raise RpcError("not_found", f"this agent has no job {job_id}", {"job_id": job_id})
         job.acknowledge(acked)
         return await job.stream_to(call, after, runs=call.params.get("runs") is True)
+
+    async def job_cancel(self, call: Call) -> dict[str, Any]:
+        job_id = call.params.get("job_id")
+        if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_JOB_ID:
+            raise RpcError("validation_error", f"job_id must be a string of 1 to {MAX_JOB_ID} characters")
+        return {"ended": not self.cancel(job_id)}
 
     async def job_journal(self, call: Call) -> dict[str, Any]:
         """The jobs this agent still has, of those asked for (all without ``job_ids``)."""

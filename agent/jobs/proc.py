@@ -3,11 +3,13 @@
 `stream_command` reads a child's stdout and stderr incrementally and hands complete lines to the
 job's `Output` (split on ``\\n``; a partial line waits for the rest; the last line may lack its
 newline; UTF-8 decoded with ``errors="replace"``). `capture_command` is for tools whose whole
-output is parsed. Children run in their own session; cancelling the job terminates the group.
+output is parsed. Children run in their own session; cancelling the job terminates the group:
+TERM, then KILL after `KILL_GRACE_S` to the child and to whatever of its group is still alive.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -150,6 +152,9 @@ class LineSplitter:
         return [rest.decode("utf-8", "replace")]
 
 
+GROUP_POLL_S = 0.05  # how often a cancelled child's group is looked at until it is empty
+
+
 async def _terminate_group(process: trio.Process) -> None:
     for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
         try:
@@ -160,6 +165,56 @@ async def _terminate_group(process: trio.Process) -> None:
             with trio.move_on_after(wait):
                 await process.wait()
                 return
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is in the group `pgid`: an orphan's zombie waits for
+    PID 1 to reap it, which a container's init may never do."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+async def _stop_leftovers(pgid: int) -> None:
+    """After a cancelled child exited: what is left of its process group (a grandchild that
+    ignores TERM or outlives its parent) gets `KILL_GRACE_S` to go, then KILL. trio stops
+    `_terminate_group` as soon as the child itself has exited, so the rest is stopped here."""
+    with trio.move_on_after(KILL_GRACE_S):
+        while _group_alive(pgid):  # noqa: ASYNC110 (the kernel sends no event when a group empties)
+            await trio.sleep(GROUP_POLL_S)
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+class _GroupStopper:
+    """The `deliver_cancel` of a child: TERM to its group, then KILL (`_terminate_group`). It keeps
+    the group's id, so that `stop_leftovers` stops what outlived the child, once trio is done."""
+
+    def __init__(self) -> None:
+        self.pgid: int | None = None  # set once a cancel has stopped the child
+
+    async def __call__(self, process: trio.Process) -> None:
+        self.pgid = process.pid  # the child leads its own session, so its pid is its group's id
+        await _terminate_group(process)
+
+    async def stop_leftovers(self) -> None:
+        if self.pgid is not None:
+            with trio.CancelScope(shield=True):
+                await _stop_leftovers(self.pgid)
 
 
 async def _pump(receive: trio.abc.ReceiveStream, stream: str, out: Output) -> None:
@@ -191,26 +246,31 @@ async def stream_command(
     `options` go to `subprocess.Popen` (``user``, ``group``, ``extra_groups``). A missing
     program raises `FileNotFoundError`.
     """
-    async with trio.open_nursery() as nursery:
-        process: trio.Process = await nursery.start(
-            partial(
-                trio.run_process,
-                list(argv),
-                stdin=DEVNULL if stdin is None else stdin,
-                stdout=PIPE if stdout is None else stdout,
-                stderr=PIPE,
-                check=False,
-                cwd=cwd,
-                env=dict(env) if env is not None else tool_env(),
-                start_new_session=True,
-                deliver_cancel=_terminate_group,
-                **options,
+    stopper = _GroupStopper()
+    try:
+        async with trio.open_nursery() as nursery:
+            process: trio.Process = await nursery.start(
+                partial(
+                    trio.run_process,
+                    list(argv),
+                    stdin=DEVNULL if stdin is None else stdin,
+                    stdout=PIPE if stdout is None else stdout,
+                    stderr=PIPE,
+                    check=False,
+                    cwd=cwd,
+                    env=dict(env) if env is not None else tool_env(),
+                    start_new_session=True,
+                    deliver_cancel=stopper,
+                    **options,
+                )
             )
-        )
-        assert process.stderr is not None
-        if process.stdout is not None:
-            nursery.start_soon(_pump, process.stdout, STDOUT, out)
-        nursery.start_soon(_pump, process.stderr, STDERR, out)
+            assert process.stderr is not None
+            if process.stdout is not None:
+                nursery.start_soon(_pump, process.stdout, STDOUT, out)
+            nursery.start_soon(_pump, process.stderr, STDERR, out)
+    except BaseException:
+        await stopper.stop_leftovers()
+        raise
     assert process.returncode is not None
     return process.returncode
 
@@ -223,17 +283,22 @@ async def capture_command(
     **options: Any,
 ) -> tuple[int, str, str]:
     """Run `argv` to its end: (exit code, stdout, stderr), decoded with ``errors="replace"``."""
-    done = await trio.run_process(
-        list(argv),
-        stdin=stdin,
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-        env=dict(env) if env is not None else tool_env(),
-        start_new_session=True,
-        deliver_cancel=_terminate_group,
-        **options,
-    )
+    stopper = _GroupStopper()
+    try:
+        done = await trio.run_process(
+            list(argv),
+            stdin=stdin,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=dict(env) if env is not None else tool_env(),
+            start_new_session=True,
+            deliver_cancel=stopper,
+            **options,
+        )
+    except BaseException:
+        await stopper.stop_leftovers()
+        raise
     return done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
 
 

@@ -114,6 +114,18 @@ Jobs across a restart of the control plane
     a job is never run twice: a job the agent no longer has (another ``boot_id``, or forgotten)
     ends ``interrupted``.
 
+Cancelling a job
+    ::
+
+        job.cancel {"job_id": str} -> {"ended": bool}
+
+    stops a running job: the agent cancels its run, so the job's process group gets TERM, then
+    KILL after a grace period; its ``job.run``/``job.attach`` calls then answer ``{"exit_code":
+    n, "cancelled": true}``. ``ended: true`` says the job had already ended by itself (its own
+    exit code stands). A job id the agent does not have yet is remembered as cancelled, so a
+    ``job.run`` that the cancel overtook runs nothing. An agent without this handler cannot
+    cancel jobs.
+
 Close codes
     4401 `CLOSE_AUTH_REFUSED`, 4408 `CLOSE_HEARTBEAT_TIMEOUT`, 4409 `CLOSE_REPLACED` (a newer
     link of the same server took over), 1002 `CLOSE_PROTOCOL_ERROR`, 1011 `CLOSE_INTERNAL_ERROR`.

@@ -1,4 +1,4 @@
-"""`/v1/job-kinds`, `/v1/servers/{id}/jobs`, `/v1/jobs/{id}` and its SSE stream.
+"""`/v1/job-kinds`, `/v1/servers/{id}/jobs`, `/v1/jobs/{id}`, its SSE stream and its cancel.
 
 Every check happens here, before anything reaches a server: the kind is in the whitelist, may be
 created on this route, the org's plan allows it, the caller's role has its capability group,
@@ -15,16 +15,18 @@ from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 
 from api_client.errors import (
+    AgentError,
     AgentOffline,
     IdempotencyMismatch,
     KindNotAllowed,
     LiteServer,
     NotFound,
+    NotRunning,
     UnknownKind,
     ValidationFailed,
 )
 from api_client.job_kinds import BuiltJob, JobKind, json_schemas, lookup
-from api_client.models import Job, JobCreate, JobKindList, JobList
+from api_client.models import Capability, Job, JobCreate, JobKindList, JobList
 from control_plane import sse
 from control_plane.auth.principal import Principal
 from control_plane.clock import parse
@@ -226,3 +228,47 @@ async def stream_job(job_id: str, request: Request, caller: Caller, fleet: Fleet
     """SSE: `line` events (id = seq) as they come, then `exit`; resumes after `Last-Event-ID`."""
     await _job_row(fleet, caller, job_id)
     return sse.response(fleet.jobs.events(caller.org_id, job_id, sse.resume_seq(request)))
+
+
+# Who may cancel a job of a kind that left the catalog: those who may change the server.
+RETIRED_KIND_GROUP: Capability = "infra"
+CANCEL_TIMEOUT_S = 15.0
+CANCELLED_NOTE = "fleetdeck: cancelled before it started"
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=Job, status_code=202)
+async def cancel_job(job_id: str, caller: Caller, fleet: FleetDep) -> Response:
+    """Stop a job: a queued one never runs; a running one is stopped by its agent (its process
+    group gets TERM, then KILL) and ends `cancelled` with what it printed.
+
+    Whoever may create a job of that kind may cancel it. A running job whose agent is away
+    answers 409 `agent_offline`: nothing can stop it then, and the job ends `interrupted` if its
+    agent does not return within the grace period. A job that ended before the cancel reached its
+    agent keeps its own status: 409 `not_running`.
+    """
+    row = await _job_row(fleet, caller, job_id)
+    kind = lookup(row["kind"])
+    caller.require(kind.group if kind is not None else RETIRED_KIND_GROUP)
+    if row["status"] == "queued" and await fleet.db.run(store.end_queued, job_id, "cancelled", CANCELLED_NOTE):
+        return await _cancelled(fleet, caller, job_id, was="queued")
+    row = await _job_row(fleet, caller, job_id)  # it may have started meanwhile
+    if row["status"] != "running":
+        raise NotRunning(f"the job has already ended ({row['status']})", details={"status": row["status"]})
+    session = fleet.hub.session(row["server_id"])
+    if session is None:
+        raise AgentOffline("the server's agent is not connected: the job cannot be stopped until it is back")
+    if "job.cancel" not in session.handlers:
+        raise AgentError("the server's agent is too old to cancel jobs: update it")
+    answer = await fleet.call_agent(row["server_id"], "job.cancel", {"job_id": job_id}, timeout=CANCEL_TIMEOUT_S)
+    if isinstance(answer, dict) and answer.get("ended") is True:
+        raise NotRunning("the job ended before the cancel reached its agent")
+    return await _cancelled(fleet, caller, job_id, was="running")
+
+
+async def _cancelled(fleet: Fleet, caller: Principal, job_id: str, *, was: str) -> Response:
+    """The 202 answer of an accepted cancel, and its audit entry."""
+    row = await _job_row(fleet, caller, job_id)
+    await fleet.audit(
+        caller, "jobs.cancel", server_id=row["server_id"], target=row["kind"], details={"job_id": job_id, "was": was}
+    )
+    return _json(job_model(row), 202)

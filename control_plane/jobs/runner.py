@@ -375,6 +375,8 @@ class JobRunner:
                             if runs:
                                 live.extend(runs)
                                 lines.send_nowait(runs)
+                    if stream.result.get("cancelled") is True:
+                        return None, "cancelled"  # stopped on the agent by `job.cancel`
                     exit_code = int(stream.result["exit_code"])
                     return exit_code, "succeeded" if exit_code == 0 else "failed"
             except AgentOfflineError:

@@ -289,6 +289,49 @@ class ConfirmRun(ModalScreen[bool]):
         self.dismiss(run)
 
 
+class ConfirmCancel(ModalScreen[bool]):
+    """A running job is stopped only once confirmed: y/Enter stops it, n/Esc keeps it running."""
+
+    DEFAULT_CSS = load_tcss(__file__)
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer(True)", "Stop it"),
+        Binding("n,escape", "answer(False)", "Keep it"),
+    ]
+
+    def __init__(self, job: Job, server: Server) -> None:
+        super().__init__()
+        self.job = job
+        self.server = server
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm-box", classes="job-dialog"):
+            yield Static(
+                printable(f"Cancel job {self.job.kind} on {self.server.name}?"),
+                classes="job-dialog--title",
+                markup=False,
+            )
+            if self.job.status == "queued":
+                what = "It has not started: it will never run."
+            else:
+                what = "It is stopped with TERM, then KILL after a few seconds; what it printed is kept."
+            yield Static(what, id="confirm-cancel-what", markup=False)
+            with Horizontal(classes="job-dialog--buttons"):
+                yield Button("Stop it (y)", variant="error", id="confirm-stop", compact=True)
+                yield Button("Keep running (n)", id="confirm-keep", compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#confirm-stop", Button).focus()
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(event.button.id == "confirm-stop")
+
+    def action_answer(self, stop: bool) -> None:
+        self.dismiss(stop)
+
+
 # --- picking what a field names -----------------------------------------------------------------
 
 

@@ -12,9 +12,11 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tree
 
 from api_client import Server
-from api_client.errors import TransportError
+from api_client.errors import NotRunning, TransportError
 from api_client.models import FINISHED_STATUSES, Job, JobKindInfo
 from tui.bridge import TaskHandle
+from tui.errors import unwrap
+from tui.jobs.dialogs import ConfirmCancel
 from tui.jobs.errors import describe_job_error
 from tui.jobs.log_panel import Banner, LogView, format_duration
 from tui.jobs.result_view import ResultView
@@ -24,12 +26,20 @@ from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
 from tui.widgets.header import SafeHeader
 
-STATUS_MARKS = {"queued": "…", "running": "●", "succeeded": "✔", "failed": "✘", "interrupted": "⚠"}
+STATUS_MARKS = {
+    "queued": "…",
+    "running": "●",
+    "succeeded": "✔",
+    "failed": "✘",
+    "cancelled": "■",
+    "interrupted": "⚠",
+}
 STATUS_STYLES = {
     "queued": "dim",
     "running": "bold cyan",
     "succeeded": "bold green",
     "failed": "bold red",
+    "cancelled": "bold magenta",
     "interrupted": "bold yellow",
 }
 
@@ -79,6 +89,8 @@ class JobRunScreen(FleetScreen):
         Binding("1", "show_tab('result')", "Result", show=False),
         Binding("2", "show_tab('log')", "Log", show=False),
         Binding("r", "reconnect", "Reconnect"),
+        # k9s's kill key; shown only while the job runs.
+        Binding("ctrl+k", "cancel_job", "Cancel"),
     ]
 
     AUTO_FOCUS = "#log-panel"
@@ -175,6 +187,7 @@ class JobRunScreen(FleetScreen):
         self._exit_seen = True
         was_live = not self.exited
         self.exited = True
+        self.refresh_bindings()
         self.job = self.job.model_copy(
             update={"status": status, "exit_code": exit_code if isinstance(exit_code, int) else self.job.exit_code}
         )
@@ -205,6 +218,7 @@ class JobRunScreen(FleetScreen):
         self.job = job
         if job.status in FINISHED_STATUSES:
             self.exited = True
+            self.refresh_bindings()
             if self._exit_seen:  # the banner closes complete output only; the bar shows the status
                 self._show_banner()
         elif not self._stream_alive():
@@ -289,6 +303,8 @@ class JobRunScreen(FleetScreen):
             return self._has_result
         if action == "reconnect":
             return self.stream_lost
+        if action == "cancel_job":
+            return not self.exited
         return True
 
     def _update_bar(self) -> None:
@@ -312,6 +328,29 @@ class JobRunScreen(FleetScreen):
         bar.no_wrap = True
         bar.overflow = "ellipsis"
         self.query_one("#job-bar", Static).update(bar)
+
+    # --- cancelling -----------------------------------------------------------------------------
+
+    def action_cancel_job(self) -> None:
+        def confirmed(stop: bool | None) -> None:
+            if stop and not self.exited:
+                self.bridge.run(
+                    self, self.client.jobs.cancel, self.job.id, on_done=self._cancel_sent, on_error=self._cancel_failed
+                )
+
+        self.app.push_screen(ConfirmCancel(self.job, self.server), confirmed)
+
+    def _cancel_sent(self, job: Job) -> None:
+        if job.status not in FINISHED_STATUSES and not self.exited:
+            self.notify(f"Stopping {job.kind} on {self.server.name}: TERM, then KILL…", timeout=5)
+        # The stream brings the end (`cancelled`, or the job's own when it ended first).
+
+    def _cancel_failed(self, exc: BaseException) -> None:
+        if isinstance(unwrap(exc), NotRunning):
+            self.notify(f"{self.job.kind} had already ended: nothing to cancel.", timeout=5)
+            return
+        message = describe_job_error(exc, server=self.server.name, kind=self.job.kind)
+        self.notify(f"{self.job.kind} was not cancelled: {message}", severity="error", timeout=8)
 
     def action_back(self) -> None:
         self.dismiss()
