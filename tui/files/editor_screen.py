@@ -34,6 +34,8 @@ from tui.widgets.header import SafeHeader
 class EditorScreen(FleetScreen):
     """A file in the editor; ctrl+s saves, ctrl+f searches, Escape closes (asking if unsaved)."""
 
+    HELP_TITLE = "Editor"
+
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [

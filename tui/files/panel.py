@@ -208,6 +208,10 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
             event.prevent_default()
             self._end_filter(keep=False)
 
+    def clear_filter(self) -> None:
+        """Show every entry again (Esc while a filter is kept)."""
+        self._end_filter(keep=False)
+
     def _end_filter(self, *, keep: bool) -> None:
         if not keep:
             self.pane.set_filter("")

@@ -19,6 +19,8 @@ from tui.widgets.header import SafeHeader
 class ViewerScreen(FleetScreen):
     """A file's content; Escape (or q) goes back to the directory."""
 
+    HELP_TITLE = "Viewer"
+
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [

@@ -70,6 +70,8 @@ def args_summary(args: dict[str, object]) -> str:
 class JobRunScreen(FleetScreen):
     """The log of one job (k9s keys), its exit banner, and the result of a read as a table or tree."""
 
+    HELP_TITLE = "Job"
+
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [

@@ -28,6 +28,7 @@ from tui.jobs.run import JobRunScreen, args_summary, job_duration, local_time, s
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
 from tui.widgets.header import SafeHeader
+from tui.widgets.list_table import ListTable
 
 HISTORY_LIMIT = 100
 # While a job of the list is queued or running, reload the list this often.
@@ -48,7 +49,7 @@ KIND_WIDTH = (8, 26)
 ARGS_MIN_WIDTH = 10
 
 
-class JobTable(DataTable[Text]):
+class JobTable(ListTable):
     """The history; Enter (named in the footer) opens the highlighted job."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Open")]
@@ -56,6 +57,8 @@ class JobTable(DataTable[Text]):
 
 class JobsScreen(FleetScreen):
     """A server's job history and the way to start new jobs on it."""
+
+    HELP_TITLE = "Jobs"
 
     DEFAULT_CSS = load_tcss(__file__)
 

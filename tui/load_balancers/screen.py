@@ -65,6 +65,8 @@ def backend_actions(backend: Backend) -> list[MenuItem]:
 class LoadBalancersScreen(FleetScreen):
     """Load balancers, their pools, live; hatop's keys."""
 
+    HELP_TITLE = "Load balancers"
+
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [

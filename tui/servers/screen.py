@@ -20,6 +20,7 @@ from tui.bridge import TaskHandle
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
 from tui.widgets.header import SafeHeader
+from tui.widgets.list_table import ListTable
 
 # After the presence stream is lost for good (the client already retried with Last-Event-ID),
 # wait this long, reload the list (it has the state we may have missed) and subscribe again.
@@ -39,7 +40,7 @@ COLUMNS = [
 ]
 
 
-class ServerTable(DataTable[Text]):
+class ServerTable(ListTable):
     """The DataTable, with Enter named in the footer (DataTable's own binding is hidden)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Files")]
@@ -48,10 +49,13 @@ class ServerTable(DataTable[Text]):
 class ServerListScreen(FleetScreen):
     """Servers in a table; Enter opens the files of the highlighted one."""
 
+    HELP_TITLE = "Servers"
+
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("j", "open_jobs", "Jobs"),
+        # J, not j: j and k move the cursor, as in every list (vim's keys).
+        Binding("J", "open_jobs", "Jobs", key_display="J"),
         Binding("b", "app.go_load_balancers", "Load balancers"),
         Binding("r", "reload", "Reload"),
         Binding("q", "app.quit", "Quit", show=False),
@@ -205,7 +209,7 @@ class ServerListScreen(FleetScreen):
         online = sum(1 for s in full if s.agent.online)
         live = "" if self._presence_supported else " · no live updates"
         servers = f"{len(self.servers)} server" + ("" if len(self.servers) == 1 else "s")
-        text = f"{servers} · {online}/{len(full)} agents online{live} · Enter: files · j: jobs · b: load balancers"
+        text = f"{servers} · {online}/{len(full)} agents online{live} · Enter: files · J: jobs · b: load balancers"
         self.query_one("#servers-status", Static).update(text)
 
     # --- actions --------------------------------------------------------------------------
