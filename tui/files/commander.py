@@ -20,7 +20,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widget import Widget
-from textual.widgets import Footer
 
 from api_client import FileContent, Scope, Server
 from api_client.client import PATHS_PER_BATCH, BatchProgress, KeepGoing
@@ -47,6 +46,7 @@ from tui.files.panel import FilePanel, scope_key
 from tui.files.viewer import ViewerScreen
 from tui.screen import FleetScreen
 from tui.text import join_path, load_tcss, printable
+from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 
 ESCAPE_DIGIT_WINDOW_S = 1.5
@@ -123,7 +123,7 @@ class CommanderScreen(FleetScreen):
         with Horizontal(id="panels"):
             yield FilePanel(id="left")
             yield FilePanel(id="right")
-        yield Footer()
+        yield FleetFooter()
 
     def on_mount(self) -> None:
         if self.dismissed:

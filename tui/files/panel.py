@@ -19,7 +19,7 @@ from tui.bridge import BridgedMixin, TaskHandle
 from tui.errors import describe_error, format_size
 from tui.files.directory_pane import DirectoryPane, EntryDict
 from tui.screen import FleetAccess
-from tui.text import join_path, load_tcss, parent_path, printable
+from tui.text import fit_tail, join_path, load_tcss, parent_path, printable
 
 BUSY_INDICATOR_DELAY_S = 0.2
 
@@ -228,7 +228,12 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self.update_status()
 
     def _update_title(self) -> None:
-        self.query_one(".file-panel--title", Static).update(self.location)
+        # The panel's width, less its border: the title's, also while the title is being laid out.
+        self.query_one(".file-panel--title", Static).update(fit_tail(self.location, self.content_size.width))
+
+    def on_resize(self, _event: events.Resize) -> None:
+        if self.place is not None:
+            self._update_title()
 
     def update_status(self) -> None:
         pane = self.pane

@@ -6,13 +6,14 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from api_client import FileContent, Scope, Server
 from tui.errors import format_size
 from tui.files.code_view import CodeView
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable, short_time
+from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 
 
@@ -38,7 +39,7 @@ class ViewerScreen(FleetScreen):
         yield SafeHeader()
         yield Static("", id="viewer-bar", markup=False)
         yield CodeView(id="code")
-        yield Footer()
+        yield FleetFooter()
 
     def on_mount(self) -> None:
         if self.dismissed:

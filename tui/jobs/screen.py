@@ -16,7 +16,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from api_client import Client, Server
 from api_client.models import FINISHED_STATUSES, Job, JobKindInfo
@@ -27,6 +27,7 @@ from tui.jobs.log_panel import format_duration
 from tui.jobs.run import JobRunScreen, args_summary, job_duration, local_time, status_text
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
+from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 from tui.widgets.list_table import ListTable
 
@@ -87,7 +88,7 @@ class JobsScreen(FleetScreen):
         yield Static("", id="jobs-bar", markup=False)
         yield JobTable(id="job-history", cursor_type="row", zebra_stripes=True)
         yield Static("Loading the jobs…", id="jobs-status", markup=False)
-        yield Footer()
+        yield FleetFooter()
 
     def on_mount(self) -> None:
         if self.dismissed:

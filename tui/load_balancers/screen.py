@@ -25,7 +25,7 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from api_client import Server
 from api_client.load_balancers import MAX_WEIGHT, MIN_WEIGHT, Backend, BackendPatch, LoadBalancer, LoadBalancerList
@@ -36,6 +36,7 @@ from tui.load_balancers.menu import ActionMenu, MenuItem
 from tui.load_balancers.tables import LbTable, PoolTable, backend_cells, lb_cells, one_line
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
+from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 
 # How often the list is polled; faster while a load balancer waits for its node to apply a change.
@@ -114,7 +115,7 @@ class LoadBalancersScreen(FleetScreen):
         yield Static("", id="lb-pool-bar", markup=False)
         yield PoolTable(id="lb-pool", cursor_type="row", zebra_stripes=True)
         yield Static("", id="lb-status", markup=False)
-        yield Footer()
+        yield FleetFooter()
 
     def on_mount(self) -> None:
         if self.dismissed:

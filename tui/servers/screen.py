@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from api_client import Server
 from api_client import errors as api_errors
@@ -19,6 +19,7 @@ from api_client.models import PresenceEvent
 from tui.bridge import TaskHandle
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
+from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 from tui.widgets.list_table import ListTable
 
@@ -71,7 +72,7 @@ class ServerListScreen(FleetScreen):
         yield SafeHeader()
         yield ServerTable(id="servers", cursor_type="row", zebra_stripes=True)
         yield Static("Loading servers…", id="servers-status")
-        yield Footer()
+        yield FleetFooter()
 
     def on_mount(self) -> None:
         self.query_one(DataTable).focus()
