@@ -185,6 +185,9 @@ class DirectoryPane(ScrollView, can_focus=True):
         self._longest_name = 0
         self.message = ""
         """What to show instead of entries when there are none (nothing before a first listing)."""
+        self._held_keys: list[str] | None = []
+        """The keys typed while a listing is on its way (see `hold_keys`); None: none on its way.
+        Held from the start: the first listing is on its way as soon as the pane is shown."""
 
     # --- data ---------------------------------------------------------------------------
 
@@ -237,6 +240,7 @@ class DirectoryPane(ScrollView, can_focus=True):
         self._longest_name = max(map(_display_name_length, self._all_entries), default=0) + 2
         self._show(select, top=True)
         self.post_message(self.MarksChanged(self))
+        self.release_keys()
 
     def _show(self, select: str | None, *, top: bool = False) -> None:
         """Apply the filter to the sorted entries and redraw, the cursor on `select` if shown."""
@@ -282,6 +286,7 @@ class DirectoryPane(ScrollView, can_focus=True):
         self.set_reactive(DirectoryPane.cursor, 0)
         self.refresh()
         self._post_cursor()
+        self.release_keys(replay=False)
 
     def index_of(self, name: str) -> int | None:
         """The position of the entry called `name`, or None."""
@@ -289,6 +294,36 @@ class DirectoryPane(ScrollView, can_focus=True):
             if entry.get("name") == name:
                 return index
         return None
+
+    # --- keys typed ahead -----------------------------------------------------------------
+
+    def hold_keys(self) -> None:
+        """A listing is on its way: keep the pane's keys typed meanwhile for it (Enter on a folder
+        then ↓↓ Enter goes down in the folder opened, not in the one left)."""
+        if self._held_keys is None:
+            self._held_keys = []
+
+    def release_keys(self, *, replay: bool = True) -> None:
+        """The listing is shown: do what the held keys ask, in order (a key that opens another
+        folder holds the rest again). Without `replay` (nothing listed) they are dropped."""
+        held, self._held_keys = self._held_keys or [], None
+        for position, key in enumerate(held if replay else []):
+            if self._held_keys is not None:
+                self._held_keys.extend(held[position:])
+                return
+            action = self._action_of(key)
+            if action is not None:
+                getattr(self, f"action_{action}")()
+
+    def _action_of(self, key: str) -> str | None:
+        bindings = self._bindings.key_to_bindings.get(key)
+        return bindings[0].action if bindings else None
+
+    def on_key(self, event: events.Key) -> None:
+        if self._held_keys is not None and self._action_of(event.key) is not None:
+            event.stop()
+            event.prevent_default()
+            self._held_keys.append(event.key)
 
     # --- cursor ---------------------------------------------------------------------------
 
@@ -351,9 +386,12 @@ class DirectoryPane(ScrollView, can_focus=True):
 
     def action_open(self) -> None:
         if (entry := self.highlighted) is not None:
+            if entry.get("type") == "dir":
+                self.hold_keys()  # from now: the keys after Enter are for the folder it opens
             self.post_message(self.Opened(self, entry))
 
     def action_up_directory(self) -> None:
+        self.hold_keys()  # the panel releases them at once when there is no parent
         self.post_message(self.UpRequested(self))
 
     # --- marks ----------------------------------------------------------------------------

@@ -55,6 +55,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self.path = ""
         self._listing_task: TaskHandle | None = None
         self._busy_timer: Timer | None = None
+        self._covered = False
 
     def compose(self) -> ComposeResult:
         yield Static("", classes="file-panel--title", markup=False)
@@ -112,6 +113,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         if self._listing_task is not None:
             self._listing_task.cancel()  # a newer click wins over a slow listing
         self._set_busy(True)
+        self.pane.hold_keys()
         self._set_status(f"Listing /{path}…")
         server, scope = self.server, self.scope
         self._listing_task = self.bridge.run(
@@ -138,6 +140,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
 
     def _listing_failed(self, exc: BaseException, path: str) -> None:
         self._set_busy(False)
+        self.pane.release_keys(replay=False)  # they were for the folder that could not be listed
         self.update_status()
         server = self.server.name if self.server else None
         if not self.pane.all_entries:
@@ -179,6 +182,8 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         event.stop()
         if self.path:
             self.load(parent_path(self.path), select=self.path.rpartition("/")[2])
+        else:
+            self.pane.release_keys()  # already at the top: nothing to wait for
 
     def go_root(self) -> None:
         self.load("")
@@ -269,13 +274,16 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
             # Most listings arrive within a frame or two: a spinner for those would only flicker.
             self._busy_timer = self.set_timer(BUSY_INDICATOR_DELAY_S, self._show_busy)
             return
-        if self.pane.loading:
-            self.pane.loading = False
-            self.screen.refresh_bindings()
+        if self._covered:
+            self._covered = False
+            self.pane.set_loading(False)
 
     def _show_busy(self) -> None:
+        # `set_loading`, not `loading = True`: that would also disable the pane, which then
+        # loses the focus and the keys typed meanwhile (the pane holds them for the listing).
         self._busy_timer = None
-        self.pane.loading = True
+        self._covered = True
+        self.pane.set_loading(True)
 
 
 def describe_entry(entry: EntryDict) -> str:

@@ -82,6 +82,8 @@ class JobsScreen(FleetScreen):
         self._poll_timer: Timer | None = None
         self._pick_when_loaded = False
         self._args_shown = False
+        self._select_when_listed: str | None = None
+        """The job just started here: highlighted once the history lists it."""
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
@@ -144,8 +146,10 @@ class JobsScreen(FleetScreen):
         self.jobs = {job.id: job for job in jobs}
         self._draw_table()
         table = self.query_one(JobTable)
-        if highlighted is not None and highlighted.id in self.jobs:
-            table.move_cursor(row=table.get_row_index(highlighted.id))
+        started, self._select_when_listed = self._select_when_listed, None
+        keep = self.jobs.get(started or "") or highlighted
+        if keep is not None and keep.id in self.jobs:
+            table.move_cursor(row=table.get_row_index(keep.id), scroll=True)
         self._update_status()
         self._schedule_poll()
 
@@ -290,6 +294,7 @@ class JobsScreen(FleetScreen):
     def _form_done(self, job: Job | None) -> None:
         if job is not None:
             self.jobs[job.id] = job
+            self._select_when_listed = job.id
             self.open_job(job)
 
     def action_back(self) -> None:

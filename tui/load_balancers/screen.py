@@ -266,7 +266,7 @@ class LoadBalancersScreen(FleetScreen):
         elif lb is not None and not lb.backends:
             line.update("An empty pool: Enter on the load balancer, or n, to add backends")
         else:
-            line.update("d drain · +/- weight · ]/[ ±10 · r restore · Enter: actions · ?: keys")
+            line.update("d drain · +/- weight · ]/[ ±10 · r restore · Enter: actions · F1: keys")
 
     def on_resize(self, _event: events.Resize) -> None:
         self._draw()
