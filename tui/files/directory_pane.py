@@ -258,6 +258,9 @@ class DirectoryPane(ScrollView, can_focus=True):
             self.scroll_to(y=0, animate=False, immediate=True)
         if index or not top:
             self._scroll_cursor_into_view(center=True)
+            # A list that just grew past the screen (a filter cleared) has no scrollbar until it
+            # is laid out again, and cannot scroll before: once more, after that refresh.
+            self.call_after_refresh(self._scroll_cursor_into_view, center=True)
         self.refresh()
         self._post_cursor()
 
