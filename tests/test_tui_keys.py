@@ -20,7 +20,7 @@ from tests.helpers import wait_for
 from tests.helpers.tui import SIZE, highlight, highlight_server, names, real_app, run, site_dir
 from tests.test_tui_jobs import finished_job
 from tui.files.commander import CommanderScreen
-from tui.files.dialogs import PermissionsDialog
+from tui.files.dialogs import PermissionsDialog, SearchDialog
 from tui.files.editor_screen import EditorScreen
 from tui.files.save_conflict import DiscardChangesDialog
 from tui.files.viewer import ViewerScreen
@@ -171,6 +171,20 @@ def test_esc_clears_a_filter_first_and_the_highlight_stays_in_view(stack: Stack)
         await pilot.press("escape")
         assert pane.filter_text == "" and pane.highlighted is not None
         assert pane.highlighted["name"] == "file-109.txt" and in_view()
+        # A search result far down a folder of the scope root: highlighted, in view.
+        left.load("")
+        await wait_for(pilot, lambda: left.path == "" and "many" in names(left))
+        await pilot.press("ctrl+f")
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchDialog))
+        search = app.screen
+        assert isinstance(search, SearchDialog)
+        await pilot.press(*"file-110", "enter")
+        await wait_for(pilot, lambda: search.matches)
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: app.screen is screen and left.path == "many")
+        await wait_for(pilot, lambda: pane.highlighted is not None and pane.highlighted["name"] == "file-110.txt")
+        await pilot.pause()
+        assert in_view()
         # Without a filter, Esc arms the F-key prefix as before: Esc Esc leaves.
         await pilot.press("escape", "escape")
         await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen))
@@ -258,6 +272,14 @@ def test_keys_typed_while_a_folder_loads_are_kept_for_it(stack: Stack) -> None:
         # Backspace then Enter: up, and Enter opens the folder the cursor lands on (where we came from).
         await pilot.press("backspace", "enter")
         await wait_for(pilot, lambda: screen.left.path == "public_html" and "wp-content" in names(screen.left))
+
+        # Typed right after the keys that open the jobs and their catalog: the picker's search.
+        await pilot.press("escape", "escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen))
+        await pilot.press("J", "n", "s", "y", "s")
+        await wait_for(pilot, lambda: isinstance(app.screen, KindPicker))
+        picker = app.screen
+        await wait_for(pilot, lambda: picker.query_one("#kind-search", Input).value == "sys")
 
     run(app, scenario)
 

@@ -83,6 +83,8 @@ class JobsScreen(FleetScreen):
         self._pick_when_loaded = False
         self._args_shown = False
         self._select_when_listed: str | None = None
+        self._typed_ahead: list[events.Key] = []
+        """What was typed after `n` while the catalog loads: the picker's search, once it opens."""
         """The job just started here: highlighted once the history lists it."""
 
     def compose(self) -> ComposeResult:
@@ -121,8 +123,15 @@ class JobsScreen(FleetScreen):
             self._pick_when_loaded = False
             self.action_new_job()
 
+    def on_key(self, event: events.Key) -> None:
+        if self._pick_when_loaded and event.is_printable:
+            event.stop()
+            event.prevent_default()
+            self._typed_ahead.append(events.Key(event.key, event.character))
+
     def _kinds_failed(self, exc: BaseException) -> None:
         self._pick_when_loaded = False
+        self._typed_ahead.clear()
         self.notify(
             f"Could not load the job catalog: {describe_job_error(exc, server=self.server.name)}",
             severity="error",
@@ -261,6 +270,10 @@ class JobsScreen(FleetScreen):
             self._load_kinds()
             return
         self.app.push_screen(KindPicker(list(self.kinds.values()), self.server, self.access), self._kind_picked)
+        # Replayed as the terminal would send them: they reach the picker's search field.
+        for key in self._typed_ahead:
+            self.app.post_message(key)
+        self._typed_ahead.clear()
 
     def _kind_picked(self, kind: JobKindInfo | None) -> None:
         if kind is None:
