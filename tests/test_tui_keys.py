@@ -298,9 +298,7 @@ def test_toggles_show_their_state_in_the_glyph(stack: Stack) -> None:
         await pilot.press("p")
         await wait_for(pilot, lambda: isinstance(app.screen, PermissionsDialog))
         dialog = app.screen
-        glyphs = {
-            box.id: str(box.render())[:3] for box in dialog.query(Checkbox) if (box.id or "").startswith("bit-")
-        }
+        glyphs = {box.id: str(box.render())[:3] for box in dialog.query(Checkbox) if (box.id or "").startswith("bit-")}
         assert glyphs["bit-owner-read"] == glyphs["bit-owner-write"] == glyphs["bit-group-read"] == "[x]"
         assert glyphs["bit-owner-execute"] == glyphs["bit-group-write"] == glyphs["bit-other-read"] == "[ ]"
         await pilot.press("escape")

@@ -50,8 +50,8 @@ class KeepsEarlyKeys(Screen[Any]):
         here before the first focus may be read only once the focus is set."""
 
     def on_key(self, event: events.Key) -> None:
-        bound = event.key in self._bindings.key_to_bindings or event.key in self.app._bindings.key_to_bindings
-        if self._early_keys is not None and not bound:
+        # Before any focus, the active bindings are the screen's and the app's.
+        if self._early_keys is not None and event.key not in self.active_bindings:
             event.stop()
             event.prevent_default()
             self._early_keys.append(events.Key(event.key, event.character))

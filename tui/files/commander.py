@@ -189,7 +189,7 @@ class CommanderScreen(FleetScreen):
             self.action_back()  # Esc Esc
             return
         self._escape_at = now
-        self.active.show_hint("Esc: now a digit for an F-key (5 = F5, 0 = F10), or Esc again to leave")
+        self.active.show_hint("Esc then 1…0: F1…F10 · Esc: leave")  # fits a panel at 80 columns
 
     async def on_key(self, event: events.Key) -> None:
         if event.key == "escape":

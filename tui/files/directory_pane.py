@@ -319,8 +319,11 @@ class DirectoryPane(ScrollView, can_focus=True):
                 getattr(self, f"action_{action}")()
 
     def _action_of(self, key: str) -> str | None:
-        bindings = self._bindings.key_to_bindings.get(key)
-        return bindings[0].action if bindings else None
+        """The action of the pane's own binding for `key` (None: not the pane's key)."""
+        for binding in self.BINDINGS:
+            if isinstance(binding, Binding) and key in binding.key.split(","):
+                return binding.action
+        return None
 
     def on_key(self, event: events.Key) -> None:
         if self._held_keys is not None and self._action_of(event.key) is not None:

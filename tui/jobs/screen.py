@@ -83,9 +83,9 @@ class JobsScreen(FleetScreen):
         self._pick_when_loaded = False
         self._args_shown = False
         self._select_when_listed: str | None = None
+        """The job just started here: highlighted once the history lists it."""
         self._typed_ahead: list[events.Key] = []
         """What was typed after `n` while the catalog loads: the picker's search, once it opens."""
-        """The job just started here: highlighted once the history lists it."""
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
