@@ -163,7 +163,7 @@ def test_esc_clears_a_filter_first_and_the_highlight_stays_in_view(stack: Stack)
         assert pane.filter_text == "" and len(names(left)) == 120
         assert pane.highlighted is not None and pane.highlighted["name"] == "file-119.txt"
         assert in_view() and round(pane.scroll_y) > 0
-        assert "F-key" not in str(left.query_one(".file-panel--status").render())
+        assert "Esc: leave" not in str(left.query_one(".file-panel--status").render())
         # The filter typed and cleared with Esc while editing it: the same.
         await highlight(pilot, left, "file-005.txt")
         await pilot.press("slash", "1", "0", "9")
