@@ -186,7 +186,9 @@ def test_esc_clears_a_filter_first_and_the_highlight_stays_in_view(stack: Stack)
         await pilot.pause()
         assert in_view()
         # Without a filter, Esc arms the F-key prefix as before: Esc Esc leaves.
-        await pilot.press("escape", "escape")
+        await pilot.press("escape")
+        assert "Esc: leave" in str(left.query_one(".file-panel--status").render())
+        await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen))
 
     run(app, scenario)
