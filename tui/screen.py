@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from textual import events
+from textual import events, on
 from textual.screen import ModalScreen, Screen
 
 from api_client import Client
@@ -49,14 +49,16 @@ class KeepsEarlyKeys(Screen[Any]):
         """None once a widget had the focus. Not `focused is None`: a key the app forwarded
         here before the first focus may be read only once the focus is set."""
 
-    def on_key(self, event: events.Key) -> None:
+    @on(events.Key)
+    def _keep_early_key(self, event: events.Key) -> None:
         # Before any focus, the active bindings are the screen's and the app's.
         if self._early_keys is not None and event.key not in self.active_bindings:
             event.stop()
             event.prevent_default()
             self._early_keys.append(events.Key(event.key, event.character))
 
-    def on_descendant_focus(self, _event: events.DescendantFocus) -> None:
+    @on(events.DescendantFocus)
+    def _replay_early_keys(self, _event: events.DescendantFocus) -> None:
         early, self._early_keys = self._early_keys or [], None
         for key in early:  # to the app, as the terminal sent them: on to the focused widget
             self.app.post_message(key)

@@ -173,8 +173,18 @@ class DirectoryPane(ScrollView, can_focus=True):
     EMPTY_DIRECTORY = "This directory is empty."
     NO_MATCH = "Nothing matches the filter."
 
-    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+        listed_by_owner: bool = False,
+    ) -> None:
+        """`listed_by_owner`: whoever holds the pane lists the folders it opens (the file panel),
+        so the keys typed after Enter on a folder or Backspace wait for that listing."""
         super().__init__(name=name, id=id, classes=classes)
+        self._listed_by_owner = listed_by_owner
         self._all_entries: list[EntryDict] = []
         self._entries: list[EntryDict] = []
         self._marked: set[str] = set()
@@ -185,7 +195,7 @@ class DirectoryPane(ScrollView, can_focus=True):
         self._longest_name = 0
         self.message = ""
         """What to show instead of entries when there are none (nothing before a first listing)."""
-        self._held_keys: list[str] | None = []
+        self._held_keys: list[str] | None = [] if listed_by_owner else None
         """The keys typed while a listing is on its way (see `hold_keys`); None: none on its way.
         Held from the start: the first listing is on its way as soon as the pane is shown."""
 
@@ -303,7 +313,7 @@ class DirectoryPane(ScrollView, can_focus=True):
     def hold_keys(self) -> None:
         """A listing is on its way: keep the pane's keys typed meanwhile for it (Enter on a folder
         then ↓↓ Enter goes down in the folder opened, not in the one left)."""
-        if self._held_keys is None:
+        if self._held_keys is None and self._listed_by_owner:
             self._held_keys = []
 
     def release_keys(self, *, replay: bool = True) -> None:

@@ -59,7 +59,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("", classes="file-panel--title", markup=False)
-        yield DirectoryPane(classes="file-panel--listing")
+        yield DirectoryPane(classes="file-panel--listing", listed_by_owner=True)
         yield Input(placeholder="filter: text or glob (*.php) · Enter keep · Esc clear", classes="file-panel--filter")
         yield Static("", classes="file-panel--status", markup=False)
 
