@@ -643,7 +643,7 @@ def own_agent(stack: Stack, tmp_path: Path) -> Iterator[OwnAgent]:
 async def open_jobs_of(pilot: Pilot[None], name: str) -> JobsScreen:
     app = pilot.app
     await highlight_server(pilot, name)
-    await pilot.press("j")
+    await pilot.press("J")
     await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen._loaded and app.screen.kinds)
     screen = app.screen
     assert isinstance(screen, JobsScreen) and screen.server.name == name

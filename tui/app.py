@@ -47,8 +47,11 @@ class FleetdeckApp(App[None]):
 
     TITLE = "fleetdeck"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("question_mark", "help", "Help", key_display="?"),
-        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("f1", "help", "Help", key_display="F1"),
+        Binding("question_mark", "help", "Help", key_display="?", show=False),
+        # F10 quits as in Midnight Commander; ctrl+q too, from anywhere (an editor included).
+        Binding("f10", "quit", "Quit", key_display="F10"),
+        Binding("ctrl+q", "quit", "Quit", priority=True, show=False),
     ]
 
     def __init__(

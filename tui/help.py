@@ -1,7 +1,8 @@
-"""`?`: the key bindings that work on the screen underneath, in a modal list."""
+"""F1 (or `?`): the key bindings that work on the screen underneath, in a modal list."""
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from rich.table import Table
@@ -26,12 +27,13 @@ NAVIGATION_KEYS = [
 class HelpScreen(ModalScreen[None]):
     """The bindings active on `screen`, with their descriptions.
 
-    A screen may list keys handled by its widgets (not in its own bindings) in `HELP_KEYS`.
+    A screen may list keys handled by its widgets (not in its own bindings) in `HELP_KEYS`, and
+    name itself in `HELP_TITLE` (see `screen_title`).
     """
 
     DEFAULT_CSS = load_tcss(__file__)
 
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark", "dismiss", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q,question_mark,f1", "dismiss", "Close")]
 
     def __init__(self, screen: Screen[object]) -> None:
         super().__init__()
@@ -44,7 +46,7 @@ class HelpScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         box = self.query_one("#help-box")
-        box.border_title = f"Keys · {type(self.described).__name__.removesuffix('Screen')}"
+        box.border_title = f"Keys · {screen_title(self.described)}"
 
     def _bindings_table(self) -> Table:
         table = Table.grid(padding=(0, 2))
@@ -71,3 +73,13 @@ class HelpScreen(ModalScreen[None]):
         for display, description in [*getattr(self.described, "HELP_KEYS", []), *NAVIGATION_KEYS]:
             table.add_row(Text(display), Text(description))
         return table
+
+
+def screen_title(screen: Screen[object]) -> str:
+    """What the help calls `screen`: its `HELP_TITLE`, else its class name in words
+    (`PermissionsDialog` → `Permissions dialog`)."""
+    title = getattr(screen, "HELP_TITLE", None)
+    if isinstance(title, str) and title:
+        return title
+    words = re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+", type(screen).__name__.removesuffix("Screen"))
+    return " ".join([words[0], *(word.lower() for word in words[1:])]) if words else "This screen"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from textual import events, on
 from textual.screen import ModalScreen, Screen
 
 from api_client import Client
@@ -42,7 +43,37 @@ class FleetAccess:
         return monitor
 
 
-class FleetScreen(FleetAccess, BridgedMixin, Screen[None]):
+class KeepsEarlyKeys(Screen[Any]):
+    """Keys typed before the screen focused its first widget are kept for that widget.
+
+    A screen just pushed (a form, a picker, a dialog) focuses its field once mounted; until then
+    the keys reach the screen, which has nothing to give them to, and they were lost (type the
+    start of a name right after the key that opens the dialog). The keys bound on the screen or
+    the app (Esc, F1) still act at once.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._early_keys: list[events.Key] | None = []
+        """None once a widget had the focus. Not `focused is None`: a key the app forwarded
+        here before the first focus may be read only once the focus is set."""
+
+    @on(events.Key)
+    def _keep_early_key(self, event: events.Key) -> None:
+        # Before any focus, the active bindings are the screen's and the app's.
+        if self._early_keys is not None and event.key not in self.active_bindings:
+            event.stop()
+            event.prevent_default()
+            self._early_keys.append(events.Key(event.key, event.character))
+
+    @on(events.DescendantFocus)
+    def _replay_early_keys(self, _event: events.DescendantFocus) -> None:
+        early, self._early_keys = self._early_keys or [], None
+        for key in early:  # to the app, as the terminal sent them: on to the focused widget
+            self.app.post_message(key)
+
+
+class FleetScreen(FleetAccess, KeepsEarlyKeys, BridgedMixin, Screen[None]):
     """A screen whose trio tasks are cancelled when it is dismissed (see `BridgedMixin`)."""
 
     DEFAULT_CSS = load_tcss(__file__)
@@ -62,5 +93,5 @@ class FleetScreen(FleetAccess, BridgedMixin, Screen[None]):
         self.notify(describe_error(exc, server=server, path=path), severity="error", timeout=8)
 
 
-class FleetModal(FleetAccess, BridgedMixin, ModalScreen[T]):
+class FleetModal(FleetAccess, KeepsEarlyKeys, BridgedMixin, ModalScreen[T]):
     """A modal screen that may submit trio work (cancelled when it closes)."""

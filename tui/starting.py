@@ -17,6 +17,8 @@ from tui.widgets.header import SafeHeader
 class StartingScreen(Screen[None]):
     """Drawn at once; `failed` replaces the spinner with the error and the stack's stderr tail."""
 
+    HELP_TITLE = "Starting"
+
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "app.quit", "Quit", show=False)]

@@ -7,6 +7,8 @@ from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
+from rich.cells import cell_len
+
 # C0 and C1 control characters (and DEL): a file name or file content must never be able to
 # send escape sequences to the user's terminal.
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
@@ -34,6 +36,17 @@ def _control_picture(match: re.Match[str]) -> str:
     if code < 0x20:
         return chr(0x2400 + code)
     return "\u2421" if code == 0x7F else "?"
+
+
+def fit_tail(text: str, width: int) -> str:
+    """`text` in `width` cells, cut at the start when too long (`…/wp-content/uploads`): the end
+    of a path is where one is. Unknown widths (0 before the first layout) keep it whole."""
+    if width <= 0 or cell_len(text) <= width:
+        return text
+    tail = text
+    while cell_len(tail) > width - 1:
+        tail = tail[max(1, (cell_len(tail) - width + 1) // 2) :]
+    return "…" + tail
 
 
 @lru_cache(maxsize=4096)

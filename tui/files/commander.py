@@ -2,7 +2,8 @@
 
 Each panel shows its own server and scope, so F5 (copy) and F6 (move) from one panel to the other
 are same-folder, cross-site or cross-server transfers; the server decides who may do which. F-keys
-that do not reach through SSH or tmux have a fallback: Esc, then a digit (Esc 5 is F5, Esc 0 F10).
+that do not reach through SSH or tmux have a fallback: Esc, then a digit (Esc 5 is F5, Esc 0 F10);
+Esc first clears an active name filter.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widget import Widget
-from textual.widgets import Footer
 
 from api_client import FileContent, Scope, Server
 from api_client.client import PATHS_PER_BATCH, BatchProgress, KeepGoing
@@ -46,6 +46,7 @@ from tui.files.panel import FilePanel, scope_key
 from tui.files.viewer import ViewerScreen
 from tui.screen import FleetScreen
 from tui.text import join_path, load_tcss, printable
+from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 
 ESCAPE_DIGIT_WINDOW_S = 1.5
@@ -56,6 +57,8 @@ Cross = Literal["site", "server"]
 
 class CommanderScreen(FleetScreen):
     """Two panels side by side; Tab switches, F-keys act on the marked entries or the highlighted."""
+
+    HELP_TITLE = "Files"
 
     DEFAULT_CSS = load_tcss(__file__)
 
@@ -68,7 +71,6 @@ class CommanderScreen(FleetScreen):
         Binding("f7", "mkdir", "Mkdir"),
         Binding("f8", "delete", "Delete"),
         Binding("f2,shift+f6", "rename", "Rename", show=False),
-        Binding("f10", "back", "Back to the servers", show=False),
         Binding("escape", "escape", "", show=False),
         Binding("s", "pick_location", "Scope"),
         Binding("slash", "filter", "Filter", key_display="/", show=False),
@@ -93,9 +95,11 @@ class CommanderScreen(FleetScreen):
         ("Space Insert", "Mark and move down"),
         ("* + -", "Invert, mark all, unmark all"),
         ("Esc 1…0", "F1…F10 where F-keys do not reach (SSH, tmux); Esc Esc leaves"),
+        ("Esc", "Clears the name filter first, when one is set"),
     ]
 
     F_KEY_ACTIONS: ClassVar[dict[str, str]] = {
+        "1": "app.help",
         "2": "rename",
         "3": "view",
         "4": "edit",
@@ -103,7 +107,7 @@ class CommanderScreen(FleetScreen):
         "6": "move",
         "7": "mkdir",
         "8": "delete",
-        "0": "back",
+        "0": "app.quit",  # F10 quits, as in Midnight Commander
     }
 
     def __init__(self, server: Server) -> None:
@@ -119,7 +123,7 @@ class CommanderScreen(FleetScreen):
         with Horizontal(id="panels"):
             yield FilePanel(id="left")
             yield FilePanel(id="right")
-        yield Footer()
+        yield FleetFooter()
 
     def on_mount(self) -> None:
         if self.dismissed:
@@ -175,15 +179,19 @@ class CommanderScreen(FleetScreen):
     # --- Esc then a digit -----------------------------------------------------------------
 
     def action_escape(self) -> None:
+        if self.active.pane.filter_text:  # Esc undoes the filter before it means anything else
+            self._escape_at = None
+            self.active.clear_filter()
+            return
         now = time.monotonic()
         if self._escape_at is not None and now - self._escape_at < ESCAPE_DIGIT_WINDOW_S:
             self._escape_at = None
             self.action_back()  # Esc Esc
             return
         self._escape_at = now
-        self.active.show_hint("Esc: now a digit for an F-key (5 = F5, 0 = F10), or Esc again to leave")
+        self.active.show_hint("Esc then 1…0: F1…F10 · Esc: leave")  # fits a panel at 80 columns
 
-    def on_key(self, event: events.Key) -> None:
+    async def on_key(self, event: events.Key) -> None:
         if event.key == "escape":
             return  # the binding above: it arms, or leaves on a second Esc
         armed, self._escape_at = self._escape_at, None
@@ -196,7 +204,7 @@ class CommanderScreen(FleetScreen):
         if action is not None:
             event.stop()
             event.prevent_default()
-            getattr(self, f"action_{action}")()
+            await self.run_action(action)
 
     def action_back(self) -> None:
         self.dismiss()

@@ -174,8 +174,18 @@ class DirectoryPane(ScrollView, can_focus=True):
     EMPTY_DIRECTORY = "This directory is empty."
     NO_MATCH = "Nothing matches the filter."
 
-    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+        listed_by_owner: bool = False,
+    ) -> None:
+        """`listed_by_owner`: whoever holds the pane lists the folders it opens (the file panel),
+        so the keys typed after Enter on a folder or Backspace wait for that listing."""
         super().__init__(name=name, id=id, classes=classes)
+        self._listed_by_owner = listed_by_owner
         self._all_entries: list[EntryDict] = []
         self._entries: list[EntryDict] = []
         self._marked: set[str] = set()
@@ -186,6 +196,9 @@ class DirectoryPane(ScrollView, can_focus=True):
         self._longest_name = 0
         self.message = ""
         """What to show instead of entries when there are none (nothing before a first listing)."""
+        self._held_keys: list[str] | None = [] if listed_by_owner else None
+        """The keys typed while a listing is on its way (see `hold_keys`); None: none on its way.
+        Held from the start: the first listing is on its way as soon as the pane is shown."""
 
     # --- data ---------------------------------------------------------------------------
 
@@ -238,6 +251,7 @@ class DirectoryPane(ScrollView, can_focus=True):
         self._longest_name = max(map(_display_name_length, self._all_entries), default=0) + 2
         self._show(select, top=True)
         self.post_message(self.MarksChanged(self))
+        self.release_keys()
 
     def _show(self, select: str | None, *, top: bool = False) -> None:
         """Apply the filter to the sorted entries and redraw, the cursor on `select` if shown."""
@@ -255,6 +269,9 @@ class DirectoryPane(ScrollView, can_focus=True):
             self.scroll_to(y=0, animate=False, immediate=True)
         if index or not top:
             self._scroll_cursor_into_view(center=True)
+            # A list that just grew past the screen (a filter cleared) has no scrollbar until it
+            # is laid out again, and cannot scroll before: once more, after that refresh.
+            self.call_after_refresh(self._scroll_cursor_into_view, center=True)
         self.refresh()
         self._post_cursor()
 
@@ -283,6 +300,7 @@ class DirectoryPane(ScrollView, can_focus=True):
         self.set_reactive(DirectoryPane.cursor, 0)
         self.refresh()
         self._post_cursor()
+        self.release_keys(replay=False)
 
     def index_of(self, name: str) -> int | None:
         """The position of the entry called `name`, or None."""
@@ -290,6 +308,39 @@ class DirectoryPane(ScrollView, can_focus=True):
             if entry.get("name") == name:
                 return index
         return None
+
+    # --- keys typed ahead -----------------------------------------------------------------
+
+    def hold_keys(self) -> None:
+        """A listing is on its way: keep the pane's keys typed meanwhile for it (Enter on a folder
+        then ↓↓ Enter goes down in the folder opened, not in the one left)."""
+        if self._held_keys is None and self._listed_by_owner:
+            self._held_keys = []
+
+    def release_keys(self, *, replay: bool = True) -> None:
+        """The listing is shown: do what the held keys ask, in order (a key that opens another
+        folder holds the rest again). Without `replay` (nothing listed) they are dropped."""
+        held, self._held_keys = self._held_keys or [], None
+        for position, key in enumerate(held if replay else []):
+            if self._held_keys is not None:
+                self._held_keys.extend(held[position:])
+                return
+            action = self._action_of(key)
+            if action is not None:
+                getattr(self, f"action_{action}")()
+
+    def _action_of(self, key: str) -> str | None:
+        """The action of the pane's own binding for `key` (None: not the pane's key)."""
+        for binding in self.BINDINGS:
+            if isinstance(binding, Binding) and key in binding.key.split(","):
+                return binding.action
+        return None
+
+    def on_key(self, event: events.Key) -> None:
+        if self._held_keys is not None and self._action_of(event.key) is not None:
+            event.stop()
+            event.prevent_default()
+            self._held_keys.append(event.key)
 
     # --- cursor ---------------------------------------------------------------------------
 
@@ -352,9 +403,12 @@ class DirectoryPane(ScrollView, can_focus=True):
 
     def action_open(self) -> None:
         if (entry := self.highlighted) is not None:
+            if entry.get("type") == "dir":
+                self.hold_keys()  # from now: the keys after Enter are for the folder it opens
             self.post_message(self.Opened(self, entry))
 
     def action_up_directory(self) -> None:
+        self.hold_keys()  # the panel releases them at once when there is no parent
         self.post_message(self.UpRequested(self))
 
     # --- marks ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import ClassVar
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from api_client import FileContent, Scope, Server
 from api_client import errors as api_errors
@@ -28,11 +28,14 @@ from tui.files.save_conflict import (
 )
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
+from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 
 
 class EditorScreen(FleetScreen):
     """A file in the editor; ctrl+s saves, ctrl+f searches, Escape closes (asking if unsaved)."""
+
+    HELP_TITLE = "Editor"
 
     DEFAULT_CSS = load_tcss(__file__)
 
@@ -61,7 +64,7 @@ class EditorScreen(FleetScreen):
         yield Static("", id="editor-bar", markup=False)
         yield Editor(id="editor")
         yield Input(placeholder="Find… (Enter/F3: next, Esc: close)", id="editor-search", compact=True)
-        yield Footer()
+        yield FleetFooter()
 
     @property
     def editor(self) -> Editor:

@@ -26,7 +26,7 @@ from tui.errors import describe_error, format_size
 from tui.files.directory_pane import DirectoryPane, EntryDict
 from tui.monitor import LinkState
 from tui.screen import FleetAccess
-from tui.text import join_path, load_tcss, parent_path, printable
+from tui.text import fit_tail, join_path, load_tcss, parent_path, printable
 
 BUSY_INDICATOR_DELAY_S = 0.2
 # What the title starts with while the panel cannot be trusted to be current.
@@ -66,10 +66,11 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self.path = ""
         self._listing_task: TaskHandle | None = None
         self._busy_timer: Timer | None = None
+        self._covered = False
 
     def compose(self) -> ComposeResult:
         yield Static("", classes="file-panel--title", markup=False)
-        yield DirectoryPane(classes="file-panel--listing")
+        yield DirectoryPane(classes="file-panel--listing", listed_by_owner=True)
         yield Input(placeholder="filter: text or glob (*.php) · Enter keep · Esc clear", classes="file-panel--filter")
         yield Static("", classes="file-panel--status", markup=False)
 
@@ -129,6 +130,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         if self._listing_task is not None:
             self._listing_task.cancel()  # a newer click wins over a slow listing
         self._set_busy(True)
+        self.pane.hold_keys()
         self._set_status(f"Listing /{path}…")
         server, scope = self.server, self.scope
         self._listing_task = self.bridge.run(
@@ -202,6 +204,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
 
     def _listing_failed(self, exc: BaseException, path: str) -> None:
         self._set_busy(False)
+        self.pane.release_keys(replay=False)  # they were for the folder that could not be listed
         self.update_status()
         server = self.server.name if self.server else None
         if not self.pane.all_entries:
@@ -243,6 +246,8 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         event.stop()
         if self.path:
             self.load(parent_path(self.path), select=self.path.rpartition("/")[2])
+        else:
+            self.pane.release_keys()  # already at the top: nothing to wait for
 
     def go_root(self) -> None:
         self.load("")
@@ -272,6 +277,10 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
             event.prevent_default()
             self._end_filter(keep=False)
 
+    def clear_filter(self) -> None:
+        """Show every entry again (Esc while a filter is kept)."""
+        self._end_filter(keep=False)
+
     def _end_filter(self, *, keep: bool) -> None:
         if not keep:
             self.pane.set_filter("")
@@ -292,7 +301,13 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self.set_class(offline, "-agent-offline")
         lost = not self.monitor.state.connected
         mark = CONNECTION_LOST_MARK if lost else AGENT_OFFLINE_MARK if offline else ""
-        self.query_one(".file-panel--title", Static).update(mark + self.location)
+        # The panel's width, less its border: the title's, also while the title is being laid out.
+        width = max(self.content_size.width - len(mark), 0)  # the marks are one cell per character
+        self.query_one(".file-panel--title", Static).update(mark + fit_tail(self.location, width))
+
+    def on_resize(self, _event: events.Resize) -> None:
+        if self.place is not None:
+            self._update_title()
 
     def update_status(self) -> None:
         pane = self.pane
@@ -328,13 +343,16 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
             # Most listings arrive within a frame or two: a spinner for those would only flicker.
             self._busy_timer = self.set_timer(BUSY_INDICATOR_DELAY_S, self._show_busy)
             return
-        if self.pane.loading:
-            self.pane.loading = False
-            self.screen.refresh_bindings()
+        if self._covered:
+            self._covered = False
+            self.pane.set_loading(False)
 
     def _show_busy(self) -> None:
+        # `set_loading`, not `loading = True`: that would also disable the pane, which then
+        # loses the focus and the keys typed meanwhile (the pane holds them for the listing).
         self._busy_timer = None
-        self.pane.loading = True
+        self._covered = True
+        self.pane.set_loading(True)
 
 
 def describe_entry(entry: EntryDict) -> str:

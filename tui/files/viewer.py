@@ -6,18 +6,21 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from api_client import FileContent, Scope, Server
 from tui.errors import format_size
 from tui.files.code_view import CodeView
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable, short_time
+from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 
 
 class ViewerScreen(FleetScreen):
     """A file's content; Escape (or q) goes back to the directory."""
+
+    HELP_TITLE = "Viewer"
 
     DEFAULT_CSS = load_tcss(__file__)
 
@@ -36,7 +39,7 @@ class ViewerScreen(FleetScreen):
         yield SafeHeader()
         yield Static("", id="viewer-bar", markup=False)
         yield CodeView(id="code")
-        yield Footer()
+        yield FleetFooter()
 
     def on_mount(self) -> None:
         if self.dismissed:

@@ -464,6 +464,8 @@ class JobFormScreen(FleetModal[Job | None]):
     the server before the connection dropped does not start a second job.
     """
 
+    HELP_TITLE = "Job form"
+
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [

@@ -30,10 +30,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Checkbox, Input, Label, Select, SelectionList, Static
+from textual.widgets import Input, Label, Select, Static
 
 from tui.jobs.choices import Source
 from tui.text import load_tcss, printable
+from tui.widgets.toggles import Checkbox, SelectionList
 
 FieldKind = Literal["string", "integer", "number", "boolean", "enum", "string_list", "enum_list", "const", "json"]
 

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Static, TabbedContent, TabPane, Tree
+from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
 
 from api_client import Server
 from api_client.errors import NotRunning, TransportError
@@ -24,6 +24,7 @@ from tui.jobs.stream import JobBatch, iterate, open_batch_channel, pump_job_even
 from tui.monitor import LinkState
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
+from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 
 STATUS_MARKS = {
@@ -81,6 +82,8 @@ def args_summary(args: dict[str, object]) -> str:
 class JobRunScreen(FleetScreen):
     """The log of one job (k9s keys), its exit banner, and the result of a read as a table or tree."""
 
+    HELP_TITLE = "Job"
+
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -118,7 +121,7 @@ class JobRunScreen(FleetScreen):
                 yield ResultView(id="result-view")
             with TabPane("Log (2)", id="log"):
                 yield LogView(save_name=f"{self.job.kind}-{self.job.id}.log", id="log-view")
-        yield Footer(compact=True)  # the log's keys fill the footer at 80 columns
+        yield FleetFooter()  # the log's keys fill the footer at 80 columns
 
     @property
     def log_view(self) -> LogView:

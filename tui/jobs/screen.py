@@ -16,7 +16,7 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from api_client import Client, Server
 from api_client.models import FINISHED_STATUSES, Job, JobKindInfo
@@ -29,7 +29,9 @@ from tui.jobs.run import JobRunScreen, args_summary, job_duration, local_time, s
 from tui.monitor import LinkState
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
+from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
+from tui.widgets.list_table import ListTable
 
 HISTORY_LIMIT = 100
 # While a job of the list is queued or running, reload the list this often.
@@ -50,7 +52,7 @@ KIND_WIDTH = (8, 26)
 ARGS_MIN_WIDTH = 10
 
 
-class JobTable(DataTable[Text]):
+class JobTable(ListTable):
     """The history; Enter (named in the footer) opens the highlighted job."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Open")]
@@ -58,6 +60,8 @@ class JobTable(DataTable[Text]):
 
 class JobsScreen(FleetScreen):
     """A server's job history and the way to start new jobs on it."""
+
+    HELP_TITLE = "Jobs"
 
     DEFAULT_CSS = load_tcss(__file__)
 
@@ -82,13 +86,17 @@ class JobsScreen(FleetScreen):
         self._args_shown = False
         self.choices = ChoiceCache()  # what the forms' pickers read on this server
         self._connected = True  # the control plane answers (`tui.monitor`)
+        self._select_when_listed: str | None = None
+        """The job just started here: highlighted once the history lists it."""
+        self._typed_ahead: list[events.Key] = []
+        """What was typed after `n` while the catalog loads: the picker's search, once it opens."""
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
         yield Static("", id="jobs-bar", markup=False)
         yield JobTable(id="job-history", cursor_type="row", zebra_stripes=True)
         yield Static("Loading the jobs…", id="jobs-status", markup=False)
-        yield Footer()
+        yield FleetFooter()
 
     def on_mount(self) -> None:
         if self.dismissed:
@@ -128,8 +136,15 @@ class JobsScreen(FleetScreen):
             self._pick_when_loaded = False
             self.action_new_job()
 
+    def on_key(self, event: events.Key) -> None:
+        if self._pick_when_loaded and event.is_printable:
+            event.stop()
+            event.prevent_default()
+            self._typed_ahead.append(events.Key(event.key, event.character))
+
     def _kinds_failed(self, exc: BaseException) -> None:
         self._pick_when_loaded = False
+        self._typed_ahead.clear()
         self.notify(
             f"Could not load the job catalog: {describe_job_error(exc, server=self.server.name)}",
             severity="error",
@@ -153,8 +168,10 @@ class JobsScreen(FleetScreen):
         self.jobs = {job.id: job for job in jobs}
         self._draw_table()
         table = self.query_one(JobTable)
-        if highlighted is not None and highlighted.id in self.jobs:
-            table.move_cursor(row=table.get_row_index(highlighted.id))
+        started, self._select_when_listed = self._select_when_listed, None
+        keep = self.jobs.get(started or "") or highlighted
+        if keep is not None and keep.id in self.jobs:
+            table.move_cursor(row=table.get_row_index(keep.id), scroll=True)
         self._update_status()
         self._schedule_poll()
 
@@ -269,6 +286,10 @@ class JobsScreen(FleetScreen):
             self._load_kinds()
             return
         self.app.push_screen(KindPicker(list(self.kinds.values()), self.server, self.access), self._kind_picked)
+        # Replayed as the terminal would send them: they reach the picker's search field.
+        for key in self._typed_ahead:
+            self.app.post_message(key)
+        self._typed_ahead.clear()
 
     def _kind_picked(self, kind: JobKindInfo | None) -> None:
         if kind is None:
@@ -305,6 +326,7 @@ class JobsScreen(FleetScreen):
             if kind is None or not kind.read:
                 self.choices.clear()  # the change may add or remove what the pickers listed
             self.jobs[job.id] = job
+            self._select_when_listed = job.id
             self.open_job(job)
 
     def action_back(self) -> None:

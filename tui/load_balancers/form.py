@@ -20,7 +20,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+from textual.widgets import Button, Input, Label, Select, Static
 
 from api_client import Server
 from api_client.job_kinds.load_balancers import LbHealthCheck
@@ -34,6 +34,7 @@ from api_client.load_balancers import (
 )
 from tui.files.dialogs.base import FileDialog
 from tui.text import load_tcss, printable
+from tui.widgets.toggles import Checkbox
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -25,7 +25,7 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from api_client import Server
 from api_client.load_balancers import MAX_WEIGHT, MIN_WEIGHT, Backend, BackendPatch, LoadBalancer, LoadBalancerList
@@ -36,6 +36,7 @@ from tui.load_balancers.menu import ActionMenu, MenuItem
 from tui.load_balancers.tables import LbTable, PoolTable, backend_cells, lb_cells, one_line
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
+from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 
 # How often the list is polled; faster while a load balancer waits for its node to apply a change.
@@ -64,6 +65,8 @@ def backend_actions(backend: Backend) -> list[MenuItem]:
 
 class LoadBalancersScreen(FleetScreen):
     """Load balancers, their pools, live; hatop's keys."""
+
+    HELP_TITLE = "Load balancers"
 
     DEFAULT_CSS = load_tcss(__file__)
 
@@ -112,7 +115,7 @@ class LoadBalancersScreen(FleetScreen):
         yield Static("", id="lb-pool-bar", markup=False)
         yield PoolTable(id="lb-pool", cursor_type="row", zebra_stripes=True)
         yield Static("", id="lb-status", markup=False)
-        yield Footer()
+        yield FleetFooter()
 
     def on_mount(self) -> None:
         if self.dismissed:
@@ -263,7 +266,7 @@ class LoadBalancersScreen(FleetScreen):
         elif lb is not None and not lb.backends:
             line.update("An empty pool: Enter on the load balancer, or n, to add backends")
         else:
-            line.update("d drain · +/- weight · ]/[ ±10 · r restore · Enter: actions · ?: keys")
+            line.update("d drain · +/- weight · ]/[ ±10 · r restore · Enter: actions · F1: keys")
 
     def on_resize(self, _event: events.Resize) -> None:
         self._draw()

@@ -12,14 +12,16 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from api_client import Server
 from api_client.models import PresenceEvent
 from tui.monitor import LinkState
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
+from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
+from tui.widgets.list_table import ListTable
 
 # "Last seen 3 min ago" grows old on its own: redraw the times this often.
 RELATIVE_TIME_REFRESH_S = 15.0
@@ -36,7 +38,7 @@ COLUMNS = [
 ]
 
 
-class ServerTable(DataTable[Text]):
+class ServerTable(ListTable):
     """The DataTable, with Enter named in the footer (DataTable's own binding is hidden)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Files")]
@@ -45,10 +47,13 @@ class ServerTable(DataTable[Text]):
 class ServerListScreen(FleetScreen):
     """Servers in a table; Enter opens the files of the highlighted one."""
 
+    HELP_TITLE = "Servers"
+
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("j", "open_jobs", "Jobs"),
+        # J, not j: j and k move the cursor, as in every list (vim's keys).
+        Binding("J", "open_jobs", "Jobs", key_display="J"),
         Binding("b", "app.go_load_balancers", "Load balancers"),
         Binding("r", "reload", "Reload"),
         Binding("q", "app.quit", "Quit", show=False),
@@ -63,7 +68,7 @@ class ServerListScreen(FleetScreen):
         yield SafeHeader()
         yield ServerTable(id="servers", cursor_type="row", zebra_stripes=True)
         yield Static("Loading servers…", id="servers-status")
-        yield Footer()
+        yield FleetFooter()
 
     def on_mount(self) -> None:
         self.query_one(DataTable).focus()
@@ -186,7 +191,7 @@ class ServerListScreen(FleetScreen):
         live = "" if self.monitor.live_presence else " · no live updates"
         servers = f"{len(self.servers)} server" + ("" if len(self.servers) == 1 else "s")
         agents = f"{online}/{len(full)} agents online" if self._connected else "connection lost"
-        text = f"{servers} · {agents}{live} · Enter: files · j: jobs · b: load balancers"
+        text = f"{servers} · {agents}{live} · Enter: files · J: jobs · b: load balancers"
         self.query_one("#servers-status", Static).update(text)
 
     # --- actions --------------------------------------------------------------------------

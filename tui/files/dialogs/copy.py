@@ -10,10 +10,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, Checkbox, Input, Label, Static
+from textual.widgets import Button, Input, Label, Static
 
 from tui.files.dialogs.base import FileDialog, describe_items
 from tui.text import printable
+from tui.widgets.toggles import Checkbox
 
 Operation = Literal["copy", "move"]
 Cross = Literal["site", "server"]

@@ -11,7 +11,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal, Vertical
-from textual.widgets import Button, Checkbox, Input, Label, RadioButton, RadioSet, Static
+from textual.widgets import Button, Input, Label, RadioSet, Static
 
 from api_client import Scope, Server
 from api_client.client import PATHS_PER_BATCH, BatchInterrupted
@@ -19,6 +19,7 @@ from tui.errors import unwrap
 from tui.files.dialogs.base import FileDialog, describe_items, octal, permission_string, plural
 from tui.files.dialogs.bulk import describe_bulk_error
 from tui.text import printable
+from tui.widgets.toggles import Checkbox, RadioButton
 
 WHO = ("owner", "group", "other")
 WHAT = ("read", "write", "execute")

@@ -9,7 +9,7 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Checkbox, Input, OptionList, Static
+from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from api_client import Scope, Server
@@ -17,6 +17,7 @@ from api_client.models import FsSearchMatch, FsSearchResult
 from tui.bridge import TaskHandle
 from tui.files.dialogs.base import FileDialog, plural
 from tui.text import printable
+from tui.widgets.toggles import Checkbox
 
 SEARCH_LIMIT = 500
 

@@ -1,0 +1,387 @@
+"""The keys and the 80x24 screen as a Midnight Commander or k9s user expects them (issue 12, points
+4, 5, 6 and 8): titles and footers that fit, highlights in view, Home/End, keys typed ahead kept,
+toggles readable without colour, F1 help, F10 quit, Esc clearing a filter first.
+
+Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio side has delivered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from textual.app import App, ComposeResult
+from textual.pilot import Pilot
+from textual.widgets import DataTable, Input
+from textual.widgets._footer import FooterKey
+
+from tests.conftest import Stack
+from tests.helpers import wait_for
+from tests.helpers.tui import SIZE, highlight, highlight_server, names, real_app, run, site_dir
+from tests.test_tui_jobs import finished_job
+from tui.files.commander import CommanderScreen
+from tui.files.dialogs import PermissionsDialog, SearchDialog
+from tui.files.editor_screen import EditorScreen
+from tui.files.save_conflict import DiscardChangesDialog
+from tui.files.viewer import ViewerScreen
+from tui.help import HelpScreen, screen_title
+from tui.jobs.dialogs import KindPicker
+from tui.jobs.run import JobRunScreen
+from tui.jobs.screen import JobsScreen
+from tui.load_balancers.screen import LoadBalancersScreen
+from tui.servers.screen import ServerListScreen
+from tui.widgets.toggles import Checkbox, RadioButton, SelectionList
+
+DEEP = "public_html/wp-content/uploads/a-long-folder-name"
+
+
+async def open_commander(pilot: Pilot[None]) -> CommanderScreen:
+    app = pilot.app
+    await highlight_server(pilot, "local")
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.left))
+    screen = app.screen
+    assert isinstance(screen, CommanderScreen)
+    return screen
+
+
+def footer_keys(pilot: Pilot[None]) -> list[tuple[str, str, int]]:
+    """(key shown, description, rightmost column) of each key in the footer of the screen shown."""
+    keys = pilot.app.screen.query(FooterKey)
+    return [(key.key_display, key.description, key.region.right) for key in keys if key.region.width]
+
+
+async def footer_fits(pilot: Pilot[None], *first: str) -> None:
+    """The footer at 80 columns: uncut, its first keys `first`, F1 Help and F10 Quit in it."""
+    await wait_for(pilot, lambda: footer_keys(pilot) and footer_keys(pilot)[-1][1] == "Quit")
+    keys = footer_keys(pilot)
+    assert all(right <= SIZE[0] for _, _, right in keys), keys
+    assert [description for _, description, _ in keys[: len(first)]] == list(first)
+    assert ("F1", "Help") in [(key, description) for key, description, _ in keys]
+    assert ("F10", "Quit") in [(key, description) for key, description, _ in keys]
+
+
+def title_of(screen: CommanderScreen, side: str) -> str:
+    panel = screen.left if side == "left" else screen.right
+    return str(panel.query_one(".file-panel--title").render())
+
+
+# --- 4: what an 80x24 screen shows ------------------------------------------------------------
+
+
+def test_the_panel_title_keeps_the_end_of_a_long_path(stack: Stack) -> None:
+    (site_dir(stack) / DEEP).mkdir(parents=True, exist_ok=True)
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await open_commander(pilot)
+        screen.left.load(DEEP)
+        await wait_for(pilot, lambda: screen.left.path == DEEP)
+        await pilot.pause()
+        title = title_of(screen, "left")
+        width = screen.left.content_size.width
+        assert title.startswith("…") and title.endswith("/uploads/a-long-folder-name")
+        assert len(title) == width < len(screen.left.location)
+        assert title_of(screen, "right") == "local:example.com:/"  # short: whole
+
+    run(app, scenario)
+
+
+def test_every_footer_fits_80_columns_most_used_keys_first(stack: Stack) -> None:
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, "local")
+        await footer_fits(pilot, "Files", "Jobs", "Load balancers")
+        screen = await open_commander(pilot)
+        await footer_fits(pilot, "View", "Edit", "Copy", "Move", "Mkdir", "Delete")
+        await highlight(pilot, screen.left, ".env")
+        await pilot.press("f3")
+        await wait_for(pilot, lambda: isinstance(app.screen, ViewerScreen))
+        await footer_fits(pilot)
+        await pilot.press("escape")
+        await pilot.press("f4")
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
+        await footer_fits(pilot, "Undo", "Redo", "Save", "Find")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen)
+        await pilot.press("escape", "escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen))
+        await pilot.press("J")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen._loaded)
+        await footer_fits(pilot, "Open", "Servers", "New job")
+        await run_system_info(pilot)
+        await wait_for(pilot, lambda: isinstance(app.screen, JobRunScreen) and app.screen.exited)
+        await pilot.press("2")  # the log: its own keys, most of them
+        await footer_fits(pilot, "Follow", "Wrap", "Time", "Full", "Filter", "Save")
+        await pilot.press("escape", "escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen))
+        await pilot.press("b")
+        await wait_for(pilot, lambda: isinstance(app.screen, LoadBalancersScreen))
+        await footer_fits(pilot)
+
+    run(app, scenario)
+
+
+async def run_system_info(pilot: Pilot[None]) -> None:
+    """`n` on the jobs screen, then the read `system.info` (no form, no confirmation)."""
+    await pilot.press("n")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, KindPicker))
+    picker = pilot.app.screen
+    assert isinstance(picker, KindPicker)
+    picker.query_one("#kind-search", Input).value = "system.info"
+    await wait_for(pilot, lambda: picker.matches and picker.matches[0].kind.kind == "system.info")
+    await pilot.press("enter")
+
+
+# --- 5: the highlight stays in view, Home/End, keys typed ahead --------------------------------
+
+
+def test_esc_clears_a_filter_first_and_the_highlight_stays_in_view(stack: Stack) -> None:
+    many = site_dir(stack) / "many"
+    many.mkdir(exist_ok=True)
+    for number in range(120):
+        (many / f"file-{number:03}.txt").write_text("x")
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await open_commander(pilot)
+        left, pane = screen.left, screen.left.pane
+        left.load("many")
+        await wait_for(pilot, lambda: len(names(left)) == 120)
+
+        def in_view() -> bool:
+            top = round(pane.scroll_y)
+            return top <= pane.cursor < top + pane.page_rows
+
+        # A filter kept with Enter, the cursor on its last match, far down the whole folder.
+        await pilot.press("slash", "1", "1", "enter")
+        await wait_for(pilot, lambda: names(left)[-1] == "file-119.txt" and app.focused is pane)
+        await pilot.press("end")
+        # Esc: the filter goes (not the F-key prefix), the same file stays highlighted, in view.
+        await pilot.press("escape")
+        assert pane.filter_text == "" and len(names(left)) == 120
+        assert pane.highlighted is not None and pane.highlighted["name"] == "file-119.txt"
+        assert in_view() and round(pane.scroll_y) > 0
+        assert "Esc: leave" not in str(left.query_one(".file-panel--status").render())
+        # The filter typed and cleared with Esc while editing it: the same.
+        await highlight(pilot, left, "file-005.txt")
+        await pilot.press("slash", "1", "0", "9")
+        await wait_for(pilot, lambda: names(left) == ["file-109.txt"])
+        await pilot.press("escape")
+        assert pane.filter_text == "" and pane.highlighted is not None
+        assert pane.highlighted["name"] == "file-109.txt" and in_view()
+        # A search result far down a folder of the scope root: highlighted, in view.
+        left.load("")
+        await wait_for(pilot, lambda: left.path == "" and "many" in names(left))
+        await pilot.press("ctrl+f")
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchDialog))
+        search = app.screen
+        assert isinstance(search, SearchDialog)
+        await pilot.press(*"file-110", "enter")
+        await wait_for(pilot, lambda: search.matches)
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: app.screen is screen and left.path == "many")
+        await wait_for(pilot, lambda: pane.highlighted is not None and pane.highlighted["name"] == "file-110.txt")
+        await pilot.pause()
+        assert in_view()
+        # Without a filter, Esc arms the F-key prefix as before: Esc Esc leaves.
+        await pilot.press("escape")
+        assert "Esc: leave" in str(left.query_one(".file-panel--status").render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen))
+
+    run(app, scenario)
+
+
+@pytest.fixture
+def two_more_servers(stack: Stack) -> Iterator[None]:
+    """Lite servers sorted first and last in the demo org's list, removed afterwards."""
+    made = [stack.admin("create-server", name, "--org", "demo", "--kind", "lite") for name in ("aaa-first", "zzz-last")]
+    yield
+    with stack.http() as http:
+        for server in made:
+            assert http.delete(f"/v1/servers/{server['id']}").status_code == 204
+
+
+def test_home_and_end_in_the_server_and_job_lists_and_a_new_job_is_highlighted(
+    stack: Stack, two_more_servers: None
+) -> None:
+    with stack.http() as http:
+        for _ in range(30):  # more than a screen
+            finished_job(http, stack.server_id, "system.info")
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and len(app.screen.servers) >= 3)
+        servers = app.screen
+        assert isinstance(servers, ServerListScreen)
+        await pilot.press("end")
+        assert servers.highlighted_server is not None and servers.highlighted_server.name == "zzz-last"
+        await pilot.press("home")
+        assert servers.highlighted_server is not None and servers.highlighted_server.name == "aaa-first"
+        # j and k move, as in vim (J opens the jobs).
+        await pilot.press("j")
+        assert servers.highlighted_server is not None and servers.highlighted_server.name != "aaa-first"
+        await pilot.press("k")
+        assert servers.highlighted_server is not None and servers.highlighted_server.name == "aaa-first"
+
+        await highlight_server(pilot, "local")
+        await pilot.press("J")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and len(app.screen.jobs) >= 30)
+        jobs = app.screen
+        assert isinstance(jobs, JobsScreen)
+        table = jobs.query_one(DataTable)
+        await pilot.press("end")
+        assert table.cursor_row == table.row_count - 1 and table.scroll_y > 0
+        await pilot.press("home")
+        assert table.cursor_row == 0
+        await pilot.press("end")
+
+        # From the bottom of the history, a new job: back on the list, it is the one highlighted.
+        await run_system_info(pilot)
+        await wait_for(pilot, lambda: isinstance(app.screen, JobRunScreen) and app.screen.exited)
+        started = app.screen.job.id  # type: ignore[attr-defined]
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is jobs and started in jobs.jobs)
+        await wait_for(pilot, lambda: jobs.highlighted_job is not None and jobs.highlighted_job.id == started)
+        row = table.cursor_row
+        await pilot.pause()
+        assert table.scroll_y <= row < table.scroll_y + table.scrollable_content_region.height - 1
+
+    run(app, scenario)
+
+
+def test_keys_typed_while_a_folder_loads_are_kept_for_it(stack: Stack) -> None:
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        # Typed right after Enter on the server list, before the first listing: kept for it.
+        await highlight_server(pilot, "local")
+        await pilot.press("enter", "end")
+        await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.left))
+        screen = app.screen
+        assert isinstance(screen, CommanderScreen)
+        pane = screen.left.pane
+        await wait_for(pilot, lambda: pane.cursor == len(pane.entries) - 1 > 0)
+
+        # Enter on a folder then End: End is for the folder opened, not the one left.
+        await highlight(pilot, screen.left, "public_html")
+        await pilot.press("enter", "end")
+        await wait_for(pilot, lambda: screen.left.path == "public_html")
+        await wait_for(pilot, lambda: pane.cursor == len(pane.entries) - 1 > 0)
+        assert app.focused is pane
+        # Backspace then Enter: up, and Enter opens the folder the cursor lands on (where we came from).
+        await pilot.press("backspace", "enter")
+        await wait_for(pilot, lambda: screen.left.path == "public_html" and "wp-content" in names(screen.left))
+
+        # Typed right after the keys that open the jobs and their catalog: the picker's search.
+        await pilot.press("escape", "escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen))
+        await pilot.press("J", "n", "s", "y", "s")
+        await wait_for(pilot, lambda: isinstance(app.screen, KindPicker))
+        picker = app.screen
+        await wait_for(pilot, lambda: picker.query_one("#kind-search", Input).value == "sys")
+
+    run(app, scenario)
+
+
+# --- 6: toggles readable without colour -------------------------------------------------------
+
+
+def test_toggles_show_their_state_in_the_glyph(stack: Stack) -> None:
+    (site_dir(stack) / "mode-640.txt").write_text("x")
+    (site_dir(stack) / "mode-640.txt").chmod(0o640)
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await open_commander(pilot)
+        await highlight(pilot, screen.left, "mode-640.txt")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PermissionsDialog))
+        dialog = app.screen
+        glyphs = {box.id: str(box.render())[:3] for box in dialog.query(Checkbox) if (box.id or "").startswith("bit-")}
+        assert glyphs["bit-owner-read"] == glyphs["bit-owner-write"] == glyphs["bit-group-read"] == "[x]"
+        assert glyphs["bit-owner-execute"] == glyphs["bit-group-write"] == glyphs["bit-other-read"] == "[ ]"
+        await pilot.press("escape")
+
+    run(app, scenario)
+
+
+class Toggles(App[None]):
+    def compose(self) -> ComposeResult:
+        yield RadioButton("on", True, id="radio-on")
+        yield RadioButton("off", False, id="radio-off")
+        yield Checkbox("ticked", True, id="ticked")
+        yield SelectionList[str](("picked", "a", True), ("left out", "b", False))
+
+
+def test_every_kind_of_toggle_differs_ticked_and_not() -> None:
+    app = Toggles()
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        assert str(app.query_one("#radio-on", RadioButton).render()).startswith("(*)")
+        assert str(app.query_one("#radio-off", RadioButton).render()).startswith("( )")
+        ticked = app.query_one("#ticked", Checkbox)
+        assert str(ticked.render()).startswith("[x]")
+        ticked.focus()
+        await pilot.press("space")
+        assert str(ticked.render()).startswith("[ ]")
+        rows = app.query_one(SelectionList)
+        assert [rows.render_line(y).text[:3] for y in (0, 1)] == ["[x]", "[ ]"]
+
+    run(app, scenario)
+
+
+# --- 8: F1, titles in words, F10 --------------------------------------------------------------
+
+
+def test_f1_is_help_everywhere_and_the_editor_types_a_question_mark(stack: Stack) -> None:
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, "local")
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert app.screen.query_one("#help-box").border_title == "Keys · Servers"
+        await pilot.press("f1")  # F1 closes it too
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen))
+
+        screen = await open_commander(pilot)
+        await highlight(pilot, screen.left, ".env")
+        await pilot.press("f4")
+        await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
+        editor = app.screen
+        assert isinstance(editor, EditorScreen)
+        # `?` is text in the editor; the footer names F1, which opens the help.
+        await pilot.press("question_mark")
+        assert editor.editor.lines[0].startswith("?") and app.screen is editor
+        assert ("F1", "Help") in [(key, description) for key, description, _ in footer_keys(pilot)]
+        assert "?" not in [key for key, _, _ in footer_keys(pilot)]
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert app.screen.query_one("#help-box").border_title == "Keys · Editor"
+        await pilot.press("escape")
+
+        # F10 quits, asking first about the unsaved edit (Esc keeps editing).
+        await pilot.press("f10")
+        await wait_for(pilot, lambda: isinstance(app.screen, DiscardChangesDialog))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is editor)
+        assert not app._exit
+        await pilot.press("ctrl+z", "escape")
+        await wait_for(pilot, lambda: app.screen is screen)
+        # Esc 1 is F1 where F-keys do not reach.
+        await pilot.press("escape", "1")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert app.screen.query_one("#help-box").border_title == "Keys · Files"
+        await pilot.press("escape")
+        await pilot.press("f10")
+        await wait_for(pilot, lambda: app._exit)
+
+    run(app, scenario)
+
+
+def test_help_titles_are_words() -> None:
+    assert screen_title(ServerListScreen()) == "Servers"
+    assert screen_title(DiscardChangesDialog(["/a"], "quit")) == "Discard changes dialog"
