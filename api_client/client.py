@@ -38,11 +38,13 @@ from api_client.models import (
     MAX_ARCHIVE_PATHS,
     MAX_PATHS,
     RELAY_UPLOAD_LIMIT,
+    WINDOW_LIMIT,
     ApiToken,
     ApiTokenCreated,
     DirectUpload,
     Entry,
     FileContent,
+    FileWindow,
     FsChmodResult,
     FsCopyResult,
     FsDeleted,
@@ -376,6 +378,14 @@ class FilesAPI(_SubAPI):
             "GET", f"/v1/servers/{server_id}/fs/read", params={**_scope_params(scope), "path": path}
         )
         return FileContent.model_validate(body)
+
+    async def read_window(
+        self, server_id: str, scope: Scope, path: str, offset: int, length: int = WINDOW_LIMIT
+    ) -> FileWindow:
+        """`length` bytes (at most `WINDOW_LIMIT`) of any file from `offset`: text or binary, of
+        any size; past the end the window is empty and `eof` is true."""
+        params = {**_scope_params(scope), "path": path, "offset": offset, "length": length}
+        return FileWindow.model_validate(await self._fs("GET", server_id, "read", params=params))
 
     async def write(
         self,
