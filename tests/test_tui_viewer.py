@@ -6,8 +6,10 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 from textual.pilot import Pilot
 
 from tests.conftest import Stack
@@ -24,11 +26,30 @@ def log_line(n: int) -> bytes:
     return b"line %07d\n" % n
 
 
-def write_big_log(path: Path) -> None:
+def big_log() -> bytes:
     lines = [log_line(n) for n in range(LINES)]
     lines[400_000] = b"NEEDLE early\n"  # ~5 MB in: several windows past the top
     lines[1_200_000] = b"NEEDLE late\n"  # ~15 MB in
-    path.write_bytes(b"".join(lines))
+    return b"".join(lines)
+
+
+WriteFile = Callable[[str, bytes], Path]
+
+
+@pytest.fixture
+def site_file(stack: Stack) -> Iterator[WriteFile]:
+    """Writes a file in example.com for one test, removed after it (a 20 MB log would slow the
+    content searches of the tests that follow)."""
+    made: list[Path] = []
+
+    def write(path: str, data: bytes) -> Path:
+        made.append(site_dir(stack) / path)
+        made[-1].write_bytes(data)
+        return made[-1]
+
+    yield write
+    for path in made:
+        path.unlink(missing_ok=True)
 
 
 async def open_viewer(pilot: Pilot[None], folder: str, name: str) -> ViewerScreen:
@@ -59,10 +80,8 @@ def bar(viewer: ViewerScreen) -> str:
     return str(viewer.query_one("#viewer-bar").render())
 
 
-def test_a_20_mb_log_opens_at_its_end_and_pages(stack: Stack) -> None:
-    logs = site_dir(stack) / "logs"
-    write_big_log(logs / "viewer-big.log")
-    size = (logs / "viewer-big.log").stat().st_size
+def test_a_20_mb_log_opens_at_its_end_and_pages(stack: Stack, site_file: WriteFile) -> None:
+    size = site_file("logs/viewer-big.log", big_log()).stat().st_size
     app = real_app(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -89,8 +108,8 @@ def test_a_20_mb_log_opens_at_its_end_and_pages(stack: Stack) -> None:
     run(app, scenario)
 
 
-def test_search_forward_and_backward_across_windows(stack: Stack) -> None:
-    write_big_log(site_dir(stack) / "viewer-search.txt")
+def test_search_forward_and_backward_across_windows(stack: Stack, site_file: WriteFile) -> None:
+    site_file("viewer-search.txt", big_log())
     app = real_app(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -117,14 +136,14 @@ def test_search_forward_and_backward_across_windows(stack: Stack) -> None:
     run(app, scenario)
 
 
-def test_wrap_toggle_and_a_character_across_a_window_boundary(stack: Stack) -> None:
+def test_wrap_toggle_and_a_character_across_a_window_boundary(stack: Stack, site_file: WriteFile) -> None:
     """The line holding `é` spans two of the viewer's windows: it is decoded whole."""
     filler = b"x" * 59 + b"\n"
     head = filler * (CHUNK // 60 - 1)
     pad = b"y" * (CHUNK - 1 - len(head) - 1)
     data = head + pad + b"\n" + "é".encode() + b" and a long line " + b"z" * 200 + b"\n" + filler * 3
     assert data.index("é".encode()) == CHUNK - 1
-    (site_dir(stack) / "viewer-wrap.txt").write_bytes(data)
+    site_file("viewer-wrap.txt", data)
     app = real_app(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -147,8 +166,8 @@ def test_wrap_toggle_and_a_character_across_a_window_boundary(stack: Stack) -> N
     run(app, scenario)
 
 
-def test_a_binary_opens_in_hex_and_h_switches_to_text(stack: Stack) -> None:
-    (site_dir(stack) / "viewer-blob.bin").write_bytes(bytes(range(256)) * 4)
+def test_a_binary_opens_in_hex_and_h_switches_to_text(stack: Stack, site_file: WriteFile) -> None:
+    site_file("viewer-blob.bin", bytes(range(256)) * 4)
     app = real_app(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:

@@ -142,7 +142,7 @@ class Pager:
     async def open(self, *, at_end: bool) -> Page:
         """Read the head (its size, whether it is binary: then hex), then show the top or the end."""
         async with self._lock:
-            head = (await self.cache.chunk(0))[:SNIFF]
+            head = await self.cache.window(0, SNIFF)  # the size, and text or binary: one small read
             self.mode = "hex" if looks_binary(head) else "text"
             if at_end:
                 await self._end()
