@@ -63,13 +63,14 @@ async def test_first_middle_and_last_window_of_a_20_mb_file(stack: Stack, folder
     assert last.data == data[-100:]
 
 
-def test_a_window_beyond_the_end_is_empty_with_eof(stack: Stack, folder: Path) -> None:
+@pytest.mark.parametrize("offset", [6, 1000, 2**63 - 1])
+def test_a_window_beyond_the_end_is_empty_with_eof(stack: Stack, folder: Path, offset: int) -> None:
     (folder / "small.txt").write_bytes(b"hello\n")
     with stack.http() as http:
-        answer = read(stack, http, rel(stack, folder / "small.txt"), offset=1000, length=10)
+        answer = read(stack, http, rel(stack, folder / "small.txt"), offset=offset, length=10)
     assert answer.status_code == 200, answer.text
     body = answer.json()
-    assert (body["offset"], body["length"], body["size"], body["data_base64"], body["eof"]) == (1000, 0, 6, "", True)
+    assert (body["offset"], body["length"], body["size"], body["data_base64"], body["eof"]) == (offset, 0, 6, "", True)
     assert set(body) == {"path", "offset", "length", "size", "mtime", "data_base64", "eof"}
 
 

@@ -222,9 +222,10 @@ def read_window(jail: Jail, path: str, offset: int, length: int) -> dict[str, An
     """`length` bytes of any regular file from `offset`: text or binary, of any size (the viewer
     pages with it). A window past the end is empty; `eof` says nothing follows it."""
     rel = normalize(path)
-    fd, _ = open_regular(jail, path)
+    fd, opened = open_regular(jail, path)
     try:
-        data = os.pread(fd, length, offset) if length else b""
+        # Past the end there is nothing to read (and pread refuses offsets near 2**63).
+        data = os.pread(fd, length, offset) if length and offset < opened.st_size else b""
         st = os.fstat(fd)  # after the read: a log may have grown meanwhile
     finally:
         os.close(fd)
