@@ -113,7 +113,8 @@ def test_browse_the_embedded_stack_from_servers_to_a_file(embedded: LocalStack) 
         await wait_for(pilot, lambda: files.active.path == "public_html" and "index.php" in listed(app))
         await open_entry(pilot, "index.php")
         await wait_for(pilot, lambda: isinstance(app.screen, ViewerScreen) and app.screen.page is not None)
-        assert app.screen.query_one(PageView).lines[0] == "<?php"
+        view = app.screen.query_one(PageView)
+        assert view.lines[0] == "<?php" and view.language == "PHP"
 
         # Back to the directory, up to the scope root with the cursor on where we came from.
         await pilot.press("escape")

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
+from itertools import accumulate
 from typing import Any, ClassVar, Literal
 
+from pygments.lexer import Lexer
+from pygments.lexers.php import PhpLexer
 from rich.style import Style
 from rich.text import Text
 from textual import events, on
@@ -24,6 +27,7 @@ from textual.widgets import Footer, Input, Static
 from api_client import Scope, Server
 from api_client.models import FileWindow
 from tui.bridge import TaskHandle
+from tui.files.highlight import LEXER_OPTIONS, LazyHighlighter, lexer_for_path, themed_segments
 from tui.files.pager import Page, Pager, is_log
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable, short_size
@@ -33,7 +37,10 @@ SEARCH_POLL_S = 0.2
 
 
 class PageView(Widget):
-    """The rows of one `Page`, scrolled sideways when not wrapped, with the search's matches marked."""
+    """The rows of one `Page`, scrolled sideways when not wrapped, with the search's matches marked.
+
+    Text is highlighted for the language of the file's name, a screenful at a time (lexed from
+    the screen's first line, so a construct opened above it may start in the wrong colour)."""
 
     can_focus = True
 
@@ -45,11 +52,18 @@ class PageView(Widget):
         self.page: Page | None = None
         self.pattern = ""
         self.scroll_column = 0
+        self.lexer: Lexer | None = None
 
-    def show(self, page: Page) -> None:
+    @property
+    def language(self) -> str:
+        return str(self.lexer.name) if self.lexer is not None else ""
+
+    def show(self, page: Page, path: str) -> None:
         self.page = page
         if page.wrap or page.mode == "hex":
             self.scroll_column = 0
+        if self.lexer is None and page.mode == "text" and page.rows:
+            self.lexer = lexer_for_path(path, page.rows[0].text if page.top == 0 else "")
         self.refresh()
 
     def on_resize(self, _event: events.Resize) -> None:
@@ -63,11 +77,35 @@ class PageView(Widget):
         return [row.text[self.scroll_column :] for row in self.page.rows]
 
     def render(self) -> Text:
-        text = Text("\n".join(self.lines), no_wrap=True, overflow="crop", end="")
+        rows = self._highlighted_rows() if self.page is not None and self.page.mode == "text" else None
+        text = Text("\n", end="").join(rows) if rows is not None else Text("\n".join(self.lines), end="")
+        text.no_wrap, text.overflow = True, "crop"
         if self.pattern:
             case_sensitive = self.pattern != self.pattern.lower()
             text.highlight_words([self.pattern], Style(reverse=True), case_sensitive=case_sensitive)
         return text
+
+    def _highlighted_rows(self) -> list[Text] | None:
+        """The rows, coloured: the rows of one line (wrapped) are lexed as that one line."""
+        if self.page is None or self.lexer is None:
+            return None
+        pieces: dict[int, list[str]] = {}
+        for row in self.page.rows:
+            pieces.setdefault(row.offset, []).append(row.text)
+        lexer = self.lexer
+        if isinstance(lexer, PhpLexer) and self.page.top > 0:
+            lexer = PhpLexer(startinline=True, **LEXER_OPTIONS)  # mid-file: most PHP is code
+        highlighter = LazyHighlighter(["".join(parts) for parts in pieces.values()], lexer)
+        rows: list[Text] = []
+        for index, parts in enumerate(pieces.values()):
+            segments = themed_segments(self, highlighter.tokens(index))
+            line = Text.assemble(*((segment.text, segment.style or "") for segment in segments))
+            if len(parts) == 1:
+                rows.append(line[self.scroll_column :])
+                continue
+            cuts = list(accumulate(len(part) for part in parts[:-1]))
+            rows.extend(line.divide(cuts))
+        return rows
 
 
 class ViewerScreen(FleetScreen):
@@ -148,7 +186,7 @@ class ViewerScreen(FleetScreen):
     def _show(self, page: Page) -> None:
         self.page = page
         self._note = ""
-        self.view.show(page)
+        self.view.show(page, self.path)
         self._update_bar()
 
     def _failed(self, exc: BaseException) -> None:
