@@ -551,7 +551,9 @@ class FilesAPI(_SubAPI):
         """Names containing `query` under `path`, or with `content` the matching lines of text files;
         `truncated` says the `limit` cut the answer short."""
         params = {**_scope_params(scope), "path": path, "query": query, "content": content, "limit": limit}
-        return FsSearchResult.model_validate(await self._fs("GET", server_id, "search", params=params))
+        read_timeout = TREE_OPERATION_TIMEOUT_S if content else None  # it reads every file, of any size
+        answer = await self._fs("GET", server_id, "search", params=params, read_timeout=read_timeout)
+        return FsSearchResult.model_validate(answer)
 
     async def trash(self, server_id: str, scope: Scope) -> tuple[builtins.list[TrashItem], int]:
         """The scope's trash, and how many items older than 30 days opening it purged."""

@@ -212,6 +212,8 @@ def _lines_holding(fd: int, needle: str, token: CancelToken) -> Iterator[tuple[i
 
 
 def _block_lines(block: bytes, before: int, needle: str) -> Iterator[tuple[int, str]]:
+    if block.isascii() and needle.isascii() and needle.encode("ascii") not in block.lower():
+        return  # most blocks of a log: ruled out without decoding them (casefold is lower here)
     text = block.decode("utf-8", "replace")
     if needle not in text.casefold():
         return

@@ -428,7 +428,10 @@ async def search(
 ) -> Response:
     target = await resolve_target(fleet, caller, server_id, scope, domain)
     params = target.params(path=path, query=query, content=content, limit=limit)
-    return _checked(FsSearchResult, await fleet.call_agent(server_id, "fs.search", params), "fs.search")
+    # A content search reads every file, big logs included: the deadline of a tree operation.
+    timeout = fleet.settings.transfer_timeout_s if content else None
+    answer = await fleet.call_agent(server_id, "fs.search", params, timeout=timeout)
+    return _checked(FsSearchResult, answer, "fs.search")
 
 
 # --- trash ------------------------------------------------------------------------------------
