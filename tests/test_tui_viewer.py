@@ -183,3 +183,22 @@ def test_a_binary_opens_in_hex_and_h_switches_to_text(stack: Stack, site_file: W
         await wait_for(pilot, lambda: "· hex" in bar(viewer))
 
     run(app, scenario)
+
+
+def test_a_file_gone_before_f3_is_reported_and_the_viewer_closes(stack: Stack, site_file: WriteFile) -> None:
+    gone = site_file("viewer-gone.txt", b"soon gone\n")
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, "local")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.left))
+        commander = app.screen
+        assert isinstance(commander, CommanderScreen)
+        await highlight(pilot, commander.left, "viewer-gone.txt")
+        gone.unlink()
+        await pilot.press("f3")
+        await wait_for(pilot, lambda: any(n.message.startswith("Not found") for n in app._notifications))
+        await wait_for(pilot, lambda: app.screen is commander)
+
+    run(app, scenario)

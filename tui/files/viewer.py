@@ -190,9 +190,12 @@ class ViewerScreen(FleetScreen):
         self._update_bar()
 
     def _failed(self, exc: BaseException) -> None:
-        self._note = "not readable"
-        self._update_bar()
         self.show_error(exc, server=self.server.name, path=self.path.rpartition("/")[2] or self.path)
+        if self.page is None:  # it could not be opened (gone, not a file, the agent offline)
+            self.dismiss()
+            return
+        self._note = "read failed"
+        self._update_bar()
 
     def _update_bar(self) -> None:
         """Where the screen is: the byte offset of its first row, of the size, and how far that is."""
