@@ -7,6 +7,7 @@ switches); `/` and `?` search forward and backward through the whole file, `n` a
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import partial
 from itertools import accumulate
@@ -141,6 +142,8 @@ class ViewerScreen(FleetScreen):
         self.page: Page | None = None
         self.match: int | None = None  # where the last match found starts
         self._opened = False
+        self._pending: deque[Callable[[], TaskHandle]] = deque()
+        self._current: TaskHandle | None = None
         self._searching: TaskHandle | None = None
         self._search_timer: Timer | None = None
         self._search_forward = True
@@ -180,8 +183,30 @@ class ViewerScreen(FleetScreen):
     # --- pages ----------------------------------------------------------------------------
 
     def _ask(self, move: Callable[..., Awaitable[Page]], *args: Any, **kwargs: Any) -> None:
-        """Run a `Pager` call in trio; its page is shown when it comes (calls run in key order)."""
-        self.bridge.run(self, partial(move, *args, **kwargs), on_done=self._show, on_error=self._failed, name="page")
+        """Run a `Pager` call in trio; its page is shown when it comes."""
+        call = partial(move, *args, **kwargs)
+        self._queue(lambda: self.bridge.run(self, call, on_done=self._moved, on_error=self._move_failed, name="page"))
+
+    def _queue(self, start: Callable[[], TaskHandle]) -> None:
+        """Calls run one at a time, in the order of the keys: `g` then `G` ends at the end."""
+        self._pending.append(start)
+        self._next()
+
+    def _next(self) -> None:
+        if self._current is None and self._pending:
+            self._current = self._pending.popleft()()
+
+    def _finished(self) -> None:
+        self._current = None
+        self._next()
+
+    def _moved(self, page: Page) -> None:
+        self._show(page)
+        self._finished()
+
+    def _move_failed(self, exc: BaseException) -> None:
+        self._failed(exc)
+        self._finished()
 
     def _show(self, page: Page) -> None:
         self.page = page
@@ -192,6 +217,7 @@ class ViewerScreen(FleetScreen):
     def _failed(self, exc: BaseException) -> None:
         self.show_error(exc, server=self.server.name, path=self.path.rpartition("/")[2] or self.path)
         if self.page is None:  # it could not be opened (gone, not a file, the agent offline)
+            self._pending.clear()
             self.dismiss()
             return
         self._note = "read failed"
@@ -249,22 +275,23 @@ class ViewerScreen(FleetScreen):
             self._find(same_way == self._search_forward)
 
     def _find(self, forward: bool) -> None:
+        self._queue(partial(self._start_search, self.view.pattern, forward))
+
+    def _start_search(self, pattern: str, forward: bool) -> TaskHandle:
         """Search from the last match (or the top of the screen) through as many windows as it
         takes; the bar shows how far it has read, Escape stops it."""
-        if self.page is None or self._searching is not None:
-            return
-        at = self.match if self.match is not None else self.page.top
+        top = self.page.top if self.page is not None else 0
+        at = self.match if self.match is not None else top
         start = at + 1 if forward and self.match is not None else at
-        pattern = self.view.pattern
         self._search_timer = self.set_interval(SEARCH_POLL_S, self._search_progress)
 
         def found(result: tuple[Page, int] | None) -> None:
             self._search_ended("")
             if result is None:
                 self.notify(f"Not found: {printable(pattern)}", severity="warning")
-                return
-            self.match = result[1]
-            self._show(result[0])
+            else:
+                self.match = result[1]
+                self._show(result[0])
 
         def failed(exc: BaseException) -> None:
             self._search_ended("")
@@ -274,6 +301,7 @@ class ViewerScreen(FleetScreen):
         self._update_bar()
         search = partial(self.pager.search, pattern, start=start, forward=forward)
         self._searching = self.bridge.run(self, search, on_done=found, on_error=failed, name="search")
+        return self._searching
 
     def _search_progress(self) -> None:
         if self._searching is not None and self.page is not None:
@@ -281,13 +309,16 @@ class ViewerScreen(FleetScreen):
             self._update_bar()
 
     def _search_ended(self, note: str) -> None:
-        if self._searching is not None:
-            self._searching.cancel()  # a no-op once it has finished
+        """The search found, did not find, failed or was stopped: the calls queued behind it run."""
+        if self._searching is None:
+            return
+        self._searching.cancel()  # a no-op once it has finished
         if self._search_timer is not None:
             self._search_timer.stop()
         self._searching = self._search_timer = None
         self._note = note
         self._update_bar()
+        self._finished()
 
     def _close_search_input(self) -> None:
         search = self.query_one("#viewer-search", Input)
