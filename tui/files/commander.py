@@ -279,8 +279,8 @@ class CommanderScreen(FleetScreen):
         server, scope = panel.place
         if self._opening_task is not None:
             self._opening_task.cancel()
-        if not edit:
-            self.app.push_screen(ViewerScreen(server, scope, path), lambda _result: panel.reload())
+        if not edit:  # viewing changes nothing: the panel is not listed again after it
+            self.app.push_screen(ViewerScreen(server, scope, path))
             return
 
         def show(content: FileContent) -> None:
