@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
-from agent.files import archives, transfer, write
+from agent.files import archives, read, transfer
 from agent.files import tree as tree_ops
 from agent.files.fdops import CancelToken, Progress
 from agent.files.handlers import FileHandlers
@@ -508,8 +508,9 @@ async def test_hard_links_to_another_users_file_are_neither_read_nor_changed(
         assert (await error(fs.fs_chmod, **scope, paths=[out], mode=0o666)).code == "forbidden"
         assert (await error(fs.fs_chmod, **scope, paths=[f"{prefix}notes.txt", out], mode=0o600)).code == "forbidden"
         assert (await error(fs.fs_read, **scope, path=out)).code == "forbidden"
+        assert (await error(fs.fs_read, **scope, path=out, offset=0, length=10)).code == "forbidden"
         with fs.open_scope(scope) as jail, pytest.raises(RpcError) as refused:
-            write.open_regular(jail, out)  # what fs.download opens
+            read.open_regular(jail, out)  # what fs.download and the viewer's ranged read open
         assert (refused.value.code, refused.value.details) == ("forbidden", {"path": out})
         changed = await call(fs.fs_chmod, **scope, paths=[f"{prefix}sub"], mode=0o640, recursive=True, only="files")
         assert changed == {"changed": 2}  # plain.txt and hard-own; hard-out left alone
