@@ -16,7 +16,7 @@ from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.tui import highlight, highlight_server, names, real_app, run, site_dir
 from tui.files.commander import CommanderScreen
-from tui.files.pager import CHUNK
+from tui.files.pager import CHUNK, hex_row, is_log, looks_binary
 from tui.files.viewer import PageView, ViewerScreen
 
 LINES = 1_600_000  # 13 bytes a line: a 20 MB log
@@ -202,3 +202,17 @@ def test_a_file_gone_before_f3_is_reported_and_the_viewer_closes(stack: Stack, s
         await wait_for(pilot, lambda: app.screen is commander)
 
     run(app, scenario)
+
+
+def test_which_files_open_at_their_end_and_which_in_hex() -> None:
+    assert [is_log(p) for p in ("access.log", "nginx/error.log.1", "logs/app.txt", "catalog.json", "a.logo")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
+    text = b"a" + "é".encode() * 4096  # the sniff (8 KiB) ends in the middle of a character
+    assert not looks_binary(text[:8192]) and not looks_binary(text)
+    assert looks_binary(b"MZ\x90\x00") and looks_binary(b"\xff\xfe\xfd text")
+    assert hex_row(16, b"AB") == "00000010  41 42" + " " * 45 + "|AB|"  # the ASCII column stays in place

@@ -27,6 +27,7 @@ KEEP_CHUNKS = 8  # at most 2 MiB of the file in memory
 MAX_LINE = 16 * 1024  # a longer line (minified code, a line-less file) is shown in pieces
 HEX_WIDTH = 16  # bytes a hex row shows, as `hexdump -C`
 SNIFF = 8192
+ROTATED_LOG = re.compile(r"\.log(\.\d+)?$")  # access.log, access.log.1 (not catalog.json, not a .logo)
 
 Fetch = Callable[[int, int], Awaitable[FileWindow]]
 Mode = Literal["text", "hex"]
@@ -47,7 +48,7 @@ def looks_binary(head: bytes) -> bool:
 def is_log(path: str) -> bool:
     """Logs open at their end: `*.log` (and rotated `*.log.1`), or any file under a `logs` folder."""
     parts = path.strip("/").split("/")
-    return ".log" in parts[-1] or "logs" in parts[:-1]
+    return ROTATED_LOG.search(parts[-1]) is not None or "logs" in parts[:-1]
 
 
 def hex_row(offset: int, data: bytes) -> str:
