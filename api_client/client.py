@@ -38,12 +38,14 @@ from api_client.models import (
     MAX_ARCHIVE_PATHS,
     MAX_PATHS,
     RELAY_UPLOAD_LIMIT,
+    WINDOW_LIMIT,
     ApiToken,
     ApiTokenCreated,
     DirectUpload,
     Entry,
     ExtractConflicts,
     FileContent,
+    FileWindow,
     FsChmodResult,
     FsCopyResult,
     FsDeleted,
@@ -395,6 +397,14 @@ class FilesAPI(_SubAPI):
         )
         return FileContent.model_validate(body)
 
+    async def read_window(
+        self, server_id: str, scope: Scope, path: str, offset: int, length: int = WINDOW_LIMIT
+    ) -> FileWindow:
+        """`length` bytes (at most `WINDOW_LIMIT`) of any file from `offset`: text or binary, of
+        any size; past the end the window is empty and `eof` is true."""
+        params = {**_scope_params(scope), "path": path, "offset": offset, "length": length}
+        return FileWindow.model_validate(await self._fs("GET", server_id, "read", params=params))
+
     async def write(
         self,
         server_id: str,
@@ -559,7 +569,9 @@ class FilesAPI(_SubAPI):
         """Names containing `query` under `path`, or with `content` the matching lines of text files;
         `truncated` says the `limit` cut the answer short."""
         params = {**_scope_params(scope), "path": path, "query": query, "content": content, "limit": limit}
-        return FsSearchResult.model_validate(await self._fs("GET", server_id, "search", params=params))
+        read_timeout = TREE_OPERATION_TIMEOUT_S if content else None  # it reads every file, of any size
+        answer = await self._fs("GET", server_id, "search", params=params, read_timeout=read_timeout)
+        return FsSearchResult.model_validate(answer)
 
     async def trash(self, server_id: str, scope: Scope) -> tuple[builtins.list[TrashItem], int]:
         """The scope's trash, and how many items older than 30 days opening it purged."""

@@ -7,6 +7,7 @@ the shape (and to give the OpenAPI document a schema), not to be built 100,000 t
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
@@ -196,6 +197,26 @@ class FileContent(WireModel):
     size: int
     mtime: datetime
     etag: str
+
+
+WINDOW_LIMIT = 1024 * 1024  # bytes in one ranged `fs/read` (the viewer's window)
+
+
+class FileWindow(WireModel):
+    """A ranged `fs/read`: `length` bytes of any file from `offset` (empty past the end); `eof`
+    says nothing follows; `size` is the file's size when it was read (a log grows)."""
+
+    path: str
+    offset: int
+    length: int
+    size: int
+    mtime: datetime
+    data_base64: str
+    eof: bool
+
+    @property
+    def data(self) -> bytes:
+        return base64.b64decode(self.data_base64)
 
 
 # --- jobs -----------------------------------------------------------------------------------

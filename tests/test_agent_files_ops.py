@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import pytest
 
-from agent.files import archives, transfer, write
+from agent.files import archives, read, transfer
 from agent.files import tree as tree_ops
 from agent.files.fdops import CancelToken, Progress
 from agent.files.handlers import FileHandlers
@@ -388,6 +388,25 @@ async def test_dirsize(fsa: FileHandlers, home: Home) -> None:
 
 
 @pytest.mark.anyio
+async def test_content_search_streams_a_big_log_and_numbers_its_lines(fsa: FileHandlers, home: Home) -> None:
+    """A 24 MB log is searched block by block: matches in its first and last line and on a line
+    across a block boundary, each with its line number; a binary of the same size is skipped."""
+    line = b"%08d ok\n"  # 12 bytes
+    count = 2 * 1024 * 1024
+    lines = [line % n for n in range(count)]
+    across = tree_ops.SEARCH_BLOCK // 12  # the line holding the first block's last byte
+    lines[0], lines[across], lines[-1] = b"ERROR first\n", b"ERRORacross\n", b"ERROR last\n"
+    (home.site / "big.log").write_bytes(b"".join(lines))
+    (home.site / "big.bin").write_bytes(b"\0" + b"ERROR\n" * (4 * 1024 * 1024))
+    found = await call(fsa.fs_search, **SITE, path="", query="error", content=True)
+    assert [(m["entry"]["path"], m["line"], m["text"]) for m in found["matches"]] == [
+        ("big.log", 1, "ERROR first"),
+        ("big.log", across + 1, "ERRORacross"),
+        ("big.log", count, "ERROR last"),
+    ]
+
+
+@pytest.mark.anyio
 async def test_search(fsa: FileHandlers, home: Home) -> None:
     site = home.site
     (site / "image.bin").write_bytes(b"\x00hello binary")
@@ -400,8 +419,10 @@ async def test_search(fsa: FileHandlers, home: Home) -> None:
     assert found["out_rel"]["type"] == "symlink" and "a/out_mid" in found
     assert all(not p.startswith("outside") for p in found)
     content = await call(fsa.fs_search, **SITE, path="", query="HELLO", content=True)
-    assert [(m["entry"]["path"], m["line"], m["text"]) for m in content["matches"]] == [
-        ("public/index.html", 1, "<h1>hello</h1>")
+    # A file over the editor's limit is searched too; its one 10 MiB line is found once.
+    assert sorted((m["entry"]["path"], m["line"], m["text"]) for m in content["matches"]) == [
+        ("big.txt", 1, ("hello " * 100)[:500]),
+        ("public/index.html", 1, "<h1>hello</h1>"),
     ]
     (site / "many.txt").write_text("x\n" * 50)
     limited = await call(fsa.fs_search, **SITE, path="", query="x", content=True, limit=10)
@@ -487,8 +508,9 @@ async def test_hard_links_to_another_users_file_are_neither_read_nor_changed(
         assert (await error(fs.fs_chmod, **scope, paths=[out], mode=0o666)).code == "forbidden"
         assert (await error(fs.fs_chmod, **scope, paths=[f"{prefix}notes.txt", out], mode=0o600)).code == "forbidden"
         assert (await error(fs.fs_read, **scope, path=out)).code == "forbidden"
+        assert (await error(fs.fs_read, **scope, path=out, offset=0, length=10)).code == "forbidden"
         with fs.open_scope(scope) as jail, pytest.raises(RpcError) as refused:
-            write.open_regular(jail, out)  # what fs.download opens
+            read.open_regular(jail, out)  # what fs.download and the viewer's ranged read open
         assert (refused.value.code, refused.value.details) == ("forbidden", {"path": out})
         changed = await call(fs.fs_chmod, **scope, paths=[f"{prefix}sub"], mode=0o640, recursive=True, only="files")
         assert changed == {"changed": 2}  # plain.txt and hard-own; hard-out left alone

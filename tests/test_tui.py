@@ -22,10 +22,9 @@ from tests.helpers import wait_for
 from tests.helpers.tui import highlight_server, run
 from tui.app import FleetdeckApp
 from tui.connection import Connection, PendingConnection
-from tui.files.code_view import CodeView
 from tui.files.commander import CommanderScreen
 from tui.files.directory_pane import DirectoryPane
-from tui.files.viewer import ViewerScreen
+from tui.files.viewer import PageView, ViewerScreen
 from tui.help import HelpScreen
 from tui.servers.screen import ServerListScreen
 from tui.starting import StartingScreen
@@ -44,6 +43,13 @@ async def open_entry(pilot: Pilot[None], name: str) -> None:
     assert index is not None, f"{name} not in {[e['name'] for e in pane.entries][:20]}"
     pane.move_cursor(index)
     await pilot.press("enter")
+
+
+async def edit_entry(pilot: Pilot[None], name: str) -> None:
+    """Put the cursor on `name` in the directory pane and press F4."""
+    pane = active_pane(pilot.app)
+    pane.move_cursor(pane.index_of(name) or 0)
+    await pilot.press("f4")
 
 
 def files_screen(app: FleetdeckApp) -> CommanderScreen:
@@ -106,11 +112,9 @@ def test_browse_the_embedded_stack_from_servers_to_a_file(embedded: LocalStack) 
         await open_entry(pilot, "public_html")
         await wait_for(pilot, lambda: files.active.path == "public_html" and "index.php" in listed(app))
         await open_entry(pilot, "index.php")
-        await wait_for(pilot, lambda: isinstance(app.screen, ViewerScreen))
-        code = app.screen.query_one(CodeView)
-        await pilot.pause()
-        assert code.language == "PHP"
-        assert code.render_line(0).text.split() == ["1", "<?php"]
+        await wait_for(pilot, lambda: isinstance(app.screen, ViewerScreen) and app.screen.page is not None)
+        view = app.screen.query_one(PageView)
+        assert view.lines[0] == "<?php" and view.language == "PHP"
 
         # Back to the directory, up to the scope root with the cursor on where we came from.
         await pilot.press("escape")
@@ -120,12 +124,14 @@ def test_browse_the_embedded_stack_from_servers_to_a_file(embedded: LocalStack) 
         highlighted = files.active.pane.highlighted
         assert highlighted is not None and highlighted["name"] == "public_html"
 
-        # A binary file is reported, not shown.
+        # A binary file is shown in hex.
         await open_entry(pilot, "public_html")
         await wait_for(pilot, lambda: files.active.path == "public_html")
         await open_entry(pilot, "favicon.ico")
-        await wait_for(pilot, lambda: any("binary" in note for note in notifications(app)))
-        assert app.screen is files
+        await wait_for(pilot, lambda: isinstance(app.screen, ViewerScreen) and app.screen.page is not None)
+        assert app.screen.page is not None and app.screen.page.mode == "hex"
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is files)
 
         # The help screen lists this screen's keys.
         await pilot.press("question_mark")
@@ -187,10 +193,10 @@ def test_errors_are_notifications_in_plain_words(stack: Stack, offline_server: s
         await highlight_server(pilot, "local")
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and "tui-app.bin" in listed(app))
-        await open_entry(pilot, "tui-app.bin")
-        binary = "tui-app.bin is a binary file: download it instead of viewing it."
+        await edit_entry(pilot, "tui-app.bin")  # the editor refuses what the viewer shows
+        binary = "tui-app.bin is a binary file: it cannot be edited (F3 views it in hex)."
         await wait_for(pilot, lambda: binary in notifications(app))
-        await open_entry(pilot, "tui-dump.sql")
+        await edit_entry(pilot, "tui-dump.sql")
         await wait_for(pilot, lambda: any(note.startswith("tui-dump.sql is too large") for note in notifications(app)))
         assert any("the limit is 10 MiB" in note for note in notifications(app))
         assert all(n.severity == "error" for n in app._notifications)

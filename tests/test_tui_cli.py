@@ -85,7 +85,7 @@ def test_errors_read_like_sentences() -> None:
     assert describe_error(offline, server="web-1") == "The agent of web-1 is offline."
     too_large = api_errors.TooLarge("too big", details={"limit": 10 * 1024 * 1024, "size": 12 * 1024 * 1024})
     assert describe_error(too_large, path="dump.sql") == (
-        "dump.sql is too large to view (12 MiB, the limit is 10 MiB): download it instead."
+        "dump.sql is too large to edit (12 MiB, the limit is 10 MiB): F3 views it."
     )
     assert describe_error(ExceptionGroup("x", [offline]), server="db") == "The agent of db is offline."
 

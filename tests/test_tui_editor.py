@@ -100,7 +100,7 @@ def test_f4_edits_a_file_and_ctrl_s_saves_it(stack: Stack) -> None:
         await wait_for(pilot, lambda: files.active.path == "public_html")
         await press_f4_on(pilot, files, "favicon.ico")
         await wait_for(
-            pilot, lambda: any("is a binary file: download it instead" in n.message for n in app._notifications)
+            pilot, lambda: any("is a binary file: it cannot be edited" in n.message for n in app._notifications)
         )
         assert app.screen is files
 

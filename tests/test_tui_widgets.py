@@ -9,9 +9,7 @@ from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 
 from tests.helpers.tui import run
-from themes import register_themes
 from tui.errors import format_size
-from tui.files.code_view import CodeView
 from tui.files.directory_pane import ColumnLayout, DirectoryPane, sort_entries
 from tui.files.highlight import BLOCK_LINES, LEAD_IN_LINES, LazyHighlighter, lexer_for_path, split_lines
 
@@ -56,15 +54,6 @@ class PaneApp(App[None]):
 
     def on_directory_pane_marks_changed(self, _event: DirectoryPane.MarksChanged) -> None:
         self.marks_changes += 1
-
-
-class ViewerApp(App[None]):
-    def compose(self) -> ComposeResult:
-        yield CodeView()
-
-    def on_mount(self) -> None:
-        register_themes(self)
-        self.theme = "fleetdeck-dark"
 
 
 def visible_names(pane: DirectoryPane) -> list[str]:
@@ -232,46 +221,6 @@ def php_lines(count: int) -> str:
 
 def python_source(count: int) -> str:
     return "".join(f"value_{i} = compute({i})  # note {i}\n" for i in range(count))
-
-
-def test_viewer_lexes_only_the_visible_lines_of_a_100k_line_file() -> None:
-    app = ViewerApp()
-    lexed: list[int] = []  # lines handed to the lexer, per call
-
-    async def scenario(pilot: Pilot[None]) -> None:
-        view = app.query_one(CodeView)
-        view.load(python_source(100_000), "tools/generated.py")
-        lexer = view.highlighter.lexer
-        real_get_tokens = lexer.get_tokens
-
-        def counting_get_tokens(text: str, *args: Any) -> Any:
-            lexed.append(text.count("\n"))
-            return real_get_tokens(text, *args)
-
-        lexer.get_tokens = counting_get_tokens
-        view.focus()
-        await pilot.pause()
-        assert view.line_count == 100_000 and view.language == "Python"
-        assert lexed == [BLOCK_LINES]  # the first screen: one block, one call
-
-        await pilot.press("end")
-        await pilot.pause()
-        # The last screen needs the last block or two (with their lead-ins), never the lines between.
-        assert 2 <= len(lexed) <= 3, lexed
-        assert sum(lexed) <= 3 * (BLOCK_LINES + LEAD_IN_LINES), lexed
-
-        for _ in range(3):  # scrolling back and forth over drawn lines lexes nothing more
-            await pilot.press("pageup")
-            await pilot.press("pagedown")
-        await pilot.pause()
-        assert sum(lexed) <= 3 * (BLOCK_LINES + LEAD_IN_LINES), lexed
-
-        last = view.render_line(view.scrollable_content_region.height - 1)
-        assert "100000" in last.text and "value_99999" in last.text
-        colours = {segment.style.color for segment in last if segment.style is not None and segment.text.strip()}
-        assert len(colours) >= 3  # gutter, names, numbers, comment: highlighted, not plain
-
-    run(app, scenario)
 
 
 def test_viewer_highlights_php_in_the_middle_of_a_file() -> None:

@@ -20,9 +20,9 @@ def describe_error(exc: BaseException, *, server: str | None = None, path: str |
         case api_errors.AgentOffline():
             return f"The agent of {server_name} is offline."
         case api_errors.BinaryFile():
-            return f"{file_name} is a binary file: download it instead of viewing it."
+            return f"{file_name} is a binary file: it cannot be edited (F3 views it in hex)."
         case api_errors.TooLarge():
-            return f"{file_name} is too large to view{_limit_clause(exc)}: download it instead."
+            return f"{file_name} is too large to edit{_limit_clause(exc)}: F3 views it."
         case api_errors.Unauthenticated():
             return "Your session has expired: restart fleetdeck to log in again."
         case api_errors.TierRequired():

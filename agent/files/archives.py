@@ -73,7 +73,8 @@ from agent.files.fdops import (
     walk,
 )
 from agent.files.jail import Jail, normalize, split_path
-from agent.files.write import ensure_dirs, open_regular
+from agent.files.read import open_regular
+from agent.files.write import ensure_dirs
 from agent.link.protocol import RpcError
 
 FORMATS = ("zip", "tar.gz")

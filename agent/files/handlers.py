@@ -36,7 +36,7 @@ from agent.files.jail import Jail, refusal
 from agent.link.call import Call, Handler
 from agent.link.protocol import RpcError, single_error
 from agent.sites import SiteRegistry
-from api_client.models import MAX_ARCHIVE_PATHS, MAX_PATHS
+from api_client.models import MAX_ARCHIVE_PATHS, MAX_INTEGER, MAX_PATHS, WINDOW_LIMIT
 
 T = TypeVar("T")
 
@@ -111,8 +111,15 @@ class FileHandlers:
         return await self._in_scope(call.params, lambda jail: read.stat_entry(jail, path))
 
     async def fs_read(self, call: Call) -> dict[str, Any]:
-        path = _path(call.params)
-        return await self._in_scope(call.params, lambda jail: read.read_text(jail, path))
+        """The whole text file (the editor's read); with ``offset`` or ``length``, a window of
+        bytes of any file (the viewer's read)."""
+        params = call.params
+        path = _path(params)
+        if params.get("offset") is None and params.get("length") is None:
+            return await self._in_scope(params, lambda jail: read.read_text(jail, path))
+        offset = _bounded(params, "offset", 0, MAX_INTEGER, default=0)
+        length = _bounded(params, "length", 0, WINDOW_LIMIT, default=WINDOW_LIMIT)
+        return await self._in_scope(params, lambda jail: read.read_window(jail, path, offset, length))
 
     # --- writes ---------------------------------------------------------------------------
 
@@ -261,7 +268,7 @@ class FileHandlers:
         if not call.streaming:
             raise RpcError("validation_error", "fs.download must be called as a streamed call")
         path = _path(call.params)
-        fd, st = await self._in_scope(call.params, lambda jail: write.open_regular(jail, path))
+        fd, st = await self._in_scope(call.params, lambda jail: read.open_regular(jail, path))
         try:
             await call.send_items([{"size": st.st_size, "mtime": rfc3339(st.st_mtime)}])
             sent = 0
@@ -471,6 +478,15 @@ def _limit(params: dict[str, Any]) -> int:
     if type(limit) is not int or not 1 <= limit <= read.MAX_LIMIT:
         raise RpcError("validation_error", f"limit must be an integer from 1 to {read.MAX_LIMIT}")
     return limit
+
+
+def _bounded(params: dict[str, Any], key: str, low: int, high: int, *, default: int) -> int:
+    value = params.get(key)
+    if value is None:
+        return default
+    if type(value) is not int or not low <= value <= high:
+        raise RpcError("validation_error", f"{key} must be an integer from {low} to {high}")
+    return value
 
 
 def _paths(params: dict[str, Any], bound: int = MAX_PATHS) -> list[str]:

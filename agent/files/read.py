@@ -169,8 +169,8 @@ def stat_entry(jail: Jail, path: str) -> dict[str, Any]:
     return entry(parts[-1] if parts else "", "/".join(parts), st, target)
 
 
-def read_text(jail: Jail, path: str, *, limit: int = READ_LIMIT) -> dict[str, Any]:
-    """A text file's content (an in-root symlink at the end is followed)."""
+def open_regular(jail: Jail, path: str) -> tuple[int, os.stat_result]:
+    """A readable descriptor of a regular file (an in-root link at the end is followed)."""
     rel = normalize(path)
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; the fstat below refuses it.
@@ -184,6 +184,17 @@ def read_text(jail: Jail, path: str, *, limit: int = READ_LIMIT) -> dict[str, An
         if not stat.S_ISREG(st.st_mode):
             raise RpcError("validation_error", "not a regular file", {"path": rel})
         jail.refuse_foreign_link(st, rel)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_text(jail: Jail, path: str, *, limit: int = READ_LIMIT) -> dict[str, Any]:
+    """A text file's content (an in-root link at the end is followed)."""
+    rel = normalize(path)
+    fd, st = open_regular(jail, path)
+    try:
         if st.st_size > limit:
             raise RpcError("too_large", "the file is too large to open", {"limit": limit, "size": st.st_size})
         data = _read_up_to(fd, limit + 1)
@@ -204,6 +215,29 @@ def read_text(jail: Jail, path: str, *, limit: int = READ_LIMIT) -> dict[str, An
         "size": len(data),
         "mtime": rfc3339(st.st_mtime),
         "etag": content_etag(data),
+    }
+
+
+def read_window(jail: Jail, path: str, offset: int, length: int) -> dict[str, Any]:
+    """`length` bytes of any regular file from `offset`: text or binary, of any size (the viewer
+    pages with it). A window past the end is empty; `eof` says nothing follows it."""
+    rel = normalize(path)
+    fd, opened = open_regular(jail, path)
+    try:
+        # Past the end there is nothing to read (and pread refuses offsets near 2**63).
+        data = os.pread(fd, length, offset) if length and offset < opened.st_size else b""
+        st = os.fstat(fd)  # after the read: a log may have grown meanwhile
+    finally:
+        os.close(fd)
+    size = max(st.st_size, offset + len(data)) if data else st.st_size  # truncated meanwhile: what was read
+    return {
+        "path": wire_name(rel),
+        "offset": offset,
+        "length": len(data),
+        "size": size,
+        "mtime": rfc3339(st.st_mtime),
+        "data_base64": base64.b64encode(data).decode("ascii"),
+        "eof": offset + len(data) >= size,
     }
 
 

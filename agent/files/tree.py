@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from typing import Any
 
 from agent.files.entries import entry, wire_name
@@ -24,12 +25,14 @@ from agent.files.fdops import (
     walk,
 )
 from agent.files.jail import Jail, normalize
-from agent.files.read import BINARY_SNIFF, READ_LIMIT
+from agent.files.read import BINARY_SNIFF
 from agent.link.protocol import RpcError
 
 SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 MAX_SEARCH_LIMIT = 10_000
 MAX_LINE_TEXT = 500
+SEARCH_BLOCK = 1024 * 1024
+MAX_LINE_BYTES = 1024 * 1024
 TRASH = ".Trash"
 
 
@@ -122,7 +125,8 @@ def dirsize(jail: Jail, path: str, *, token: CancelToken) -> dict[str, Any]:
 
 def search(jail: Jail, path: str, query: str, *, content: bool, limit: int, token: CancelToken) -> dict[str, Any]:
     """``fs.search``: names containing `query` (case-insensitive), or with `content`, the lines
-    of text files containing it (binaries and files over the read limit are skipped)."""
+    of text files containing it. Files of any size are searched, streamed in blocks (a 20 MB log
+    is where one looks for an error); binaries (a NUL byte in their first 8 KiB) are skipped."""
     needle = query.casefold()
     rel = normalize(path)
     matches: list[dict[str, Any]] = []
@@ -145,9 +149,9 @@ def search(jail: Jail, path: str, query: str, *, content: bool, limit: int, toke
                         return {"matches": matches, "truncated": True}
                     matches.append({"entry": _entry(item.dir_fd, item.name, item.path, item.st)})
                 continue
-            if not stat.S_ISREG(item.st.st_mode) or item.st.st_size > READ_LIMIT:
+            if not stat.S_ISREG(item.st.st_mode):
                 continue
-            for number, text in _matching_lines(jail, item, needle):
+            for number, text in _matching_lines(jail, item, needle, token):
                 if len(matches) >= limit:
                     return {"matches": matches, "truncated": True}
                 found = {"entry": _entry(item.dir_fd, item.name, item.path, item.st), "line": number, "text": text}
@@ -167,29 +171,52 @@ def _entry(dir_fd: int, name: str, path: str, st: os.stat_result) -> dict[str, A
     return entry(name, path, st, target)
 
 
-def _matching_lines(jail: Jail, item: Item, needle: str) -> list[tuple[int, str]]:
+def _matching_lines(jail: Jail, item: Item, needle: str, token: CancelToken) -> Iterator[tuple[int, str]]:
     """The lines of the file `item` holding `needle`; none for a file with several hard links that
     is not the scope user's (it may lie outside the scope: see `Jail.refuse_foreign_link`)."""
     try:
         fd = os.open(item.name, O_READ_FILE, dir_fd=item.dir_fd)
     except OSError:
-        return []  # gone, swapped for a link, unreadable
+        return  # gone, swapped for a link, unreadable
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > READ_LIMIT or jail.is_foreign_link(st, item.path):
-            return []
-        data = os.read(fd, READ_LIMIT + 1)
-        while len(data) <= READ_LIMIT and (more := os.read(fd, READ_LIMIT + 1 - len(data))):
-            data += more
+        if not stat.S_ISREG(st.st_mode) or jail.is_foreign_link(st, item.path):
+            return
+        yield from _lines_holding(fd, needle, token)
     finally:
         os.close(fd)
-    if len(data) > READ_LIMIT or b"\0" in data[:BINARY_SNIFF]:
-        return []
-    text = data.decode("utf-8", "replace")
+
+
+def _lines_holding(fd: int, needle: str, token: CancelToken) -> Iterator[tuple[int, str]]:
+    """Numbered lines of the text in `fd` that hold `needle`, read a block of whole lines at a
+    time: a block without the needle is only counted, so a big log costs little more than its
+    reading. A line longer than `MAX_LINE_BYTES` is cut there (a minified file, a binary without
+    NUL early on): the search never holds more than a block and one line."""
+    number, pending, first, last = 0, b"", True, 0
+    while True:
+        chunk = os.read(fd, SEARCH_BLOCK)
+        token.check()
+        if first and b"\0" in chunk[:BINARY_SNIFF]:
+            return
+        first = False
+        pending += chunk
+        cut = pending.rfind(b"\n") + 1 or (len(pending) if len(pending) > MAX_LINE_BYTES or not chunk else 0)
+        block, pending = pending[:cut], pending[cut:]
+        for found in _block_lines(block, number, needle):
+            if found[0] != last:  # a long line cut in pieces is found once
+                last = found[0]
+                yield found
+        number += block.count(b"\n")  # the rest of a cut line goes on under its number
+        if not chunk:
+            return
+
+
+def _block_lines(block: bytes, before: int, needle: str) -> Iterator[tuple[int, str]]:
+    if block.isascii() and needle.isascii() and needle.encode("ascii") not in block.lower():
+        return  # most blocks of a log: ruled out without decoding them (casefold is lower here)
+    text = block.decode("utf-8", "replace")
     if needle not in text.casefold():
-        return []
-    found = []
-    for number, line in enumerate(text.splitlines(), 1):
+        return
+    for number, line in enumerate(text.split("\n"), before + 1):  # numbered as `wc -l` counts
         if needle in line.casefold():
-            found.append((number, wire_name(line[:MAX_LINE_TEXT])))
-    return found
+            yield number, wire_name(line.rstrip("\r")[:MAX_LINE_TEXT])

@@ -10,7 +10,6 @@ no half file behind.
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import os
 import stat
@@ -293,23 +292,3 @@ class Upload:
         if not self.done and self.target.dir_fd >= 0:
             unlink_quietly(self.target.dir_fd, self.temp)
         self.target.close()
-
-
-def open_regular(jail: Jail, path: str) -> tuple[int, os.stat_result]:
-    """A readable descriptor of a regular file (an in-root link at the end is followed)."""
-    rel = normalize(path)
-    try:
-        fd = jail.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY, follow_last=True)
-    except OSError as exc:
-        if exc.errno in (errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP):
-            raise RpcError("validation_error", "not a regular file", {"path": rel}) from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise RpcError("validation_error", "not a regular file", {"path": rel})
-        jail.refuse_foreign_link(st, rel)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, st

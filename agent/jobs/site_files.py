@@ -15,7 +15,8 @@ from contextlib import contextmanager
 
 from agent.files.fdops import chown_fd, create_temp, fsync_dir, unlink_quietly
 from agent.files.jail import Jail, split_path
-from agent.files.write import ensure_dirs, file_target, open_regular
+from agent.files.read import open_regular
+from agent.files.write import ensure_dirs, file_target
 from agent.jobs.base import JobContext, JobError
 from agent.jobs.common import site_account
 from agent.jobs.storage import scope_jail

@@ -31,9 +31,11 @@ from api_client.models import (
     DIRECT_UPLOAD_LIMIT,
     MAX_INTEGER,
     RELAY_UPLOAD_LIMIT,
+    WINDOW_LIMIT,
     DirectUpload,
     Entry,
     FileContent,
+    FileWindow,
     FsArchive,
     FsChmod,
     FsChmodResult,
@@ -209,12 +211,25 @@ async def stat(
     return _json(await fleet.call_agent(server_id, "fs.stat", target.params(path=path)))
 
 
-@router.get("/read", response_model=FileContent)
+@router.get("/read", response_model=FileContent | FileWindow)
 async def read(
-    server_id: str, caller: Caller, fleet: FleetDep, scope: str = "site", domain: str | None = None, path: str = ""
+    server_id: str,
+    caller: Caller,
+    fleet: FleetDep,
+    scope: str = "site",
+    domain: str | None = None,
+    path: str = "",
+    offset: int | None = Query(None, ge=0, le=MAX_INTEGER),
+    length: int | None = Query(None, ge=0, le=WINDOW_LIMIT),
 ) -> Response:
+    """The whole text file (the editor's read, up to 10 MiB); with `offset` or `length`, a window
+    of up to 1 MiB of any file (the viewer's read): never 413 or 415."""
     target = await resolve_target(fleet, caller, server_id, scope, domain)
-    return _json(await fleet.call_agent(server_id, "fs.read", target.params(path=path)))
+    if offset is None and length is None:
+        return _json(await fleet.call_agent(server_id, "fs.read", target.params(path=path)))
+    window = {"offset": offset or 0, "length": WINDOW_LIMIT if length is None else length}
+    answer = await fleet.call_agent(server_id, "fs.read", target.params(path=path, **window))
+    return _checked(FileWindow, answer, "fs.read")
 
 
 # --- writes -----------------------------------------------------------------------------------
@@ -414,7 +429,10 @@ async def search(
 ) -> Response:
     target = await resolve_target(fleet, caller, server_id, scope, domain)
     params = target.params(path=path, query=query, content=content, limit=limit)
-    return _checked(FsSearchResult, await fleet.call_agent(server_id, "fs.search", params), "fs.search")
+    # A content search reads every file, big logs included: the deadline of a tree operation.
+    timeout = fleet.settings.transfer_timeout_s if content else None
+    answer = await fleet.call_agent(server_id, "fs.search", params, timeout=timeout)
+    return _checked(FsSearchResult, answer, "fs.search")
 
 
 # --- trash ------------------------------------------------------------------------------------

@@ -280,16 +280,19 @@ class CommanderScreen(FleetScreen):
         self._open(panel, target, edit=edit)
 
     def _open(self, panel: FilePanel, path: str, *, edit: bool) -> None:
-        """Read `path` and show it in the viewer or the editor; binary and huge files are reported."""
+        """Show `path` in the viewer (any file: it reads its windows itself), or read it for the
+        editor (binary and huge files are reported)."""
         if panel.place is None:
             return
         server, scope = panel.place
         if self._opening_task is not None:
             self._opening_task.cancel()
+        if not edit:  # viewing changes nothing: the panel is not listed again after it
+            self.app.push_screen(ViewerScreen(server, scope, path))
+            return
 
         def show(content: FileContent) -> None:
-            screen = EditorScreen(server, scope, content) if edit else ViewerScreen(server, scope, content)
-            self.app.push_screen(screen, lambda _result: panel.reload())
+            self.app.push_screen(EditorScreen(server, scope, content), lambda _result: panel.reload())
 
         self._opening_task = self.bridge.run(
             self,

@@ -1,61 +1,339 @@
-"""The read-only viewer of one text file, highlighted on the fly (see `CodeView`)."""
+"""The viewer (F3): any file, of any size, paged with ranged reads as `less` pages it.
+
+Only a few windows of the file are ever held (see `Pager`): a 100 MB log opens at its end with one
+or two reads. Text is shown line by line (wrap with `w`), binaries as `hexdump -C` rows (`h`
+switches); `/` and `?` search forward and backward through the whole file, `n` and `N` repeat.
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections import deque
+from collections.abc import Awaitable, Callable
+from functools import partial
+from itertools import accumulate
+from typing import Any, ClassVar, Literal
 
+from pygments.lexer import Lexer
+from pygments.lexers.php import PhpLexer
+from rich.style import Style
+from rich.text import Text
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.widgets import Static
+from textual.message import Message
+from textual.timer import Timer
+from textual.widget import Widget
+from textual.widgets import Input, Static
 
-from api_client import FileContent, Scope, Server
+from api_client import Scope, Server
+from api_client.models import FileWindow
+from tui.bridge import TaskHandle
 from tui.errors import format_size
-from tui.files.code_view import CodeView
+from tui.files.highlight import LEXER_OPTIONS, LazyHighlighter, lexer_for_path, themed_segments
+from tui.files.pager import Page, Pager, is_log
 from tui.screen import FleetScreen
-from tui.text import load_tcss, printable, short_time
+from tui.text import load_tcss, printable
 from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 
+SEARCH_POLL_S = 0.2
+
+
+class PageView(Widget):
+    """The rows of one `Page`, scrolled sideways when not wrapped, with the search's matches marked.
+
+    Text is highlighted for the language of the file's name, a screenful at a time (lexed from
+    the screen's first line, so a construct opened above it may start in the wrong colour)."""
+
+    can_focus = True
+
+    class Resized(Message):
+        """The rows it can show changed (the terminal, or the search line taking one)."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.page: Page | None = None
+        self.pattern = ""
+        self.scroll_column = 0
+        self.lexer: Lexer | None = None
+
+    @property
+    def language(self) -> str:
+        return str(self.lexer.name) if self.lexer is not None else ""
+
+    def show(self, page: Page, path: str) -> None:
+        self.page = page
+        if page.wrap or page.mode == "hex":
+            self.scroll_column = 0
+        if self.lexer is None and page.mode == "text" and page.rows:
+            self.lexer = lexer_for_path(path, page.rows[0].text if page.top == 0 else "")
+        self.refresh()
+
+    def on_resize(self, _event: events.Resize) -> None:
+        self.post_message(self.Resized())
+
+    @property
+    def lines(self) -> list[str]:
+        """The text of the rows on screen, as drawn (for the tests and the search's marks)."""
+        if self.page is None:
+            return []
+        return [row.text[self.scroll_column :] for row in self.page.rows]
+
+    def render(self) -> Text:
+        rows = self._highlighted_rows() if self.page is not None and self.page.mode == "text" else None
+        text = Text("\n", end="").join(rows) if rows is not None else Text("\n".join(self.lines), end="")
+        text.no_wrap, text.overflow = True, "crop"
+        if self.pattern:
+            case_sensitive = self.pattern != self.pattern.lower()
+            text.highlight_words([self.pattern], Style(reverse=True), case_sensitive=case_sensitive)
+        return text
+
+    def _highlighted_rows(self) -> list[Text] | None:
+        """The rows, coloured: the rows of one line (wrapped) are lexed as that one line."""
+        if self.page is None or self.lexer is None:
+            return None
+        pieces: dict[int, list[str]] = {}
+        for row in self.page.rows:
+            pieces.setdefault(row.offset, []).append(row.text)
+        lexer = self.lexer
+        if isinstance(lexer, PhpLexer) and self.page.top > 0:
+            lexer = PhpLexer(startinline=True, **LEXER_OPTIONS)  # mid-file: most PHP is code
+        highlighter = LazyHighlighter(["".join(parts) for parts in pieces.values()], lexer)
+        rows: list[Text] = []
+        for index, parts in enumerate(pieces.values()):
+            segments = themed_segments(self, highlighter.tokens(index))
+            line = Text.assemble(*((segment.text, segment.style or "") for segment in segments))
+            if len(parts) == 1:
+                rows.append(line[self.scroll_column :])
+                continue
+            cuts = list(accumulate(len(part) for part in parts[:-1]))
+            rows.extend(line.divide(cuts))
+        return rows
+
 
 class ViewerScreen(FleetScreen):
-    """A file's content; Escape (or q) goes back to the directory."""
+    """A file paged from the server; Escape (or q, F3) goes back to the directory."""
 
     HELP_TITLE = "Viewer"
 
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape,q", "close", "Back"),
+        Binding("escape,q,f3", "close", "Back"),
+        Binding("slash,f7", "search(True)", "Search", key_display="/"),
+        Binding("question_mark", "search(False)", "Search back", key_display="?", show=False),
+        Binding("n", "next_match(True)", "Next"),
+        Binding("N", "next_match(False)", "Previous", key_display="N", show=False),
+        Binding("w", "toggle_wrap", "Wrap"),
+        Binding("h", "toggle_hex", "Hex"),
+        Binding("end,G", "move('end')", "End", key_display="G"),
+        Binding("home,g", "move('home')", "Top", show=False),
+        Binding("down,j,enter", "move('down')", "Down", show=False),
+        Binding("up,k", "move('up')", "Up", show=False),
+        Binding("pagedown,space,f", "move('page_down')", "Page down", show=False),
+        Binding("pageup,b", "move('page_up')", "Page up", show=False),
+        Binding("right,l", "sideways(8)", "Right", show=False),
+        Binding("left", "sideways(-8)", "Left", show=False),
     ]
 
-    def __init__(self, server: Server, scope: Scope, content: FileContent) -> None:
+    def __init__(self, server: Server, scope: Scope, path: str) -> None:
         super().__init__()
         self.server = server
         self.title = server.name
         self.scope = scope
-        self.content = content
+        self.path = path
+        self.pager = Pager(self._fetch)
+        self.page: Page | None = None
+        self.match: int | None = None  # where the last match found starts
+        self._opened = False
+        self._pending: deque[Callable[[], TaskHandle]] = deque()
+        self._current: TaskHandle | None = None
+        self._searching: TaskHandle | None = None
+        self._search_timer: Timer | None = None
+        self._search_forward = True
+        self._note = "opening…"
+
+    async def _fetch(self, offset: int, length: int) -> FileWindow:
+        return await self.client.files.read_window(self.server.id, self.scope, self.path, offset, length)
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
         yield Static("", id="viewer-bar", markup=False)
-        yield CodeView(id="code")
+        yield PageView(id="page")
+        yield Input(placeholder="Search (Enter: find, Esc: cancel)", id="viewer-search", compact=True)
         yield FleetFooter()
+
+    @property
+    def view(self) -> PageView:
+        return self.query_one(PageView)
 
     def on_mount(self) -> None:
         if self.dismissed:
             return
-        code = self.query_one(CodeView)
-        code.load(self.content.content, self.content.path)
-        code.focus()
-        lines = f"{code.line_count:,} line" + ("" if code.line_count == 1 else "s")
-        details = [
-            f"/{self.content.path.lstrip('/')}",
-            lines,
-            format_size(self.content.size),
-            code.language,
-            short_time(self.content.mtime.isoformat()),
-        ]
+        self.view.focus()
+        self._update_bar()
+
+    @on(PageView.Resized)
+    def _resized(self) -> None:
+        """The first layout opens the file (at its end for a log); later ones redraw the page."""
+        size = self.view.size
+        if not self._opened:
+            self._opened = True
+            self.pager.width, self.pager.height = max(1, size.width), max(1, size.height)
+            self._ask(self.pager.open, at_end=is_log(self.path))
+        else:
+            self._ask(self.pager.show, size.width, size.height)
+
+    # --- pages ----------------------------------------------------------------------------
+
+    def _ask(self, move: Callable[..., Awaitable[Page]], *args: Any, **kwargs: Any) -> None:
+        """Run a `Pager` call in trio; its page is shown when it comes."""
+        call = partial(move, *args, **kwargs)
+        self._queue(lambda: self.bridge.run(self, call, on_done=self._moved, on_error=self._move_failed, name="page"))
+
+    def _queue(self, start: Callable[[], TaskHandle]) -> None:
+        """Calls run one at a time, in the order of the keys: `g` then `G` ends at the end."""
+        self._pending.append(start)
+        self._next()
+
+    def _next(self) -> None:
+        if self._current is None and self._pending:
+            self._current = self._pending.popleft()()
+
+    def _finished(self) -> None:
+        self._current = None
+        self._next()
+
+    def _moved(self, page: Page) -> None:
+        self._show(page)
+        self._finished()
+
+    def _move_failed(self, exc: BaseException) -> None:
+        self._failed(exc)
+        self._finished()
+
+    def _show(self, page: Page) -> None:
+        self.page = page
+        self._note = ""
+        self.view.show(page, self.path)
+        self._update_bar()
+
+    def _failed(self, exc: BaseException) -> None:
+        self.show_error(exc, server=self.server.name, path=self.path.rpartition("/")[2] or self.path)
+        if self.page is None:  # it could not be opened (gone, not a file, the agent offline)
+            self._pending.clear()
+            self.dismiss()
+            return
+        self._note = "read failed"
+        self._update_bar()
+
+    def _update_bar(self) -> None:
+        """Where the screen is: the byte offset of its first row, of the size, and how far that is."""
+        details = [f"/{self.path.lstrip('/')}"]
+        page = self.page
+        if page is not None:
+            percent = 100 if page.at_end else page.bottom * 100 // max(1, page.size)
+            details.append(f"{page.top:,}/{page.size:,} bytes ({format_size(page.size)}) {percent}%")
+            details.append("hex" if page.mode == "hex" else "wrap" if page.wrap else "text")
+        if self._note:
+            details.append(self._note)
         self.query_one("#viewer-bar", Static).update(printable(" · ".join(details)))
 
+    def action_move(self, how: Literal["up", "down", "page_up", "page_down", "home", "end"]) -> None:
+        self._ask(self.pager.move, how)
+
+    def action_sideways(self, columns: int) -> None:
+        if self.page is None or self.page.wrap or self.page.mode == "hex":
+            return
+        longest = max((len(row.text) for row in self.page.rows), default=0)
+        self.view.scroll_column = max(0, min(self.view.scroll_column + columns, longest - 1))
+        self.view.refresh()
+
+    def action_toggle_wrap(self) -> None:
+        if self.page is not None and self.page.mode == "text":
+            self._ask(self.pager.show, *self.view.size, wrap=not self.page.wrap)
+
+    def action_toggle_hex(self) -> None:
+        if self.page is not None:
+            self._ask(self.pager.show, *self.view.size, mode="text" if self.page.mode == "hex" else "hex")
+
+    # --- search ---------------------------------------------------------------------------
+
+    def action_search(self, forward: bool) -> None:
+        self._search_forward = forward
+        search = self.query_one("#viewer-search", Input)
+        search.placeholder = f"Search {'forward' if forward else 'backward'} (Enter: find, Esc: cancel)"
+        search.display = True
+        search.focus()
+
+    @on(Input.Submitted, "#viewer-search")
+    def _search_submitted(self, event: Input.Submitted) -> None:
+        self._close_search_input()
+        if event.value:
+            self.view.pattern = event.value
+            self.match = None
+            self._find(self._search_forward)
+
+    def action_next_match(self, same_way: bool) -> None:
+        if self.view.pattern:
+            self._find(same_way == self._search_forward)
+
+    def _find(self, forward: bool) -> None:
+        self._queue(partial(self._start_search, self.view.pattern, forward))
+
+    def _start_search(self, pattern: str, forward: bool) -> TaskHandle:
+        """Search from the last match (or the top of the screen) through as many windows as it
+        takes; the bar shows how far it has read, Escape stops it."""
+        top = self.page.top if self.page is not None else 0
+        at = self.match if self.match is not None else top
+        start = at + 1 if forward and self.match is not None else at
+        self._search_timer = self.set_interval(SEARCH_POLL_S, self._search_progress)
+
+        def found(result: tuple[Page, int] | None) -> None:
+            self._search_ended("")
+            if result is None:
+                self.notify(f"Not found: {printable(pattern)}", severity="warning")
+            else:
+                self.match = result[1]
+                self._show(result[0])
+
+        def failed(exc: BaseException) -> None:
+            self._search_ended("")
+            self._failed(exc)
+
+        self._note = "searching… Esc stops"
+        self._update_bar()
+        search = partial(self.pager.search, pattern, start=start, forward=forward)
+        self._searching = self.bridge.run(self, search, on_done=found, on_error=failed, name="search")
+        return self._searching
+
+    def _search_progress(self) -> None:
+        if self._searching is not None and self.page is not None:
+            self._note = f"searching… {format_size(self.pager.searched)} of {format_size(self.page.size)} · Esc stops"
+            self._update_bar()
+
+    def _search_ended(self, note: str) -> None:
+        """The search found, did not find, failed or was stopped: the calls queued behind it run."""
+        if self._searching is None:
+            return
+        self._searching.cancel()  # a no-op once it has finished
+        if self._search_timer is not None:
+            self._search_timer.stop()
+        self._searching = self._search_timer = None
+        self._note = note
+        self._update_bar()
+        self._finished()
+
+    def _close_search_input(self) -> None:
+        search = self.query_one("#viewer-search", Input)
+        search.display = False
+        search.value = ""
+        self.view.focus()
+
     def action_close(self) -> None:
-        self.dismiss()
+        if self.query_one("#viewer-search", Input).has_focus:
+            self._close_search_input()
+        elif self._searching is not None:
+            self._search_ended("search stopped")
+        else:
+            self.dismiss()

@@ -1,0 +1,218 @@
+"""The viewer (F3) on the real stack: files of any size paged with ranged reads, logs opened at
+their end, search forward and backward across windows, wrap, binaries in hex. At 80x24.
+
+Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio side has delivered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+
+from tests.conftest import Stack
+from tests.helpers import wait_for
+from tests.helpers.tui import highlight, highlight_server, names, real_app, run, site_dir
+from tui.files.commander import CommanderScreen
+from tui.files.pager import CHUNK, hex_row, is_log, looks_binary
+from tui.files.viewer import PageView, ViewerScreen
+
+LINES = 1_600_000  # 13 bytes a line: a 20 MB log
+
+
+def log_line(n: int) -> bytes:
+    return b"line %07d\n" % n
+
+
+def big_log() -> bytes:
+    lines = [log_line(n) for n in range(LINES)]
+    lines[400_000] = b"NEEDLE early\n"  # ~5 MB in: several windows past the top
+    lines[1_200_000] = b"NEEDLE late\n"  # ~15 MB in
+    return b"".join(lines)
+
+
+WriteFile = Callable[[str, bytes], Path]
+
+
+@pytest.fixture
+def site_file(stack: Stack) -> Iterator[WriteFile]:
+    """Writes a file in example.com for one test, removed after it (a 20 MB log would slow the
+    content searches of the tests that follow)."""
+    made: list[Path] = []
+
+    def write(path: str, data: bytes) -> Path:
+        made.append(site_dir(stack) / path)
+        made[-1].write_bytes(data)
+        return made[-1]
+
+    yield write
+    for path in made:
+        path.unlink(missing_ok=True)
+
+
+async def open_viewer(pilot: Pilot[None], folder: str, name: str) -> ViewerScreen:
+    """From the server list to the commander, into `folder`, then F3 on `name`."""
+    app = pilot.app
+    await highlight_server(pilot, "local")
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.left))
+    commander = app.screen
+    assert isinstance(commander, CommanderScreen)
+    if folder:
+        await highlight(pilot, commander.left, folder)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: commander.left.path == folder and name in names(commander.left))
+    await highlight(pilot, commander.left, name)
+    await pilot.press("f3")
+    await wait_for(pilot, lambda: isinstance(app.screen, ViewerScreen) and app.screen.page is not None)
+    viewer = app.screen
+    assert isinstance(viewer, ViewerScreen)
+    return viewer
+
+
+def shown(viewer: ViewerScreen) -> list[str]:
+    return viewer.query_one(PageView).lines
+
+
+def bar(viewer: ViewerScreen) -> str:
+    return str(viewer.query_one("#viewer-bar").render())
+
+
+def test_a_20_mb_log_opens_at_its_end_and_pages(stack: Stack, site_file: WriteFile) -> None:
+    size = site_file("logs/viewer-big.log", big_log()).stat().st_size
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        viewer = await open_viewer(pilot, "logs", "viewer-big.log")
+        height = viewer.query_one(PageView).size.height
+        assert shown(viewer)[-1] == f"line {LINES - 1:07d}" and len(shown(viewer)) == height
+        assert f"/{size:,} bytes" in bar(viewer) and "100%" in bar(viewer)
+
+        await pilot.press("pageup")
+        await wait_for(pilot, lambda: shown(viewer)[-1] == f"line {LINES - 1 - height:07d}")
+        await pilot.press("up")
+        await wait_for(pilot, lambda: shown(viewer)[-1] == f"line {LINES - 2 - height:07d}")
+        await pilot.press("home")
+        await wait_for(pilot, lambda: shown(viewer)[0] == "line 0000000")
+        assert "0/" in bar(viewer)
+        await pilot.press("pagedown", "down")
+        await wait_for(pilot, lambda: shown(viewer)[0] == f"line {height + 1:07d}")
+        await pilot.press("g", "G")  # in the order pressed, whenever their reads answer
+        await wait_for(pilot, lambda: shown(viewer)[-1] == f"line {LINES - 1:07d}")
+        await pilot.press("pagedown")  # at the end it stays there
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen))
+
+    run(app, scenario)
+
+
+def test_search_forward_and_backward_across_windows(stack: Stack, site_file: WriteFile) -> None:
+    site_file("viewer-search.txt", big_log())
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        viewer = await open_viewer(pilot, "", "viewer-search.txt")
+        assert shown(viewer)[0] == "line 0000000"  # not a log: it opens at the top
+
+        await pilot.press("slash", *"needle", "enter")
+        await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE early")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE late")
+        await pilot.press("n")
+        await wait_for(pilot, lambda: any("Not found" in n.message for n in app._notifications))
+        assert shown(viewer)[0] == "NEEDLE late"
+        await pilot.press("N")
+        await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE early")
+
+        await pilot.press("end", "question_mark", *"NEEDLE", "enter")  # `?` searches backward
+        await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE late")
+        await pilot.press("n")  # the same way: further back
+        await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE early")
+        await pilot.press("N")
+        await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE late")
+
+    run(app, scenario)
+
+
+def test_wrap_toggle_and_a_character_across_a_window_boundary(stack: Stack, site_file: WriteFile) -> None:
+    """The line holding `é` spans two of the viewer's windows: it is decoded whole."""
+    filler = b"x" * 59 + b"\n"
+    head = filler * (CHUNK // 60 - 1)
+    pad = b"y" * (CHUNK - 1 - len(head) - 1)
+    data = head + pad + b"\n" + "é".encode() + b" and a long line " + b"z" * 200 + b"\n" + filler * 3
+    assert data.index("é".encode()) == CHUNK - 1
+    site_file("viewer-wrap.txt", data)
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        viewer = await open_viewer(pilot, "", "viewer-wrap.txt")
+        width = viewer.query_one(PageView).size.width
+        await pilot.press("end")
+        await wait_for(pilot, lambda: any(line.startswith("é and a long line") for line in shown(viewer)))
+        assert not any("\ufffd" in line for line in shown(viewer))
+        long_line = next(line for line in shown(viewer) if line.startswith("é"))
+        assert len(long_line) == len("é and a long line ") + 200  # one row, cut by the screen's edge
+
+        await pilot.press("w")
+        await wait_for(pilot, lambda: "· wrap" in bar(viewer))
+        rows = shown(viewer)
+        start = next(i for i, line in enumerate(rows) if line.startswith("é"))
+        assert len(rows[start]) == width and "".join(rows[start : start + 3]) == long_line
+        await pilot.press("w")
+        await wait_for(pilot, lambda: "· text" in bar(viewer))
+
+    run(app, scenario)
+
+
+def test_a_binary_opens_in_hex_and_h_switches_to_text(stack: Stack, site_file: WriteFile) -> None:
+    site_file("viewer-blob.bin", bytes(range(256)) * 4)
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        viewer = await open_viewer(pilot, "", "viewer-blob.bin")
+        assert "· hex" in bar(viewer)
+        assert shown(viewer)[0] == "00000000  00 01 02 03 04 05 06 07  08 09 0a 0b 0c 0d 0e 0f  |................|"
+        assert shown(viewer)[4] == "00000040  40 41 42 43 44 45 46 47  48 49 4a 4b 4c 4d 4e 4f  |@ABCDEFGHIJKLMNO|"
+        await pilot.press("G")
+        await wait_for(pilot, lambda: shown(viewer)[-1].startswith("000003f0  f0 f1"))
+        await pilot.press("h")
+        await wait_for(pilot, lambda: "· text" in bar(viewer))
+        await pilot.press("h")
+        await wait_for(pilot, lambda: "· hex" in bar(viewer))
+
+    run(app, scenario)
+
+
+def test_a_file_gone_before_f3_is_reported_and_the_viewer_closes(stack: Stack, site_file: WriteFile) -> None:
+    gone = site_file("viewer-gone.txt", b"soon gone\n")
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, "local")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.left))
+        commander = app.screen
+        assert isinstance(commander, CommanderScreen)
+        await highlight(pilot, commander.left, "viewer-gone.txt")
+        gone.unlink()
+        await pilot.press("f3")
+        await wait_for(pilot, lambda: any(n.message.startswith("Not found") for n in app._notifications))
+        await wait_for(pilot, lambda: app.screen is commander)
+
+    run(app, scenario)
+
+
+def test_which_files_open_at_their_end_and_which_in_hex() -> None:
+    assert [is_log(p) for p in ("access.log", "nginx/error.log.1", "logs/app.txt", "catalog.json", "a.logo")] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
+    text = b"a" + "é".encode() * 4096  # the sniff (8 KiB) ends in the middle of a character
+    assert not looks_binary(text[:8192]) and not looks_binary(text)
+    assert looks_binary(b"MZ\x90\x00") and looks_binary(b"\xff\xfe\xfd text")
+    assert hex_row(16, b"AB") == "00000010  41 42" + " " * 45 + "|AB|"  # the ASCII column stays in place

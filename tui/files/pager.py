@@ -1,0 +1,295 @@
+"""Paging through a file of any size with ranged reads: the viewer's model, with no widget in it.
+
+The file is never loaded whole. `WindowCache` keeps the few chunks around what is on screen and
+reads others as they are needed; `Pager` knows where the screen starts (a byte offset: the start
+of a line, or of a 16-byte row in hex) and computes the rows of a screen, the moves, and searches
+that read further windows. Lines are cut from bytes before they are decoded, so a character split
+across two windows is decoded whole. It runs in trio (the API client's side of the bridge); the
+screen gets `Page`s back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import trio
+from rich.cells import chop_cells
+
+from api_client.models import WINDOW_LIMIT, FileWindow
+from tui.text import printable_line
+
+CHUNK = 256 * 1024  # one cached window: the end of a log is one small read
+KEEP_CHUNKS = 8  # at most 2 MiB of the file in memory
+MAX_LINE = 16 * 1024  # a longer line (minified code, a line-less file) is shown in pieces
+HEX_WIDTH = 16  # bytes a hex row shows, as `hexdump -C`
+SNIFF = 8192
+ROTATED_LOG = re.compile(r"\.log(\.\d+)?$")  # access.log, access.log.1 (not catalog.json, not a .logo)
+
+Fetch = Callable[[int, int], Awaitable[FileWindow]]
+Mode = Literal["text", "hex"]
+
+
+def looks_binary(head: bytes) -> bool:
+    """A NUL byte or bytes that are not UTF-8 in the first 8 KiB (a character cut at its end is fine)."""
+    sample = head[:SNIFF]
+    if b"\0" in sample:
+        return True
+    try:
+        sample.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return not (len(sample) == SNIFF and exc.start >= len(sample) - 3 and exc.reason == "unexpected end of data")
+    return False
+
+
+def is_log(path: str) -> bool:
+    """Logs open at their end: `*.log` (and rotated `*.log.1`), or any file under a `logs` folder."""
+    parts = path.strip("/").split("/")
+    return ROTATED_LOG.search(parts[-1]) is not None or "logs" in parts[:-1]
+
+
+def hex_row(offset: int, data: bytes) -> str:
+    """One row as `hexdump -C` prints it: offset, two groups of eight bytes, the printable ASCII."""
+    cells = [f"{b:02x}" for b in data] + ["  "] * (HEX_WIDTH - len(data))
+    ascii_column = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in data)
+    return f"{offset:08x}  {' '.join(cells[:8])}  {' '.join(cells[8:])}  |{ascii_column}|"
+
+
+def _skip_continuation(data: bytes, at: int) -> int:
+    """`at` moved forward past UTF-8 continuation bytes (at most three): a cut there splits no character."""
+    for _ in range(3):
+        if at < len(data) and data[at] & 0xC0 == 0x80:
+            at += 1
+    return at
+
+
+class WindowCache:
+    """The file's bytes, read in chunks of `CHUNK` on demand, the last `KEEP_CHUNKS` kept."""
+
+    def __init__(self, fetch: Fetch) -> None:
+        self._fetch = fetch
+        self._chunks: OrderedDict[int, bytes] = OrderedDict()
+        self.size = 0
+
+    async def chunk(self, index: int) -> bytes:
+        if index in self._chunks:
+            self._chunks.move_to_end(index)
+            return self._chunks[index]
+        window = await self._fetch(index * CHUNK, CHUNK)
+        self.size = max(window.size, index * CHUNK + window.length)  # a log grows while it is read
+        self._chunks[index] = data = window.data
+        while len(self._chunks) > KEEP_CHUNKS:
+            self._chunks.popitem(last=False)
+        return data
+
+    async def read(self, start: int, end: int) -> bytes:
+        """The bytes in [start, end), as far as the file goes."""
+        start, end = max(0, start), min(end, self.size)
+        if start >= end:
+            return b""
+        first, last = start // CHUNK, (end - 1) // CHUNK
+        data = b"".join([await self.chunk(index) for index in range(first, last + 1)])
+        return data[start - first * CHUNK : end - first * CHUNK]
+
+    async def window(self, offset: int, length: int) -> bytes:
+        """A read that bypasses the cache (a search reads far more than the screen shows)."""
+        window = await self._fetch(offset, length)
+        self.size = max(self.size, window.size)
+        return window.data
+
+
+@dataclass(frozen=True)
+class Row:
+    offset: int  # where in the file the row's line (or hex row) starts
+    text: str
+
+
+@dataclass(frozen=True)
+class Page:
+    """What one screen shows: its rows, the byte range they come from, and the file's size."""
+
+    rows: list[Row]
+    top: int
+    bottom: int
+    size: int
+    mode: Mode
+    wrap: bool
+
+    @property
+    def at_end(self) -> bool:
+        return self.bottom >= self.size
+
+
+class Pager:
+    """Where the screen is in the file, and how it moves. Moves run one at a time (a lock), in
+    the order the keys came; each answers the new `Page`."""
+
+    def __init__(self, fetch: Fetch) -> None:
+        self.cache = WindowCache(fetch)
+        self.mode: Mode = "text"
+        self.wrap = False
+        self.top = 0
+        self.width, self.height = 80, 20
+        self.searched = 0  # how far the running search has read, for its progress line
+        self._lock = trio.Lock()
+
+    @property
+    def size(self) -> int:
+        return self.cache.size
+
+    async def open(self, *, at_end: bool) -> Page:
+        """Read the head (its size, whether it is binary: then hex), then show the top or the end."""
+        async with self._lock:
+            head = await self.cache.window(0, SNIFF)  # the size, and text or binary: one small read
+            self.mode = "hex" if looks_binary(head) else "text"
+            if at_end:
+                await self._end()
+            return await self._page()
+
+    async def show(self, width: int, height: int, *, mode: Mode | None = None, wrap: bool | None = None) -> Page:
+        """The page for a screen of `width` x `height` (after a resize, a wrap or a mode switch)."""
+        async with self._lock:
+            at_end = (await self._page()).at_end
+            self.width, self.height = max(1, width), max(1, height)
+            if mode is not None and mode != self.mode:
+                self.mode = mode
+                self.top = await self._align(self.top)
+            if wrap is not None:
+                self.wrap = wrap
+            if at_end:
+                await self._end()  # the end of a log stays in sight
+            return await self._page()
+
+    async def move(self, how: str) -> Page:
+        """`up`, `down`, `page_up`, `page_down`, `home` or `end`."""
+        async with self._lock:
+            if how == "home":
+                self.top = 0
+            elif how == "end":
+                await self._end()
+            elif how == "up":
+                self.top = await self._up(self.top, 1)
+            elif how == "page_up":
+                self.top = await self._up(self.top, self.height)
+            elif how in ("down", "page_down") and not (page := await self._page()).at_end:
+                self.top = page.bottom if how == "page_down" else await self._down(self.top)
+                if (await self._page()).at_end:
+                    await self._end()  # the last screen is shown full, as `less` does
+            return await self._page()
+
+    async def search(self, pattern: str, *, start: int, forward: bool) -> tuple[Page, int] | None:
+        """The first match of `pattern` after `start` (before it, backward), read window after
+        window: the page showing it and its offset, or None. Case-insensitive unless the pattern
+        has a capital (as `less -i`); cancel the task to stop it."""
+        needle = pattern.encode("utf-8")
+        flags = 0 if pattern != pattern.lower() else re.IGNORECASE
+        regex = re.compile(re.escape(needle), flags)
+        async with self._lock:
+            width = len(needle)
+            found = await (self._forward(regex, start, width) if forward else self._backward(regex, start, width))
+            if found is None:
+                return None
+            self.top = await self._line_start(found) if self.mode == "text" else found - found % HEX_WIDTH
+            return await self._page(), found
+
+    # --- text lines ---------------------------------------------------------------------
+
+    async def _line_end(self, start: int) -> int:
+        """Where the line starting at `start` ends (past its newline); a long line is cut at `MAX_LINE`."""
+        data = await self.cache.read(start, start + MAX_LINE + 4)
+        newline = data.find(b"\n", 0, MAX_LINE)
+        if newline >= 0:
+            return start + newline + 1
+        if len(data) <= MAX_LINE:
+            return start + len(data)
+        return start + _skip_continuation(data, MAX_LINE)
+
+    async def _line_start(self, pos: int) -> int:
+        """The start of the line holding the byte at `pos`."""
+        low = max(0, pos - MAX_LINE)
+        data = await self.cache.read(low, pos)
+        newline = data.rfind(b"\n")
+        if newline >= 0:
+            return low + newline + 1
+        return 0 if low == 0 else low + _skip_continuation(data, 0)
+
+    async def _line_rows(self, start: int, end: int) -> list[str]:
+        line = (await self.cache.read(start, end)).decode("utf-8", "replace").rstrip("\n").rstrip("\r")
+        text = printable_line(line)
+        return chop_cells(text, self.width) if self.wrap and text else [text]
+
+    # --- moves ----------------------------------------------------------------------------
+
+    async def _align(self, pos: int) -> int:
+        return await self._line_start(pos) if self.mode == "text" else pos - pos % HEX_WIDTH
+
+    async def _down(self, top: int) -> int:
+        return top + HEX_WIDTH if self.mode == "hex" else await self._line_end(top)
+
+    async def _up(self, top: int, lines: int) -> int:
+        if self.mode == "hex":
+            return max(0, top - lines * HEX_WIDTH)
+        for _ in range(lines):
+            if top == 0:
+                break
+            top = await self._line_start(top - 1)
+        return top
+
+    async def _end(self) -> None:
+        """The last screenful: the file's last rows end at the bottom of the screen."""
+        if self.mode == "hex":
+            rows = -(-self.size // HEX_WIDTH)
+            self.top = max(0, rows - self.height) * HEX_WIDTH
+            return
+        top, shown = self.size, 0
+        while top > 0 and shown < self.height:
+            start = await self._line_start(top - 1)
+            shown += len(await self._line_rows(start, top))
+            top = start
+        self.top = top
+
+    async def _page(self) -> Page:
+        rows: list[Row] = []
+        pos = self.top
+        if self.mode == "hex":
+            data = await self.cache.read(pos, pos + self.height * HEX_WIDTH)
+            for at in range(0, len(data), HEX_WIDTH):
+                rows.append(Row(pos + at, hex_row(pos + at, data[at : at + HEX_WIDTH])))
+            pos += len(data)
+        else:
+            while len(rows) < self.height and pos < self.size:
+                end = await self._line_end(pos)
+                rows.extend(Row(pos, piece) for piece in await self._line_rows(pos, end))
+                pos = end
+        return Page(rows[: self.height], self.top, pos, self.size, self.mode, self.wrap)
+
+    # --- search ---------------------------------------------------------------------------
+
+    async def _forward(self, regex: re.Pattern[bytes], start: int, width: int) -> int | None:
+        overlap = width - 1  # a match across two windows is found in the second
+        pos = start
+        while pos < self.size:
+            self.searched = pos
+            data = await self.cache.window(pos, WINDOW_LIMIT)
+            match = regex.search(data)
+            if match:
+                return pos + match.start()
+            if len(data) <= overlap:
+                return None
+            pos += len(data) - overlap
+        return None
+
+    async def _backward(self, regex: re.Pattern[bytes], before: int, width: int) -> int | None:
+        end = before  # a match must start before `end`
+        while end > 0:
+            self.searched = end
+            low = max(0, end - WINDOW_LIMIT + width)
+            data = await self.cache.window(low, min(WINDOW_LIMIT, end - low + width - 1))
+            starts = [m.start() for m in regex.finditer(data) if m.start() < end - low]
+            if starts:
+                return low + starts[-1]
+            end = low
+        return None
