@@ -19,6 +19,7 @@ from api_client.models import PresenceEvent
 from tui.bridge import TaskHandle
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
+from tui.widgets.filter_line import FilteredList, FilterLine, filter_rows
 from tui.widgets.header import SafeHeader
 
 # After the presence stream is lost for good (the client already retried with Last-Event-ID),
@@ -45,7 +46,7 @@ class ServerTable(DataTable[Text]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Files")]
 
 
-class ServerListScreen(FleetScreen):
+class ServerListScreen(FilteredList, FleetScreen):
     """Servers in a table; Enter opens the files of the highlighted one."""
 
     DEFAULT_CSS = load_tcss(__file__)
@@ -54,6 +55,7 @@ class ServerListScreen(FleetScreen):
         Binding("j", "open_jobs", "Jobs"),
         Binding("b", "app.go_load_balancers", "Load balancers"),
         Binding("r", "reload", "Reload"),
+        Binding("slash", "filter", "Filter", key_display="/", show=False),
         Binding("q", "app.quit", "Quit", show=False),
     ]
 
@@ -66,6 +68,7 @@ class ServerListScreen(FleetScreen):
     def compose(self) -> ComposeResult:
         yield SafeHeader()
         yield ServerTable(id="servers", cursor_type="row", zebra_stripes=True)
+        yield FilterLine(id="servers-filter")
         yield Static("Loading servers…", id="servers-status")
         yield Footer()
 
@@ -90,8 +93,13 @@ class ServerListScreen(FleetScreen):
         self.bridge.run(self, self.client.servers.list, on_done=self._show_servers, on_error=self._list_failed)
 
     def _show_servers(self, servers: list[Server]) -> None:
-        highlighted = self.highlighted_server
         self.servers = {server.id: server for server in sorted(servers, key=lambda s: s.name.casefold())}
+        self._draw_table()
+        self._update_status()
+
+    def _draw_table(self) -> None:
+        """The rows that match the `/` filter; the columns are sized to every server, filter or not."""
+        highlighted = self.highlighted_server
         table = self.query_one(DataTable)
         rows = {server.id: self._cells(server) for server in self.servers.values()}
         # Explicit widths: the columns are rebuilt with each list, sized to what they hold.
@@ -99,11 +107,20 @@ class ServerListScreen(FleetScreen):
         for position, (key, label, narrowest, widest) in enumerate(COLUMNS):
             longest = max((cells[position].cell_len for cells in rows.values()), default=0)
             table.add_column(label, key=key, width=max(narrowest, min(longest, widest)))
-        for server_id, cells in rows.items():
+        shown = filter_rows(rows, self.filter_pattern)
+        for server_id, cells in shown.items():
             table.add_row(*cells, key=server_id)
-        if highlighted is not None and highlighted.id in self.servers:
+        if highlighted is not None and highlighted.id in shown:
             table.move_cursor(row=table.get_row_index(highlighted.id))
+
+    def on_filter_line_pattern_changed(self, event: FilterLine.PatternChanged) -> None:
+        event.stop()
+        self._draw_table()
         self._update_status()
+
+    def on_filter_line_closed(self, event: FilterLine.Closed) -> None:
+        event.stop()
+        self.query_one(DataTable).focus()
 
     def _list_failed(self, exc: BaseException) -> None:
         self.query_one("#servers-status", Static).update("Could not load the servers.")
@@ -183,6 +200,8 @@ class ServerListScreen(FleetScreen):
 
     def _redraw_row(self, server: Server) -> None:
         table = self.query_one(DataTable)
+        if server.id not in table.rows:
+            return  # hidden by the `/` filter
         for (key, *_), cell in zip(COLUMNS, self._cells(server), strict=True):
             table.update_cell(server.id, key, cell)
 
@@ -205,6 +224,8 @@ class ServerListScreen(FleetScreen):
         online = sum(1 for s in full if s.agent.online)
         live = "" if self._presence_supported else " · no live updates"
         servers = f"{len(self.servers)} server" + ("" if len(self.servers) == 1 else "s")
+        if self.filter_pattern:
+            servers = f"{self.query_one(DataTable).row_count} of {servers} match the filter"
         text = f"{servers} · {online}/{len(full)} agents online{live} · Enter: files · j: jobs · b: load balancers"
         self.query_one("#servers-status", Static).update(text)
 
