@@ -25,6 +25,7 @@ from tui.starting import StartingScreen
 if TYPE_CHECKING:
     from api_client import Client, Me, Server
     from tui.bridge import TrioBridge
+    from tui.command_line import Command
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ class FleetdeckApp(App[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark", "help", "Help", key_display="?"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        # Not a priority binding: a `:` typed into a field or the editor stays text.
+        Binding("colon", "command_mode", "Command", key_display=":", show=False),
     ]
 
     def __init__(
@@ -276,6 +279,59 @@ class FleetdeckApp(App[None]):
         if not isinstance(self.screen, LoadBalancersScreen):
             self.back_to_servers(partial(self.push_screen, LoadBalancersScreen()))
 
+    def action_go_audit(self) -> None:
+        """The org's audit log (owners and admins; a member is told why not)."""
+        from tui.audit.screen import AuditScreen
+
+        if not isinstance(self.screen, AuditScreen):
+            self.back_to_servers(partial(self.push_screen, AuditScreen()))
+
+    def action_command_mode(self) -> None:
+        """`:` then a resource, as in k9s (see `tui.command_line`)."""
+        from tui.command_line import CommandLine
+        from tui.servers.screen import ServerListScreen
+
+        if self._client is None or isinstance(self.screen, CommandLine):
+            return
+        server_list = next((s for s in self.screen_stack if isinstance(s, ServerListScreen)), None)
+        names = [server.name for server in server_list.servers.values()] if server_list is not None else []
+        self.push_screen(CommandLine(names), self._run_command)
+
+    def _run_command(self, command: Command | None) -> None:
+        if command is None:
+            return
+        name = command.resource.name
+        if name == "servers":
+            self.action_go_servers()
+        elif name == "lb":
+            self.action_go_load_balancers()
+        elif name == "audit":
+            self.action_go_audit()
+        elif (server := self._server_for_command(command)) is not None:
+            (self.open_files if name == "files" else self.open_jobs)(server)
+
+    def _server_for_command(self, command: Command) -> Server | None:
+        """The server `:files`/`:jobs` act on: the one named, else the one in view, else the one
+        highlighted on the server list."""
+        from api_client import Server
+        from tui.files.commander import CommanderScreen
+        from tui.servers.screen import ServerListScreen
+
+        server_list = next((s for s in self.screen_stack if isinstance(s, ServerListScreen)), None)
+        if command.server_name is not None:
+            servers = server_list.servers.values() if server_list is not None else []
+            named = [s for s in servers if s.name.casefold() == command.server_name.casefold()]
+            if not named:
+                self.notify(f"No server called {command.server_name!r}.", severity="warning")
+                return None
+            return named[0]
+        for screen in reversed(self.screen_stack):
+            if isinstance(screen, CommanderScreen):
+                return screen.active.server
+            if isinstance(server := getattr(screen, "server", None), Server):
+                return server
+        return self._picked_server()
+
     def action_switch_theme(self, name: str) -> None:
         self._apply_theme(name)
 
@@ -301,6 +357,10 @@ class FleetdeckApp(App[None]):
             yield SystemCommand(
                 "Go to load balancers", "The org's load balancers and their pools", self.action_go_load_balancers
             )
+        yield SystemCommand(
+            "Go to the audit log", "Who did what in the org, live (owners, admins)", self.action_go_audit
+        )
+        yield SystemCommand("Command mode", ":files, :jobs, :lb, :audit, :servers", self.action_command_mode)
         yield SystemCommand("Help", "The key bindings of this screen", self.action_help)
 
 

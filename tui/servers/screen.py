@@ -54,6 +54,7 @@ class ServerListScreen(FilteredList, FleetScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("j", "open_jobs", "Jobs"),
         Binding("b", "app.go_load_balancers", "Load balancers"),
+        Binding("a", "app.go_audit", "Audit log"),
         Binding("r", "reload", "Reload"),
         Binding("slash", "filter", "Filter", key_display="/", show=False),
         Binding("q", "app.quit", "Quit", show=False),
