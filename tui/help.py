@@ -21,7 +21,6 @@ NAVIGATION_KEYS = [
     ("Home End", "First or last line"),
     ("ctrl+p", "Command palette: themes, go to servers/files, …"),
     (":", "Command mode: :servers :files :jobs :lb :audit (Tab completes)"),
-    ("/", "Filter the list by text (Esc clears)"),
 ]
 
 
