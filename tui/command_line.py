@@ -16,7 +16,7 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
@@ -84,9 +84,9 @@ class CommandLine(ModalScreen[Command | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="command-box"):
             yield Static("", id="command-candidates")
-            yield Input(
-                placeholder="files · jobs · lb · audit · servers   (Tab completes, Esc cancels)", id="command-input"
-            )
+            with Horizontal(id="command-line"):
+                yield Static(":", id="command-prompt")
+                yield Input(placeholder="a resource · Tab completes · Esc cancels", id="command-input", compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#command-input", Input).focus()
@@ -114,7 +114,7 @@ class CommandLine(ModalScreen[Command | None]):
         for name in found:
             resource = find_resource(name.partition(" ")[0])
             line.append(printable(name), style="bold")
-            if resource is not None and " " not in name:
+            if resource is not None and " " not in name and len(found) == 1:
                 line.append(f" {resource.description}", style="dim")
             line.append("   ")
         if not found:

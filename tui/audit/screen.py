@@ -41,14 +41,15 @@ POLL_S = 3.0
 # Ask for the next older page when the cursor comes this close to the last row.
 PAGE_AHEAD_ROWS = 5
 
-# (key, label, width); the target takes what is left.
+# (key, label, width at 80 columns, width from WIDE columns on); the target takes what is left.
 COLUMNS = [
-    ("at", "At", 11),
-    ("actor", "Actor", 18),
-    ("server", "Server", 10),
-    ("action", "Action", 16),
-    ("outcome", "Outcome", 12),
+    ("at", "At", 11, 11),
+    ("actor", "Actor", 14, 28),
+    ("server", "Server", 8, 16),
+    ("action", "Action", 14, 20),
+    ("outcome", "Outcome", 9, 16),
 ]
+WIDE = 120
 TARGET_MIN_WIDTH = 8
 
 
@@ -83,11 +84,11 @@ class AuditScreen(FilteredList, FleetScreen):
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "back", "Servers"),
+        Binding("escape", "back", "Servers", show=False),
         Binding("s", "filter_by('server_id')", "By server"),
         Binding("a", "filter_by('action')", "By action"),
-        Binding("u", "filter_by('actor')", "By actor"),
-        Binding("o", "filter_by('outcome')", "By outcome"),
+        Binding("u", "filter_by('actor')", "By actor", show=False),
+        Binding("o", "filter_by('outcome')", "By outcome", show=False),
         Binding("x", "clear_filters", "No filters", show=False),
         Binding("slash", "filter", "Filter", key_display="/", show=False),
         Binding("r", "reload", "Reload", show=False),
@@ -222,9 +223,11 @@ class AuditScreen(FilteredList, FleetScreen):
         highlighted = self.highlighted_entry if keep_cursor else None
         table.clear(columns=True)
         used = 0
-        for key, label, width in COLUMNS:
+        for key, label, narrow, wide in COLUMNS:
+            width = wide if self.size.width >= WIDE else narrow
             table.add_column(label, key=key, width=width)
             used += width + 2  # DataTable pads each cell by one on both sides
+        # What is left, less the target's own padding and the vertical scrollbar.
         table.add_column("Target", key="target", width=max(TARGET_MIN_WIDTH, self.size.width - used - 3))
         rows = {entry.id: self._cells(entry) for entry in self.entries.values()}
         for key, cells in filter_rows(rows, self.filter_pattern).items():
@@ -257,10 +260,11 @@ class AuditScreen(FilteredList, FleetScreen):
         if not count:
             text = "No entries" + (" match these filters" if self.filters != AuditFilters() else " yet")
         else:
-            text = f"{count:,} entries" + ("" if self._complete else " so far (more below)")
+            more = "" if self._complete else " (more below)"
             if self.filter_pattern:
-                text = f"{shown:,} of {text} match the filter"
-            text += " · live · Enter: details"
+                text = f"{shown:,} of {count:,} entries{more} · live · Esc: clear the filter"
+            else:
+                text = f"{count:,} entries{more} · live · s a u o: like this one · /: text"
         self._set_status(text)
 
     def _set_status(self, text: str) -> None:

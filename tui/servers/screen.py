@@ -225,9 +225,10 @@ class ServerListScreen(FilteredList, FleetScreen):
         online = sum(1 for s in full if s.agent.online)
         live = "" if self._presence_supported else " · no live updates"
         servers = f"{len(self.servers)} server" + ("" if len(self.servers) == 1 else "s")
-        if self.filter_pattern:
-            servers = f"{self.query_one(DataTable).row_count} of {servers} match the filter"
-        text = f"{servers} · {online}/{len(full)} agents online{live} · Enter: files · j: jobs · b: load balancers"
+        keys = " · Enter: files · j: jobs · b: load balancers"
+        if self.filter_pattern:  # the keys are in the footer too: room for the filter's count
+            servers, keys = f"{self.query_one(DataTable).row_count} of {servers}", ""
+        text = f"{servers} · {online}/{len(full)} agents online{live}{keys}"
         self.query_one("#servers-status", Static).update(text)
 
     # --- actions --------------------------------------------------------------------------

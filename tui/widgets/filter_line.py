@@ -85,7 +85,7 @@ class FilterLine(Input):
         id: str | None = None,
         classes: str | None = None,
     ) -> None:
-        super().__init__(placeholder=placeholder, id=id, classes=classes)
+        super().__init__(placeholder=placeholder, id=id, classes=classes, compact=True)
         self.kept_shown = kept_shown
 
     @property
