@@ -20,7 +20,7 @@ NAVIGATION_KEYS = [
     ("PgUp PgDn", "A page up or down"),
     ("Home End", "First or last line"),
     ("ctrl+p", "Command palette: themes, go to servers/files, …"),
-    (":", "Command mode: :servers :files :jobs :lb :audit (Tab completes)"),
+    (":", "Go to: :servers :files :jobs :lb :audit (Tab completes)"),
 ]
 
 

@@ -85,12 +85,12 @@ class AuditScreen(FilteredList, FleetScreen):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "back", "Servers", show=False),
-        Binding("s", "filter_by('server_id')", "By server"),
-        Binding("a", "filter_by('action')", "By action"),
-        Binding("u", "filter_by('actor')", "By actor", show=False),
-        Binding("o", "filter_by('outcome')", "By outcome", show=False),
-        Binding("x", "clear_filters", "No filters", show=False),
-        Binding("slash", "filter", "Filter", key_display="/", show=False),
+        Binding("s", "filter_by('server_id')", "Same server"),
+        Binding("a", "filter_by('action')", "Same action"),
+        Binding("u", "filter_by('actor')", "Same actor", show=False),
+        Binding("o", "filter_by('outcome')", "Same outcome", show=False),
+        Binding("x", "clear_filters", "Any server, action, actor, outcome", show=False),
+        Binding("slash", "filter", "Filter the list by text", key_display="/", show=False),
         Binding("r", "reload", "Reload", show=False),
     ]
 

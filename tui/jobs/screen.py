@@ -64,7 +64,7 @@ class JobsScreen(FilteredList, FleetScreen):
         Binding("escape", "back", "Servers"),
         Binding("n", "new_job", "New job"),
         Binding("r", "reload", "Reload"),
-        Binding("slash", "filter", "Filter", key_display="/", show=False),
+        Binding("slash", "filter", "Filter the list by text", key_display="/", show=False),
     ]
 
     AUTO_FOCUS = "#job-history"

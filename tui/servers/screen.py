@@ -56,7 +56,7 @@ class ServerListScreen(FilteredList, FleetScreen):
         Binding("b", "app.go_load_balancers", "Load balancers"),
         Binding("a", "app.go_audit", "Audit log"),
         Binding("r", "reload", "Reload"),
-        Binding("slash", "filter", "Filter", key_display="/", show=False),
+        Binding("slash", "filter", "Filter the list by text", key_display="/", show=False),
         Binding("q", "app.quit", "Quit", show=False),
     ]
 
