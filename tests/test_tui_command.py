@@ -12,7 +12,8 @@ from textual.widgets import DataTable, Input, Static
 
 from tests.conftest import Stack
 from tests.helpers import wait_for
-from tests.helpers.tui import highlight_server, real_app, run
+from tests.helpers.tui import highlight_server, real_app, run, site_dir
+from tests.test_tui_editor import edit
 from tests.test_tui_load_balancers import new_org
 from tui.audit.screen import AuditScreen
 from tui.command_line import CommandLine
@@ -151,5 +152,16 @@ def test_slash_filters_the_jobs_list(stack: Stack) -> None:
         assert f"0 of {everything} job" in str(screen.query_one("#jobs-status", Static).render())
         await pilot.press("escape")
         assert rows(pilot, "#job-history") == everything and app.screen is screen
+
+    run(real_app(stack), scenario)
+
+
+def test_a_colon_typed_in_the_editor_is_text(stack: Stack) -> None:
+    (site_dir(stack) / "colon.txt").write_text("key value\n")
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await edit(pilot, "colon.txt")
+        await pilot.press("right", "right", "right", "colon")
+        assert screen.editor.lines == ["key: value"] and pilot.app.screen is screen
 
     run(real_app(stack), scenario)
