@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 
 from themes.palettes import THEMES, automatic_theme_name, default_theme_name, register_themes
 from tui.connection import ConnectError, Connection, PendingConnection
@@ -289,10 +289,14 @@ class FleetdeckApp(App[None]):
     def action_command_mode(self) -> None:
         """`:` then a resource, as in k9s (see `tui.command_line`)."""
         from tui.command_line import CommandLine
+        from tui.help import HelpScreen
         from tui.servers.screen import ServerListScreen
 
         if self._client is None or isinstance(self.screen, CommandLine):
             return
+        if isinstance(self.screen, ModalScreen) and not isinstance(self.screen, HelpScreen):
+            return  # a dialog waits for its answer first
+
         server_list = next((s for s in self.screen_stack if isinstance(s, ServerListScreen)), None)
         names = [server.name for server in server_list.servers.values()] if server_list is not None else []
         self.push_screen(CommandLine(names), self._run_command)
@@ -307,8 +311,18 @@ class FleetdeckApp(App[None]):
             self.action_go_load_balancers()
         elif name == "audit":
             self.action_go_audit()
-        elif (server := self._server_for_command(command)) is not None:
+        elif (server := self._server_for_command(command)) is not None and not self._showing(name, server):
             (self.open_files if name == "files" else self.open_jobs)(server)
+
+    def _showing(self, name: str, server: Server) -> bool:
+        """Whether the current screen already is `:files` or `:jobs` of `server` (then it stays as it is)."""
+        from tui.files.commander import CommanderScreen
+        from tui.jobs.screen import JobsScreen
+
+        screen = self.screen
+        if name == "files" and isinstance(screen, CommanderScreen):
+            return screen.server.id == server.id
+        return name == "jobs" and isinstance(screen, JobsScreen) and screen.server.id == server.id
 
     def _server_for_command(self, command: Command) -> Server | None:
         """The server `:files`/`:jobs` act on: the one named, else the one in view, else the one
