@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
+from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Static
 
@@ -38,7 +39,7 @@ from tui.widgets.header import SafeHeader
 
 PAGE = 100
 POLL_S = 3.0
-# Ask for the next older page when the cursor comes this close to the last row.
+# Ask for the next older page when the cursor moves down this close to the last row.
 PAGE_AHEAD_ROWS = 5
 
 # (key, label, width at 80 columns, width from WIDE columns on); the target takes what is left.
@@ -73,9 +74,30 @@ class AuditFilters:
 
 
 class AuditTable(DataTable[Text]):
-    """The entries; Enter (named in the footer) opens the highlighted one."""
+    """The entries; Enter (named in the footer) opens the highlighted one. Moving down near the
+    last row says so (`NearTheEnd`): the screen asks for older entries. Only the user's moves do,
+    not a redraw, so a few rows left by the `/` filter never page through the whole log alone."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Details")]
+
+    class NearTheEnd(Message):
+        pass
+
+    def action_cursor_down(self) -> None:
+        super().action_cursor_down()
+        self._moved_down()
+
+    def action_page_down(self) -> None:
+        super().action_page_down()
+        self._moved_down()
+
+    def action_scroll_bottom(self) -> None:
+        super().action_scroll_bottom()
+        self._moved_down()
+
+    def _moved_down(self) -> None:
+        if self.cursor_row >= self.row_count - PAGE_AHEAD_ROWS:
+            self.post_message(self.NearTheEnd())
 
 
 class AuditScreen(FilteredList, FleetScreen):
@@ -272,11 +294,9 @@ class AuditScreen(FilteredList, FleetScreen):
 
     # --- keys ---------------------------------------------------------------------------------
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_audit_table_near_the_end(self, event: AuditTable.NearTheEnd) -> None:
         event.stop()
-        table = self.query_one(AuditTable)
-        near_the_end = event.cursor_row >= table.row_count - PAGE_AHEAD_ROWS
-        if near_the_end and not self._complete and self._page_task is None and self.entries:
+        if not self._complete and self._page_task is None and self.entries:
             oldest = min(self.entries, key=int)
             self._page_task = self._ask(before=oldest, on_done=partial(self._page_came, self._generation))
 
