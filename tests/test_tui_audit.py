@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 from textual.pilot import Pilot
-from textual.widgets import Static
+from textual.widgets import Select, Static
 
 from api_client import Client
 from api_client.models import AuditEntry
@@ -20,6 +20,7 @@ from tests.helpers import wait_for
 from tests.helpers.tui import run
 from tui.app import FleetdeckApp
 from tui.audit.entry import AuditEntryScreen
+from tui.audit.filters import AuditFilterDialog
 from tui.audit.screen import PAGE, AuditScreen, AuditTable
 from tui.connection import Connection
 from tui.servers.screen import ServerListScreen
@@ -126,6 +127,15 @@ def test_the_log_is_newest_first_pages_as_you_scroll_filters_and_shows_new_entri
         # `x`: no filters.
         await pilot.press("x")
         await wait_for(pilot, lambda: screen.filters.action is None and len(shown(screen)) == PAGE)
+
+        # `f`: the filters in a form, e.g. a server none of the newest page's entries is about.
+        await pilot.press("f")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, AuditFilterDialog))
+        web_a = next(s.id for s in screen.servers.values() if s.name == "web-a")
+        pilot.app.screen.query_one("#audit-server", Select).value = web_a
+        await pilot.press("enter")  # in the action field: apply
+        await wait_for(pilot, lambda: [e.target for e in shown(screen)] == ["web-a"])
+        assert screen.filters.server_id == web_a and "server web-a" in text_of(screen, "#audit-bar")
 
     run(app_for(stack, token), scenario)
 

@@ -1,5 +1,6 @@
 """The org's audit log, for owners and admins: newest first, narrowed, paged as you scroll, live.
 
+* `f`: the filters in a form (server, action, actor, outcome);
 * `s` `a` `u` `o`: keep only the entries of the highlighted entry's server, action, actor or
   outcome (the same key again drops that filter; `x` drops them all). The control plane filters
   (`GET /v1/audit` with `server_id`, `action`, `actor`, `outcome`), so every page is a full page
@@ -15,9 +16,9 @@ A member gets 403 from the API: the screen says the log is for owners and admins
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -30,6 +31,7 @@ from api_client import Server
 from api_client import errors as api_errors
 from api_client.models import AuditEntry
 from tui.audit.entry import AuditEntryScreen, actor_name, outcome_text
+from tui.audit.filters import AuditFilterDialog, AuditFilters
 from tui.bridge import TaskHandle
 from tui.jobs.run import local_time
 from tui.screen import FleetScreen
@@ -52,25 +54,6 @@ COLUMNS = [
 ]
 WIDE = 120
 TARGET_MIN_WIDTH = 8
-
-
-@dataclass(frozen=True)
-class AuditFilters:
-    """What the control plane narrows the log to (None: any)."""
-
-    server_id: str | None = None
-    action: str | None = None
-    actor: str | None = None
-    outcome: Literal["ok", "error"] | None = None
-
-    def words(self, server_name: str | None) -> str:
-        parts = [
-            f"server {server_name}" if self.server_id else "",
-            f"action {self.action}" if self.action else "",
-            f"actor {self.actor}" if self.actor else "",
-            f"outcome {self.outcome}" if self.outcome else "",
-        ]
-        return " · ".join(p for p in parts if p)
 
 
 class AuditTable(DataTable[Text]):
@@ -111,6 +94,7 @@ class AuditScreen(FilteredList, FleetScreen):
         Binding("a", "filter_by('action')", "Same action"),
         Binding("u", "filter_by('actor')", "Same actor", show=False),
         Binding("o", "filter_by('outcome')", "Same outcome", show=False),
+        Binding("f", "edit_filters", "Filters"),
         Binding("x", "clear_filters", "Any server, action, actor, outcome", show=False),
         Binding("slash", "filter", "Filter the list by text", key_display="/", show=False),
         Binding("r", "reload", "Reload", show=False),
@@ -326,6 +310,16 @@ class AuditScreen(FilteredList, FleetScreen):
             self.notify(f"This entry has no {field.removesuffix('_id')}.", severity="warning")
             return
         self._set_filters(replace(self.filters, **{field: value}))
+
+    def action_edit_filters(self) -> None:
+        """`f`: all four filters in a form (a server, action or actor that no entry shown has)."""
+
+        def chosen(filters: AuditFilters | None) -> None:
+            if filters is not None and filters != self.filters:
+                self._set_filters(filters)
+
+        servers = sorted(((s.name, s.id) for s in self.servers.values()), key=lambda pair: pair[0].casefold())
+        self.app.push_screen(AuditFilterDialog(self.filters, servers), chosen)
 
     def action_clear_filters(self) -> None:
         if self.filters != AuditFilters():
