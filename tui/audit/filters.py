@@ -52,7 +52,9 @@ class AuditFilterDialog(FileDialog[AuditFilters | None]):
         with Vertical(classes="file-dialog"):
             yield Static("Audit log filters", classes="file-dialog--title")
             yield Static("Server", classes="file-dialog--label")
-            yield Select(self.servers, prompt="any server", value=f.server_id or Select.NULL, id="audit-server")
+            yield Select(
+                self.servers, prompt="any server", value=f.server_id or Select.NULL, id="audit-server", compact=True
+            )
             yield Static("Action (e.g. fs.write, jobs.create)", classes="file-dialog--label")
             yield Input(f.action or "", placeholder="any action", id="audit-action", compact=True)
             yield Static("Actor (an email or a user id)", classes="file-dialog--label")
@@ -63,6 +65,7 @@ class AuditFilterDialog(FileDialog[AuditFilters | None]):
                 prompt="any outcome",
                 value=f.outcome or Select.NULL,
                 id="audit-outcome",
+                compact=True,
             )
             yield Static("Enter in a text field or ctrl+s: apply · Esc: cancel", classes="file-dialog--hint")
 
