@@ -41,6 +41,8 @@ from api_client.models import (
     WINDOW_LIMIT,
     ApiToken,
     ApiTokenCreated,
+    AuditEntry,
+    AuditList,
     DirectUpload,
     Entry,
     ExtractConflicts,
@@ -161,6 +163,7 @@ class Client:
         self.files = FilesAPI(self)
         self.jobs = JobsAPI(self)
         self.load_balancers = LoadBalancersAPI(self)
+        self.audit = AuditAPI(self)
 
     @property
     def token(self) -> str | None:
@@ -814,6 +817,26 @@ class LoadBalancersAPI(_SubAPI):
         """Dispatch `lb.apply` again with the current definition; the id of its job."""
         body = await self._client.request("POST", f"/v1/load-balancers/{lb_id}/apply")
         return ApplyStarted.model_validate(body).job_id
+
+
+class AuditAPI(_SubAPI):
+    """The org's audit log (owners and admins; a member gets `Forbidden`), newest first."""
+
+    async def list(
+        self,
+        *,
+        server_id: str | None = None,
+        action: str | None = None,
+        actor: str | None = None,
+        outcome: Literal["ok", "error"] | None = None,
+        limit: int = 100,
+        before: str | None = None,
+    ) -> builtins.list[AuditEntry]:
+        """Up to `limit` entries matching every filter given; `before` (an entry's id) pages to
+        older ones. `actor` is an email or a user id."""
+        params = {"server_id": server_id, "action": action, "actor": actor, "outcome": outcome}
+        body = await self._client.request("GET", "/v1/audit", params={**params, "limit": limit, "before": before})
+        return AuditList.model_validate(body).entries
 
 
 async def _chunks(data: bytes | AsyncIterable[bytes], size: int) -> AsyncIterator[bytes]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 
 from themes.palettes import THEMES, automatic_theme_name, default_theme_name, register_themes
 from tui.connection import ConnectError, Connection, PendingConnection
@@ -25,6 +25,7 @@ from tui.starting import StartingScreen
 if TYPE_CHECKING:
     from api_client import Client, Me, Server
     from tui.bridge import TrioBridge
+    from tui.command_line import Command
     from tui.monitor import ConnectionMonitor
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,8 @@ class FleetdeckApp(App[None]):
         # F10 quits as in Midnight Commander; ctrl+q too, from anywhere (an editor included).
         Binding("f10", "quit", "Quit", key_display="F10"),
         Binding("ctrl+q", "quit", "Quit", priority=True, show=False),
+        # Not a priority binding: a `:` typed into a field or the editor stays text.
+        Binding("colon", "command_mode", "Command", key_display=":", show=False),
     ]
 
     def __init__(
@@ -289,6 +292,73 @@ class FleetdeckApp(App[None]):
         if not isinstance(self.screen, LoadBalancersScreen):
             self.back_to_servers(partial(self.push_screen, LoadBalancersScreen()))
 
+    def action_go_audit(self) -> None:
+        """The org's audit log (owners and admins; a member is told why not)."""
+        from tui.audit.screen import AuditScreen
+
+        if not isinstance(self.screen, AuditScreen):
+            self.back_to_servers(partial(self.push_screen, AuditScreen()))
+
+    def action_command_mode(self) -> None:
+        """`:` then a resource, as in k9s (see `tui.command_line`)."""
+        from tui.command_line import CommandLine
+        from tui.help import HelpScreen
+        from tui.servers.screen import ServerListScreen
+
+        if self._client is None or isinstance(self.screen, CommandLine):
+            return
+        if isinstance(self.screen, ModalScreen) and not isinstance(self.screen, HelpScreen):
+            return  # a dialog waits for its answer first
+
+        server_list = next((s for s in self.screen_stack if isinstance(s, ServerListScreen)), None)
+        names = [server.name for server in server_list.servers.values()] if server_list is not None else []
+        self.push_screen(CommandLine(names), self._run_command)
+
+    def _run_command(self, command: Command | None) -> None:
+        if command is None:
+            return
+        name = command.resource.name
+        if name == "servers":
+            self.action_go_servers()
+        elif name == "lb":
+            self.action_go_load_balancers()
+        elif name == "audit":
+            self.action_go_audit()
+        elif (server := self._server_for_command(command)) is not None and not self._showing(name, server):
+            (self.open_files if name == "files" else self.open_jobs)(server)
+
+    def _showing(self, name: str, server: Server) -> bool:
+        """Whether the current screen already is `:files` or `:jobs` of `server` (then it stays as it is)."""
+        from tui.files.commander import CommanderScreen
+        from tui.jobs.screen import JobsScreen
+
+        screen = self.screen
+        if name == "files" and isinstance(screen, CommanderScreen):
+            return screen.server.id == server.id
+        return name == "jobs" and isinstance(screen, JobsScreen) and screen.server.id == server.id
+
+    def _server_for_command(self, command: Command) -> Server | None:
+        """The server `:files`/`:jobs` act on: the one named, else the one in view, else the one
+        highlighted on the server list."""
+        from api_client import Server
+        from tui.files.commander import CommanderScreen
+        from tui.servers.screen import ServerListScreen
+
+        server_list = next((s for s in self.screen_stack if isinstance(s, ServerListScreen)), None)
+        if command.server_name is not None:
+            servers = server_list.servers.values() if server_list is not None else []
+            named = [s for s in servers if s.name.casefold() == command.server_name.casefold()]
+            if not named:
+                self.notify(f"No server called {command.server_name!r}.", severity="warning")
+                return None
+            return named[0]
+        for screen in reversed(self.screen_stack):
+            if isinstance(screen, CommanderScreen):
+                return screen.active.server
+            if isinstance(server := getattr(screen, "server", None), Server):
+                return server
+        return self._picked_server()
+
     def action_switch_theme(self, name: str) -> None:
         self._apply_theme(name)
 
@@ -314,6 +384,10 @@ class FleetdeckApp(App[None]):
             yield SystemCommand(
                 "Go to load balancers", "The org's load balancers and their pools", self.action_go_load_balancers
             )
+        yield SystemCommand(
+            "Go to the audit log", "Who did what in the org, live (owners, admins)", self.action_go_audit
+        )
+        yield SystemCommand("Command mode", ":files, :jobs, :lb, :audit, :servers", self.action_command_mode)
         yield SystemCommand("Help", "The key bindings of this screen", self.action_help)
 
 

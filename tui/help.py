@@ -21,6 +21,7 @@ NAVIGATION_KEYS = [
     ("PgUp PgDn", "A page up or down"),
     ("Home End", "First or last line"),
     ("ctrl+p", "Command palette: themes, go to servers/files, …"),
+    (":", "Go to: :servers :files :jobs :lb :audit (Tab completes)"),
 ]
 
 

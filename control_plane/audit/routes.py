@@ -1,6 +1,12 @@
-"""`GET /v1/audit`: the org's audit log, for owners and admins. Secrets were masked on the way in."""
+"""`GET /v1/audit`: the org's audit log, for owners and admins. Secrets were masked on the way in.
+
+Besides the contract's `server_id`, `action`, `limit` and `before`, two optional filters (older
+clients never send them): `actor` (an email or a user id) and `outcome` (`ok` or `error`).
+"""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from fastapi import APIRouter, Query
 
@@ -17,11 +23,20 @@ async def audit_entries(
     fleet: FleetDep,
     server_id: str | None = None,
     action: str | None = None,
+    actor: str | None = None,
+    outcome: Literal["ok", "error"] | None = None,
     limit: int = Query(100, ge=1, le=1000),
     before: int | None = Query(None, ge=1, le=MAX_INTEGER),
 ) -> AuditList:
     caller.require_role("owner", "admin")
     rows = await fleet.db.run(
-        audit.entries, caller.org_id, limit=limit, before=before, server_id=server_id, action=action
+        audit.entries,
+        caller.org_id,
+        limit=limit,
+        before=before,
+        server_id=server_id,
+        action=action,
+        actor=actor,
+        outcome=outcome,
     )
     return AuditList.model_validate({"entries": rows})

@@ -57,8 +57,14 @@ def entries(
     before: int | None = None,
     server_id: str | None = None,
     action: str | None = None,
+    actor: str | None = None,
+    outcome: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The org's entries, newest first; `before` is the id of the oldest entry already seen."""
+    """The org's entries, newest first; `before` is the id of the oldest entry already seen.
+
+    `actor` is an email or a user id. The filters are applied here, not by the caller, so that a
+    page of `limit` matching entries stays a full page and `before` pages on correctly.
+    """
     query = sa.select(audit_log).where(audit_log.c.org_id == org_id)
     if before is not None:
         query = query.where(audit_log.c.id < before)
@@ -66,6 +72,10 @@ def entries(
         query = query.where(audit_log.c.server_id == server_id)
     if action is not None:
         query = query.where(audit_log.c.action == action)
+    if actor is not None:
+        query = query.where(sa.or_(audit_log.c.actor_email == actor, audit_log.c.user_id == actor))
+    if outcome is not None:
+        query = query.where(audit_log.c.outcome == outcome)
     rows = conn.execute(query.order_by(audit_log.c.id.desc()).limit(limit)).mappings()
     return [
         {

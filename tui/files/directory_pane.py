@@ -9,8 +9,7 @@ Line 0 of the view is a sticky column header; entry `i` is drawn on virtual line
 
 from __future__ import annotations
 
-import fnmatch
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -27,6 +26,7 @@ from textual.strip import Strip
 
 from tui.errors import format_size
 from tui.text import load_tcss, printable, short_time
+from tui.widgets.filter_line import name_filter
 
 EntryDict = Mapping[str, Any]
 
@@ -91,14 +91,6 @@ def sort_entries(entries: Iterable[EntryDict], by: SortKey = "name", *, reverse:
     # A stable sort keeps the order above within each group.
     by_name.sort(key=lambda e: e.get("type") != "dir")
     return by_name
-
-
-def name_filter(pattern: str) -> Callable[[str], bool]:
-    """What `/` filters with: a glob when `pattern` has `*`, `?` or `[`, else a substring; no case."""
-    folded = pattern.casefold()
-    if any(c in folded for c in "*?["):
-        return lambda name: fnmatch.fnmatchcase(name.casefold(), folded)
-    return lambda name: folded in name.casefold()
 
 
 class DirectoryPane(ScrollView, can_focus=True):

@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import Input, Static
+from textual.widgets import Static
 
 from api_client import Listing, Scope, Server
 from api_client.models import PresenceEvent
@@ -27,6 +27,7 @@ from tui.files.directory_pane import DirectoryPane, EntryDict
 from tui.monitor import LinkState
 from tui.screen import FleetAccess
 from tui.text import fit_tail, join_path, load_tcss, parent_path, printable
+from tui.widgets.filter_line import FilterLine
 
 BUSY_INDICATOR_DELAY_S = 0.2
 # What the title starts with while the panel cannot be trusted to be current.
@@ -71,7 +72,11 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
     def compose(self) -> ComposeResult:
         yield Static("", classes="file-panel--title", markup=False)
         yield DirectoryPane(classes="file-panel--listing", listed_by_owner=True)
-        yield Input(placeholder="filter: text or glob (*.php) · Enter keep · Esc clear", classes="file-panel--filter")
+        yield FilterLine(
+            placeholder="filter: text or glob (*.php) · Enter keep · Esc clear",
+            kept_shown=False,
+            classes="file-panel--filter",
+        )
         yield Static("", classes="file-panel--status", markup=False)
 
     def on_mount(self) -> None:
@@ -256,35 +261,21 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
 
     def start_filter(self) -> None:
         """`/`: show the filter line with the current filter, focused."""
-        field = self.query_one(Input)
-        field.value = self.pane.filter_text
-        self.add_class("-filtering")
-        field.focus()
+        self.query_one(FilterLine).open()
 
-    @on(Input.Changed)
-    def _filter_changed(self, event: Input.Changed) -> None:
+    @on(FilterLine.PatternChanged)
+    def _filter_changed(self, event: FilterLine.PatternChanged) -> None:
         event.stop()
-        self.pane.set_filter(event.value)
-
-    @on(Input.Submitted)
-    def _filter_kept(self, event: Input.Submitted) -> None:
-        event.stop()
-        self._end_filter(keep=True)
-
-    def on_key(self, event: events.Key) -> None:
-        if event.key == "escape" and self.has_class("-filtering"):
-            event.stop()
-            event.prevent_default()
-            self._end_filter(keep=False)
+        self.pane.set_filter(event.pattern)
 
     def clear_filter(self) -> None:
         """Show every entry again (Esc while a filter is kept)."""
-        self._end_filter(keep=False)
+        self.pane.set_filter("")  # before the line's Closed arrives, which redraws the status
+        self.query_one(FilterLine).clear_pattern()
 
-    def _end_filter(self, *, keep: bool) -> None:
-        if not keep:
-            self.pane.set_filter("")
-        self.remove_class("-filtering")
+    @on(FilterLine.Closed)
+    def _end_filter(self, event: FilterLine.Closed) -> None:
+        event.stop()
         self.set_class(bool(self.pane.filter_text), "-filtered")
         self.pane.focus()
         self.update_status()

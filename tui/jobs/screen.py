@@ -29,6 +29,7 @@ from tui.jobs.run import JobRunScreen, args_summary, job_duration, local_time, s
 from tui.monitor import LinkState
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
+from tui.widgets.filter_line import FilteredList, FilterLine, filter_rows
 from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 from tui.widgets.list_table import ListTable
@@ -58,7 +59,7 @@ class JobTable(ListTable):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Open")]
 
 
-class JobsScreen(FleetScreen):
+class JobsScreen(FilteredList, FleetScreen):
     """A server's job history and the way to start new jobs on it."""
 
     HELP_TITLE = "Jobs"
@@ -69,6 +70,7 @@ class JobsScreen(FleetScreen):
         Binding("escape", "back", "Servers"),
         Binding("n", "new_job", "New job"),
         Binding("r", "reload", "Reload"),
+        Binding("slash", "filter", "Filter the list by text", key_display="/", show=False),
     ]
 
     AUTO_FOCUS = "#job-history"
@@ -95,6 +97,7 @@ class JobsScreen(FleetScreen):
         yield SafeHeader()
         yield Static("", id="jobs-bar", markup=False)
         yield JobTable(id="job-history", cursor_type="row", zebra_stripes=True)
+        yield FilterLine(id="jobs-filter")
         yield Static("Loading the jobs…", id="jobs-status", markup=False)
         yield FleetFooter()
 
@@ -170,7 +173,7 @@ class JobsScreen(FleetScreen):
         table = self.query_one(JobTable)
         started, self._select_when_listed = self._select_when_listed, None
         keep = self.jobs.get(started or "") or highlighted
-        if keep is not None and keep.id in self.jobs:
+        if keep is not None and keep.id in table.rows:  # a `/` filter may hide it
             table.move_cursor(row=table.get_row_index(keep.id), scroll=True)
         self._update_status()
         self._schedule_poll()
@@ -216,8 +219,22 @@ class JobsScreen(FleetScreen):
         self._args_shown = room >= ARGS_MIN_WIDTH
         if self._args_shown:
             table.add_column("Arguments", key="args", width=room)
-        for job in self.jobs.values():
-            table.add_row(*self._cells(job), key=job.id)
+        rows = {job.id: self._cells(job) for job in self.jobs.values()}
+        for job_id, cells in filter_rows(rows, self.filter_pattern).items():
+            table.add_row(*cells, key=job_id)
+
+    def on_filter_line_pattern_changed(self, event: FilterLine.PatternChanged) -> None:
+        event.stop()
+        highlighted = self.highlighted_job
+        self._draw_table()
+        table = self.query_one(JobTable)
+        if highlighted is not None and highlighted.id in table.rows:
+            table.move_cursor(row=table.get_row_index(highlighted.id))
+        self._update_status()
+
+    def on_filter_line_closed(self, event: FilterLine.Closed) -> None:
+        event.stop()
+        self.query_one(JobTable).focus()
 
     def _cells(self, job: Job) -> list[Text]:
         kind = Text(job.kind, style="bold")
@@ -258,6 +275,8 @@ class JobsScreen(FleetScreen):
         else:
             running = sum(1 for job in self.jobs.values() if job.status not in FINISHED_STATUSES)
             text = f"{count} job{'s' if count != 1 else ''}" + (f" · {running} running" if running else "")
+            if self.filter_pattern:
+                text = f"{self.query_one(JobTable).row_count} of {text} match the filter"
             text += " · Enter: open · n: new job"
         self.query_one("#jobs-status", Static).update(text)
 

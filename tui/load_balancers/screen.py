@@ -36,6 +36,7 @@ from tui.load_balancers.menu import ActionMenu, MenuItem
 from tui.load_balancers.tables import LbTable, PoolTable, backend_cells, lb_cells, one_line
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
+from tui.widgets.filter_line import FilteredList, FilterLine, filter_rows
 from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 
@@ -63,7 +64,7 @@ def backend_actions(backend: Backend) -> list[MenuItem]:
     ]
 
 
-class LoadBalancersScreen(FleetScreen):
+class LoadBalancersScreen(FilteredList, FleetScreen):
     """Load balancers, their pools, live; hatop's keys."""
 
     HELP_TITLE = "Load balancers"
@@ -82,6 +83,7 @@ class LoadBalancersScreen(FleetScreen):
         Binding("n", "new", "New"),
         Binding("e", "edit", "Edit"),
         Binding("delete", "remove", "Remove", key_display="Del"),
+        Binding("slash", "filter", "Filter the load balancers", key_display="/", show=False),
     ]
     HELP_KEYS: ClassVar[list[tuple[str, str]]] = [
         ("Tab", "Between the load balancers and the pool"),
@@ -112,6 +114,7 @@ class LoadBalancersScreen(FleetScreen):
         yield SafeHeader()
         yield Static("Loading the load balancers…", id="lb-summary", markup=False)
         yield LbTable(id="lb-table", cursor_type="row", zebra_stripes=True)
+        yield FilterLine(id="lb-filter")
         yield Static("", id="lb-pool-bar", markup=False)
         yield PoolTable(id="lb-pool", cursor_type="row", zebra_stripes=True)
         yield Static("", id="lb-status", markup=False)
@@ -214,7 +217,8 @@ class LoadBalancersScreen(FleetScreen):
         if not self.loaded:
             return
         table = self.query_one(LbTable)
-        table.set_rows({lb.id: lb_cells(lb, self._server_name) for lb in self.lbs.values()}, self._room(table))
+        rows = {lb.id: lb_cells(lb, self._server_name) for lb in self.lbs.values()}
+        table.set_rows(filter_rows(rows, self.filter_pattern), self._room(table))
         self._draw_pool()
         self._update_summary(listing)
 
@@ -270,6 +274,14 @@ class LoadBalancersScreen(FleetScreen):
 
     def on_resize(self, _event: events.Resize) -> None:
         self._draw()
+
+    def on_filter_line_pattern_changed(self, event: FilterLine.PatternChanged) -> None:
+        event.stop()
+        self._draw()
+
+    def on_filter_line_closed(self, event: FilterLine.Closed) -> None:
+        event.stop()
+        self.query_one(LbTable).focus()
 
     @on(DataTable.RowHighlighted, "#lb-table")
     def _lb_highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -19,6 +19,7 @@ from api_client.models import PresenceEvent
 from tui.monitor import LinkState
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
+from tui.widgets.filter_line import FilteredList, FilterLine, filter_rows
 from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 from tui.widgets.list_table import ListTable
@@ -44,7 +45,7 @@ class ServerTable(ListTable):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Files")]
 
 
-class ServerListScreen(FleetScreen):
+class ServerListScreen(FilteredList, FleetScreen):
     """Servers in a table; Enter opens the files of the highlighted one."""
 
     HELP_TITLE = "Servers"
@@ -55,7 +56,9 @@ class ServerListScreen(FleetScreen):
         # J, not j: j and k move the cursor, as in every list (vim's keys).
         Binding("J", "open_jobs", "Jobs", key_display="J"),
         Binding("b", "app.go_load_balancers", "Load balancers"),
+        Binding("a", "app.go_audit", "Audit log"),
         Binding("r", "reload", "Reload"),
+        Binding("slash", "filter", "Filter the list by text", key_display="/", show=False),
         Binding("q", "app.quit", "Quit", show=False),
     ]
 
@@ -67,6 +70,7 @@ class ServerListScreen(FleetScreen):
     def compose(self) -> ComposeResult:
         yield SafeHeader()
         yield ServerTable(id="servers", cursor_type="row", zebra_stripes=True)
+        yield FilterLine(id="servers-filter")
         yield Static("Loading servers…", id="servers-status")
         yield FleetFooter()
 
@@ -92,10 +96,15 @@ class ServerListScreen(FleetScreen):
         self.bridge.run(self, self.client.servers.list, on_done=self._show_servers, on_error=self._list_failed)
 
     def _show_servers(self, servers: list[Server]) -> None:
-        highlighted = self.highlighted_server
         self.servers = {server.id: server for server in sorted(servers, key=lambda s: s.name.casefold())}
         for server in servers:
             self.monitor.remember(server.id, server.agent.online)
+        self._draw_table()
+        self._update_status()
+
+    def _draw_table(self) -> None:
+        """The rows that match the `/` filter; the columns are sized to every server, filter or not."""
+        highlighted = self.highlighted_server
         table = self.query_one(DataTable)
         rows = {server.id: self._cells(server) for server in self.servers.values()}
         # Explicit widths: the columns are rebuilt with each list, sized to what they hold.
@@ -103,11 +112,20 @@ class ServerListScreen(FleetScreen):
         for position, (key, label, narrowest, widest) in enumerate(COLUMNS):
             longest = max((cells[position].cell_len for cells in rows.values()), default=0)
             table.add_column(label, key=key, width=max(narrowest, min(longest, widest)))
-        for server_id, cells in rows.items():
+        shown = filter_rows(rows, self.filter_pattern)
+        for server_id, cells in shown.items():
             table.add_row(*cells, key=server_id)
-        if highlighted is not None and highlighted.id in self.servers:
+        if highlighted is not None and highlighted.id in shown:
             table.move_cursor(row=table.get_row_index(highlighted.id))
+
+    def on_filter_line_pattern_changed(self, event: FilterLine.PatternChanged) -> None:
+        event.stop()
+        self._draw_table()
         self._update_status()
+
+    def on_filter_line_closed(self, event: FilterLine.Closed) -> None:
+        event.stop()
+        self.query_one(DataTable).focus()
 
     def _list_failed(self, exc: BaseException) -> None:
         self.query_one("#servers-status", Static).update("Could not load the servers.")
@@ -168,6 +186,8 @@ class ServerListScreen(FleetScreen):
 
     def _redraw_row(self, server: Server) -> None:
         table = self.query_one(DataTable)
+        if server.id not in table.rows:
+            return  # hidden by the `/` filter
         for (key, *_), cell in zip(COLUMNS, self._cells(server), strict=True):
             table.update_cell(server.id, key, cell)
 
@@ -191,7 +211,10 @@ class ServerListScreen(FleetScreen):
         live = "" if self.monitor.live_presence else " · no live updates"
         servers = f"{len(self.servers)} server" + ("" if len(self.servers) == 1 else "s")
         agents = f"{online}/{len(full)} agents online" if self._connected else "connection lost"
-        text = f"{servers} · {agents}{live} · Enter: files · J: jobs · b: load balancers"
+        keys = " · Enter: files · J: jobs · b: load balancers"
+        if self.filter_pattern:  # the keys are in the footer too: room for the filter's count
+            servers, keys = f"{self.query_one(DataTable).row_count} of {servers}", ""
+        text = f"{servers} · {agents}{live}{keys}"
         self.query_one("#servers-status", Static).update(text)
 
     # --- actions --------------------------------------------------------------------------

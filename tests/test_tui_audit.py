@@ -1,0 +1,159 @@
+"""The audit view (`a` on the server list) on the real stack: newest first, paged as you scroll,
+filtered by the highlighted entry's action or server, live, an entry in full; a member is told
+why there is no audit log for them.
+
+Each test works in an org of its own, so the log holds only what the test did.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from textual.pilot import Pilot
+from textual.widgets import Select, Static
+
+from api_client import Client
+from api_client.models import AuditEntry
+from tests.conftest import Stack
+from tests.helpers import wait_for
+from tests.helpers.tui import run
+from tui.app import FleetdeckApp
+from tui.audit.entry import AuditEntryScreen
+from tui.audit.filters import AuditFilterDialog
+from tui.audit.screen import PAGE, AuditScreen, AuditTable
+from tui.connection import Connection
+from tui.servers.screen import ServerListScreen
+
+
+def new_org(stack: Stack, *, tokens: int = 0) -> str:
+    """An org with an owner who created the lite servers `web-a`, `web-b` and `tokens` API
+    tokens; the owner's session token."""
+    name = f"audit-{uuid.uuid4().hex[:8]}"
+    stack.admin("create-org", name, "--plan", "max")
+    email = f"owner@{name}.test"
+    stack.admin("create-user", email, "--org", name, "--role", "owner", "--password", "pw-123456")
+    token = stack.login(email, "pw-123456")
+    with stack.http(token) as http:
+        for server in ("web-a", "web-b"):
+            assert http.post("/v1/servers", json={"name": server, "kind": "lite"}).status_code == 201
+        for n in range(tokens):
+            assert http.post("/v1/tokens", json={"name": f"token-{n}"}).status_code == 201
+    return token
+
+
+def app_for(stack: Stack, token: str) -> FleetdeckApp:
+    client = Client(stack.base_url, token=token)
+    return FleetdeckApp(Connection(stack.base_url, token, "test stack"), theme="fleetdeck-dark", client=client)
+
+
+def shown(screen: AuditScreen) -> list[AuditEntry]:
+    """The entries in the table, top to bottom."""
+    return [screen.entries[str(key.value)] for key in screen.query_one(AuditTable).rows]
+
+
+def text_of(screen: AuditScreen, selector: str) -> str:
+    return str(screen.query_one(selector, Static).render())
+
+
+async def open_audit(pilot: Pilot[Any]) -> AuditScreen:
+    app = pilot.app
+    await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
+    await pilot.press("a")
+    await wait_for(pilot, lambda: isinstance(app.screen, AuditScreen) and app.screen.entries)
+    screen = app.screen
+    assert isinstance(screen, AuditScreen)
+    return screen
+
+
+def test_the_log_is_newest_first_pages_as_you_scroll_filters_and_shows_new_entries_live(stack: Stack) -> None:
+    token = new_org(stack, tokens=PAGE + 5)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await open_audit(pilot)
+        entries = shown(screen)
+        assert len(entries) == PAGE  # one page first
+        ids = [int(e.id) for e in entries]
+        assert ids == sorted(ids, reverse=True)
+        assert entries[0].action == "tokens.create" and entries[0].details == {"name": f"token-{PAGE + 4}"}
+
+        # Down to the end: the older pages come, none twice, still newest first.
+        table = screen.query_one(AuditTable)
+        table.move_cursor(row=table.row_count - 2)
+        await pilot.press("down")
+        await wait_for(pilot, lambda: any(e.action == "servers.create" for e in shown(screen)))
+        ids = [int(e.id) for e in shown(screen)]
+        assert ids == sorted(ids, reverse=True) and len(set(ids)) == len(ids) >= PAGE + 7
+        assert {e.target for e in shown(screen) if e.action == "servers.create"} == {"web-a", "web-b"}
+
+        # `/` narrows what is shown by text; Esc clears it.
+        everything = len(shown(screen))
+        await pilot.press("slash", *"web-a")
+        await wait_for(pilot, lambda: [e.target for e in shown(screen)] == ["web-a"])
+        assert f"1 of {everything}" in text_of(screen, "#audit-status")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: len(shown(screen)) == everything and pilot.app.focused is table)
+
+        # `s` on a servers.create entry: only that server's entries (asked of the control plane).
+        web_b = next(e for e in shown(screen) if e.target == "web-b")
+        screen.query_one(AuditTable).move_cursor(row=shown(screen).index(web_b))
+        await pilot.press("s")
+        await wait_for(pilot, lambda: [e.target for e in shown(screen)] == ["web-b"])
+        assert "server web-b" in text_of(screen, "#audit-bar")
+        await pilot.press("s")  # again: the filter goes
+        await wait_for(pilot, lambda: len(shown(screen)) == PAGE)
+
+        # `a` on the top entry: only tokens.create; a new one appears on top while the screen is open.
+        table.move_cursor(row=0)
+        await pilot.press("a")
+        await wait_for(pilot, lambda: screen.filters.action == "tokens.create" and len(shown(screen)) == PAGE)
+        assert {e.action for e in shown(screen)} == {"tokens.create"}
+        with stack.http(token) as http:
+            assert http.post("/v1/tokens", json={"name": "made-while-watching"}).status_code == 201
+        await wait_for(pilot, lambda: shown(screen)[0].details == {"name": "made-while-watching"})
+        ids = [int(e.id) for e in shown(screen)]
+        assert ids == sorted(ids, reverse=True) and len(set(ids)) == len(ids)
+
+        # Enter: the entry in full.
+        table.move_cursor(row=0)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, AuditEntryScreen))
+        details = str(pilot.app.screen.query_one("#audit-entry-details", Static).render())
+        assert '"name": "made-while-watching"' in details
+        assert "tokens.create" in str(pilot.app.screen.query_one("#audit-entry-fields", Static).render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: pilot.app.screen is screen)
+
+        # `x`: no filters.
+        await pilot.press("x")
+        await wait_for(pilot, lambda: screen.filters.action is None and len(shown(screen)) == PAGE)
+
+        # `f`: the filters in a form, e.g. a server none of the newest page's entries is about.
+        await pilot.press("f")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, AuditFilterDialog))
+        web_a = next(s.id for s in screen.servers.values() if s.name == "web-a")
+        pilot.app.screen.query_one("#audit-server", Select).value = web_a
+        await pilot.press("enter")  # in the action field: apply
+        await wait_for(pilot, lambda: [e.target for e in shown(screen)] == ["web-a"])
+        assert screen.filters.server_id == web_a and "server web-a" in text_of(screen, "#audit-bar")
+
+    run(app_for(stack, token), scenario)
+
+
+def test_a_member_is_told_the_log_is_for_owners_and_admins(stack: Stack) -> None:
+    email = f"member-{uuid.uuid4().hex[:6]}@demo.test"
+    stack.admin("create-user", email, "--org", "demo", "--role", "member", "--password", "pw-member-1")
+    token = stack.login(email, "pw-member-1")
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        app = pilot.app
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
+        await pilot.press("a")
+        await wait_for(pilot, lambda: isinstance(app.screen, AuditScreen) and app.screen.refused)
+        screen = app.screen
+        assert isinstance(screen, AuditScreen)
+        status = text_of(screen, "#audit-status")
+        assert "for the org's owners and admins" in status and "member" in status
+        assert not screen.entries
+
+    run(app_for(stack, token), scenario)
