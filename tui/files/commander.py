@@ -39,10 +39,11 @@ from tui.files.dialogs import (
     TransferDialog,
     TrashDialog,
 )
-from tui.files.directory_pane import SORT_KEYS
+from tui.files.directory_pane import SORT_KEYS, DirectoryPane
 from tui.files.editor_screen import EditorScreen
 from tui.files.location_picker import LocationPicker
 from tui.files.panel import FilePanel, scope_key
+from tui.files.places import PanelPlace, places_of
 from tui.files.viewer import ViewerScreen
 from tui.screen import FleetScreen
 from tui.text import join_path, load_tcss, printable
@@ -124,6 +125,15 @@ class CommanderScreen(FleetScreen):
     def on_mount(self) -> None:
         if self.dismissed:
             return
+        remembered = places_of(self.app).screen(self.server.id)
+        if remembered.left is not None and remembered.right is not None:
+            # Back to Files for this server: both panels as they were left.
+            self._restore(self.left, remembered.left)
+            self._restore(self.right, remembered.right)
+            self._active = remembered.active
+            self.active.add_class("-active")
+            self.active.pane.focus()
+            return
         self.left.add_class("-active")
         self.left.pane.focus()
         self.bridge.run(
@@ -137,7 +147,35 @@ class CommanderScreen(FleetScreen):
             return
         # Both panels start on the first scope, as Midnight Commander starts on one folder twice.
         for panel in (self.left, self.right):
-            panel.open_location(self.server, scopes[0])
+            self._open_remembered(panel, self.server, scopes[0])
+
+    def _open_remembered(self, panel: FilePanel, server: Server, scope: Scope) -> None:
+        """Open `scope` in `panel` at the folder it showed last in this session (its root at first)."""
+        path, highlighted = places_of(self.app).folder(server, scope)
+        panel.open_location(server, scope, path, select=highlighted)
+
+    @staticmethod
+    def _restore(panel: FilePanel, place: PanelPlace) -> None:
+        panel.pane.sort_by(*place.sort)
+        panel.keep_filter(place.filter)
+        panel.open_location(place.server, place.scope, place.path, select=place.highlighted)
+
+    @on(DirectoryPane.CursorMoved)
+    def _remember(self, _event: DirectoryPane.CursorMoved | None = None) -> None:
+        """Keep where both panels are, for the next time Files opens (see `tui.files.places`);
+        a panel still loading keeps its last settled place."""
+        places = places_of(self.app)
+        screen = places.screen(self.server.id)
+        for panel in (self.left, self.right):
+            place = _place_of(panel)
+            if place is None:
+                continue
+            places.remember(place)
+            if panel is self.left:
+                screen.left = place
+            else:
+                screen.right = place
+        screen.active = self._active
 
     def _no_scopes(self, exc: BaseException) -> None:
         self.show_error(exc, server=self.server.name)
@@ -168,6 +206,7 @@ class CommanderScreen(FleetScreen):
             self._active = panel.id or "left"
             self.left.set_class(panel is self.left, "-active")
             self.right.set_class(panel is self.right, "-active")
+            self._remember()
 
     def action_switch_panel(self) -> None:
         self.other.pane.focus()
@@ -208,7 +247,7 @@ class CommanderScreen(FleetScreen):
 
         def picked(choice: tuple[Server, Scope] | None) -> None:
             if choice is not None:
-                panel.open_location(*choice)
+                self._open_remembered(panel, *choice)
                 panel.pane.focus()
 
         current = (panel.server.id, scope_key(panel.scope)) if panel.server and panel.scope else None
@@ -566,6 +605,15 @@ class CommanderScreen(FleetScreen):
                 self.other.reload()
 
         return reload
+
+
+def _place_of(panel: FilePanel) -> PanelPlace | None:
+    """Where `panel` is, once its listing shows the folder it is in."""
+    if panel.server is None or panel.scope is None or not panel.settled:
+        return None
+    entry = panel.pane.highlighted
+    highlighted = str(entry.get("name", "")) if entry is not None else None
+    return PanelPlace(panel.server, panel.scope, panel.path, highlighted, panel.pane.ordering, panel.pane.filter_text)
 
 
 def _panel_of(widget: Widget) -> FilePanel | None:

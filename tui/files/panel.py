@@ -15,6 +15,7 @@ from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from api_client import Listing, Scope, Server
+from api_client.models import TRASH_FOLDER
 from tui.bridge import BridgedMixin, TaskHandle
 from tui.errors import describe_error, format_size
 from tui.files.directory_pane import DirectoryPane, EntryDict
@@ -55,6 +56,8 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self.path = ""
         self._listing_task: TaskHandle | None = None
         self._busy_timer: Timer | None = None
+        # True while the listing shown is the folder in `path` (not while another one loads).
+        self.settled = False
 
     def compose(self) -> ComposeResult:
         yield Static("", classes="file-panel--title", markup=False)
@@ -100,10 +103,10 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
 
     # --- listing --------------------------------------------------------------------------
 
-    def open_location(self, server: Server, scope: Scope, path: str = "") -> None:
+    def open_location(self, server: Server, scope: Scope, path: str = "", *, select: str | None = None) -> None:
         """Show `path` of `scope` on `server` (another server or scope than before, maybe)."""
         self.server, self.scope = server, scope
-        self.load(path)
+        self.load(path, select=select)
 
     def load(self, path: str, *, select: str | None = None, keep_marks: bool = False) -> None:
         """List `path`; put the cursor on `select` once shown."""
@@ -111,6 +114,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
             return
         if self._listing_task is not None:
             self._listing_task.cancel()  # a newer click wins over a slow listing
+        self.settled = False
         self._set_busy(True)
         self._set_status(f"Listing /{path}…")
         server, scope = self.server, self.scope
@@ -132,11 +136,13 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
 
     def _show_listing(self, path: str, listing: Listing, select: str | None, keep_marks: bool) -> None:
         self.path = path
+        self.settled = True
         self._set_busy(False)
-        self.pane.set_entries(listing.entries, select=select, keep_marks=keep_marks)
+        self.pane.set_entries(shown_entries(path, listing), select=select, keep_marks=keep_marks)
         self._update_title()
 
     def _listing_failed(self, exc: BaseException, path: str) -> None:
+        self.settled = self.path == path
         self._set_busy(False)
         self.update_status()
         server = self.server.name if self.server else None
@@ -184,6 +190,11 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self.load("")
 
     # --- filter ---------------------------------------------------------------------------
+
+    def keep_filter(self, text: str) -> None:
+        """Filter by `text` as if typed and kept with Enter (a panel coming back as it was)."""
+        self.pane.set_filter(text)
+        self.set_class(bool(text), "-filtered")
 
     def start_filter(self) -> None:
         """`/`: show the filter line with the current filter, focused."""
@@ -267,6 +278,14 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
     def _show_busy(self) -> None:
         self._busy_timer = None
         self.pane.loading = True
+
+
+def shown_entries(path: str, listing: Listing) -> list[EntryDict]:
+    """The entries a panel lists: all but the scope's trash, which the trash dialog (t) opens.
+    The folder is still there for `ls` on the server; only the panel leaves it out."""
+    if path.strip("/"):
+        return listing.entries
+    return [e for e in listing.entries if not (e.get("name") == TRASH_FOLDER and e.get("type") == "dir")]
 
 
 def describe_entry(entry: EntryDict) -> str:
