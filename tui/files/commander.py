@@ -21,13 +21,14 @@ from textual.containers import Horizontal
 from textual.widget import Widget
 from textual.widgets import Footer
 
-from api_client import FileContent, Scope, Server
+from api_client import FileContent, Listing, Scope, Server
 from api_client.client import PATHS_PER_BATCH, BatchProgress, KeepGoing
 from api_client.models import FsDestination
 from tui.bridge import TaskHandle
 from tui.files.dialogs import (
     ArchiveDialog,
     BulkDialog,
+    ConflictPlan,
     CopyDialog,
     DeleteDialog,
     LocalPathDialog,
@@ -38,6 +39,7 @@ from tui.files.dialogs import (
     SearchDialog,
     TransferDialog,
     TrashDialog,
+    resolve_conflicts,
 )
 from tui.files.directory_pane import SORT_KEYS, DirectoryPane
 from tui.files.editor_screen import EditorScreen
@@ -156,7 +158,8 @@ class CommanderScreen(FleetScreen):
 
     @staticmethod
     def _restore(panel: FilePanel, place: PanelPlace) -> None:
-        panel.pane.sort_by(*place.sort)
+        key, reverse = place.sort
+        panel.pane.sort_by(key, reverse=reverse)
         panel.keep_filter(place.filter)
         panel.open_location(place.server, place.scope, place.path, select=place.highlighted)
 
@@ -371,9 +374,50 @@ class CommanderScreen(FleetScreen):
         cross: Cross | None,
         answer: tuple[str, bool] | None,
     ) -> None:
-        if answer is None or source.server is None or source.scope is None or target.scope is None:
+        """Look for taken names in the destination folder first: each gets its question
+        (overwrite, skip, rename; `resolve_conflicts`), then the items go (`_send`)."""
+        if answer is None or target.place is None:
             return
         destination, overwrite = answer
+        send = partial(self._send, operation, source, target, cross, destination)
+        if overwrite:  # "overwrite what is already there" was ticked: no question per name
+            send(ConflictPlan(overwrite=paths))
+            return
+        (server, scope), label = target.place, printable(f"{target.location.rpartition(':/')[0]}:/{destination}")
+
+        def ask(listing: Listing) -> None:
+            existing = {str(entry.get("name", "")) for entry in listing.entries}
+            resolve_conflicts(self.app, operation, paths, existing, label, send)
+
+        # A folder that is not there (one item renamed on its way) or cannot be listed: the
+        # operation itself then says what is wrong.
+        self.bridge.run(
+            self,
+            self.client.files.list_all,
+            server.id,
+            scope,
+            destination,
+            on_done=ask,
+            on_error=lambda _exc: send(ConflictPlan(plain=paths)),
+        )
+
+    def _send(
+        self,
+        operation: Literal["copy", "move"],
+        source: FilePanel,
+        target: FilePanel,
+        cross: Cross | None,
+        destination: str,
+        plan: ConflictPlan | None,
+    ) -> None:
+        """Copy or move as `plan` says: the items as they are, those that overwrite (a second
+        request, as `overwrite` applies to a whole request), then each renamed one on its own."""
+        if plan is None or source.place is None or target.scope is None:
+            return
+        if not plan.count:
+            self.notify("Nothing done: every item was skipped.")
+            return
+        (server, scope), total = source.place, plan.count
         to = None
         if cross is not None and target.server is not None:
             to = FsDestination(
@@ -381,19 +425,35 @@ class CommanderScreen(FleetScreen):
                 scope=target.scope.scope,
                 domain=target.scope.domain,
             )
-        call = self.client.files.copy if operation == "copy" else self.client.files.move
+        call = partial(self.client.files.copy if operation == "copy" else self.client.files.move, server.id, scope)
         verb = "Copied" if operation == "copy" else "Moved"
-        count = f"{len(paths):,} items" if len(paths) > 1 else printable(paths[0].rpartition("/")[2])
+        names = [*plan.plain, *plan.overwrite, *(new for _path, new in plan.renamed)]
+        count = f"{total:,} items" if total > 1 else printable(names[0].rpartition("/")[2])
+        skipped = f" ({len(plan.skipped):,} skipped)" if plan.skipped else ""
+
+        async def work(progress: BatchProgress | None = None, keep_going: KeepGoing | None = None) -> list[str]:
+            moved: list[str] = []
+
+            def counted(done: int, _all: int) -> object:  # one bar over both requests
+                return progress(len(moved) + done, total) if progress is not None else None
+
+            for group, overwrite in ((plan.plain, False), (plan.overwrite, True)):
+                if group:
+                    moved += await call(
+                        group, destination, overwrite=overwrite, to=to, progress=counted, keep_going=keep_going
+                    )
+            for path, name in plan.renamed:
+                moved += await call([path], join_path(destination, name), to=to)
+            return moved
 
         def done(result: list[str]) -> None:
-            self.notify(f"{verb} {count} to {target.location}.")
+            self.notify(f"{verb} {count} to {target.location}{skipped}.")
             source.pane.action_unmark_all()
             source.reload()
             target.reload(select=result[0].rpartition("/")[2] if result else None)
 
-        work = partial(call, source.server.id, source.scope, paths, destination, overwrite=overwrite, to=to)
         title = f"{'Copying' if operation == 'copy' else 'Moving'} {count} to {target.location}"
-        self._bulk(title, verb, len(paths), work, done, source.server.name, source, target)
+        self._bulk(title, verb, total, work, done, server.name, source, target)
 
     def _bulk(
         self,
@@ -441,19 +501,22 @@ class CommanderScreen(FleetScreen):
         def create(name: str | None) -> None:
             if not name:
                 return
+            shown = name.partition("/")[0]  # `a/b` makes both; the panel shows `a`
             self.bridge.run(
                 self,
-                self.client.files.mkdir,
+                partial(self.client.files.mkdir, parents="/" in name),
                 server.id,
                 scope,
                 join_path(where, name),
-                on_done=lambda _entry: panel.reload(select=name),
+                on_done=lambda _entry: panel.reload(select=shown),
                 on_error=lambda exc: self.show_error(exc, server=server.name, path=name),
             )
 
-        self.app.push_screen(NameDialog("New folder", "", hint=f"in {panel.location}"), create)
+        hint = f"in {panel.location} · a/b makes both"
+        self.app.push_screen(NameDialog("New folder", "", hint=hint, nested=True), create)
 
     def action_new_file(self) -> None:
+        """`n`: a file from a template, then straight into the editor (as mc's shift+F4)."""
         panel = self.active
         if panel.place is None:
             return
@@ -461,6 +524,7 @@ class CommanderScreen(FleetScreen):
         def created(path: str | None) -> None:
             if path:
                 panel.reload(select=path.rpartition("/")[2])
+                self._open(panel, path, edit=True)
 
         self.app.push_screen(NewFileDialog(*panel.place, panel.path), created)
 

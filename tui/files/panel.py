@@ -7,6 +7,8 @@ keeps the marks; everything that acts on files is the screen's (`tui.files.comma
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -280,7 +282,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self.pane.loading = True
 
 
-def shown_entries(path: str, listing: Listing) -> list[EntryDict]:
+def shown_entries(path: str, listing: Listing) -> Sequence[EntryDict]:
     """The entries a panel lists: all but the scope's trash, which the trash dialog (t) opens.
     The folder is still there for `ls` on the server; only the panel leaves it out."""
     if path.strip("/"):
