@@ -8,13 +8,16 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 
+from api_client.job_kinds import json_schemas
 from api_client.models import TRASH_FOLDER
 from tests.conftest import Stack
 from tests.helpers import wait_for
@@ -23,6 +26,7 @@ from tui.files.commander import CommanderScreen
 from tui.files.dialogs import ConflictDialog, CopyDialog, DeleteDialog, NameDialog, NewFileDialog, TrashDialog
 from tui.files.editor_screen import EditorScreen
 from tui.files.panel import FilePanel
+from tui.jobs.form import JobForm
 from tui.servers.screen import ServerListScreen
 from tui.widgets.select import FormSelect
 
@@ -53,7 +57,8 @@ async def enter_folder(pilot: Pilot[None], panel: FilePanel, name: str) -> None:
     try:
         await wait_for(pilot, lambda: panel.path.endswith(name) and panel.settled)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}; {panel.id} at {panel.path!r} settled={panel.settled}, focus {pilot.app.focused}, highlighted {panel.pane.highlighted}") from None
+        where = f"{panel.id} at {panel.path!r}, settled {panel.settled}, on {panel.pane.highlighted}"
+        raise AssertionError(f"{exc}; {where}, focus {pilot.app.focused}") from None
 
 
 def test_the_trash_is_left_out_of_the_panels_and_opened_with_t(stack: Stack, folder: Path) -> None:
@@ -141,7 +146,7 @@ def test_a_new_file_keeps_a_typed_extension_and_opens_in_the_editor(stack: Stack
         await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
         editor = app.screen
         assert isinstance(editor, EditorScreen) and editor.path == f"{folder.name}/notes.md"
-        assert (folder / "notes.md").exists() and sorted(p.name for p in folder.iterdir()) == ["notes.md"]
+        assert (folder / "notes.md").exists() and sorted(os.listdir(folder)) == ["notes.md"]
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is screen and "notes.md" in names(screen.left))
 
@@ -172,7 +177,7 @@ def test_a_new_file_keeps_a_typed_extension_and_opens_in_the_editor(stack: Stack
         await pilot.press(*"hello.sh", "enter")
         await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
         assert (folder / "hello.sh").read_text().startswith("#!/bin/sh\n")
-        assert sorted(p.name for p in folder.iterdir()) == ["deploy.sh", "hello.sh", "notes.md"]
+        assert sorted(os.listdir(folder)) == ["deploy.sh", "hello.sh", "notes.md"]
 
     run(app, scenario)
 
@@ -261,5 +266,41 @@ def test_copy_onto_taken_names_asks_overwrite_skip_or_rename(stack: Stack, folde
         await pilot.press("a")
         await wait_for(pilot, lambda: (target / "two.txt").read_text() == "new two.txt\n")
         assert (target / "three.txt").read_text() == "new three.txt\n"
+
+    run(app, scenario)
+
+
+class FormWithSelect(App[None]):
+    """A job form with a dropdown (`logs.tail`'s log), as the job dialog shows it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.submitted = 0
+
+    def compose(self) -> ComposeResult:
+        schema = next(kind["args_schema"] for kind in json_schemas() if kind["kind"] == "logs.tail")
+        yield JobForm(schema, ())
+
+    def on_job_form_submitted(self) -> None:
+        self.submitted += 1
+
+
+def test_enter_on_a_closed_dropdown_submits_and_in_the_open_list_picks() -> None:
+    app = FormWithSelect()
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        log = app.query_one("#arg-log", FormSelect)
+        log.focus()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.submitted == 1)
+        assert not log.expanded  # "Enter: run" ran; the list did not open
+        await pilot.press("space")  # space (or the arrows) opens it
+        await wait_for(pilot, lambda: log.expanded)
+        before = log.value
+        await pilot.press("down", "enter")  # Enter in the open list picks, and only picks
+        await wait_for(pilot, lambda: not log.expanded)
+        assert log.value != before and app.submitted == 1 and app.focused is log
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.submitted == 2)
 
     run(app, scenario)

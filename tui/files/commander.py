@@ -205,14 +205,22 @@ class CommanderScreen(FleetScreen):
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         panel = _panel_of(event.widget)
-        if panel is not None and panel.id != self._active:
+        if panel is not None:
+            self._activate(panel)
+
+    def _activate(self, panel: FilePanel) -> None:
+        if panel.id != self._active:
             self._active = panel.id or "left"
             self.left.set_class(panel is self.left, "-active")
             self.right.set_class(panel is self.right, "-active")
             self._remember()
 
     def action_switch_panel(self) -> None:
-        self.other.pane.focus()
+        # Active at once, not when the focus event arrives: a key typed right after Tab (r, s,
+        # F5) acts on the panel the user switched to.
+        panel = self.other
+        self._activate(panel)
+        panel.pane.focus()
 
     # --- Esc then a digit -----------------------------------------------------------------
 
@@ -386,7 +394,7 @@ class CommanderScreen(FleetScreen):
         (server, scope), label = target.place, printable(f"{target.location.rpartition(':/')[0]}:/{destination}")
 
         def ask(listing: Listing) -> None:
-            existing = {str(entry.get("name", "")) for entry in listing.entries}
+            existing = {str(entry.get("name", "")): str(entry.get("type", "")) for entry in listing.entries}
             resolve_conflicts(self.app, operation, paths, existing, label, send)
 
         # A folder that is not there (one item renamed on its way) or cannot be listed: the
@@ -508,7 +516,7 @@ class CommanderScreen(FleetScreen):
                 server.id,
                 scope,
                 join_path(where, name),
-                on_done=lambda _entry: panel.reload(select=shown),
+                on_done=self._reload_after(panel, shown),
                 on_error=lambda exc: self.show_error(exc, server=server.name, path=name),
             )
 

@@ -9,7 +9,7 @@ here about each taken name, and sends the items in groups (see `ConflictPlan`).
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -65,10 +65,11 @@ class ConflictDialog(FileDialog[Choice | None]):
         Binding("escape", "cancel", "Cancel"),
     ]
 
-    def __init__(self, operation: Operation, name: str, destination_label: str, left: int) -> None:
+    def __init__(self, operation: Operation, name: str, destination_label: str, left: int, *, folder: bool) -> None:
         super().__init__()
         self.operation = operation
         self.name_taken = name
+        self.folder = folder
         self.destination_label = destination_label
         self.left = left
 
@@ -76,11 +77,14 @@ class ConflictDialog(FileDialog[Choice | None]):
         verb = "Copy" if self.operation == "copy" else "Move"
         with Vertical(id="conflict-box", classes="file-dialog -destructive"):
             yield Static(f"{verb}: the name is taken", classes="file-dialog--title", markup=False)
+            what = f"The folder {self.name_taken}/" if self.folder else self.name_taken
             yield Static(
-                printable(f"{self.name_taken} already exists in {self.destination_label}."),
+                printable(f"{what} already exists in {self.destination_label}."),
                 classes="file-dialog--text",
                 markup=False,
             )
+            if self.folder:  # the API replaces a folder as a whole: no merge, unlike mc
+                yield Static("Overwrite replaces it and all it holds.", classes="file-dialog--note")
             if self.left > 1:
                 yield Static(f"{plural(self.left, 'taken name')} left to decide.", classes="file-dialog--hint")
             with Horizontal(classes="file-dialog--buttons"):
@@ -114,11 +118,12 @@ def resolve_conflicts(
     app: App[Any],
     operation: Operation,
     paths: Sequence[str],
-    existing: Collection[str],
+    existing: Mapping[str, str],
     destination_label: str,
     done: Callable[[ConflictPlan | None], None],
 ) -> None:
-    """Ask about each of `paths` whose name is in `existing`, one dialog after the other; then
+    """Ask about each of `paths` whose name is in `existing` (names and their types in the
+    destination folder), one dialog after the other; then
     call `done` with the plan (None when the user cancelled). No taken name: `done` at once."""
     plan = ConflictPlan()
     taken = set(existing)  # grows with the new names picked, so two renames never collide
@@ -145,7 +150,8 @@ def resolve_conflicts(
                 (plan.overwrite if choice == "overwrite" else plan.skipped).append(path)
                 ask(index + 1)
 
-        app.push_screen(ConflictDialog(operation, _name(path), destination_label, left), answered)
+        folder = existing.get(_name(path)) == "dir"
+        app.push_screen(ConflictDialog(operation, _name(path), destination_label, left, folder=folder), answered)
 
     def rename(index: int) -> None:
         path = conflicts[index]
