@@ -52,6 +52,7 @@ async def open_commander(pilot: Pilot[None]) -> CommanderScreen:
 
 
 async def enter_folder(pilot: Pilot[None], panel: FilePanel, name: str) -> None:
+    await wait_for(pilot, lambda: pilot.app.focused is panel.pane)
     await highlight(pilot, panel, name)
     await pilot.press("enter")
     try:

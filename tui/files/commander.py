@@ -215,6 +215,12 @@ class CommanderScreen(FleetScreen):
             self.right.set_class(panel is self.right, "-active")
             self._remember()
 
+    def on_screen_resume(self) -> None:
+        """Back from a dialog or the picker: the focus is in the active panel (a focus change
+        still pending when the dialog opened must not leave it in the other one)."""
+        if self.focused is None or _panel_of(self.focused) is not self.active:
+            self.active.pane.focus()
+
     def action_switch_panel(self) -> None:
         # Active at once, not when the focus event arrives: a key typed right after Tab (r, s,
         # F5) acts on the panel the user switched to.
