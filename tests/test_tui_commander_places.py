@@ -132,6 +132,16 @@ def test_panels_keep_their_places_when_files_is_left_and_opened_again(stack: Sta
         await wait_for(pilot, lambda: right.scope is not None and right.scope.scope == "site" and right.settled)
         assert right.path == folder.name
 
+        # A folder removed meanwhile: back in Files, the panel shows the scope's root instead.
+        await pilot.press("escape", "escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen))
+        shutil.rmtree(folder)
+        screen = await open_commander(pilot)
+        await wait_for(
+            pilot, lambda: screen.left.settled and screen.left.path == "" and "public_html" in names(screen.left)
+        )
+        assert screen.left.pane.filter_text == ""
+
     run(app, scenario)
 
 

@@ -41,7 +41,7 @@ from tui.files.dialogs import (
     TrashDialog,
     resolve_conflicts,
 )
-from tui.files.directory_pane import SORT_KEYS, DirectoryPane
+from tui.files.directory_pane import SORT_KEYS
 from tui.files.editor_screen import EditorScreen
 from tui.files.location_picker import LocationPicker
 from tui.files.panel import FilePanel, scope_key
@@ -163,8 +163,8 @@ class CommanderScreen(FleetScreen):
         panel.keep_filter(place.filter)
         panel.open_location(place.server, place.scope, place.path, select=place.highlighted)
 
-    @on(DirectoryPane.CursorMoved)
-    def _remember(self, _event: DirectoryPane.CursorMoved | None = None) -> None:
+    @on(FilePanel.Moved)
+    def _remember(self, _event: FilePanel.Moved | None = None) -> None:
         """Keep where both panels are, for the next time Files opens (see `tui.files.places`);
         a panel still loading keeps its last settled place."""
         places = places_of(self.app)

@@ -17,9 +17,10 @@ from textual.timer import Timer
 from textual.widgets import Input, Static
 
 from api_client import Listing, Scope, Server
+from api_client import errors as api_errors
 from api_client.models import TRASH_FOLDER
 from tui.bridge import BridgedMixin, TaskHandle
-from tui.errors import describe_error, format_size
+from tui.errors import describe_error, format_size, unwrap
 from tui.files.directory_pane import DirectoryPane, EntryDict
 from tui.screen import FleetAccess
 from tui.text import join_path, load_tcss, parent_path, printable
@@ -50,6 +51,14 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
             super().__init__()
             self.panel = panel
             self.path = path
+
+    class Moved(Message):
+        """The cursor, the folder, the order or the filter changed (the screen remembers where
+        the panel is). The pane's own messages stop here when the panel posted them."""
+
+        def __init__(self, panel: FilePanel) -> None:
+            super().__init__()
+            self.panel = panel
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, classes="file-panel")
@@ -148,6 +157,13 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self._set_busy(False)
         self.update_status()
         server = self.server.name if self.server else None
+        if path and not self.pane.all_entries and isinstance(unwrap(exc), api_errors.NotFound):
+            # A folder remembered from earlier in the session (see `tui.files.places`) that is
+            # gone by now: the scope's root rather than an empty panel.
+            self.app.notify(printable(f"/{path} is gone: showing the scope's root."), severity="warning")
+            self.keep_filter("")  # the filter was that folder's
+            self.load("")
+            return
         if not self.pane.all_entries:
             self.pane.show_message(describe_error(exc, server=server))
         self.app.notify(describe_error(exc, server=server, path=f"/{path}"), severity="error", timeout=8)
@@ -235,6 +251,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
     @on(DirectoryPane.MarksChanged)
     def _pane_changed(self, event: Message) -> None:
         self.update_status()
+        self.post_message(self.Moved(self))
 
     def _update_title(self) -> None:
         self.query_one(".file-panel--title", Static).update(self.location)
