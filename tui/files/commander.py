@@ -218,6 +218,8 @@ class CommanderScreen(FleetScreen):
     def on_screen_resume(self) -> None:
         """Back from a dialog or the picker: the focus is in the active panel (a focus change
         still pending when the dialog opened must not leave it in the other one)."""
+        if self.dismissed or not self.query(FilePanel):  # leaving, or not composed yet
+            return
         if self.focused is None or _panel_of(self.focused) is not self.active:
             self.active.pane.focus()
 
