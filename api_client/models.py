@@ -398,6 +398,11 @@ class FsUploadDirect(FsRequest):
     overwrite: bool = False
 
 
+TRASH_FOLDER = ".Trash"
+"""The scope's trash: the folder of that name at the scope's root, where the agent keeps deleted
+items (see `TrashItem`); file panels leave it out of their listings, the trash dialog shows it."""
+
+
 class TrashItem(WireModel):
     id: str
     name: str

@@ -27,9 +27,9 @@ from agent.files import transfer, trash, tree
 from agent.files.fdops import CancelToken
 from agent.files.handlers import FileHandlers
 from agent.files.jail import Jail
-from agent.files.trash import TRASH
 from agent.link.call import Call
 from agent.link.protocol import RpcError
+from api_client.models import TRASH_FOLDER
 from tests.helpers.agent_files import (
     SERVER_ID,
     SITE,
@@ -252,14 +252,14 @@ async def test_uploads_through_links_never_create_outside(home: Home) -> None:
         ("dangling_out/restored", "path_outside_scope"),
         ("to_other/restored", "path_outside_scope"),
         ("x\x00y", "path_outside_scope"),
-        (f"{TRASH}/again", "validation_error"),
+        (f"{TRASH_FOLDER}/again", "validation_error"),
         ("", "validation_error"),
         (42, "validation_error"),
     ],
 )
 async def test_edited_sidecars_cannot_restore_outside(fs: FileHandlers, home: Home, original: Any, code: str) -> None:
     item = (await call(fs.fs_delete, **SITE, paths=["notes.txt"]))["trashed"][0]
-    sidecar = home.site / TRASH / f"{item['id']}.json"
+    sidecar = home.site / TRASH_FOLDER / f"{item['id']}.json"
     record = orjson.loads(sidecar.read_bytes())
     record["original_path"] = original
     record["id"] = "../../../outside/secret.txt"  # the id inside is never used
@@ -267,14 +267,14 @@ async def test_edited_sidecars_cannot_restore_outside(fs: FileHandlers, home: Ho
     before = outside_state(home)
     assert (await error(fs.fs_trash_restore, **SITE, ids=[item["id"]], overwrite=True)).code == code
     assert outside_state(home) == before
-    assert (home.site / TRASH / item["id"]).exists()  # still in the trash
+    assert (home.site / TRASH_FOLDER / item["id"]).exists()  # still in the trash
     listed = await call(fs.fs_trash_list, **SITE)
     assert [i["id"] for i in listed["items"]] == [item["id"]]
 
 
 @pytest.mark.anyio
 async def test_a_trash_that_is_a_link_is_never_used(fs: FileHandlers, home: Home) -> None:
-    os.symlink(str(home.outside), home.site / TRASH)
+    os.symlink(str(home.outside), home.site / TRASH_FOLDER)
     before = outside_state(home)
     assert (await error(fs.fs_delete, **SITE, paths=["notes.txt"])).code == "validation_error"
     assert (await error(fs.fs_trash_list, **SITE)).code == "validation_error"
@@ -307,7 +307,7 @@ COMPONENTS = [
     "to_other",
     "secret.txt",
     "sub",
-    TRASH,
+    TRASH_FOLDER,
     "outside",
     "other-site",
     "example-com",

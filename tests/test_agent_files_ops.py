@@ -27,9 +27,8 @@ from agent.files.fdops import CancelToken, Progress
 from agent.files.handlers import FileHandlers
 from agent.files.jail import Jail
 from agent.files.read import READ_LIMIT, content_etag
-from agent.files.trash import TRASH
 from agent.link.protocol import CLOSE_INTERNAL_ERROR, RpcError
-from api_client.models import Entry, TrashItem
+from api_client.models import TRASH_FOLDER, Entry, TrashItem
 from tests.helpers import eventually
 from tests.helpers.agent_files import (
     SERVER_ID,
@@ -260,7 +259,7 @@ async def test_delete_to_trash_restore_and_empty(fs: FileHandlers, home: Home) -
     assert by_path["a"]["type"] == "dir" and by_path["a"]["size"] == len("deep\n")
     assert by_path["notes.txt"]["size"] == len("héllo wörld\n".encode()) and by_path["notes.txt"]["name"] == "notes.txt"
     assert not (site / "notes.txt").exists() and not (site / "a").exists()
-    trash = site / TRASH
+    trash = site / TRASH_FOLDER
     assert stat.S_IMODE(trash.stat().st_mode) == 0o700
     for item in trashed:
         assert (trash / item["id"]).exists()
@@ -302,19 +301,19 @@ async def test_trash_purges_items_older_than_30_days(fsa: FileHandlers, home: Ho
     (site / "old" / "f.txt").write_text("f")
     old = (await call(fsa.fs_delete, **SITE, paths=["old"]))["trashed"][0]
     recent = (await call(fsa.fs_delete, **SITE, paths=["notes.txt"]))["trashed"][0]
-    sidecar = site / TRASH / f"{old['id']}.json"
+    sidecar = site / TRASH_FOLDER / f"{old['id']}.json"
     record = orjson.loads(sidecar.read_bytes())
     record["deleted_at"] = (datetime.now(UTC) - timedelta(days=31)).strftime("%Y-%m-%dT%H:%M:%SZ")
     sidecar.write_bytes(orjson.dumps(record))
-    edge = site / TRASH / f"{recent['id']}.json"
+    edge = site / TRASH_FOLDER / f"{recent['id']}.json"
     record = orjson.loads(edge.read_bytes())
     record["deleted_at"] = (datetime.now(UTC) - timedelta(days=29, hours=23)).strftime("%Y-%m-%dT%H:%M:%SZ")
     edge.write_bytes(orjson.dumps(record))
     listing = await call(fsa.fs_trash_list, **SITE)
     assert listing["purged"] == 1 and [i["id"] for i in listing["items"]] == [recent["id"]]
-    assert sorted(os.listdir(site / TRASH)) == sorted([recent["id"], f"{recent['id']}.json"])
+    assert sorted(os.listdir(site / TRASH_FOLDER)) == sorted([recent["id"], f"{recent['id']}.json"])
     # A broken sidecar is skipped, never fatal.
-    (site / TRASH / f"{recent['id']}.json").write_text("{not json")
+    (site / TRASH_FOLDER / f"{recent['id']}.json").write_text("{not json")
     assert await call(fsa.fs_trash_list, **SITE) == {"items": [], "purged": 0}
 
 
@@ -322,10 +321,10 @@ async def test_trash_purges_items_older_than_30_days(fsa: FileHandlers, home: Ho
 async def test_delete_refusals_and_permanent(fs: FileHandlers, home: Home) -> None:
     site = home.site
     await call(fs.fs_delete, **SITE, paths=["notes.txt"])
-    for path in ("", "/", TRASH, f"{TRASH}/x", "./.Trash//"):
+    for path in ("", "/", TRASH_FOLDER, f"{TRASH_FOLDER}/x", "./.Trash//"):
         assert (await error(fs.fs_delete, **SITE, paths=[path])).code == "validation_error", path
-    os.symlink(TRASH, site / "trash-link")
-    item = os.listdir(site / TRASH)[0].removesuffix(".json")
+    os.symlink(TRASH_FOLDER, site / "trash-link")
+    item = os.listdir(site / TRASH_FOLDER)[0].removesuffix(".json")
     assert (await error(fs.fs_delete, **SITE, paths=[f"trash-link/{item}"])).code == "validation_error"
     assert (await error(fs.fs_delete, **SITE, paths=["missing", "a"])).code == "not_found"
     assert (site / "a").exists()  # nothing of the batch is done
@@ -474,8 +473,8 @@ async def test_new_entries_belong_to_the_site_user(fsa: FileHandlers, home: Home
     await call(fs.fs_delete, **SITE, paths=["new.txt"])
     for path in ("d1", "d1/d2", "d1/a", "d1/a/b", "d1/a/b/deep.txt", "d1/in_link", "p.tar.gz", "unpacked"):
         assert owned(site / path), path
-    assert owned(site / "unpacked" / "public" / "css" / "site.css") and owned(site / TRASH)
-    assert all(owned(site / TRASH / name) for name in os.listdir(site / TRASH))
+    assert owned(site / "unpacked" / "public" / "css" / "site.css") and owned(site / TRASH_FOLDER)
+    assert all(owned(site / TRASH_FOLDER / name) for name in os.listdir(site / TRASH_FOLDER))
     # An edit keeps the owner and the mode of the file it replaces.
     await call(fs.fs_write, **SITE, path="root-owned.txt", content="edited")
     st = os.stat(site / "root-owned.txt")

@@ -394,11 +394,12 @@ def test_new_file_from_a_template_and_a_taken_name(stack: Stack) -> None:
         dialog = NewFileDialog(server, SITE, "dlg-new")
         results = await push(pilot, dialog)
         name = dialog.query_one("#new-file-name", Input)
-        assert pilot.app.focused is name and name.value == "untitled.txt"
-        await pilot.press(*"hello")  # replaces the selected stem
-        assert name.value == "hello.txt"
+        assert pilot.app.focused is name and name.value == "" and name.placeholder == "untitled.txt"
+        await pilot.press(*"hello")  # no extension typed: the template's is added
+        assert dialog.name_to_create == "hello.txt" and "Creates hello.txt" in status(dialog)
         dialog.query_one("#new-file-template", Select).value = "php"
-        await wait_for(pilot, lambda: name.value == "hello.php")
+        await wait_for(pilot, lambda: dialog.name_to_create == "hello.php")
+        assert name.value == "hello"
         name.focus()
         await pilot.press("enter")
         await wait_for(pilot, lambda: results)
@@ -422,9 +423,9 @@ def test_new_file_from_a_template_and_a_taken_name(stack: Stack) -> None:
         name.value = "deploy"
         await pilot.pause()
         dialog.query_one("#new-file-template", Select).value = "markdown"
-        await wait_for(pilot, lambda: name.value == "deploy.md")
+        await wait_for(pilot, lambda: dialog.name_to_create == "deploy.md")
         dialog.query_one("#new-file-template", Select).value = "shell"
-        await wait_for(pilot, lambda: name.value == "deploy.sh")
+        await wait_for(pilot, lambda: dialog.name_to_create == "deploy.sh")
         name.focus()
         await pilot.press("enter")
         await wait_for(pilot, lambda: results)

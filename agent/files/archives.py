@@ -76,6 +76,7 @@ from agent.files.jail import Jail, normalize, split_path
 from agent.files.read import open_regular
 from agent.files.write import ensure_dirs
 from agent.link.protocol import RpcError
+from api_client.models import TRASH_FOLDER
 
 FORMATS = ("zip", "tar.gz")
 MAX_EXTRACT_BYTES = 10 * 1024**3
@@ -83,7 +84,6 @@ MAX_EXTRACT_ENTRIES = 100_000
 MAX_RATIO = 250
 RATIO_FLOOR = 128 * 1024**2
 CHUNK = 1024 * 1024
-TRASH = ".Trash"
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY
 _DRIVE = re.compile(r"^[A-Za-z]:")
 ON_CONFLICT = ("refuse", "skip", "overwrite")
@@ -182,7 +182,7 @@ def _sources(jail: Jail, paths: list[str], fds: list[int]) -> list[_Source]:
 def _trash_of(jail: Jail, sources: list[_Source]) -> set[Identity]:
     if not any(s.root for s in sources):
         return set()
-    trash = lstat_at(jail.fileno(), TRASH)
+    trash = lstat_at(jail.fileno(), TRASH_FOLDER)
     return {identity(trash)} if trash is not None and stat.S_ISDIR(trash.st_mode) else set()
 
 

@@ -47,8 +47,8 @@ from agent.files.fdops import (
 from agent.files.jail import Jail, normalize, split_path
 from agent.files.write import ensure_dirs, make_dir_at
 from agent.link.protocol import RpcError
+from api_client.models import TRASH_FOLDER
 
-TRASH = ".Trash"
 RETENTION = timedelta(days=30)
 SIDECAR = ".json"
 MAX_SIDECAR = 64 * 1024
@@ -61,19 +61,19 @@ def open_trash(jail: Jail, *, create: bool) -> int | None:
     root = jail.fileno()
     for _ in range(2):
         try:
-            return open_dir_at(root, TRASH)
+            return open_dir_at(root, TRASH_FOLDER)
         except FileNotFoundError:
             if not create:
                 return None
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise RpcError("validation_error", f"the scope's {TRASH} is not a folder") from None
+                raise RpcError("validation_error", f"the scope's {TRASH_FOLDER} is not a folder") from None
             raise
         try:
-            make_dir_at(root, TRASH, jail.owner, mode=0o700)
+            make_dir_at(root, TRASH_FOLDER, jail.owner, mode=0o700)
         except FileExistsError:
             pass
-    raise RpcError("conflict", f"the scope's {TRASH} kept changing")
+    raise RpcError("conflict", f"the scope's {TRASH_FOLDER} kept changing")
 
 
 @dataclass
@@ -88,7 +88,7 @@ def delete(jail: Jail, paths: list[str], *, permanent: bool, token: CancelToken)
     """``fs.delete``: ``{trashed: [TrashItem]}``, or ``{deleted: [path]}`` when `permanent`."""
     rels = list(dict.fromkeys(normalize(p) for p in paths))
     root = jail.identity()
-    trash_st = lstat_at(jail.fileno(), TRASH)
+    trash_st = lstat_at(jail.fileno(), TRASH_FOLDER)
     trash_id = identity(trash_st) if trash_st is not None and stat.S_ISDIR(trash_st.st_mode) else None
     targets: list[_Target] = []
     try:
@@ -96,7 +96,7 @@ def delete(jail: Jail, paths: list[str], *, permanent: bool, token: CancelToken)
             parts = split_path(rel)
             if not parts:
                 raise RpcError("validation_error", "the scope root cannot be deleted")
-            if parts[0] == TRASH:
+            if parts[0] == TRASH_FOLDER:
                 raise RpcError("validation_error", "items in the trash go with trash.empty", {"path": rel})
             dir_fd, name = jail.open_parent(rel)
             target = _Target(dir_fd, name, rel, os.stat_result((0,) * 10))
@@ -273,7 +273,7 @@ def restore(jail: Jail, ids: list[str], *, overwrite: bool, token: CancelToken) 
             if not isinstance(original, str):
                 raise RpcError("validation_error", "the item's record has no original path", {"id": item_id})
             parts = split_path(original)  # "../x" and "/x" are path_outside_scope here
-            if not parts or parts[0] == TRASH:
+            if not parts or parts[0] == TRASH_FOLDER:
                 raise RpcError("validation_error", "the item's original path is not restorable", {"id": item_id})
             rel = "/".join(parts)
             if rel in seen:

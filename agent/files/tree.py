@@ -27,13 +27,13 @@ from agent.files.fdops import (
 from agent.files.jail import Jail, normalize
 from agent.files.read import BINARY_SNIFF
 from agent.link.protocol import RpcError
+from api_client.models import TRASH_FOLDER
 
 SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 MAX_SEARCH_LIMIT = 10_000
 MAX_LINE_TEXT = 500
 SEARCH_BLOCK = 1024 * 1024
 MAX_LINE_BYTES = 1024 * 1024
-TRASH = ".Trash"
 
 
 def _applies(mode: int, only: str | None) -> bool:
@@ -136,7 +136,7 @@ def search(jail: Jail, path: str, query: str, *, content: bool, limit: int, toke
         dir_fd = reopen_dir(fd)
     exclude: frozenset[Identity] = frozenset()
     if rel == "":  # the scope's own trash is not searched
-        trash = lstat_at(dir_fd, TRASH)
+        trash = lstat_at(dir_fd, TRASH_FOLDER)
         if trash is not None and stat.S_ISDIR(trash.st_mode):
             exclude = frozenset({identity(trash)})
     try:

@@ -31,6 +31,7 @@ from api_client.models import (
     DIRECT_UPLOAD_LIMIT,
     MAX_INTEGER,
     RELAY_UPLOAD_LIMIT,
+    TRASH_FOLDER,
     WINDOW_LIMIT,
     DirectUpload,
     Entry,
@@ -458,7 +459,7 @@ async def trash_restore(server_id: str, body: FsTrashRestore, caller: Caller, fl
 @router.post("/trash/empty", response_model=FsEmptyTrashResult)
 async def trash_empty(server_id: str, body: FsRequest, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
-    answer = await _audited(fleet, caller, target, "fs.trash.empty", {}, {"path": ".Trash"})
+    answer = await _audited(fleet, caller, target, "fs.trash.empty", {}, {"path": TRASH_FOLDER})
     return _checked(FsEmptyTrashResult, answer, "fs.trash.empty")
 
 

@@ -21,13 +21,14 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widget import Widget
 
-from api_client import FileContent, Scope, Server
+from api_client import FileContent, Listing, Scope, Server
 from api_client.client import PATHS_PER_BATCH, BatchProgress, KeepGoing
 from api_client.models import FsDestination
 from tui.bridge import TaskHandle
 from tui.files.dialogs import (
     ArchiveDialog,
     BulkDialog,
+    ConflictPlan,
     CopyDialog,
     DeleteDialog,
     LocalPathDialog,
@@ -38,11 +39,13 @@ from tui.files.dialogs import (
     SearchDialog,
     TransferDialog,
     TrashDialog,
+    resolve_conflicts,
 )
 from tui.files.directory_pane import SORT_KEYS
 from tui.files.editor_screen import EditorScreen
 from tui.files.location_picker import LocationPicker
 from tui.files.panel import FilePanel, scope_key
+from tui.files.places import PanelPlace, places_of
 from tui.files.viewer import ViewerScreen
 from tui.screen import FleetScreen
 from tui.text import join_path, load_tcss, printable
@@ -128,6 +131,15 @@ class CommanderScreen(FleetScreen):
     def on_mount(self) -> None:
         if self.dismissed:
             return
+        remembered = places_of(self.app).screen(self.server.id)
+        if remembered.left is not None and remembered.right is not None:
+            # Back to Files for this server: both panels as they were left.
+            self._restore(self.left, remembered.left)
+            self._restore(self.right, remembered.right)
+            self._active = remembered.active
+            self.active.add_class("-active")
+            self.active.pane.focus()
+            return
         self.left.add_class("-active")
         self.left.pane.focus()
         self.bridge.run(
@@ -141,7 +153,36 @@ class CommanderScreen(FleetScreen):
             return
         # Both panels start on the first scope, as Midnight Commander starts on one folder twice.
         for panel in (self.left, self.right):
-            panel.open_location(self.server, scopes[0])
+            self._open_remembered(panel, self.server, scopes[0])
+
+    def _open_remembered(self, panel: FilePanel, server: Server, scope: Scope) -> None:
+        """Open `scope` in `panel` at the folder it showed last in this session (its root at first)."""
+        path, highlighted = places_of(self.app).folder(server, scope)
+        panel.open_location(server, scope, path, select=highlighted)
+
+    @staticmethod
+    def _restore(panel: FilePanel, place: PanelPlace) -> None:
+        key, reverse = place.sort
+        panel.pane.sort_by(key, reverse=reverse)
+        panel.keep_filter(place.filter)
+        panel.open_location(place.server, place.scope, place.path, select=place.highlighted)
+
+    @on(FilePanel.Moved)
+    def _remember(self, _event: FilePanel.Moved | None = None) -> None:
+        """Keep where both panels are, for the next time Files opens (see `tui.files.places`);
+        a panel still loading keeps its last settled place."""
+        places = places_of(self.app)
+        screen = places.screen(self.server.id)
+        for panel in (self.left, self.right):
+            place = _place_of(panel)
+            if place is None:
+                continue
+            places.remember(place)
+            if panel is self.left:
+                screen.left = place
+            else:
+                screen.right = place
+        screen.active = self._active
 
     def _no_scopes(self, exc: BaseException) -> None:
         self.show_error(exc, server=self.server.name)
@@ -168,13 +209,30 @@ class CommanderScreen(FleetScreen):
 
     def on_descendant_focus(self, event: events.DescendantFocus) -> None:
         panel = _panel_of(event.widget)
-        if panel is not None and panel.id != self._active:
+        if panel is not None:
+            self._activate(panel)
+
+    def _activate(self, panel: FilePanel) -> None:
+        if panel.id != self._active:
             self._active = panel.id or "left"
             self.left.set_class(panel is self.left, "-active")
             self.right.set_class(panel is self.right, "-active")
+            self._remember()
+
+    def on_screen_resume(self) -> None:
+        """Back from a dialog or the picker: the focus is in the active panel (a focus change
+        still pending when the dialog opened must not leave it in the other one)."""
+        if self.dismissed or not self.query(FilePanel):  # leaving, or not composed yet
+            return
+        if self.focused is None or _panel_of(self.focused) is not self.active:
+            self.active.pane.focus()
 
     def action_switch_panel(self) -> None:
-        self.other.pane.focus()
+        # Active at once, not when the focus event arrives: a key typed right after Tab (r, s,
+        # F5) acts on the panel the user switched to.
+        panel = self.other
+        self._activate(panel)
+        panel.pane.focus()
 
     # --- Esc then a digit -----------------------------------------------------------------
 
@@ -216,7 +274,7 @@ class CommanderScreen(FleetScreen):
 
         def picked(choice: tuple[Server, Scope] | None) -> None:
             if choice is not None:
-                panel.open_location(*choice)
+                self._open_remembered(panel, *choice)
                 panel.pane.focus()
 
         current = (panel.server.id, scope_key(panel.scope)) if panel.server and panel.scope else None
@@ -343,9 +401,50 @@ class CommanderScreen(FleetScreen):
         cross: Cross | None,
         answer: tuple[str, bool] | None,
     ) -> None:
-        if answer is None or source.server is None or source.scope is None or target.scope is None:
+        """Look for taken names in the destination folder first: each gets its question
+        (overwrite, skip, rename; `resolve_conflicts`), then the items go (`_send`)."""
+        if answer is None or target.place is None:
             return
         destination, overwrite = answer
+        send = partial(self._send, operation, source, target, cross, destination)
+        if overwrite:  # "overwrite what is already there" was ticked: no question per name
+            send(ConflictPlan(overwrite=paths))
+            return
+        (server, scope), label = target.place, printable(f"{target.location.rpartition(':/')[0]}:/{destination}")
+
+        def ask(listing: Listing) -> None:
+            existing = {str(entry.get("name", "")): str(entry.get("type", "")) for entry in listing.entries}
+            resolve_conflicts(self.app, operation, paths, existing, label, send)
+
+        # A folder that is not there (one item renamed on its way) or cannot be listed: the
+        # operation itself then says what is wrong.
+        self.bridge.run(
+            self,
+            self.client.files.list_all,
+            server.id,
+            scope,
+            destination,
+            on_done=ask,
+            on_error=lambda _exc: send(ConflictPlan(plain=paths)),
+        )
+
+    def _send(
+        self,
+        operation: Literal["copy", "move"],
+        source: FilePanel,
+        target: FilePanel,
+        cross: Cross | None,
+        destination: str,
+        plan: ConflictPlan | None,
+    ) -> None:
+        """Copy or move as `plan` says: the items as they are, those that overwrite (a second
+        request, as `overwrite` applies to a whole request), then each renamed one on its own."""
+        if plan is None or source.place is None or target.scope is None:
+            return
+        if not plan.count:
+            self.notify("Nothing done: every item was skipped.")
+            return
+        (server, scope), total = source.place, plan.count
         to = None
         if cross is not None and target.server is not None:
             to = FsDestination(
@@ -353,19 +452,35 @@ class CommanderScreen(FleetScreen):
                 scope=target.scope.scope,
                 domain=target.scope.domain,
             )
-        call = self.client.files.copy if operation == "copy" else self.client.files.move
+        call = partial(self.client.files.copy if operation == "copy" else self.client.files.move, server.id, scope)
         verb = "Copied" if operation == "copy" else "Moved"
-        count = f"{len(paths):,} items" if len(paths) > 1 else printable(paths[0].rpartition("/")[2])
+        names = [*plan.plain, *plan.overwrite, *(new for _path, new in plan.renamed)]
+        count = f"{total:,} items" if total > 1 else printable(names[0].rpartition("/")[2])
+        skipped = f" ({len(plan.skipped):,} skipped)" if plan.skipped else ""
+
+        async def work(progress: BatchProgress | None = None, keep_going: KeepGoing | None = None) -> list[str]:
+            moved: list[str] = []
+
+            def counted(done: int, _all: int) -> object:  # one bar over both requests
+                return progress(len(moved) + done, total) if progress is not None else None
+
+            for group, overwrite in ((plan.plain, False), (plan.overwrite, True)):
+                if group:
+                    moved += await call(
+                        group, destination, overwrite=overwrite, to=to, progress=counted, keep_going=keep_going
+                    )
+            for path, name in plan.renamed:
+                moved += await call([path], join_path(destination, name), to=to)
+            return moved
 
         def done(result: list[str]) -> None:
-            self.notify(f"{verb} {count} to {target.location}.")
+            self.notify(f"{verb} {count} to {target.location}{skipped}.")
             source.pane.action_unmark_all()
             source.reload()
             target.reload(select=result[0].rpartition("/")[2] if result else None)
 
-        work = partial(call, source.server.id, source.scope, paths, destination, overwrite=overwrite, to=to)
         title = f"{'Copying' if operation == 'copy' else 'Moving'} {count} to {target.location}"
-        self._bulk(title, verb, len(paths), work, done, source.server.name, source, target)
+        self._bulk(title, verb, total, work, done, server.name, source, target)
 
     def _bulk(
         self,
@@ -413,19 +528,22 @@ class CommanderScreen(FleetScreen):
         def create(name: str | None) -> None:
             if not name:
                 return
+            shown = name.partition("/")[0]  # `a/b` makes both; the panel shows `a`
             self.bridge.run(
                 self,
-                self.client.files.mkdir,
+                partial(self.client.files.mkdir, parents="/" in name),
                 server.id,
                 scope,
                 join_path(where, name),
-                on_done=lambda _entry: panel.reload(select=name),
+                on_done=self._reload_after(panel, shown),
                 on_error=lambda exc: self.show_error(exc, server=server.name, path=name),
             )
 
-        self.app.push_screen(NameDialog("New folder", "", hint=f"in {panel.location}"), create)
+        hint = f"in {panel.location} · a/b makes both"
+        self.app.push_screen(NameDialog("New folder", "", hint=hint, nested=True), create)
 
     def action_new_file(self) -> None:
+        """`n`: a file from a template, then straight into the editor (as mc's shift+F4)."""
         panel = self.active
         if panel.place is None:
             return
@@ -433,6 +551,7 @@ class CommanderScreen(FleetScreen):
         def created(path: str | None) -> None:
             if path:
                 panel.reload(select=path.rpartition("/")[2])
+                self._open(panel, path, edit=True)
 
         self.app.push_screen(NewFileDialog(*panel.place, panel.path), created)
 
@@ -577,6 +696,15 @@ class CommanderScreen(FleetScreen):
                 self.other.reload()
 
         return reload
+
+
+def _place_of(panel: FilePanel) -> PanelPlace | None:
+    """Where `panel` is, once its listing shows the folder it is in."""
+    if panel.server is None or panel.scope is None or not panel.settled:
+        return None
+    entry = panel.pane.highlighted
+    highlighted = str(entry.get("name", "")) if entry is not None else None
+    return PanelPlace(panel.server, panel.scope, panel.path, highlighted, panel.pane.ordering, panel.pane.filter_text)
 
 
 def _panel_of(widget: Widget) -> FilePanel | None:

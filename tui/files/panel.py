@@ -12,6 +12,8 @@ what they wait for is back.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from textual import events, on
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -20,9 +22,10 @@ from textual.timer import Timer
 from textual.widgets import Static
 
 from api_client import Listing, Scope, Server
-from api_client.models import PresenceEvent
+from api_client import errors as api_errors
+from api_client.models import TRASH_FOLDER, PresenceEvent
 from tui.bridge import BridgedMixin, TaskHandle
-from tui.errors import describe_error, format_size
+from tui.errors import describe_error, format_size, unwrap
 from tui.files.directory_pane import DirectoryPane, EntryDict
 from tui.monitor import LinkState
 from tui.screen import FleetAccess
@@ -60,6 +63,14 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
             self.panel = panel
             self.path = path
 
+    class Moved(Message):
+        """The cursor, the folder, the order or the filter changed (the screen remembers where
+        the panel is). The pane's own messages stop here when the panel posted them."""
+
+        def __init__(self, panel: FilePanel) -> None:
+            super().__init__()
+            self.panel = panel
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, classes="file-panel")
         self.server: Server | None = None
@@ -68,6 +79,8 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self._listing_task: TaskHandle | None = None
         self._busy_timer: Timer | None = None
         self._covered = False
+        # True while the listing shown is the folder in `path` (not while another one loads).
+        self.settled = False
 
     def compose(self) -> ComposeResult:
         yield Static("", classes="file-panel--title", markup=False)
@@ -121,10 +134,10 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
 
     # --- listing --------------------------------------------------------------------------
 
-    def open_location(self, server: Server, scope: Scope, path: str = "") -> None:
+    def open_location(self, server: Server, scope: Scope, path: str = "", *, select: str | None = None) -> None:
         """Show `path` of `scope` on `server` (another server or scope than before, maybe)."""
         self.server, self.scope = server, scope
-        self.load(path)
+        self.load(path, select=select)
 
     def load(self, path: str, *, select: str | None = None, keep_marks: bool = False) -> None:
         """List `path`; put the cursor on `select` once shown."""
@@ -134,6 +147,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
             return
         if self._listing_task is not None:
             self._listing_task.cancel()  # a newer click wins over a slow listing
+        self.settled = False
         self._set_busy(True)
         self.pane.hold_keys()
         self._set_status(f"Listing /{path}…")
@@ -156,8 +170,9 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
 
     def _show_listing(self, path: str, listing: Listing, select: str | None, keep_marks: bool) -> None:
         self.path = path
+        self.settled = True
         self._set_busy(False)
-        self.pane.set_entries(listing.entries, select=select, keep_marks=keep_marks)
+        self.pane.set_entries(shown_entries(path, listing), select=select, keep_marks=keep_marks)
         self._update_title()
 
     # --- the agent and the control plane ------------------------------------------------------
@@ -208,10 +223,18 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self._update_title()
 
     def _listing_failed(self, exc: BaseException, path: str) -> None:
+        self.settled = self.path == path
         self._set_busy(False)
         self.pane.release_keys(replay=False)  # they were for the folder that could not be listed
         self.update_status()
         server = self.server.name if self.server else None
+        if path and not self.pane.all_entries and isinstance(unwrap(exc), api_errors.NotFound):
+            # A folder remembered from earlier in the session (see `tui.files.places`) that is
+            # gone by now: the scope's root rather than an empty panel.
+            self.app.notify(printable(f"/{path} is gone: showing the scope's root."), severity="warning")
+            self.keep_filter("")  # the filter was that folder's
+            self.load("")
+            return
         if not self.pane.all_entries:
             self.pane.show_message(describe_error(exc, server=server))
         self.app.notify(describe_error(exc, server=server, path=f"/{path}"), severity="error", timeout=8)
@@ -259,6 +282,12 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
 
     # --- filter ---------------------------------------------------------------------------
 
+    def keep_filter(self, text: str) -> None:
+        """Filter by `text` as if typed and kept with Enter (a panel coming back as it was)."""
+        self.pane.set_filter(text)
+        self.query_one(FilterLine).value = text  # what `/` shows again
+        self.set_class(bool(text), "-filtered")
+
     def start_filter(self) -> None:
         """`/`: show the filter line with the current filter, focused."""
         self.query_one(FilterLine).open()
@@ -286,6 +315,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
     @on(DirectoryPane.MarksChanged)
     def _pane_changed(self, event: Message) -> None:
         self.update_status()
+        self.post_message(self.Moved(self))
 
     def _update_title(self) -> None:
         offline = self.agent_online is False and self.server is not None and self.server.kind == "full"
@@ -344,6 +374,14 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self._busy_timer = None
         self._covered = True
         self.pane.set_loading(True)
+
+
+def shown_entries(path: str, listing: Listing) -> Sequence[EntryDict]:
+    """The entries a panel lists: all but the scope's trash, which the trash dialog (t) opens.
+    The folder is still there for `ls` on the server; only the panel leaves it out."""
+    if path.strip("/"):
+        return listing.entries
+    return [e for e in listing.entries if not (e.get("name") == TRASH_FOLDER and e.get("type") == "dir")]
 
 
 def describe_entry(entry: EntryDict) -> str:

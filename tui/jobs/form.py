@@ -34,6 +34,7 @@ from textual.widgets import Input, Label, Select, Static
 
 from tui.jobs.choices import Source
 from tui.text import load_tcss, printable
+from tui.widgets.select import FormSelect
 from tui.widgets.toggles import Checkbox, SelectionList
 
 FieldKind = Literal["string", "integer", "number", "boolean", "enum", "string_list", "enum_list", "const", "json"]
@@ -408,7 +409,7 @@ class JobForm(VerticalScroll):
     DEFAULT_CSS = load_tcss(__file__)
 
     class Submitted(Message):
-        """Enter in a text field (where no screen binding took Enter first): run the job."""
+        """Enter in a text field or on a closed dropdown: the user wants to run the job."""
 
         def __init__(self, form: JobForm) -> None:
             super().__init__()
@@ -488,7 +489,7 @@ class JobForm(VerticalScroll):
             options = [(str(choice), choice) for choice in spec.choices]
             start = spec.default if spec.default in spec.choices else Select.NULL
             blank = not spec.required or start is Select.NULL
-            return Select(options, value=start, allow_blank=blank, prompt="—", id=widget_id, compact=True)
+            return FormSelect(options, value=start, allow_blank=blank, prompt="—", id=widget_id, compact=True)
         if spec.kind == "enum_list":
             assert spec.item is not None
             chosen = set(spec.default) if isinstance(spec.default, list) else set()
@@ -678,6 +679,7 @@ class JobForm(VerticalScroll):
         self._changed(event.selection_list)
 
     @on(Input.Submitted)
-    def _input_submitted(self, event: Input.Submitted) -> None:
+    @on(FormSelect.Submitted)
+    def _input_submitted(self, event: Input.Submitted | FormSelect.Submitted) -> None:
         event.stop()
         self.post_message(self.Submitted(self))

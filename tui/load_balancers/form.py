@@ -34,6 +34,7 @@ from api_client.load_balancers import (
 )
 from tui.files.dialogs.base import FileDialog
 from tui.text import load_tcss, printable
+from tui.widgets.select import FormSelect
 from tui.widgets.toggles import Checkbox
 
 M = TypeVar("M", bound=BaseModel)
@@ -78,7 +79,7 @@ class LbFormDialog(FileDialog[LoadBalancer | None]):
                 locked = lb is not None
                 yield from _row(
                     "Node" + (" 🔒" if locked else ""),
-                    Select(
+                    FormSelect(
                         full,
                         value=lb.node_server_id if lb else Select.NULL,
                         id="lb-node",
@@ -89,11 +90,12 @@ class LbFormDialog(FileDialog[LoadBalancer | None]):
                 )
                 yield from _row(
                     "Engine" + (" 🔒" if locked else ""),
-                    Select(ENGINES, value=lb.engine if lb else "nginx", allow_blank=False, id="lb-engine",
-                           disabled=locked, compact=True),
+                    FormSelect(ENGINES, value=lb.engine if lb else "nginx", allow_blank=False, id="lb-engine",
+                               disabled=locked, compact=True),
                 )  # fmt: skip
                 yield from _row(
-                    "Port", Select(PORTS, value=lb.port if lb else 80, allow_blank=False, id="lb-port", compact=True)
+                    "Port",
+                    FormSelect(PORTS, value=lb.port if lb else 80, allow_blank=False, id="lb-port", compact=True),
                 )
                 yield from _row(
                     "Hostname",
@@ -107,7 +109,7 @@ class LbFormDialog(FileDialog[LoadBalancer | None]):
                 )
                 yield from _row(
                     "Algorithm",
-                    Select(
+                    FormSelect(
                         ALGORITHMS,
                         value=lb.algorithm if lb else "round_robin",
                         allow_blank=False,
@@ -160,7 +162,8 @@ class LbFormDialog(FileDialog[LoadBalancer | None]):
         self.action_cancel()
 
     @on(Input.Submitted)
-    def _submitted(self, event: Input.Submitted) -> None:
+    @on(FormSelect.Submitted)
+    def _submitted(self, event: Input.Submitted | FormSelect.Submitted) -> None:
         event.stop()
         self.action_save()
 

@@ -1,11 +1,13 @@
 """The dialogs of the file browser (issue 4, point 12), each a self-contained modal screen that
 returns its result through `dismiss`: properties, permissions, new file from a template, a name,
-confirmations and delete, search, the trash, transfers, archives, copy and move, and the progress of bulk actions."""
+confirmations and delete, search, the trash, transfers, archives, copy and move (and their taken
+names), and the progress of bulk actions."""
 
 from __future__ import annotations
 
 from tui.files.dialogs.archive import ArchiveDialog
 from tui.files.dialogs.bulk import BulkDialog
+from tui.files.dialogs.conflict import ConflictDialog, ConflictPlan, resolve_conflicts
 from tui.files.dialogs.copy import CopyDialog
 from tui.files.dialogs.new_file import TEMPLATES, NewFileDialog
 from tui.files.dialogs.permissions import PermissionsDialog
@@ -20,6 +22,8 @@ __all__ = [
     "ArchiveDialog",
     "BulkDialog",
     "ConfirmDialog",
+    "ConflictDialog",
+    "ConflictPlan",
     "CopyDialog",
     "DeleteDialog",
     "LocalPathDialog",
@@ -30,4 +34,5 @@ __all__ = [
     "SearchDialog",
     "TransferDialog",
     "TrashDialog",
+    "resolve_conflicts",
 ]

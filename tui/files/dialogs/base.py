@@ -125,6 +125,16 @@ def name_problem(name: str) -> str | None:
     return None
 
 
+def folder_path_problem(path: str) -> str | None:
+    """Why `path` (`a/b`: folders to make, each level checked as a name) cannot be made, or None."""
+    parts = path.strip("/").split("/")
+    if not path.strip("/"):
+        return "The name is empty."
+    if "" in parts:
+        return "A path cannot contain '//'."
+    return next(filter(None, map(name_problem, parts)), None)
+
+
 def format_duration(seconds: float) -> str:
     """`75` → `1:15`, `3725` → `1:02:05`."""
     seconds = max(0, round(seconds))

@@ -1,5 +1,5 @@
-"""A new file from a template: a name, a template (which suggests the extension), created with
-`create_only` so an existing file is never replaced."""
+"""A new file from a template: a name, a template (its content, and the extension of a name typed
+without one), created with `create_only` so an existing file is never replaced."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Label, Select, Static
-from textual.widgets.input import Selection
 
 from api_client import Scope, Server
 from api_client import errors as api_errors
 from api_client.models import FsWriteResult
 from tui.files.dialogs.base import FileDialog, name_problem
 from tui.text import join_path, printable
+from tui.widgets.select import FormSelect
 
 UNTITLED = "untitled"
 EXECUTABLE = 0o755
@@ -48,24 +48,20 @@ TEMPLATES: dict[str, Template] = {
     "shell": Template("Shell script", ".sh", "#!/bin/sh\nset -eu\n\n", executable=True),
     "empty": Template("Empty", "", ""),
 }
-EXTENSIONS = {template.extension for template in TEMPLATES.values() if template.extension}
 
 
-def suggest_name(name: str, template: Template) -> str:
-    """`name` with the template's extension in place of a template extension it had (or none);
-    an extension of the user's own (`.yaml`) is kept."""
-    stem = name
-    for extension in EXTENSIONS:
-        if name.endswith(extension) and len(name) > len(extension):
-            stem = name[: -len(extension)]
-            break
-    if stem == name and "." in name.lstrip("."):
+def file_name(typed: str, template: Template) -> str:
+    """The name the file gets: `typed` as it is when it has an extension (`notes.md`, `hello.sh`,
+    `.htaccess`), else with the template's (`notes` → `notes.txt`); `untitled…` when empty."""
+    name = typed.strip()
+    if "." in name.lstrip("."):
         return name
-    return (stem or UNTITLED) + template.extension
+    return (name or UNTITLED) + template.extension
 
 
 class NewFileDialog(FileDialog[str | None]):
-    """Enter creates the file (never over an existing one) and returns its path; Esc cancels."""
+    """Enter (in the name or on the template) creates the file, never over an existing one, and
+    returns its path (the caller opens it in the editor); Esc cancels."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel"),
@@ -83,20 +79,19 @@ class NewFileDialog(FileDialog[str | None]):
         with Vertical(id="new-file-box", classes="file-dialog"):
             yield Static(printable(f"New file in /{self.directory}"), classes="file-dialog--title", markup=False)
             yield Label("Name", classes="file-dialog--label")
-            yield Input(suggest_name("", TEMPLATES["text"]), id="new-file-name", compact=True, select_on_focus=False)
+            yield Input(placeholder=file_name("", TEMPLATES["text"]), id="new-file-name", compact=True)
             yield Label("Template", classes="file-dialog--label")
             options = [(template.label, key) for key, template in TEMPLATES.items()]
-            yield Select(options, value="text", allow_blank=False, id="new-file-template", compact=True)
+            yield FormSelect(options, value="text", allow_blank=False, id="new-file-template", compact=True)
             yield Static("", id="status", markup=False)
             with Horizontal(classes="file-dialog--buttons"):
                 yield Button("Create", id="new-file-create", variant="primary", compact=True)
                 yield Button("Cancel", id="new-file-cancel", compact=True)
-            yield Static("Enter: create · Tab/ctrl+t: template · Esc: cancel", classes="file-dialog--hint")
+            yield Static("Enter: create and edit · Tab/ctrl+t: template · Esc: cancel", classes="file-dialog--hint")
 
     def on_mount(self) -> None:
-        name = self.query_one("#new-file-name", Input)
-        name.focus()
-        name.selection = Selection(0, len(UNTITLED))
+        self.query_one("#new-file-name", Input).focus()
+        self._show_name()
 
     @property
     def template(self) -> Template:
@@ -108,14 +103,23 @@ class NewFileDialog(FileDialog[str | None]):
         picker.focus()
         picker.expanded = True
 
+    @property
+    def name_to_create(self) -> str:
+        return file_name(self.query_one("#new-file-name", Input).value, self.template)
+
     @on(Select.Changed, "#new-file-template")
-    def _template_changed(self, event: Select.Changed) -> None:
-        event.stop()
-        name = self.query_one("#new-file-name", Input)
-        name.value = suggest_name(name.value, self.template)
+    @on(Input.Changed, "#new-file-name")
+    def _show_name(self, event: Select.Changed | Input.Changed | None = None) -> None:
+        """The status line says the name the file will get, so an added extension is no surprise."""
+        if event is not None:
+            event.stop()
+        self.query_one("#new-file-name", Input).placeholder = file_name("", self.template)
+        if not self.creating:
+            self.set_status(f"Creates {self.name_to_create}")
 
     @on(Input.Submitted, "#new-file-name")
-    def _submitted(self, event: Input.Submitted) -> None:
+    @on(FormSelect.Submitted, "#new-file-template")
+    def _submitted(self, event: Input.Submitted | FormSelect.Submitted) -> None:
         event.stop()
         self.action_create()
 
@@ -130,7 +134,7 @@ class NewFileDialog(FileDialog[str | None]):
     def action_create(self) -> None:
         if self.creating:
             return
-        name = self.query_one("#new-file-name", Input).value
+        name = self.name_to_create
         problem = name_problem(name)
         if problem:
             self.set_status(problem, error=True)
@@ -157,8 +161,7 @@ class NewFileDialog(FileDialog[str | None]):
     def _failed(self, exc: BaseException) -> None:
         self.creating = False
         if isinstance(exc, api_errors.Conflict):
-            name = self.query_one("#new-file-name", Input)
-            self.set_status(f"{name.value!r} already exists here: choose another name.", error=True)
-            name.focus()
+            self.set_status(f"{self.name_to_create!r} already exists here: choose another name.", error=True)
+            self.query_one("#new-file-name", Input).focus()
             return
         self.show_error(exc)

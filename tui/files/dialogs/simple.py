@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Static
 from textual.widgets.input import Selection
 
-from tui.files.dialogs.base import FileDialog, name_problem, plural
+from tui.files.dialogs.base import FileDialog, folder_path_problem, name_problem, plural
 from tui.text import printable
 
 DeleteChoice = Literal["trash", "permanent"]
@@ -134,13 +134,15 @@ class DeleteDialog(FileDialog[DeleteChoice | None]):
 
 
 class NameDialog(FileDialog[str | None]):
-    """One file or folder name (rename, new folder): Enter accepts a valid name, Esc cancels."""
+    """One file or folder name (rename, new folder): Enter accepts a valid name, Esc cancels.
+    With `nested`, a path of names (`a/b`, new folders made level by level) is accepted too."""
 
-    def __init__(self, title: str, initial: str, *, hint: str = "") -> None:
+    def __init__(self, title: str, initial: str, *, hint: str = "", nested: bool = False) -> None:
         super().__init__()
         self.title_text = title
         self.initial = initial
         self.hint = hint
+        self.problem = folder_path_problem if nested else name_problem
 
     def compose(self) -> ComposeResult:
         with Vertical(id="name-box", classes="file-dialog"):
@@ -160,7 +162,7 @@ class NameDialog(FileDialog[str | None]):
     @on(Input.Changed, "#name-input")
     def _changed(self, event: Input.Changed) -> None:
         event.stop()
-        problem = name_problem(event.value) if event.value else None
+        problem = self.problem(event.value) if event.value else None
         if problem:
             self.set_status(problem, error=True)
         else:
@@ -169,8 +171,8 @@ class NameDialog(FileDialog[str | None]):
     @on(Input.Submitted, "#name-input")
     def _submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        problem = name_problem(event.value)
+        problem = self.problem(event.value)
         if problem:
             self.set_status(problem, error=True)
             return
-        self.finish(event.value)
+        self.finish(event.value.strip("/"))
