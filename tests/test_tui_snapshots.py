@@ -21,16 +21,21 @@ import pytest
 from textual.pilot import Pilot
 
 from api_client import Client
+from api_client.models import Job
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_for
 from tests.helpers.snapshots import assert_snapshot, screen_text
 from tests.helpers.tui import highlight, run
 from tui.app import FleetdeckApp
+from tui.audit.screen import AuditScreen
+from tui.command_line import CommandLine
 from tui.connection import ConnectError, Connection, PendingConnection
 from tui.files.commander import CommanderScreen
+from tui.files.dialogs.conflict import ConflictDialog
 from tui.files.editor_screen import EditorScreen
 from tui.files.viewer import ViewerScreen
 from tui.help import HelpScreen
+from tui.jobs.dialogs import ChoicePicker, ConfirmCancel
 from tui.jobs.run import JobRunScreen
 from tui.jobs.screen import JobsScreen
 from tui.load_balancers.screen import LoadBalancersScreen
@@ -318,3 +323,66 @@ def test_the_starting_screen_when_the_stack_does_not_start() -> None:
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, StartingScreen))
 
     snapshot_of(app, "starting_failed_80x24", reach, lambda text: "Address already in use" in text)
+
+
+def test_job_field_picker(snap_org: SnapOrg) -> None:
+    """↓ in a field that names a site: the sites of the server, read with `site.list`."""
+
+    async def reach(pilot: Pilot[Any]) -> None:
+        screen = await jobs(pilot)
+        await action(pilot, screen, "new_job")
+        await wait_for(pilot, lambda: pilot.app.screen is not screen)
+        await pilot.press(*"logs.tail")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "Domain" in screen_text(pilot.app))
+        await pilot.press("down")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChoicePicker))
+
+    snapshot_after(snap_org, "job_field_picker_80x24", reach, lambda text: "example.com" in text)
+
+
+def test_job_cancel_confirmation(snap_org: SnapOrg) -> None:
+    with snap_org.stack.http(snap_org.token) as http:
+        body = {"kind": "logs.tail", "args": {"domain": "example.com", "lines": 1}}
+        job = Job.model_validate(http.post(f"/v1/servers/{snap_org.web}/jobs", json=body).json())
+
+    async def reach(pilot: Pilot[Any]) -> None:
+        screen = await server_list(pilot)
+        web = next(server for server in screen.servers.values() if server.name == "web-1")
+        running = job.model_copy(update={"status": "running", "exit_code": None})
+        pilot.app.push_screen(ConfirmCancel(running, web))
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmCancel))
+
+    snapshot_after(snap_org, "job_cancel_80x24", reach, lambda text: "TERM" in text)
+
+
+def test_copy_onto_a_taken_name(snap_org: SnapOrg) -> None:
+    async def reach(pilot: Pilot[Any]) -> None:
+        await server_list(pilot)
+        dialog = ConflictDialog("copy", "notes.md", "web-1:example.com:/public_html", 2, folder=False)
+        pilot.app.push_screen(dialog)
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConflictDialog))
+
+    snapshot_after(snap_org, "files_conflict_80x24", reach, lambda text: "taken" in text)
+
+
+def test_command_line(snap_org: SnapOrg) -> None:
+    async def reach(pilot: Pilot[Any]) -> None:
+        await server_list(pilot)
+        await pilot.press("colon")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, CommandLine))
+        await pilot.press(*"files ")
+
+    snapshot_after(snap_org, "command_line_80x24", reach, lambda text: "files web-1" in text)
+
+
+def test_audit_log(snap_org: SnapOrg) -> None:
+    """Narrowed to the servers the fixture made (what else is there depends on the tests run)."""
+
+    async def reach(pilot: Pilot[Any]) -> None:
+        await server_list(pilot)
+        await pilot.app.run_action("go_audit")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, AuditScreen) and bool(pilot.app.screen.entries))
+        await pilot.press("slash", *"servers.create", "enter")
+
+    snapshot_after(snap_org, "audit_80x24", reach, lambda text: "cdn-1" in text and "jobs." not in text)

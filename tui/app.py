@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -73,6 +74,12 @@ class FleetdeckApp(App[None]):
         register_themes(self)
         # Set before the first frame: a theme set once mounted restyles every widget again.
         self._unknown_theme = self._set_theme(default_theme_name(theme))
+
+    def get_key_display(self, binding: Binding) -> str:
+        """Function keys as the keyboard and Midnight Commander write them (`F3`, not `f3`), so a
+        footer reads the same whichever screen declared its keys."""
+        shown = super().get_key_display(binding)
+        return shown.upper() if re.fullmatch(r"f\d{1,2}", shown) else shown
 
     @property
     def client(self) -> Client:

@@ -26,6 +26,7 @@ VOLATILE = [
     re.compile(r"\b\d+(\.\d+)? ?(ms|s)\b(?! ago)"),  # durations
     re.compile(r"\bj-[0-9a-f]{6,}\b|\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]{4,}\b"),  # ids
     re.compile(r"127\.0\.0\.1:\d+"),  # the test stack's port
+    re.compile(r"/tmp/pytest-of-[^/\s]+/pytest-\d+"),  # the tests' own folder
 ]
 
 

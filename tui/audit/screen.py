@@ -25,7 +25,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from api_client import Server
 from api_client import errors as api_errors
@@ -37,6 +37,7 @@ from tui.jobs.run import local_time
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
 from tui.widgets.filter_line import FilteredList, FilterLine, filter_rows
+from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 
 PAGE = 100
@@ -86,6 +87,8 @@ class AuditTable(DataTable[Text]):
 class AuditScreen(FilteredList, FleetScreen):
     """The audit log of the org, live."""
 
+    HELP_TITLE = "Audit log"
+
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -121,7 +124,7 @@ class AuditScreen(FilteredList, FleetScreen):
         yield AuditTable(id="audit-table", cursor_type="row", zebra_stripes=True)
         yield FilterLine(id="audit-filter")
         yield Static("Loading the audit log…", id="audit-status", markup=False)
-        yield Footer()
+        yield FleetFooter()
 
     def on_mount(self) -> None:
         if self.dismissed:
