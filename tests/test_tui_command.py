@@ -138,7 +138,7 @@ def test_slash_filters_the_jobs_list(stack: Stack) -> None:
         app = pilot.app
         await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
         await highlight_server(pilot, app.screen.servers[stack.server_id].name)  # type: ignore[attr-defined]
-        await pilot.press("j")
+        await pilot.press("J")
         await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen.jobs)
         screen = app.screen
         assert isinstance(screen, JobsScreen)

@@ -196,8 +196,9 @@ def test_esc_clears_a_filter_first_and_the_highlight_stays_in_view(stack: Stack)
 
 @pytest.fixture
 def two_more_servers(stack: Stack) -> Iterator[None]:
-    """Lite servers sorted first and last in the demo org's list, removed afterwards."""
-    made = [stack.admin("create-server", name, "--org", "demo", "--kind", "lite") for name in ("aaa-first", "zzz-last")]
+    """Lite servers sorted first and last in the demo org's list (whatever other tests added to
+    it), removed afterwards."""
+    made = [stack.admin("create-server", name, "--org", "demo", "--kind", "lite") for name in ("0-first", "zzzz-last")]
     yield
     with stack.http() as http:
         for server in made:
@@ -217,14 +218,14 @@ def test_home_and_end_in_the_server_and_job_lists_and_a_new_job_is_highlighted(
         servers = app.screen
         assert isinstance(servers, ServerListScreen)
         await pilot.press("end")
-        assert servers.highlighted_server is not None and servers.highlighted_server.name == "zzz-last"
+        assert servers.highlighted_server is not None and servers.highlighted_server.name == "zzzz-last"
         await pilot.press("home")
-        assert servers.highlighted_server is not None and servers.highlighted_server.name == "aaa-first"
+        assert servers.highlighted_server is not None and servers.highlighted_server.name == "0-first"
         # j and k move, as in vim (J opens the jobs).
         await pilot.press("j")
-        assert servers.highlighted_server is not None and servers.highlighted_server.name != "aaa-first"
+        assert servers.highlighted_server is not None and servers.highlighted_server.name != "0-first"
         await pilot.press("k")
-        assert servers.highlighted_server is not None and servers.highlighted_server.name == "aaa-first"
+        assert servers.highlighted_server is not None and servers.highlighted_server.name == "0-first"
 
         await highlight_server(pilot, "local")
         await pilot.press("J")
