@@ -79,7 +79,7 @@ class FleetdeckApp(App[None]):
         """Function keys as the keyboard and Midnight Commander write them (`F3`, not `f3`), so a
         footer reads the same whichever screen declared its keys."""
         shown = super().get_key_display(binding)
-        return shown.upper() if re.fullmatch(r"f\d{1,2}", shown) else shown
+        return re.sub(r"(?<![a-z])f(\d{1,2})$", r"F\1", shown)  # shift+f6 too
 
     @property
     def client(self) -> Client:
