@@ -217,7 +217,11 @@ DIALOGS = [
 
 
 @pytest.mark.parametrize(("name", "entry", "action_name", "shown"), DIALOGS, ids=[row[0] for row in DIALOGS])
-def test_files_dialog(snap_org: SnapOrg, name: str, entry: str, action_name: str, shown: str) -> None:
+def test_files_dialog(
+    snap_org: SnapOrg, name: str, entry: str, action_name: str, shown: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir("/tmp")  # the upload dialog proposes the working folder: one that is the same everywhere
+
     async def reach(pilot: Pilot[Any]) -> None:
         commander = await files_on(pilot, entry)
         await action(pilot, commander, action_name)
