@@ -16,8 +16,7 @@ from textual.widgets import Input, SelectionList, Static
 from api_client.client import MAX_PATHS_PER_REQUEST, PATHS_PER_BATCH
 from tests.conftest import Stack
 from tests.helpers import wait_for
-from tests.helpers.tui import highlight, highlight_server, names, real_app, run, show_location, site_dir
-from tui.files.commander import CommanderScreen
+from tests.helpers.tui import highlight, names, open_commander, real_app, run, show_location, site_dir
 from tui.files.dialogs import (
     BulkDialog,
     ConfirmDialog,
@@ -28,16 +27,6 @@ from tui.files.dialogs import (
     TrashDialog,
 )
 from tui.files.viewer import ViewerScreen
-
-
-async def open_commander(pilot: Pilot[None]) -> CommanderScreen:
-    app = pilot.app
-    await highlight_server(pilot, "local")
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.right))
-    screen = app.screen
-    assert isinstance(screen, CommanderScreen)
-    return screen
 
 
 def test_two_panels_browse_their_own_scopes_with_the_keyboard(stack: Stack) -> None:

@@ -21,8 +21,7 @@ from api_client.job_kinds import json_schemas
 from api_client.models import TRASH_FOLDER
 from tests.conftest import Stack
 from tests.helpers import wait_for
-from tests.helpers.tui import highlight, highlight_server, names, real_app, run, show_location, site_dir
-from tui.files.commander import CommanderScreen
+from tests.helpers.tui import highlight, names, open_commander, real_app, run, show_location, site_dir
 from tui.files.dialogs import ConflictDialog, CopyDialog, DeleteDialog, NameDialog, NewFileDialog, TrashDialog
 from tui.files.editor_screen import EditorScreen
 from tui.files.panel import FilePanel
@@ -39,16 +38,6 @@ def folder(stack: Stack, request: pytest.FixtureRequest) -> Iterator[Path]:
     path.mkdir()
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-async def open_commander(pilot: Pilot[None]) -> CommanderScreen:
-    app = pilot.app
-    await highlight_server(pilot, "local")
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.right))
-    screen = app.screen
-    assert isinstance(screen, CommanderScreen)
-    return screen
 
 
 async def enter_folder(pilot: Pilot[None], panel: FilePanel, name: str) -> None:

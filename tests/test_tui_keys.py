@@ -17,7 +17,7 @@ from textual.widgets._footer import FooterKey
 
 from tests.conftest import Stack
 from tests.helpers import wait_for
-from tests.helpers.tui import SIZE, highlight, highlight_server, names, real_app, run, site_dir
+from tests.helpers.tui import SIZE, highlight, highlight_server, names, open_commander, real_app, run, site_dir
 from tests.test_tui_jobs import finished_job
 from tui.files.commander import CommanderScreen
 from tui.files.dialogs import PermissionsDialog, SearchDialog
@@ -33,16 +33,6 @@ from tui.servers.screen import ServerListScreen
 from tui.widgets.toggles import Checkbox, RadioButton, SelectionList
 
 DEEP = "public_html/wp-content/uploads/a-long-folder-name"
-
-
-async def open_commander(pilot: Pilot[None]) -> CommanderScreen:
-    app = pilot.app
-    await highlight_server(pilot, "local")
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.left))
-    screen = app.screen
-    assert isinstance(screen, CommanderScreen)
-    return screen
 
 
 def footer_keys(pilot: Pilot[None]) -> list[tuple[str, str, int]]:

@@ -78,3 +78,16 @@ async def show_location(pilot: Pilot[Any], screen: CommanderScreen, label: str) 
     options.highlighted = labels.index(label)
     await pilot.press("enter")
     await wait_for(pilot, lambda: pilot.app.screen is screen)
+
+
+async def open_commander(pilot: Pilot[Any]) -> CommanderScreen:
+    """Enter on the server `local`: its files screen, once both panels have listed."""
+    app = pilot.app
+    await highlight_server(pilot, "local")
+    await pilot.press("enter")
+    await wait_for(
+        pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.left) and names(app.screen.right)
+    )
+    screen = app.screen
+    assert isinstance(screen, CommanderScreen)
+    return screen
