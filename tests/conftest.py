@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -103,14 +103,66 @@ def no_stack_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
     assert left == [], f"stacks left running after the tests (now stopped): {left}"
 
 
+# The session's stacks come in variants. A module runs each of its tests once per variant it
+# names: `pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")`; the others run on
+# DEFAULT_VARIANT. Each variant is the environment its `fleetdeck local` child gets on top of
+# STACK_ENV, made when the variant's stack first starts (a variant may start a service first).
+DEFAULT_VARIANT = "sqlite"
+StackVariant = Callable[[pytest.FixtureRequest], dict[str, str]]
+STACK_VARIANTS: dict[str, StackVariant] = {
+    "sqlite": lambda _request: {},
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "stack_variants(*names): run each test once per named stack variant")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("stack_variants")
+    if marker is None or "stack" not in metafunc.fixturenames:
+        return
+    unknown = set(marker.args) - STACK_VARIANTS.keys()
+    assert not unknown, f"unknown stack variants {sorted(unknown)}; known: {sorted(STACK_VARIANTS)}"
+    metafunc.parametrize("stack", marker.args, indirect=True, scope="session")
+
+
+class SessionStacks:
+    """One running stack per variant, started when a test first asks for it, all stopped at the end."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._tmp_path_factory = tmp_path_factory
+        self._running: dict[str, Stack] = {}
+
+    def get(self, variant: str, request: pytest.FixtureRequest) -> Stack:
+        """The variant's stack; `request` (the asking fixture's) lets the variant start its services."""
+        if variant not in self._running:
+            env = STACK_VARIANTS[variant](request)
+            data_dir = self._tmp_path_factory.mktemp(f"local-{variant}")
+            self._running[variant] = start_local(data_dir, env=env)
+        return self._running[variant]
+
+    def stop_all(self) -> None:
+        died = {variant: s.process.poll() for variant, s in self._running.items()}
+        logs = {variant: s.log()[-4000:] for variant, s in self._running.items() if died[variant] is not None}
+        for running in self._running.values():
+            running.stop()
+        # A stack that died mid-session fails every later test with ConnectError: say why, once.
+        said = "\n".join(f"{variant} ({died[variant]}):\n{log}" for variant, log in logs.items())
+        assert not logs, f"fleetdeck local exited early: {said}"
+
+
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    running = start_local(tmp_path_factory.mktemp("local"))
-    yield running
-    died = running.process.poll()
-    running.stop()
-    # A stack that died mid-session fails every later test with ConnectError: say why, once.
-    assert died is None, f"fleetdeck local exited with {died}:\n{running.log()[-4000:]}"
+def session_stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionStacks]:
+    stacks = SessionStacks(tmp_path_factory)
+    yield stacks
+    stacks.stop_all()
+
+
+@pytest.fixture(scope="session")
+def stack(request: pytest.FixtureRequest, session_stacks: SessionStacks) -> Stack:
+    """The session's stack of the test's variant (`stack_variants`), else of the default one."""
+    return session_stacks.get(getattr(request, "param", DEFAULT_VARIANT), request)
 
 
 class AgentProcess:
