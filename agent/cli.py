@@ -13,7 +13,7 @@ import trio
 from agent import __version__
 from agent.files.ingress import parse_listen
 from agent.files.remote_copy import SshSettings
-from agent.link.client import link_url
+from agent.link.client import link_urls
 from agent.load_balancers.acme import LETS_ENCRYPT_DIRECTORY
 from agent.load_balancers.settings import LbSettings, parse_port_map
 from agent.runner import AgentConfig, run_agent
@@ -39,7 +39,13 @@ def parser(defaults: Defaults = Defaults()) -> argparse.ArgumentParser:
         description="Link this server to a fleetdeck control plane.",
         epilog="`fleetdeck agent run <family> <action> ...` runs one job on this server instead (see its --help).",
     )
-    p.add_argument("--url", required=True, help="the control plane's base URL, e.g. https://fleet.example.com")
+    p.add_argument(
+        "--url",
+        action="append",
+        required=True,
+        help="the control plane's base URL, e.g. https://fleet.example.com; repeat it for each replica of"
+        " a cluster: the agent links to one and moves on to the next when it goes away",
+    )
     p.add_argument(
         "--token",
         default=defaults.token,
@@ -129,7 +135,7 @@ def main(argv: list[str], defaults: Defaults = Defaults()) -> int:
         print(f"fleetdeck agent: no token: pass --token or set {TOKEN_ENV}", file=sys.stderr)
         return 2
     try:
-        link_url(args.url)
+        link_urls(args.url)
     except ValueError as exc:
         print(f"fleetdeck agent: {exc}", file=sys.stderr)
         return 2
@@ -161,7 +167,7 @@ def main(argv: list[str], defaults: Defaults = Defaults()) -> int:
         broken_render_hook=args.lb_test_hook,
     )
     config = AgentConfig(
-        url=args.url,
+        urls=tuple(args.url),
         token=args.token,
         home=args.home,
         state_dir=args.state_dir,

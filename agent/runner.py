@@ -27,7 +27,7 @@ log = logging.getLogger("fleetdeck.agent")
 
 @dataclass(frozen=True)
 class AgentConfig:
-    url: str  # the control plane's http(s) base URL
+    urls: tuple[str, ...]  # the control plane's http(s) base URL, or its replicas' (tried in turn)
     token: str = field(repr=False)
     state_dir: str  # the site registry, transfers (`fleetdeck agent` picks a default)
     home: str = "/home"
@@ -92,7 +92,7 @@ async def _serve(config: AgentConfig, jobs: JobManager, task_status: trio.TaskSt
             if not ingress_url.startswith("https:") and not _is_loopback(ingress_url):
                 log.warning("the direct upload ingress is not https: upload URLs and bytes travel in clear text")
         link = AgentLink(
-            config.url,
+            config.urls,
             config.token,
             build_handlers(config, jobs, files),
             version=config.version,
@@ -102,9 +102,10 @@ async def _serve(config: AgentConfig, jobs: JobManager, task_status: trio.TaskSt
         )
         if ingress is not None:
             ingress.report = link.report
-        if link.url.startswith("ws:") and not _is_loopback(link.url):
-            log.warning("the control plane URL is not https: the agent token travels in clear text")
-        log.info("fleetdeck agent %s serving %s for %s", config.version, config.home, link.url)
+        for url in link.urls:
+            if url.startswith("ws:") and not _is_loopback(url):
+                log.warning("the control plane URL %s is not https: the agent token travels in clear text", url)
+        log.info("fleetdeck agent %s serving %s for %s", config.version, config.home, ", ".join(link.urls))
         task_status.started()
         await link.run()
 

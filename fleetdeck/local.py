@@ -51,7 +51,7 @@ async def run_local(
                 await nursery.start(partial(serve_fleet, fleet, sock, wrap=activity.around))
                 lb_ports = {80: free_port(), 443: free_port()}
                 agent = AgentConfig(
-                    url=url,
+                    urls=(url,),
                     token=account.agent_token,
                     home=str(home),
                     state_dir=str(agent_state),

@@ -150,7 +150,7 @@ class Linked:
     link_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
 
     async def connect(self) -> None:
-        config = AgentConfig(url=self.url, token=TOKEN, home=str(self.env.home), state_dir=str(self.env.state))
+        config = AgentConfig(urls=(self.url,), token=TOKEN, home=str(self.env.home), state_dir=str(self.env.state))
         link = AgentLink(self.url, TOKEN, build_handlers(config, self.jobs), version=__version__, backoff=FAST)
         self.link_scope = trio.CancelScope()
 

@@ -1,4 +1,8 @@
-"""The agent's end of the link: dial, say hello, serve calls, and reconnect forever."""
+"""The agent's end of the link: dial, say hello, serve calls, and reconnect forever.
+
+The agent may be given several control-plane URLs (the replicas of one cluster, on one database):
+it links to one at a time and goes round the list when a dial fails or a link is lost.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import socket
 import ssl
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
@@ -73,12 +77,23 @@ def link_url(base_url: str) -> str:
     return urlunsplit((schemes[parts.scheme], parts.netloc, path, "", ""))
 
 
+def link_urls(base_urls: str | Sequence[str]) -> tuple[str, ...]:
+    """The link URLs (`link_url`) of one control plane's base URL or of its replicas', in order."""
+    listed = [base_urls] if isinstance(base_urls, str) else list(base_urls)
+    if not listed:
+        raise ValueError("no control plane URL")
+    return tuple(link_url(url) for url in listed)
+
+
 class AgentLink:
-    """Keeps one link to the control plane up and serves the registered handlers over it."""
+    """Keeps one link to the control plane up and serves the registered handlers over it.
+
+    `urls` is the control plane's base URL, or its replicas' (tried in turn, see `run`).
+    """
 
     def __init__(
         self,
-        url: str,
+        urls: str | Sequence[str],
         token: str,
         handlers: Mapping[str, Handler],
         *,
@@ -93,7 +108,8 @@ class AgentLink:
         connect_timeout: float = 10.0,
     ) -> None:
         fastmask.install()  # every byte the agent sends is masked: in C when it can be
-        self.url = link_url(url)
+        self.urls = link_urls(urls)
+        self.url = self.urls[0]  # the one being dialled, or linked to
         self._token = token
         self.handlers = dict(handlers)
         self.version = version
@@ -103,9 +119,9 @@ class AgentLink:
         self.on_welcome = on_welcome
         self.backoff = backoff
         self.auth_backoff = auth_backoff
-        if ssl_context is None and self.url.startswith("wss:"):
+        if ssl_context is None and any(url.startswith("wss:") for url in self.urls):
             ssl_context = ssl.create_default_context()
-        self._ssl_context = ssl_context
+        self._ssl_context = ssl_context  # for the wss: URLs only (trio-websocket refuses one for ws:)
         self._connect_timeout = connect_timeout
         self.server_id: str | None = None
         # Reports wait here until a link is up (the oldest go first when too many pile up).
@@ -129,30 +145,53 @@ class AgentLink:
             await self._reports_waiting.wait()
 
     async def run(self) -> NoReturn:
-        """Connect, serve, and reconnect forever (until cancelled)."""
+        """Connect, serve, and reconnect forever (until cancelled), going round the URLs.
+
+        A failed dial or a lost link moves on to the next URL at once. One backoff step is one
+        sweep of the whole list that failed: a dead replica does not delay reaching a live one, and
+        a dead cluster is not hammered. A lost healthy link waits the first (shortest) step before
+        the next URL, so that the agents of a replica that went away do not all land on the next
+        one at the same instant. A welcome resets the steps.
+
+        A refused token moves on to the next URL as well (a replica pointed at the wrong database
+        must not keep the agent off the others), but a sweep in which a replica refused it waits
+        the long auth backoff: the token is checked in the database every replica shares, so one
+        refusal is the whole cluster's answer.
+        """
         attempt = auth_attempt = 0
+        failed = refused = 0  # dials of the current sweep that failed, and were refused
+        following = 0  # the index of the next URL to dial
         while True:
+            self.url = self.urls[following]
+            following = (following + 1) % len(self.urls)
             try:
                 healthy = await self.run_once()
             except LinkAuthRefused as exc:
-                delay = self.auth_backoff.delay(auth_attempt)
-                auth_attempt += 1
-                log.error("%s; check the agent token. Retrying in %.1f s", exc, delay)
-                await trio.sleep(delay)
-                continue
+                log.error("%s at %s", exc, self.url)
+                healthy, refused = False, refused + 1
             except Exception:
                 # A bug must not take the agent off the network for good: log it and retry.
-                log.exception("agent link failed unexpectedly")
+                log.exception("agent link to %s failed unexpectedly", self.url)
                 healthy = False
             if healthy:
-                attempt = auth_attempt = 0
-            delay = self.backoff.delay(attempt)
-            attempt += 1
-            log.info("reconnecting to %s in %.1f s", self.url, delay)
+                attempt = auth_attempt = failed = refused = 0
+            else:
+                failed += 1
+                if failed < len(self.urls):
+                    continue
+            if refused:
+                delay = self.auth_backoff.delay(auth_attempt)
+                auth_attempt += 1
+                log.error("check the agent token. Retrying in %.1f s", delay)
+            else:
+                delay = self.backoff.delay(attempt)
+                attempt += 1
+                log.info("reconnecting to %s in %.1f s", self.urls[following], delay)
+            failed = refused = 0
             await trio.sleep(delay)
 
     async def run_once(self) -> bool:
-        """One connection. Raises `LinkAuthRefused`.
+        """One connection, to `url`. Raises `LinkAuthRefused`.
 
         Returns whether it was a healthy session: welcomed, and not displaced by a newer link of
         the same server (two agents sharing a token must not reset each other's backoff forever).
@@ -162,7 +201,7 @@ class AgentLink:
             try:
                 async with open_websocket_url(
                     self.url,
-                    self._ssl_context,
+                    self._ssl_context if self.url.startswith("wss:") else None,
                     extra_headers=[(b"authorization", b"Bearer " + self._token.encode())],
                     max_message_size=protocol.MAX_MESSAGE_SIZE,
                     # trio-websocket's default 4 KiB receive buffer cuts throughput 2-4x.
