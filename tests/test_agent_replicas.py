@@ -7,15 +7,22 @@ First against hubs served in this process (real sockets, hypercorn's trio worker
 from __future__ import annotations
 
 import logging
+import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
 from agent.link.call import Call
 from agent.link.client import AgentLink, Backoff, link_url
 from control_plane.hub import AgentHub
-from fleetdeck.launcher import free_port
+from fleetdeck.launcher import free_port, start_agent
+from tests.helpers import wait_until
+from tests.helpers.control_plane import OwnControlPlane
 from tests.helpers.link import FAST, NEVER, SERVER_ID, TOKEN, ControlPlane, make_control_plane, serving
 
 
@@ -172,3 +179,99 @@ async def test_a_sweep_where_the_token_was_refused_waits_the_auth_backoff(caplog
         nursery.cancel_scope.cancel()
     sweep = [link_url(url) for url in urls] + ["wait"]
     assert seen == sweep * 3
+
+
+# --- `fleetdeck agent` and two `fleetdeck serve` replicas on one database -----------------------
+
+
+@dataclass
+class Cluster:
+    """Two replicas on one SQLite database, with a server whose agent token is `agent_token`."""
+
+    replicas: tuple[OwnControlPlane, OwnControlPlane]
+    server_id: str
+    agent_token: str
+    user_token: str
+
+    def link_seen_by(self, replica: OwnControlPlane) -> datetime | None:
+        """When the agent's link that `replica` sees as online began (None: offline there, or the
+        replica is down); through its API, with a file listing it must answer through the link."""
+        headers = {"Authorization": f"Bearer {self.user_token}"}
+        try:
+            with httpx.Client(base_url=replica.base_url, headers=headers, timeout=10) as http:
+                agent = http.get(f"/v1/servers/{self.server_id}").json()["agent"]
+                if not agent["online"]:
+                    return None
+                listed = http.get(f"/v1/servers/{self.server_id}/fs/list", params={"scope": "root"})
+        except httpx.TransportError:
+            return None
+        assert listed.status_code == 200, listed.text
+        return datetime.fromisoformat(agent["connected_at"])
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    first = OwnControlPlane(tmp_path, name="first")
+    second = OwnControlPlane(tmp_path, db_url=first.db_url, name="second")
+    try:
+        first.start()
+        second.start()
+        first.admin("create-org", "replicas", "--plan", "max")
+        first.admin("create-user", "o@example.com", "--org", "replicas", "--role", "owner", "--password", "pw-replicas")
+        created = first.admin("create-server", "web", "--org", "replicas")
+        login = {"email": "o@example.com", "password": "pw-replicas"}
+        user_token = httpx.post(f"{second.base_url}/v1/auth/login", json=login).json()["token"]
+        yield Cluster((first, second), str(created["id"]), str(created["agent_token"]), user_token)
+    finally:
+        for replica in (first, second):
+            if replica.process is not None and replica.process.poll() is None:
+                replica.kill()
+
+
+def _start_agent(tmp_path: Path, token: str, urls: list[str]) -> subprocess.Popen[str]:
+    home, state = tmp_path / "home", tmp_path / "state"
+    home.mkdir(exist_ok=True)
+    state.mkdir(exist_ok=True)
+    more = [option for url in urls[1:] for option in ("--url", url)]
+    with open(tmp_path / "agent.log", "a") as log:  # the child has its own copy of the file
+        return start_agent(urls[0], token, home, state, *more, stderr=log)
+
+
+def _relinked(cluster: Cluster, replica: OwnControlPlane, since: datetime) -> datetime:
+    """Wait until `replica` serves a link of the agent made after `since`; when it began."""
+    wait_until(lambda: (at := cluster.link_seen_by(replica)) is not None and at > since, timeout=20)
+    linked = cluster.link_seen_by(replica)
+    assert linked is not None
+    return linked
+
+
+def test_an_agent_moves_between_replicas_as_they_go_away(cluster: Cluster, tmp_path: Path) -> None:
+    first, second = cluster.replicas
+    agent = _start_agent(tmp_path, cluster.agent_token, [first.base_url, second.base_url])
+    try:
+        on_first = _relinked(cluster, first, datetime.min.replace(tzinfo=UTC))
+        assert cluster.link_seen_by(second) is None  # linked to the first URL, not to both
+
+        first.kill()
+        on_second = _relinked(cluster, second, on_first)
+
+        first.start()  # back on its port: the agent stays on the second...
+        assert cluster.link_seen_by(first) is None
+        second.kill()  # ...until that one goes away too
+        _relinked(cluster, first, on_second)
+        assert agent.poll() is None
+    finally:
+        agent.kill()
+        agent.wait()
+
+
+def test_an_unreachable_url_first_does_not_stop_the_agent_linking_to_the_next(cluster: Cluster, tmp_path: Path) -> None:
+    second = cluster.replicas[1]
+    agent = _start_agent(tmp_path, cluster.agent_token, [_closed_port_url(), second.base_url])
+    try:
+        _relinked(cluster, second, datetime.min.replace(tzinfo=UTC))
+    finally:
+        agent.kill()
+        agent.wait()
+    log = (tmp_path / "agent.log").read_text()
+    assert "cannot connect to ws://127.0.0.1" in log and "reconnecting" not in log, log

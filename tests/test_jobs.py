@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,8 +18,9 @@ import trio
 from api_client import Client
 from api_client.errors import AgentOffline
 from api_client.sse import SSEParser
-from tests.conftest import AgentProcess, Stack, python_env, start_agent, start_local
+from tests.conftest import AgentProcess, Stack, start_agent, start_local
 from tests.helpers import wait_until
+from tests.helpers.control_plane import OwnControlPlane
 
 
 def code(response: httpx.Response) -> str:
@@ -469,47 +468,6 @@ async def test_client_sends_the_idempotency_key(stack: Stack) -> None:
 
 
 # --- the control plane restarts mid-job -------------------------------------------------------
-
-
-class OwnControlPlane:
-    """`fleetdeck serve` on a SQLite file of its own, restartable on the same port and database."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.db_url = f"sqlite:///{folder / 'cp.db'}"
-        self.log = folder / "cp.log"
-        self.process: subprocess.Popen[str] | None = None
-        self.port = 0
-        self.base_url = ""
-
-    def start(self) -> None:
-        env = {"FLEETDECK_HEARTBEAT_S": "1", "FLEETDECK_JOB_GRACE_S": "30", "FLEETDECK_LOG": "INFO"}
-        command = [sys.executable, "-m", "fleetdeck", "serve", "--db", self.db_url]
-        with open(self.log, "a") as stderr:
-            self.process = subprocess.Popen(
-                [*command, "--listen", f"127.0.0.1:{self.port}"],
-                env=python_env(**env),
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-            )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        assert "control plane at" in line, self.log.read_text()
-        self.base_url = line.rsplit(" ", 1)[1].strip()
-        self.port = int(self.base_url.rsplit(":", 1)[1])
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait()
-
-    def admin(self, *args: str) -> dict[str, Any]:
-        command = [sys.executable, "-m", "fleetdeck", "admin", *args, "--db", self.db_url, "--json"]
-        done = subprocess.run(command, env=python_env(), capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        result: dict[str, Any] = json.loads(done.stdout)
-        return result
 
 
 # Prints a line every 0.1 s for about 6 s, as the site's user: long enough to outlive a restart.
