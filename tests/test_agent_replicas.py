@@ -59,8 +59,8 @@ class Replica:
         await self._stopped.wait()
 
 
-def _closed_port_url() -> str:
-    return f"http://127.0.0.1:{free_port()}"  # nothing listens there: the dial is refused at once
+def _closed_port_url(scheme: str = "http") -> str:
+    return f"{scheme}://127.0.0.1:{free_port()}"  # nothing listens there: the dial is refused at once
 
 
 def _refusing_hub() -> AgentHub:
@@ -96,16 +96,18 @@ async def test_the_link_moves_to_the_next_replica_when_its_own_goes_away() -> No
 
 
 @pytest.mark.anyio
-async def test_a_dead_url_first_does_not_delay_the_live_one(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize("scheme", ["http", "https"])
+async def test_a_dead_url_first_does_not_delay_the_live_one(scheme: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Also when the dead one is https and the live one is not: TLS is a matter of each URL."""
     caplog.set_level(logging.INFO, logger="fleetdeck.agent")
     live = Replica()
     async with trio.open_nursery() as nursery:
-        urls = [_closed_port_url(), await nursery.start(live.serve)]
+        urls = [_closed_port_url(scheme), await nursery.start(live.serve)]
         # Any backoff would be a wait of up to 1000 s (and a "reconnecting" line): none may come.
         link = AgentLink(urls, TOKEN, {}, version="1", backoff=NEVER, auth_backoff=NEVER)
         nursery.start_soon(link.run)
         await live.cp.wait_presence(online=True)
-        assert "cannot connect to ws://127.0.0.1" in caplog.text and "reconnecting" not in caplog.text
+        assert f"cannot connect to {link_url(urls[0])}" in caplog.text and "reconnecting" not in caplog.text
         nursery.cancel_scope.cancel()
 
 
