@@ -123,7 +123,7 @@ async def test_a_replica_that_refuses_the_token_does_not_keep_the_agent_off_the_
         link = AgentLink(urls, TOKEN, {}, version="1", backoff=NEVER, auth_backoff=NEVER)
         nursery.start_soon(link.run)
         await live.cp.wait_presence(online=True)
-        assert "refused the agent token" in caplog.text and "Retrying" not in caplog.text
+        assert "refused the agent token" in caplog.text and "retrying in" not in caplog.text
         nursery.cancel_scope.cancel()
 
 
@@ -138,7 +138,7 @@ class _Sweeps(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if message.startswith("reconnecting") or "Retrying in" in message:
+        if message.startswith("reconnecting") or "retrying in" in message:
             self.seen.append("wait")
             if self.seen.count("wait") == self.waits:
                 self.scope.cancel()

@@ -182,7 +182,7 @@ class AgentLink:
             if refused:
                 delay = self.auth_backoff.delay(auth_attempt)
                 auth_attempt += 1
-                log.error("check the agent token. Retrying in %.1f s", delay)
+                log.error("check the agent token; retrying in %.1f s", delay)
             else:
                 delay = self.backoff.delay(attempt)
                 attempt += 1
