@@ -288,6 +288,7 @@ async def initialise(work: SiteGit, args: DeployInit | DeployGit, out: Output) -
     git = require("git", "deploy from git")
     repo = getattr(args, "repo", None)
     token = args.token.get_secret_value() if args.token else None
+    public = public_folder(args.public)
     existed = await read(work, "exists", REPO)
     await work.capture(["mkdir", "-p", "--", META, RELEASES, SHARED])
     if not existed:
@@ -316,8 +317,8 @@ async def initialise(work: SiteGit, args: DeployInit | DeployGit, out: Output) -
     shared = await work.config("fleetdeck.shared")
     for folder in shared:
         await work.capture(["mkdir", "-p", "--", f"{SHARED}/{folder}"])
-    if args.public is not None:
-        await work.git("config", "fleetdeck.public", public_folder(args.public))
+    if isinstance(args, DeployInit) or not existed:
+        await work.git("config", "fleetdeck.public", public)
     public = await public_of(work)
     origin = await work.config("remote.origin.url")
     return {

@@ -556,7 +556,7 @@ class DeployGit(Args):
     repo: GitUrl
     branch: GitRef = "main"
     path: RelativePath = ""  # the folder of the site to deploy into
-    public: RelativePath | None = None  # as in DeployInit
+    public: RelativePath = ""  # as in DeployInit (kept when the deploy was initialised before)
     token: Secret | None = None  # an access token for a private https repository
 
 
@@ -565,9 +565,7 @@ class DeployInit(Args):
     repo: GitUrl | None = None  # None: a bare repository in the site to push to
     branch: GitRef = "main"  # what `deploy.run` deploys
     shared: list[RelativePath] = Field(default_factory=list, max_length=20)  # folders kept across releases
-    # The release's folder the site serves ("public"; "": the release itself); None keeps the
-    # one set before ("" at first).
-    public: RelativePath | None = None
+    public: RelativePath = ""  # the release's folder the site serves ("public"; "": the release itself)
     token: Secret | None = None  # as in DeployGit
 
 
