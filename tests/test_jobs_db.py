@@ -213,6 +213,80 @@ def test_a_failed_dump_leaves_the_previous_file_in_place(hosting: Hosting, maria
     (site_home / "fragile.sql").unlink()
 
 
+GOOD_DUMP = """DROP TABLE IF EXISTS `orders`;
+CREATE TABLE `orders` (id INT PRIMARY KEY, note TEXT);
+INSERT INTO `orders` VALUES (10,'new');
+CREATE TABLE `fresh` (n INT);
+INSERT INTO `fresh` VALUES (1);
+INSERT INTO `orders` VALUES (11,'newer');
+"""
+
+
+def contents(server: MariaDb, name: str) -> dict[str, str]:
+    """Each table of the database with its rows (tab-separated, sorted)."""
+    tables = server.sql("SHOW TABLES;", name).split()
+    return {table: server.sql(f"SELECT * FROM `{table}` ORDER BY 1;", name) for table in tables}
+
+
+def test_an_import_that_fails_half_way_leaves_the_database_as_it_was(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    hosting.run("db.create", name="atomic").ok()
+    mariadb.sql("CREATE TABLE keep (n INT); INSERT INTO keep VALUES (1), (2);", "atomic")
+    mariadb.sql("CREATE TABLE orders (id INT PRIMARY KEY, note TEXT); INSERT INTO orders VALUES (1, 'old');", "atomic")
+    before = contents(mariadb, "atomic")
+    broken = GOOD_DUMP.replace("INSERT INTO `orders` VALUES (11", "INSERT INTO orders VALUES (oops syntax;\n(11")
+    (site_home / "broken.sql").write_text(broken)
+    for drop_existing in (False, True):
+        failed = hosting.run("db.import", name="atomic", domain=SITE, path="broken.sql", drop_existing=drop_existing)
+        assert failed.exit_code == 1 and "nothing of it was imported" in failed.text
+        assert "ERROR 1064" in failed.text  # the server's own words, with the line
+        assert contents(mariadb, "atomic") == before
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]  # the scratch is gone
+
+    (site_home / "good.sql").write_text(GOOD_DUMP)
+    done = hosting.run("db.import", name="atomic", domain=SITE, path="good.sql").ok()
+    assert "2 tables, 1 replaced or dropped, 1 kept" in done.text
+    after = contents(mariadb, "atomic")
+    assert after == {**before, "orders": "10\tnew\n11\tnewer\n", "fresh": "1\n"}
+    hosting.run("db.import", name="atomic", domain=SITE, path="good.sql", drop_existing=True).ok()
+    assert sorted(contents(mariadb, "atomic")) == ["fresh", "orders"]  # `keep` went with the rest
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]
+    hosting.run("db.drop", name="atomic").ok()
+    for name in ("broken.sql", "good.sql"):
+        (site_home / name).unlink()
+
+
+def test_an_import_stays_in_its_database_and_runs_no_client_command(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    hosting.run("db.create", name="target").ok()
+    hosting.run("db.create", name="bystander").ok()
+    touched = hosting.folder / f"touched-{uuid.uuid4().hex[:6]}"
+    dumps = {
+        "use.sql": "CREATE TABLE t (n INT);\nUSE `bystander`;\nCREATE TABLE intruder (n INT);\n",
+        "databases.sql": "/*!40000 DROP DATABASE IF EXISTS `bystander`*/;\nCREATE TABLE t (n INT);\n",
+        "shell.sql": f"CREATE TABLE t (n INT);\n\\! touch {touched}\n",
+        "trigger.sql": "CREATE TABLE t (n INT);\nCREATE TRIGGER tr BEFORE INSERT ON t FOR EACH ROW SET NEW.n = 1;\n",
+    }
+    expected = {
+        "use.sql": "leaves the database it is imported into ('USE `bystander`;')",
+        "databases.sql": "leaves the database",
+        "shell.sql": "Not allowed in the sandbox mode",
+        "trigger.sql": "the dump makes trigger tr",
+    }
+    for name, text in dumps.items():
+        (site_home / name).write_text(text)
+        refused = hosting.run("db.import", name="target", domain=SITE, path=name)
+        assert refused.exit_code == 1 and expected[name] in refused.text, refused.text
+        (site_home / name).unlink()
+    assert not touched.exists()
+    assert mariadb.sql("SHOW TABLES;", "target") == "" and mariadb.sql("SHOW TABLES;", "bystander") == ""
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]
+    for name in ("target", "bystander"):
+        hosting.run("db.drop", name=name).ok()
+
+
 def test_a_server_that_does_not_answer_is_a_status(hosting: Hosting, mariadb: MariaDb) -> None:
     hosting.configure("mariadb", {**mariadb.layout(), "socket": str(mariadb.socket.with_name("gone.sock"))})
     try:

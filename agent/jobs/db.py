@@ -12,7 +12,9 @@ Reads select one ``JSON_OBJECT`` per row: with ``--batch --raw`` each row is one
 Dumps live in a site's files, resolved through the site's jail (a path cannot lead out of it):
 ``db.export`` streams ``mariadb-dump``'s progress, compresses with gzip when the path ends in
 ``.gz``, writes a temporary file owned by the site's user and renames it into place once the dump
-is complete; ``db.import`` feeds a ``.sql`` or ``.sql.gz`` file of the site to the client.
+is complete; ``db.import`` feeds a ``.sql`` or ``.sql.gz`` file of the site to the client, into a
+scratch database whose tables replace the database's at once when the whole file went in (MariaDB's
+DDL is not transactional: this is how a failed import leaves the database as it was).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import secrets
 import stat
 import zlib
@@ -64,6 +67,24 @@ PRIVILEGES = {
 CHUNK = 256 * 1024
 CHILD: dict[str, Any] = {"check": False, "env": tool_env(), "start_new_session": True}
 PROGRESS_STEPS = 10  # an import reports its progress every tenth of the file
+SCRATCH_PREFIX = "fleetdeck_import_"  # the database an import goes into first
+OLD_PREFIX = "fleetdeck_old_"  # a table an import replaces, renamed aside, then dropped
+# What an import cannot move into place (kind, information_schema table, its schema column, name).
+BOUND_OBJECTS = (
+    ("view", "VIEWS", "TABLE_SCHEMA", "TABLE_NAME"),
+    ("trigger", "TRIGGERS", "TRIGGER_SCHEMA", "TRIGGER_NAME"),
+    ("routine", "ROUTINES", "ROUTINE_SCHEMA", "ROUTINE_NAME"),
+    ("event", "EVENTS", "EVENT_SCHEMA", "EVENT_NAME"),
+)
+# A line of a dump that would take the import out of its database (``mariadb-dump --databases``
+# writes CREATE DATABASE and USE; the client's \u and \r switch too), possibly in a versioned
+# comment (``/*!40000 DROP DATABASE ...*/``). mariadb-dump starts every statement on a line of
+# its own and escapes the new lines inside values, so a line start is a statement start.
+OTHER_DATABASE = re.compile(
+    rb"^[ \t]*(?:/\*M?!\d*[ \t]*)?(?:USE\b|CONNECT\b|\\[ur]|(?:CREATE|DROP|ALTER)[ \t]+(?:DATABASE|SCHEMA)\b)",
+    re.IGNORECASE | re.MULTILINE,
+)
+MAX_LINE = 256 * 1024 * 1024  # a longer line is not a dump's (mariadb-dump's are up to max_allowed_packet)
 
 
 # --- SQL text -------------------------------------------------------------------------------
@@ -509,8 +530,33 @@ class DumpReader:
         self.stream: io.BufferedIOBase = self.raw
         if path.endswith(".gz"):
             self.stream = gzip.GzipFile(fileobj=self.raw, mode="rb")
+        self.pending = b""  # the start of a line not read to its end yet
 
     def read(self) -> bytes:
+        """The next whole lines of SQL (b"" at the end), each checked before the client gets it:
+        a statement that leaves the import's database is refused (JobError)."""
+        while True:
+            data = self._read()
+            if not data:
+                lines, self.pending = self.pending, b""
+                break
+            data = self.pending + data
+            cut = data.rfind(b"\n") + 1
+            lines, self.pending = data[:cut], data[cut:]
+            if len(self.pending) > MAX_LINE:
+                raise JobError(f"the dump has a line longer than {MAX_LINE // 2**20} MiB: it is not SQL from a dump")
+            if lines:
+                break
+        found = OTHER_DATABASE.search(lines)
+        if found is not None:
+            line = lines[found.start() :].split(b"\n", 1)[0].decode("utf-8", "replace").strip()[:120]
+            raise JobError(
+                f"the dump leaves the database it is imported into ({line!r}): a dump of one database is"
+                " needed (mariadb-dump without --databases); nothing of it was imported"
+            )
+        return lines
+
+    def _read(self) -> bytes:
         try:
             return self.stream.read(CHUNK)
         except (OSError, EOFError, zlib.error) as exc:
@@ -527,22 +573,9 @@ class DumpReader:
         self.raw.close()
 
 
-async def _recreate(ctx: JobContext, name: str) -> None:
-    """Drop the database and create it again, empty, with its character set and collation (its
-    grants stay: they name it, not its tables)."""
-    found = await rows(
-        ctx,
-        "SELECT JSON_OBJECT('charset', DEFAULT_CHARACTER_SET_NAME, 'collation', DEFAULT_COLLATION_NAME)"
-        f" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {literal(name)};",
-    )
-    charset, collation = found[0]["charset"], found[0]["collation"]
-    await run_sql(
-        ctx,
-        f"DROP DATABASE {ident(name)};\nCREATE DATABASE {ident(name)} CHARACTER SET {charset} COLLATE {collation};",
-    )
-
-
 async def _import(args: DbImport, ctx: JobContext, out: Output) -> int:
+    """All or nothing: the dump goes into a scratch database, whose tables then replace the
+    database's in one atomic ``RENAME TABLE``; a dump that fails leaves the database as it was."""
     site = await find_site(ctx, args.domain)
     site_account(ctx, site)  # a site without a user of its own is refused, as for an export
     await need_database(ctx, args.name)
@@ -552,18 +585,99 @@ async def _import(args: DbImport, ctx: JobContext, out: Output) -> int:
             return DumpReader(jail, args.path)
 
     source: DumpReader = await trio.to_thread.run_sync(partial(_jailed, args.path, open_file))
+    scratch = f"{SCRATCH_PREFIX}{secrets.token_hex(6)}"
     try:
-        if args.drop_existing:
-            await _recreate(ctx, args.name)
-            out.stdout(f"emptied database {args.name}")
-        argv = client_argv(ctx.host.mariadb, "--batch", f"--database={args.name}")
-        code = await _feed(argv, source, out, args.path)
+        found = await rows(
+            ctx,
+            "SELECT JSON_OBJECT('charset', DEFAULT_CHARACTER_SET_NAME, 'collation', DEFAULT_COLLATION_NAME)"
+            f" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {literal(args.name)};",
+        )
+        charset, collation = found[0]["charset"], found[0]["collation"]
+        await run_sql(ctx, f"CREATE DATABASE {ident(scratch)} CHARACTER SET {charset} COLLATE {collation};")
+        try:
+            # --sandbox: the file is the site's; a client command in it (\! shell, source, tee...)
+            # would run as the agent. --local-infile=0: no LOAD DATA LOCAL of the agent's files.
+            argv = client_argv(ctx.host.mariadb, "--batch", "--sandbox", "--local-infile=0", f"--database={scratch}")
+            code = await _feed(argv, source, out, args.path)
+            if code != 0:
+                raise JobError(
+                    f"mariadb exited {code} while importing {args.path}: nothing of it was imported,"
+                    f" database {args.name} is as it was"
+                )
+            said = await _move_into(ctx, scratch, args.name, drop_existing=args.drop_existing)
+        finally:
+            with trio.CancelScope(shield=True):
+                await run_sql(ctx, f"DROP DATABASE IF EXISTS {ident(scratch)};")
     finally:
         await trio.to_thread.run_sync(source.close)
-    if code != 0:
-        raise JobError(f"mariadb exited {code} while importing {args.path}: the import stopped there")
-    out.stdout(f"imported {args.path} into database {args.name}")
+    out.stdout(f"imported {args.path} into database {args.name} ({said})")
     return 0
+
+
+async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing: bool) -> str:
+    """The scratch database's tables into `name` in one ``RENAME TABLE`` (the tables they replace,
+    and with `drop_existing` all the others, renamed aside in the same statement, then dropped);
+    what was done, in words. Views, triggers, routines and events are bound to their database
+    (MariaDB will not move them): a dump that makes any is refused, nothing moved."""
+    bound = await rows(
+        ctx,
+        " UNION ALL ".join(
+            f"SELECT JSON_OBJECT('kind', '{kind}', 'name', {column}) FROM information_schema.{table}"
+            f" WHERE {schema} = {literal(scratch)}"
+            for kind, table, schema, column in BOUND_OBJECTS
+        )
+        + ";",
+    )
+    if bound:
+        made = ", ".join(f"{item['kind']} {item['name']}" for item in bound[:5]) + (", ..." if len(bound) > 5 else "")
+        raise JobError(
+            f"the dump makes {made}: an import puts only tables in place at once, so nothing of it was"
+            f" imported and database {name} is as it was"
+        )
+    new = [item["name"] for item in await rows(ctx, _tables_of(scratch))]
+    existing = {item["name"]: item["type"] for item in await rows(ctx, _tables_of(name, views=True))}
+    doomed = [table for table in existing if drop_existing or table in new]
+    aside = {table: f"{OLD_PREFIX}{secrets.token_hex(4)}_{n}" for n, table in enumerate(doomed)}
+    renames = [f"{ident(name)}.{ident(table)} TO {ident(name)}.{ident(aside[table])}" for table in doomed]
+    renames += [f"{ident(scratch)}.{ident(table)} TO {ident(name)}.{ident(table)}" for table in new]
+    sql = f"RENAME TABLE {', '.join(renames)};\n" if renames else ""
+    views = [aside[t] for t in doomed if existing[t] == "VIEW"]
+    tables = [aside[t] for t in doomed if existing[t] != "VIEW"]
+    sql += "SET SESSION foreign_key_checks = 0;\n"  # a kept table may point at a replaced one
+    if views:
+        sql += f"DROP VIEW {', '.join(f'{ident(name)}.{ident(v)}' for v in views)};\n"
+    if tables:
+        sql += f"DROP TABLE {', '.join(f'{ident(name)}.{ident(t)}' for t in tables)};\n"
+    if drop_existing:
+        sql += await _drop_bound(ctx, name)
+    await run_sql(ctx, sql)
+    kept = len(existing) - len(doomed)
+    return f"{len(new)} tables, {len(doomed)} replaced or dropped, {kept} kept"
+
+
+def _tables_of(database: str, *, views: bool = False) -> str:
+    kinds = "'BASE TABLE', 'SEQUENCE'" + (", 'VIEW'" if views else "")
+    return (
+        "SELECT JSON_OBJECT('name', TABLE_NAME, 'type', TABLE_TYPE) FROM information_schema.TABLES"
+        f" WHERE TABLE_SCHEMA = {literal(database)} AND TABLE_TYPE IN ({kinds});"
+    )
+
+
+async def _drop_bound(ctx: JobContext, name: str) -> str:
+    """The statements that drop the routines and events of `name` (a `drop_existing` import
+    empties the database of them too)."""
+    found = await rows(
+        ctx,
+        "SELECT JSON_OBJECT('kind', ROUTINE_TYPE, 'name', ROUTINE_NAME) FROM information_schema.ROUTINES"
+        f" WHERE ROUTINE_SCHEMA = {literal(name)} UNION ALL"
+        " SELECT JSON_OBJECT('kind', 'EVENT', 'name', EVENT_NAME) FROM information_schema.EVENTS"
+        f" WHERE EVENT_SCHEMA = {literal(name)};",
+    )
+    return "".join(
+        f"DROP {item['kind']} {ident(name)}.{ident(item['name'])};\n"
+        for item in found
+        if item["kind"] in ("PROCEDURE", "FUNCTION", "EVENT")
+    )
 
 
 async def _feed(argv: list[str], source: DumpReader, out: Output, path: str) -> int:
