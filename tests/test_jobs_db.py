@@ -178,6 +178,7 @@ def test_a_dump_is_written_gzipped_into_the_site_as_its_user_and_imports_back(
     dump = site_home / "backups" / "shop.sql.gz"
     owner = os.stat(site_home).st_uid
     assert os.stat(dump).st_uid == owner and os.stat(dump.parent).st_uid == owner
+    assert os.stat(dump).st_mode & 0o777 == 0o600  # the data: the site's user alone reads it
     assert b"CREATE TABLE `orders`" in gzip.decompress(dump.read_bytes())
     assert [p.name for p in dump.parent.iterdir()] == ["shop.sql.gz"]  # no temporary file left
 
@@ -204,11 +205,12 @@ def test_a_failed_dump_leaves_the_previous_file_in_place(hosting: Hosting, maria
     mariadb.sql("CREATE TABLE t (n INT); CREATE VIEW v AS SELECT n FROM t;", "fragile")
     hosting.run("db.export", name="fragile", domain=SITE, path="fragile.sql").ok()
     before = (site_home / "fragile.sql").read_bytes()
+    listing = sorted(p.name for p in site_home.iterdir())
     mariadb.sql("DROP TABLE t;", "fragile")  # the view now fails: so does the dump
     failed = hosting.run("db.export", name="fragile", domain=SITE, path="fragile.sql")
     assert failed.exit_code == 1 and "fragile.sql was not written" in failed.text
     assert (site_home / "fragile.sql").read_bytes() == before
-    assert not [p.name for p in site_home.iterdir() if p.name.endswith(".part")]
+    assert sorted(p.name for p in site_home.iterdir()) == listing  # no temporary file left
     hosting.run("db.drop", name="fragile").ok()
     (site_home / "fragile.sql").unlink()
 

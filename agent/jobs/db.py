@@ -24,7 +24,6 @@ import io
 import os
 import re
 import secrets
-import stat
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -34,13 +33,11 @@ from typing import Any
 import orjson
 import trio
 
-from agent.files.jail import Jail, split_path
 from agent.jobs.base import STDERR, STDOUT, JobContext, JobError, Output, handler
-from agent.jobs.common import Account, find_site, site_account
+from agent.jobs.common import find_site
 from agent.jobs.host import MariaDbLayout
 from agent.jobs.proc import LineSplitter, capture_command, require, tool_env
-from agent.jobs.storage import scope_jail
-from agent.link.protocol import RpcError
+from agent.jobs.site_files import SiteOutput, open_site_input
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.data import (
     DbCreate,
@@ -367,82 +364,6 @@ async def _user_revoke(args: DbRevoke, ctx: JobContext, out: Output) -> int:
 # --- files of a site ------------------------------------------------------------------------
 
 
-def _ensure_folder(jail: Jail, folder: tuple[str, ...], owner: Account) -> None:
-    """The folders of `folder` inside the jail, the missing ones made (mode 0750, the site's user's)."""
-    for depth in range(1, len(folder) + 1):
-        dir_fd, name = jail.open_parent("/".join(folder[:depth]))
-        try:
-            os.mkdir(name, 0o750, dir_fd=dir_fd)
-            os.chown(name, owner.uid, owner.gid, dir_fd=dir_fd, follow_symlinks=False)
-        except FileExistsError:
-            pass
-        finally:
-            os.close(dir_fd)
-
-
-class DumpFile:
-    """A dump being written: a temporary file beside its final name, owned by the site's user,
-    renamed into place by `commit` (or removed by `discard`). Gzip-compressed when asked."""
-
-    def __init__(self, jail: Jail, path: str, owner: Account, *, compress: bool) -> None:
-        parts = split_path(path)
-        _ensure_folder(jail, parts[:-1], owner)
-        self.dir_fd, self.name = jail.open_parent(path)
-        self.temporary = f".{self.name}.{secrets.token_hex(4)}.part"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            self.fd = os.open(self.temporary, flags, 0o600, dir_fd=self.dir_fd)
-            os.fchown(self.fd, owner.uid, owner.gid)
-            os.fchmod(self.fd, 0o640)
-        except BaseException:
-            os.close(self.dir_fd)
-            raise
-        self.compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if compress else None  # 31: a gzip stream
-        self.raw_bytes = 0
-        self.bytes = 0
-
-    def write(self, data: bytes | bytearray) -> None:
-        self.raw_bytes += len(data)
-        self._put(self.compressor.compress(data) if self.compressor is not None else data)
-
-    def _put(self, data: bytes | bytearray) -> None:
-        view = memoryview(data)
-        while view:
-            written = os.write(self.fd, view)
-            view = view[written:]
-        self.bytes += len(data)
-
-    def commit(self) -> None:
-        if self.compressor is not None:
-            self._put(self.compressor.flush())
-        os.fsync(self.fd)
-        os.close(self.fd)
-        self.fd = -1
-        os.rename(self.temporary, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
-        os.close(self.dir_fd)
-
-    def discard(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-        try:
-            os.unlink(self.temporary, dir_fd=self.dir_fd)
-        except FileNotFoundError:
-            pass
-        os.close(self.dir_fd)
-
-
-def _jailed(what: str, call: Callable[[], Any]) -> Any:
-    """`call()`, its jail refusals as a clean failure naming `what`."""
-    try:
-        return call()
-    except RpcError as exc:
-        raise JobError(f"{what}: {exc.message}") from None
-    except IsADirectoryError:
-        raise JobError(f"{what}: is a folder") from None
-    except NotADirectoryError:
-        raise JobError(f"{what}: a folder on the way is a file") from None
-
-
 Route = Callable[[str], tuple[str, list[str]]]
 
 
@@ -472,33 +393,32 @@ async def _pump_lines(receive: trio.abc.ReceiveStream, out: Output, route: Route
 
 async def _export(args: DbExport, ctx: JobContext, out: Output) -> int:
     site = await find_site(ctx, args.domain)
-    owner = site_account(ctx, site)
     await need_database(ctx, args.name)
     dump = require("mariadb-dump", "dump a MariaDB database")
     argv = [dump, *connection(ctx.host.mariadb), "--default-character-set=utf8mb4", "--single-transaction"]
     argv += ["--routines", "--triggers", "--hex-blob", "--verbose", "--", args.name]
-
-    def open_file() -> DumpFile:
-        with scope_jail(ctx.home, site.slug) as jail:
-            return DumpFile(jail, args.path, owner, compress=args.path.endswith(".gz"))
-
-    target: DumpFile = await trio.to_thread.run_sync(partial(_jailed, args.path, open_file))
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if args.path.endswith(".gz") else None  # 31: gzip
+    target = await trio.to_thread.run_sync(SiteOutput, ctx, site, args.path)
     try:
-        code = await _dump_into(argv, target, out)
+        code, dumped = await _dump_into(argv, target, compressor, out)
         if code != 0:
             raise JobError(f"mariadb-dump exited {code}: {args.path} was not written")
-        await trio.to_thread.run_sync(target.commit)
-    except BaseException:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(target.discard)
-        raise
-    sizes = f"{target.bytes} bytes" + (f", {target.raw_bytes} uncompressed" if target.compressor else "")
+        if compressor is not None:
+            await trio.to_thread.run_sync(target.write, compressor.flush())
+        size = await trio.to_thread.run_sync(target.commit)
+    finally:
+        target.close()
+    sizes = f"{size} bytes" + (f", {dumped} uncompressed" if compressor is not None else "")
     out.stdout(f"wrote {args.path} in {site.domain} ({sizes})")
     return 0
 
 
-async def _dump_into(argv: list[str], target: DumpFile, out: Output) -> int:
-    """Run the dump, its stdout into `target`, its progress to `out`; its exit code."""
+async def _dump_into(
+    argv: list[str], target: SiteOutput, compressor: zlib._Compress | None, out: Output
+) -> tuple[int, int]:
+    """Run the dump, its stdout (gzipped by `compressor`, if any) into `target`, its progress to
+    `out`; (its exit code, the bytes it wrote)."""
+    dumped = 0
     async with trio.open_nursery() as nursery:
         process: trio.Process = await nursery.start(
             partial(trio.run_process, argv, stdin=DEVNULL, stdout=PIPE, stderr=PIPE, **CHILD)
@@ -506,26 +426,18 @@ async def _dump_into(argv: list[str], target: DumpFile, out: Output) -> int:
         assert process.stdout is not None and process.stderr is not None
         nursery.start_soon(_pump_lines, process.stderr, out, _progress_line)
         while data := await process.stdout.receive_some(CHUNK):
-            await trio.to_thread.run_sync(target.write, data)
+            dumped += len(data)
+            await trio.to_thread.run_sync(target.write, compressor.compress(data) if compressor is not None else data)
     assert process.returncode is not None
-    return process.returncode
+    return process.returncode, dumped
 
 
 class DumpReader:
-    """A dump of a site opened for reading (through the jail), decompressed when it is gzip."""
+    """A dump of a site (`open_site_input`'s descriptor, which it closes), decompressed when it
+    is gzip, read in whole lines."""
 
-    def __init__(self, jail: Jail, path: str) -> None:
-        fd = jail.open(path, os.O_RDONLY | os.O_NONBLOCK, follow_last=True)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise JobError(f"{path} is not a regular file")
-            jail.refuse_foreign_link(st, path)
-            os.set_blocking(fd, True)
-        except BaseException:
-            os.close(fd)
-            raise
-        self.size = st.st_size
+    def __init__(self, fd: int, path: str) -> None:
+        self.size = os.fstat(fd).st_size
         self.raw = os.fdopen(fd, "rb")
         self.stream: io.BufferedIOBase = self.raw
         if path.endswith(".gz"):
@@ -577,14 +489,17 @@ async def _import(args: DbImport, ctx: JobContext, out: Output) -> int:
     """All or nothing: the dump goes into a scratch database, whose tables then replace the
     database's in one atomic ``RENAME TABLE``; a dump that fails leaves the database as it was."""
     site = await find_site(ctx, args.domain)
-    site_account(ctx, site)  # a site without a user of its own is refused, as for an export
     await need_database(ctx, args.name)
 
     def open_file() -> DumpReader:
-        with scope_jail(ctx.home, site.slug) as jail:
-            return DumpReader(jail, args.path)
+        fd = open_site_input(ctx, site, args.path)
+        try:
+            return DumpReader(fd, args.path)
+        except BaseException:
+            os.close(fd)
+            raise
 
-    source: DumpReader = await trio.to_thread.run_sync(partial(_jailed, args.path, open_file))
+    source = await trio.to_thread.run_sync(open_file)
     scratch = f"{SCRATCH_PREFIX}{secrets.token_hex(6)}"
     try:
         found = await rows(
