@@ -167,7 +167,10 @@ def socket_path(php: PhpLayout, slug: str, version: str) -> str:
 
 
 def acme_challenge_dir(ctx: JobContext) -> str:
-    """Where HTTP-01 challenge files go (``<dir>/<token>``); every site's server block serves them."""
+    """Where HTTP-01 challenge files go (``<dir>/<token>``); every site's server block serves them.
+    The folder is made with the first challenge (`agent.load_balancers.acme.FileChallenges`), not
+    with the sites: nginx takes an ``alias`` to a folder that is not there yet, and an agent that
+    never asks for a certificate (a demo's, a test stack's) leaves nothing in the system's folders."""
     return ctx.host.nginx.acme_dir
 
 
@@ -473,7 +476,6 @@ async def _apply(ctx: JobContext, site: Site) -> None:
     s = settings_of(entry, ctx.site_home(site.slug))
     nginx = require_nginx(layout)
     fpm, version = require_fpm(layout, s.php) if s.uses_php else (None, None)
-    await trio.to_thread.run_sync(_prepare_acme_dir, acme_challenge_dir(ctx))
     changes = await trio.to_thread.run_sync(_plan, ctx, site, s, version)
     pool = next((c for c in changes[1:] if c.text is not None), None)  # changes[0]: the server block
     if fpm is not None and pool is not None and pool.text is not None:
@@ -504,11 +506,6 @@ def _version_of(layout: HostLayout, path: str, fallback: str | None) -> str:
         if os.path.dirname(path) == pool_dir(layout.php, version).rstrip("/"):
             return version
     return fallback or ""
-
-
-def _prepare_acme_dir(path: str) -> None:
-    """The challenge folder: nginx's workers read it, so it is 0755 (only root writes in it)."""
-    os.makedirs(path, mode=0o755, exist_ok=True)
 
 
 async def remove_site_web(ctx: JobContext, site: Site) -> list[str]:
