@@ -66,7 +66,7 @@ CHILD: dict[str, Any] = {"check": False, "env": tool_env(), "start_new_session":
 PROGRESS_STEPS = 10  # an import reports its progress every tenth of the file
 SCRATCH_PREFIX = "fleetdeck_import_"  # the database an import goes into first
 OLD_PREFIX = "fleetdeck_old_"  # a table an import replaces, renamed aside, then dropped
-# What an import cannot move into place (kind, information_schema table, its schema column, name).
+# What RENAME TABLE cannot move to another database (kind, information_schema table, schema column, name).
 BOUND_OBJECTS = (
     ("view", "VIEWS", "TABLE_SCHEMA", "TABLE_NAME"),
     ("trigger", "TRIGGERS", "TRIGGER_SCHEMA", "TRIGGER_NAME"),
@@ -530,10 +530,11 @@ async def _import(args: DbImport, ctx: JobContext, out: Output) -> int:
 
 
 async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing: bool) -> str:
-    """The scratch database's tables into `name` in one ``RENAME TABLE`` (the tables they replace,
-    and with `drop_existing` all the others, renamed aside in the same statement, then dropped);
-    what was done, in words. Views, triggers, routines and events are bound to their database
-    (MariaDB will not move them): a dump that makes any is refused, nothing moved."""
+    """The scratch database's tables into `name` in one ``RENAME TABLE`` (the tables and views
+    they replace, and with `drop_existing` all the others, renamed aside in the same statement,
+    then dropped); what was done, in words. Views, triggers, routines and events are bound to
+    their database (MariaDB moves none of them): mariadb-dump writes them out of the scratch
+    (naming no database) and they are made again in `name` once its tables are in place."""
     bound = await rows(
         ctx,
         " UNION ALL ".join(
@@ -543,15 +544,14 @@ async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing:
         )
         + ";",
     )
-    if bound:
-        made = ", ".join(f"{item['kind']} {item['name']}" for item in bound[:5]) + (", ..." if len(bound) > 5 else "")
-        raise JobError(
-            f"the dump makes {made}: an import puts only tables in place at once, so nothing of it was"
-            f" imported and database {name} is as it was"
-        )
+    made_views = {item["name"] for item in bound if item["kind"] == "view"}
+    remake = await _bound_sql(ctx, scratch, sorted(made_views)) if bound else None
+    triggers = [item["name"] for item in bound if item["kind"] == "trigger"]
+    if triggers:  # a table with triggers may not leave its database
+        await run_sql(ctx, "".join(f"DROP TRIGGER {ident(scratch)}.{ident(t)};\n" for t in triggers))
     new = [item["name"] for item in await rows(ctx, _tables_of(scratch))]
     existing = {item["name"]: item["type"] for item in await rows(ctx, _tables_of(name, views=True))}
-    doomed = [table for table in existing if drop_existing or table in new]
+    doomed = [table for table in existing if drop_existing or table in new or table in made_views]
     aside = {table: f"{OLD_PREFIX}{secrets.token_hex(4)}_{n}" for n, table in enumerate(doomed)}
     renames = [f"{ident(name)}.{ident(table)} TO {ident(name)}.{ident(aside[table])}" for table in doomed]
     renames += [f"{ident(scratch)}.{ident(table)} TO {ident(name)}.{ident(table)}" for table in new]
@@ -566,8 +566,38 @@ async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing:
     if drop_existing:
         sql += await _drop_bound(ctx, name)
     await run_sql(ctx, sql)
+    if remake is not None:
+        argv = client_argv(ctx.host.mariadb, "--batch", "--sandbox", "--local-infile=0", f"--database={name}")
+        code, text, err = await capture_command(argv, stdin=remake)
+        if code != 0:
+            raise JobError(
+                f"the tables of the dump are in database {name}, but its views, triggers, routines and events"
+                f" could not be made there: {' '.join((err or text).split())[-500:]}"
+            )
     kept = len(existing) - len(doomed)
-    return f"{len(new)} tables, {len(doomed)} replaced or dropped, {kept} kept"
+    others = f", {len(bound)} views, triggers, routines or events" if bound else ""
+    return f"{len(new)} tables{others}, {len(doomed)} replaced or dropped, {kept} kept"
+
+
+async def _bound_sql(ctx: JobContext, scratch: str, views: list[str]) -> bytes:
+    """The views, triggers, routines and events of `scratch` as mariadb-dump writes them: they
+    name no database (a view's placeholder first, so views made of views come in any order)."""
+    dump = require("mariadb-dump", "import a dump that makes views, triggers, routines or events")
+    base = [dump, *connection(ctx.host.mariadb), "--default-character-set=utf8mb4", "--skip-comments", "--no-data"]
+    runs = [[*base, "--skip-triggers", "--", scratch, *views]] if views else []
+    runs.append(
+        [*base, "--no-create-info", "--routines", "--events", "--triggers", "--add-drop-trigger", "--", scratch]
+    )
+    sql = b""
+    for argv in runs:
+        code, text, err = await capture_command(argv)
+        if code != 0:
+            raise JobError(
+                f"mariadb-dump could not write out the dump's views, triggers, routines and events (exit {code}):"
+                f" {' '.join((err or text).split())[-500:]}"
+            )
+        sql += text.encode()
+    return sql
 
 
 def _tables_of(database: str, *, views: bool = False) -> str:
