@@ -178,6 +178,7 @@ def test_a_dump_is_written_gzipped_into_the_site_as_its_user_and_imports_back(
     dump = site_home / "backups" / "shop.sql.gz"
     owner = os.stat(site_home).st_uid
     assert os.stat(dump).st_uid == owner and os.stat(dump.parent).st_uid == owner
+    assert os.stat(dump).st_mode & 0o777 == 0o600  # the data: the site's user alone reads it
     assert b"CREATE TABLE `orders`" in gzip.decompress(dump.read_bytes())
     assert [p.name for p in dump.parent.iterdir()] == ["shop.sql.gz"]  # no temporary file left
 
@@ -204,13 +205,113 @@ def test_a_failed_dump_leaves_the_previous_file_in_place(hosting: Hosting, maria
     mariadb.sql("CREATE TABLE t (n INT); CREATE VIEW v AS SELECT n FROM t;", "fragile")
     hosting.run("db.export", name="fragile", domain=SITE, path="fragile.sql").ok()
     before = (site_home / "fragile.sql").read_bytes()
+    listing = sorted(p.name for p in site_home.iterdir())
     mariadb.sql("DROP TABLE t;", "fragile")  # the view now fails: so does the dump
     failed = hosting.run("db.export", name="fragile", domain=SITE, path="fragile.sql")
     assert failed.exit_code == 1 and "fragile.sql was not written" in failed.text
     assert (site_home / "fragile.sql").read_bytes() == before
-    assert not [p.name for p in site_home.iterdir() if p.name.endswith(".part")]
+    assert sorted(p.name for p in site_home.iterdir()) == listing  # no temporary file left
     hosting.run("db.drop", name="fragile").ok()
     (site_home / "fragile.sql").unlink()
+
+
+GOOD_DUMP = """DROP TABLE IF EXISTS `orders`;
+CREATE TABLE `orders` (id INT PRIMARY KEY, note TEXT);
+INSERT INTO `orders` VALUES (10,'new');
+CREATE TABLE `fresh` (n INT);
+INSERT INTO `fresh` VALUES (1);
+INSERT INTO `orders` VALUES (11,'newer');
+"""
+
+
+def contents(server: MariaDb, name: str) -> dict[str, str]:
+    """Each table of the database with its rows (tab-separated, sorted)."""
+    tables = server.sql("SHOW TABLES;", name).split()
+    return {table: server.sql(f"SELECT * FROM `{table}` ORDER BY 1;", name) for table in tables}
+
+
+def test_an_import_that_fails_half_way_leaves_the_database_as_it_was(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    hosting.run("db.create", name="atomic").ok()
+    mariadb.sql("CREATE TABLE keep (n INT); INSERT INTO keep VALUES (1), (2);", "atomic")
+    mariadb.sql("CREATE TABLE orders (id INT PRIMARY KEY, note TEXT); INSERT INTO orders VALUES (1, 'old');", "atomic")
+    before = contents(mariadb, "atomic")
+    broken = GOOD_DUMP.replace("INSERT INTO `orders` VALUES (11", "INSERT INTO orders VALUES (oops syntax;\n(11")
+    (site_home / "broken.sql").write_text(broken)
+    for drop_existing in (False, True):
+        failed = hosting.run("db.import", name="atomic", domain=SITE, path="broken.sql", drop_existing=drop_existing)
+        assert failed.exit_code == 1 and "nothing of it was imported" in failed.text
+        assert "ERROR 1064" in failed.text  # the server's own words, with the line
+        assert contents(mariadb, "atomic") == before
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]  # the scratch is gone
+
+    (site_home / "good.sql").write_text(GOOD_DUMP)
+    done = hosting.run("db.import", name="atomic", domain=SITE, path="good.sql").ok()
+    assert "2 tables, 1 replaced or dropped, 1 kept" in done.text
+    after = contents(mariadb, "atomic")
+    assert after == {**before, "orders": "10\tnew\n11\tnewer\n", "fresh": "1\n"}
+    hosting.run("db.import", name="atomic", domain=SITE, path="good.sql", drop_existing=True).ok()
+    assert sorted(contents(mariadb, "atomic")) == ["fresh", "orders"]  # `keep` went with the rest
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]
+    hosting.run("db.drop", name="atomic").ok()
+    for name in ("broken.sql", "good.sql"):
+        (site_home / name).unlink()
+
+
+def test_views_triggers_and_routines_are_made_again_in_the_database(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    hosting.run("db.create", name="objects").ok()
+    mariadb.sql(
+        "CREATE TABLE t (n INT); INSERT INTO t VALUES (1);"
+        " CREATE VIEW v AS SELECT n FROM t; CREATE VIEW w AS SELECT n * 10 AS m FROM v;"
+        " CREATE TRIGGER plus BEFORE INSERT ON t FOR EACH ROW SET NEW.n = NEW.n + 100;"
+        " CREATE PROCEDURE counted() SELECT COUNT(*) FROM t;",
+        "objects",
+    )
+    hosting.run("db.export", name="objects", domain=SITE, path="objects.sql").ok()
+    hosting.run("db.create", name="objects_copy").ok()
+    for _ in range(2):  # the second time they replace what the first one made
+        done = hosting.run("db.import", name="objects_copy", domain=SITE, path="objects.sql").ok()
+        assert "1 tables, 4 views, triggers, routines or events" in done.text
+    assert mariadb.sql("SHOW FULL TABLES;", "objects_copy").split() == ["t", "BASE", "TABLE", "v", "VIEW", "w", "VIEW"]
+    mariadb.sql("INSERT INTO t VALUES (2);", "objects_copy")  # the trigger adds 100
+    # the views read the copy's table (the source's has one row), the procedure counts it
+    assert mariadb.sql("SELECT m FROM w ORDER BY m;", "objects_copy").split() == ["10", "1020"]
+    assert mariadb.sql("CALL counted();", "objects_copy").strip() == "2"
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]
+    for name in ("objects", "objects_copy"):
+        hosting.run("db.drop", name=name).ok()
+    (site_home / "objects.sql").unlink()
+
+
+def test_an_import_stays_in_its_database_and_runs_no_client_command(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    hosting.run("db.create", name="target").ok()
+    hosting.run("db.create", name="bystander").ok()
+    touched = hosting.folder / f"touched-{uuid.uuid4().hex[:6]}"
+    dumps = {
+        "use.sql": "CREATE TABLE t (n INT);\nUSE `bystander`;\nCREATE TABLE intruder (n INT);\n",
+        "databases.sql": "/*!40000 DROP DATABASE IF EXISTS `bystander`*/;\nCREATE TABLE t (n INT);\n",
+        "shell.sql": f"CREATE TABLE t (n INT);\n\\! touch {touched}\n",
+    }
+    expected = {
+        "use.sql": "leaves the database it is imported into ('USE `bystander`;')",
+        "databases.sql": "leaves the database",
+        "shell.sql": "Not allowed in the sandbox mode",
+    }
+    for name, text in dumps.items():
+        (site_home / name).write_text(text)
+        refused = hosting.run("db.import", name="target", domain=SITE, path=name)
+        assert refused.exit_code == 1 and expected[name] in refused.text, refused.text
+        (site_home / name).unlink()
+    assert not touched.exists()
+    assert mariadb.sql("SHOW TABLES;", "target") == "" and mariadb.sql("SHOW TABLES;", "bystander") == ""
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]
+    for name in ("target", "bystander"):
+        hosting.run("db.drop", name=name).ok()
 
 
 def test_a_server_that_does_not_answer_is_a_status(hosting: Hosting, mariadb: MariaDb) -> None:

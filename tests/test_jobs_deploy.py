@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from agent.jobs.deploy import release_name, release_order
@@ -63,13 +64,21 @@ def give(path: Path, owner: Path) -> None:
 
 @pytest.fixture
 def origin(hosting: Hosting, domain: str) -> tuple[Path, Path]:
-    """(a work tree, its bare origin) with one commit on main; the origin belongs to the site's
-    user (git reads a local repository only as its owner)."""
+    return new_origin(hosting, domain, {"index.html": "first\n"})
+
+
+def new_origin(hosting: Hosting, domain: str, files: dict[str, str]) -> tuple[Path, Path]:
+    """(a work tree, its bare origin) with one commit of `files` on main; the origin belongs to
+    the site's user (git reads a local repository only as its owner)."""
     folder = hosting.folder / f"git-{uuid.uuid4().hex[:6]}"
     work, bare = folder / "work", folder / "origin.git"
     work.mkdir(parents=True)
     git(work, "init", "-q", "-b", "main")
-    commit(work, "index.html", "first\n")
+    for name, text in files.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "first")
     git(folder, "init", "-q", "--bare", str(bare))
     git(work, "push", "-q", str(bare), "main")
     give(bare, hosting.home / domain.replace(".", "-"))
@@ -206,3 +215,86 @@ def test_a_failing_hook_removes_its_release_and_leaves_current(
     assert os.readlink(site / "current") == f"releases/{first['release']}"
     assert [p.name for p in (site / "releases").iterdir()] == [first["release"]]
     assert [p.name for p in (site / "deploy/releases").iterdir()] == [f"{first['release']}.json"]
+
+
+def fetch(hosting: Hosting, domain: str, path: str) -> httpx.Response:
+    """`path` of the site, through the session's nginx (its server block picks it by Host)."""
+    assert hosting.nginx is not None
+    return httpx.get(hosting.nginx.url(path), headers={"Host": domain}, timeout=10)
+
+
+WHERE = "<?php echo __DIR__, ' as ', posix_getpwuid(posix_geteuid())['name'];\n"
+
+
+def test_the_site_serves_its_current_release_through_nginx(hosting: Hosting) -> None:
+    if hosting.php is None:
+        pytest.skip("PHP-FPM is not installed (Debian package php-fpm)")
+    domain = f"live-{uuid.uuid4().hex[:6]}.test"
+    hosting.run("site.create", domain=domain, profile="php").ok()
+    try:
+        site = hosting.home / domain.replace(".", "-")
+        files = {"public/index.html": "release one\n", "public/where.php": WHERE, "config.txt": "not served\n"}
+        work, bare = new_origin(hosting, domain, files)
+        assert outcome(hosting.run("deploy.init", domain=domain, repo=f"file://{bare}", public="public"))["public"] == (
+            "public"
+        )
+        assert "PHP 8" in fetch(hosting, domain, "/").text  # public_html until a release is live
+
+        first = outcome(hosting.run("deploy.run", domain=domain))
+        assert fetch(hosting, domain, "/").text == "release one\n"
+        where = f"{site}/releases/{first['release']}/public as {site.name}"
+        assert fetch(hosting, domain, "/where.php").text == where  # PHP runs from the release, as the site
+        assert fetch(hosting, domain, "/config.txt").status_code == 404  # outside the public folder
+        inspected = hosting.run("site.inspect", domain=domain).ok().result
+        assert inspected["docroot"] == "current/public"
+
+        commit(work, "public/index.html", "release two\n")
+        give(work, bare)
+        push(work, bare)
+        second = outcome(hosting.run("deploy.run", domain=domain))
+        assert fetch(hosting, domain, "/").text == "release two\n"
+        assert fetch(hosting, domain, "/where.php").text == where.replace(first["release"], second["release"])
+
+        hosting.run("deploy.rollback", domain=domain).ok()
+        assert fetch(hosting, domain, "/").text == "release one\n"
+        assert fetch(hosting, domain, "/where.php").text == where
+    finally:
+        hosting.run("site.delete", domain=domain).ok()
+
+
+def test_a_link_in_a_release_serves_only_what_its_owner_owns(hosting: Hosting, domain: str) -> None:
+    site = hosting.home / domain.replace(".", "-")
+    _, bare = new_origin(hosting, domain, {"index.html": "home\n"})
+    hosting.run("deploy.init", domain=domain, repo=f"file://{bare}").ok()
+    release = outcome(hosting.run("deploy.run", domain=domain))["release"]
+    secret = hosting.home / f"root-{uuid.uuid4().hex[:6]}.txt"
+    secret.write_text("root's own\n")
+    secret.chmod(0o644)  # nginx's workers could read it (the home is 0755): only the link rule keeps it in
+    try:
+        public = site / "releases" / release
+        for name, target in (("own.txt", "index.html"), ("root.txt", str(secret))):
+            (public / name).symlink_to(target)
+            os.lchown(public / name, site.stat().st_uid, site.stat().st_gid)  # made by the site's user
+        assert fetch(hosting, domain, "/own.txt").text == "home\n"
+        refused = fetch(hosting, domain, "/root.txt")
+        assert refused.status_code == 404 and "root's own" not in refused.text  # try_files: not there for nginx
+    finally:
+        secret.unlink()
+
+
+def test_a_release_without_the_public_folder_is_not_switched_in(
+    hosting: Hosting, domain: str, origin: tuple[Path, Path]
+) -> None:
+    _, bare = origin
+    site = hosting.home / domain.replace(".", "-")
+    hosting.run("deploy.init", domain=domain, repo=f"file://{bare}").ok()
+    first = outcome(hosting.run("deploy.run", domain=domain))
+    assert fetch(hosting, domain, "/").text == "first\n"
+    assert hosting.post("deploy.init", domain=domain, public="a/../b").status_code == 422  # the catalog's rules
+    refused = hosting.run("deploy.init", domain=domain, public="we b")
+    assert refused.exit_code == 1 and "not a plain folder" in refused.text  # nginx's configuration would not take it
+    hosting.run("deploy.init", domain=domain, public="web").ok()
+    failed = hosting.run("deploy.run", domain=domain)
+    assert failed.exit_code == 1 and "has no folder web" in failed.text
+    assert os.readlink(site / "current") == f"releases/{first['release']}"
+    assert fetch(hosting, domain, "/").text == "first\n"

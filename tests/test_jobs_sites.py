@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from agent.load_balancers.acme import FileChallenges
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting, JobRun
 
@@ -215,12 +216,12 @@ def test_https_redirect_once_the_site_has_a_certificate(hosting: Hosting) -> Non
     hosting.run("site.redirect-set", domain=domain, https=True).ok()
     moved = answers(hosting, domain, "/p?q=1", 301, "")
     assert moved.headers["location"] == f"https://{domain}/p?q=1"
-    acme = hosting.nginx.acme_dir / "token-123"
-    acme.write_text("token-123.thumbprint")
+    challenges = FileChallenges(hosting.nginx.acme_dir)  # what ssl.issue writes (it makes the folder)
+    challenges.add("token-123", "token-123.thumbprint")
     try:  # the challenge is still answered over http
         assert answers(hosting, domain, "/.well-known/acme-challenge/token-123", 200, "thumbprint").text
     finally:
-        acme.unlink()
+        challenges.discard("token-123")
     url = f"https://127.0.0.1:{hosting.nginx.tls_port}/"
     with httpx.Client(verify=False) as client:
         secure = client.get(url, headers={"Host": domain}, extensions={"sni_hostname": domain})

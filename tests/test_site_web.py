@@ -12,7 +12,7 @@ import trio
 
 from agent.jobs.base import EXIT_REFUSED, JobError
 from agent.jobs.host import NginxLayout, php_fpm_versions
-from agent.jobs.site_web import check_pool, ini_quote, render_vhost, settings_of
+from agent.jobs.site_web import check_pool, docroot_error, ini_quote, render_vhost, settings_of
 
 
 def test_pool_values_are_taken_literally_by_php_fpm(tmp_path: Path) -> None:
@@ -34,6 +34,16 @@ def test_settings_of_ignores_fields_of_the_wrong_type() -> None:
     assert (s.enabled, s.aliases, s.www_redirect, s.max_children, s.memory_limit, s.env) == (
         True, ("b.test",), "keep", 5, None, {}
     )  # fmt: skip
+
+
+def test_the_docroot_is_a_plain_folder_of_the_site_whose_links_stay_with_their_owner() -> None:
+    served = settings_of({"domain": "a.test", "slug": "a-test", "docroot": "current/public"}, "/home/a-test")
+    text = render_vhost(served, NginxLayout(listen="8080"), "/acme", None, None)
+    assert "root /home/a-test/current/public;" in text
+    assert "disable_symlinks if_not_owner from=/home/a-test;" in text
+    for bad in ("../b-test", "/etc", "a;b", "a b", "a/./b", ".git", "", "a//b", "$uri"):
+        assert docroot_error(bad) is not None, bad
+        assert settings_of({"domain": "a.test", "slug": "a-test", "docroot": bad}, "/h").docroot == "public_html"
 
 
 def test_the_www_redirect_block_names_the_other_host() -> None:

@@ -12,7 +12,9 @@ Reads select one ``JSON_OBJECT`` per row: with ``--batch --raw`` each row is one
 Dumps live in a site's files, resolved through the site's jail (a path cannot lead out of it):
 ``db.export`` streams ``mariadb-dump``'s progress, compresses with gzip when the path ends in
 ``.gz``, writes a temporary file owned by the site's user and renames it into place once the dump
-is complete; ``db.import`` feeds a ``.sql`` or ``.sql.gz`` file of the site to the client.
+is complete; ``db.import`` feeds a ``.sql`` or ``.sql.gz`` file of the site to the client, into a
+scratch database whose tables replace the database's at once when the whole file went in (MariaDB's
+DDL is not transactional: this is how a failed import leaves the database as it was).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import secrets
-import stat
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
@@ -31,13 +33,11 @@ from typing import Any
 import orjson
 import trio
 
-from agent.files.jail import Jail, split_path
 from agent.jobs.base import STDERR, STDOUT, JobContext, JobError, Output, handler
-from agent.jobs.common import Account, find_site, site_account
+from agent.jobs.common import find_site
 from agent.jobs.host import MariaDbLayout
 from agent.jobs.proc import LineSplitter, capture_command, require, tool_env
-from agent.jobs.storage import scope_jail
-from agent.link.protocol import RpcError
+from agent.jobs.site_files import SiteOutput, open_site_input
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.data import (
     DbCreate,
@@ -64,6 +64,24 @@ PRIVILEGES = {
 CHUNK = 256 * 1024
 CHILD: dict[str, Any] = {"check": False, "env": tool_env(), "start_new_session": True}
 PROGRESS_STEPS = 10  # an import reports its progress every tenth of the file
+SCRATCH_PREFIX = "fleetdeck_import_"  # the database an import goes into first
+OLD_PREFIX = "fleetdeck_old_"  # a table an import replaces, renamed aside, then dropped
+# What RENAME TABLE cannot move to another database (kind, information_schema table, schema column, name).
+BOUND_OBJECTS = (
+    ("view", "VIEWS", "TABLE_SCHEMA", "TABLE_NAME"),
+    ("trigger", "TRIGGERS", "TRIGGER_SCHEMA", "TRIGGER_NAME"),
+    ("routine", "ROUTINES", "ROUTINE_SCHEMA", "ROUTINE_NAME"),
+    ("event", "EVENTS", "EVENT_SCHEMA", "EVENT_NAME"),
+)
+# A line of a dump that would take the import out of its database (``mariadb-dump --databases``
+# writes CREATE DATABASE and USE; the client's \u and \r switch too), possibly in a versioned
+# comment (``/*!40000 DROP DATABASE ...*/``). mariadb-dump starts every statement on a line of
+# its own and escapes the new lines inside values, so a line start is a statement start.
+OTHER_DATABASE = re.compile(
+    rb"^[ \t]*(?:/\*M?!\d*[ \t]*)?(?:USE\b|CONNECT\b|\\[ur]|(?:CREATE|DROP|ALTER)[ \t]+(?:DATABASE|SCHEMA)\b)",
+    re.IGNORECASE | re.MULTILINE,
+)
+MAX_LINE = 256 * 1024 * 1024  # a longer line is not a dump's (mariadb-dump's are up to max_allowed_packet)
 
 
 # --- SQL text -------------------------------------------------------------------------------
@@ -346,82 +364,6 @@ async def _user_revoke(args: DbRevoke, ctx: JobContext, out: Output) -> int:
 # --- files of a site ------------------------------------------------------------------------
 
 
-def _ensure_folder(jail: Jail, folder: tuple[str, ...], owner: Account) -> None:
-    """The folders of `folder` inside the jail, the missing ones made (mode 0750, the site's user's)."""
-    for depth in range(1, len(folder) + 1):
-        dir_fd, name = jail.open_parent("/".join(folder[:depth]))
-        try:
-            os.mkdir(name, 0o750, dir_fd=dir_fd)
-            os.chown(name, owner.uid, owner.gid, dir_fd=dir_fd, follow_symlinks=False)
-        except FileExistsError:
-            pass
-        finally:
-            os.close(dir_fd)
-
-
-class DumpFile:
-    """A dump being written: a temporary file beside its final name, owned by the site's user,
-    renamed into place by `commit` (or removed by `discard`). Gzip-compressed when asked."""
-
-    def __init__(self, jail: Jail, path: str, owner: Account, *, compress: bool) -> None:
-        parts = split_path(path)
-        _ensure_folder(jail, parts[:-1], owner)
-        self.dir_fd, self.name = jail.open_parent(path)
-        self.temporary = f".{self.name}.{secrets.token_hex(4)}.part"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            self.fd = os.open(self.temporary, flags, 0o600, dir_fd=self.dir_fd)
-            os.fchown(self.fd, owner.uid, owner.gid)
-            os.fchmod(self.fd, 0o640)
-        except BaseException:
-            os.close(self.dir_fd)
-            raise
-        self.compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if compress else None  # 31: a gzip stream
-        self.raw_bytes = 0
-        self.bytes = 0
-
-    def write(self, data: bytes | bytearray) -> None:
-        self.raw_bytes += len(data)
-        self._put(self.compressor.compress(data) if self.compressor is not None else data)
-
-    def _put(self, data: bytes | bytearray) -> None:
-        view = memoryview(data)
-        while view:
-            written = os.write(self.fd, view)
-            view = view[written:]
-        self.bytes += len(data)
-
-    def commit(self) -> None:
-        if self.compressor is not None:
-            self._put(self.compressor.flush())
-        os.fsync(self.fd)
-        os.close(self.fd)
-        self.fd = -1
-        os.rename(self.temporary, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
-        os.close(self.dir_fd)
-
-    def discard(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-        try:
-            os.unlink(self.temporary, dir_fd=self.dir_fd)
-        except FileNotFoundError:
-            pass
-        os.close(self.dir_fd)
-
-
-def _jailed(what: str, call: Callable[[], Any]) -> Any:
-    """`call()`, its jail refusals as a clean failure naming `what`."""
-    try:
-        return call()
-    except RpcError as exc:
-        raise JobError(f"{what}: {exc.message}") from None
-    except IsADirectoryError:
-        raise JobError(f"{what}: is a folder") from None
-    except NotADirectoryError:
-        raise JobError(f"{what}: a folder on the way is a file") from None
-
-
 Route = Callable[[str], tuple[str, list[str]]]
 
 
@@ -451,33 +393,32 @@ async def _pump_lines(receive: trio.abc.ReceiveStream, out: Output, route: Route
 
 async def _export(args: DbExport, ctx: JobContext, out: Output) -> int:
     site = await find_site(ctx, args.domain)
-    owner = site_account(ctx, site)
     await need_database(ctx, args.name)
     dump = require("mariadb-dump", "dump a MariaDB database")
     argv = [dump, *connection(ctx.host.mariadb), "--default-character-set=utf8mb4", "--single-transaction"]
     argv += ["--routines", "--triggers", "--hex-blob", "--verbose", "--", args.name]
-
-    def open_file() -> DumpFile:
-        with scope_jail(ctx.home, site.slug) as jail:
-            return DumpFile(jail, args.path, owner, compress=args.path.endswith(".gz"))
-
-    target: DumpFile = await trio.to_thread.run_sync(partial(_jailed, args.path, open_file))
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if args.path.endswith(".gz") else None  # 31: gzip
+    target = await trio.to_thread.run_sync(SiteOutput, ctx, site, args.path)
     try:
-        code = await _dump_into(argv, target, out)
+        code, dumped = await _dump_into(argv, target, compressor, out)
         if code != 0:
             raise JobError(f"mariadb-dump exited {code}: {args.path} was not written")
-        await trio.to_thread.run_sync(target.commit)
-    except BaseException:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(target.discard)
-        raise
-    sizes = f"{target.bytes} bytes" + (f", {target.raw_bytes} uncompressed" if target.compressor else "")
+        if compressor is not None:
+            await trio.to_thread.run_sync(target.write, compressor.flush())
+        size = await trio.to_thread.run_sync(target.commit)
+    finally:
+        target.close()
+    sizes = f"{size} bytes" + (f", {dumped} uncompressed" if compressor is not None else "")
     out.stdout(f"wrote {args.path} in {site.domain} ({sizes})")
     return 0
 
 
-async def _dump_into(argv: list[str], target: DumpFile, out: Output) -> int:
-    """Run the dump, its stdout into `target`, its progress to `out`; its exit code."""
+async def _dump_into(
+    argv: list[str], target: SiteOutput, compressor: zlib._Compress | None, out: Output
+) -> tuple[int, int]:
+    """Run the dump, its stdout (gzipped by `compressor`, if any) into `target`, its progress to
+    `out`; (its exit code, the bytes it wrote)."""
+    dumped = 0
     async with trio.open_nursery() as nursery:
         process: trio.Process = await nursery.start(
             partial(trio.run_process, argv, stdin=DEVNULL, stdout=PIPE, stderr=PIPE, **CHILD)
@@ -485,32 +426,49 @@ async def _dump_into(argv: list[str], target: DumpFile, out: Output) -> int:
         assert process.stdout is not None and process.stderr is not None
         nursery.start_soon(_pump_lines, process.stderr, out, _progress_line)
         while data := await process.stdout.receive_some(CHUNK):
-            await trio.to_thread.run_sync(target.write, data)
+            dumped += len(data)
+            await trio.to_thread.run_sync(target.write, compressor.compress(data) if compressor is not None else data)
     assert process.returncode is not None
-    return process.returncode
+    return process.returncode, dumped
 
 
 class DumpReader:
-    """A dump of a site opened for reading (through the jail), decompressed when it is gzip."""
+    """A dump of a site (`open_site_input`'s descriptor, which it closes), decompressed when it
+    is gzip, read in whole lines."""
 
-    def __init__(self, jail: Jail, path: str) -> None:
-        fd = jail.open(path, os.O_RDONLY | os.O_NONBLOCK, follow_last=True)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise JobError(f"{path} is not a regular file")
-            jail.refuse_foreign_link(st, path)
-            os.set_blocking(fd, True)
-        except BaseException:
-            os.close(fd)
-            raise
-        self.size = st.st_size
+    def __init__(self, fd: int, path: str) -> None:
+        self.size = os.fstat(fd).st_size
         self.raw = os.fdopen(fd, "rb")
         self.stream: io.BufferedIOBase = self.raw
         if path.endswith(".gz"):
             self.stream = gzip.GzipFile(fileobj=self.raw, mode="rb")
+        self.pending = b""  # the start of a line not read to its end yet
 
     def read(self) -> bytes:
+        """The next whole lines of SQL (b"" at the end), each checked before the client gets it:
+        a statement that leaves the import's database is refused (JobError)."""
+        while True:
+            data = self._read()
+            if not data:
+                lines, self.pending = self.pending, b""
+                break
+            data = self.pending + data
+            cut = data.rfind(b"\n") + 1
+            lines, self.pending = data[:cut], data[cut:]
+            if len(self.pending) > MAX_LINE:
+                raise JobError(f"the dump has a line longer than {MAX_LINE // 2**20} MiB: it is not SQL from a dump")
+            if lines:
+                break
+        found = OTHER_DATABASE.search(lines)
+        if found is not None:
+            line = lines[found.start() :].split(b"\n", 1)[0].decode("utf-8", "replace").strip()[:120]
+            raise JobError(
+                f"the dump leaves the database it is imported into ({line!r}): a dump of one database is"
+                " needed (mariadb-dump without --databases); nothing of it was imported"
+            )
+        return lines
+
+    def _read(self) -> bytes:
         try:
             return self.stream.read(CHUNK)
         except (OSError, EOFError, zlib.error) as exc:
@@ -527,43 +485,144 @@ class DumpReader:
         self.raw.close()
 
 
-async def _recreate(ctx: JobContext, name: str) -> None:
-    """Drop the database and create it again, empty, with its character set and collation (its
-    grants stay: they name it, not its tables)."""
-    found = await rows(
-        ctx,
-        "SELECT JSON_OBJECT('charset', DEFAULT_CHARACTER_SET_NAME, 'collation', DEFAULT_COLLATION_NAME)"
-        f" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {literal(name)};",
-    )
-    charset, collation = found[0]["charset"], found[0]["collation"]
-    await run_sql(
-        ctx,
-        f"DROP DATABASE {ident(name)};\nCREATE DATABASE {ident(name)} CHARACTER SET {charset} COLLATE {collation};",
-    )
-
-
 async def _import(args: DbImport, ctx: JobContext, out: Output) -> int:
+    """All or nothing: the dump goes into a scratch database, whose tables then replace the
+    database's in one atomic ``RENAME TABLE``; a dump that fails leaves the database as it was."""
     site = await find_site(ctx, args.domain)
-    site_account(ctx, site)  # a site without a user of its own is refused, as for an export
     await need_database(ctx, args.name)
 
     def open_file() -> DumpReader:
-        with scope_jail(ctx.home, site.slug) as jail:
-            return DumpReader(jail, args.path)
+        fd = open_site_input(ctx, site, args.path)
+        try:
+            return DumpReader(fd, args.path)
+        except BaseException:
+            os.close(fd)
+            raise
 
-    source: DumpReader = await trio.to_thread.run_sync(partial(_jailed, args.path, open_file))
+    source = await trio.to_thread.run_sync(open_file)
+    scratch = f"{SCRATCH_PREFIX}{secrets.token_hex(6)}"
     try:
-        if args.drop_existing:
-            await _recreate(ctx, args.name)
-            out.stdout(f"emptied database {args.name}")
-        argv = client_argv(ctx.host.mariadb, "--batch", f"--database={args.name}")
-        code = await _feed(argv, source, out, args.path)
+        found = await rows(
+            ctx,
+            "SELECT JSON_OBJECT('charset', DEFAULT_CHARACTER_SET_NAME, 'collation', DEFAULT_COLLATION_NAME)"
+            f" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {literal(args.name)};",
+        )
+        charset, collation = found[0]["charset"], found[0]["collation"]
+        await run_sql(ctx, f"CREATE DATABASE {ident(scratch)} CHARACTER SET {charset} COLLATE {collation};")
+        try:
+            # --sandbox: the file is the site's; a client command in it (\! shell, source, tee...)
+            # would run as the agent. --local-infile=0: no LOAD DATA LOCAL of the agent's files.
+            argv = client_argv(ctx.host.mariadb, "--batch", "--sandbox", "--local-infile=0", f"--database={scratch}")
+            code = await _feed(argv, source, out, args.path)
+            if code != 0:
+                raise JobError(
+                    f"mariadb exited {code} while importing {args.path}: nothing of it was imported,"
+                    f" database {args.name} is as it was"
+                )
+            said = await _move_into(ctx, scratch, args.name, drop_existing=args.drop_existing)
+        finally:
+            with trio.CancelScope(shield=True):
+                await run_sql(ctx, f"DROP DATABASE IF EXISTS {ident(scratch)};")
     finally:
         await trio.to_thread.run_sync(source.close)
-    if code != 0:
-        raise JobError(f"mariadb exited {code} while importing {args.path}: the import stopped there")
-    out.stdout(f"imported {args.path} into database {args.name}")
+    out.stdout(f"imported {args.path} into database {args.name} ({said})")
     return 0
+
+
+async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing: bool) -> str:
+    """The scratch database's tables into `name` in one ``RENAME TABLE`` (the tables and views
+    they replace, and with `drop_existing` all the others, renamed aside in the same statement,
+    then dropped); what was done, in words. Views, triggers, routines and events are bound to
+    their database (MariaDB moves none of them): mariadb-dump writes them out of the scratch
+    (naming no database) and they are made again in `name` once its tables are in place."""
+    bound = await rows(
+        ctx,
+        " UNION ALL ".join(
+            f"SELECT JSON_OBJECT('kind', '{kind}', 'name', {column}) FROM information_schema.{table}"
+            f" WHERE {schema} = {literal(scratch)}"
+            for kind, table, schema, column in BOUND_OBJECTS
+        )
+        + ";",
+    )
+    made_views = {item["name"] for item in bound if item["kind"] == "view"}
+    remake = await _bound_sql(ctx, scratch, sorted(made_views)) if bound else None
+    triggers = [item["name"] for item in bound if item["kind"] == "trigger"]
+    if triggers:  # a table with triggers may not leave its database
+        await run_sql(ctx, "".join(f"DROP TRIGGER {ident(scratch)}.{ident(t)};\n" for t in triggers))
+    new = [item["name"] for item in await rows(ctx, _tables_of(scratch))]
+    existing = {item["name"]: item["type"] for item in await rows(ctx, _tables_of(name, views=True))}
+    doomed = [table for table in existing if drop_existing or table in new or table in made_views]
+    aside = {table: f"{OLD_PREFIX}{secrets.token_hex(4)}_{n}" for n, table in enumerate(doomed)}
+    renames = [f"{ident(name)}.{ident(table)} TO {ident(name)}.{ident(aside[table])}" for table in doomed]
+    renames += [f"{ident(scratch)}.{ident(table)} TO {ident(name)}.{ident(table)}" for table in new]
+    sql = f"RENAME TABLE {', '.join(renames)};\n" if renames else ""
+    views = [aside[t] for t in doomed if existing[t] == "VIEW"]
+    tables = [aside[t] for t in doomed if existing[t] != "VIEW"]
+    sql += "SET SESSION foreign_key_checks = 0;\n"  # a kept table may point at a replaced one
+    if views:
+        sql += f"DROP VIEW {', '.join(f'{ident(name)}.{ident(v)}' for v in views)};\n"
+    if tables:
+        sql += f"DROP TABLE {', '.join(f'{ident(name)}.{ident(t)}' for t in tables)};\n"
+    if drop_existing:
+        sql += await _drop_bound(ctx, name)
+    await run_sql(ctx, sql)
+    if remake is not None:
+        argv = client_argv(ctx.host.mariadb, "--batch", "--sandbox", "--local-infile=0", f"--database={name}")
+        code, text, err = await capture_command(argv, stdin=remake)
+        if code != 0:
+            raise JobError(
+                f"the tables of the dump are in database {name}, but its views, triggers, routines and events"
+                f" could not be made there: {' '.join((err or text).split())[-500:]}"
+            )
+    kept = len(existing) - len(doomed)
+    others = f", {len(bound)} views, triggers, routines or events" if bound else ""
+    return f"{len(new)} tables{others}, {len(doomed)} replaced or dropped, {kept} kept"
+
+
+async def _bound_sql(ctx: JobContext, scratch: str, views: list[str]) -> bytes:
+    """The views, triggers, routines and events of `scratch` as mariadb-dump writes them: they
+    name no database (a view's placeholder first, so views made of views come in any order)."""
+    dump = require("mariadb-dump", "import a dump that makes views, triggers, routines or events")
+    base = [dump, *connection(ctx.host.mariadb), "--default-character-set=utf8mb4", "--skip-comments", "--no-data"]
+    runs = [[*base, "--skip-triggers", "--", scratch, *views]] if views else []
+    runs.append(
+        [*base, "--no-create-info", "--routines", "--events", "--triggers", "--add-drop-trigger", "--", scratch]
+    )
+    sql = b""
+    for argv in runs:
+        code, text, err = await capture_command(argv)
+        if code != 0:
+            raise JobError(
+                f"mariadb-dump could not write out the dump's views, triggers, routines and events (exit {code}):"
+                f" {' '.join((err or text).split())[-500:]}"
+            )
+        sql += text.encode()
+    return sql
+
+
+def _tables_of(database: str, *, views: bool = False) -> str:
+    kinds = "'BASE TABLE', 'SEQUENCE'" + (", 'VIEW'" if views else "")
+    return (
+        "SELECT JSON_OBJECT('name', TABLE_NAME, 'type', TABLE_TYPE) FROM information_schema.TABLES"
+        f" WHERE TABLE_SCHEMA = {literal(database)} AND TABLE_TYPE IN ({kinds});"
+    )
+
+
+async def _drop_bound(ctx: JobContext, name: str) -> str:
+    """The statements that drop the routines and events of `name` (a `drop_existing` import
+    empties the database of them too)."""
+    found = await rows(
+        ctx,
+        "SELECT JSON_OBJECT('kind', ROUTINE_TYPE, 'name', ROUTINE_NAME) FROM information_schema.ROUTINES"
+        f" WHERE ROUTINE_SCHEMA = {literal(name)} UNION ALL"
+        " SELECT JSON_OBJECT('kind', 'EVENT', 'name', EVENT_NAME) FROM information_schema.EVENTS"
+        f" WHERE EVENT_SCHEMA = {literal(name)};",
+    )
+    return "".join(
+        f"DROP {item['kind']} {ident(name)}.{ident(item['name'])};\n"
+        for item in found
+        if item["kind"] in ("PROCEDURE", "FUNCTION", "EVENT")
+    )
 
 
 async def _feed(argv: list[str], source: DumpReader, out: Output, path: str) -> int:

@@ -13,9 +13,18 @@ site's jail (a link out of the site is refused). The folder holds::
     shared/<folder>/                folders kept across releases, linked into each one
     current -> releases/<name>      switched atomically: a new link renamed over the old one
 
-The branch to deploy and the shared folders are kept in the repository's own git config
-(``fleetdeck.branch``, ``fleetdeck.shared``). A release is named after its UTC time
-(``20261123-204500``; ``-2``... when two land in the same second).
+The branch to deploy, the shared folders and the release's public folder are kept in the
+repository's own git config (``fleetdeck.branch``, ``fleetdeck.shared``, ``fleetdeck.public``). A
+release is named after its UTC time (``20261123-204500``; ``-2``... when two land in the same
+second).
+
+The site serves the live release: once a release is switched in, the site's docroot (its registry
+entry's ``docroot``, `agent.jobs.site_web`) is ``current/<public folder>`` (or ``current``), and
+nginx follows the ``current`` link on every request, so the switches after the first one (and a
+rollback) need no reload. nginx follows a link below the site's folder only to what the link's
+owner owns (``disable_symlinks if_not_owner``): ``current`` leads into the site's own releases, never
+out of them. The public folder is read back from the repository's config, which the site's user
+could edit, so it is checked again (`docroot_error`) every time it is used.
 """
 
 from __future__ import annotations
@@ -35,9 +44,11 @@ import orjson
 import trio
 
 from agent.files.jail import Jail
-from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
+from agent.jobs.site_settings import change_site
+from agent.jobs.site_web import docroot_error
 from agent.link.protocol import RpcError
 from agent.state import open_lock_file
 from api_client.job_kinds.web import (
@@ -169,6 +180,15 @@ class SiteReader:
                 return False
             return True
 
+    def folder(self, rel: str) -> bool:
+        """`rel` is a folder (a link to one inside the site counts)."""
+        with self._jail() as jail:
+            try:
+                os.close(jail.open(rel, os.O_RDONLY | os.O_DIRECTORY, follow_last=True))
+            except (RpcError, OSError):
+                return False
+            return True
+
     def current(self) -> str | None:
         """The release ``current`` points to, or None."""
         with self._jail() as jail:
@@ -268,6 +288,7 @@ async def initialise(work: SiteGit, args: DeployInit | DeployGit, out: Output) -
     git = require("git", "deploy from git")
     repo = getattr(args, "repo", None)
     token = args.token.get_secret_value() if args.token else None
+    public = public_folder(args.public)
     existed = await read(work, "exists", REPO)
     await work.capture(["mkdir", "-p", "--", META, RELEASES, SHARED])
     if not existed:
@@ -296,6 +317,9 @@ async def initialise(work: SiteGit, args: DeployInit | DeployGit, out: Output) -
     shared = await work.config("fleetdeck.shared")
     for folder in shared:
         await work.capture(["mkdir", "-p", "--", f"{SHARED}/{folder}"])
+    if isinstance(args, DeployInit) or not existed:
+        await work.git("config", "fleetdeck.public", public)
+    public = await public_of(work)
     origin = await work.config("remote.origin.url")
     return {
         "domain": work.domain,
@@ -304,8 +328,22 @@ async def initialise(work: SiteGit, args: DeployInit | DeployGit, out: Output) -
         "push_url": None if origin else f"file://{work.path(REPO)}",
         "branch": args.branch,
         "shared": shared,
+        "public": public,
         "created": not existed,
     }
+
+
+def public_folder(public: str) -> str:
+    """`public` once it is fit to be served (`current/<public>` a docroot), else a JobError."""
+    error = docroot_error(posixpath.join(CURRENT, public)) if public else None
+    if error is not None:
+        raise JobError(f"the public folder {error}")
+    return public
+
+
+async def public_of(work: SiteGit) -> str:
+    """The release's folder the site serves, as the repository's config says ("": the release)."""
+    return public_folder(next(iter(await work.config("fleetdeck.public")), ""))
 
 
 async def _init(args: DeployInit, ctx: JobContext, out: Output) -> int:
@@ -325,6 +363,7 @@ async def deploy(work: SiteGit, branch: str | None, token: str | None, out: Outp
     if not await read(work, "exists", REPO):
         raise JobError(f"site {work.domain} has no deploy yet: run deploy init first")
     branch = branch or next(iter(await work.config("fleetdeck.branch")), "main")
+    public = await public_of(work)
     if await work.config("remote.origin.url"):
         out.stdout("fetching origin")
         await work.stream(
@@ -350,9 +389,10 @@ async def deploy(work: SiteGit, branch: str | None, token: str | None, out: Outp
         for shared in await work.config("fleetdeck.shared"):
             await link_shared(work, folder, shared)
         hooks = await run_hooks(work, folder, out)
+        await need_public(work, name, public)
         meta = {"commit": commit, "subject": subject.strip(), "branch": branch, "created_at": rfc3339(time.time())}
         await work.write(f"{META}/{name}.json", orjson.dumps(meta) + b"\n")
-        await switch(work, name)
+        await switch_and_serve(work, name, previous, public, out)
     except BaseException:
         with trio.CancelScope(shield=True):
             await work.capture(["rm", "-rf", "--", folder, f"{META}/{name}.json"], check=False)
@@ -398,6 +438,46 @@ async def switch(work: SiteGit, name: str) -> None:
     await work.capture(["mv", "-T", "--", temporary, CURRENT])
 
 
+async def need_public(work: SiteGit, name: str, public: str) -> None:
+    """The release `name` has the public folder the site would serve (else nginx answers 404)."""
+    if public and not await read(work, "folder", f"{RELEASES}/{name}/{public}"):
+        raise JobError(f"release {name} has no folder {public} to serve (the deploy's public folder)")
+
+
+async def switch_and_serve(work: SiteGit, name: str, previous: str | None, public: str, out: Output) -> None:
+    """Switch ``current`` to the release `name` and make the site serve it; when the server block
+    cannot follow (nginx refused it), ``current`` goes back to `previous` (or away)."""
+    await switch(work, name)
+    try:
+        await serve_current(work, public, out)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            if previous is not None:
+                await switch(work, previous)
+            else:
+                await work.capture(["rm", "-f", "--", CURRENT], check=False)
+        raise
+
+
+async def serve_current(work: SiteGit, public: str, out: Output) -> None:
+    """The site's docroot becomes ``current[/public]`` (a change of its server block, once: later
+    switches of the link need no reload). Without nginx the setting is kept for when it comes."""
+    docroot = posixpath.join(CURRENT, public) if public else CURRENT
+    entry = await trio.to_thread.run_sync(work.ctx.sites.entry, work.domain)
+    if entry is None or entry.get("docroot") == docroot:
+        return
+    site = await find_site(work.ctx, work.domain)
+    try:
+        await change_site(work.ctx, site, lambda e: e.update(docroot=docroot))
+    except JobError as exc:
+        if exc.exit_code != EXIT_MISSING:
+            raise
+        await trio.to_thread.run_sync(work.ctx.sites.update, work.domain, lambda e: e.update(docroot=docroot))
+        out.stderr(f"note: {exc}; the site will serve {docroot} once nginx does")
+        return
+    out.stdout(f"the site now serves {work.path(docroot)}")
+
+
 async def _run(args: DeployRun, ctx: JobContext, out: Output) -> int:
     work = await site_git(ctx, args.domain)
     with SiteLock(ctx, work):
@@ -434,7 +514,9 @@ async def _rollback(args: DeployRollback, ctx: JobContext, out: Output) -> int:
             if not older:
                 raise JobError(f"site {work.domain} has no release before {current or 'the current one'}")
             target = older[-1]
-        await switch(work, target)
+        public = await public_of(work)
+        await need_public(work, target, public)
+        await switch_and_serve(work, target, current, public, out)
     out.result({"domain": work.domain, "release": target, "previous": current}, as_json=ctx.as_json)
     return 0
 

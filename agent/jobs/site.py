@@ -130,6 +130,7 @@ def describe(ctx: JobContext, site: Site, *, full: bool) -> dict[str, Any]:
         entry = ctx.sites.entry(site.domain) or {}
         web = settings_of(entry, home) if entry else None
         info.update(
+            docroot=web.docroot if web else None,
             enabled=web.enabled if web else None,
             aliases=list(web.aliases) if web else [],
             https_redirect=web.https_redirect if web else None,
@@ -367,7 +368,18 @@ async def _provision(
 
 # --- clone -------------------------------------------------------------------------------------
 
-CLONED_FIELDS = ("profile", "php", "enabled", "https_redirect", "www_redirect", "pool", "limits", "php_ini", "env")
+CLONED_FIELDS = (
+    "profile",
+    "php",
+    "docroot",
+    "enabled",
+    "https_redirect",
+    "www_redirect",
+    "pool",
+    "limits",
+    "php_ini",
+    "env",
+)
 """What a clone takes from its source's entry (not its aliases: those names belong to the source)."""
 
 

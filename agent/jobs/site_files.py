@@ -1,4 +1,5 @@
-"""Files a job writes into a site's folder or reads from it (a database dump, an import).
+"""Files a job writes into a site's folder or reads from it: the dumps of ``db.export`` and
+``pg.dump``, the files ``db.import`` and ``pg.restore`` read (the one way jobs do it).
 
 The path is relative to the site's folder and resolves inside its jail (`agent.files.jail`), as
 the file workspace resolves it: ``..``, an absolute path or a symlink leading out is refused. A
@@ -44,6 +45,10 @@ def _refusals(site: Site, path: str) -> Iterator[None]:
         yield
     except RpcError as exc:
         raise JobError(f"{path} in site {site.domain}: {exc.message}") from None
+    except IsADirectoryError:
+        raise JobError(f"{path} in site {site.domain}: is a folder") from None
+    except NotADirectoryError:
+        raise JobError(f"{path} in site {site.domain}: a folder on the way is a file") from None
 
 
 class SiteOutput:
@@ -72,6 +77,12 @@ class SiteOutput:
         except BaseException:
             self.close()
             raise
+
+    def write(self, data: bytes | bytearray) -> None:
+        """Append `data` (for bytes the agent produces itself, such as a gzip stream)."""
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.fd, view) :]
 
     def commit(self) -> int:
         """Flush the file and rename it over the destination; its size in bytes."""

@@ -4,7 +4,11 @@ Both are rendered from the site's registry entry every time (`apply_site_web`), 
 place, so whichever kind changed a setting (``site.alias-add``, ``ssl.issue``, ``php.set``...)
 only updates the entry and calls `apply_site_web`. The entry's web fields (all optional):
 
-- ``enabled`` (bool, default true): false serves the parked page (HTTP 503) instead of public_html;
+- ``docroot`` (a folder of the site, default ``public_html``): the server block's root. A deploy sets
+  it to ``current`` or ``current/<the release's public folder>`` (`agent.jobs.deploy`), so the
+  site serves whichever release ``current`` points to. A value that is not a plain relative path
+  falls back to ``public_html``;
+- ``enabled`` (bool, default true): false serves the parked page (HTTP 503) instead of the docroot;
 - ``aliases`` (list of domains): more ``server_name`` values;
 - ``https_redirect`` (bool): port 80 answers 301 to https, once the site has a certificate;
 - ``www_redirect`` (``keep``/``add``/``remove``): 301 to the www or the bare name;
@@ -29,6 +33,11 @@ in place, then nginx's whole configuration with ``nginx -t -c`` with the new ser
 a refusal restores the previous files and raises a JobError with `EXIT_REFUSED`. Only then are
 the services reloaded (``agent.jobs.host.control_service``), each only when its file changed.
 
+Links: the site's user may make symbolic links in its folder (``current`` is one), and nginx's
+workers read as www-data, which may enter every site. So a server block has ``disable_symlinks
+if_not_owner from=<site folder>``: below the site's folder, nginx follows a link only to what the
+link's owner owns (the site's own files), never to another site's or root's.
+
 Missing software: no ``nginx`` binary or no sites folder -> `EXIT_MISSING` naming the Debian
 package (``nginx``); a PHP site without ``php-fpm<version>`` or its pool folder -> the same with
 ``php<version>-fpm``.
@@ -38,6 +47,7 @@ from __future__ import annotations
 
 import grp
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -60,6 +70,10 @@ PARKED_PAGE = (
     "<body><h1>This site is disabled</h1><p>It will be back soon.</p></body></html>"
 )
 WwwRedirect = Literal["keep", "add", "remove"]
+DEFAULT_DOCROOT = "public_html"
+# A docroot is written into nginx's configuration: plain names only, no quoting to get right,
+# and none that leads up ('.', '..' cannot match).
+DOCROOT_PART = re.compile(r"^[A-Za-z0-9_@+][A-Za-z0-9._@+-]*$")
 
 
 @dataclass(frozen=True)
@@ -70,6 +84,7 @@ class WebSettings:
     slug: str
     home: str
     profile: str
+    docroot: str = DEFAULT_DOCROOT
     enabled: bool = True
     aliases: tuple[str, ...] = ()
     https_redirect: bool = False
@@ -92,12 +107,13 @@ def settings_of(entry: dict[str, Any], home: str) -> WebSettings:
     """A registry entry's web settings (fields of the wrong type fall back to their default)."""
 
     pool, limits, env, ini = (mapping(entry.get(name)) for name in ("pool", "limits", "env", "php_ini"))
-    www = entry.get("www_redirect")
+    www, docroot = entry.get("www_redirect"), entry.get("docroot")
     return WebSettings(
         domain=entry["domain"],
         slug=entry["slug"],
         home=home,
         profile=str(entry.get("profile") or "static"),
+        docroot=docroot if isinstance(docroot, str) and docroot_error(docroot) is None else DEFAULT_DOCROOT,
         enabled=entry.get("enabled") is not False,
         aliases=tuple(a for a in entry.get("aliases") or () if isinstance(a, str)),
         https_redirect=entry.get("https_redirect") is True,
@@ -110,6 +126,16 @@ def settings_of(entry: dict[str, Any], home: str) -> WebSettings:
         upload_limit=limits.get("upload_limit") if isinstance(limits.get("upload_limit"), str) else None,
         php_ini={k: v for k, v in ini.items() if isinstance(v, str)},
         env={k: v["value"] for k, v in env.items() if isinstance(v, dict) and isinstance(v.get("value"), str)},
+    )
+
+
+def docroot_error(path: str) -> str | None:
+    """Why `path` cannot be a site's docroot (a folder relative to the site's), or None."""
+    if len(path) <= 255 and all(DOCROOT_PART.match(part) for part in path.split("/")):
+        return None
+    return (
+        f"{path!r} is not a plain folder of the site: names of letters, digits and '._-@+' (not first: '.', '-'),"
+        " separated by '/'"
     )
 
 
@@ -141,7 +167,10 @@ def socket_path(php: PhpLayout, slug: str, version: str) -> str:
 
 
 def acme_challenge_dir(ctx: JobContext) -> str:
-    """Where HTTP-01 challenge files go (``<dir>/<token>``); every site's server block serves them."""
+    """Where HTTP-01 challenge files go (``<dir>/<token>``); every site's server block serves them.
+    The folder is made with the first challenge (`agent.load_balancers.acme.FileChallenges`), not
+    with the sites: nginx takes an ``alias`` to a folder that is not there yet, and an agent that
+    never asks for a certificate (a demo's, a test stack's) leaves nothing in the system's folders."""
     return ctx.host.nginx.acme_dir
 
 
@@ -170,6 +199,7 @@ def _acme_location(acme_dir: str) -> list[str]:
     return [
         "    location ^~ /.well-known/acme-challenge/ {",
         f"        alias {acme_dir}/;",
+        "        disable_symlinks off;",  # root's folder, outside every site
         "        default_type text/plain;",
         "    }",
     ]
@@ -205,7 +235,7 @@ def render_vhost(
     """The site's nginx configuration: its server block on `nginx.listen` (and `nginx.tls_listen`
     with a certificate), plus one redirecting block when a www redirect is set."""
     served, redirected, canonical = _names(s)
-    public = os.path.join(s.home, "public_html")
+    public = os.path.join(s.home, s.docroot)
     logs = os.path.join(s.home, "logs")
     lines = [f"# fleetdeck site {s.domain}: written by the agent from its settings; edits are overwritten", ""]
     listeners: list[tuple[str, bool]] = [(nginx.listen, False)]
@@ -225,7 +255,8 @@ def render_vhost(
         if to_https:
             lines += ["    location / {", "        return 301 https://$host$request_uri;", "    }"]
         else:
-            lines += [f"    root {public};", "    index index.php index.html index.htm;"]
+            lines += [f"    root {public};", f"    disable_symlinks if_not_owner from={s.home};"]
+            lines += ["    index index.php index.html index.htm;"]
             lines += _site_body(s, nginx, socket)
         lines += ["}", ""]
         if redirected:
@@ -445,7 +476,6 @@ async def _apply(ctx: JobContext, site: Site) -> None:
     s = settings_of(entry, ctx.site_home(site.slug))
     nginx = require_nginx(layout)
     fpm, version = require_fpm(layout, s.php) if s.uses_php else (None, None)
-    await trio.to_thread.run_sync(_prepare_acme_dir, acme_challenge_dir(ctx))
     changes = await trio.to_thread.run_sync(_plan, ctx, site, s, version)
     pool = next((c for c in changes[1:] if c.text is not None), None)  # changes[0]: the server block
     if fpm is not None and pool is not None and pool.text is not None:
@@ -476,11 +506,6 @@ def _version_of(layout: HostLayout, path: str, fallback: str | None) -> str:
         if os.path.dirname(path) == pool_dir(layout.php, version).rstrip("/"):
             return version
     return fallback or ""
-
-
-def _prepare_acme_dir(path: str) -> None:
-    """The challenge folder: nginx's workers read it, so it is 0755 (only root writes in it)."""
-    os.makedirs(path, mode=0o755, exist_ok=True)
 
 
 async def remove_site_web(ctx: JobContext, site: Site) -> list[str]:

@@ -150,7 +150,9 @@ class FileChallenges:
     def add(self, token: str, key_authorization: str) -> None:
         if not TOKEN_RE.match(token):
             raise AcmeError(f"the CA sent a token that is not base64url: {token!r}")
-        self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if not self.folder.is_dir():
+            self.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+            self.folder.chmod(0o755)  # whatever the umask: the web server's workers read it
         write_atomically(str(self.folder / token), key_authorization.encode("ascii"), 0o644)
 
     def discard(self, token: str) -> None:

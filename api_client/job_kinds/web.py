@@ -556,6 +556,7 @@ class DeployGit(Args):
     repo: GitUrl
     branch: GitRef = "main"
     path: RelativePath = ""  # the folder of the site to deploy into
+    public: RelativePath = ""  # as in DeployInit (kept when the deploy was initialised before)
     token: Secret | None = None  # an access token for a private https repository
 
 
@@ -564,6 +565,7 @@ class DeployInit(Args):
     repo: GitUrl | None = None  # None: a bare repository in the site to push to
     branch: GitRef = "main"  # what `deploy.run` deploys
     shared: list[RelativePath] = Field(default_factory=list, max_length=20)  # folders kept across releases
+    public: RelativePath = ""  # the release's folder the site serves ("public"; "": the release itself)
     token: Secret | None = None  # as in DeployGit
 
 
@@ -592,7 +594,7 @@ DEPLOY = [
     kind("deploy.init", DeployInit, "Prepare a site for git deploys: clone a repository, or make one to push to",
          positional=("domain",), json=True,
          example={"domain": "example.com", "repo": "https://github.com/acme/site.git", "branch": "main",
-                  "shared": ["storage", "public_html/uploads"]}),
+                  "shared": ["storage", "public/uploads"], "public": "public"}),
     kind("deploy.run", DeployRun, "Deploy the newest commit of the branch as a new release", positional=("domain",),
          json=True, example={"domain": "example.com", "branch": "main"}),
     kind("deploy.git", DeployGit, "Deploy a git branch into a site as a new release", positional=("domain",),
