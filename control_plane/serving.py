@@ -243,7 +243,8 @@ async def _serve_uvicorn(
 ) -> None:
     config = uvicorn.Config(
         app,
-        lifespan="off",  # the app has no lifespan handlers: the fleet is built before serving
+        lifespan="on",  # the app's task group (jobs, file operations) lives in its lifespan
+        http="h11",  # see the module docstring for httptools
         ws="websockets-sansio",  # websockets' own protocol, not its deprecated legacy server
         ws_max_size=WEBSOCKET_MAX_MESSAGE_SIZE,
         ws_ping_interval=None,  # the agent link has heartbeats of its own (`Settings.heartbeat_s`)
