@@ -12,7 +12,8 @@ its own process for the streams (as on a real server), and measures:
 - the control plane's RSS at rest after start, and its peak at the end (VmHWM). The process also
   runs the embedded agent, idle, under both servers.
 
-The machine is shared: each server runs `--rounds` times, alternating, and every run is printed.
+The machine is shared: each server runs `--rounds` times, alternating; every run is printed, and
+the last column is the ratio of the means.
 It prints figures; it asserts nothing.
 """
 
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from statistics import mean
 
 import trio
 
@@ -99,20 +101,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--servers", nargs="+", choices=SERVERS, default=SERVERS)
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("benchmarks/serving.py needs wrk (apt install wrk) to drive the JSON requests")
-    runs: dict[str, list[Figures]] = {server: [] for server in SERVERS}
+    servers: list[str] = args.servers
+    runs: dict[str, list[Figures]] = {server: [] for server in servers}
     for _ in range(args.rounds):
-        for server in SERVERS:
+        for server in servers:
             runs[server].append(measure(server, args.connections, args.seconds))
     print(f"{args.rounds} runs of each, alternating; {args.connections} connections for {args.seconds:g} s per path")
-    print(f"{'':32}" + "".join(f"{server:>26}" for server in SERVERS) + f"{'uvicorn/hypercorn':>20}")
-    for name in runs[SERVERS[0]][0]:
-        cells = {server: [run[name] for run in runs[server]] for server in SERVERS}
-        ratio = max(cells["uvicorn"]) / max(cells["hypercorn"])
-        row = "".join(f"{' / '.join(f'{value:,.0f}' for value in cells[server]):>26}" for server in SERVERS)
-        print(f"{name:32}{row}{ratio:>19.2f}x")
+    both = len(servers) == len(SERVERS)
+    print(f"{'':32}" + "".join(f"{server:>26}" for server in servers) + (f"{'uvicorn/hypercorn':>20}" if both else ""))
+    for name in runs[servers[0]][0]:
+        cells = {server: [run[name] for run in runs[server]] for server in servers}
+        row = "".join(f"{' / '.join(f'{value:,.0f}' for value in cells[server]):>26}" for server in servers)
+        ratio = f"{mean(cells['uvicorn']) / mean(cells['hypercorn']):>19.2f}x" if both else ""
+        print(f"{name:32}{row}{ratio}")
 
 
 if __name__ == "__main__":
