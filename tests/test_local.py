@@ -253,3 +253,33 @@ def test_a_data_folder_open_to_others_is_tightened_on_start(tmp_path: Path) -> N
             assert f"{data_dir / 'agent' / 'sites.json'} was open to other accounts" in log
         finally:
             running.stop()
+
+
+def test_connections_accepted_on_the_bound_socket_send_without_delay() -> None:
+    """asyncio (uvicorn) sets TCP_NODELAY on accepted connections only when the listening socket
+    names its protocol; without it every answer on a kept-alive connection waited ~40 ms for a
+    delayed ACK. The connection asyncio accepts on our socket must have it."""
+    import asyncio
+
+    from control_plane.serving import bind
+
+    async def accepted_nodelay() -> int:
+        found: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def connected(transport: asyncio.BaseTransport) -> None:
+            accepted = transport.get_extra_info("socket")
+            found.set_result(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+        class Probe(asyncio.Protocol):
+            connection_made = staticmethod(connected)  # type: ignore[assignment]
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=bind("127.0.0.1", 0))
+        async with server:
+            host, port = server.sockets[0].getsockname()[:2]
+            _, writer = await asyncio.open_connection(host, port)
+            try:
+                return await found
+            finally:
+                writer.close()
+
+    assert asyncio.run(accepted_nodelay()) != 0
