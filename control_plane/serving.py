@@ -7,6 +7,29 @@ known before serving starts, with no window in which another process could take 
 The handlers are written against anyio, so the same app runs on either event loop; what runs
 around it (`fleetdeck serve`, `fleetdeck local`) is anyio code too, started by `run` on the loop
 the chosen server needs.
+
+Which one. `benchmarks/serving.py` on this 2-core machine, shared with other work (load average
+6 to 7), two runs of each server, alternating (figures: hypercorn, then uvicorn; last: the ratio
+of the means of the control plane's work per CPU-second, which swings far less than wall-clock
+rates do with the neighbours' load):
+
+    GET /v1/health        465-800 vs 899-1,005 requests/s        1.9x per CPU-second
+    GET /v1/servers       179-317 vs 267-402 requests/s          1.6x
+    job output over SSE   73k-132k vs 118k-372k lines/s          1.6x
+    128 MiB download      67-137 vs 120-329 MiB/s                2.5x
+    RSS                   112 vs 113 MiB at rest, 174 MiB at the peak under both
+
+uvicorn is ahead on every figure, so `fleetdeck serve` uses it by default (`fleetdeck.cli`);
+`fleetdeck local` keeps hypercorn (`fleetdeck.local.LOCAL_SERVER` says why). uvicorn[standard]
+(httptools and uvloop), measured the same way, did 1.6x plain uvicorn's /v1/health work per
+CPU-second but no better on /v1/servers, SSE or downloads, nor in wall-clock rates: not taken;
+uvicorn runs h11 (as hypercorn does) on asyncio's own loop, two compiled dependencies fewer.
+
+The hypercorn patches below do not apply to uvicorn, where what they guard against does not
+happen: a send after the client went is dropped (asyncio's writes never wait, so no send meets a
+close in progress); an early answer (the 413 of a relay upload over 64 MiB) is written and the
+connection closed (tests/test_files_api.py, the "uvicorn" stack variant); a client's broken
+request is one warning line and a 400, a WebSocket upgrade of a plain route a 403 (test_local.py).
 """
 
 from __future__ import annotations

@@ -38,7 +38,11 @@ from fleetdeck.settings import Settings
 log = logging.getLogger("fleetdeck.local")
 
 AGENT_READY_TIMEOUT_S = 30.0
-# The stack's server unless FLEETDECK_SERVER names another: see `fleetdeck.cli.SERVE_SERVER`'s.
+# The stack's server unless FLEETDECK_SERVER names another. Not `fleetdeck serve`'s uvicorn
+# (`control_plane.serving` has the figures): the whole test suite runs on this stack, and only
+# the API, jobs, files, load-balancer and local-stack tests have been run under uvicorn; the
+# stack serves one user's TUI, far from the request rates where uvicorn pulls ahead; and under
+# hypercorn its control plane and agent share one trio loop on one thread, with no second loop.
 LOCAL_SERVER: ServerName = "hypercorn"
 
 
