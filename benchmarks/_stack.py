@@ -68,8 +68,9 @@ class LocalStack:
 
 
 @contextmanager
-def local_stack() -> Iterator[LocalStack]:
-    with tempfile.TemporaryDirectory(prefix="fleetdeck-bench-") as folder, Launcher(Path(folder)) as launcher:
+def local_stack(env: dict[str, str] | None = None) -> Iterator[LocalStack]:
+    """`fleetdeck local` in a temporary data dir; `env`: more variables for it (`FLEETDECK_*`)."""
+    with tempfile.TemporaryDirectory(prefix="fleetdeck-bench-") as folder, Launcher(Path(folder), env=env) as launcher:
         credentials = launcher.credentials
         assert credentials is not None and launcher.process is not None
         try:

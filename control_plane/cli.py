@@ -15,32 +15,38 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, get_args
 
-import trio
+import anyio
 
 from api_client.models import PLANS, Role, ServerKind
 from control_plane.auth import store as accounts
 from control_plane.auth.passwords import hash_password
 from control_plane.servers import store as server_store
-from control_plane.settings import Settings
+from control_plane.settings import SERVERS, Settings
 from control_plane.storage import Database
 
 ROLES = get_args(Role)
 
 
-def _parser(default_db_url: str) -> argparse.ArgumentParser:
+def _parser(defaults: Settings) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleetdeck", description="fleetdeck's control plane commands")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="the control plane alone")
-    serve.add_argument("--db", default=default_db_url, help="SQLAlchemy URL (default: a SQLite file)")
+    serve.add_argument("--db", default=defaults.db_url, help="SQLAlchemy URL (default: a SQLite file)")
     serve.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT")
+    serve.add_argument(
+        "--server",
+        choices=SERVERS,
+        default=defaults.server,
+        help=f"the HTTP server: uvicorn on asyncio, or hypercorn's trio worker (default: {defaults.server})",
+    )
 
     admin = commands.add_parser("admin", help="manage orgs, users and servers in the database")
     admin_commands = admin.add_subparsers(dest="admin_command", required=True)
 
     def admin_command(name: str, help_text: str) -> argparse.ArgumentParser:
         sub = admin_commands.add_parser(name, help=help_text)
-        sub.add_argument("--db", default=default_db_url)
+        sub.add_argument("--db", default=defaults.db_url)
         sub.add_argument("--json", action="store_true", help="print the result as JSON")
         return sub
 
@@ -72,11 +78,13 @@ class CommandError(Exception):
 
 
 def main(argv: list[str], settings: Settings, log_level: str = "WARNING") -> int:
-    args = _parser(settings.db_url).parse_args(argv)
+    args = _parser(settings).parse_args(argv)
     logging.basicConfig(level=log_level, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "serve":
-            trio.run(_serve, replace(settings, db_url=args.db), args.listen)
+            from control_plane.serving import run
+
+            run(args.server, _serve, replace(settings, db_url=args.db, server=args.server), args.listen)
         else:
             _admin(args)
     except CommandError as exc:
@@ -95,21 +103,21 @@ async def _serve(settings: Settings, listen: str) -> None:
     fleet = build_fleet(settings)
     sock = bind(host.strip("[]"), int(port))
     url = base_url(sock)
-    stop = trio.Event()
+    stop = anyio.Event()
 
     async def stop_on_signal() -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async for _ in signals:
                 stop.set()
                 return
 
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop_on_signal)
-            await nursery.start(partial(serve_fleet, fleet, sock, shutdown_trigger=stop.wait))
+        async with anyio.create_task_group() as task_group:
+            task_group.start_soon(stop_on_signal)
+            await task_group.start(partial(serve_fleet, fleet, sock, shutdown_trigger=stop.wait))
             print(f"fleetdeck control plane at {url}", flush=True)
             await stop.wait()
-            nursery.cancel_scope.deadline = trio.current_time() + 5
+            task_group.cancel_scope.deadline = anyio.current_time() + 5
     finally:
         close_unless_served(sock)
         fleet.db.dispose()

@@ -1,18 +1,50 @@
-"""Serving the app with hypercorn's trio worker on a socket we bound ourselves.
+"""Serving the app on a socket we bound ourselves, with hypercorn's trio worker or with uvicorn
+on asyncio (`Settings.server`).
 
-Binding first (port 0 = any free port) and handing hypercorn the descriptor means the real
-port is known before serving starts, with no window in which another process could take it.
+Binding first (port 0 = any free port) and handing the server the socket means the real port is
+known before serving starts, with no window in which another process could take it.
+
+The handlers are written against anyio, so the same app runs on either event loop; what runs
+around it (`fleetdeck serve`, `fleetdeck local`) is anyio code too, started by `run` on the loop
+the chosen server needs.
+
+Which one. `benchmarks/serving.py` on this 2-core machine, shared with other work (load average
+6 to 7), two runs of each server, alternating (figures: hypercorn, then uvicorn; last: the ratio
+of the means of the control plane's work per CPU-second, which swings far less than wall-clock
+rates do with the neighbours' load):
+
+    GET /v1/health        465-800 vs 899-1,005 requests/s        1.9x per CPU-second
+    GET /v1/servers       179-317 vs 267-402 requests/s          1.6x
+    job output over SSE   73k-132k vs 118k-372k lines/s          1.6x
+    128 MiB download      67-137 vs 120-329 MiB/s                2.5x
+    RSS                   112 vs 113 MiB at rest, 174 MiB at the peak under both
+
+uvicorn is ahead on every figure, so `fleetdeck serve` uses it by default (`fleetdeck.cli`);
+`fleetdeck local` keeps hypercorn (`fleetdeck.local.LOCAL_SERVER` says why). uvicorn[standard]
+(httptools and uvloop), measured the same way, did 1.6x plain uvicorn's /v1/health work per
+CPU-second but no better on /v1/servers, SSE or downloads, nor in wall-clock rates: not taken;
+uvicorn runs h11 (as hypercorn does) on asyncio's own loop, two compiled dependencies fewer.
+
+The hypercorn patches below do not apply to uvicorn, where what they guard against does not
+happen: a send after the client went is dropped (asyncio's writes never wait, so no send meets a
+close in progress); an early answer (the 413 of a relay upload over 64 MiB) is written and the
+connection closed (tests/test_files_api.py, the "uvicorn" stack variant); a client's broken
+request is one warning line and a 400, a WebSocket upgrade of a plain route a 403 (test_local.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import anyio
+import anyio.abc
 import h11
 import trio
+import uvicorn
 from hypercorn.config import Config
 from hypercorn.events import Closed, RawData
 from hypercorn.events import Event as ServerEvent
@@ -22,9 +54,22 @@ from hypercorn.trio import serve
 from hypercorn.trio.tcp_server import TCPServer
 
 from control_plane.app import create_app
+from control_plane.settings import ServerName
 from control_plane.state import Fleet
 
 log = logging.getLogger(__name__)
+
+# The event loop each server runs on.
+BACKENDS: dict[ServerName, str] = {"hypercorn": "trio", "uvicorn": "asyncio"}
+# Agent links carry 256 KiB binary frames; allow whole 64 MiB relay messages.
+WEBSOCKET_MAX_MESSAGE_SIZE = 64 * 1024 * 1024
+# How long a stopping server waits for its requests (SSE streams, agent links) to end.
+GRACEFUL_TIMEOUT_S = 2
+
+
+def run(server: ServerName, main: Callable[..., Awaitable[None]], *args: object) -> None:
+    """Run `main` (anyio code that serves with `serve_fleet`) on the event loop `server` needs."""
+    anyio.run(main, *args, backend=BACKENDS[server])
 
 
 def _contain_connection_failures() -> None:
@@ -144,7 +189,10 @@ def install_server_fixes() -> None:
 
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP said, not left 0: asyncio sets TCP_NODELAY on the accepted connections only when
+    # the protocol is TCP by name. Without it, uvicorn's answers waited for delayed ACKs (Nagle):
+    # 45 ms per request on a keep-alive connection, 22 requests/s. (trio sets it on every socket.)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(1024)
@@ -169,19 +217,80 @@ async def serve_fleet(
     *,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     wrap: Callable[[Any], Any] | None = None,
-    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+    task_status: anyio.abc.TaskStatus[list[str]] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the fleet's app on `sock`; `wrap` (an ASGI middleware) goes around it when given."""
+    """Serve the fleet's app on `sock` with the server its settings name, until `shutdown_trigger`
+    returns or the caller is cancelled; `wrap` (an ASGI middleware) goes around the app when given.
+    Started with `task_group.start`, it reports the served URLs once it listens."""
+    # The servers' ASGI types are narrower than Starlette's own; the app is a plain ASGI 3 callable.
+    app: Any = create_app(fleet)
+    if wrap is not None:
+        app = wrap(app)
+    trigger = shutdown_trigger or anyio.sleep_forever
+    if fleet.settings.server == "uvicorn":
+        await _serve_uvicorn(app, sock, trigger, task_status)
+    else:
+        await _serve_hypercorn(app, sock, trigger, task_status)
+
+
+async def _serve_hypercorn(
+    app: Any, sock: socket.socket, trigger: Callable[[], Awaitable[None]], task_status: anyio.abc.TaskStatus[Any]
+) -> None:
     install_server_fixes()
     config = Config()
     # Hypercorn takes the descriptor over and closes it when it stops: hand it over for good.
     config.bind = [f"fd://{sock.detach()}"]
     config.accesslog = None
-    config.graceful_timeout = 2.0
-    # Agent links carry 256 KiB binary frames; allow whole 64 MiB relay messages.
-    config.websocket_max_message_size = 64 * 1024 * 1024
-    # hypercorn's ASGI type is narrower than Starlette's own; the app is a plain ASGI 3 callable.
-    app: Any = create_app(fleet)
-    if wrap is not None:
-        app = wrap(app)
-    await serve(app, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+    config.graceful_timeout = GRACEFUL_TIMEOUT_S
+    config.websocket_max_message_size = WEBSOCKET_MAX_MESSAGE_SIZE
+    await serve(app, config, shutdown_trigger=trigger, task_status=task_status)
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server without its signal handlers (the command that serves owns the signals;
+    uvicorn's would replace the event loop's own), saying when it listens."""
+
+    def __init__(self, config: uvicorn.Config, on_listening: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_listening = on_listening
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            self._on_listening()
+
+
+async def _serve_uvicorn(
+    app: Any, sock: socket.socket, trigger: Callable[[], Awaitable[None]], task_status: anyio.abc.TaskStatus[Any]
+) -> None:
+    config = uvicorn.Config(
+        app,
+        lifespan="on",  # the app's task group (jobs, file operations) lives in its lifespan
+        http="h11",  # see the module docstring for httptools
+        ws="websockets-sansio",  # websockets' own protocol, not its deprecated legacy server
+        ws_max_size=WEBSOCKET_MAX_MESSAGE_SIZE,
+        ws_ping_interval=None,  # the agent link has heartbeats of its own (`Settings.heartbeat_s`)
+        ws_per_message_deflate=False,
+        timeout_graceful_shutdown=GRACEFUL_TIMEOUT_S,
+        log_config=None,  # the command configured logging
+        access_log=False,
+    )
+    url = base_url(sock)
+    server = _Uvicorn(config, lambda: task_status.started([url]))
+
+    async def exit_after_trigger() -> None:
+        try:
+            await trigger()
+        finally:  # also when cancelled: uvicorn ends its connections within its graceful timeout
+            server.should_exit = True
+
+    async with anyio.create_task_group() as task_group:
+        task_group.start_soon(exit_after_trigger)
+        # uvicorn stops on its flag, not on cancellation: shielded, it closes its connections.
+        with anyio.CancelScope(shield=True):
+            await server.serve(sockets=[sock])
+        task_group.cancel_scope.cancel()

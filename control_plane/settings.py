@@ -7,11 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Literal, get_args
+
+# The HTTP server that serves the app (`control_plane.serving`): hypercorn's trio worker, or
+# uvicorn on asyncio.
+ServerName = Literal["hypercorn", "uvicorn"]
+SERVERS: tuple[ServerName, ...] = get_args(ServerName)
 
 
 @dataclass(frozen=True)
 class Settings:
     db_url: str
+    server: ServerName = "hypercorn"
     session_ttl: timedelta = timedelta(days=30)
     heartbeat_s: float = 10.0
     agent_call_timeout_s: float = 30.0

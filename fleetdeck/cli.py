@@ -22,11 +22,15 @@ from fleetdeck import paths
 from fleetdeck.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:
+    from control_plane.settings import ServerName
     from fleetdeck.launcher import StackCredentials
     from fleetdeck.running import SharedStack
     from tui.connection import Connection, PendingConnection
 
 CONTROL_PLANE_COMMANDS = frozenset({"serve", "admin"})
+# `fleetdeck serve`'s server unless FLEETDECK_SERVER or --server names another: the faster one
+# (benchmarks/serving.py; `fleetdeck local` has its own, `fleetdeck.local.LOCAL_SERVER`).
+SERVE_SERVER: ServerName = "uvicorn"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] in CONTROL_PLANE_COMMANDS:
         from control_plane.cli import main as control_plane_main
 
-        defaults = settings.for_control_plane(settings.db or paths.default_db_url())
+        defaults = settings.for_control_plane(settings.db or paths.default_db_url(), default_server=SERVE_SERVER)
         return _exit_code(control_plane_main(args, defaults, log_level=settings.log_level("WARNING")))
     if args and args[0] == "agent":
         from agent.cli import Defaults
@@ -96,11 +100,10 @@ def run_local_command(argv: list[str], settings: Settings) -> int:
             file=sys.stderr,
         )
         return 1
-    import trio
+    from control_plane.serving import run
+    from fleetdeck.local import LOCAL_SERVER, run_local
 
-    from fleetdeck.local import run_local
-
-    trio.run(run_local, args.data_dir, settings, args.port, args.ingress, args.idle_minutes)
+    run(settings.server or LOCAL_SERVER, run_local, args.data_dir, settings, args.port, args.ingress, args.idle_minutes)
     return 0
 
 

@@ -1,6 +1,11 @@
 """`fleetdeck local`: the embedded default. A control plane on 127.0.0.1, one agent linked to it
 in the same process, a demo workspace and a demo org, until SIGINT or SIGTERM, or, started for
-the TUI (`idle_minutes`), until it has been idle that long (`fleetdeck.running` says how)."""
+the TUI (`idle_minutes`), until it has been idle that long (`fleetdeck.running` says how).
+
+Written against anyio, it runs on the event loop of the control plane's server
+(`control_plane.serving.run`). The agent is trio code: under hypercorn's trio worker it shares the
+stack's trio loop; under uvicorn (asyncio) it gets a thread with a `trio.run` of its own, and
+stops with the stack all the same."""
 
 from __future__ import annotations
 
@@ -8,11 +13,13 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import anyio
 import orjson
 import trio
 
@@ -21,6 +28,7 @@ from agent.runner import AgentConfig, run_agent
 from control_plane.app import build_fleet
 from control_plane.auth import store as accounts
 from control_plane.serving import base_url, bind, close_unless_served, serve_fleet
+from control_plane.settings import ServerName
 from fleetdeck import running
 from fleetdeck.demo import ensure_account, ensure_workspace, write_private
 from fleetdeck.launcher import free_port
@@ -30,6 +38,12 @@ from fleetdeck.settings import Settings
 log = logging.getLogger("fleetdeck.local")
 
 AGENT_READY_TIMEOUT_S = 30.0
+# The stack's server unless FLEETDECK_SERVER names another. Not `fleetdeck serve`'s uvicorn
+# (`control_plane.serving` has the figures): the whole test suite runs on this stack, and only
+# the API, jobs, files, load-balancer and local-stack tests have been run under uvicorn; the
+# stack serves one user's TUI, far from the request rates where uvicorn pulls ahead; and under
+# hypercorn its control plane and agent share one trio loop on one thread, with no second loop.
+LOCAL_SERVER: ServerName = "hypercorn"
 
 
 async def run_local(
@@ -38,17 +52,17 @@ async def run_local(
     """Run until a signal, or, with `idle_minutes`, until idle that long with no TUI attached."""
     layout = StackLayout(private_dir(data_dir))
     activity = RequestActivity()
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         home, agent_state = layout.home, layout.agent_state
-        await trio.to_thread.run_sync(ensure_workspace, home, agent_state)
+        await anyio.to_thread.run_sync(ensure_workspace, home, agent_state)
         db_url = layout.db_url
-        fleet = build_fleet(settings.for_control_plane(db_url))
+        fleet = build_fleet(settings.for_control_plane(db_url, default_server=LOCAL_SERVER))
         account = ensure_account(fleet.db, layout)
         sock = bind("127.0.0.1", port)
         url = base_url(sock)
         try:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(partial(serve_fleet, fleet, sock, wrap=activity.around))
+            async with anyio.create_task_group() as stack:
+                await stack.start(partial(serve_fleet, fleet, sock, wrap=activity.around))
                 lb_ports = {80: free_port(), 443: free_port()}
                 agent = AgentConfig(
                     urls=(url,),
@@ -58,11 +72,14 @@ async def run_local(
                     ingress=ingress,
                     lb=LbSettings(bind="127.0.0.1", port_map=lb_ports),
                 )
-                nursery.start_soon(_supervised_agent, agent)
-                with trio.fail_after(AGENT_READY_TIMEOUT_S):
+                if fleet.settings.server == "hypercorn":
+                    stack.start_soon(_supervised_agent, agent)
+                else:
+                    stack.start_soon(_agent_on_its_own_trio, agent)
+                with anyio.fail_after(AGENT_READY_TIMEOUT_S):
                     # The hub has no "came online" event to wait on; 20 ms polls cost nothing at start-up.
                     while not fleet.hub.is_online(account.server_id):  # noqa: ASYNC110
-                        await trio.sleep(0.02)
+                        await anyio.sleep(0.02)
                 org = fleet.db.run_sync(accounts.org_by_name, "demo")
                 user = fleet.db.run_sync(accounts.user_by_email, account.email)
                 assert org is not None and user is not None
@@ -82,11 +99,11 @@ async def run_local(
                 print(f"credentials: {layout.credentials}", flush=True)
                 if idle_minutes is not None:
                     _stop_writing_to_the_launcher()
-                    nursery.start_soon(_exit_when_idle, layout, idle_minutes * 60, activity, nursery.cancel_scope)
+                    stack.start_soon(_exit_when_idle, layout, idle_minutes * 60, activity, stack.cancel_scope)
                 async for signum in signals:
                     log.info("stopping on %s", signal.Signals(signum).name)
                     break
-                nursery.cancel_scope.cancel()
+                stack.cancel_scope.cancel()
         finally:
             if (run := running.read_run_file(layout.run_file)) is not None and run.pid == os.getpid():
                 layout.run_file.unlink(missing_ok=True)
@@ -105,6 +122,26 @@ async def _supervised_agent(config: AgentConfig) -> None:
         await trio.sleep(1)
 
 
+async def _agent_on_its_own_trio(config: AgentConfig) -> None:
+    """The in-process agent beside an asyncio stack: a thread running it with `trio.run`, until
+    this task is cancelled; then the agent is cancelled and its thread waited for."""
+    stopping = threading.Event()
+
+    async def until_stopping() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_supervised_agent, config)
+            await trio.to_thread.run_sync(stopping.wait)
+            nursery.cancel_scope.cancel()
+
+    async with anyio.create_task_group() as beside:
+        # A thread's run is not cancelled with its task: the task waits until the agent has stopped.
+        beside.start_soon(anyio.to_thread.run_sync, trio.run, until_stopping)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            stopping.set()
+
+
 Scope = MutableMapping[str, Any]
 Channel = Callable[..., Awaitable[Any]]  # ASGI's receive and send
 ASGIApp = Callable[[Scope, Channel, Channel], Awaitable[None]]
@@ -116,8 +153,8 @@ class RequestActivity:
 
     def __init__(self) -> None:
         self.in_flight = 0
-        self.last_ended = 0.0  # trio's clock
-        self._quiet = trio.Event()
+        self.last_ended = 0.0  # the event loop's clock
+        self._quiet = anyio.Event()
         self._quiet.set()
 
     def around(self, app: ASGIApp) -> ASGIApp:
@@ -128,12 +165,12 @@ class RequestActivity:
                 return await app(scope, receive, send)
             self.in_flight += 1
             if self.in_flight == 1:
-                self._quiet = trio.Event()
+                self._quiet = anyio.Event()
             try:
                 return await app(scope, receive, send)
             finally:
                 self.in_flight -= 1
-                self.last_ended = trio.current_time()
+                self.last_ended = anyio.current_time()
                 if self.in_flight == 0:
                     self._quiet.set()
 
@@ -146,14 +183,14 @@ class RequestActivity:
 
 
 async def _exit_when_idle(
-    layout: StackLayout, idle_s: float, activity: RequestActivity, stack_scope: trio.CancelScope
+    layout: StackLayout, idle_s: float, activity: RequestActivity, stack_scope: anyio.CancelScope
 ) -> None:
     """Cancel `stack_scope` once no TUI has been starting or attached, and no API request has
     come, for `idle_s` seconds; the locks taken to decide are held until the process is gone."""
     while True:
-        await trio.to_thread.run_sync(running.wait_until_unlocked, layout.start_lock, abandon_on_cancel=True)
-        await trio.to_thread.run_sync(running.wait_until_unlocked, layout.attach_lock, abandon_on_cancel=True)
-        await _quiet_for(idle_s, trio.current_time(), activity)
+        await anyio.to_thread.run_sync(running.wait_until_unlocked, layout.start_lock, abandon_on_cancel=True)
+        await anyio.to_thread.run_sync(running.wait_until_unlocked, layout.attach_lock, abandon_on_cancel=True)
+        await _quiet_for(idle_s, anyio.current_time(), activity)
         starting = running.lock_if_free(layout.start_lock)
         attached = running.lock_if_free(layout.attach_lock) if starting is not None else None
         if starting is not None and attached is not None:
@@ -168,12 +205,12 @@ async def _exit_when_idle(
 
 
 async def _quiet_for(idle_s: float, since: float, activity: RequestActivity) -> None:
-    """Return once no request has run for `idle_s` seconds, nor since `since` (trio's clock)."""
+    """Return once no request has run for `idle_s` seconds, nor since `since` (the loop's clock)."""
     while True:
         deadline = max(since, await activity.quiet_since()) + idle_s
-        if deadline <= trio.current_time():
+        if deadline <= anyio.current_time():
             return
-        await trio.sleep_until(deadline)  # a request in the meantime moves the deadline
+        await anyio.sleep_until(deadline)  # a request in the meantime moves the deadline
 
 
 def _stop_writing_to_the_launcher() -> None:

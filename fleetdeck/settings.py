@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
+    from control_plane.settings import ServerName
     from control_plane.settings import Settings as ControlPlaneSettings
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -64,6 +65,15 @@ def _megabytes(value: str) -> float:
     return number
 
 
+def _server(value: str) -> ServerName:
+    from control_plane.settings import SERVERS
+
+    for server in SERVERS:
+        if value.lower() == server:
+            return server
+    raise ValueError(f"not a server (one of {', '.join(SERVERS)})")
+
+
 def _port(value: str) -> int:
     if not value.isdigit() or not 1 <= int(value) <= 65535:
         raise ValueError("not a TCP port (1 to 65535)")
@@ -86,17 +96,20 @@ class Settings:
     job_output_cap_mb: float = 16.0
     agent_ssh_port: int = 22
     local_idle_minutes: float = 10.0
+    server: ServerName | None = None
 
     def log_level(self, default: LogLevel) -> LogLevel:
         """`FLEETDECK_LOG`, else the command's own default."""
         return self.log or default
 
-    def for_control_plane(self, db_url: str) -> ControlPlaneSettings:
-        """The control plane's settings: its database, and the timings set here."""
+    def for_control_plane(self, db_url: str, *, default_server: ServerName) -> ControlPlaneSettings:
+        """The control plane's settings: its database, its server (`FLEETDECK_SERVER`, else the
+        command's own default), and the timings set here."""
         from control_plane.settings import Settings as ControlPlaneSettings
 
         return ControlPlaneSettings(
             db_url=db_url,
+            server=self.server or default_server,
             heartbeat_s=self.heartbeat_s,
             job_grace_s=self.job_grace_s,
             transfer_timeout_s=self.transfer_timeout_s,
@@ -118,6 +131,7 @@ VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "job_output_cap_mb": ("FLEETDECK_JOB_OUTPUT_CAP_MB", _megabytes),
     "agent_ssh_port": ("FLEETDECK_AGENT_SSH_PORT", _port),
     "local_idle_minutes": ("FLEETDECK_LOCAL_IDLE_MINUTES", _amount("minutes", minimum=0, inclusive=True)),
+    "server": ("FLEETDECK_SERVER", _server),
 }
 
 

@@ -111,6 +111,8 @@ DEFAULT_VARIANT = "sqlite"
 StackVariant = Callable[[pytest.FixtureRequest], dict[str, str]]
 STACK_VARIANTS: dict[str, StackVariant] = {
     "sqlite": lambda _request: {},
+    # The same stack with its control plane under uvicorn on asyncio (the agent on a trio thread).
+    "uvicorn": lambda _request: {"FLEETDECK_SERVER": "uvicorn"},
 }
 
 

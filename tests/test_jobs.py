@@ -22,6 +22,8 @@ from tests.conftest import AgentProcess, Stack, start_agent, start_local
 from tests.helpers import wait_until
 from tests.helpers.control_plane import OwnControlPlane
 
+pytestmark = pytest.mark.stack_variants("sqlite", "uvicorn")
+
 
 def code(response: httpx.Response) -> str:
     value: str = response.json()["error"]["code"]

@@ -22,14 +22,18 @@ import trio
 from tests.conftest import Stack, python_env, start_local
 from tests.helpers import wait_until
 
+# Both servers the control plane runs under (`FLEETDECK_SERVER`), and the `server` header each answers with.
+SERVERS = pytest.mark.parametrize("server", ["hypercorn", "uvicorn"])
+SERVER_HEADERS = {"hypercorn": "hypercorn-h11", "uvicorn": "uvicorn"}
 
-def _launch(data_dir: Path) -> subprocess.Popen[str]:
+
+def _launch(data_dir: Path, server: str) -> subprocess.Popen[str]:
     # Through the `fleetdeck` console script when it is installed, else its module.
     script = shutil.which("fleetdeck")
     command = [script] if script else [sys.executable, "-m", "fleetdeck"]
     return subprocess.Popen(
         [*command, "local", "--data-dir", str(data_dir)],
-        env=python_env(),
+        env=python_env(FLEETDECK_SERVER=server),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -47,9 +51,10 @@ def _wait_for_url(process: subprocess.Popen[str]) -> str:
     raise AssertionError("no URL printed")
 
 
+@SERVERS
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
-def test_local_starts_answers_and_stops(tmp_path: Path, stop_signal: signal.Signals) -> None:
-    process = _launch(tmp_path)
+def test_local_starts_answers_and_stops(tmp_path: Path, stop_signal: signal.Signals, server: str) -> None:
+    process = _launch(tmp_path, server)
     try:
         url = _wait_for_url(process)
         credentials_file = tmp_path / "demo-credentials.json"
@@ -59,13 +64,16 @@ def test_local_starts_answers_and_stops(tmp_path: Path, stop_signal: signal.Sign
         assert set(credentials["lb_ports"]) == {"80", "443"}
         assert all(0 < port < 65536 for port in credentials["lb_ports"].values())
         assert credentials["base_url"] == url and url.startswith("http://127.0.0.1:")
-        health = httpx.get(f"{url}/v1/health").json()
+        answer = httpx.get(f"{url}/v1/health")
+        assert answer.headers["server"] == SERVER_HEADERS[server]
+        health = answer.json()
         assert health["status"] == "ok" and health["agents_online"] == 1
         me = httpx.get(f"{url}/v1/me", headers={"Authorization": f"Bearer {credentials['token']}"})
         assert me.json()["org"]["plan"] == "max" and me.json()["role"] == "owner"
         assert (tmp_path / "home" / "example-com" / "public_html" / "index.php").is_file()
         process.send_signal(stop_signal)
         assert process.wait(timeout=20) == 0
+        assert not (tmp_path / "run.json").exists(), "the run file goes with the stack"
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{url}/v1/health", timeout=2)
     finally:
@@ -73,13 +81,25 @@ def test_local_starts_answers_and_stops(tmp_path: Path, stop_signal: signal.Sign
         process.wait()
 
 
-def test_serve_alone_starts_and_stops(tmp_path: Path) -> None:
+@SERVERS
+def test_serve_alone_starts_and_stops(tmp_path: Path, server: str) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     db_url = f"sqlite:///{tmp_path / 'data' / 'cp.db'}"
     process = subprocess.Popen(
-        [sys.executable, "-m", "fleetdeck", "serve", "--db", db_url, "--listen", f"127.0.0.1:{port}"],
+        [
+            sys.executable,
+            "-m",
+            "fleetdeck",
+            "serve",
+            "--db",
+            db_url,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--server",
+            server,
+        ],
         env=python_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -88,7 +108,9 @@ def test_serve_alone_starts_and_stops(tmp_path: Path) -> None:
     try:
         assert process.stdout is not None
         assert f"127.0.0.1:{port}" in process.stdout.readline()
-        health = httpx.get(f"http://127.0.0.1:{port}/v1/health").json()
+        answer = httpx.get(f"http://127.0.0.1:{port}/v1/health")
+        assert answer.headers["server"] == SERVER_HEADERS[server]
+        health = answer.json()
         assert health == {"status": "ok", "version": health["version"], "agents_online": 0}
         assert _mode(tmp_path / "data") == 0o700
         assert {path.name: _mode(path) for path in (tmp_path / "data").iterdir()} == {
@@ -103,12 +125,20 @@ def test_serve_alone_starts_and_stops(tmp_path: Path) -> None:
         process.wait()
 
 
-def test_one_broken_connection_does_not_take_the_control_plane_down(tmp_path: Path) -> None:
+# What each server logs of the broken connection below, in one line.
+BROKEN_CONNECTION_LOGS = {
+    "hypercorn": ("broke the HTTP protocol", "a connection failed"),
+    "uvicorn": ("connection rejected",),  # the upgrade to a plain route is refused: 403, then closed
+}
+
+
+@SERVERS
+def test_one_broken_connection_does_not_take_the_control_plane_down(tmp_path: Path, server: str) -> None:
     """A WebSocket upgrade with a stray byte after its head makes hypercorn's h11 protocol raise in
     that connection's task (hypercorn #225); unguarded, that ended the whole server."""
     from tests.conftest import start_local
 
-    stack = start_local(tmp_path / "data")
+    stack = start_local(tmp_path / "data", env={"FLEETDECK_SERVER": server})
     try:
         host, port = stack.base_url.removeprefix("http://").rsplit(":", 1)
         with socket.create_connection((host, int(port)), timeout=10) as raw:
@@ -119,7 +149,7 @@ def test_one_broken_connection_does_not_take_the_control_plane_down(tmp_path: Pa
             raw.recv(65536)  # the connection's task has run: it answered, or closed the connection
         assert stack.process.poll() is None, "the control plane exited"
         assert httpx.get(f"{stack.base_url}/v1/health", timeout=10).status_code == 200
-        wait_until(lambda: "broke the HTTP protocol" in stack.log() or "a connection failed" in stack.log())
+        wait_until(lambda: any(line in stack.log() for line in BROKEN_CONNECTION_LOGS[server]))
         assert "Traceback" not in stack.log(), "a client's broken bytes are one line in the log, not a traceback"
         with stack.http() as http:
             assert http.get(f"/v1/servers/{stack.server_id}").json()["agent"]["online"]
@@ -223,3 +253,33 @@ def test_a_data_folder_open_to_others_is_tightened_on_start(tmp_path: Path) -> N
             assert f"{data_dir / 'agent' / 'sites.json'} was open to other accounts" in log
         finally:
             running.stop()
+
+
+def test_connections_accepted_on_the_bound_socket_send_without_delay() -> None:
+    """asyncio (uvicorn) sets TCP_NODELAY on accepted connections only when the listening socket
+    names its protocol; without it every answer on a kept-alive connection waited ~40 ms for a
+    delayed ACK. The connection asyncio accepts on our socket must have it."""
+    import asyncio
+
+    from control_plane.serving import bind
+
+    async def accepted_nodelay() -> int:
+        found: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def connected(transport: asyncio.BaseTransport) -> None:
+            accepted = transport.get_extra_info("socket")
+            found.set_result(accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+        class Probe(asyncio.Protocol):
+            connection_made = staticmethod(connected)  # type: ignore[assignment]
+
+        server = await asyncio.get_running_loop().create_server(Probe, sock=bind("127.0.0.1", 0))
+        async with server:
+            host, port = server.sockets[0].getsockname()[:2]
+            _, writer = await asyncio.open_connection(host, port)
+            try:
+                return await found
+            finally:
+                writer.close()
+
+    assert asyncio.run(accepted_nodelay()) != 0

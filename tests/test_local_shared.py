@@ -46,12 +46,13 @@ sys.stdin.read()  # attached until the test closes stdin
 
 
 class TuiStart:
-    """A process that joins or starts the data dir's stack and stays attached until `leave`."""
+    """A process that joins or starts the data dir's stack and stays attached until `leave`;
+    `server`: the control plane's (`FLEETDECK_SERVER`) in a stack it starts."""
 
-    def __init__(self, data_dir: Path, idle_minutes: float) -> None:
+    def __init__(self, data_dir: Path, idle_minutes: float, server: str = "hypercorn") -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-c", TUI_START, str(data_dir), str(idle_minutes)],
-            env=python_env(**STACK_ENV),
+            env=python_env(**STACK_ENV, FLEETDECK_SERVER=server),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -109,11 +110,17 @@ def stop_command(data_dir: Path, exit_code: int = 0) -> str:
     return (done.stdout + done.stderr).strip()
 
 
-def test_a_tui_start_joins_the_stack_a_previous_tui_left_and_stop_stops_it(data_dir: Path) -> None:
-    first = TuiStart(data_dir, idle_minutes=10)
+# The stack's start, stop and idle exit hold under both servers (`FLEETDECK_SERVER`).
+SERVERS = pytest.mark.parametrize("server", ["hypercorn", "uvicorn"])
+
+
+@SERVERS
+def test_a_tui_start_joins_the_stack_a_previous_tui_left_and_stop_stops_it(data_dir: Path, server: str) -> None:
+    first = TuiStart(data_dir, idle_minutes=10, server=server)
     started = first.connected()
     first.leave()
     assert not started["reused"]
+    assert httpx.get(f"{started['base_url']}/v1/health").headers["server"].startswith(server)
     pid = stack_pid(data_dir)
     assert running.process_lives(pid) and answers(started["base_url"], started["token"])
 
@@ -194,11 +201,13 @@ def test_two_tui_starts_at_once_make_one_stack(data_dir: Path) -> None:
             start.leave()
 
 
-def test_the_stack_exits_once_idle_with_no_tui_attached_and_leaves_no_process(data_dir: Path) -> None:
+@SERVERS
+def test_the_stack_exits_once_idle_with_no_tui_attached_and_leaves_no_process(data_dir: Path, server: str) -> None:
     idle_minutes = 0.01  # 0.6 s
-    first, second = TuiStart(data_dir, idle_minutes), TuiStart(data_dir, idle_minutes)
+    first, second = TuiStart(data_dir, idle_minutes, server), TuiStart(data_dir, idle_minutes, server)
     try:
         one, other = first.connected(), second.connected()
+        assert httpx.get(f"{one['base_url']}/v1/health").headers["server"].startswith(server)
         pid = stack_pid(data_dir)
         first.leave()
         assert answers(other["base_url"], other["token"])  # the other TUI still holds it

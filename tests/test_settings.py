@@ -77,16 +77,20 @@ def test_only_the_paths_module_asks_platformdirs() -> None:
 def test_values_are_parsed_and_checked() -> None:
     settings = load_settings({"FLEETDECK_HEARTBEAT_S": "1.5", "FLEETDECK_LOG": "debug", "FLEETDECK_THEME": " "})
     assert settings.heartbeat_s == 1.5 and settings.log == "DEBUG" and settings.theme is None
-    assert load_settings({}).for_control_plane("sqlite://").job_grace_s == 30.0
-    assert load_settings({}).for_control_plane("sqlite://").job_output_cap_bytes == 16 * 1024 * 1024
-    capped = load_settings({"FLEETDECK_JOB_OUTPUT_CAP_MB": "0.5"}).for_control_plane("sqlite://")
-    assert capped.job_output_cap_bytes == 512 * 1024
+    defaults = load_settings({}).for_control_plane("sqlite://", default_server="uvicorn")
+    assert defaults.job_grace_s == 30.0 and defaults.job_output_cap_bytes == 16 * 1024 * 1024
+    assert defaults.server == "uvicorn", "unset, the server is the command's own default"
+    capped = load_settings({"FLEETDECK_JOB_OUTPUT_CAP_MB": "0.5"})
+    assert capped.for_control_plane("sqlite://", default_server="uvicorn").job_output_cap_bytes == 512 * 1024
+    chosen = load_settings({"FLEETDECK_SERVER": "Hypercorn"}).for_control_plane("sqlite://", default_server="uvicorn")
+    assert chosen.server == "hypercorn"
     for name, value in [
         ("FLEETDECK_HEARTBEAT_S", "soon"),
         ("FLEETDECK_LOG", "loud"),
         ("FLEETDECK_AGENT_SSH_PORT", "0"),
         ("FLEETDECK_JOB_OUTPUT_CAP_MB", "0"),
         ("FLEETDECK_JOB_OUTPUT_CAP_MB", "lots"),
+        ("FLEETDECK_SERVER", "gunicorn"),
     ]:
         with pytest.raises(SettingsError, match=f"^{name}={value!r}: ") as caught:
             load_settings({name: value})
