@@ -33,7 +33,9 @@ def _parser(default_db_url: str) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="the control plane alone")
-    serve.add_argument("--db", default=default_db_url, help="SQLAlchemy URL: a SQLite file (the default) or postgresql+psycopg://..."
+    serve.add_argument(
+        "--db", default=default_db_url, help="SQLAlchemy URL: a SQLite file (the default) or postgresql+psycopg://..."
+    )
     serve.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT")
 
     admin = commands.add_parser("admin", help="manage orgs, users and servers in the database")
