@@ -184,6 +184,16 @@ def control_plane_postgres(session_stacks: SessionStacks) -> Iterator[PostgresDa
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database of each kind the control plane runs on (a test using it runs on both):
+    a SQLite file, or a fresh database on the session's control-plane PostgreSQL server."""
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("control_plane_postgres").create("test")
+        return url
+    return f"sqlite:///{tmp_path / 'fleet.db'}"
+
+
 @pytest.fixture(scope="session")
 def stack(request: pytest.FixtureRequest, session_stacks: SessionStacks) -> Stack:
     """The session's stack of the test's variant (`stack_variants`), else of the default one."""

@@ -16,6 +16,8 @@ from api_client.errors import NotFound, TierRequired, Unauthenticated
 from api_client.models import Scope
 from tests.conftest import Stack
 
+pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")
+
 SITE = {"scope": "site", "domain": "example.com"}
 
 

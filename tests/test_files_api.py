@@ -23,6 +23,8 @@ from api_client.models import MAX_ARCHIVE_PATHS, MAX_PATHS, RELAY_UPLOAD_LIMIT, 
 from tests.conftest import Stack
 from tests.helpers import eventually, wait_until
 
+pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")
+
 SITE = Scope(scope="site", domain="example.com")
 
 

@@ -23,6 +23,8 @@ from api_client.sse import SSEParser
 from tests.conftest import AgentProcess, Stack, python_env, start_agent, start_local
 from tests.helpers import wait_until
 
+pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")
+
 
 def code(response: httpx.Response) -> str:
     value: str = response.json()["error"]["code"]

@@ -15,6 +15,8 @@ import pytest
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_until
 
+pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")
+
 
 def code(answer: httpx.Response) -> str:
     value: str = answer.json()["error"]["code"]

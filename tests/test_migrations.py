@@ -11,7 +11,6 @@ keys and their `ON DELETE`.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,15 +23,6 @@ from alembic.script import ScriptDirectory
 from control_plane.storage import Database
 from control_plane.storage.db import MIGRATIONS, current_revision, newest_revision
 from control_plane.storage.schema import metadata
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty database's URL."""
-    if request.param == "postgresql":
-        url: str = request.getfixturevalue("control_plane_postgres").create("migrations")
-        return url
-    return f"sqlite:///{tmp_path / 'fleet.db'}"
 
 
 @pytest.fixture
