@@ -135,7 +135,16 @@ def insert_lines(conn: Connection, job_id: str, runs: list[Run]) -> None:
 
     A row's ``lines`` is the JSON list of its runs (``{"seq", "stream", "at", "texts"}``); rows
     written before runs hold a list of line objects, which `lines_after` reads too.
+
+    A seq is stored once, whoever writes: two control planes may both write a job's output (a
+    replica that lost the agent's link still draining, the one it relinked to taking the job
+    back). The job's row is locked first, so the writers of one job take turns, and the lines up
+    to the last stored seq are dropped; the primary key (job_id, first_seq) refuses the rest.
     """
+    _lock_job(conn, job_id)
+    stored = conn.execute(sa.select(sa.func.max(job_output.c.last_seq)).where(job_output.c.job_id == job_id)).scalar()
+    if stored is not None:
+        runs = [run.after(stored) for run in runs if run.last_seq > stored]
     rows = [
         {
             "job_id": job_id,
@@ -149,11 +158,19 @@ def insert_lines(conn: Connection, job_id: str, runs: list[Run]) -> None:
         conn.execute(job_output.insert(), rows)
 
 
+def _lock_job(conn: Connection, job_id: str) -> None:
+    """Hold the job's row until the transaction ends. A write, not `SELECT ... FOR UPDATE`: on
+    PostgreSQL both lock the row, but SQLite ignores FOR UPDATE and takes its one write lock
+    only at a transaction's first write."""
+    conn.execute(jobs.update().where(jobs.c.id == job_id).values(status=jobs.c.status))
+
+
 def lines_after(conn: Connection, job_id: str, after: int, limit: int) -> list[Run]:
     """Stored lines with seq > `after`, in order, as runs: whole chunks, about `limit` lines."""
     query = (
         sa.select(job_output.c.lines)
-        .where(job_output.c.job_id == job_id, job_output.c.last_seq > after)
+        # Bound as BIGINT: a Last-Event-ID may be any 63-bit number; PostgreSQL's INTEGER would overflow.
+        .where(job_output.c.job_id == job_id, job_output.c.last_seq > sa.literal(after, sa.BigInteger))
         .order_by(job_output.c.first_seq)
         .limit(max(1, limit // CHUNK_LINES))
     )

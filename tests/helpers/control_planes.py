@@ -1,0 +1,63 @@
+"""`fleetdeck serve` processes of a test's own: restartable on the same port and database, and
+several on one database (replicas)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import python_env
+
+
+class OwnControlPlane:
+    """`fleetdeck serve` on a database of its own, restartable on the same port and database."""
+
+    def __init__(self, folder: Path, db_url: str, name: str = "cp") -> None:
+        self.folder = folder
+        self.db_url = db_url
+        self.log = folder / f"{name}.log"
+        self.process: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.base_url = ""
+
+    def start(self) -> None:
+        env = {"FLEETDECK_HEARTBEAT_S": "1", "FLEETDECK_JOB_GRACE_S": "30", "FLEETDECK_LOG": "INFO"}
+        command = [sys.executable, "-m", "fleetdeck", "serve", "--db", self.db_url]
+        with open(self.log, "a") as stderr:
+            self.process = subprocess.Popen(
+                [*command, "--listen", f"127.0.0.1:{self.port}"],
+                env=python_env(**env),
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert "control plane at" in line, self.log.read_text()
+        self.base_url = line.rsplit(" ", 1)[1].strip()
+        self.port = int(self.base_url.rsplit(":", 1)[1])
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def admin(self, *args: str) -> dict[str, Any]:
+        command = [sys.executable, "-m", "fleetdeck", "admin", *args, "--db", self.db_url, "--json"]
+        done = subprocess.run(command, env=python_env(), capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result
