@@ -2,6 +2,7 @@
 process's memory: two `fleetdeck serve` processes on one PostgreSQL database, asked at the same
 moment, make one job of one Idempotency-Key and give each load-balancer change a revision of its
 own; and a job's output seqs are stored once, whoever writes them (on both kinds of database).
+Without its driver, a PostgreSQL URL is one clear line.
 
 No agent is linked (none is needed: a load balancer's `lb.apply` queues for its node), so the
 two processes share nothing but the database.
@@ -9,6 +10,8 @@ two processes share nothing but the database.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,6 +29,7 @@ from control_plane.jobs import store as job_store
 from control_plane.jobs.lines import Run
 from control_plane.storage import Database
 from control_plane.storage.schema import job_output, orgs, servers
+from tests.conftest import python_env
 from tests.helpers.control_planes import OwnControlPlane
 from tests.helpers.postgres_server import PostgresDatabases
 
@@ -191,3 +195,42 @@ def test_a_chunk_of_a_seq_stored_already_is_refused_by_the_key(job_db: tuple[Dat
     db.run_sync(lambda conn: conn.execute(job_output.insert(), row))
     with pytest.raises(sa.exc.IntegrityError):
         db.run_sync(lambda conn: conn.execute(job_output.insert(), {**row, "last_seq": 5}))
+
+
+# --- the driver ------------------------------------------------------------------------------
+
+# The child runs `fleetdeck` as if the `postgres` extra were not installed: psycopg cannot be imported.
+WITHOUT_PSYCOPG = (
+    "import sys; sys.modules['psycopg'] = None; from fleetdeck.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+NO_SERVER = "postgresql+psycopg://fleetdeck:pw@127.0.0.1:9/fleetdeck"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["serve", "--db", NO_SERVER, "--listen", "127.0.0.1:0"],
+        ["admin", "create-org", "x", "--plan", "max", "--db", NO_SERVER],
+        ["local", "--db", NO_SERVER],
+    ],
+    ids=["serve", "admin", "local"],
+)
+def test_a_postgresql_url_without_the_driver_says_which_extra_in_one_line(command: list[str], tmp_path: Path) -> None:
+    if command[0] == "local":
+        command = [*command, "--data-dir", str(tmp_path / "local")]
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PSYCOPG, *command], env=python_env(), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "fleetdeck[postgres]" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_postgresql_url_naming_no_driver_means_psycopg(control_plane_postgres: PostgresDatabases) -> None:
+    url = control_plane_postgres.create("plain").replace("postgresql+psycopg://", "postgresql://")
+    db = Database(url)
+    try:
+        db.migrate()
+        assert db.engine.dialect.driver == "psycopg"
+    finally:
+        db.dispose()
