@@ -234,3 +234,27 @@ def test_a_postgresql_url_naming_no_driver_means_psycopg(control_plane_postgres:
         assert db.engine.dialect.driver == "psycopg"
     finally:
         db.dispose()
+
+
+def test_two_replicas_creating_one_server_name_at_once_answer_201_and_409(replicas: Replicas) -> None:
+    with replicas.http(0) as first, replicas.http(1) as second:
+        for _ in range(6):
+            body = {"name": f"same-{uuid.uuid4().hex[:8]}", "kind": "lite"}
+            answers = at_once([partial(http.post, "/v1/servers", json=body) for http in (first, second)])
+            assert sorted(a.status_code for a in answers) == [201, 409], [a.text for a in answers]
+
+
+def test_reads_of_one_kind_and_args_ending_at_once_keep_one_cached_result(job_db: tuple[Database, str]) -> None:
+    db, job_id = job_db
+    for round_ in range(10):
+        key = f"args-{round_}"
+        barrier = threading.Barrier(2)
+
+        def remember(result: str, key: str = key, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            db.run_sync(job_store.remember_read, "srv_1", "system.info", key, job_id, result)
+
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(remember, ["one", "two"]))
+        cached = db.run_sync(job_store.cached_read, "srv_1", "system.info", key)
+        assert cached is not None and cached["result"] in ('"one"', '"two"')

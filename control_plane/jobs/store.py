@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from control_plane.auth.secrets import new_id
@@ -16,6 +18,12 @@ from control_plane.jobs.lines import Run
 from control_plane.storage.schema import job_output, jobs, read_cache
 
 Row = dict[str, Any]
+
+# INSERT ... ON CONFLICT DO UPDATE of each database the control plane runs on (the same SQL on both).
+UPSERTS: dict[str, Callable[[sa.Table], postgresql.Insert | sqlite.Insert]] = {
+    "sqlite": sqlite.insert,
+    "postgresql": postgresql.insert,
+}
 
 RUNNING_STATUSES = ("queued", "running")
 
@@ -198,14 +206,12 @@ def lines_through(conn: Connection, job_id: str, last: int) -> list[Run]:
 
 
 def remember_read(conn: Connection, server_id: str, kind: str, key: str, job_id: str, result: Any) -> None:
+    """Keep this result as the read's last one. One upsert: an update, then an insert when it
+    found no row, lets two reads of the same (kind, args) that end at once both insert (on
+    PostgreSQL; SQLite's one writer serialises them), and the second fail on the key."""
     values = {"job_id": job_id, "result": orjson.dumps(result).decode(), "at": now_iso()}
-    updated = conn.execute(
-        read_cache.update()
-        .where(read_cache.c.server_id == server_id, read_cache.c.kind == kind, read_cache.c.args_key == key)
-        .values(values)
-    )
-    if updated.rowcount == 0:
-        conn.execute(read_cache.insert().values(server_id=server_id, kind=kind, args_key=key, **values))
+    upsert = UPSERTS[conn.dialect.name](read_cache).values(server_id=server_id, kind=kind, args_key=key, **values)
+    conn.execute(upsert.on_conflict_do_update(index_elements=list(read_cache.primary_key), set_=values))
 
 
 def cached_read(conn: Connection, server_id: str, kind: str, key: str) -> Row | None:
