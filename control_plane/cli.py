@@ -23,6 +23,7 @@ from control_plane.auth.passwords import hash_password
 from control_plane.servers import store as server_store
 from control_plane.settings import SERVERS, Settings
 from control_plane.storage import Database
+from control_plane.storage.db import DriverMissing
 
 ROLES = get_args(Role)
 
@@ -32,7 +33,9 @@ def _parser(defaults: Settings) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="the control plane alone")
-    serve.add_argument("--db", default=defaults.db_url, help="SQLAlchemy URL (default: a SQLite file)")
+    serve.add_argument(
+        "--db", default=defaults.db_url, help="SQLAlchemy URL: a SQLite file (the default) or postgresql+psycopg://..."
+    )
     serve.add_argument("--listen", default="127.0.0.1:8080", help="HOST:PORT")
     serve.add_argument(
         "--server",
@@ -87,7 +90,7 @@ def main(argv: list[str], settings: Settings, log_level: str = "WARNING") -> int
             run(args.server, _serve, replace(settings, db_url=args.db, server=args.server), args.listen)
         else:
             _admin(args)
-    except CommandError as exc:
+    except (CommandError, DriverMissing) as exc:
         print(f"fleetdeck: {exc}", file=sys.stderr)
         return 1
     return 0

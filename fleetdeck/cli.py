@@ -74,6 +74,13 @@ def _local_parser() -> argparse.ArgumentParser:
         help="give the local agent a direct-upload ingress on HOST:PORT (e.g. 127.0.0.1:0); off by default",
     )
     parser.add_argument(
+        "--db",
+        metavar="URL",
+        default=None,
+        help="the control plane's database (SQLAlchemy URL, e.g. postgresql+psycopg://...);"
+        " default: FLEETDECK_LOCAL_DB, else a SQLite file in the data dir",
+    )
+    parser.add_argument(
         "--idle-minutes",
         type=float,
         metavar="MINUTES",
@@ -101,9 +108,24 @@ def run_local_command(argv: list[str], settings: Settings) -> int:
         )
         return 1
     from control_plane.serving import run
+    from control_plane.storage.db import DriverMissing
     from fleetdeck.local import LOCAL_SERVER, run_local
 
-    run(settings.server or LOCAL_SERVER, run_local, args.data_dir, settings, args.port, args.ingress, args.idle_minutes)
+    db_url = args.db or settings.local_db
+    try:
+        run(
+            settings.server or LOCAL_SERVER,
+            run_local,
+            args.data_dir,
+            settings,
+            args.port,
+            args.ingress,
+            args.idle_minutes,
+            db_url,
+        )
+    except DriverMissing as exc:
+        print(f"fleetdeck: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

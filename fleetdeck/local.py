@@ -47,15 +47,21 @@ LOCAL_SERVER: ServerName = "hypercorn"
 
 
 async def run_local(
-    data_dir: Path, settings: Settings, port: int = 0, ingress: str | None = None, idle_minutes: float | None = None
+    data_dir: Path,
+    settings: Settings,
+    port: int = 0,
+    ingress: str | None = None,
+    idle_minutes: float | None = None,
+    db_url: str | None = None,
 ) -> None:
-    """Run until a signal, or, with `idle_minutes`, until idle that long with no TUI attached."""
+    """Run until a signal, or, with `idle_minutes`, until idle that long with no TUI attached.
+    `db_url`: the control plane's database (default: the SQLite file of the data dir)."""
     layout = StackLayout(private_dir(data_dir))
     activity = RequestActivity()
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         home, agent_state = layout.home, layout.agent_state
         await anyio.to_thread.run_sync(ensure_workspace, home, agent_state)
-        db_url = layout.db_url
+        db_url = db_url or layout.db_url
         fleet = build_fleet(settings.for_control_plane(db_url, default_server=LOCAL_SERVER))
         account = ensure_account(fleet.db, layout)
         sock = bind("127.0.0.1", port)

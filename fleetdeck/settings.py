@@ -87,6 +87,7 @@ class Settings:
     url: str | None = None
     token: str | None = field(default=None, repr=False)
     db: str | None = None
+    local_db: str | None = None
     agent_token: str | None = field(default=None, repr=False)
     theme: str | None = None
     log: LogLevel | None = None
@@ -122,6 +123,7 @@ VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "url": ("FLEETDECK_URL", _text),
     "token": ("FLEETDECK_TOKEN", _text),
     "db": ("FLEETDECK_DB", _text),
+    "local_db": ("FLEETDECK_LOCAL_DB", _text),
     "agent_token": ("FLEETDECK_AGENT_TOKEN", _text),
     "theme": ("FLEETDECK_THEME", _text),
     "log": ("FLEETDECK_LOG", _log_level),

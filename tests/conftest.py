@@ -23,6 +23,7 @@ from fleetdeck.launcher import start_agent as start_agent
 
 if TYPE_CHECKING:
     from tests.helpers.hosting import Hosting
+    from tests.helpers.postgres_server import PostgresDatabases
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 60.0
@@ -113,6 +114,10 @@ STACK_VARIANTS: dict[str, StackVariant] = {
     "sqlite": lambda _request: {},
     # The same stack with its control plane under uvicorn on asyncio (the agent on a trio thread).
     "uvicorn": lambda _request: {"FLEETDECK_SERVER": "uvicorn"},
+    # A fresh database per stack on the session's control-plane PostgreSQL server.
+    "postgresql": lambda request: {
+        "FLEETDECK_LOCAL_DB": request.getfixturevalue("control_plane_postgres").create("stack")
+    },
 }
 
 
@@ -145,10 +150,12 @@ class SessionStacks:
         return self._running[variant]
 
     def stop_all(self) -> None:
+        """Stop every stack started (again: a no-op)."""
         died = {variant: s.process.poll() for variant, s in self._running.items()}
         logs = {variant: s.log()[-4000:] for variant, s in self._running.items() if died[variant] is not None}
         for running in self._running.values():
             running.stop()
+        self._running.clear()
         # A stack that died mid-session fails every later test with ConnectError: say why, once.
         said = "\n".join(f"{variant} ({died[variant]}):\n{log}" for variant, log in logs.items())
         assert not logs, f"fleetdeck local exited early: {said}"
@@ -159,6 +166,34 @@ def session_stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session
     stacks = SessionStacks(tmp_path_factory)
     yield stacks
     stacks.stop_all()
+
+
+@pytest.fixture(scope="session")
+def control_plane_postgres(session_stacks: SessionStacks) -> Iterator[PostgresDatabases]:
+    """The session's PostgreSQL server for control planes (stacks of the "postgresql" variant,
+    `serve` processes, migrations): a server of its own, apart from the one the `pg.*` job tests
+    drive, in a folder the `postgres` user can reach (pytest's own is private to root)."""
+    from tests.helpers.postgres_server import PostgresDatabases, start_postgres
+
+    folder = Path(tempfile.mkdtemp(prefix="fleetdeck-control-plane-pg-"))
+    folder.chmod(0o755)
+    server = start_postgres(folder / "server", log_statements=False)
+    try:
+        yield PostgresDatabases(server)
+    finally:
+        session_stacks.stop_all()  # the stacks on it before it: none may see its database vanish
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database of each kind the control plane runs on (a test using it runs on both):
+    a SQLite file, or a fresh database on the session's control-plane PostgreSQL server."""
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("control_plane_postgres").create("test")
+        return url
+    return f"sqlite:///{tmp_path / 'fleet.db'}"
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from agent.link.client import AgentLink, Backoff, link_url
 from control_plane.hub import AgentHub
 from fleetdeck.launcher import free_port, start_agent
 from tests.helpers import wait_until
-from tests.helpers.control_plane import OwnControlPlane
+from tests.helpers.control_planes import OwnControlPlane
 from tests.helpers.link import FAST, NEVER, SERVER_ID, TOKEN, ControlPlane, make_control_plane, serving
 
 

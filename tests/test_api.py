@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import uuid
 from pathlib import Path
 
@@ -15,8 +14,9 @@ from api_client import Client
 from api_client.errors import NotFound, TierRequired, Unauthenticated
 from api_client.models import Scope
 from tests.conftest import Stack
+from tests.helpers.databases import query
 
-pytestmark = pytest.mark.stack_variants("sqlite", "uvicorn")
+pytestmark = pytest.mark.stack_variants("sqlite", "postgresql", "uvicorn")
 
 SITE = {"scope": "site", "domain": "example.com"}
 
@@ -244,13 +244,10 @@ def test_server_crud_and_roles(stack: Stack) -> None:
 
 
 def test_audit_rows_have_no_secrets(stack: Stack) -> None:
+    stack.login(stack.email, stack.password)  # an auth.login entry, whichever tests ran before
     with stack.http() as http:
         secret = http.post("/v1/tokens", json={"name": "audited"}).json()["token"]
-    rows = (
-        sqlite3.connect(stack.db_url.removeprefix("sqlite:///"))
-        .execute("select action, details, target from audit_log")
-        .fetchall()
-    )
+    rows = query(stack.db_url, "select action, details, target from audit_log")
     assert ("tokens.create" in {r[0] for r in rows}) and ("auth.login" in {r[0] for r in rows})
     dump = json.dumps(rows)
     assert secret not in dump and stack.password not in dump

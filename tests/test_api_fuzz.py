@@ -1,6 +1,7 @@
 """Schemathesis against the real stack: every operation of the OpenAPI document, with generated
-valid and invalid input, must never answer a 5xx. Bounded to a couple of minutes; it runs on a
-stack of its own, since generated writes may reach that stack's demo workspace."""
+valid and invalid input, must never answer a 5xx. Bounded to a couple of minutes a database; it
+runs on a stack of its own (one on SQLite, one on PostgreSQL), since generated writes may reach
+that stack's demo workspace."""
 
 from __future__ import annotations
 
@@ -13,12 +14,14 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
-from tests.conftest import Stack, start_local
+from tests.conftest import STACK_VARIANTS, Stack, start_local
 
 
-@pytest.fixture(scope="module")
-def fuzzed_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    running = start_local(tmp_path_factory.mktemp("fuzz"))
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def fuzzed_stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """A stack of its own of each variant (the stack variants' environments, not their stacks)."""
+    variant_env = STACK_VARIANTS[request.param](request)
+    running = start_local(tmp_path_factory.mktemp(f"fuzz-{request.param}"), env=variant_env)
     yield running
     died = running.process.poll()
     running.stop()

@@ -11,6 +11,8 @@ from api_client import Client
 from api_client import errors as api_errors
 from tests.conftest import Stack
 
+pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")
+
 
 @pytest.mark.anyio
 async def test_actor_and_outcome_filter_on_the_server_and_paging_stays_within_the_filter(stack: Stack) -> None:

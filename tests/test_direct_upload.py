@@ -39,6 +39,8 @@ from api_client.models import DIRECT_UPLOAD_LIMIT, Scope
 from tests.conftest import Stack, start_agent
 from tests.helpers import wait_until
 
+pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")
+
 SITE = Scope(scope="site", domain="a.example")
 DEMO_SITE = Scope(scope="site", domain="example.com")
 MiB = 1024 * 1024

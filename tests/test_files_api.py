@@ -23,7 +23,7 @@ from api_client.models import MAX_ARCHIVE_PATHS, MAX_PATHS, RELAY_UPLOAD_LIMIT, 
 from tests.conftest import Stack
 from tests.helpers import eventually, wait_until
 
-pytestmark = pytest.mark.stack_variants("sqlite", "uvicorn")
+pytestmark = pytest.mark.stack_variants("sqlite", "postgresql", "uvicorn")
 
 SITE = Scope(scope="site", domain="example.com")
 

@@ -39,10 +39,13 @@ ORIGINAL_KEYS = (
 )
 SITE = "example.com"
 
-pytestmark = pytest.mark.skipif(
-    not os.path.exists(SSHD) or not shutil.which("ssh") or not shutil.which("ssh-keygen"),
-    reason="needs OpenSSH (sshd, ssh, ssh-keygen): scripts/test installs openssh-server",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not os.path.exists(SSHD) or not shutil.which("ssh") or not shutil.which("ssh-keygen"),
+        reason="needs OpenSSH (sshd, ssh, ssh-keygen): scripts/test installs openssh-server",
+    ),
+    pytest.mark.stack_variants("sqlite", "postgresql"),
+]
 
 
 @dataclass

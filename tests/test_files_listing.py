@@ -29,6 +29,8 @@ from api_client import Client
 from api_client.models import Entry, Listing, Scope
 from tests.conftest import Stack
 
+pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")
+
 SITE = Scope(scope="site", domain="example.com")
 OLD = time.time() - 3600  # a folder mtime well past the snapshots' racy window
 

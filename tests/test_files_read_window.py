@@ -16,6 +16,8 @@ from api_client import Client
 from api_client.models import WINDOW_LIMIT, Scope
 from tests.conftest import Stack
 
+pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")
+
 SITE = Scope(scope="site", domain="example.com")
 MIB = 1024 * 1024
 

@@ -14,7 +14,7 @@ from api_client.sse import SSEParser
 from control_plane.jobs import lines, store
 from control_plane.jobs.lines import BadOutput, Run
 from control_plane.jobs.runner import LiveJob, output_size
-from control_plane.storage.schema import job_output, metadata
+from control_plane.storage.schema import job_output, jobs, metadata
 
 
 def line_event(line: dict[str, Any]) -> bytes:
@@ -99,7 +99,7 @@ def test_chunks_cut_runs_at_the_size() -> None:
 
 def test_stored_chunks_read_back_from_any_seq_with_old_rows_too() -> None:
     engine = sa.create_engine("sqlite://")
-    metadata.create_all(engine, tables=[job_output])
+    metadata.create_all(engine, tables=[jobs, job_output])  # insert_lines locks the job's row (none here)
     at = "2026-11-22T10:00:00.000Z"
     with engine.begin() as conn:
         conn.execute(sa.text("PRAGMA foreign_keys = OFF"))

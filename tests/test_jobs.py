@@ -1,11 +1,10 @@
-"""Job dispatch end to end: the real control plane, the real agent, real SQLite, over 127.0.0.1."""
+"""Job dispatch end to end: the real control plane, the real agent, real SQLite and PostgreSQL, over 127.0.0.1."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import uuid
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 import trio
 
 from api_client import Client
@@ -20,9 +20,10 @@ from api_client.errors import AgentOffline
 from api_client.sse import SSEParser
 from tests.conftest import AgentProcess, Stack, start_agent, start_local
 from tests.helpers import wait_until
-from tests.helpers.control_plane import OwnControlPlane
+from tests.helpers.control_planes import OwnControlPlane
+from tests.helpers.databases import is_postgres, query
 
-pytestmark = pytest.mark.stack_variants("sqlite", "uvicorn")
+pytestmark = pytest.mark.stack_variants("sqlite", "postgresql", "uvicorn")
 
 
 def code(response: httpx.Response) -> str:
@@ -306,7 +307,9 @@ SECRET_JOBS = [
 
 
 @pytest.mark.parametrize(("kind", "args", "secret_field"), SECRET_JOBS)
-def test_secret_arguments_reach_no_storage(stack: Stack, kind: str, args: dict[str, Any], secret_field: str) -> None:
+def test_secret_arguments_reach_no_storage(
+    stack: Stack, kind: str, args: dict[str, Any], secret_field: str, request: pytest.FixtureRequest
+) -> None:
     secret = f"s3cr3t-{uuid.uuid4().hex}"
     with stack.http() as http:
         created = run(http, stack.server_id, kind, {**args, secret_field: secret})
@@ -318,12 +321,21 @@ def test_secret_arguments_reach_no_storage(stack: Stack, kind: str, args: dict[s
         audit = http.get("/v1/audit", params={"action": "jobs.create"})
         assert audit.status_code == 200 and job["id"] in audit.text
     assert secret not in str(done) and secret not in stream and secret not in audit.text
-    database = Path(stack.db_url.removeprefix("sqlite:///"))
-    conn = sqlite3.connect(database)
-    conn.execute("PRAGMA wal_checkpoint(FULL)")
-    conn.close()
-    for path in database.parent.glob(database.name + "*"):
+    for path in database_files(request, stack.db_url):
         assert secret.encode() not in path.read_bytes(), path
+
+
+def database_files(request: pytest.FixtureRequest, db_url: str) -> list[Path]:
+    """The files that hold the database at `db_url`, all it wrote flushed to them: the SQLite file
+    and its WAL, or the PostgreSQL database's folder and the server's WAL."""
+    if is_postgres(db_url):
+        server = request.getfixturevalue("control_plane_postgres").server
+        server.psql("CHECKPOINT")
+        oid = server.psql(f"SELECT oid FROM pg_database WHERE datname = '{sa.make_url(db_url).database}'")
+        return [p for folder in ("base/" + oid, "pg_wal") for p in (server.data / folder).rglob("*") if p.is_file()]
+    database = Path(sa.make_url(db_url).database or "")
+    query(db_url, "PRAGMA wal_checkpoint(FULL)")
+    return list(database.parent.glob(database.name + "*"))
 
 
 # --- the agent goes away ----------------------------------------------------------------------
@@ -477,9 +489,10 @@ COUNT_SCRIPT = 'i=1\nwhile [ $i -le 60 ]; do echo "line $i"; i=$((i+1)); sleep 0
 
 
 @pytest.fixture
-def restartable(tmp_path: Path) -> Any:
-    """A control plane of its own with one server, its agent, and a site with a counting script."""
-    cp = OwnControlPlane(tmp_path)
+def restartable(tmp_path: Path, database_url: str) -> Any:
+    """A control plane of its own (on each kind of database) with one server, its agent, and a
+    site with a counting script."""
+    cp = OwnControlPlane(tmp_path, database_url)
     cp.start()
     cp.admin("create-org", "restarts", "--plan", "max")
     cp.admin("create-user", "o@example.com", "--org", "restarts", "--role", "owner", "--password", "pw-restarts-1")
@@ -625,12 +638,8 @@ def test_the_output_a_job_keeps_is_capped_and_ends_with_what_was_left_out(capped
     assert note["stream"] == "stderr" and note["seq"] == len(texts) + 1
     assert f"{len(left_out):,} lines ({left_out_bytes:,} bytes) left out" in note["text"]
     assert events[-1].event == "exit" and events[-1].data == {"exit_code": 0, "status": "succeeded"}
-    database = Path(capped_stack.db_url.removeprefix("sqlite:///"))
-    stored = (
-        sqlite3.connect(database)
-        .execute("SELECT sum(length(lines)) FROM job_output WHERE job_id = ?", (job["id"],))
-        .fetchone()[0]
-    )
+    sql = "SELECT sum(length(lines)) FROM job_output WHERE job_id = :job_id"
+    stored = query(capped_stack.db_url, sql, job_id=job["id"])[0][0]
     assert stored < 2 * cap  # the text as JSON runs: nowhere near the 1.6 MB printed
 
 

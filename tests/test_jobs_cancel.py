@@ -29,7 +29,10 @@ from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting
 
-pytestmark = pytest.mark.skipif(shutil.which("crontab") is None, reason="needs crontab (Debian package cron)")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("crontab") is None, reason="needs crontab (Debian package cron)"),
+    pytest.mark.stack_variants("sqlite", "postgresql"),
+]
 
 STUBBORN_SCRIPT = """#!/bin/sh
 (trap '' TERM; echo "child ignores TERM"; exec sleep 300) &

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_until
 
-pytestmark = pytest.mark.stack_variants("sqlite", "uvicorn")
+pytestmark = pytest.mark.stack_variants("sqlite", "postgresql", "uvicorn")
 
 
 def code(answer: httpx.Response) -> str:

@@ -1,10 +1,10 @@
 """What a node reports, into the rows: the outcome rules of `lb.apply` (a report of an older
-revision never marks a newer one active) and health ingestion, on a real migrated database."""
+revision never marks a newer one active) and health ingestion, on a real migrated database of
+each kind (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import anyio
 import pytest
@@ -22,8 +22,8 @@ from control_plane.storage.schema import orgs, servers
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = Database(f"sqlite:///{tmp_path / 'fleet.db'}")
+def db(database_url: str) -> Iterator[Database]:
+    database = Database(database_url)
     database.migrate()
     with database.engine.begin() as conn:
         conn.execute(orgs.insert().values(id="org_1", name="one", plan="free", created_at=now_iso()))

@@ -1,6 +1,7 @@
-"""The migrations build exactly the tables of `control_plane/storage/schema.py`.
+"""The migrations build exactly the tables of `control_plane/storage/schema.py`, on both databases
+the control plane runs on: SQLite and PostgreSQL (a fresh database of the session's server each).
 
-An empty SQLite database is brought to `head` the way the control plane does it at startup, then
+An empty database is brought to `head` the way the control plane does it at startup, then
 alembic's autogenerate comparison must find nothing to do. What that comparison does not report
 on SQLite (a unique constraint the migrations made but the schema no longer has: alembic cannot
 drop an unnamed one, so it stays silent) is compared from the reflected tables, with the foreign
@@ -10,7 +11,6 @@ keys and their `ON DELETE`.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +26,8 @@ from control_plane.storage.schema import metadata
 
 
 @pytest.fixture
-def migrated(tmp_path: Path) -> Iterator[Database]:
-    db = Database(f"sqlite:///{tmp_path / 'fleet.db'}")
+def migrated(database_url: str) -> Iterator[Database]:
+    db = Database(database_url)
     db.migrate()
     yield db
     db.dispose()
@@ -100,12 +100,12 @@ def test_constraints_the_comparison_skips(migrated: Database) -> None:
             assert reflected_fks == _schema_foreign_keys(table), name
 
 
-def test_the_newest_revision_read_from_file_names_is_alembics_head(tmp_path: Path) -> None:
+def test_the_newest_revision_read_from_file_names_is_alembics_head(database_url: str) -> None:
     """`migrate` skips alembic when the database is at `newest_revision()`: it must be the head."""
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     assert ScriptDirectory.from_config(config).get_heads() == [newest_revision()]
-    db = Database(f"sqlite:///{tmp_path / 'fresh.db'}")
+    db = Database(database_url)
     try:
         assert current_revision(db.engine) is None
         db.migrate()

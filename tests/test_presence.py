@@ -17,6 +17,8 @@ from api_client import Client
 from tests.conftest import Stack, start_agent, start_local
 from tests.helpers import wait_until
 
+pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")
+
 
 def _online(stack: Stack, server_id: str) -> bool:
     with stack.http() as http:

@@ -67,7 +67,8 @@ def entries(
     """
     query = sa.select(audit_log).where(audit_log.c.org_id == org_id)
     if before is not None:
-        query = query.where(audit_log.c.id < before)
+        # Bound as BIGINT: the contract allows any 63-bit `before`; PostgreSQL's INTEGER would overflow.
+        query = query.where(audit_log.c.id < sa.literal(before, sa.BigInteger))
     if server_id is not None:
         query = query.where(audit_log.c.server_id == server_id)
     if action is not None:

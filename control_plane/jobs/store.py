@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from control_plane.auth.secrets import new_id
@@ -16,6 +18,12 @@ from control_plane.jobs.lines import Run
 from control_plane.storage.schema import job_output, jobs, read_cache
 
 Row = dict[str, Any]
+
+# INSERT ... ON CONFLICT DO UPDATE of each database the control plane runs on (the same SQL on both).
+UPSERTS: dict[str, Callable[[sa.Table], postgresql.Insert | sqlite.Insert]] = {
+    "sqlite": sqlite.insert,
+    "postgresql": postgresql.insert,
+}
 
 RUNNING_STATUSES = ("queued", "running")
 
@@ -135,7 +143,16 @@ def insert_lines(conn: Connection, job_id: str, runs: list[Run]) -> None:
 
     A row's ``lines`` is the JSON list of its runs (``{"seq", "stream", "at", "texts"}``); rows
     written before runs hold a list of line objects, which `lines_after` reads too.
+
+    A seq is stored once, whoever writes: two control planes may both write a job's output (a
+    replica that lost the agent's link still draining, the one it relinked to taking the job
+    back). The job's row is locked first, so the writers of one job take turns, and the lines up
+    to the last stored seq are dropped; the primary key (job_id, first_seq) refuses the rest.
     """
+    _lock_job(conn, job_id)
+    stored = conn.execute(sa.select(sa.func.max(job_output.c.last_seq)).where(job_output.c.job_id == job_id)).scalar()
+    if stored is not None:
+        runs = [run.after(stored) for run in runs if run.last_seq > stored]
     rows = [
         {
             "job_id": job_id,
@@ -149,11 +166,19 @@ def insert_lines(conn: Connection, job_id: str, runs: list[Run]) -> None:
         conn.execute(job_output.insert(), rows)
 
 
+def _lock_job(conn: Connection, job_id: str) -> None:
+    """Hold the job's row until the transaction ends. A write, not `SELECT ... FOR UPDATE`: on
+    PostgreSQL both lock the row, but SQLite ignores FOR UPDATE and takes its one write lock
+    only at a transaction's first write."""
+    conn.execute(jobs.update().where(jobs.c.id == job_id).values(status=jobs.c.status))
+
+
 def lines_after(conn: Connection, job_id: str, after: int, limit: int) -> list[Run]:
     """Stored lines with seq > `after`, in order, as runs: whole chunks, about `limit` lines."""
     query = (
         sa.select(job_output.c.lines)
-        .where(job_output.c.job_id == job_id, job_output.c.last_seq > after)
+        # Bound as BIGINT: a Last-Event-ID may be any 63-bit number; PostgreSQL's INTEGER would overflow.
+        .where(job_output.c.job_id == job_id, job_output.c.last_seq > sa.literal(after, sa.BigInteger))
         .order_by(job_output.c.first_seq)
         .limit(max(1, limit // CHUNK_LINES))
     )
@@ -181,14 +206,12 @@ def lines_through(conn: Connection, job_id: str, last: int) -> list[Run]:
 
 
 def remember_read(conn: Connection, server_id: str, kind: str, key: str, job_id: str, result: Any) -> None:
+    """Keep this result as the read's last one. One upsert: an update, then an insert when it
+    found no row, lets two reads of the same (kind, args) that end at once both insert (on
+    PostgreSQL; SQLite's one writer serialises them), and the second fail on the key."""
     values = {"job_id": job_id, "result": orjson.dumps(result).decode(), "at": now_iso()}
-    updated = conn.execute(
-        read_cache.update()
-        .where(read_cache.c.server_id == server_id, read_cache.c.kind == kind, read_cache.c.args_key == key)
-        .values(values)
-    )
-    if updated.rowcount == 0:
-        conn.execute(read_cache.insert().values(server_id=server_id, kind=kind, args_key=key, **values))
+    upsert = UPSERTS[conn.dialect.name](read_cache).values(server_id=server_id, kind=kind, args_key=key, **values)
+    conn.execute(upsert.on_conflict_do_update(index_elements=list(read_cache.primary_key), set_=values))
 
 
 def cached_read(conn: Connection, server_id: str, kind: str, key: str) -> Row | None:

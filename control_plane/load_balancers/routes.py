@@ -162,17 +162,37 @@ async def _transaction(fleet: Fleet, fn: Any) -> LbApply:
 
 
 async def _dispatch_apply(fleet: Fleet, caller: Principal, node: str, spec: LbApply) -> str:
-    """`lb.apply` of this revision on the node; older applies still queued end `cancelled`."""
+    """`lb.apply` of this revision on the node; the older applies still queued end `cancelled`
+    (this one too, when a newer one is queued already: another replica's, accepted meanwhile)."""
     job = await submit_job(fleet, caller, node, APPLY, APPLY.build(spec.model_dump(mode="json")))
-    await _supersede(fleet, node, spec.id, job["id"], f"superseded by revision {spec.revision} before it ran")
+    await _supersede(fleet, node, spec.id, _apply_order(job))
     fleet.lb_reports.watch(node)
     return str(job["id"])
 
 
-async def _supersede(fleet: Fleet, node: str, lb_id: str, keep_job: str | None, note: str) -> None:
-    for queued in await fleet.db.run(job_store.queued_of_kind, node, APPLY.kind):
-        if queued["id"] != keep_job and orjson.loads(queued["args"]).get("id") == lb_id:
-            await fleet.db.run(job_store.end_queued, queued["id"], "cancelled", note)
+def _apply_order(job: dict[str, Any]) -> tuple[int, str, str]:
+    """Which of two applies of a load balancer is the newer: its revision, then its creation."""
+    return orjson.loads(job["args"])["revision"], job["created_at"], job["id"]
+
+
+async def _supersede(fleet: Fleet, node: str, lb_id: str, dispatched: tuple[int, str, str] | None) -> None:
+    """End `cancelled` the applies of this load balancer still queued on its node but the newest,
+    `dispatched` or a queued one (all of them when `dispatched` is None: it is being removed).
+    Every dispatch runs this once its job is in the database, so of two concurrent dispatches
+    (two replicas) the one that runs it last sees both jobs."""
+    queued = [
+        job
+        for job in await fleet.db.run(job_store.queued_of_kind, node, APPLY.kind)
+        if orjson.loads(job["args"]).get("id") == lb_id
+    ]
+    if dispatched is None:
+        newest, note = None, "superseded by the load balancer's removal before it ran"
+    else:
+        newest = max([dispatched, *map(_apply_order, queued)])
+        note = f"superseded by revision {newest[0]} before it ran"
+    for job in queued:
+        if newest is None or _apply_order(job) < newest:
+            await fleet.db.run(job_store.end_queued, job["id"], "cancelled", note)
 
 
 async def _audit(fleet: Fleet, caller: Principal, action: str, spec: LbApply, node: str, **details: Any) -> None:
@@ -301,7 +321,7 @@ async def delete_load_balancer(lb_id: str, caller: Caller, fleet: FleetDep) -> R
     node = row["node_server_id"]
     remove = LbRemove(id=lb_id, name=row["name"], engine=row["engine"])
     job = await submit_job(fleet, caller, node, REMOVE, REMOVE.build(remove.model_dump(mode="json")))
-    await _supersede(fleet, node, lb_id, None, "superseded by the load balancer's removal before it ran")
+    await _supersede(fleet, node, lb_id, None)
     await fleet.db.run(store.delete_lb, lb_id)
     await fleet.audit(
         caller,

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from sqlalchemy.exc import IntegrityError
 
 from api_client.errors import Conflict, NotFound
 from api_client.models import AgentInfo, Server, ServerCreate, ServerCreated, ServerList
@@ -71,7 +72,10 @@ async def create_server(body: ServerCreate, caller: Caller, fleet: FleetDep) -> 
     caller.require_role("owner", "admin")
     if await fleet.db.run(store.server_by_name, caller.org_id, body.name):
         raise Conflict(f"a server named {body.name} exists already")
-    row, token = await fleet.db.run(store.create_server, caller.org_id, body.name, body.kind, body.address)
+    try:
+        row, token = await fleet.db.run(store.create_server, caller.org_id, body.name, body.kind, body.address)
+    except IntegrityError as exc:  # the same name, created since the look-up (another request, another replica)
+        raise Conflict(f"a server named {body.name} exists already") from exc
     await fleet.audit(caller, "servers.create", server_id=row["id"], target=body.name, details={"kind": body.kind})
     return ServerCreated(server=server_model(row, None), agent_token=token or "")
 

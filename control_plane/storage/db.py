@@ -26,14 +26,37 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+POSTGRES_DRIVER = "postgresql+psycopg"
+
+
+class DriverMissing(Exception):
+    """The database URL needs a driver this installation lacks; the message says how to add it."""
+
+
+def database_url(url: str) -> sa.URL:
+    """`url` parsed, PostgreSQL's with the one driver fleetdeck supports (psycopg 3) when it names
+    none (SQLAlchemy would pick psycopg2, which the `postgres` extra does not install)."""
+    parsed = sa.make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername=POSTGRES_DRIVER)
+    return parsed
 
 
 def create_engine(url: str) -> Engine:
-    if url.startswith("sqlite"):
-        engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+    parsed = database_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = sa.create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return sa.create_engine(url, pool_pre_ping=True)
+    try:
+        return sa.create_engine(parsed, pool_pre_ping=True)
+    except ImportError as exc:  # the dialect imports its driver here
+        if parsed.get_backend_name() == "postgresql":
+            raise DriverMissing(
+                "PostgreSQL needs the psycopg driver: pip install 'fleetdeck[postgres]'"
+                f" (and a {POSTGRES_DRIVER}:// URL)"
+            ) from exc
+        raise DriverMissing(f"no driver for {parsed.drivername} databases: {exc}") from exc
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

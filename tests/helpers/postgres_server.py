@@ -5,7 +5,8 @@ own pg_hba.conf rules let TCP logins in from 127.0.0.1 only; a connection to ::1
 whereas one to another 127.x address would still come from 127.0.0.1), on a free port.
 
 Every statement is logged (``log_statement = all``), so a test can check that no password reached
-the server in plain text.
+the server in plain text; a server for the control plane's own databases (`PostgresDatabases`)
+logs none.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import secrets
 import shutil
 import socket
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from fleetdeck.launcher import free_port
@@ -116,7 +118,28 @@ class PostgresServer:
             self.as_postgres("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w")
 
 
-def start_postgres(folder: Path) -> PostgresServer:
+@dataclass
+class PostgresDatabases:
+    """Fresh databases on `server`, all owned by one login role (not a superuser): what a control
+    plane gets, a database of its own each."""
+
+    server: PostgresServer
+    role: str = "fleetdeck"
+    password: str = field(default_factory=lambda: secrets.token_hex(16))
+    made: int = 0
+
+    def __post_init__(self) -> None:
+        self.server.psql(f"CREATE ROLE {self.role} LOGIN PASSWORD '{self.password}'")
+
+    def create(self, prefix: str) -> str:
+        """A new empty database; its SQLAlchemy URL (psycopg 3, over TCP to 127.0.0.1)."""
+        self.made += 1
+        name = f"{prefix}_{self.made}"
+        self.server.psql(f"CREATE DATABASE {name} OWNER {self.role}")
+        return f"postgresql+psycopg://{self.role}:{self.password}@{LOCAL_ADDRESS}:{self.server.port}/{name}"
+
+
+def start_postgres(folder: Path, *, log_statements: bool = True) -> PostgresServer:
     """initdb and start a server in `folder` (made here, owned by the postgres user)."""
     found = bin_dir()
     if found is None or shutil.which("psql") is None:
@@ -135,7 +158,8 @@ def start_postgres(folder: Path) -> PostgresServer:
         "port": str(server.port),
         "unix_socket_directories": f"'{server.socket_dir}'",
         "fsync": "off",
-        "log_statement": "'all'",
+        "log_statement": "'all'" if log_statements else "'none'",
+        "max_connections": "200",  # stacks and `serve` processes of a session, each with its pool
     }
     with open(server.data / "postgresql.conf", "a") as conf:
         conf.write("".join(f"{name} = {value}\n" for name, value in settings.items()))

@@ -1,4 +1,5 @@
-"""A control plane of a test's own: `fleetdeck serve` as a subprocess that a test may kill and restart."""
+"""`fleetdeck serve` processes of a test's own: restartable on the same port and database, and
+several on one database (replicas)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fleetdeck.launcher import child_environment
+from tests.conftest import python_env
 
 
 class OwnControlPlane:
-    """`fleetdeck serve` on a SQLite file of its own, restartable on the same port and database.
+    """`fleetdeck serve`, restartable on the same port and database: a SQLite file of its own, or
+    `db_url` (another's database: replicas of one cluster); `name` tells their logs apart."""
 
-    `db_url` shares another's database instead (replicas of one cluster); `name` tells their logs
-    apart (FOLDER/NAME.log)."""
-
-    def __init__(self, folder: Path, *, db_url: str | None = None, name: str = "cp") -> None:
+    def __init__(self, folder: Path, db_url: str | None = None, name: str = "cp") -> None:
         self.folder = folder
         self.db_url = db_url or f"sqlite:///{folder / 'cp.db'}"
         self.log = folder / f"{name}.log"
@@ -32,7 +31,7 @@ class OwnControlPlane:
         with open(self.log, "a") as stderr:
             self.process = subprocess.Popen(
                 [*command, "--listen", f"127.0.0.1:{self.port}"],
-                env=child_environment(env),
+                env=python_env(**env),
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,
@@ -48,9 +47,18 @@ class OwnControlPlane:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait()
 
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
     def admin(self, *args: str) -> dict[str, Any]:
         command = [sys.executable, "-m", "fleetdeck", "admin", *args, "--db", self.db_url, "--json"]
-        done = subprocess.run(command, env=child_environment(), capture_output=True, text=True, timeout=60)
+        done = subprocess.run(command, env=python_env(), capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
         result: dict[str, Any] = json.loads(done.stdout)
         return result

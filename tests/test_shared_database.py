@@ -1,0 +1,260 @@
+"""Correctness with several control planes on one database comes from the database, not from a
+process's memory: two `fleetdeck serve` processes on one PostgreSQL database, asked at the same
+moment, make one job of one Idempotency-Key and give each load-balancer change a revision of its
+own; and a job's output seqs are stored once, whoever writes them (on both kinds of database).
+Without its driver, a PostgreSQL URL is one clear line.
+
+No agent is linked (none is needed: a load balancer's `lb.apply` queues for its node), so the
+two processes share nothing but the database.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from control_plane.clock import now_iso
+from control_plane.jobs import store as job_store
+from control_plane.jobs.lines import Run
+from control_plane.storage import Database
+from control_plane.storage.schema import job_output, orgs, servers
+from tests.conftest import python_env
+from tests.helpers.control_planes import OwnControlPlane
+from tests.helpers.postgres_server import PostgresDatabases
+
+OWNER, PASSWORD = "owner@replicas.example", "pw-replicas-1"
+
+
+class Replicas:
+    """Two control planes on one PostgreSQL database, an org with an owner, and its token."""
+
+    def __init__(self, folder: Path, db_url: str) -> None:
+        self.planes = [OwnControlPlane(folder, db_url, name) for name in ("first", "second")]
+        for plane in self.planes:
+            plane.start()  # one after the other: the first migrates, the second finds it done
+        first = self.planes[0]
+        first.admin("create-org", "replicas", "--plan", "max")
+        first.admin("create-user", OWNER, "--org", "replicas", "--role", "owner", "--password", PASSWORD)
+        login = httpx.post(f"{first.base_url}/v1/auth/login", json={"email": OWNER, "password": PASSWORD})
+        self.token = login.json()["token"]
+
+    def http(self, index: int) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return httpx.Client(base_url=self.planes[index].base_url, headers=headers, timeout=60)
+
+    def server(self, kind: str) -> str:
+        name = f"{kind}-{uuid.uuid4().hex[:8]}"
+        with self.http(0) as http:
+            answer = http.post("/v1/servers", json={"name": name, "kind": kind, "address": "127.0.0.1"})
+        assert answer.status_code == 201, answer.text
+        server_id: str = answer.json()["server"]["id"]
+        return server_id
+
+    def stop(self) -> None:
+        for plane in self.planes:
+            plane.stop()
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory: pytest.TempPathFactory, control_plane_postgres: PostgresDatabases) -> Iterator[Replicas]:
+    started = Replicas(tmp_path_factory.mktemp("replicas"), control_plane_postgres.create("replicas"))
+    yield started
+    started.stop()
+
+
+def at_once(calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:
+    """Run the calls in threads of their own, released together; their answers in order."""
+    barrier = threading.Barrier(len(calls))
+
+    def released(call: Callable[[], httpx.Response]) -> httpx.Response:
+        barrier.wait()
+        return call()
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(released, calls))
+
+
+def apply_args(revision: int) -> dict[str, Any]:
+    return {"id": "lb_idem", "name": "idem", "revision": revision, "port": 80, "engine": "nginx"}
+
+
+def test_one_idempotency_key_sent_to_two_replicas_at_once_makes_one_job(replicas: Replicas) -> None:
+    node = replicas.server("full")  # offline: lb.apply queues, so both replicas accept it
+    rounds = 8
+    with replicas.http(0) as first, replicas.http(1) as second:
+        for revision in range(1, rounds + 1):
+            headers = {"Idempotency-Key": uuid.uuid4().hex}
+            body = {"kind": "lb.apply", "args": apply_args(revision)}
+            url = f"/v1/servers/{node}/jobs"
+            answers = at_once([partial(http.post, url, json=body, headers=headers) for http in (first, second)])
+            assert [a.status_code for a in answers] == [201, 201], [a.text for a in answers]
+            assert answers[0].json()["id"] == answers[1].json()["id"]
+        jobs = first.get(f"/v1/servers/{node}/jobs", params={"limit": 100}).json()["jobs"]
+    assert sorted(job["args"]["revision"] for job in jobs) == list(range(1, rounds + 1))
+
+
+def test_load_balancer_changes_on_two_replicas_at_once_each_get_a_revision(replicas: Replicas) -> None:
+    node, backend = replicas.server("full"), replicas.server("lite")
+    with replicas.http(0) as first, replicas.http(1) as second:
+        body = {"name": f"web-{uuid.uuid4().hex[:8]}", "port": 80, "node_server_id": node, "engine": "nginx"}
+        created = first.post("/v1/load-balancers", json={**body, "backends": [{"server_id": backend}]})
+        assert created.status_code == 201, created.text
+        lb = created.json()
+        assert lb["revision"] == 1
+        path = f"/v1/load-balancers/{lb['id']}/backends/{lb['backends'][0]['id']}"
+        changes = 12
+        replicas_in_turn = [first, second] * (changes // 2)
+        patches = [partial(http.patch, path, json={"weight": n + 1}) for n, http in enumerate(replicas_in_turn)]
+        answers = at_once(patches)
+        assert {a.status_code for a in answers} == {200}, [a.text for a in answers]
+        assert first.get(f"/v1/load-balancers/{lb['id']}").json()["revision"] == changes + 1
+        audit = first.get("/v1/audit", params={"action": "load_balancers.backend_update", "limit": 100}).json()
+        revisions = [e["details"]["revision"] for e in audit["entries"] if e["details"]["lb_id"] == lb["id"]]
+        assert sorted(revisions) == list(range(2, changes + 2))
+        applies = first.get(f"/v1/servers/{node}/jobs", params={"limit": 100}).json()["jobs"]
+    queued = [job["args"]["revision"] for job in applies if job["status"] == "queued"]
+    assert queued == [changes + 1]  # the older applies were superseded, whichever replica took them
+    assert len(applies) == changes + 1
+
+
+# --- job output: one row per seq, whoever writes ---------------------------------------------
+
+
+@pytest.fixture
+def job_db(database_url: str) -> Iterator[tuple[Database, str]]:
+    """A migrated database of each kind with one job."""
+    db = Database(database_url)
+    db.migrate()
+    with db.engine.begin() as conn:
+        conn.execute(orgs.insert().values(id="org_1", name="one", plan="max", created_at=now_iso()))
+        conn.execute(servers.insert().values(id="srv_1", org_id="org_1", name="s", kind="full", created_at=now_iso()))
+        job = job_store.create_job(
+            conn,
+            org_id="org_1",
+            server_id="srv_1",
+            kind="system.info",
+            args={},
+            argv=["true"],
+            created_by=None,
+            idempotency_key=None,
+        )
+    yield db, job["id"]
+    db.dispose()
+
+
+def runs_of(first: int, last: int, size: int) -> list[list[Run]]:
+    """Lines `first`..`last` as batches of `size` lines, one run each (what one writer stores at a time)."""
+    at = now_iso()
+    return [
+        [Run(seq, "stdout", at, [f"line {n}" for n in range(seq, min(seq + size, last + 1))])]
+        for seq in range(first, last + 1, size)
+    ]
+
+
+def test_two_writers_of_one_jobs_output_store_each_seq_once(job_db: tuple[Database, str]) -> None:
+    """Two writers (two replicas during a relink) store the same lines, cut differently, at once."""
+    db, job_id = job_db
+    last = 600
+    writers = [runs_of(1, last, 7), runs_of(1, last, 11)]
+    barrier = threading.Barrier(len(writers))
+
+    def write(batches: list[list[Run]]) -> None:
+        barrier.wait()
+        for batch in batches:
+            db.run_sync(job_store.insert_lines, job_id, batch)
+
+    with ThreadPoolExecutor(len(writers)) as pool:
+        list(pool.map(write, writers))
+    rows = db.run_sync(
+        lambda conn: conn.execute(
+            sa.select(job_output.c.first_seq, job_output.c.last_seq)
+            .where(job_output.c.job_id == job_id)
+            .order_by(job_output.c.first_seq)
+        ).all()
+    )
+    assert [first for first, _ in rows] == [1] + [row_last + 1 for _, row_last in rows[:-1]]  # no overlap, no gap
+    assert rows[-1][1] == last
+    stored = [line for run in db.run_sync(job_store.lines_through, job_id, last) for line in run.lines()]
+    assert [line["text"] for line in stored] == [f"line {n}" for n in range(1, last + 1)]
+
+
+def test_a_chunk_of_a_seq_stored_already_is_refused_by_the_key(job_db: tuple[Database, str]) -> None:
+    db, job_id = job_db
+    row = {"job_id": job_id, "first_seq": 1, "last_seq": 1, "lines": b"[]"}
+    db.run_sync(lambda conn: conn.execute(job_output.insert(), row))
+    with pytest.raises(sa.exc.IntegrityError):
+        db.run_sync(lambda conn: conn.execute(job_output.insert(), {**row, "last_seq": 5}))
+
+
+# --- the driver ------------------------------------------------------------------------------
+
+# The child runs `fleetdeck` as if the `postgres` extra were not installed: psycopg cannot be imported.
+WITHOUT_PSYCOPG = (
+    "import sys; sys.modules['psycopg'] = None; from fleetdeck.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+NO_SERVER = "postgresql+psycopg://fleetdeck:pw@127.0.0.1:9/fleetdeck"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["serve", "--db", NO_SERVER, "--listen", "127.0.0.1:0"],
+        ["admin", "create-org", "x", "--plan", "max", "--db", NO_SERVER],
+        ["local", "--db", NO_SERVER],
+    ],
+    ids=["serve", "admin", "local"],
+)
+def test_a_postgresql_url_without_the_driver_says_which_extra_in_one_line(command: list[str], tmp_path: Path) -> None:
+    if command[0] == "local":
+        command = [*command, "--data-dir", str(tmp_path / "local")]
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PSYCOPG, *command], env=python_env(), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "fleetdeck[postgres]" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_postgresql_url_naming_no_driver_means_psycopg(control_plane_postgres: PostgresDatabases) -> None:
+    url = control_plane_postgres.create("plain").replace("postgresql+psycopg://", "postgresql://")
+    db = Database(url)
+    try:
+        db.migrate()
+        assert db.engine.dialect.driver == "psycopg"
+    finally:
+        db.dispose()
+
+
+def test_two_replicas_creating_one_server_name_at_once_answer_201_and_409(replicas: Replicas) -> None:
+    with replicas.http(0) as first, replicas.http(1) as second:
+        for _ in range(6):
+            body = {"name": f"same-{uuid.uuid4().hex[:8]}", "kind": "lite"}
+            answers = at_once([partial(http.post, "/v1/servers", json=body) for http in (first, second)])
+            assert sorted(a.status_code for a in answers) == [201, 409], [a.text for a in answers]
+
+
+def test_reads_of_one_kind_and_args_ending_at_once_keep_one_cached_result(job_db: tuple[Database, str]) -> None:
+    db, job_id = job_db
+    for round_ in range(10):
+        key = f"args-{round_}"
+        barrier = threading.Barrier(2)
+
+        def remember(result: str, key: str = key, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            db.run_sync(job_store.remember_read, "srv_1", "system.info", key, job_id, result)
+
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(remember, ["one", "two"]))
+        cached = db.run_sync(job_store.cached_read, "srv_1", "system.info", key)
+        assert cached is not None and cached["result"] in ('"one"', '"two"')
