@@ -1,0 +1,131 @@
+"""Replicas: several control-plane processes on one database, talking over the bus (NATS).
+
+Each replica has an id and a heartbeat row (`replicas`). A server's row says which replica
+holds its agent's link and which link that is (`agent_replica_id`, `agent_link_id`), so any
+replica knows where to send a call (`calls`), and whether the agent is online at all: linked to
+a replica whose heartbeat is fresh. A replica whose heartbeat went stale is dead with its links;
+the first replica to notice releases them and says so on the presence feed. A late "offline"
+from an old link never hides a newer one: it releases the row only if the row still names it.
+
+Presence changes go to every replica's feed over the bus (`fleetdeck.presence`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+import anyio
+import orjson
+from anyio.abc import TaskStatus
+
+from control_plane.auth.secrets import new_id
+from control_plane.bus import Bus
+from control_plane.clock import now_iso
+from control_plane.hub import AgentHub
+from control_plane.replicas import store
+from control_plane.replicas.calls import RelayedCalls, RemoteLink, subject
+from control_plane.servers.presence import PresenceFeed
+from control_plane.storage import Database
+
+log = logging.getLogger("fleetdeck.replicas")
+
+HEARTBEAT_S = 1.0
+# A replica silent this long is dead, and so are its agents' links.
+STALE_AFTER_S = 5.0
+PRESENCE_SUBJECT = "fleetdeck.presence"
+
+
+class Replicas:
+    """This replica: its identity, its heartbeat, and its way to the others."""
+
+    def __init__(self, db: Database, bus: Bus, hub: AgentHub, presence: PresenceFeed) -> None:
+        self.id = new_id("rpl")
+        self._db = db
+        self.bus = bus
+        self._hub = hub
+        self._presence = presence
+        self.calls = RelayedCalls(self.id, bus, hub)
+        self._link_ids = itertools.count(1)
+        self.live: set[str] = {self.id}
+        hub.elsewhere = self.path_to
+
+    # --- where agents are ------------------------------------------------------------------
+
+    async def path_to(self, server_id: str) -> RemoteLink | None:
+        """The way to a server's agent linked to another live replica (None: it is not)."""
+        holders = await self._db.run(store.link_holders, [server_id])
+        holder = holders.get(server_id)
+        if holder is None or holder == self.id or holder not in self.live:
+            return None
+        return RemoteLink(self.calls, holder, server_id)
+
+    async def linked_elsewhere(self, server_ids: list[str]) -> set[str]:
+        """Those of `server_ids` whose agents are linked to another live replica."""
+        holders = await self._db.run(store.link_holders, server_ids)
+        return {sid for sid, holder in holders.items() if holder != self.id and holder in self.live}
+
+    # --- presence --------------------------------------------------------------------------
+
+    async def claim(self, server_id: str) -> str:
+        """A link here: the server's row names this replica and a new link id, returned."""
+        link_id = f"{self.id}.{next(self._link_ids)}"
+        await self._db.run(store.claim_link, server_id, self.id, link_id)
+        return link_id
+
+    async def release(self, server_id: str, link_id: str) -> bool:
+        """The link ended: False when a newer link (on any replica) holds the row already."""
+        released: bool = await self._db.run(store.release_link, server_id, link_id)
+        return released
+
+    def publish_presence(self, org_id: str, payload: dict[str, Any]) -> None:
+        """A presence change made here, for every replica's feed (this one's included)."""
+        self._presence.publish(org_id, payload)
+        self.bus.publish(PRESENCE_SUBJECT, orjson.dumps({"from": self.id, "org_id": org_id, "payload": payload}))
+
+    # --- running ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Connect, beat, serve the bus until cancelled; leave the database when stopping."""
+        await self.bus.connect()
+        try:
+            await self._db.run(store.beat, self.id)
+            calls = await self.bus.subscribe(subject(self.id))
+            presence = await self.bus.subscribe(PRESENCE_SUBJECT)
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._beat)
+                group.start_soon(self._serve_calls, calls)
+                group.start_soon(self._follow_presence, presence)
+                log.info("replica %s on the bus at %s", self.id, self.bus.url)
+                task_status.started()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await self._db.run(store.leave, self.id)
+                await self.bus.close()
+
+    async def _serve_calls(self, inbox: Any) -> None:
+        while True:
+            for data in await inbox.take():
+                await self.calls.on_message(data)
+
+    async def _follow_presence(self, inbox: Any) -> None:
+        while True:
+            for data in await inbox.take():
+                event = orjson.loads(data)
+                if event.get("from") != self.id:
+                    self._presence.publish(event["org_id"], event["payload"])
+
+    async def _beat(self) -> None:
+        while True:
+            await self._db.run(store.beat, self.id)
+            live = await self._db.run(store.live_replicas, STALE_AFTER_S)
+            self.live = live | {self.id}
+            self.calls.requesters_gone(self.live)
+            for server_id, org_id, version, kinds in await self._db.run(store.reap_dead_links, STALE_AFTER_S):
+                log.info("server %s: its link's replica is gone, so is its link", server_id)
+                self.publish_presence(
+                    org_id,
+                    {"server_id": server_id, "online": False, "version": version, "job_kinds": kinds, "at": now_iso()},
+                )
+            await anyio.sleep(HEARTBEAT_S)
