@@ -80,6 +80,8 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
 
         if session is not None:
             await runner.dispatch_queued(server_id, is_read)
+            if replicas is not None:
+                runner.take_back_soon(server_id, is_read)
         await lb_reports.on_link(server_id, session)
 
     direct = DirectUploads(db)
@@ -91,7 +93,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
     )
     runner = JobRunner(db, hub, grace_s=settings.job_grace_s, output_cap=settings.job_output_cap_bytes)
     lb_reports = LbReports(db, hub)
-    replicas = Replicas(db, Bus(settings.bus_url), hub, presence) if settings.bus_url else None
+    replicas = Replicas(db, Bus(settings.bus_url), hub, presence, runner) if settings.bus_url else None
     runner.on_finish("lb.apply", lb_reports.on_apply_finished)
     return Fleet(
         settings=settings,

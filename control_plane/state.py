@@ -41,6 +41,10 @@ class Fleet:
     replicas: Replicas | None = None
     login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
 
+    async def agent_online(self, server_id: str) -> bool:
+        """Linked here, or to another live replica."""
+        return self.hub.is_online(server_id) or server_id in await self.linked_elsewhere([server_id])
+
     async def linked_elsewhere(self, server_ids: list[str]) -> set[str]:
         """Those of `server_ids` whose agents are linked to another live replica."""
         if self.replicas is None or not server_ids:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from api_client.sse import SSEParser
 from fleetdeck.launcher import start_agent
 from tests.helpers import wait_until
 from tests.helpers.replicas import NatsServer, Replica, admin, start_nats, start_replica
@@ -36,6 +38,28 @@ class Fleet:
     db_url: str
     home: Path
     server_id: str
+    agent: AgentOnA
+
+
+class AgentOnA:
+    """The agent process of server web-1, linked to replica A."""
+
+    def __init__(self, url: str, token: str, home: Path, folder: Path) -> None:
+        self._args = (url, token, home, folder / "agent-state")
+        self._log = folder / "agent.log"
+        self.process = self._start()
+
+    def _start(self) -> subprocess.Popen[str]:
+        with open(self._log, "a") as log:
+            return start_agent(*self._args, stderr=log)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(15)
+
+    def restart(self) -> None:
+        self.stop()
+        self.process = self._start()
 
 
 @pytest.fixture(scope="module")
@@ -53,15 +77,11 @@ def fleet(nats: NatsServer, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         token = httpx.post(
             f"{replicas[1].base_url}/v1/auth/login", json={"email": "owner@acme.test", "password": PASSWORD}
         ).json()["token"]
-        with open(folder / "agent.log", "a") as log:
-            agent = start_agent(
-                replicas[0].base_url, str(server["agent_token"]), home, folder / "agent-state", stderr=log
-            )
-        yield Fleet(replicas[0], replicas[1], token, "acme", db_url, home, str(server["id"]))
+        agent = AgentOnA(replicas[0].base_url, str(server["agent_token"]), home, folder)
+        yield Fleet(replicas[0], replicas[1], token, "acme", db_url, home, str(server["id"]), agent)
     finally:
         if agent is not None:
-            agent.terminate()
-            agent.wait(15)
+            agent.stop()
         for replica in replicas:
             replica.stop()
 
@@ -113,9 +133,47 @@ def test_upload_and_download_of_a_few_mb_on_b(fleet: Fleet) -> None:
     assert body == data
 
 
+def test_a_job_created_on_b_runs_on_a_and_its_stream_on_b_ends_with_its_exit_code(fleet: Fleet) -> None:
+    _linked(fleet)
+    args = {"domain": "absent.example.org", "schedule": "@daily", "command": "/bin/true"}
+    with fleet.b.http(fleet.token) as http:
+        created = http.post(f"/v1/servers/{fleet.server_id}/jobs", json={"kind": "cron.add", "args": args})
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+        events = SSEParser().feed(http.get(f"/v1/jobs/{job_id}/stream").content)
+        lines = [event for event in events if event.event == "line"]
+        assert any("no site absent.example.org" in event.data["text"] for event in lines), events
+        assert events[-1].event == "exit" and events[-1].data["exit_code"] == 1
+        # Resumed after its last line: only the exit event, nothing twice.
+        rest = SSEParser().feed(http.get(f"/v1/jobs/{job_id}/stream", headers={"Last-Event-ID": lines[-1].id}).content)
+        assert [event.event for event in rest] == ["exit"]
+        assert http.get(f"/v1/jobs/{job_id}").json()["status"] == "failed"
+
+
+def _presence_of(lines: Iterator[str], server_id: str, online: bool) -> str:
+    """Read the feed until an event says the server's agent is `online` (or not)."""
+    for line in lines:
+        if line.startswith("data:") and server_id in line and f'"online":{str(online).lower()}' in line:
+            return line
+    raise AssertionError("the feed ended")
+
+
+def test_presence_changes_made_on_a_reach_b_feed(fleet: Fleet) -> None:
+    _linked(fleet)
+    with (
+        fleet.b.http(fleet.token) as http,
+        http.stream("GET", "/v1/servers/events", timeout=httpx.Timeout(60, read=60)) as events,
+    ):
+        lines = events.iter_lines()
+        assert next(lines).startswith("retry:")
+        fleet.agent.restart()  # offline, then online again: both said by replica A
+        _presence_of(lines, fleet.server_id, online=False)
+        _presence_of(lines, fleet.server_id, online=True)
+    assert _online_on(fleet.b, fleet.token, fleet.server_id)
+
+
 def test_presence_changes_reach_b_feed_and_a_dead_replica_takes_its_agents_offline(fleet: Fleet) -> None:
     _linked(fleet)
-    seen: list[str] = []
     with (
         fleet.b.http(fleet.token) as http,
         http.stream("GET", "/v1/servers/events", timeout=httpx.Timeout(60, read=60)) as events,
@@ -123,9 +181,5 @@ def test_presence_changes_reach_b_feed_and_a_dead_replica_takes_its_agents_offli
         lines = events.iter_lines()
         assert next(lines).startswith("retry:")
         fleet.a.kill()
-        for line in lines:
-            if line.startswith("data:") and fleet.server_id in line:
-                seen.append(line)
-                break
-    assert '"online":false' in seen[0]
+        _presence_of(lines, fleet.server_id, online=False)
     assert not _online_on(fleet.b, fleet.token, fleet.server_id)

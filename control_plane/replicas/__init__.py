@@ -24,8 +24,10 @@ from control_plane.auth.secrets import new_id
 from control_plane.bus import Bus
 from control_plane.clock import now_iso
 from control_plane.hub import AgentHub
+from control_plane.jobs import store as jobs_store
+from control_plane.jobs.runner import JobRunner
 from control_plane.replicas import store
-from control_plane.replicas.calls import RelayedCalls, RemoteLink, subject
+from control_plane.replicas.calls import RelayedCalls, RemoteLink, message, subject
 from control_plane.servers.presence import PresenceFeed
 from control_plane.storage import Database
 
@@ -40,16 +42,18 @@ PRESENCE_SUBJECT = "fleetdeck.presence"
 class Replicas:
     """This replica: its identity, its heartbeat, and its way to the others."""
 
-    def __init__(self, db: Database, bus: Bus, hub: AgentHub, presence: PresenceFeed) -> None:
+    def __init__(self, db: Database, bus: Bus, hub: AgentHub, presence: PresenceFeed, runner: JobRunner) -> None:
         self.id = new_id("rpl")
         self._db = db
         self.bus = bus
         self._hub = hub
         self._presence = presence
-        self.calls = RelayedCalls(self.id, bus, hub)
+        self._runner = runner
+        self.calls = RelayedCalls(self.id, bus, hub, self._start_job)
         self._link_ids = itertools.count(1)
         self.live: set[str] = {self.id}
         hub.elsewhere = self.path_to
+        runner.linked_elsewhere = self.is_linked_elsewhere
 
     # --- where agents are ------------------------------------------------------------------
 
@@ -61,10 +65,33 @@ class Replicas:
             return None
         return RemoteLink(self.calls, holder, server_id)
 
+    async def is_linked_elsewhere(self, server_id: str) -> bool:
+        return bool(await self.linked_elsewhere([server_id]))
+
     async def linked_elsewhere(self, server_ids: list[str]) -> set[str]:
         """Those of `server_ids` whose agents are linked to another live replica."""
         holders = await self._db.run(store.link_holders, server_ids)
         return {sid for sid, holder in holders.items() if holder != self.id and holder in self.live}
+
+    # --- jobs ------------------------------------------------------------------------------
+
+    async def dispatch(self, job: dict[str, Any], secrets: dict[str, str], *, read: bool) -> bool:
+        """Ask the replica holding the job's agent link to run it (False: no live replica holds
+        it). Its secrets go along: they are never stored, and only the runner needs them."""
+        holders = await self._db.run(store.link_holders, [job["server_id"]])
+        holder = holders.get(job["server_id"])
+        if holder is None or holder == self.id or holder not in self.live:
+            return False
+        header = {"t": "job", "job_id": job["id"], "org_id": job["org_id"], "secrets": secrets, "read": read}
+        self.bus.publish(subject(holder), message(header))
+        return True
+
+    async def _start_job(self, request: dict[str, Any]) -> None:
+        job = await self._db.run(jobs_store.get_job, str(request["org_id"]), str(request["job_id"]))
+        secrets = request.get("secrets")
+        if job is None or job["status"] != "queued" or not isinstance(secrets, dict):
+            return
+        self._runner.start(job, secrets={str(k): str(v) for k, v in secrets.items()}, read=request.get("read") is True)
 
     # --- presence --------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -36,6 +37,8 @@ from control_plane.hub.link import Link, Pending
 log = logging.getLogger("fleetdeck.replicas")
 
 SUBJECT_PREFIX = "fleetdeck.replica."
+# Run a job created on another replica for an agent linked here: {"job_id", "org_id", "secrets", "read"}.
+StartJob = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 def subject(replica_id: str) -> str:
@@ -167,8 +170,9 @@ class RelayedCalls:
     """Both sides of the calls this replica relays: those it asked others for (`RemoteLink`),
     and those others asked it for (`Relay`)."""
 
-    def __init__(self, replica_id: str, bus: Bus, hub: AgentHub) -> None:
+    def __init__(self, replica_id: str, bus: Bus, hub: AgentHub, start_job: StartJob) -> None:
         self.replica_id = replica_id
+        self._start_job = start_job
         self.bus = bus
         self.hub = hub
         self._ids = itertools.count(1)
@@ -195,6 +199,8 @@ class RelayedCalls:
             requester = header.get("from")
             if kind == "req":
                 await self._serve(header)
+            elif kind == "job":
+                await self._start_job(header)
             elif requester is not None:
                 await self._to_agent(str(requester), kind, body)
             elif kind == "text":
