@@ -41,7 +41,8 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
     """The app's shared state: a migrated database, the agent hub and the presence feed."""
     db = db or Database(settings.db_url)
     db.migrate()
-    presence = PresenceFeed()
+    # Replicas number presence events alike (from the database): one epoch for all of them.
+    presence = PresenceFeed(epoch="replicas" if settings.bus_url else None)
 
     async def authenticate_agent(token: str) -> str | None:
         row = await db.run(server_store.server_for_agent_token, token)
@@ -65,18 +66,18 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
             newer_elsewhere = not await replicas.release(server_id, link_id)
         row = await db.run(server_store.presence_row, server_id)
         if row is not None and not newer_elsewhere:
-            publish = replicas.publish_presence if replicas is not None else presence.publish
-            publish(
-                row["org_id"],
-                {
-                    "server_id": server_id,
-                    "online": session is not None,
-                    "version": session.version if session else None,
-                    # Also when it left: what its last hello said stays true of the server.
-                    "job_kinds": server_store.stored_job_kinds(row),
-                    "at": now_iso(),
-                },
-            )
+            event = {
+                "server_id": server_id,
+                "online": session is not None,
+                "version": session.version if session else None,
+                # Also when it left: what its last hello said stays true of the server.
+                "job_kinds": server_store.stored_job_kinds(row),
+                "at": now_iso(),
+            }
+            if replicas is not None:
+                await replicas.publish_presence(row["org_id"], event)
+            else:
+                presence.publish(row["org_id"], event)
 
         if session is not None:
             await runner.dispatch_queued(server_id, is_read)

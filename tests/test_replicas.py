@@ -151,10 +151,13 @@ def test_a_job_created_on_b_runs_on_a_and_its_stream_on_b_ends_with_its_exit_cod
 
 
 def _presence_of(lines: Iterator[str], server_id: str, online: bool) -> str:
-    """Read the feed until an event says the server's agent is `online` (or not)."""
+    """Read the feed until an event says the server's agent is `online` (or not): its id."""
+    event_id = ""
     for line in lines:
-        if line.startswith("data:") and server_id in line and f'"online":{str(online).lower()}' in line:
-            return line
+        if line.startswith("id:"):
+            event_id = line.partition(":")[2].strip()
+        elif line.startswith("data:") and server_id in line and f'"online":{str(online).lower()}' in line:
+            return event_id
     raise AssertionError("the feed ended")
 
 
@@ -167,19 +170,33 @@ def test_presence_changes_made_on_a_reach_b_feed(fleet: Fleet) -> None:
         lines = events.iter_lines()
         assert next(lines).startswith("retry:")
         fleet.agent.restart()  # offline, then online again: both said by replica A
-        _presence_of(lines, fleet.server_id, online=False)
-        _presence_of(lines, fleet.server_id, online=True)
+        offline = _presence_of(lines, fleet.server_id, online=False)
+        online = _presence_of(lines, fleet.server_id, online=True)
     assert _online_on(fleet.b, fleet.token, fleet.server_id)
+    # Resumed on replica A after what B's feed said last but one: the same event, with the same id.
+    with (
+        fleet.a.http(fleet.token) as http,
+        http.stream("GET", "/v1/servers/events", headers={"Last-Event-ID": offline}) as events,
+    ):
+        assert _presence_of(events.iter_lines(), fleet.server_id, online=True) == online
 
 
-def test_presence_changes_reach_b_feed_and_a_dead_replica_takes_its_agents_offline(fleet: Fleet) -> None:
+def test_a_dead_replica_takes_its_agents_offline_and_fails_its_transfers(fleet: Fleet) -> None:
     _linked(fleet)
+    (fleet.home / "large.bin").write_bytes(os.urandom(32 * 1024 * 1024))
+    params = {"scope": "root", "path": "large.bin"}
     with (
         fleet.b.http(fleet.token) as http,
         http.stream("GET", "/v1/servers/events", timeout=httpx.Timeout(60, read=60)) as events,
+        http.stream("GET", f"/v1/servers/{fleet.server_id}/fs/download", params=params) as download,
     ):
         lines = events.iter_lines()
         assert next(lines).startswith("retry:")
+        chunks = download.iter_bytes()
+        assert next(chunks)  # the transfer runs, relayed from replica A
         fleet.a.kill()
         _presence_of(lines, fleet.server_id, online=False)
+        with pytest.raises(httpx.HTTPError):  # cut short, never completed with wrong bytes
+            received = sum(len(chunk) for chunk in chunks)
+            pytest.fail(f"the download ended normally after {received} more bytes")
     assert not _online_on(fleet.b, fleet.token, fleet.server_id)

@@ -100,6 +100,9 @@ class LoopThread:
     def send_soon(self, coroutine: Coroutine[Any, Any, Any]) -> None:
         """Run `coroutine` on the loop after those given before it; never waits (from any thread)."""
         assert self._outbox is not None, "LoopThread.start first"
+        if self.loop.is_closed():
+            coroutine.close()  # stopped: what a stopping replica still says goes nowhere
+            return
         self.loop.call_soon_threadsafe(self._outbox.put_nowait, coroutine)
 
     async def run(self, coroutine: Coroutine[Any, Any, T]) -> T:

@@ -17,7 +17,6 @@ import logging
 from typing import Any
 
 import anyio
-import orjson
 from anyio.abc import TaskStatus
 
 from control_plane.auth.secrets import new_id
@@ -52,6 +51,7 @@ class Replicas:
         self.calls = RelayedCalls(self.id, bus, hub, self._start_job)
         self._link_ids = itertools.count(1)
         self.live: set[str] = {self.id}
+        self._presence_lock = anyio.Lock()
         hub.elsewhere = self.path_to
         runner.linked_elsewhere = self.is_linked_elsewhere
 
@@ -106,10 +106,18 @@ class Replicas:
         released: bool = await self._db.run(store.release_link, server_id, link_id)
         return released
 
-    def publish_presence(self, org_id: str, payload: dict[str, Any]) -> None:
-        """A presence change made here, for every replica's feed (this one's included)."""
-        self._presence.publish(org_id, payload)
-        self.bus.publish(PRESENCE_SUBJECT, orjson.dumps({"from": self.id, "org_id": org_id, "payload": payload}))
+    async def publish_presence(self, org_id: str, payload: dict[str, Any]) -> None:
+        """A presence change made here, for every replica's feed (this one's included): stored,
+        so that its id is the same on every replica, and announced on the bus."""
+        await self._db.run(store.add_presence_event, org_id, payload)
+        await self._load_presence()
+        self.bus.publish(PRESENCE_SUBJECT, b"{}")
+
+    async def _load_presence(self) -> None:
+        """Into this replica's feed: the stored events it does not hold yet, in their order."""
+        async with self._presence_lock:
+            for seq, org_id, payload in await self._db.run(store.presence_events_after, self._presence.last_seq):
+                self._presence.publish(org_id, payload, seq)
 
     # --- running ---------------------------------------------------------------------------
 
@@ -118,6 +126,11 @@ class Replicas:
         await self.bus.connect()
         try:
             await self._db.run(store.beat, self.id)
+            # The feed starts with the newest events already stored: a client resuming here
+            # with an id another replica gave it gets what followed.
+            last = await self._db.run(store.last_presence_event)
+            self._presence.start_after(max(0, last - self._presence.capacity))
+            await self._load_presence()
             calls = await self.bus.subscribe(subject(self.id))
             presence = await self.bus.subscribe(PRESENCE_SUBJECT)
             async with anyio.create_task_group() as group:
@@ -138,20 +151,19 @@ class Replicas:
 
     async def _follow_presence(self, inbox: Any) -> None:
         while True:
-            for data in await inbox.take():
-                event = orjson.loads(data)
-                if event.get("from") != self.id:
-                    self._presence.publish(event["org_id"], event["payload"])
+            await inbox.take()  # one load for however many wake-ups came meanwhile
+            await self._load_presence()
 
     async def _beat(self) -> None:
         while True:
             await self._db.run(store.beat, self.id)
+            await self._db.run(store.prune_presence_events, self._presence.capacity)
             live = await self._db.run(store.live_replicas, STALE_AFTER_S)
             self.live = live | {self.id}
-            self.calls.requesters_gone(self.live)
+            self.calls.replicas_gone(self.live)
             for server_id, org_id, version, kinds in await self._db.run(store.reap_dead_links, STALE_AFTER_S):
                 log.info("server %s: its link's replica is gone, so is its link", server_id)
-                self.publish_presence(
+                await self.publish_presence(
                     org_id,
                     {"server_id": server_id, "online": False, "version": version, "job_kinds": kinds, "at": now_iso()},
                 )

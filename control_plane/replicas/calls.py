@@ -177,6 +177,7 @@ class RelayedCalls:
         self.hub = hub
         self._ids = itertools.count(1)
         self._pending: dict[int, Pending] = {}
+        self._serving: dict[int, str] = {}  # the replica each call of ours runs on
         self.relays: dict[tuple[str, int], Relay] = {}
 
     # --- requesting ------------------------------------------------------------------------
@@ -184,9 +185,11 @@ class RelayedCalls:
     def start(self, link: RemoteLink, method: str, *, window: int | None, upload: bool) -> Pending:
         pending = Pending(next(self._ids) & protocol.MAX_CALL_ID, method, window=window, upload=upload)
         self._pending[pending.id] = pending
+        self._serving[pending.id] = link.replica_id
         return pending
 
     def forget(self, call_id: int) -> Pending | None:
+        self._serving.pop(call_id, None)
         return self._pending.pop(call_id, None)
 
     # --- receiving -------------------------------------------------------------------------
@@ -297,7 +300,15 @@ class RelayedCalls:
         except AgentOfflineError:
             pass  # the link's end fails the call, which tells the requester
 
-    def requesters_gone(self, live: set[str]) -> None:
+    def replicas_gone(self, live: set[str]) -> None:
+        """Replicas whose heartbeat went stale: our calls on them fail (their agents' links went
+        with them), and their calls here are cancelled on the agents."""
+        for call_id, replica_id in list(self._serving.items()):
+            if replica_id not in live and (pending := self.forget(call_id)) is not None:
+                pending.fail(AgentOfflineError("the replica holding the agent's link is gone"))
+        self._requesters_gone(live)
+
+    def _requesters_gone(self, live: set[str]) -> None:
         """Cancel the calls of replicas whose heartbeat went stale."""
         for (requester, _), relay in list(self.relays.items()):
             if requester not in live:

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from control_plane.clock import now_iso
-from control_plane.storage.schema import replicas, servers
+from control_plane.storage.schema import presence_events, replicas, servers
 
 Row = dict[str, Any]
 
@@ -87,3 +87,21 @@ def reap_dead_links(conn: Connection, stale_after_s: float) -> list[tuple[str, s
             released.append((row.id, row.org_id, row.agent_version, kinds))
     conn.execute(replicas.delete().where(replicas.c.heartbeat_at <= threshold))
     return released
+
+
+def add_presence_event(conn: Connection, org_id: str, payload: dict[str, Any]) -> None:
+    conn.execute(presence_events.insert().values(org_id=org_id, payload=orjson.dumps(payload).decode()))
+
+
+def presence_events_after(conn: Connection, after: int) -> list[tuple[int, str, dict[str, Any]]]:
+    query = sa.select(presence_events).where(presence_events.c.id > after).order_by(presence_events.c.id)
+    return [(row.id, row.org_id, orjson.loads(row.payload)) for row in conn.execute(query)]
+
+
+def last_presence_event(conn: Connection) -> int:
+    return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(presence_events.c.id), 0))).scalar_one())
+
+
+def prune_presence_events(conn: Connection, keep: int) -> None:
+    """Forget all but the newest `keep` events (what a feed holds in memory)."""
+    conn.execute(presence_events.delete().where(presence_events.c.id <= last_presence_event(conn) - keep))

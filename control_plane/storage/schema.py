@@ -83,6 +83,16 @@ replicas = sa.Table(
     sa.Column("heartbeat_at", sa.Float, nullable=False),
 )
 
+# With replicas: the presence feed's events, numbered here so that every replica's feed has the
+# same ids (a client resumes on any of them with Last-Event-ID). Only the newest are kept.
+presence_events = sa.Table(
+    "presence_events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("org_id", sa.String, nullable=False),
+    sa.Column("payload", sa.String, nullable=False),
+)
+
 audit_log = sa.Table(
     "audit_log",
     metadata,

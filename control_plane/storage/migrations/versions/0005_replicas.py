@@ -1,5 +1,5 @@
-"""Replicas of the control plane on one database: each one's heartbeat, and which of them holds
-each agent's link.
+"""Replicas of the control plane on one database: each one's heartbeat, which of them holds
+each agent's link, and the presence events they share (numbered by the database).
 
 Revision ID: 0005
 Revises: 0004
@@ -22,6 +22,12 @@ def upgrade() -> None:
         # Seconds since the epoch: compared with arithmetic, to tell a dead replica.
         sa.Column("heartbeat_at", sa.Float, nullable=False),
     )
+    op.create_table(
+        "presence_events",
+        sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("org_id", sa.String, nullable=False),
+        sa.Column("payload", sa.String, nullable=False),
+    )
     with op.batch_alter_table("servers") as batch:
         batch.add_column(sa.Column("agent_replica_id", sa.String, nullable=True))
         batch.add_column(sa.Column("agent_link_id", sa.String, nullable=True))
@@ -31,4 +37,5 @@ def downgrade() -> None:
     with op.batch_alter_table("servers") as batch:
         batch.drop_column("agent_link_id")
         batch.drop_column("agent_replica_id")
+    op.drop_table("presence_events")
     op.drop_table("replicas")
