@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import sqlite3
 import subprocess
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import anyio
 import httpx
 import pytest
 
 from api_client.sse import SSEParser
+from control_plane.bus import Bus
 from fleetdeck.launcher import start_agent
 from tests.helpers import wait_until
-from tests.helpers.replicas import NatsServer, Replica, admin, start_nats, start_replica
+from tests.helpers.replicas import NatsServer, Replica, admin, start_haproxy, start_nats, start_replica
 
 ENV = {"FLEETDECK_HEARTBEAT_S": "1", "FLEETDECK_JOB_GRACE_S": "5", "FLEETDECK_LOG": "INFO"}
 PASSWORD = "replicas-password-1"
@@ -27,6 +33,32 @@ def nats() -> Iterator[NatsServer]:
     server = start_nats()
     yield server
     server.stop()
+
+
+@pytest.fixture(params=["trio", "asyncio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    backend: str = request.param
+    return backend
+
+
+@pytest.mark.anyio
+async def test_the_bus_carries_messages_in_order_under_both_anyio_backends(nats: NatsServer) -> None:
+    sender, receiver = Bus(nats.url), Bus(nats.url)
+    await sender.connect()
+    await receiver.connect()
+    try:
+        inbox = await receiver.subscribe("fleetdeck.test")
+        sent = [os.urandom(n) for n in (0, 1, 64 * 1024, 300 * 1024)] * 50
+        for data in sent:
+            sender.publish("fleetdeck.test", data)
+        received: list[bytes] = []
+        with anyio.fail_after(30):
+            while len(received) < len(sent):
+                received.extend(await inbox.take())
+        assert received == sent
+    finally:
+        await sender.close()
+        await receiver.close()
 
 
 @dataclass
@@ -179,6 +211,83 @@ def test_presence_changes_made_on_a_reach_b_feed(fleet: Fleet) -> None:
         http.stream("GET", "/v1/servers/events", headers={"Last-Event-ID": offline}) as events,
     ):
         assert _presence_of(events.iter_lines(), fleet.server_id, online=True) == online
+
+
+# Prints a line every 0.1 s for about 8 s, as the site's user: long enough to outlive a move.
+COUNT_SCRIPT = 'i=1\nwhile [ $i -le 80 ]; do echo "line $i"; i=$((i+1)); sleep 0.1; done\n'
+needs_cron_as_root = pytest.mark.skipif(
+    shutil.which("crontab") is None or os.geteuid() != 0,
+    reason="needs crontab (Debian: cron) and root, for a real site user's long-running cron job",
+)
+
+
+def _finished(http: httpx.Client, job_id: str) -> dict[str, Any]:
+    job: dict[str, Any] = {}
+
+    def ended() -> bool:
+        job.update(http.get(f"/v1/jobs/{job_id}").json())
+        return job["status"] not in ("queued", "running")
+
+    wait_until(ended, timeout=60)
+    return job
+
+
+def _run(http: httpx.Client, server_id: str, kind: str, args: dict[str, Any]) -> dict[str, Any]:
+    answer = http.post(f"/v1/servers/{server_id}/jobs", json={"kind": kind, "args": args})
+    assert answer.status_code == 201, answer.text
+    return _finished(http, answer.json()["id"])
+
+
+def _holder(fleet: Fleet, server_id: str) -> str | None:
+    with sqlite3.connect(fleet.db_url.removeprefix("sqlite:///")) as db:
+        row = db.execute("SELECT agent_replica_id FROM servers WHERE id = ?", (server_id,)).fetchone()
+    return row[0] if row else None
+
+
+@needs_cron_as_root
+def test_a_link_that_moves_to_b_takes_its_running_job_along(fleet: Fleet, tmp_path: Path) -> None:
+    """Replica A runs on; only the agent's link moves (HAProxy in front sends it to B)."""
+    server = admin(fleet.db_url, "create-server", f"web-{uuid.uuid4().hex[:6]}", "--org", "acme")
+    server_id = str(server["id"])
+    proxy = start_haproxy(tmp_path, [fleet.a, fleet.b])
+    home = tmp_path / "home"
+    home.mkdir()
+    domain = f"mv-{uuid.uuid4().hex[:6]}.example.com"
+    with open(tmp_path / "agent.log", "a") as log:
+        agent = start_agent(proxy.url, str(server["agent_token"]), home, tmp_path / "state", stderr=log)
+    try:
+        wait_until(lambda: _online_on(fleet.b, fleet.token, server_id), timeout=30)
+        on_a = _holder(fleet, server_id)
+        with fleet.b.http(fleet.token) as http:
+            assert _run(http, server_id, "site.create", {"domain": domain})["status"] == "succeeded"
+            site = home / domain.replace(".", "-")
+            (site / "count.sh").write_text(COUNT_SCRIPT)
+            (site / "count.sh").chmod(0o644)
+            cron = {"domain": domain, "schedule": "@daily", "command": "/bin/sh count.sh"}
+            assert _run(http, server_id, "cron.add", cron)["status"] == "succeeded"
+            entry = _run(http, server_id, "cron.list", {"domain": domain})["result"]["entries"][-1]["id"]
+            job_id = http.post(
+                f"/v1/servers/{server_id}/jobs", json={"kind": "cron.run", "args": {"id": entry}}
+            ).json()["id"]
+            with http.stream("GET", f"/v1/jobs/{job_id}/stream") as stream:
+                parser = SSEParser()
+                for chunk in stream.iter_bytes():
+                    if any(e.event == "line" and e.data["seq"] >= 5 for e in parser.feed(chunk)):
+                        break
+            proxy.move_links_off("r0")
+            done = _finished(http, job_id)
+            assert (done["status"], done["exit_code"]) == ("succeeded", 0), done
+            assert _holder(fleet, server_id) not in (None, on_a)  # the link did move
+            events = SSEParser().feed(http.get(f"/v1/jobs/{job_id}/stream").content)
+            lines = [event.data for event in events if event.event == "line"]
+            assert [line["text"] for line in lines] == [f"line {i}" for i in range(1, 81)]  # each exactly once
+            assert [line["seq"] for line in lines] == list(range(1, 81))
+            _run(http, server_id, "site.delete", {"domain": domain})
+    finally:
+        subprocess.run(["pkill", "-KILL", "-u", domain.replace(".", "-")], check=False)
+        agent.terminate()
+        agent.wait(15)
+        proxy.stop()
 
 
 def test_a_dead_replica_takes_its_agents_offline_and_fails_its_transfers(fleet: Fleet) -> None:

@@ -106,3 +106,64 @@ def start_replica(db_url: str, bus_url: str, log_file: Path, env: dict[str, str]
         process.wait()
         raise RuntimeError(f"fleetdeck serve did not start: {log_file.read_text(errors='replace')[-2000:]}")
     return Replica(process, line.rsplit(" ", 1)[1].strip(), log_file)
+
+
+@dataclass
+class Haproxy:
+    """HAProxy in TCP mode in front of replicas: the first one while it is enabled, else the
+    next (a link that moves, while its replica runs on), switched through its admin socket."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    admin_socket: Path
+
+    def command(self, line: str) -> str:
+        import socket
+
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(self.admin_socket))
+            sock.sendall(line.encode() + b"\n")
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        return answer.decode()
+
+    def move_links_off(self, server: str) -> None:
+        """New connections go to the next server; those on `server` are cut."""
+        self.command(f"disable server replicas/{server}")
+        self.command(f"shutdown sessions server replicas/{server}")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(15)
+
+
+def start_haproxy(folder: Path, replicas: list[Replica]) -> Haproxy:
+    port = free_port()
+    admin_socket = folder / "haproxy.sock"
+    servers = "".join(
+        f"    server r{n} {replica.base_url.removeprefix('http://')}{' backup' if n else ''}\n"
+        for n, replica in enumerate(replicas)
+    )
+    config = folder / "haproxy.cfg"
+    config.write_text(
+        "global\n"
+        f"    stats socket {admin_socket} level admin\n"
+        "defaults\n"
+        "    mode tcp\n"
+        "    timeout connect 2s\n"
+        "    timeout client 1h\n"
+        "    timeout server 1h\n"
+        "frontend links\n"
+        f"    bind 127.0.0.1:{port}\n"
+        "    default_backend replicas\n"
+        "backend replicas\n" + servers
+    )
+    process = subprocess.Popen(["/usr/sbin/haproxy", "-db", "-f", str(config)], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not admin_socket.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError("haproxy did not start")
+        time.sleep(0.05)
+    return Haproxy(process, f"http://127.0.0.1:{port}", admin_socket)
