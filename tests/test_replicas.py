@@ -213,6 +213,31 @@ def test_presence_changes_made_on_a_reach_b_feed(fleet: Fleet) -> None:
         assert _presence_of(events.iter_lines(), fleet.server_id, online=True) == online
 
 
+def test_a_replica_that_dies_mid_upload_has_its_call_cancelled_on_the_agent(
+    fleet: Fleet, nats: NatsServer, tmp_path: Path
+) -> None:
+    """Replica C relays an upload to the agent linked to A, and dies: A cancels the call once C's
+    heartbeat is stale, and the agent drops its temporary file (nothing waits for bytes forever)."""
+    _linked(fleet)
+    inbox = fleet.home / f"inbox-{uuid.uuid4().hex[:6]}"
+    inbox.mkdir()
+    c = start_replica(fleet.db_url, nats.url, tmp_path / "replica-c.log", ENV)
+
+    def body() -> Iterator[bytes]:
+        yield os.urandom(1024 * 1024)
+        wait_until(lambda: any(inbox.iterdir()), timeout=30)  # the agent's temporary file
+        c.kill()
+        yield os.urandom(1024 * 1024)
+
+    try:
+        with c.http(fleet.token) as http, pytest.raises(httpx.HTTPError):
+            params = {"scope": "root", "path": f"{inbox.name}/never.bin"}
+            http.put(f"/v1/servers/{fleet.server_id}/fs/upload", params=params, content=body())
+        wait_until(lambda: not any(inbox.iterdir()), timeout=30)
+    finally:
+        c.stop()
+
+
 # Prints a line every 0.1 s for about 8 s, as the site's user: long enough to outlive a move.
 COUNT_SCRIPT = 'i=1\nwhile [ $i -le 80 ]; do echo "line $i"; i=$((i+1)); sleep 0.1; done\n'
 needs_cron_as_root = pytest.mark.skipif(
