@@ -214,8 +214,11 @@ class JobRunner:
         self._group: TaskGroup | None = None
         self._finish_hooks: dict[str, list[FinishHook]] = {}
         self.live: dict[str, LiveJob] = {}
-        # Set when replicas share the database (`control_plane.replicas`).
+        # Set when replicas share the database (`control_plane.replicas`): where a job's agent is,
+        # and how the others hear that a job's stored lines or status changed.
         self.linked_elsewhere: LinkedElsewhere | None = None
+        self.on_stored: Callable[[str], None] | None = None
+        self._stored: dict[str, anyio.Event] = {}
 
     def on_finish(self, kind: str, hook: FinishHook) -> None:
         """Call `hook` when a job of `kind` ends, after its row is final: how an area reads the
@@ -287,6 +290,11 @@ class JobRunner:
                 # Finish while the writer drains: the row, the result and the exit event do not
                 # wait for the last lines to reach the database. Until they have, the job stays
                 # in `live`, so a stream that starts meanwhile is served from memory.
+                if self.on_stored is None:
+                    await self._finish(job, live, exit_code, status, read)
+            if self.on_stored is not None:
+                # With replicas, streams on the others have only the database: the row ends
+                # once every line is stored, so an ended row means a complete output.
                 await self._finish(job, live, exit_code, status, read)
         finally:
             self.live.pop(job["id"], None)
@@ -305,6 +313,7 @@ class JobRunner:
             key = store.args_key(orjson.loads(job["args"]))
             await self._db.run(store.remember_read, job["server_id"], job["kind"], key, job["id"], result)
         live.finish(exit_code, status)
+        self._tell_stored(job["id"])
         hooks = self._finish_hooks.get(job["kind"], [])
         if hooks:
             runs = live.runs
@@ -474,6 +483,7 @@ class JobRunner:
                         count += output.line_count(more)
                 await self._db.run(store.insert_lines, live.job_id, pending)
                 live.stored_seq = pending[-1].last_seq
+                self._tell_stored(live.job_id)
 
     async def events(self, org_id: str, job_id: str, after: int) -> AsyncIterator[bytes]:
         """The SSE body of a job stream: its lines after `after` (stored, then live), then `exit`."""
@@ -492,9 +502,30 @@ class JobRunner:
             if job is None:
                 return
             if job["status"] not in store.RUNNING_STATUSES:
+                # Lines stored between the read above and the row's end come first.
+                runs = await self._db.run(store.lines_after, job_id, after, DB_PAGE)
+                if runs:
+                    after = runs[-1].last_seq
+                    yield output.sse(runs)
+                    continue
+                self._stored.pop(job_id, None)  # ended: no word of it is to come
                 yield exit_event(job["exit_code"], job["status"], after)
                 return
-            await anyio.sleep(QUEUED_POLL_S)  # queued for an offline agent: wait for it to start
+            # Queued for an offline agent, or run by another replica: wait for a word of it
+            # (replicas say when they store lines), else poll.
+            with anyio.move_on_after(QUEUED_POLL_S):
+                await self._stored.setdefault(job_id, anyio.Event()).wait()
+
+    def _tell_stored(self, job_id: str) -> None:
+        self.stored(job_id)
+        if self.on_stored is not None:
+            self.on_stored(job_id)
+
+    def stored(self, job_id: str) -> None:
+        """The job's stored lines or status changed (here, or on another replica): wake its streams."""
+        waiting = self._stored.pop(job_id, None)
+        if waiting is not None:
+            waiting.set()
 
 
 def _stdout_text(runs: list[Run]) -> str:

@@ -36,6 +36,8 @@ HEARTBEAT_S = 1.0
 # A replica silent this long is dead, and so are its agents' links.
 STALE_AFTER_S = 5.0
 PRESENCE_SUBJECT = "fleetdeck.presence"
+# A job's stored lines or status changed: its streams on other replicas read the database again.
+JOBS_SUBJECT = "fleetdeck.jobs"
 
 
 class Replicas:
@@ -54,6 +56,7 @@ class Replicas:
         self._presence_lock = anyio.Lock()
         hub.elsewhere = self.path_to
         runner.linked_elsewhere = self.is_linked_elsewhere
+        runner.on_stored = lambda job_id: self.bus.publish(JOBS_SUBJECT, job_id.encode())
 
     # --- where agents are ------------------------------------------------------------------
 
@@ -133,10 +136,12 @@ class Replicas:
             await self._load_presence()
             calls = await self.bus.subscribe(subject(self.id))
             presence = await self.bus.subscribe(PRESENCE_SUBJECT)
+            stored = await self.bus.subscribe(JOBS_SUBJECT)
             async with anyio.create_task_group() as group:
                 group.start_soon(self._beat)
                 group.start_soon(self._serve_calls, calls)
                 group.start_soon(self._follow_presence, presence)
+                group.start_soon(self._follow_jobs, stored)
                 log.info("replica %s on the bus at %s", self.id, self.bus.url)
                 task_status.started()
         finally:
@@ -153,6 +158,11 @@ class Replicas:
         while True:
             await inbox.take()  # one load for however many wake-ups came meanwhile
             await self._load_presence()
+
+    async def _follow_jobs(self, inbox: Any) -> None:
+        while True:
+            for job_id in set(await inbox.take()):
+                self._runner.stored(job_id.decode())
 
     async def _beat(self) -> None:
         while True:
