@@ -308,6 +308,10 @@ def test_a_link_that_moves_to_b_takes_its_running_job_along(fleet: Fleet, tmp_pa
             assert [line["text"] for line in lines] == [f"line {i}" for i in range(1, 81)]  # each exactly once
             assert [line["seq"] for line in lines] == list(range(1, 81))
             _run(http, server_id, "site.delete", {"domain": domain})
+        # Deleted on replica A: replica B, which holds the link now, cuts it.
+        with fleet.a.http(fleet.token) as http:
+            assert http.delete(f"/v1/servers/{server_id}").status_code == 204
+        wait_until(lambda: f"server {server_id} was deleted: its agent link is cut" in fleet.b.log(), timeout=10)
     finally:
         subprocess.run(["pkill", "-KILL", "-u", domain.replace(".", "-")], check=False)
         agent.terminate()

@@ -45,7 +45,10 @@ class Bus:
         self._nc: Any = None
 
     async def connect(self) -> None:
-        import nats
+        try:
+            import nats
+        except ImportError:
+            raise RuntimeError("a bus URL needs the NATS client: pip install 'fleetdeck[replicas]'") from None
 
         async def connect() -> Any:
             return await nats.connect(

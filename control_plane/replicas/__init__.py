@@ -7,7 +7,12 @@ a replica whose heartbeat is fresh. A replica whose heartbeat went stale is dead
 the first replica to notice releases them and says so on the presence feed. A late "offline"
 from an old link never hides a newer one: it releases the row only if the row still names it.
 
-Presence changes go to every replica's feed over the bus (`fleetdeck.presence`).
+Presence events are numbered by the database (`presence_events`), so every replica's feed has
+the same ids and a client resumes on any of them; the bus only says there is more to read.
+A job runs on the replica holding its agent's link (one created elsewhere is handed over the bus,
+its secrets with it, never stored); its streams on the others read the database, woken by the
+bus as lines are stored; a link that moves takes its running jobs along (`JobRunner`). A server
+deleted on one replica has its link cut on the one that holds it.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ STALE_AFTER_S = 5.0
 PRESENCE_SUBJECT = "fleetdeck.presence"
 # A job's stored lines or status changed: its streams on other replicas read the database again.
 JOBS_SUBJECT = "fleetdeck.jobs"
+# A server was deleted: whichever replica holds its agent's link cuts it.
+DELETED_SUBJECT = "fleetdeck.servers.deleted"
 
 
 class Replicas:
@@ -75,6 +82,10 @@ class Replicas:
         """Those of `server_ids` whose agents are linked to another live replica."""
         holders = await self._db.run(store.link_holders, server_ids)
         return {sid for sid, holder in holders.items() if holder != self.id and holder in self.live}
+
+    def disconnect_everywhere(self, server_id: str) -> None:
+        """The server was deleted: its agent's link is cut on whichever replica holds it."""
+        self.bus.publish(DELETED_SUBJECT, server_id.encode())
 
     # --- jobs ------------------------------------------------------------------------------
 
@@ -137,11 +148,13 @@ class Replicas:
             calls = await self.bus.subscribe(subject(self.id))
             presence = await self.bus.subscribe(PRESENCE_SUBJECT)
             stored = await self.bus.subscribe(JOBS_SUBJECT)
+            deleted = await self.bus.subscribe(DELETED_SUBJECT)
             async with anyio.create_task_group() as group:
                 group.start_soon(self._beat)
                 group.start_soon(self._serve_calls, calls)
                 group.start_soon(self._follow_presence, presence)
                 group.start_soon(self._follow_jobs, stored)
+                group.start_soon(self._follow_deletes, deleted)
                 log.info("replica %s on the bus at %s", self.id, self.bus.url)
                 task_status.started()
         finally:
@@ -163,6 +176,11 @@ class Replicas:
         while True:
             for job_id in set(await inbox.take()):
                 self._runner.stored(job_id.decode())
+
+    async def _follow_deletes(self, inbox: Any) -> None:
+        while True:
+            for server_id in await inbox.take():
+                self._hub.disconnect(server_id.decode())
 
     async def _beat(self) -> None:
         while True:

@@ -120,5 +120,7 @@ async def delete_server(server_id: str, caller: Caller, fleet: FleetDep) -> Resp
     caller.require_role("owner", "admin")
     await fleet.db.run(store.delete_server, caller.org_id, server_id)  # its agent token goes with it
     fleet.hub.disconnect(server_id)
+    if fleet.replicas is not None:
+        fleet.replicas.disconnect_everywhere(server_id)
     await fleet.audit(caller, "servers.delete", server_id=server_id, target=server_id)
     return Response(status_code=204)
