@@ -238,6 +238,35 @@ def test_a_replica_that_dies_mid_upload_has_its_call_cancelled_on_the_agent(
         c.stop()
 
 
+def test_a_replica_that_stops_has_its_agents_said_offline_on_the_others(
+    fleet: Fleet, nats: NatsServer, tmp_path: Path
+) -> None:
+    server = admin(fleet.db_url, "create-server", f"web-{uuid.uuid4().hex[:6]}", "--org", "acme")
+    server_id = str(server["id"])
+    c = start_replica(fleet.db_url, nats.url, tmp_path / "replica-c.log", ENV)
+    home = tmp_path / "home"
+    home.mkdir()
+    with open(tmp_path / "agent.log", "a") as log:
+        agent = start_agent(c.base_url, str(server["agent_token"]), home, tmp_path / "state", stderr=log)
+    try:
+        wait_until(lambda: _online_on(fleet.b, fleet.token, server_id), timeout=30)
+        with (
+            fleet.b.http(fleet.token) as http,
+            http.stream("GET", "/v1/servers/events", timeout=httpx.Timeout(60, read=60)) as events,
+        ):
+            lines = events.iter_lines()
+            assert next(lines).startswith("retry:")
+            c.stop()  # a graceful stop: SIGTERM
+            _presence_of(lines, server_id, online=False)
+        assert not _online_on(fleet.b, fleet.token, server_id)
+    finally:
+        agent.terminate()
+        agent.wait(15)
+        c.stop()
+        with fleet.b.http(fleet.token) as http:
+            http.delete(f"/v1/servers/{server_id}")
+
+
 # Prints a line every 0.1 s for about 8 s, as the site's user: long enough to outlive a move.
 COUNT_SCRIPT = 'i=1\nwhile [ $i -le 80 ]; do echo "line $i"; i=$((i+1)); sleep 0.1; done\n'
 needs_cron_as_root = pytest.mark.skipif(

@@ -186,6 +186,7 @@ class Replicas:
         while True:
             await self._db.run(store.beat, self.id)
             await self._db.run(store.prune_presence_events, self._presence.capacity)
+            await self._load_presence()  # also what a lost wake-up did not bring
             live = await self._db.run(store.live_replicas, STALE_AFTER_S)
             self.live = live | {self.id}
             self.calls.replicas_gone(self.live)

@@ -25,13 +25,9 @@ def beat(conn: Connection, replica_id: str) -> None:
 
 
 def leave(conn: Connection, replica_id: str) -> None:
-    """A replica that stops: its links are gone with it, at once rather than once it is stale."""
-    conn.execute(
-        servers.update()
-        .where(servers.c.agent_replica_id == replica_id)
-        .values(agent_replica_id=None, agent_link_id=None, agent_last_seen_at=now_iso())
-    )
-    conn.execute(replicas.delete().where(replicas.c.id == replica_id))
+    """A replica that stops is dead at once, rather than once its heartbeat is stale: the others
+    release its links (and say so on their feeds) on their next beat."""
+    conn.execute(replicas.update().where(replicas.c.id == replica_id).values(heartbeat_at=0.0))
 
 
 def live_replicas(conn: Connection, stale_after_s: float) -> set[str]:
