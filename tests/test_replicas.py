@@ -22,6 +22,7 @@ from api_client.sse import SSEParser
 from control_plane.bus import Bus
 from fleetdeck.launcher import start_agent
 from tests.helpers import wait_until
+from tests.helpers.http_backends import start_backends, stop_backends
 from tests.helpers.replicas import NatsServer, Replica, admin, start_haproxy, start_nats, start_replica
 
 ENV = {"FLEETDECK_HEARTBEAT_S": "1", "FLEETDECK_JOB_GRACE_S": "5", "FLEETDECK_LOG": "INFO"}
@@ -265,6 +266,41 @@ def test_a_replica_that_stops_has_its_agents_said_offline_on_the_others(
         c.stop()
         with fleet.b.http(fleet.token) as http:
             http.delete(f"/v1/servers/{server_id}")
+
+
+def test_a_load_balancer_made_on_b_is_applied_by_its_node_on_a_and_its_health_reaches_b(fleet: Fleet) -> None:
+    _linked(fleet)
+    backends = start_backends("alpha")
+    try:
+        with fleet.b.http(fleet.token) as http:
+            host = http.post(
+                "/v1/servers", json={"name": f"apps-{uuid.uuid4().hex[:6]}", "kind": "lite", "address": "127.0.0.1"}
+            )
+            assert host.status_code == 201, host.text
+            body = {
+                "name": f"lb-{uuid.uuid4().hex[:6]}",
+                "port": 80,
+                "node_server_id": fleet.server_id,
+                "engine": "haproxy",
+                "health_check": {"path": "/", "interval_s": 2, "healthy_threshold": 1, "unhealthy_threshold": 1},
+                "backends": [{"server_id": host.json()["server"]["id"], "port": backends[0].port}],
+            }
+            created = http.post("/v1/load-balancers", json=body)
+            assert created.status_code == 201, created.text
+            lb_id = created.json()["id"]
+
+            def applied_and_healthy() -> bool:
+                lb = http.get(f"/v1/load-balancers/{lb_id}").json()
+                return (
+                    lb["applied_revision"] == lb["revision"]
+                    and lb["state"] == "active"
+                    and all(b["health"] == "healthy" for b in lb["backends"])
+                )
+
+            wait_until(applied_and_healthy, timeout=60)
+            assert http.delete(f"/v1/load-balancers/{lb_id}").status_code in (202, 204)
+    finally:
+        stop_backends(backends)
 
 
 # Prints a line every 0.1 s for about 8 s, as the site's user: long enough to outlive a move.
