@@ -16,6 +16,7 @@ from api_client.job_kinds import lookup
 from control_plane import __version__, errors
 from control_plane.audit.routes import router as audit_router
 from control_plane.auth.routes import router as auth_router
+from control_plane.bus import Bus
 from control_plane.clock import now_iso
 from control_plane.files.direct import DirectUploads
 from control_plane.files.operations import FileOperations
@@ -25,6 +26,7 @@ from control_plane.jobs.routes import router as jobs_router
 from control_plane.jobs.runner import JobRunner
 from control_plane.load_balancers.reports import LbReports
 from control_plane.load_balancers.routes import router as load_balancers_router
+from control_plane.replicas import Replicas
 from control_plane.servers import store as server_store
 from control_plane.servers.presence import PresenceFeed
 from control_plane.servers.routes import router as servers_router
@@ -39,11 +41,15 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
     """The app's shared state: a migrated database, the agent hub and the presence feed."""
     db = db or Database(settings.db_url)
     db.migrate()
-    presence = PresenceFeed()
+    # Replicas number presence events alike (from the database): one epoch for all of them.
+    presence = PresenceFeed(epoch="replicas" if settings.bus_url else None)
 
     async def authenticate_agent(token: str) -> str | None:
         row = await db.run(server_store.server_for_agent_token, token)
         return row["id"] if row else None
+
+    # With replicas: the link id each server's row names for its link here.
+    claimed: dict[str, str] = {}
 
     async def on_presence(server_id: str, session: AgentSession | None) -> None:
         await db.run(
@@ -53,22 +59,30 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
             version=session.version if session else None,
             job_kinds=session.job_kinds if session else None,
         )
+        newer_elsewhere = False
+        if replicas is not None and session is not None:
+            claimed[server_id] = await replicas.claim(server_id)
+        elif replicas is not None and (link_id := claimed.pop(server_id, None)) is not None:
+            newer_elsewhere = not await replicas.release(server_id, link_id)
         row = await db.run(server_store.presence_row, server_id)
-        if row is not None:
-            presence.publish(
-                row["org_id"],
-                {
-                    "server_id": server_id,
-                    "online": session is not None,
-                    "version": session.version if session else None,
-                    # Also when it left: what its last hello said stays true of the server.
-                    "job_kinds": server_store.stored_job_kinds(row),
-                    "at": now_iso(),
-                },
-            )
+        if row is not None and not newer_elsewhere:
+            event = {
+                "server_id": server_id,
+                "online": session is not None,
+                "version": session.version if session else None,
+                # Also when it left: what its last hello said stays true of the server.
+                "job_kinds": server_store.stored_job_kinds(row),
+                "at": now_iso(),
+            }
+            if replicas is not None:
+                await replicas.publish_presence(row["org_id"], event)
+            else:
+                presence.publish(row["org_id"], event)
 
         if session is not None:
             await runner.dispatch_queued(server_id, is_read)
+            if replicas is not None:
+                runner.take_back_soon(server_id, is_read)
         await lb_reports.on_link(server_id, session)
 
     direct = DirectUploads(db)
@@ -80,6 +94,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
     )
     runner = JobRunner(db, hub, grace_s=settings.job_grace_s, output_cap=settings.job_output_cap_bytes)
     lb_reports = LbReports(db, hub)
+    replicas = Replicas(db, Bus(settings.bus_url), hub, presence, runner) if settings.bus_url else None
     runner.on_finish("lb.apply", lb_reports.on_apply_finished)
     return Fleet(
         settings=settings,
@@ -90,6 +105,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         operations=FileOperations(hub),
         direct_uploads=direct,
         lb_reports=lb_reports,
+        replicas=replicas,
     )
 
 
@@ -103,6 +119,8 @@ async def _lifespan(fleet: Fleet) -> AsyncIterator[None]:
     """The app's own task group: every running job is a child of it, also those a previous
     process left running (taken back from their agents as they link again)."""
     async with anyio.create_task_group() as group:
+        if fleet.replicas is not None:
+            await group.start(fleet.replicas.run)
         fleet.jobs.bind(group)
         fleet.operations.bind(group)
         fleet.lb_reports.bind(group)

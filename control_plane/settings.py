@@ -28,3 +28,5 @@ class Settings:
     job_grace_s: float = 30.0
     # What one job's output may take in the database and in memory; the rest is counted, not kept.
     job_output_cap_bytes: int = 16 * 1024 * 1024
+    # The NATS server replicas on one database talk through (None: this process is the only one).
+    bus_url: str | None = None

@@ -21,6 +21,7 @@ from control_plane.files.operations import FileOperations
 from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError, ReplyStream, UploadStream
 from control_plane.jobs.runner import JobRunner
 from control_plane.load_balancers.reports import LbReports
+from control_plane.replicas import Replicas
 from control_plane.servers.presence import PresenceFeed
 from control_plane.settings import Settings
 from control_plane.storage import Database
@@ -36,7 +37,19 @@ class Fleet:
     operations: FileOperations
     direct_uploads: DirectUploads
     lb_reports: LbReports
+    # Other control-plane processes on the same database, over the bus (None: this one alone).
+    replicas: Replicas | None = None
     login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
+
+    async def agent_online(self, server_id: str) -> bool:
+        """Linked here, or to another live replica."""
+        return self.hub.is_online(server_id) or server_id in await self.linked_elsewhere([server_id])
+
+    async def linked_elsewhere(self, server_ids: list[str]) -> set[str]:
+        """Those of `server_ids` whose agents are linked to another live replica."""
+        if self.replicas is None or not server_ids:
+            return set()
+        return await self.replicas.linked_elsewhere(server_ids)
 
     async def call_agent(
         self,

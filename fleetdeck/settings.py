@@ -98,6 +98,7 @@ class Settings:
     agent_ssh_port: int = 22
     local_idle_minutes: float = 10.0
     server: ServerName | None = None
+    bus_url: str | None = None
 
     def log_level(self, default: LogLevel) -> LogLevel:
         """`FLEETDECK_LOG`, else the command's own default."""
@@ -115,6 +116,7 @@ class Settings:
             job_grace_s=self.job_grace_s,
             transfer_timeout_s=self.transfer_timeout_s,
             job_output_cap_bytes=max(1, int(self.job_output_cap_mb * 1024 * 1024)),
+            bus_url=self.bus_url,
         )
 
 
@@ -132,6 +134,7 @@ VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "transfer_timeout_s": ("FLEETDECK_TRANSFER_TIMEOUT_S", _amount("seconds", minimum=0, inclusive=False)),
     "job_output_cap_mb": ("FLEETDECK_JOB_OUTPUT_CAP_MB", _megabytes),
     "agent_ssh_port": ("FLEETDECK_AGENT_SSH_PORT", _port),
+    "bus_url": ("FLEETDECK_BUS_URL", _text),
     "local_idle_minutes": ("FLEETDECK_LOCAL_IDLE_MINUTES", _amount("minutes", minimum=0, inclusive=True)),
     "server": ("FLEETDECK_SERVER", _server),
 }

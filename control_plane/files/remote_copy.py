@@ -50,7 +50,7 @@ async def transfer(
     """Copy (or move) `paths` of `source` into `destination` of `dest`; the agent's answer
     (``{copied|moved, skipped}``). Both agents must be online."""
     for server_id in (source.server_id, dest.server_id):
-        if not fleet.hub.is_online(server_id):
+        if not await fleet.agent_online(server_id):
             raise AgentOffline("a server's agent is not connected", details={"server_id": server_id})
     source_ip = await _source_ip(fleet, org_id, source.server_id)
     dest_row = await server_row(fleet, org_id, dest.server_id)

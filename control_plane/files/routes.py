@@ -728,6 +728,8 @@ async def upload_direct(server_id: str, body: FsUploadDirect, caller: Caller, fl
     The audit entry is written when the agent reports the upload's end (see `direct.py`)."""
     target = await _write_target(fleet, caller, server_id, body)
     session = fleet.hub.session(server_id)
+    if session is None and await fleet.agent_online(server_id):
+        return DirectUpload(url=None)  # linked to another replica, which holds its link's signing key
     if session is None:
         raise AgentOffline("the server's agent is not connected")
     if session.ingress_key is None or session.direct_ingress_url is None or body.size > DIRECT_UPLOAD_LIMIT:

@@ -20,11 +20,13 @@ from agent.link import grant, protocol
 from agent.link.protocol import ProtocolError
 from api_client.job_kinds.base import KIND_RE
 from control_plane.hub.errors import AgentOfflineError, AgentTimeoutError
-from control_plane.hub.link import AgentSession, Link, OnReport, Pending
+from control_plane.hub.link import AgentSession, CallPath, Link, OnReport, Pending
 
 log = logging.getLogger("fleetdeck.hub")
 
 Authenticate = Callable[[str], Awaitable[str | None]]
+# Where a call goes when the agent is not linked here: another replica's link (None: nowhere).
+Elsewhere = Callable[[str], Awaitable[CallPath | None]]
 OnPresence = Callable[[str, AgentSession | None], Awaitable[None]]
 
 _CLEANUP_TIMEOUT_S = 10.0
@@ -42,7 +44,7 @@ class ReplyStream:
     the iteration ends, `result` holds the final result; an error answer raises `AgentCallError`.
     """
 
-    def __init__(self, link: Link, pending: Pending, deadline: float) -> None:
+    def __init__(self, link: CallPath, pending: Pending, deadline: float) -> None:
         self._link = link
         self._pending = pending
         self._deadline = deadline
@@ -86,7 +88,7 @@ class ReplyStream:
 class UploadStream:
     """Bytes to an agent handler: `send` waits for the agent's credit; `finish` gives the result."""
 
-    def __init__(self, link: Link, pending: Pending, deadline: float) -> None:
+    def __init__(self, link: CallPath, pending: Pending, deadline: float) -> None:
         self._link = link
         self._pending = pending
         self._deadline = deadline
@@ -140,6 +142,8 @@ class AgentHub:
         # Servers deleted while this process ran: a link authenticated just before the delete
         # (its hello still on the way) is refused when it would register, not left linked.
         self._deleted: set[str] = set()
+        # Set by the replicas of a control plane on one database (`control_plane.replicas`).
+        self.elsewhere: Elsewhere | None = None
 
     # --- queries --------------------------------------------------------------------------
 
@@ -166,8 +170,14 @@ class AgentHub:
 
     # --- calls ----------------------------------------------------------------------------
 
-    def _link(self, server_id: str) -> Link:
-        link = self._links.get(server_id)
+    def local_link(self, server_id: str) -> Link | None:
+        return self._links.get(server_id)
+
+    async def _link(self, server_id: str) -> CallPath:
+        """The server's link here, else the way to it through the replica that holds it."""
+        link: CallPath | None = self._links.get(server_id)
+        if link is None and self.elsewhere is not None:
+            link = await self.elsewhere(server_id)
         if link is None:
             raise AgentOfflineError(f"server {server_id}: agent not connected")
         return link
@@ -183,7 +193,7 @@ class AgentHub:
         timeout: float = 30.0,  # noqa: ASYNC109
     ) -> Any:
         """One request, one answer. Raises AgentOfflineError, AgentCallError, AgentTimeoutError."""
-        link = self._link(server_id)
+        link = await self._link(server_id)
         pending = link.start_call(method)
         deadline = _deadline(timeout)
         try:
@@ -212,7 +222,7 @@ class AgentHub:
     async def _open_stream(
         self, server_id: str, method: str, params: dict[str, Any], time_limit: float | None, window: int
     ) -> AsyncIterator[ReplyStream]:
-        link = self._link(server_id)
+        link = await self._link(server_id)
         pending = link.start_call(method, window=window)
         try:
             await link.send_request(pending, params, time_limit)
@@ -230,7 +240,7 @@ class AgentHub:
     async def _open_upload(
         self, server_id: str, method: str, params: dict[str, Any], time_limit: float | None
     ) -> AsyncIterator[UploadStream]:
-        link = self._link(server_id)
+        link = await self._link(server_id)
         pending = link.start_call(method, upload=True)
         try:
             await link.send_request(pending, params, time_limit, upload=True)

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -109,6 +109,25 @@ class Pending:
             self._notify()
 
 
+P = TypeVar("P", bound=Pending)
+
+
+class CallPath(Protocol):
+    """What the hub's calls need of a link: a `Link`, or a `RemoteLink` to another replica's."""
+
+    def start_call(self, method: str, *, window: int | None = None, upload: bool = False) -> Pending: ...
+
+    async def send_request(
+        self, pending: Pending, params: dict[str, Any], time_limit: float | None, *, upload: bool = False
+    ) -> None: ...
+
+    async def send_text(self, frame: str) -> None: ...
+
+    async def send_bytes(self, frame: bytes) -> None: ...
+
+    def abandon(self, pending: Pending) -> None: ...
+
+
 class Link:
     """A connected agent's WebSocket: one send lock, the calls in flight, `serve` until it drops."""
 
@@ -162,9 +181,13 @@ class Link:
     # --- calls ----------------------------------------------------------------------------
 
     def start_call(self, method: str, *, window: int | None = None, upload: bool = False) -> Pending:
+        return self.adopt(lambda call_id: Pending(call_id, method, window=window, upload=upload))
+
+    def adopt(self, make: Callable[[int], P]) -> P:
+        """A new call on this link: `make` builds its `Pending` (a relayed call's own kind) for an id."""
         if self._closed:
             raise AgentOfflineError(f"server {self.session.server_id}: agent link closed")
-        pending = Pending(next(self._ids) & protocol.MAX_CALL_ID, method, window=window, upload=upload)
+        pending = make(next(self._ids) & protocol.MAX_CALL_ID)
         self._pending[pending.id] = pending
         return pending
 

@@ -124,7 +124,7 @@ async def create_job(
     args = masked_args(kind, built.args)
     if idempotency_key and (earlier := await _earlier_job(fleet, caller, server_id, idempotency_key, kind, args)):
         return earlier
-    online = fleet.hub.is_online(server_id)
+    online = await fleet.agent_online(server_id)
     if not online and kind.read:
         return await _cached_answer(fleet, caller, server_id, kind, args)
     if not online and kind.kind not in QUEUEABLE_KINDS:
@@ -151,7 +151,8 @@ async def submit_job(
     """The one way a job comes to be, once its checks passed: the row (args masked), the audit
     entry, and its start when the agent is online (else it stays `queued` for its return)."""
     args = masked_args(kind, built.args)
-    online = fleet.hub.is_online(server_id)
+    here = fleet.hub.is_online(server_id)
+    online = await fleet.agent_online(server_id)
     row = await fleet.db.run(
         store.create_job,
         org_id=caller.org_id,
@@ -170,8 +171,11 @@ async def submit_job(
         details={"job_id": row["id"], "args": args, "queued": not online},
         secrets=built.secrets.values(),
     )
-    if online:
+    if here:
         fleet.jobs.start(row, secrets=built.secrets, read=kind.read)
+    elif online and fleet.replicas is not None:
+        # The replica holding the agent's link runs it; it stays queued until that one starts it.
+        await fleet.replicas.dispatch(row, built.secrets, read=kind.read)
     return row
 
 
@@ -255,9 +259,9 @@ async def cancel_job(job_id: str, caller: Caller, fleet: FleetDep) -> Response:
     if row["status"] != "running":
         raise NotRunning(f"the job has already ended ({row['status']})", details={"status": row["status"]})
     session = fleet.hub.session(row["server_id"])
-    if session is None:
+    if session is None and not await fleet.agent_online(row["server_id"]):
         raise AgentOffline("the server's agent is not connected: the job cannot be stopped until it is back")
-    if "job.cancel" not in session.handlers:
+    if session is not None and "job.cancel" not in session.handlers:
         raise AgentError("the server's agent is too old to cancel jobs: update it")
     answer = await fleet.call_agent(row["server_id"], "job.cancel", {"job_id": job_id}, timeout=CANCEL_TIMEOUT_S)
     if isinstance(answer, dict) and answer.get("ended") is True:

@@ -51,6 +51,10 @@ QUEUED_POLL_S = 0.25
 WRITE_GATHER_S = 0.05
 DEFAULT_OUTPUT_CAP = 16 * 1024 * 1024
 JOURNAL_TIMEOUT_S = 30.0
+# A replica that lost a job's link notices it elsewhere within ELSEWHERE_POLL_S and stores its
+# last lines within WRITE_GATHER_S: the replica that got the link waits that long before it
+# reads where the stored output ends.
+HANDOVER_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,14 @@ class JobEnd:
 
 
 FinishHook = Callable[[JobEnd], Awaitable[None]]
+# With replicas: whether a server's agent is linked to another live replica.
+LinkedElsewhere = Callable[[str], Awaitable[bool]]
+# How often a job whose link dropped asks whether it came back on another replica.
+ELSEWHERE_POLL_S = 0.5
+
+
+class JobMoved(Exception):
+    """The job's agent linked to another replica, which takes the job back: let it go, unfinished."""
 
 
 def exit_event(exit_code: int | None, status: str, last_seq: int) -> bytes:
@@ -111,6 +123,7 @@ class LiveJob:
         self.kept_bytes = kept_bytes
         self.left_out_lines = 0
         self.left_out_bytes = 0
+        self.moved = False  # another replica took the job over: followers resume from the database
 
     @property
     def last_seq(self) -> int:
@@ -150,6 +163,10 @@ class LiveJob:
         self.exit = (exit_code, status)
         self._wake()
 
+    def let_go(self) -> None:
+        self.moved = True
+        self._wake()
+
     def _wake(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()
@@ -173,6 +190,8 @@ class LiveJob:
             if self.exit is not None:
                 yield exit_event(self.exit[0], self.exit[1], after)
                 return
+            if self.moved:
+                return  # the client resumes after its Last-Event-ID, from the database
             await self._changed.wait()
 
 
@@ -195,6 +214,11 @@ class JobRunner:
         self._group: TaskGroup | None = None
         self._finish_hooks: dict[str, list[FinishHook]] = {}
         self.live: dict[str, LiveJob] = {}
+        # Set when replicas share the database (`control_plane.replicas`): where a job's agent is,
+        # and how the others hear that a job's stored lines or status changed.
+        self.linked_elsewhere: LinkedElsewhere | None = None
+        self.on_stored: Callable[[str], None] | None = None
+        self._stored: dict[str, anyio.Event] = {}
 
     def on_finish(self, kind: str, hook: FinishHook) -> None:
         """Call `hook` when a job of `kind` ends, after its row is final: how an area reads the
@@ -220,9 +244,22 @@ class JobRunner:
 
     async def resume_unfinished(self, is_read: Any) -> None:
         """At start-up: take back the jobs a previous process left running, from their agents."""
+        await self._take_back_jobs(await self._db.run(store.running_jobs), is_read)
+
+    def take_back_soon(self, server_id: str, is_read: Any) -> None:
+        """With replicas: the server's agent linked here, so its running jobs are this replica's
+        to follow (the one that ran them lets them go when it sees the link here)."""
+        if self._group is not None:
+            self._group.start_soon(self._take_back_server, server_id, is_read)
+
+    async def _take_back_server(self, server_id: str, is_read: Any) -> None:
+        await anyio.sleep(HANDOVER_S)
+        await self._take_back_jobs(await self._db.run(store.running_jobs, server_id), is_read)
+
+    async def _take_back_jobs(self, jobs: list[dict[str, Any]], is_read: Any) -> None:
         if self._group is None:
             raise RuntimeError("the job runner is not running (no lifespan task group)")
-        for job in await self._db.run(store.running_jobs):
+        for job in jobs:
             if job["id"] in self.live:
                 continue
             from_seq, kept_bytes = await self._db.run(store.stored_output, job["id"])
@@ -239,15 +276,25 @@ class JobRunner:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._store_lines, live, receive)
                 with send:
-                    if secrets is None:
-                        exit_code, status = await self._take_back(job, live, send)
-                    else:
-                        exit_code, status = await self._follow(job, secrets, live, send)
+                    try:
+                        if secrets is None:
+                            exit_code, status = await self._take_back(job, live, send)
+                        else:
+                            exit_code, status = await self._follow(job, secrets, live, send)
+                    except JobMoved:
+                        log.info("job %s: its agent linked to another replica, which takes it back", job["id"])
+                        live.let_go()
+                        return
                     if live.left_out_lines:
                         send.send_nowait(live.note(cap_note(live.cap, live.left_out_lines, live.left_out_bytes)))
                 # Finish while the writer drains: the row, the result and the exit event do not
                 # wait for the last lines to reach the database. Until they have, the job stays
                 # in `live`, so a stream that starts meanwhile is served from memory.
+                if self.on_stored is None:
+                    await self._finish(job, live, exit_code, status, read)
+            if self.on_stored is not None:
+                # With replicas, streams on the others have only the database: the row ends
+                # once every line is stored, so an ended row means a complete output.
                 await self._finish(job, live, exit_code, status, read)
         finally:
             self.live.pop(job["id"], None)
@@ -266,6 +313,7 @@ class JobRunner:
             key = store.args_key(orjson.loads(job["args"]))
             await self._db.run(store.remember_read, job["server_id"], job["kind"], key, job["id"], result)
         live.finish(exit_code, status)
+        self._tell_stored(job["id"])
         hooks = self._finish_hooks.get(job["kind"], [])
         if hooks:
             runs = live.runs
@@ -406,11 +454,16 @@ class JobRunner:
         The hub may still list the dropped link for a moment: only a newer link counts, or the
         runner would re-attach to a dead link in a loop that never yields.
         """
+        asked_at = -math.inf
         with anyio.move_on_after(self._grace_s):
             while True:
                 session = self._hub.session(server_id)
                 if session is not None and (after is None or session.connected_at > after.connected_at):
                     return session
+                if self.linked_elsewhere is not None and anyio.current_time() - asked_at >= ELSEWHERE_POLL_S:
+                    asked_at = anyio.current_time()
+                    if await self.linked_elsewhere(server_id):
+                        raise JobMoved(server_id)
                 await anyio.sleep(0.1)
         return None
 
@@ -430,6 +483,7 @@ class JobRunner:
                         count += output.line_count(more)
                 await self._db.run(store.insert_lines, live.job_id, pending)
                 live.stored_seq = pending[-1].last_seq
+                self._tell_stored(live.job_id)
 
     async def events(self, org_id: str, job_id: str, after: int) -> AsyncIterator[bytes]:
         """The SSE body of a job stream: its lines after `after` (stored, then live), then `exit`."""
@@ -448,9 +502,30 @@ class JobRunner:
             if job is None:
                 return
             if job["status"] not in store.RUNNING_STATUSES:
+                # Lines stored between the read above and the row's end come first.
+                runs = await self._db.run(store.lines_after, job_id, after, DB_PAGE)
+                if runs:
+                    after = runs[-1].last_seq
+                    yield output.sse(runs)
+                    continue
+                self._stored.pop(job_id, None)  # ended: no word of it is to come
                 yield exit_event(job["exit_code"], job["status"], after)
                 return
-            await anyio.sleep(QUEUED_POLL_S)  # queued for an offline agent: wait for it to start
+            # Queued for an offline agent, or run by another replica: wait for a word of it
+            # (replicas say when they store lines), else poll.
+            with anyio.move_on_after(QUEUED_POLL_S):
+                await self._stored.setdefault(job_id, anyio.Event()).wait()
+
+    def _tell_stored(self, job_id: str) -> None:
+        self.stored(job_id)
+        if self.on_stored is not None:
+            self.on_stored(job_id)
+
+    def stored(self, job_id: str) -> None:
+        """The job's stored lines or status changed (here, or on another replica): wake its streams."""
+        waiting = self._stored.pop(job_id, None)
+        if waiting is not None:
+            waiting.set()
 
 
 def _stdout_text(runs: list[Run]) -> str:

@@ -120,9 +120,12 @@ def queued_of_kind(conn: Connection, server_id: str, kind: str) -> list[Row]:
     return [dict(r) for r in conn.execute(query).mappings()]
 
 
-def running_jobs(conn: Connection) -> list[Row]:
-    """At start-up: the jobs a previous process left `running` (their agents may still run them)."""
+def running_jobs(conn: Connection, server_id: str | None = None) -> list[Row]:
+    """The jobs left `running`, of one server or all: at start-up, those of a previous process
+    (their agents may still run them); with replicas, those of an agent that linked here."""
     query = jobs.select().where(jobs.c.status == "running").order_by(jobs.c.created_at)
+    if server_id is not None:
+        query = query.where(jobs.c.server_id == server_id)
     return [dict(r) for r in conn.execute(query).mappings()]
 
 

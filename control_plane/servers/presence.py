@@ -16,13 +16,15 @@ import anyio
 
 
 class PresenceFeed:
-    def __init__(self, capacity: int = 4096) -> None:
+    def __init__(self, capacity: int = 4096, *, epoch: str | None = None) -> None:
         self._log: deque[tuple[int, str, dict[str, Any]]] = deque(maxlen=capacity)
         self._seq = 0
         self._wakeup: anyio.Event | None = None
         # Event ids are "<epoch>:<seq>": an id from before a restart names another epoch, and a
         # client resuming with it gets everything this process holds instead of nothing.
-        self.epoch = secrets.token_hex(4)
+        # Replicas number their events alike, from the database, and share one epoch.
+        self.epoch = epoch or secrets.token_hex(4)
+        self.capacity = capacity
 
     @property
     def last_seq(self) -> int:
@@ -40,8 +42,14 @@ class PresenceFeed:
             return 0
         return min(int(seq), self._seq)
 
-    def publish(self, org_id: str, payload: dict[str, Any]) -> None:
-        self._seq += 1
+    def start_after(self, seq: int) -> None:
+        """Before the first event: the feed's numbering goes on from `seq` (replicas: the database's)."""
+        self._seq = seq
+
+    def publish(self, org_id: str, payload: dict[str, Any], seq: int | None = None) -> None:
+        """An event; `seq` numbers it when the numbering is not this feed's own (replicas share
+        the database's: `control_plane.replicas`), and must then grow from one event to the next."""
+        self._seq = self._seq + 1 if seq is None else seq
         self._log.append((self._seq, org_id, payload))
         if self._wakeup is not None:
             self._wakeup.set()

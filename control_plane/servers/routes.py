@@ -24,9 +24,18 @@ def _when(text: str | None) -> datetime | None:
     return parse(text) if text else None
 
 
-def server_model(row: dict[str, Any], session: AgentSession | None) -> Server:
-    """The wire `Server`: presence from the live hub, the rest from the stored row."""
-    if session is not None:
+def server_model(row: dict[str, Any], session: AgentSession | None, *, linked_elsewhere: bool = False) -> Server:
+    """The wire `Server`: presence from the live hub (or, for an agent linked to another replica,
+    from what its hello stored), the rest from the stored row."""
+    if session is None and linked_elsewhere:
+        agent = AgentInfo(
+            online=True,
+            version=row["agent_version"],
+            connected_at=_when(row["agent_connected_at"]),
+            last_seen_at=utcnow(),
+            job_kinds=store.stored_job_kinds(row),
+        )
+    elif session is not None:
         agent = AgentInfo(
             online=True,
             version=session.version,
@@ -64,7 +73,10 @@ async def server_row(fleet: Fleet, caller_org: str, server_id: str) -> dict[str,
 @router.get("/servers", response_model=ServerList)
 async def list_servers(caller: Caller, fleet: FleetDep) -> ServerList:
     rows = await fleet.db.run(store.list_servers, caller.org_id)
-    return ServerList(servers=[server_model(r, fleet.hub.session(r["id"])) for r in rows])
+    elsewhere = await fleet.linked_elsewhere([r["id"] for r in rows if not fleet.hub.is_online(r["id"])])
+    return ServerList(
+        servers=[server_model(r, fleet.hub.session(r["id"]), linked_elsewhere=r["id"] in elsewhere) for r in rows]
+    )
 
 
 @router.post("/servers", response_model=ServerCreated, status_code=201)
@@ -101,7 +113,9 @@ async def _presence_chunks(fleet: Fleet, org_id: str, after: int) -> AsyncIterat
 @router.get("/servers/{server_id}", response_model=Server)
 async def get_server(server_id: str, caller: Caller, fleet: FleetDep) -> Server:
     row = await server_row(fleet, caller.org_id, server_id)
-    return server_model(row, fleet.hub.session(server_id))
+    session = fleet.hub.session(server_id)
+    elsewhere = session is None and server_id in await fleet.linked_elsewhere([server_id])
+    return server_model(row, session, linked_elsewhere=elsewhere)
 
 
 @router.delete("/servers/{server_id}", status_code=204)
@@ -110,5 +124,7 @@ async def delete_server(server_id: str, caller: Caller, fleet: FleetDep) -> Resp
     caller.require_role("owner", "admin")
     await fleet.db.run(store.delete_server, caller.org_id, server_id)  # its agent token goes with it
     fleet.hub.disconnect(server_id)
+    if fleet.replicas is not None:
+        fleet.replicas.disconnect_everywhere(server_id)
     await fleet.audit(caller, "servers.delete", server_id=server_id, target=server_id)
     return Response(status_code=204)

@@ -68,7 +68,29 @@ servers = sa.Table(
     # JSON list of the job kinds the agent announced in its last hello; NULL: it never said.
     sa.Column("agent_job_kinds", sa.String, nullable=True),
     sa.Column("created_at", sa.String, nullable=False),
+    # Which replica holds the agent's link, and which link (NULL: no replica said it does).
+    sa.Column("agent_replica_id", sa.String, nullable=True),
+    sa.Column("agent_link_id", sa.String, nullable=True),
     sa.UniqueConstraint("org_id", "name"),
+)
+
+# The control-plane processes on this database, each with its last heartbeat.
+replicas = sa.Table(
+    "replicas",
+    metadata,
+    sa.Column("id", sa.String, primary_key=True),
+    sa.Column("started_at", sa.String, nullable=False),
+    sa.Column("heartbeat_at", sa.Float, nullable=False),
+)
+
+# With replicas: the presence feed's events, numbered here so that every replica's feed has the
+# same ids (a client resumes on any of them with Last-Event-ID). Only the newest are kept.
+presence_events = sa.Table(
+    "presence_events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("org_id", sa.String, nullable=False),
+    sa.Column("payload", sa.String, nullable=False),
 )
 
 audit_log = sa.Table(

@@ -1,0 +1,199 @@
+"""Replicas: several control-plane processes on one database, talking over the bus (NATS).
+
+Each replica has an id and a heartbeat row (`replicas`). A server's row says which replica
+holds its agent's link and which link that is (`agent_replica_id`, `agent_link_id`), so any
+replica knows where to send a call (`calls`), and whether the agent is online at all: linked to
+a replica whose heartbeat is fresh. A replica whose heartbeat went stale is dead with its links;
+the first replica to notice releases them and says so on the presence feed. A late "offline"
+from an old link never hides a newer one: it releases the row only if the row still names it.
+
+Presence events are numbered by the database (`presence_events`), so every replica's feed has
+the same ids and a client resumes on any of them; the bus only says there is more to read.
+A job runs on the replica holding its agent's link (one created elsewhere is handed over the bus,
+its secrets with it, never stored); its streams on the others read the database, woken by the
+bus as lines are stored; a link that moves takes its running jobs along (`JobRunner`). A server
+deleted on one replica has its link cut on the one that holds it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from control_plane.auth.secrets import new_id
+from control_plane.bus import Bus
+from control_plane.clock import now_iso
+from control_plane.hub import AgentHub
+from control_plane.jobs import store as jobs_store
+from control_plane.jobs.runner import JobRunner
+from control_plane.replicas import store
+from control_plane.replicas.calls import RelayedCalls, RemoteLink, message, subject
+from control_plane.servers.presence import PresenceFeed
+from control_plane.storage import Database
+
+log = logging.getLogger("fleetdeck.replicas")
+
+HEARTBEAT_S = 1.0
+# A replica silent this long is dead, and so are its agents' links.
+STALE_AFTER_S = 5.0
+PRESENCE_SUBJECT = "fleetdeck.presence"
+# A job's stored lines or status changed: its streams on other replicas read the database again.
+JOBS_SUBJECT = "fleetdeck.jobs"
+# A server was deleted: whichever replica holds its agent's link cuts it.
+DELETED_SUBJECT = "fleetdeck.servers.deleted"
+
+
+class Replicas:
+    """This replica: its identity, its heartbeat, and its way to the others."""
+
+    def __init__(self, db: Database, bus: Bus, hub: AgentHub, presence: PresenceFeed, runner: JobRunner) -> None:
+        self.id = new_id("rpl")
+        self._db = db
+        self.bus = bus
+        self._hub = hub
+        self._presence = presence
+        self._runner = runner
+        self.calls = RelayedCalls(self.id, bus, hub, self._start_job)
+        self._link_ids = itertools.count(1)
+        self.live: set[str] = {self.id}
+        self._presence_lock = anyio.Lock()
+        hub.elsewhere = self.path_to
+        runner.linked_elsewhere = self.is_linked_elsewhere
+        runner.on_stored = lambda job_id: self.bus.publish(JOBS_SUBJECT, job_id.encode())
+
+    # --- where agents are ------------------------------------------------------------------
+
+    async def path_to(self, server_id: str) -> RemoteLink | None:
+        """The way to a server's agent linked to another live replica (None: it is not)."""
+        holders = await self._db.run(store.link_holders, [server_id])
+        holder = holders.get(server_id)
+        if holder is None or holder == self.id or holder not in self.live:
+            return None
+        return RemoteLink(self.calls, holder, server_id)
+
+    async def is_linked_elsewhere(self, server_id: str) -> bool:
+        return bool(await self.linked_elsewhere([server_id]))
+
+    async def linked_elsewhere(self, server_ids: list[str]) -> set[str]:
+        """Those of `server_ids` whose agents are linked to another live replica."""
+        holders = await self._db.run(store.link_holders, server_ids)
+        return {sid for sid, holder in holders.items() if holder != self.id and holder in self.live}
+
+    def disconnect_everywhere(self, server_id: str) -> None:
+        """The server was deleted: its agent's link is cut on whichever replica holds it."""
+        self.bus.publish(DELETED_SUBJECT, server_id.encode())
+
+    # --- jobs ------------------------------------------------------------------------------
+
+    async def dispatch(self, job: dict[str, Any], secrets: dict[str, str], *, read: bool) -> bool:
+        """Ask the replica holding the job's agent link to run it (False: no live replica holds
+        it). Its secrets go along: they are never stored, and only the runner needs them."""
+        holders = await self._db.run(store.link_holders, [job["server_id"]])
+        holder = holders.get(job["server_id"])
+        if holder is None or holder == self.id or holder not in self.live:
+            return False
+        header = {"t": "job", "job_id": job["id"], "org_id": job["org_id"], "secrets": secrets, "read": read}
+        self.bus.publish(subject(holder), message(header))
+        return True
+
+    async def _start_job(self, request: dict[str, Any]) -> None:
+        job = await self._db.run(jobs_store.get_job, str(request["org_id"]), str(request["job_id"]))
+        secrets = request.get("secrets")
+        if job is None or job["status"] != "queued" or not isinstance(secrets, dict):
+            return
+        self._runner.start(job, secrets={str(k): str(v) for k, v in secrets.items()}, read=request.get("read") is True)
+
+    # --- presence --------------------------------------------------------------------------
+
+    async def claim(self, server_id: str) -> str:
+        """A link here: the server's row names this replica and a new link id, returned."""
+        link_id = f"{self.id}.{next(self._link_ids)}"
+        await self._db.run(store.claim_link, server_id, self.id, link_id)
+        return link_id
+
+    async def release(self, server_id: str, link_id: str) -> bool:
+        """The link ended: False when a newer link (on any replica) holds the row already."""
+        released: bool = await self._db.run(store.release_link, server_id, link_id)
+        return released
+
+    async def publish_presence(self, org_id: str, payload: dict[str, Any]) -> None:
+        """A presence change made here, for every replica's feed (this one's included): stored,
+        so that its id is the same on every replica, and announced on the bus."""
+        await self._db.run(store.add_presence_event, org_id, payload)
+        await self._load_presence()
+        self.bus.publish(PRESENCE_SUBJECT, b"{}")
+
+    async def _load_presence(self) -> None:
+        """Into this replica's feed: the stored events it does not hold yet, in their order."""
+        async with self._presence_lock:
+            for seq, org_id, payload in await self._db.run(store.presence_events_after, self._presence.last_seq):
+                self._presence.publish(org_id, payload, seq)
+
+    # --- running ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Connect, beat, serve the bus until cancelled; leave the database when stopping."""
+        await self.bus.connect()
+        try:
+            await self._db.run(store.beat, self.id)
+            # The feed starts with the newest events already stored: a client resuming here
+            # with an id another replica gave it gets what followed.
+            last = await self._db.run(store.last_presence_event)
+            self._presence.start_after(max(0, last - self._presence.capacity))
+            await self._load_presence()
+            calls = await self.bus.subscribe(subject(self.id))
+            presence = await self.bus.subscribe(PRESENCE_SUBJECT)
+            stored = await self.bus.subscribe(JOBS_SUBJECT)
+            deleted = await self.bus.subscribe(DELETED_SUBJECT)
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._beat)
+                group.start_soon(self._serve_calls, calls)
+                group.start_soon(self._follow_presence, presence)
+                group.start_soon(self._follow_jobs, stored)
+                group.start_soon(self._follow_deletes, deleted)
+                log.info("replica %s on the bus at %s", self.id, self.bus.url)
+                task_status.started()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                await self._db.run(store.leave, self.id)
+                await self.bus.close()
+
+    async def _serve_calls(self, inbox: Any) -> None:
+        while True:
+            for data in await inbox.take():
+                await self.calls.on_message(data)
+
+    async def _follow_presence(self, inbox: Any) -> None:
+        while True:
+            await inbox.take()  # one load for however many wake-ups came meanwhile
+            await self._load_presence()
+
+    async def _follow_jobs(self, inbox: Any) -> None:
+        while True:
+            for job_id in set(await inbox.take()):
+                self._runner.stored(job_id.decode())
+
+    async def _follow_deletes(self, inbox: Any) -> None:
+        while True:
+            for server_id in await inbox.take():
+                self._hub.disconnect(server_id.decode())
+
+    async def _beat(self) -> None:
+        while True:
+            await self._db.run(store.beat, self.id)
+            await self._db.run(store.prune_presence_events, self._presence.capacity)
+            await self._load_presence()  # also what a lost wake-up did not bring
+            live = await self._db.run(store.live_replicas, STALE_AFTER_S)
+            self.live = live | {self.id}
+            self.calls.replicas_gone(self.live)
+            for server_id, org_id, version, kinds in await self._db.run(store.reap_dead_links, STALE_AFTER_S):
+                log.info("server %s: its link's replica is gone, so is its link", server_id)
+                await self.publish_presence(
+                    org_id,
+                    {"server_id": server_id, "online": False, "version": version, "job_kinds": kinds, "at": now_iso()},
+                )
+            await anyio.sleep(HEARTBEAT_S)

@@ -1,0 +1,103 @@
+"""Replicas' heartbeats, and which replica holds each agent's link."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from control_plane.clock import now_iso
+from control_plane.storage.schema import presence_events, replicas, servers
+
+Row = dict[str, Any]
+
+
+def beat(conn: Connection, replica_id: str) -> None:
+    """This replica is alive now (its row made on the first beat)."""
+    now = time.time()
+    updated = conn.execute(replicas.update().where(replicas.c.id == replica_id).values(heartbeat_at=now))
+    if updated.rowcount == 0:
+        conn.execute(replicas.insert().values(id=replica_id, started_at=now_iso(), heartbeat_at=now))
+
+
+def leave(conn: Connection, replica_id: str) -> None:
+    """A replica that stops is dead at once, rather than once its heartbeat is stale: the others
+    release its links (and say so on their feeds) on their next beat."""
+    conn.execute(replicas.update().where(replicas.c.id == replica_id).values(heartbeat_at=0.0))
+
+
+def live_replicas(conn: Connection, stale_after_s: float) -> set[str]:
+    threshold = time.time() - stale_after_s
+    return set(conn.execute(sa.select(replicas.c.id).where(replicas.c.heartbeat_at > threshold)).scalars())
+
+
+def link_holders(conn: Connection, server_ids: Sequence[str] | None = None) -> dict[str, str]:
+    """The replica that says it holds each server's link (servers without one are left out)."""
+    query = sa.select(servers.c.id, servers.c.agent_replica_id).where(servers.c.agent_replica_id.is_not(None))
+    if server_ids is not None:
+        query = query.where(servers.c.id.in_(list(server_ids)))
+    return {row.id: row.agent_replica_id for row in conn.execute(query)}
+
+
+def claim_link(conn: Connection, server_id: str, replica_id: str, link_id: str) -> None:
+    """A new link on `replica_id`: the newest link is the one that counts, wherever it is."""
+    conn.execute(
+        servers.update().where(servers.c.id == server_id).values(agent_replica_id=replica_id, agent_link_id=link_id)
+    )
+
+
+def release_link(conn: Connection, server_id: str, link_id: str) -> bool:
+    """The link `link_id` ended: forget it, unless a newer link (here or on another replica)
+    took its place meanwhile. False: the late "offline" of an old link, to be kept quiet."""
+    released = conn.execute(
+        servers.update()
+        .where(servers.c.id == server_id, servers.c.agent_link_id == link_id)
+        .values(agent_replica_id=None, agent_link_id=None)
+    )
+    return released.rowcount > 0
+
+
+def reap_dead_links(conn: Connection, stale_after_s: float) -> list[tuple[str, str, str | None, list[str] | None]]:
+    """Release the links of replicas whose heartbeat is stale, and forget those replicas: the
+    servers released here (id, org, agent version, job kinds), each by one replica only."""
+    threshold = time.time() - stale_after_s
+    dead = sa.select(replicas.c.id).where(replicas.c.heartbeat_at <= threshold)
+    rows = conn.execute(
+        sa.select(
+            servers.c.id, servers.c.org_id, servers.c.agent_version, servers.c.agent_job_kinds, servers.c.agent_link_id
+        ).where(servers.c.agent_replica_id.in_(dead))
+    ).all()
+    released = []
+    for row in rows:
+        done = conn.execute(
+            servers.update()
+            .where(servers.c.id == row.id, servers.c.agent_link_id == row.agent_link_id)
+            .values(agent_replica_id=None, agent_link_id=None, agent_last_seen_at=now_iso())
+        )
+        if done.rowcount:
+            kinds = orjson.loads(row.agent_job_kinds) if row.agent_job_kinds is not None else None
+            released.append((row.id, row.org_id, row.agent_version, kinds))
+    conn.execute(replicas.delete().where(replicas.c.heartbeat_at <= threshold))
+    return released
+
+
+def add_presence_event(conn: Connection, org_id: str, payload: dict[str, Any]) -> None:
+    conn.execute(presence_events.insert().values(org_id=org_id, payload=orjson.dumps(payload).decode()))
+
+
+def presence_events_after(conn: Connection, after: int) -> list[tuple[int, str, dict[str, Any]]]:
+    query = sa.select(presence_events).where(presence_events.c.id > after).order_by(presence_events.c.id)
+    return [(row.id, row.org_id, orjson.loads(row.payload)) for row in conn.execute(query)]
+
+
+def last_presence_event(conn: Connection) -> int:
+    return int(conn.execute(sa.select(sa.func.coalesce(sa.func.max(presence_events.c.id), 0))).scalar_one())
+
+
+def prune_presence_events(conn: Connection, keep: int) -> None:
+    """Forget all but the newest `keep` events (what a feed holds in memory)."""
+    conn.execute(presence_events.delete().where(presence_events.c.id <= last_presence_event(conn) - keep))

