@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from control_plane.clock import now_iso
 from control_plane.jobs import store as job_store
 from control_plane.jobs.lines import Run
+from control_plane.replicas import store as replica_store
 from control_plane.storage import Database
 from control_plane.storage.schema import job_output, orgs, servers
 from tests.conftest import python_env
@@ -258,3 +259,23 @@ def test_reads_of_one_kind_and_args_ending_at_once_keep_one_cached_result(job_db
             list(pool.map(remember, ["one", "two"]))
         cached = db.run_sync(job_store.cached_read, "srv_1", "system.info", key)
         assert cached is not None and cached["result"] in ('"one"', '"two"')
+
+
+def test_a_presence_event_waits_for_the_one_before_it_to_commit(control_plane_postgres: PostgresDatabases) -> None:
+    """Presence feeds read "events after the last id seen" on every replica: an event whose lower
+    id committed after a higher one would never be read. So a second writer waits (here: gives up
+    after its lock timeout) while the first has not committed, and then gets the next id. (On
+    SQLite one transaction writes at a time, so only PostgreSQL needs saying so.)"""
+    db = Database(control_plane_postgres.create("events"))
+    db.migrate()
+    try:
+        with db.engine.begin() as first:
+            replica_store.add_presence_event(first, "org-1", {"n": 1})
+            with pytest.raises(sa.exc.OperationalError, match="lock timeout"), db.engine.begin() as second:
+                second.execute(sa.text("SET LOCAL lock_timeout = '300ms'"))
+                replica_store.add_presence_event(second, "org-1", {"n": 2})
+        db.run_sync(replica_store.add_presence_event, "org-1", {"n": 3})
+        events = db.run_sync(replica_store.presence_events_after, 0)
+        assert [payload["n"] for _id, _org, payload in events] == [1, 3]
+    finally:
+        db.dispose()

@@ -85,7 +85,16 @@ def reap_dead_links(conn: Connection, stale_after_s: float) -> list[tuple[str, s
     return released
 
 
+# Feeds read "events after id N". PostgreSQL hands ids out before commit, so an event whose lower
+# id committed late would be passed over by a feed that had already read a higher one. Writers of
+# events queue on one lock held to their commit, so ids commit in the order they are handed out.
+# (SQLite writes one transaction at a time already.)
+PRESENCE_EVENTS_LOCK = 0x66645F70  # a fixed key of PostgreSQL's advisory locks: "fd_p"
+
+
 def add_presence_event(conn: Connection, org_id: str, payload: dict[str, Any]) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": PRESENCE_EVENTS_LOCK})
     conn.execute(presence_events.insert().values(org_id=org_id, payload=orjson.dumps(payload).decode()))
 
 
