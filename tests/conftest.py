@@ -4,11 +4,9 @@ more agents and admin commands against it."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -51,11 +49,9 @@ class Stack(StackCredentials):
 
     def admin(self, *args: str) -> dict[str, object]:
         """Run `fleetdeck admin ... --json` against this stack's database."""
-        command = [sys.executable, "-m", "fleetdeck", "admin", *args, "--db", self.db_url, "--json"]
-        done = subprocess.run(command, env=python_env(), capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        result: dict[str, object] = json.loads(done.stdout)
-        return result
+        from tests.helpers.control_planes import admin
+
+        return admin(self.db_url, *args)
 
     def login(self, email: str, password: str) -> str:
         """A session token for another user of this stack."""

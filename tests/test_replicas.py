@@ -22,8 +22,9 @@ from api_client.sse import SSEParser
 from control_plane.bus import Bus
 from fleetdeck.launcher import start_agent
 from tests.helpers import wait_until
+from tests.helpers.control_planes import OwnControlPlane, admin
 from tests.helpers.http_backends import start_backends, stop_backends
-from tests.helpers.replicas import NatsServer, Replica, admin, start_haproxy, start_nats, start_replica
+from tests.helpers.replicas import NatsServer, start_haproxy, start_nats, start_replica
 
 ENV = {"FLEETDECK_HEARTBEAT_S": "1", "FLEETDECK_JOB_GRACE_S": "5", "FLEETDECK_LOG": "INFO"}
 PASSWORD = "replicas-password-1"
@@ -64,8 +65,8 @@ async def test_the_bus_carries_messages_in_order_under_both_anyio_backends(nats:
 
 @dataclass
 class Fleet:
-    a: Replica
-    b: Replica
+    a: OwnControlPlane
+    b: OwnControlPlane
     token: str
     org: str
     db_url: str
@@ -102,7 +103,7 @@ def fleet(nats: NatsServer, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     admin(db_url, "create-org", "acme", "--plan", "max")
     admin(db_url, "create-user", "owner@acme.test", "--org", "acme", "--role", "owner", "--password", PASSWORD)
     server = admin(db_url, "create-server", "web-1", "--org", "acme")
-    replicas = [start_replica(db_url, nats.url, folder / f"replica-{name}.log", ENV) for name in "ab"]
+    replicas = [start_replica(folder, db_url, nats.url, f"replica-{name}", ENV) for name in "ab"]
     home = folder / "home"
     home.mkdir()
     agent = None
@@ -119,7 +120,7 @@ def fleet(nats: NatsServer, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             replica.stop()
 
 
-def _online_on(replica: Replica, token: str, server_id: str) -> bool:
+def _online_on(replica: OwnControlPlane, token: str, server_id: str) -> bool:
     with replica.http(token) as http:
         return bool(http.get(f"/v1/servers/{server_id}").json()["agent"]["online"])
 
@@ -222,7 +223,7 @@ def test_a_replica_that_dies_mid_upload_has_its_call_cancelled_on_the_agent(
     _linked(fleet)
     inbox = fleet.home / f"inbox-{uuid.uuid4().hex[:6]}"
     inbox.mkdir()
-    c = start_replica(fleet.db_url, nats.url, tmp_path / "replica-c.log", ENV)
+    c = start_replica(tmp_path, fleet.db_url, nats.url, "replica-c", ENV)
 
     def body() -> Iterator[bytes]:
         yield os.urandom(1024 * 1024)
@@ -244,7 +245,7 @@ def test_a_replica_that_stops_has_its_agents_said_offline_on_the_others(
 ) -> None:
     server = admin(fleet.db_url, "create-server", f"web-{uuid.uuid4().hex[:6]}", "--org", "acme")
     server_id = str(server["id"])
-    c = start_replica(fleet.db_url, nats.url, tmp_path / "replica-c.log", ENV)
+    c = start_replica(tmp_path, fleet.db_url, nats.url, "replica-c", ENV)
     home = tmp_path / "home"
     home.mkdir()
     with open(tmp_path / "agent.log", "a") as log:

@@ -10,35 +10,53 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import python_env
+import httpx
+
+from fleetdeck.launcher import child_environment
+
+# Quick heartbeats: a lost agent or replica is noticed in seconds.
+DEFAULT_ENV = {"FLEETDECK_HEARTBEAT_S": "1", "FLEETDECK_JOB_GRACE_S": "30", "FLEETDECK_LOG": "INFO"}
+
+
+def admin(db_url: str, *args: str) -> dict[str, Any]:
+    """`fleetdeck admin ... --json` on the database at `db_url`."""
+    command = [sys.executable, "-m", "fleetdeck", "admin", *args, "--db", db_url, "--json"]
+    done = subprocess.run(command, env=child_environment(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
 
 
 class OwnControlPlane:
     """`fleetdeck serve`, restartable on the same port and database: a SQLite file of its own, or
-    `db_url` (another's database: replicas of one cluster); `name` tells their logs apart."""
+    `db_url` (another's database: replicas of one cluster); `name` tells their logs apart (FOLDER/
+    NAME.log); `env` adds to DEFAULT_ENV (a replica's bus: FLEETDECK_BUS_URL)."""
 
-    def __init__(self, folder: Path, db_url: str | None = None, name: str = "cp") -> None:
+    def __init__(
+        self, folder: Path, db_url: str | None = None, name: str = "cp", env: dict[str, str] | None = None
+    ) -> None:
         self.folder = folder
         self.db_url = db_url or f"sqlite:///{folder / 'cp.db'}"
-        self.log = folder / f"{name}.log"
+        self.log_file = folder / f"{name}.log"
+        self.env = {**DEFAULT_ENV, **(env or {})}
         self.process: subprocess.Popen[str] | None = None
         self.port = 0
         self.base_url = ""
 
     def start(self) -> None:
-        env = {"FLEETDECK_HEARTBEAT_S": "1", "FLEETDECK_JOB_GRACE_S": "30", "FLEETDECK_LOG": "INFO"}
         command = [sys.executable, "-m", "fleetdeck", "serve", "--db", self.db_url]
-        with open(self.log, "a") as stderr:
+        with open(self.log_file, "a") as stderr:
             self.process = subprocess.Popen(
                 [*command, "--listen", f"127.0.0.1:{self.port}"],
-                env=python_env(**env),
+                env=child_environment(self.env),
+                stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,
             )
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
-        assert "control plane at" in line, self.log.read_text()
+        assert "control plane at" in line, self.log()
         self.base_url = line.rsplit(" ", 1)[1].strip()
         self.port = int(self.base_url.rsplit(":", 1)[1])
 
@@ -57,8 +75,10 @@ class OwnControlPlane:
             self.kill()
 
     def admin(self, *args: str) -> dict[str, Any]:
-        command = [sys.executable, "-m", "fleetdeck", "admin", *args, "--db", self.db_url, "--json"]
-        done = subprocess.run(command, env=python_env(), capture_output=True, text=True, timeout=60)
-        assert done.returncode == 0, done.stderr
-        result: dict[str, Any] = json.loads(done.stdout)
-        return result
+        return admin(self.db_url, *args)
+
+    def http(self, token: str) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+    def log(self) -> str:
+        return self.log_file.read_text(errors="replace")

@@ -1,9 +1,8 @@
-"""Replicas of the control plane for tests: a NATS server of the session's own on 127.0.0.1, and
-`fleetdeck serve` processes on one database with it as their bus."""
+"""Replicas of the control plane for tests: a NATS server of the session's own on 127.0.0.1,
+`fleetdeck serve` processes on one database with it as their bus, and HAProxy in front of them."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -14,7 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from fleetdeck.launcher import child_environment, free_port
+from fleetdeck.launcher import free_port
+from tests.helpers.control_planes import OwnControlPlane
 
 START_TIMEOUT_S = 60.0
 
@@ -54,58 +54,11 @@ def start_nats() -> NatsServer:
             time.sleep(0.05)
 
 
-def admin(db_url: str, *args: str) -> dict[str, object]:
-    """`fleetdeck admin ... --json` on the replicas' database."""
-    command = [sys.executable, "-m", "fleetdeck", "admin", *args, "--db", db_url, "--json"]
-    done = subprocess.run(command, env=child_environment(), capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    result: dict[str, object] = json.loads(done.stdout)
-    return result
-
-
-@dataclass
-class Replica:
-    """One `fleetdeck serve` process."""
-
-    process: subprocess.Popen[str]
-    base_url: str
-    log_file: Path
-
-    def http(self, token: str) -> httpx.Client:
-        return httpx.Client(base_url=self.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait()
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def log(self) -> str:
-        return self.log_file.read_text(errors="replace")
-
-
-def start_replica(db_url: str, bus_url: str, log_file: Path, env: dict[str, str]) -> Replica:
-    """`fleetdeck serve` on a free port, once it says where it listens."""
-    argv = [sys.executable, "-m", "fleetdeck", "serve", "--db", db_url, "--listen", f"127.0.0.1:{free_port()}"]
-    environment = child_environment({**env, "FLEETDECK_BUS_URL": bus_url})
-    with open(log_file, "a", encoding="utf-8") as log:
-        process = subprocess.Popen(
-            argv, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True
-        )
-    assert process.stdout is not None
-    line = process.stdout.readline()  # "fleetdeck control plane at URL", or nothing when it failed
-    if not line.startswith("fleetdeck control plane at "):
-        process.kill()
-        process.wait()
-        raise RuntimeError(f"fleetdeck serve did not start: {log_file.read_text(errors='replace')[-2000:]}")
-    return Replica(process, line.rsplit(" ", 1)[1].strip(), log_file)
+def start_replica(folder: Path, db_url: str, bus_url: str, name: str, env: dict[str, str]) -> OwnControlPlane:
+    """`fleetdeck serve` on a free port with `bus_url` as its bus, once it says where it listens."""
+    replica = OwnControlPlane(folder, db_url, name, env={**env, "FLEETDECK_BUS_URL": bus_url})
+    replica.start()
+    return replica
 
 
 @dataclass
@@ -138,7 +91,7 @@ class Haproxy:
         self.process.wait(15)
 
 
-def start_haproxy(folder: Path, replicas: list[Replica]) -> Haproxy:
+def start_haproxy(folder: Path, replicas: list[OwnControlPlane]) -> Haproxy:
     port = free_port()
     admin_socket = folder / "haproxy.sock"
     servers = "".join(
