@@ -40,9 +40,12 @@ Handshake
     the same process from a restart. The control plane waits at most `HELLO_TIMEOUT_S` for hello.
 
 Heartbeat
-    ``{"t": "ping"}`` and ``{"t": "pong"}`` go both ways. Each side pings every ``heartbeat_s``
-    (the control plane's choice, sent in welcome) and closes the link when it has received
-    nothing at all (any frame counts) for ``3 * heartbeat_s`` (`dead_after`).
+    The agent sends ``{"t": "ping"}`` every ``heartbeat_s`` (the control plane's choice, sent in
+    welcome); the control plane answers each with ``{"t": "pong"}``. Each side closes the link
+    when it has received nothing at all (any frame counts) for ``3 * heartbeat_s``
+    (`dead_after`). The control plane sends no ping of its own (one frame each way per agent and
+    period is what an idle fleet costs it); an agent answers a ping with a pong all the same, as
+    a control plane older than this rule also pings.
 
 Calls (cp → agent)
     ::

@@ -216,14 +216,19 @@ class Link:
             self._scope.cancel()
 
     async def _heartbeat(self) -> None:
+        """Drop the link once the agent has been silent for `dead_after`. The agent pings every
+        `heartbeat_s` and hears its pong (`_on_text`), so the control plane sends no ping of its
+        own: with thousands of idle links, every frame and every wakeup per link is what an idle
+        control plane spends its CPU on (`benchmarks/fleet.py`). It wakes when the silence would
+        be too long, not every `heartbeat_s`."""
+        limit = protocol.dead_after(self.heartbeat_s)
         while True:
-            await anyio.sleep(self.heartbeat_s)
             silence = anyio.current_time() - self._last_received
-            if silence > protocol.dead_after(self.heartbeat_s):
+            if silence > limit:
                 log.warning("agent of server %s silent for %.1f s: dropping its link", self.session.server_id, silence)
                 self.close(protocol.CLOSE_HEARTBEAT_TIMEOUT)
                 return
-            await self._send_quietly({"t": protocol.PING})
+            await anyio.sleep(limit - silence + 0.001)
 
     async def _receive_loop(self) -> None:
         # Never awaits a send: the agent may be blocked sending to us, and both would wait forever.
