@@ -253,6 +253,7 @@ class Figures:
     rss_before: int
     rss_linked: int
     link_s: float  # from the first simulator's start until all N were welcomed
+    link_cpu_s: float  # the control plane's CPU seconds meanwhile
     cpu_s: float  # the control plane's, over the quiet window
     quiet_s: float
     simulators_cpu_s: float  # all simulators', over the same window
@@ -260,8 +261,10 @@ class Figures:
     rpc_ms: list[float]
     rpc_failures: Counter[str]
     relink_s: float | None  # None: not all came back
+    relink_cpu_s: float  # the new control plane's CPU seconds until then (its start included)
     gave_up: int  # agents not welcomed again by the relink timeout
     online_after_relink: int  # as the API lists them
+    link_events: Counter[str]  # what the link code logged while the fleet first linked
     relink_events: Counter[str]
 
     @property
@@ -290,6 +293,7 @@ def measure(n: int, args: argparse.Namespace) -> Figures:
         control_plane.start()
         time.sleep(1.0)  # let its start settle before the baseline
         rss_before = rss_bytes(control_plane.pid)
+        cpu_at_start = cpu_seconds(control_plane.pid)
         count = min(args.simulators, n)
         progress(f"N={n}: linking {n} agents from {count} simulator processes")
         started = time.monotonic()
@@ -300,10 +304,12 @@ def measure(n: int, args: argparse.Namespace) -> Figures:
             simulator = Simulator(control_plane.url, tokens, home, state, args.ramp / count)
             running.callback(simulator.stop)
             simulators.append(simulator)
-        linked = wait_welcomed(simulators, n, 0.0, args.relink_timeout + n / args.ramp)
+        ramp_s = n / args.ramp if args.ramp > 0 else 0.0
+        linked = wait_welcomed(simulators, n, 0.0, args.relink_timeout + ramp_s)
         if linked.welcomed < n:
             raise RuntimeError(f"only {linked.welcomed} of {n} agents linked: {dict(linked.events)}")
         link_s = linked.last_welcome - started
+        link_cpu_s = cpu_seconds(control_plane.pid) - cpu_at_start
         with httpx.Client(base_url=control_plane.url, headers={"Authorization": f"Bearer {fleet.api_token}"}) as api:
             wait_online(api, n, args.relink_timeout)
             time.sleep(min(args.settle_seconds, args.quiet_seconds))  # the last presence writes, the first heartbeats
@@ -324,6 +330,7 @@ def measure(n: int, args: argparse.Namespace) -> Figures:
             killed = time.monotonic()
             control_plane.start()
             relinked = wait_welcomed(simulators, n, killed, args.relink_timeout)
+            relink_cpu_s = cpu_seconds(control_plane.pid)
             relink_s = relinked.last_welcome - killed if relinked.welcomed >= n else None
             online = wait_online(api, n, 0.0 if relink_s is None else args.relink_timeout)
         return Figures(
@@ -332,6 +339,7 @@ def measure(n: int, args: argparse.Namespace) -> Figures:
             rss_before=rss_before,
             rss_linked=rss_linked,
             link_s=link_s,
+            link_cpu_s=link_cpu_s,
             cpu_s=cpu_s,
             quiet_s=quiet_s,
             simulators_cpu_s=sims_cpu,
@@ -339,8 +347,10 @@ def measure(n: int, args: argparse.Namespace) -> Figures:
             rpc_ms=rpc_ms,
             rpc_failures=rpc_failures,
             relink_s=relink_s,
+            relink_cpu_s=relink_cpu_s,
             gave_up=n - relinked.welcomed,
             online_after_relink=online,
+            link_events=linked.events,
             relink_events=relinked.events - linked.events,
         )
 
@@ -426,10 +436,19 @@ def report(rows: Sequence[Figures], args: argparse.Namespace) -> None:
             f" at 10,000 this would be {_mib(scaled)}; API lists {row.online_after_relink:,} online after the relink"
         )
         print(
+            f"  control plane CPU: {1000 * row.link_cpu_s / row.n:.1f} ms a link while the fleet first linked;"
+            f" {row.relink_cpu_s:.1f} s from its restart until all relinked"
+        )
+        print(
             f"  simulators: {_mib(row.simulators_rss)} RSS, {100 * row.simulators_cpu_s / row.quiet_s:.1f} % of one"
             f" core at rest; RPCs: {len(row.rpc_ms)} ok"
             + (f", failed: {dict(row.rpc_failures)}" if row.rpc_failures else "")
         )
+        if row.link_events:
+            print(
+                "  while linking the link code logged: "
+                + ", ".join(f"{n} x {what!r}" for what, n in row.link_events.most_common())
+            )
         if row.relink_events:
             print(
                 "  during the relink the link code logged: "
