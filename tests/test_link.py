@@ -467,6 +467,28 @@ async def hello_from(url: str, **fields: Any) -> AsyncIterator[Any]:
 
 
 @pytest.mark.anyio
+async def test_a_link_beyond_the_pending_limit_is_told_to_try_again(caplog: pytest.LogCaptureFixture) -> None:
+    # One link set up at a time: while a first waits before its hello, the next is closed at once
+    # with 1013, which the agent takes as a network failure (its short backoff), not a refusal.
+    from trio_websocket import open_websocket_url
+
+    cp = make_control_plane(max_pending_links=1)
+    async with serving(cp.hub) as url:
+        ws_url = url.replace("http", "ws") + protocol.LINK_PATH
+        async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {TOKEN}".encode())]) as ws:
+            async with hello_from(url) as answer:
+                assert answer.code == protocol.CLOSE_TRY_AGAIN
+            with trio.fail_after(5):
+                assert await AgentLink(url, TOKEN, {}, version="1").run_once() is False
+            assert "link closed" in caplog.text and cp.auth_calls == 1
+            hello: dict[str, Any] = {"t": "hello", "version": "1", "boot_id": "b", "handlers": [], "hostname": "h"}
+            await ws.send_message(protocol.encode(hello))
+            await cp.wait_presence(online=True)  # set up: the next link is served again
+            async with hello_from(url) as answer:
+                assert answer["t"] == protocol.WELCOME
+
+
+@pytest.mark.anyio
 async def test_job_kinds_come_from_the_hello() -> None:
     async with linked() as setup:  # an agent that runs no jobs says so
         session = setup.cp.hub.session(SERVER_ID)
