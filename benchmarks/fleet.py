@@ -562,9 +562,15 @@ def main() -> None:
     rows = []
     try:
         for n in sizes:
-            rows.append(measure(n, args))
+            try:
+                rows.append(measure(n, args))
+            except RuntimeError as exc:  # one size failed: say so, and measure the others
+                print(f"N={n}: {exc}", flush=True)
+                continue
+            report(rows[-1:], args)  # each row as soon as it is measured (a long run may be cut short)
     except KeyboardInterrupt:
         raise SystemExit("interrupted: the processes this run started are stopped") from None
+    print("\nall sizes:")
     report(rows, args)
 
 
