@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI, WebSocket
+from sqlalchemy.engine import Connection
 
 from api_client.job_kinds import lookup
 from control_plane import __version__, errors
@@ -22,14 +23,17 @@ from control_plane.files.direct import DirectUploads
 from control_plane.files.operations import FileOperations
 from control_plane.files.routes import router as files_router
 from control_plane.hub import AgentHub, AgentSession
+from control_plane.jobs import store as job_store
 from control_plane.jobs.routes import router as jobs_router
 from control_plane.jobs.runner import JobRunner
+from control_plane.load_balancers import store as lb_store
 from control_plane.load_balancers.reports import LbReports
 from control_plane.load_balancers.routes import router as load_balancers_router
 from control_plane.replicas import Replicas
 from control_plane.servers import store as server_store
 from control_plane.servers.presence import PresenceFeed
 from control_plane.servers.routes import router as servers_router
+from control_plane.servers.store import Row
 from control_plane.settings import Settings
 from control_plane.state import Fleet
 from control_plane.storage import Database
@@ -52,19 +56,12 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
     claimed: dict[str, str] = {}
 
     async def on_presence(server_id: str, session: AgentSession | None) -> None:
-        await db.run(
-            server_store.record_presence,
-            server_id,
-            online=session is not None,
-            version=session.version if session else None,
-            job_kinds=session.job_kinds if session else None,
-        )
+        row, queued, serves_lbs = await db.run(_store_presence, server_id, session)
         newer_elsewhere = False
         if replicas is not None and session is not None:
             claimed[server_id] = await replicas.claim(server_id)
         elif replicas is not None and (link_id := claimed.pop(server_id, None)) is not None:
             newer_elsewhere = not await replicas.release(server_id, link_id)
-        row = await db.run(server_store.presence_row, server_id)
         if row is not None and not newer_elsewhere:
             event = {
                 "server_id": server_id,
@@ -80,10 +77,11 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
                 presence.publish(row["org_id"], event)
 
         if session is not None:
-            await runner.dispatch_queued(server_id, is_read)
+            runner.start_queued(queued, is_read)
             if replicas is not None:
                 runner.take_back_soon(server_id, is_read)
-        await lb_reports.on_link(server_id, session)
+            if serves_lbs:  # watch its load balancers' health
+                lb_reports.watch(server_id)
 
     direct = DirectUploads(db)
     hub = AgentHub(
@@ -107,6 +105,26 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         lb_reports=lb_reports,
         replicas=replicas,
     )
+
+
+def _store_presence(
+    conn: Connection, server_id: str, session: AgentSession | None
+) -> tuple[Row | None, list[Row], bool]:
+    """What an agent's link or drop writes and reads, in one transaction: its presence, the
+    server's row, and (linked) the jobs that waited for it and whether it serves load balancers.
+    One trip to a database thread per link, not four: a relink storm makes thousands of them."""
+    online = session is not None
+    server_store.record_presence(
+        conn,
+        server_id,
+        online=online,
+        version=session.version if session else None,
+        job_kinds=session.job_kinds if session else None,
+    )
+    row = server_store.presence_row(conn, server_id)
+    if not online:
+        return row, [], False
+    return row, job_store.queued_jobs(conn, server_id), lb_store.serves_lbs(conn, server_id)
 
 
 def is_read(kind_name: str) -> bool:

@@ -448,6 +448,29 @@ async def test_heartbeat_drops_a_silent_agent() -> None:
                 await cp.wait_presence(online=False)
 
 
+@pytest.mark.anyio
+async def test_the_control_plane_answers_each_ping_and_sends_none_of_its_own() -> None:
+    # A hand-made agent pinging for three times the silence the hub tolerates: each ping gets a
+    # pong, nothing else comes (no ping from the control plane), and the link stays up.
+    from trio_websocket import open_websocket_url
+
+    cp = make_control_plane(heartbeat_s=0.2)
+    async with serving(cp.hub) as url:
+        ws_url = url.replace("http", "ws") + protocol.LINK_PATH
+        async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {TOKEN}".encode())]) as ws:
+            hello: dict[str, Any] = {"t": "hello", "version": "1", "boot_id": "b", "handlers": [], "hostname": "h"}
+            await ws.send_message(protocol.encode(hello))
+            assert protocol.decode(await ws.get_message())["t"] == protocol.WELCOME
+            await cp.wait_presence(online=True)
+            for _ in range(18):  # 18 x 0.1 s = 3 x dead_after(0.2)
+                await ws.send_message(protocol.encode({"t": protocol.PING}))
+                with trio.fail_after(5):
+                    assert protocol.decode(await ws.get_message()) == {"t": protocol.PONG}
+                await trio.sleep(0.1)  # the agent's own pace, not a wait for a condition
+            assert [session is not None for _, session in cp.presence] == [True]
+            assert cp.hub.is_online(SERVER_ID)
+
+
 @asynccontextmanager
 async def hello_from(url: str, **fields: Any) -> AsyncIterator[Any]:
     """A hand-made hello (version 1, no handlers, plus `fields`); yields the first frame back (a
@@ -464,6 +487,28 @@ async def hello_from(url: str, **fields: Any) -> AsyncIterator[Any]:
             except ConnectionClosed as closed:
                 answer = closed.reason
         yield answer
+
+
+@pytest.mark.anyio
+async def test_a_link_beyond_the_pending_limit_is_told_to_try_again(caplog: pytest.LogCaptureFixture) -> None:
+    # One link set up at a time: while a first waits before its hello, the next is closed at once
+    # with 1013, which the agent takes as a network failure (its short backoff), not a refusal.
+    from trio_websocket import open_websocket_url
+
+    cp = make_control_plane(max_pending_links=1)
+    async with serving(cp.hub) as url:
+        ws_url = url.replace("http", "ws") + protocol.LINK_PATH
+        async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {TOKEN}".encode())]) as ws:
+            async with hello_from(url) as answer:
+                assert answer.code == protocol.CLOSE_TRY_AGAIN
+            with trio.fail_after(5):
+                assert await AgentLink(url, TOKEN, {}, version="1").run_once() is False
+            assert "link closed" in caplog.text and cp.auth_calls == 1
+            hello: dict[str, Any] = {"t": "hello", "version": "1", "boot_id": "b", "handlers": [], "hostname": "h"}
+            await ws.send_message(protocol.encode(hello))
+            await cp.wait_presence(online=True)  # set up: the next link is served again
+            async with hello_from(url) as answer:
+                assert answer["t"] == protocol.WELCOME
 
 
 @pytest.mark.anyio

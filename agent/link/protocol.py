@@ -40,9 +40,12 @@ Handshake
     the same process from a restart. The control plane waits at most `HELLO_TIMEOUT_S` for hello.
 
 Heartbeat
-    ``{"t": "ping"}`` and ``{"t": "pong"}`` go both ways. Each side pings every ``heartbeat_s``
-    (the control plane's choice, sent in welcome) and closes the link when it has received
-    nothing at all (any frame counts) for ``3 * heartbeat_s`` (`dead_after`).
+    The agent sends ``{"t": "ping"}`` every ``heartbeat_s`` (the control plane's choice, sent in
+    welcome); the control plane answers each with ``{"t": "pong"}``. Each side closes the link
+    when it has received nothing at all (any frame counts) for ``3 * heartbeat_s``
+    (`dead_after`). The control plane sends no ping of its own (one frame each way per agent and
+    period is what an idle fleet costs it); an agent answers a ping with a pong all the same, as
+    a control plane older than this rule also pings.
 
 Calls (cp → agent)
     ::
@@ -128,7 +131,9 @@ Cancelling a job
 
 Close codes
     4401 `CLOSE_AUTH_REFUSED`, 4408 `CLOSE_HEARTBEAT_TIMEOUT`, 4409 `CLOSE_REPLACED` (a newer
-    link of the same server took over), 1002 `CLOSE_PROTOCOL_ERROR`, 1011 `CLOSE_INTERNAL_ERROR`.
+    link of the same server took over), 1002 `CLOSE_PROTOCOL_ERROR`, 1011 `CLOSE_INTERNAL_ERROR`,
+    1013 `CLOSE_TRY_AGAIN` (the control plane is busy setting up other links, as in the storm
+    of relinks after its restart: the agent backs off as after a network failure and tries again).
 
 Unknown frame types are ignored by both ends, so either side may add a message type without
 breaking an older peer.
@@ -149,6 +154,7 @@ CLOSE_HEARTBEAT_TIMEOUT: Final = 4408
 CLOSE_REPLACED: Final = 4409
 CLOSE_PROTOCOL_ERROR: Final = 1002
 CLOSE_INTERNAL_ERROR: Final = 1011
+CLOSE_TRY_AGAIN: Final = 1013
 
 DEFAULT_HEARTBEAT_S: Final = 10.0
 HELLO_TIMEOUT_S: Final = 10.0

@@ -30,6 +30,11 @@ Elsewhere = Callable[[str], Awaitable[CallPath | None]]
 OnPresence = Callable[[str, AgentSession | None], Awaitable[None]]
 
 _CLEANUP_TIMEOUT_S = 10.0
+# Links between their first byte and their registration, beyond which a new one is turned away
+# at once (1013): in a storm of relinks, a link set up late is a link its agent gave up on (it
+# waits 10 s for the handshake), so queueing more than can be served in a second or two only
+# spends the control plane on work that is thrown away, and the storm never ends.
+MAX_PENDING_LINKS = 256
 _MAX_HELLO_FIELD = 1024
 _MAX_HANDLERS = 1000
 # What users see of an agent: its version is a short token, its ingress URL printable ASCII.
@@ -127,9 +132,12 @@ class AgentHub:
         on_presence: OnPresence | None = None,
         on_report: OnReport | None = None,
         heartbeat_s: float = protocol.DEFAULT_HEARTBEAT_S,
+        max_pending_links: int = MAX_PENDING_LINKS,
     ) -> None:
         if heartbeat_s <= 0:
             raise ValueError("heartbeat_s must be positive")
+        self._max_pending_links = max_pending_links
+        self._pending_links = 0
         self._authenticate = authenticate
         self._on_presence = on_presence
         self._on_report = on_report
@@ -252,6 +260,20 @@ class AgentHub:
 
     async def handle(self, websocket: WebSocket) -> None:
         """Body of the ASGI WebSocket route ``/v1/agent/link``."""
+        if self._pending_links >= self._max_pending_links:
+            await websocket.accept()  # a refusal before accept is an HTTP 403: a refused token
+            await _close(websocket, protocol.CLOSE_TRY_AGAIN)
+            return
+        self._pending_links += 1
+        try:
+            link = await self._set_up(websocket)
+        finally:
+            self._pending_links -= 1
+        if link is not None:
+            await self._serve(link)
+
+    async def _set_up(self, websocket: WebSocket) -> Link | None:
+        """Authenticate, hello, welcome, register: the link, or None when it was refused."""
         token = _bearer_token(websocket.headers.get("authorization"))
         server_id = await self._authenticate(token) if token else None
         await websocket.accept()
@@ -259,15 +281,15 @@ class AgentHub:
             client = websocket.client.host if websocket.client else "?"
             log.warning("agent link from %s refused: unknown or missing agent token", client)
             await _close(websocket, protocol.CLOSE_AUTH_REFUSED)
-            return
+            return None
         try:
             with anyio.fail_after(protocol.HELLO_TIMEOUT_S):
                 peer = websocket.client.host if websocket.client else None
                 session = _session_from_hello(server_id, await _receive_text(websocket), peer)
         except (TimeoutError, ProtocolError, WebSocketDisconnect) as exc:
-            log.warning("agent link of server %s dropped before hello: %s", server_id, exc or "timeout")
+            log.warning("agent link of server %s dropped before hello: %s", server_id, str(exc) or type(exc).__name__)
             await _close(websocket, protocol.CLOSE_PROTOCOL_ERROR)
-            return
+            return None
         welcome: dict[str, Any] = {
             "t": protocol.WELCOME,
             "server_id": server_id,
@@ -283,17 +305,22 @@ class AgentHub:
         try:
             await link.send_text(protocol.encode(welcome))
         except AgentOfflineError:
-            return
+            return None
         if server_id in self._deleted:  # deleted since its token was checked: no await from here to registering
             log.info("agent link of server %s refused: the server was deleted meanwhile", server_id)
             await _close(websocket, protocol.CLOSE_AUTH_REFUSED)
-            return
+            return None
         previous = self._links.get(server_id)
         self._links[server_id] = link
         if previous is not None:
             log.info("server %s: a new agent link replaces the previous one", server_id)
             previous.close(protocol.CLOSE_REPLACED)
         log.info("agent of server %s online (version %s, %s)", server_id, session.version, session.hostname)
+        return link
+
+    async def _serve(self, link: Link) -> None:
+        """Serve a registered link until it drops; then unregister it and report it gone."""
+        server_id = link.session.server_id
         try:
             # Serve while the presence callback runs (it may write to a database): the link is
             # registered, so calls may already be waiting for their answers.
@@ -305,7 +332,7 @@ class AgentHub:
                 if self._links.get(server_id) is link:
                     del self._links[server_id]
                     log.info("agent of server %s offline", server_id)
-                await _close(websocket, link.close_code)
+                await _close(link.websocket, link.close_code)
                 await self._report_presence(server_id)
 
     async def _report_presence(self, server_id: str) -> None:

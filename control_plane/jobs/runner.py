@@ -237,9 +237,10 @@ class JobRunner:
         self.live[job["id"]] = LiveJob(job["id"], cap=self._output_cap)
         self._group.start_soon(self._run, job, secrets, read, name=f"job {job['id']}")
 
-    async def dispatch_queued(self, server_id: str, is_read: Any) -> None:
-        """Start the jobs that waited for this server's agent (load-balancer applies)."""
-        for job in await self._db.run(store.queued_jobs, server_id):
+    def start_queued(self, queued: list[dict[str, Any]], is_read: Any) -> None:
+        """Start the jobs that waited for a server's agent (load-balancer applies), as
+        `store.queued_jobs` read them when it linked."""
+        for job in queued:
             self.start(job, secrets={}, read=bool(is_read(job["kind"])))
 
     async def resume_unfinished(self, is_read: Any) -> None:

@@ -39,13 +39,6 @@ class LbReports:
 
     # --- health -----------------------------------------------------------------------------
 
-    async def on_link(self, server_id: str, session: AgentSession | None) -> None:
-        """An agent linked (or left): watch its load balancers' health, if it serves any."""
-        if session is None:
-            return
-        if await self._db.run(store.serves_lbs, server_id):
-            self.watch(server_id)
-
     def watch(self, server_id: str) -> None:
         """Follow `lb.watch` on the server's current link, unless a watch runs on it already."""
         session = self._hub.session(server_id)

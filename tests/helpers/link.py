@@ -18,6 +18,7 @@ from starlette.routing import WebSocketRoute
 from agent.link import protocol
 from agent.link.client import Backoff
 from control_plane.hub import AgentHub, AgentSession
+from control_plane.hub.hub import MAX_PENDING_LINKS
 
 TOKEN = "agent-token-1"
 SERVER_ID = "srv-1"
@@ -48,7 +49,7 @@ class ControlPlane:
         return self.presence[-1][1]
 
 
-def make_control_plane(heartbeat_s: float = 10.0) -> ControlPlane:
+def make_control_plane(heartbeat_s: float = 10.0, max_pending_links: int = MAX_PENDING_LINKS) -> ControlPlane:
     cp: ControlPlane
 
     async def authenticate(token: str) -> str | None:
@@ -59,7 +60,10 @@ def make_control_plane(heartbeat_s: float = 10.0) -> ControlPlane:
         cp.presence.append((server_id, session))
         cp.changed.set()
 
-    cp = ControlPlane(AgentHub(authenticate=authenticate, on_presence=on_presence, heartbeat_s=heartbeat_s), [])
+    hub = AgentHub(
+        authenticate=authenticate, on_presence=on_presence, heartbeat_s=heartbeat_s, max_pending_links=max_pending_links
+    )
+    cp = ControlPlane(hub, [])
     return cp
 
 

@@ -1,0 +1,578 @@
+"""A fleet in one process: N simulated agents linked to one control plane, figures side by side.
+
+    python benchmarks/fleet.py [--sizes 1000,5000,10000] [--simulators 2] [--quiet-seconds 30]
+
+For each N (a fresh SQLite database each time):
+
+* the database gets an organisation, an owner with an API token and N full servers, straight
+  through the control plane's own store functions (N admin subprocesses would take minutes);
+* one control plane, `fleetdeck serve` on 127.0.0.1, starts on it;
+* `--simulators` processes link N agents between them (this script again, `--simulate`): each
+  agent is the agent's own link code (`AgentLink`, trio + trio-websocket), thousands of them in
+  one trio process, each serving the agent's real file handlers (`FileHandlers`) on one tiny
+  shared home, idle apart from its heartbeats.
+
+What it prints per N, each beside its goal:
+
+* memory: the control plane's RSS once all N are linked, minus its RSS before the first link,
+  over N; and its total RSS;
+* CPU at rest: the control plane's CPU seconds over a quiet window (`--quiet-seconds`, at least
+  30 s by default) with all N linked and idle, as % of one core;
+* RPC round trip: `--rpcs` sequential `GET /v1/servers/{id}/fs/stat?scope=root` to a random
+  server through the public API (authentication, the server's row, one agent call to the real
+  `fs.stat` handler); p50 and p99;
+* relink: the control plane is killed (SIGKILL) and started again on the same port and database;
+  the time from the kill until every agent has been welcomed again (their full-jitter backoff
+  spreads the storm), and how many had not come back by `--relink-timeout` ("gave up": the
+  link code never stops retrying, so any is a failure). The API then confirms all N online.
+
+Limits, said plainly: the control plane, the simulators and this script share this machine's
+cores (and other people's work on it), so CPU figures are what was measured under that load.
+The simulators' own RSS and CPU are printed too, as context. It asserts nothing.
+
+`--replicas` (the same figures across three replicas) is not here: an RPC to an agent linked to
+another replica needs the bus between replicas, which this benchmark does not have yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._stack import cpu_seconds
+from fleetdeck.launcher import child_environment, free_port
+
+GOAL_MEMORY_BYTES = 1024**3  # for 10,000 idle agents
+GOAL_FLEET = 10_000
+GOAL_CPU_PERCENT = 10.0
+GOAL_RELINK_S = 60.0
+START_TIMEOUT_S = 60.0
+POLL_S = 0.25
+ORG = "fleet-bench"
+
+
+# --- the database ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Provisioned:
+    api_token: str
+    server_ids: list[str]
+    agent_tokens: list[str]
+
+
+def provision(db_url: str, n: int) -> Provisioned:
+    """An org, an owner with an API token and `n` full servers, written with the control plane's
+    own store functions (in one transaction) before any control plane runs on the database."""
+    from control_plane.auth import store as accounts
+    from control_plane.auth.passwords import hash_password
+    from control_plane.servers import store as server_store
+    from control_plane.storage import Database
+
+    db = Database(db_url)
+    db.migrate()
+    try:
+        with db.engine.begin() as conn:
+            org = accounts.create_org(conn, ORG, "max")
+            user = accounts.create_user(conn, "owner@fleet.bench", "owner", hash_password("not used"))
+            accounts.add_membership(conn, user["id"], org["id"], "owner")
+            _, api_token = accounts.create_api_token(conn, user["id"], org["id"], "fleet benchmark")
+            servers = [server_store.create_server(conn, org["id"], f"sim-{i:05d}", "full", None) for i in range(n)]
+    finally:
+        db.dispose()
+    tokens = [token for _, token in servers]
+    assert all(tokens)
+    return Provisioned(api_token, [row["id"] for row, _ in servers], [t for t in tokens if t])
+
+
+# --- processes ------------------------------------------------------------------------------------
+
+
+def raise_open_files(wanted: int) -> None:
+    """RLIMIT_NOFILE to at least `wanted` (children inherit it); root may raise the hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= wanted:
+        return
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        hard = wanted  # only root may; otherwise setrlimit says so
+    resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class ControlPlane:
+    """`fleetdeck serve` on 127.0.0.1:`port` and `db_url`; killed and started again at will."""
+
+    def __init__(self, db_url: str, folder: Path) -> None:
+        self.db_url = db_url
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = folder / "control-plane.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self) -> None:
+        argv = [sys.executable, "-m", "fleetdeck", "serve", "--db", self.db_url, "--listen", f"127.0.0.1:{self.port}"]
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(argv, env=child_environment(), stdout=log, stderr=log)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the control plane exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.url}/v1/health", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the control plane did not answer within {START_TIMEOUT_S:.0f} s")
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+@dataclass
+class SimulatorStatus:
+    links: int  # agents this simulator runs
+    welcomed: int  # of them, welcomed at or after the time asked about
+    last_welcome: float  # time.monotonic() of the latest of those welcomes (0.0: none)
+    events: dict[str, int]  # what the link code logged, by message
+
+
+class Simulator:
+    """A simulator process (this script, `--simulate`): its agents' tokens on its stdin, then
+    questions ("status SINCE", one line each) answered with a JSON line on its stdout."""
+
+    def __init__(self, url: str, tokens: Path, home: Path, state: Path, ramp_per_s: float) -> None:
+        argv = [sys.executable, __file__, "--simulate", url, "--tokens", str(tokens)]
+        argv += ["--home", str(home), "--state", str(state), "--ramp", str(ramp_per_s)]
+        self.process = subprocess.Popen(
+            argv, env=child_environment(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self._in: IO[str] = self.process.stdin
+        self._out: IO[str] = self.process.stdout
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def status(self, since: float = 0.0) -> SimulatorStatus:
+        self._in.write(f"status {since!r}\n")
+        self._in.flush()
+        line = self._out.readline()
+        if not line:
+            raise RuntimeError(f"simulator {self.pid} exited with {self.process.wait()}")
+        return SimulatorStatus(**json.loads(line))
+
+    def stop(self) -> None:
+        """Its stdin closed, it stops its agents and exits; killed if it does not."""
+        try:
+            self._in.close()
+            self.process.wait(30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.process.kill()
+            self.process.wait()
+
+
+@dataclass
+class FleetStatus:
+    welcomed: int
+    last_welcome: float
+    events: Counter[str] = field(default_factory=Counter)
+
+
+def fleet_status(simulators: Sequence[Simulator], since: float = 0.0) -> FleetStatus:
+    total = FleetStatus(0, 0.0)
+    for simulator in simulators:
+        status = simulator.status(since)
+        total.welcomed += status.welcomed
+        total.last_welcome = max(total.last_welcome, status.last_welcome)
+        total.events.update(status.events)
+    return total
+
+
+def wait_welcomed(simulators: Sequence[Simulator], n: int, since: float, timeout: float) -> FleetStatus:
+    """Poll until all `n` agents were welcomed at or after `since`, or `timeout` passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        status = fleet_status(simulators, since)
+        if status.welcomed >= n or time.monotonic() > deadline:
+            return status
+        time.sleep(POLL_S)
+
+
+# --- the measurements -----------------------------------------------------------------------------
+
+
+@dataclass
+class Figures:
+    n: int
+    simulators: int
+    rss_before: int
+    rss_linked: int
+    link_s: float  # from the first simulator's start until all N were welcomed
+    link_cpu_s: float  # the control plane's CPU seconds meanwhile
+    cpu_s: float  # the control plane's, over the quiet window
+    quiet_s: float
+    simulators_cpu_s: float  # all simulators', over the same window
+    simulators_rss: int
+    rpc_ms: list[float]
+    rpc_failures: Counter[str]
+    relink_s: float | None  # None: not all came back
+    relink_cpu_s: float  # the new control plane's CPU seconds until then (its start included)
+    gave_up: int  # agents not welcomed again by the relink timeout
+    online_after_relink: int  # as the API lists them
+    link_events: Counter[str]  # what the link code logged while the fleet first linked
+    relink_events: Counter[str]
+
+    @property
+    def bytes_per_link(self) -> float:
+        return (self.rss_linked - self.rss_before) / self.n
+
+    @property
+    def cpu_percent(self) -> float:
+        return 100.0 * self.cpu_s / self.quiet_s
+
+
+def measure(n: int, args: argparse.Namespace) -> Figures:
+    """One row: provision, start the control plane and the simulators, measure, stop them all."""
+    raise_open_files(n + 4096)
+    with tempfile.TemporaryDirectory(prefix="fleetdeck-fleet-") as temp, ExitStack() as running:
+        folder = Path(temp)
+        home, state = folder / "home", folder / "state"
+        home.mkdir()
+        state.mkdir()
+        (home / "hello.txt").write_text("a tiny shared home\n")
+        db_url = f"sqlite:///{folder / 'fleet.db'}"
+        progress(f"N={n}: provisioning the database")
+        fleet = provision(db_url, n)
+        control_plane = ControlPlane(db_url, folder)
+        running.callback(control_plane.stop)
+        control_plane.start()
+        time.sleep(1.0)  # let its start settle before the baseline
+        rss_before = rss_bytes(control_plane.pid)
+        cpu_at_start = cpu_seconds(control_plane.pid)
+        count = min(args.simulators, n)
+        progress(f"N={n}: linking {n} agents from {count} simulator processes")
+        started = time.monotonic()
+        simulators = []
+        for index in range(count):
+            tokens = folder / f"tokens-{index}"
+            tokens.write_text("".join(f"{token}\n" for token in fleet.agent_tokens[index::count]))
+            simulator = Simulator(control_plane.url, tokens, home, state, args.ramp / count)
+            running.callback(simulator.stop)
+            simulators.append(simulator)
+        ramp_s = n / args.ramp if args.ramp > 0 else 0.0
+        linked = wait_welcomed(simulators, n, 0.0, args.relink_timeout + ramp_s)
+        if linked.welcomed < n:
+            raise RuntimeError(f"only {linked.welcomed} of {n} agents linked: {dict(linked.events)}")
+        link_s = linked.last_welcome - started
+        link_cpu_s = cpu_seconds(control_plane.pid) - cpu_at_start
+        with httpx.Client(base_url=control_plane.url, headers={"Authorization": f"Bearer {fleet.api_token}"}) as api:
+            wait_online(api, n, args.relink_timeout)
+            time.sleep(min(args.settle_seconds, args.quiet_seconds))  # the last presence writes, the first heartbeats
+            rss_linked = rss_bytes(control_plane.pid)
+            progress(f"N={n}: all linked in {link_s:.1f} s; {args.quiet_seconds:g} s at rest")
+            cpu_before = cpu_seconds(control_plane.pid)
+            sims_before = sum(cpu_seconds(s.pid) for s in simulators)
+            quiet_start = time.monotonic()
+            time.sleep(args.quiet_seconds)
+            quiet_s = time.monotonic() - quiet_start
+            cpu_s = cpu_seconds(control_plane.pid) - cpu_before
+            sims_cpu = sum(cpu_seconds(s.pid) for s in simulators) - sims_before
+            sims_rss = sum(rss_bytes(s.pid) for s in simulators)
+            progress(f"N={n}: {args.rpcs} RPCs")
+            rpc_ms, rpc_failures = round_trips(api, fleet.server_ids, args.rpcs)
+            progress(f"N={n}: killing the control plane; relink")
+            control_plane.kill()
+            killed = time.monotonic()
+            control_plane.start()
+            relinked = wait_welcomed(simulators, n, killed, args.relink_timeout)
+            relink_cpu_s = cpu_seconds(control_plane.pid)
+            relink_s = relinked.last_welcome - killed if relinked.welcomed >= n else None
+            online = wait_online(api, n, 0.0 if relink_s is None else args.relink_timeout)
+        return Figures(
+            n=n,
+            simulators=count,
+            rss_before=rss_before,
+            rss_linked=rss_linked,
+            link_s=link_s,
+            link_cpu_s=link_cpu_s,
+            cpu_s=cpu_s,
+            quiet_s=quiet_s,
+            simulators_cpu_s=sims_cpu,
+            simulators_rss=sims_rss,
+            rpc_ms=rpc_ms,
+            rpc_failures=rpc_failures,
+            relink_s=relink_s,
+            relink_cpu_s=relink_cpu_s,
+            gave_up=n - relinked.welcomed,
+            online_after_relink=online,
+            link_events=linked.events,
+            relink_events=relinked.events - linked.events,
+        )
+
+
+def wait_online(api: httpx.Client, n: int, timeout: float) -> int:
+    """How many servers the API lists online, once all `n` are or `timeout` passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        servers = api.get("/v1/servers", timeout=60).raise_for_status().json()["servers"]
+        online = sum(1 for server in servers if server["agent"]["online"])
+        if online >= n or time.monotonic() > deadline:
+            return online
+        time.sleep(1.0)
+
+
+def round_trips(api: httpx.Client, server_ids: Sequence[str], count: int) -> tuple[list[float], Counter[str]]:
+    """`count` sequential stats of the home's root on random servers: milliseconds each."""
+    times: list[float] = []
+    failures: Counter[str] = Counter()
+    pick = random.Random(13)
+    for _ in range(count):
+        server_id = pick.choice(server_ids)
+        start = time.perf_counter()
+        response = api.get(f"/v1/servers/{server_id}/fs/stat", params={"scope": "root", "path": "hello.txt"})
+        elapsed = (time.perf_counter() - start) * 1000
+        if response.status_code == 200 and response.json().get("name") == "hello.txt":
+            times.append(elapsed)
+        else:
+            failures[f"HTTP {response.status_code}"] += 1
+    return times, failures
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def _mib(n: float) -> str:
+    return f"{n / 1024**2:,.0f} MiB"
+
+
+def report(rows: Sequence[Figures], args: argparse.Namespace) -> None:
+    print(
+        f"machine: {os.cpu_count()} cores shared by the control plane, the simulators and this script"
+        " (and whatever else runs on it)"
+    )
+    print(
+        f"control plane: `fleetdeck serve`, SQLite, heartbeat every 10 s; CPU at rest over {args.quiet_seconds:g} s;"
+        f" RPC: {args.rpcs} sequential GET .../fs/stat?scope=root to a random agent (fs.stat)"
+    )
+    goal_per_link = GOAL_MEMORY_BYTES / GOAL_FLEET
+    print(
+        f"goals (10,000 idle agents): under {_mib(GOAL_MEMORY_BYTES)} ({goal_per_link / 1024:.0f} KiB a link),"
+        f" under {GOAL_CPU_PERCENT:g} % of one core, all relinked within {GOAL_RELINK_S:g} s, none gives up"
+    )
+    print()
+    header = (
+        f"{'agents':>7} {'sims':>4} {'KiB/link':>9} {'total RSS':>10} {'CPU rest':>9}"
+        f" {'RPC p50':>8} {'RPC p99':>8} {'relink':>8} {'gave up':>7}"
+    )
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        relink = f"{row.relink_s:.1f} s" if row.relink_s is not None else "-"
+        p50 = f"{percentile(row.rpc_ms, 50):.1f}ms" if row.rpc_ms else "-"
+        p99 = f"{percentile(row.rpc_ms, 99):.1f}ms" if row.rpc_ms else "-"
+        print(
+            f"{row.n:>7,} {row.simulators:>4} {row.bytes_per_link / 1024:>9.1f} {_mib(row.rss_linked):>10}"
+            f" {row.cpu_percent:>8.1f}% {p50:>8} {p99:>8} {relink:>8} {row.gave_up:>7}"
+        )
+    print(
+        f"{'goal':>7} {'':>4} {goal_per_link / 1024:>9.1f} {_mib(GOAL_MEMORY_BYTES):>10} {GOAL_CPU_PERCENT:>8.1f}%"
+        f" {'':>8} {'':>8} {GOAL_RELINK_S:>6.0f} s {0:>7}"
+    )
+    print()
+    for row in rows:
+        scaled = row.rss_before + row.bytes_per_link * GOAL_FLEET
+        print(
+            f"N={row.n:,}: RSS {_mib(row.rss_before)} before the first link; all linked in {row.link_s:.1f} s;"
+            f" at 10,000 this would be {_mib(scaled)}; API lists {row.online_after_relink:,} online after the relink"
+        )
+        print(
+            f"  control plane CPU: {1000 * row.link_cpu_s / row.n:.1f} ms a link while the fleet first linked;"
+            f" {row.relink_cpu_s:.1f} s from its restart until all relinked"
+        )
+        print(
+            f"  simulators: {_mib(row.simulators_rss)} RSS, {100 * row.simulators_cpu_s / row.quiet_s:.1f} % of one"
+            f" core at rest; RPCs: {len(row.rpc_ms)} ok"
+            + (f", failed: {dict(row.rpc_failures)}" if row.rpc_failures else "")
+        )
+        if row.link_events:
+            print(
+                "  while linking the link code logged: "
+                + ", ".join(f"{n} x {what!r}" for what, n in row.link_events.most_common())
+            )
+        if row.relink_events:
+            print(
+                "  during the relink the link code logged: "
+                + ", ".join(f"{n} x {what!r}" for what, n in row.relink_events.most_common())
+            )
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- the simulator process ------------------------------------------------------------------------
+
+
+class _LogCounter(logging.Handler):
+    """Counts what the link code logs, by message template (one line of output per kind, not
+    one per agent)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.counts: Counter[str] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING:
+            self.counts[str(record.msg).split(":")[0].split(" (")[0].replace("%s", "…")] += 1
+
+
+def simulate(url: str, tokens_file: str, home: str, state: str, ramp_per_s: float) -> None:
+    """The simulator's main: link an agent per token in `tokens_file`, answer status questions
+    from stdin until it closes."""
+    import trio
+
+    from agent import __version__
+    from agent.files.handlers import FileHandlers
+    from agent.link.client import AgentLink
+    from agent.sites import SiteRegistry
+
+    tokens = Path(tokens_file).read_text().split()
+    count = len(tokens)
+    raise_open_files(count + 1024)
+    counter = _LogCounter()
+    logger = logging.getLogger("fleetdeck.agent")
+    logger.addHandler(counter)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+    handlers = FileHandlers(home, SiteRegistry(state)).handlers()  # the real ones, shared by all
+    welcomed_at = [0.0] * count
+
+    def on_welcome(index: int) -> Any:
+        def welcomed(_welcome: dict[str, Any]) -> None:
+            welcomed_at[index] = time.monotonic()
+
+        return welcomed
+
+    async def answer(stdin: trio.lowlevel.FdStream) -> None:
+        buffer = b""
+        while True:
+            chunk = await stdin.receive_some(4096)
+            if not chunk:
+                return
+            buffer += chunk
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                since = float(line.split()[1])
+                recent = [t for t in welcomed_at if t and t >= since]
+                status = {
+                    "links": count,
+                    "welcomed": len(recent),
+                    "last_welcome": max(recent, default=0.0),
+                    "events": dict(counter.counts),
+                }
+                sys.stdout.write(json.dumps(status) + "\n")
+                sys.stdout.flush()
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            for index, token in enumerate(tokens):
+                link = AgentLink(
+                    url, token, handlers, version=__version__, hostname=f"sim-{index}", on_welcome=on_welcome(index)
+                )
+                nursery.start_soon(link.run)
+                if ramp_per_s > 0:
+                    await trio.sleep(1 / ramp_per_s)
+            await answer(trio.lowlevel.FdStream(os.dup(sys.stdin.fileno())))
+            nursery.cancel_scope.cancel()  # stdin closed: the benchmark is done with us
+
+    trio.run(main)
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1000,5000,10000", help="comma-separated numbers of agents")
+    parser.add_argument("--simulators", type=int, default=2, help="simulator processes (agents split evenly)")
+    parser.add_argument("--quiet-seconds", type=float, default=30.0, help="the window CPU at rest is measured over")
+    parser.add_argument("--settle-seconds", type=float, default=15.0, help="wait once all are linked, before it")
+    parser.add_argument("--rpcs", type=int, default=300)
+    parser.add_argument("--ramp", type=float, default=1000.0, help="agents started per second, in all (0: at once)")
+    parser.add_argument("--relink-timeout", type=float, default=300.0)
+    parser.add_argument("--simulate", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--tokens", help=argparse.SUPPRESS)
+    parser.add_argument("--home", help=argparse.SUPPRESS)
+    parser.add_argument("--state", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.simulate:
+        simulate(args.simulate, args.tokens, args.home, args.state, args.ramp)
+        return
+    sizes = [int(size) for size in args.sizes.split(",")]
+    rows = []
+    try:
+        for n in sizes:
+            try:
+                rows.append(measure(n, args))
+            except RuntimeError as exc:  # one size failed: say so, and measure the others
+                print(f"N={n}: {exc}", flush=True)
+                continue
+            report(rows[-1:], args)  # each row as soon as it is measured (a long run may be cut short)
+    except KeyboardInterrupt:
+        raise SystemExit("interrupted: the processes this run started are stopped") from None
+    print("\nall sizes:")
+    report(rows, args)
+
+
+if __name__ == "__main__":
+    main()
