@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 import orjson
+import sqlalchemy as sa
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -74,8 +75,18 @@ async def _unexpected(_request: Request, exc: Exception) -> Response:
     return error_response(500, "internal", "internal error; see the control plane's log")
 
 
+async def _data_error(request: Request, exc: Exception) -> Response:
+    """PostgreSQL's text cannot hold NUL (SQLite's can): a name, email, id or filter with one is
+    refused in words wherever a query would carry it, not a 500."""
+    assert isinstance(exc, sa.exc.DataError)
+    if "NUL" in str(exc.orig):
+        return error_response(422, "validation_error", "text may not contain a NUL character (0x00)")
+    return await _unexpected(request, exc)
+
+
 def install(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(sa.exc.DataError, _data_error)
     app.add_exception_handler(Exception, _unexpected)

@@ -6,6 +6,7 @@ import json
 import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -389,3 +390,27 @@ def test_audit_before_past_any_entry_id_is_422(stack: Stack) -> None:
     with stack.http() as http:
         assert error_code(http.get("/v1/audit", params={"before": 2**63})) == "validation_error"
         assert http.get("/v1/audit", params={"before": 2**63 - 1}).status_code == 200
+
+
+def test_nul_in_any_text_is_refused_in_words_not_a_500(stack: Stack) -> None:
+    """PostgreSQL's text cannot hold NUL (SQLite's can): an email, filter, id, name or job argument
+    with one is refused (or, on SQLite, matches nothing), never a 500."""
+    nul, in_path = "a\x00b", "a%00b"
+    asks: list[tuple[str, str, dict[str, Any]]] = [
+        ("POST", "/v1/auth/login", {"json": {"email": nul, "password": nul}}),
+        ("GET", "/v1/audit", {"params": {"actor": nul}}),
+        ("GET", "/v1/audit", {"params": {"action": nul, "server_id": nul}}),
+        ("GET", f"/v1/servers/{in_path}", {}),
+        ("GET", f"/v1/jobs/{in_path}", {}),
+        ("GET", "/v1/jobs", {"params": {"server_id": nul}}),
+        ("GET", f"/v1/load-balancers/{in_path}", {}),
+        ("POST", "/v1/servers", {"json": {"name": nul, "kind": "full"}}),
+        ("POST", f"/v1/servers/{stack.server_id}/jobs", {"json": {"kind": nul, "args": {}}}),
+        ("POST", f"/v1/servers/{stack.server_id}/jobs", {"json": {"kind": "site.list", "args": {"x": nul}}}),
+        ("GET", f"/v1/servers/{stack.server_id}/fs/list", {"params": {"scope": "root", "path": nul}}),
+    ]
+    with stack.http() as http:
+        for method, url, options in asks:
+            answer = http.request(method, url, **options)
+            assert answer.status_code < 500, (method, url, answer.status_code, answer.text)
+        assert http.get("/v1/health").status_code == 200

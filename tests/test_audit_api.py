@@ -10,6 +10,7 @@ import pytest
 from api_client import Client
 from api_client import errors as api_errors
 from tests.conftest import Stack
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")
 
@@ -54,3 +55,24 @@ async def test_a_member_is_refused_the_audit_log(stack: Stack) -> None:
     async with Client(stack.base_url, token=stack.login(email, "pw-member-1")) as client:
         with pytest.raises(api_errors.Forbidden):
             await client.audit.list()
+
+
+def test_a_target_with_nul_is_audited_and_the_control_plane_lives_on(stack: Stack) -> None:
+    """A path may hold NUL (the agent refuses it); PostgreSQL's text cannot. Its audit entry is
+    written with a stand-in, on both databases. Before, on PostgreSQL the failed audit write of
+    the operation's end took the whole control plane down."""
+    marker = f"nul-{uuid.uuid4().hex[:8]}"
+    body = {"scope": "root", "paths": [f"{marker}\x00x"], "format": "zip", "destination": f"{marker}.zip"}
+    with stack.http() as http:
+        started = http.post(f"/v1/servers/{stack.server_id}/fs/compress", json=body)
+        assert started.status_code == 202, started.text
+
+        def audited() -> list[dict[str, object]]:
+            entries = http.get("/v1/audit", params={"action": "fs.compress", "limit": 50}).json()["entries"]
+            return [e for e in entries if marker in str(e.get("target"))]
+
+        wait_until(audited, timeout=20)
+        entry = audited()[0]
+        assert entry["target"] == f"{marker}\u2400x" and entry["outcome"] == "error"
+        assert http.get("/v1/health").status_code == 200
+    assert stack.process.poll() is None

@@ -17,6 +17,15 @@ from control_plane.clock import now_iso
 from control_plane.masking import Masker, mask_fields
 from control_plane.storage.schema import audit_log
 
+# PostgreSQL's text cannot hold NUL, SQLite's can; an audited target is whatever a request named
+# (a generated path may hold one), so it is written with a visible stand-in on both. `details` is
+# JSON, where NUL is already the escape \u0000.
+NUL_STAND_IN = "\u2400"  # ␀
+
+
+def _storable(text: str) -> str:
+    return text.replace("\x00", NUL_STAND_IN)
+
 
 def record(
     conn: Connection,
@@ -41,7 +50,7 @@ def record(
             actor_email=actor_email,
             server_id=server_id,
             action=action,
-            target=masker(target) if target else None,
+            target=_storable(masker(target)) if target else None,
             details=orjson.dumps(mask_fields(details or {}, masker)).decode(),
             outcome=outcome,
             error_code=error_code,

@@ -8,6 +8,7 @@ the fact) and served by `GET fs/operations/{op}/stream`: `progress` events, then
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,9 @@ KEEP_S = 600.0
 PROGRESS_WINDOW = 1024 * 1024
 
 Finished = Callable[["Operation", str | None], Awaitable[None]]
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -114,4 +118,9 @@ class FileOperations:
             operation.push("error", {"code": error_code, "message": "cancelled; the partial result was removed"})
         operation.finish()
         with anyio.CancelScope(shield=True):
-            await on_finish(operation, error_code)
+            try:
+                await on_finish(operation, error_code)
+            except Exception:
+                # A bug, but one of this operation's: the app's task group (every job, every
+                # operation, the server itself) must not end with it.
+                log.exception("fs operation %s: its finish hook (the audit) failed", operation.id)
