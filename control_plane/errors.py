@@ -70,8 +70,27 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, "bad_request", str(exc.detail))
 
 
-async def _unexpected(_request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error", exc_info=exc)
+class ResponseCut(Exception):
+    """A contract error after the answer had started (its agent went away mid-download): the
+    status is sent, its Content-Length declared, so the only honest end is a cut connection, and
+    ASGI's only way to cut one is to raise out of the app. Expected, not a bug: it is logged once,
+    as a warning line (`_unexpected`), and the servers are told not to log it again with a
+    traceback (`control_plane.serving`)."""
+
+
+def cut_by_error(error: BaseException | None) -> bool:
+    """Whether `error` (what a server caught from the app) is a `ResponseCut`, alone or grouped."""
+    if isinstance(error, BaseExceptionGroup):
+        cut, rest = error.split(ResponseCut)
+        return cut is not None and rest is None
+    return isinstance(error, ResponseCut)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, ResponseCut):
+        log.warning("%s %s: answer cut short: %s", request.method, request.url.path, exc)
+    else:
+        log.exception("unhandled error", exc_info=exc)
     return error_response(500, "internal", "internal error; see the control plane's log")
 
 

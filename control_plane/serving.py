@@ -55,6 +55,7 @@ from hypercorn.trio import serve
 from hypercorn.trio.tcp_server import TCPServer
 
 from control_plane.app import create_app
+from control_plane.errors import cut_by_error
 from control_plane.settings import ServerName
 from control_plane.state import Fleet
 
@@ -184,11 +185,25 @@ class _BrokenProtocolFilter(logging.Filter):
         return True
 
 
+class _ResponseCutFilter(logging.Filter):
+    """Both servers log what the app raises ("Exception in ASGI application", "Error in ASGI
+    Framework") with its traceback, then cut the connection. A `ResponseCut` is raised for that
+    cut alone and was logged as one warning line already: the server's record is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not cut_by_error(record.exc_info[1] if record.exc_info else None)
+
+
+def _add_filter(logger_name: str, kind: type[logging.Filter]) -> None:
+    logger = logging.getLogger(logger_name)
+    if not any(isinstance(f, kind) for f in logger.filters):
+        logger.addFilter(kind())
+
+
 def install_server_fixes() -> None:
     """Patch hypercorn's trio worker where it fails us (each patch says why); idempotent."""
-    error_log = logging.getLogger("hypercorn.error")
-    if not any(isinstance(f, _BrokenProtocolFilter) for f in error_log.filters):
-        error_log.addFilter(_BrokenProtocolFilter())
+    _add_filter("hypercorn.error", _BrokenProtocolFilter)
+    _add_filter("hypercorn.error", _ResponseCutFilter)
     _contain_connection_failures()
     _sending_while_closing_is_closed()
     _close_answered_requests()
@@ -279,6 +294,7 @@ class _Uvicorn(uvicorn.Server):
 async def _serve_uvicorn(
     app: Any, sock: socket.socket, trigger: Callable[[], Awaitable[None]], task_status: anyio.abc.TaskStatus[Any]
 ) -> None:
+    _add_filter("uvicorn.error", _ResponseCutFilter)
     config = uvicorn.Config(
         app,
         lifespan="on",  # the app's task group (jobs, file operations) lives in its lifespan

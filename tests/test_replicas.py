@@ -386,7 +386,10 @@ def test_a_link_that_moves_to_b_takes_its_running_job_along(fleet: Fleet, tmp_pa
 
 
 def test_a_dead_replica_takes_its_agents_offline_and_fails_its_transfers(fleet: Fleet) -> None:
+    """Killing replica A cuts the download B relays from it: an error for the client (never a
+    short file), one warning line in B's log and no traceback (an expected end, not a bug)."""
     _linked(fleet)
+    logged_before = len(fleet.b.log())
     (fleet.home / "large.bin").write_bytes(os.urandom(32 * 1024 * 1024))
     params = {"scope": "root", "path": "large.bin"}
     with (
@@ -404,3 +407,8 @@ def test_a_dead_replica_takes_its_agents_offline_and_fails_its_transfers(fleet: 
             received = sum(len(chunk) for chunk in chunks)
             pytest.fail(f"the download ended normally after {received} more bytes")
     assert not _online_on(fleet.b, fleet.token, fleet.server_id)
+    wait_until(lambda: "answer cut short" in fleet.b.log()[logged_before:], timeout=10)
+    logged = fleet.b.log()[logged_before:]
+    assert "Traceback" not in logged and "ERROR" not in logged, logged
+    cut = [line for line in logged.splitlines() if "answer cut short" in line]
+    assert len(cut) == 1 and cut[0].startswith("WARNING ") and "/fs/download" in cut[0], logged

@@ -67,7 +67,7 @@ from api_client.models import (
 )
 from control_plane import sse
 from control_plane.auth.principal import Principal
-from control_plane.errors import error_response
+from control_plane.errors import ResponseCut, error_response
 from control_plane.files import remote_copy
 from control_plane.files.operations import Operation
 from control_plane.hub import ReplyStream
@@ -197,11 +197,15 @@ async def _open_agent_stream(
 
 async def _bytes_of(stream: ReplyStream, stack: AsyncExitStack) -> AsyncIterator[bytes]:
     """The binary frames of a streamed agent call, as they come (credit goes back as they are
-    taken, so a slow HTTP client slows the agent down); closes the call at the end."""
-    async with stack:
-        async for chunk in stream:
-            if isinstance(chunk, bytes):
-                yield chunk
+    taken, so a slow HTTP client slows the agent down); closes the call at the end. The answer
+    has started by then: a contract error (the agent or its replica gone) cuts the connection."""
+    try:
+        async with stack:
+            async for chunk in stream:
+                if isinstance(chunk, bytes):
+                    yield chunk
+    except ApiError as exc:
+        raise ResponseCut(str(exc)) from exc
 
 
 @router.get("/stat", response_model=Entry)
