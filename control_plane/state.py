@@ -45,6 +45,11 @@ class Fleet:
         """Linked here, or to another live replica."""
         return self.hub.is_online(server_id) or server_id in await self.linked_elsewhere([server_id])
 
+    async def agents_online(self) -> int:
+        """The agents linked to any live replica of this control plane, this one's included."""
+        here = self.hub.online_count
+        return here if self.replicas is None else here + await self.replicas.count_linked_elsewhere()
+
     async def linked_elsewhere(self, server_ids: list[str]) -> set[str]:
         """Those of `server_ids` whose agents are linked to another live replica."""
         if self.replicas is None or not server_ids:

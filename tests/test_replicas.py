@@ -137,6 +137,17 @@ def test_an_agent_linked_to_a_is_online_on_b(fleet: Fleet) -> None:
     assert listed[fleet.server_id]["agent"]["online"] is True
 
 
+def _agents_online(replica: OwnControlPlane) -> int:
+    count: int = httpx.get(f"{replica.base_url}/v1/health").json()["agents_online"]
+    return count
+
+
+def test_health_counts_the_agents_of_every_replica(fleet: Fleet) -> None:
+    """The one agent, linked to A, is counted on B too (the fleet's count, not the replica's)."""
+    _linked(fleet)
+    wait_until(lambda: _agents_online(fleet.a) == _agents_online(fleet.b) == 1, timeout=30)
+
+
 def test_files_list_and_read_on_b(fleet: Fleet) -> None:
     _linked(fleet)
     (fleet.home / "hello.txt").write_text("hello from the agent of replica A\n")

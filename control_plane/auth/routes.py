@@ -31,7 +31,7 @@ router = APIRouter(prefix="/v1")
 
 @router.get("/health", response_model=Health, tags=["health"])
 async def health(fleet: FleetDep) -> Health:
-    return Health(status="ok", version=__version__, agents_online=fleet.hub.online_count)
+    return Health(status="ok", version=__version__, agents_online=await fleet.agents_online())
 
 
 @router.post("/auth/login", response_model=LoginResponse, tags=["auth"])

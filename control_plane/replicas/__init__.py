@@ -83,6 +83,11 @@ class Replicas:
         holders = await self._db.run(store.link_holders, server_ids)
         return {sid for sid, holder in holders.items() if holder != self.id and holder in self.live}
 
+    async def count_linked_elsewhere(self) -> int:
+        """How many agents are linked to the other live replicas."""
+        count: int = await self._db.run(store.count_linked, self.live - {self.id})
+        return count
+
     def disconnect_everywhere(self, server_id: str) -> None:
         """The server was deleted: its agent's link is cut on whichever replica holds it."""
         self.bus.publish(DELETED_SUBJECT, server_id.encode())

@@ -43,6 +43,14 @@ def link_holders(conn: Connection, server_ids: Sequence[str] | None = None) -> d
     return {row.id: row.agent_replica_id for row in conn.execute(query)}
 
 
+def count_linked(conn: Connection, replica_ids: set[str]) -> int:
+    """How many servers have their agent's link on one of `replica_ids`."""
+    if not replica_ids:
+        return 0
+    query = sa.select(sa.func.count()).select_from(servers).where(servers.c.agent_replica_id.in_(sorted(replica_ids)))
+    return int(conn.execute(query).scalar_one())
+
+
 def claim_link(conn: Connection, server_id: str, replica_id: str, link_id: str) -> None:
     """A new link on `replica_id`: the newest link is the one that counts, wherever it is."""
     conn.execute(
