@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 import pytest
@@ -198,14 +198,24 @@ def stack(request: pytest.FixtureRequest, session_stacks: SessionStacks) -> Stac
     return session_stacks.get(getattr(request, "param", DEFAULT_VARIANT), request)
 
 
+class ControlPlane(Protocol):
+    """What an agent process links to and is seen through: a `Stack`, or an `OwnControlPlane`
+    (`tests.helpers.control_planes`: a `fleetdeck serve` of a test's own, a replica)."""
+
+    base_url: str
+
+    def http(self, token: str) -> httpx.Client: ...
+
+
 class AgentProcess:
     """An agent process of its own (the agent of a second server) that a test may kill and
     restart; `stop` at the end of the test. `extra` are more of its options (`start_agent`);
-    `api_token` sees the server through the API (default: the stack's owner, for a demo-org server)."""
+    `api_token` sees the server through the API (default: the stack's owner, for a demo-org
+    server; needed for another control plane than a `Stack`)."""
 
     def __init__(
         self,
-        stack: Stack,
+        stack: ControlPlane,
         server_id: str,
         token: str,
         home: Path,
@@ -213,6 +223,9 @@ class AgentProcess:
         *extra: str,
         api_token: str | None = None,
     ) -> None:
+        if api_token is None:
+            assert isinstance(stack, Stack), "an agent of another control plane is seen with an api_token"
+            api_token = stack.token
         self.stack, self.server_id, self.api_token = stack, server_id, api_token
         self._args = (stack.base_url, token, home, state, *extra)
         # Its log goes to a file beside its state folder: a pipe nobody reads would fill up and
