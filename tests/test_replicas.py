@@ -1,12 +1,15 @@
 """Replicas: two `fleetdeck serve` processes on one database with a NATS server as their bus, and
-a real agent process linked to replica A; everything is asked of replica B."""
+a real agent process linked to replica A; everything is asked of replica B.
+
+Every test runs on two clusters: replicas on SQLite under uvicorn (`fleetdeck serve`'s default),
+and replicas on PostgreSQL (a fresh database on the session's control-plane server) under
+hypercorn-trio: both databases and both servers, for one doubling of the module (~40 s)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import shutil
-import sqlite3
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -17,16 +20,21 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+import sqlalchemy as sa
 
 from api_client.sse import SSEParser
 from control_plane.bus import Bus
+from control_plane.storage.schema import servers
 from fleetdeck.launcher import start_agent
+from tests.conftest import AgentProcess
 from tests.helpers import wait_until
 from tests.helpers.control_planes import OwnControlPlane, admin
 from tests.helpers.http_backends import start_backends, stop_backends
 from tests.helpers.replicas import NatsServer, start_haproxy, start_nats, start_replica
 
 ENV = {"FLEETDECK_HEARTBEAT_S": "1", "FLEETDECK_JOB_GRACE_S": "5", "FLEETDECK_LOG": "INFO"}
+# A cluster's server (FLEETDECK_SERVER), by its database.
+SERVERS = {"sqlite": "uvicorn", "postgresql": "hypercorn"}
 PASSWORD = "replicas-password-1"
 
 
@@ -72,38 +80,24 @@ class Fleet:
     db_url: str
     home: Path
     server_id: str
-    agent: AgentOnA
+    agent: AgentProcess  # server web-1's, linked to replica A
+    env: dict[str, str]  # of its replicas (and of those a test adds)
 
 
-class AgentOnA:
-    """The agent process of server web-1, linked to replica A."""
-
-    def __init__(self, url: str, token: str, home: Path, folder: Path) -> None:
-        self._args = (url, token, home, folder / "agent-state")
-        self._log = folder / "agent.log"
-        self.process = self._start()
-
-    def _start(self) -> subprocess.Popen[str]:
-        with open(self._log, "a") as log:
-            return start_agent(*self._args, stderr=log)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(15)
-
-    def restart(self) -> None:
-        self.stop()
-        self.process = self._start()
-
-
-@pytest.fixture(scope="module")
-def fleet(nats: NatsServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
-    folder = tmp_path_factory.mktemp("replicas")
-    db_url = f"sqlite:///{folder / 'fleet.db'}"
+@pytest.fixture(scope="module", params=list(SERVERS))
+def fleet(
+    request: pytest.FixtureRequest, nats: NatsServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Fleet]:
+    folder = tmp_path_factory.mktemp(f"replicas-{request.param}")
+    if request.param == "postgresql":
+        db_url: str = request.getfixturevalue("control_plane_postgres").create("replicas")
+    else:
+        db_url = f"sqlite:///{folder / 'fleet.db'}"
+    env = {**ENV, "FLEETDECK_SERVER": SERVERS[request.param]}
     admin(db_url, "create-org", "acme", "--plan", "max")
     admin(db_url, "create-user", "owner@acme.test", "--org", "acme", "--role", "owner", "--password", PASSWORD)
     server = admin(db_url, "create-server", "web-1", "--org", "acme")
-    replicas = [start_replica(folder, db_url, nats.url, f"replica-{name}", ENV) for name in "ab"]
+    replicas = [start_replica(folder, db_url, nats.url, f"replica-{name}", env) for name in "ab"]
     home = folder / "home"
     home.mkdir()
     agent = None
@@ -111,8 +105,9 @@ def fleet(nats: NatsServer, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         token = httpx.post(
             f"{replicas[1].base_url}/v1/auth/login", json={"email": "owner@acme.test", "password": PASSWORD}
         ).json()["token"]
-        agent = AgentOnA(replicas[0].base_url, str(server["agent_token"]), home, folder)
-        yield Fleet(replicas[0], replicas[1], token, "acme", db_url, home, str(server["id"]), agent)
+        server_id, agent_token = str(server["id"]), str(server["agent_token"])
+        agent = AgentProcess(replicas[0], server_id, agent_token, home, folder / "agent-state", api_token=token)
+        yield Fleet(replicas[0], replicas[1], token, "acme", db_url, home, server_id, agent, env)
     finally:
         if agent is not None:
             agent.stop()
@@ -214,7 +209,8 @@ def test_presence_changes_made_on_a_reach_b_feed(fleet: Fleet) -> None:
     ):
         lines = events.iter_lines()
         assert next(lines).startswith("retry:")
-        fleet.agent.restart()  # offline, then online again: both said by replica A
+        fleet.agent.stop()  # offline, then online again: both said by replica A
+        fleet.agent.restart()
         offline = _presence_of(lines, fleet.server_id, online=False)
         online = _presence_of(lines, fleet.server_id, online=True)
     assert _online_on(fleet.b, fleet.token, fleet.server_id)
@@ -234,7 +230,7 @@ def test_a_replica_that_dies_mid_upload_has_its_call_cancelled_on_the_agent(
     _linked(fleet)
     inbox = fleet.home / f"inbox-{uuid.uuid4().hex[:6]}"
     inbox.mkdir()
-    c = start_replica(tmp_path, fleet.db_url, nats.url, "replica-c", ENV)
+    c = start_replica(tmp_path, fleet.db_url, nats.url, "replica-c", fleet.env)
 
     def body() -> Iterator[bytes]:
         yield os.urandom(1024 * 1024)
@@ -256,7 +252,7 @@ def test_a_replica_that_stops_has_its_agents_said_offline_on_the_others(
 ) -> None:
     server = admin(fleet.db_url, "create-server", f"web-{uuid.uuid4().hex[:6]}", "--org", "acme")
     server_id = str(server["id"])
-    c = start_replica(tmp_path, fleet.db_url, nats.url, "replica-c", ENV)
+    c = start_replica(tmp_path, fleet.db_url, nats.url, "replica-c", fleet.env)
     home = tmp_path / "home"
     home.mkdir()
     with open(tmp_path / "agent.log", "a") as log:
@@ -341,9 +337,13 @@ def _run(http: httpx.Client, server_id: str, kind: str, args: dict[str, Any]) ->
 
 
 def _holder(fleet: Fleet, server_id: str) -> str | None:
-    with sqlite3.connect(fleet.db_url.removeprefix("sqlite:///")) as db:
-        row = db.execute("SELECT agent_replica_id FROM servers WHERE id = ?", (server_id,)).fetchone()
-    return row[0] if row else None
+    engine = sa.create_engine(fleet.db_url)
+    try:
+        with engine.connect() as db:
+            holder: str | None = db.scalar(sa.select(servers.c.agent_replica_id).where(servers.c.id == server_id))
+    finally:
+        engine.dispose()
+    return holder
 
 
 @needs_cron_as_root
