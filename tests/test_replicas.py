@@ -21,7 +21,10 @@ import anyio
 import httpx
 import pytest
 import sqlalchemy as sa
+import trio
 
+from agent.link.call import Call
+from agent.link.client import AgentLink, Backoff
 from api_client.sse import SSEParser
 from control_plane.bus import Bus
 from control_plane.storage.schema import servers
@@ -188,6 +191,56 @@ def test_a_job_created_on_b_runs_on_a_and_its_stream_on_b_ends_with_its_exit_cod
         rest = SSEParser().feed(http.get(f"/v1/jobs/{job_id}/stream", headers={"Last-Event-ID": lines[-1].id}).content)
         assert [event.event for event in rest] == ["exit"]
         assert http.get(f"/v1/jobs/{job_id}").json()["status"] == "failed"
+
+
+def test_a_cancel_of_a_job_whose_agent_is_too_old_to_cancel_says_so_on_every_replica(fleet: Fleet) -> None:
+    """An agent older than job.cancel, linked to A, runs a job made on B: a cancel asked on B (the
+    call relayed to A) is refused in the same words as on A, from the agent's own answer."""
+    server = admin(fleet.db_url, "create-server", f"old-{uuid.uuid4().hex[:6]}", "--org", "acme")
+    server_id = str(server["id"])
+
+    running = trio.Event()
+
+    async def job_run(_call: Call) -> dict[str, Any]:
+        running.set()  # the job is `running` by now: it is started before it is sent
+        await trio.sleep_forever()  # and runs until the test ends
+        raise AssertionError("unreachable")
+
+    async def cancels() -> list[httpx.Response]:
+        fast = Backoff(base=0.05, cap=0.2)
+        token = str(server["agent_token"])
+        link = AgentLink(
+            fleet.a.base_url, token, {"job.run": job_run}, version="0.0.1", backoff=fast, auth_backoff=fast
+        )
+        headers = {"Authorization": f"Bearer {fleet.token}"}
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(link.run)
+            await trio.to_thread.run_sync(lambda: wait_until(lambda: _online_on(fleet.b, fleet.token, server_id), 30))
+            async with (
+                httpx.AsyncClient(base_url=fleet.a.base_url, headers=headers, timeout=60) as a,
+                httpx.AsyncClient(base_url=fleet.b.base_url, headers=headers, timeout=60) as b,
+            ):
+                job = {"kind": "cron.add", "args": {"domain": "x.example.org", "schedule": "@daily", "command": "true"}}
+                created = await b.post(f"/v1/servers/{server_id}/jobs", json=job)
+                with trio.fail_after(30):
+                    await running.wait()
+                job_id = created.json()["id"]
+                answers = [await b.post(f"/v1/jobs/{job_id}/cancel"), await a.post(f"/v1/jobs/{job_id}/cancel")]
+            nursery.cancel_scope.cancel()  # the link ends before its server goes, which would cut it
+        return answers
+
+    try:
+        answers = trio.run(cancels)
+    finally:
+        with fleet.b.http(fleet.token) as http:
+            http.delete(f"/v1/servers/{server_id}")
+    for answer in answers:
+        assert answer.status_code == 502, answer.text
+        assert answer.json()["error"] == {
+            "code": "agent_error",
+            "message": "the server's agent is too old to cancel jobs: update it",
+            "details": {},
+        }
 
 
 def _presence_of(lines: Iterator[str], server_id: str, online: bool) -> str:

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 
+from agent.link import protocol
 from api_client.errors import (
     AgentError,
     AgentOffline,
@@ -258,12 +259,15 @@ async def cancel_job(job_id: str, caller: Caller, fleet: FleetDep) -> Response:
     row = await _job_row(fleet, caller, job_id)  # it may have started meanwhile
     if row["status"] != "running":
         raise NotRunning(f"the job has already ended ({row['status']})", details={"status": row["status"]})
-    session = fleet.hub.session(row["server_id"])
-    if session is None and not await fleet.agent_online(row["server_id"]):
+    if not await fleet.agent_online(row["server_id"]):
         raise AgentOffline("the server's agent is not connected: the job cannot be stopped until it is back")
-    if session is not None and "job.cancel" not in session.handlers:
-        raise AgentError("the server's agent is too old to cancel jobs: update it")
-    answer = await fleet.call_agent(row["server_id"], "job.cancel", {"job_id": job_id}, timeout=CANCEL_TIMEOUT_S)
+    try:
+        answer = await fleet.call_agent(row["server_id"], "job.cancel", {"job_id": job_id}, timeout=CANCEL_TIMEOUT_S)
+    except AgentError as exc:
+        # Told by the agent itself, wherever it is linked (this replica or another).
+        if exc.details.get("agent_code") == protocol.UNKNOWN_METHOD:
+            raise AgentError("the server's agent is too old to cancel jobs: update it") from exc
+        raise
     if isinstance(answer, dict) and answer.get("ended") is True:
         raise NotRunning("the job ended before the cancel reached its agent")
     return await _cancelled(fleet, caller, job_id, was="running")
