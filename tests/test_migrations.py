@@ -20,9 +20,15 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from control_plane.audit import store as audit
+from control_plane.auth.store import create_org
+from control_plane.jobs import store as jobs
+from control_plane.jobs.lines import Run
+from control_plane.replicas.store import add_presence_event
+from control_plane.servers.store import create_server
 from control_plane.storage import Database
 from control_plane.storage.db import MIGRATIONS, current_revision, newest_revision
-from control_plane.storage.schema import metadata
+from control_plane.storage.schema import audit_log, metadata, presence_events
 
 
 @pytest.fixture
@@ -58,6 +64,46 @@ def test_the_comparison_sees_a_drift(migrated: Database) -> None:
     sa.Index("ix_not_migrated", ahead.tables["servers"].c.address)
     kinds = sorted(change[0] for change in _diff(migrated, ahead))
     assert kinds == ["add_column", "add_index"]
+
+
+PAST_32_BITS = 2**31 + 5
+
+
+def test_ids_and_sequence_numbers_run_past_32_bits(migrated: Database) -> None:
+    """Audit entries and presence events are numbered past 2**31 by the database (PostgreSQL's
+    sequence, SQLite's rowid: the next after the largest), and a job's output seqs go past it."""
+    with migrated.engine.begin() as conn:
+        org = create_org(conn, "big", "max")
+        server, _token = create_server(conn, org["id"], "web", "full", None)
+
+        def add_rows() -> None:
+            audit.record(conn, action="big.ids")
+            add_presence_event(conn, org["id"], {"server_id": server["id"], "online": True})
+
+        add_rows()
+        for table in (audit_log, presence_events):
+            conn.execute(table.update().values(id=PAST_32_BITS))
+            if conn.dialect.name == "postgresql":  # its sequence, where SQLite takes the largest rowid
+                sequence = sa.select(sa.func.pg_get_serial_sequence(table.name, "id")).scalar_subquery()
+                conn.execute(sa.select(sa.func.setval(sequence, PAST_32_BITS)))
+        add_rows()
+        job = jobs.create_job(
+            conn,
+            org_id=org["id"],
+            server_id=server["id"],
+            kind="site.list",
+            args={},
+            argv=[],
+            created_by=None,
+            idempotency_key=None,
+        )
+        jobs.insert_lines(conn, job["id"], [Run(PAST_32_BITS, "stdout", "2026-01-01T00:00:00Z", ["a", "b"])])
+    with migrated.engine.connect() as conn:
+        for table in (audit_log, presence_events):
+            ids = conn.execute(sa.select(table.c.id).order_by(table.c.id)).scalars().all()
+            assert ids == [PAST_32_BITS, PAST_32_BITS + 1], table.name
+        assert jobs.stored_output(conn, job["id"])[0] == PAST_32_BITS + 1
+        assert [run.seq for run in jobs.lines_after(conn, job["id"], PAST_32_BITS - 1, 100)] == [PAST_32_BITS]
 
 
 def _unique_sets(columns: list[list[str]]) -> set[tuple[str, ...]]:

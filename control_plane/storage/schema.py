@@ -6,6 +6,12 @@ import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
+# Ids and sequence numbers that only grow (audit entries, job output lines, presence events):
+# 64-bit. PostgreSQL's INTEGER is 32-bit, and 2**31 audit entries or output lines is within a
+# large fleet's reach. SQLite's INTEGER is 64-bit already, and only a column declared "INTEGER
+# PRIMARY KEY" is its rowid (numbered by SQLite itself): it stays INTEGER there.
+BIG_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
 orgs = sa.Table(
     "orgs",
     metadata,
@@ -88,7 +94,7 @@ replicas = sa.Table(
 presence_events = sa.Table(
     "presence_events",
     metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", BIG_ID, primary_key=True, autoincrement=True),
     sa.Column("org_id", sa.String, nullable=False),
     sa.Column("payload", sa.String, nullable=False),
 )
@@ -96,7 +102,7 @@ presence_events = sa.Table(
 audit_log = sa.Table(
     "audit_log",
     metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("id", BIG_ID, primary_key=True, autoincrement=True),
     sa.Column("at", sa.String, nullable=False),
     sa.Column("org_id", sa.String, nullable=True),
     sa.Column("user_id", sa.String, nullable=True),
@@ -141,8 +147,8 @@ job_output = sa.Table(
     "job_output",
     metadata,
     sa.Column("job_id", sa.String, sa.ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
-    sa.Column("first_seq", sa.Integer, primary_key=True),
-    sa.Column("last_seq", sa.Integer, nullable=False),
+    sa.Column("first_seq", BIG_ID, primary_key=True),
+    sa.Column("last_seq", BIG_ID, nullable=False),
     sa.Column("lines", sa.LargeBinary, nullable=False),
 )
 
