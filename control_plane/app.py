@@ -59,7 +59,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         row, queued, serves_lbs = await db.run(_store_presence, server_id, session)
         newer_elsewhere = False
         if replicas is not None and session is not None:
-            claimed[server_id] = await replicas.claim(server_id)
+            claimed[server_id] = await replicas.claim(server_id, session.peer)
         elif replicas is not None and (link_id := claimed.pop(server_id, None)) is not None:
             newer_elsewhere = not await replicas.release(server_id, link_id)
         if row is not None and not newer_elsewhere:

@@ -50,6 +50,14 @@ class Fleet:
         here = self.hub.online_count
         return here if self.replicas is None else here + await self.replicas.count_linked_elsewhere()
 
+    async def agent_peer(self, server_id: str) -> str | None:
+        """The address a server's agent link comes from, as the replica holding it sees it (None:
+        not linked)."""
+        session = self.hub.session(server_id)
+        if session is not None:
+            return session.peer
+        return None if self.replicas is None else await self.replicas.peer_elsewhere(server_id)
+
     async def linked_elsewhere(self, server_ids: list[str]) -> set[str]:
         """Those of `server_ids` whose agents are linked to another live replica."""
         if self.replicas is None or not server_ids:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import socket
 import stat
 import subprocess
 import uuid
@@ -27,93 +26,26 @@ from agent.files.remote_copy import RESULT_PREFIX, RemoteCopy, SshSettings
 from agent.link.call import Call
 from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
+from fleetdeck.launcher import free_port
 from tests.conftest import Stack, start_agent
 from tests.helpers import eventually, wait_for, wait_until
+from tests.helpers.copy_sshd import MISSING, ORIGINAL_KEYS, Sshd, copy_sshd
 from tests.helpers.tui import highlight, highlight_server, names, real_app, run, show_location
 from tui.files.commander import CommanderScreen
 from tui.files.dialogs import CopyDialog
 
-SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
-ORIGINAL_KEYS = (
-    b"# kept as it is\nssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ0e6FJQxVjRnxS4iYzYhWrMTvSxPtfiS6e0ZyFq9hWo keep\n"
-)
 SITE = "example.com"
 
 pytestmark = [
-    pytest.mark.skipif(
-        not os.path.exists(SSHD) or not shutil.which("ssh") or not shutil.which("ssh-keygen"),
-        reason="needs OpenSSH (sshd, ssh, ssh-keygen): scripts/test installs openssh-server",
-    ),
+    pytest.mark.skipif(MISSING is not None, reason=str(MISSING)),
     pytest.mark.stack_variants("sqlite", "postgresql"),
 ]
 
 
-@dataclass
-class Sshd:
-    port: int
-    folder: Path
-    authorized_keys: Path
-    host_key_pub: Path
-    log: Path
-
-    def agent_options(self) -> list[str]:
-        return [
-            "--ssh-port",
-            str(self.port),
-            "--ssh-authorized-keys",
-            str(self.authorized_keys),
-            "--ssh-host-key",
-            str(self.host_key_pub),
-        ]
-
-    def settings(self, **changes: Any) -> SshSettings:
-        fields: dict[str, Any] = {
-            "port": self.port,
-            "host": "127.0.0.1",
-            "authorized_keys": str(self.authorized_keys),
-            "host_keys": (str(self.host_key_pub),),
-            **changes,
-        }
-        return SshSettings(**fields)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    """A real sshd on 127.0.0.1 with its own host key and authorized_keys file."""
-    folder = tmp_path_factory.mktemp("sshd")
-    host_key = folder / "host_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
-    keys = folder / "authorized_keys"
-    keys.write_bytes(ORIGINAL_KEYS)
-    keys.chmod(0o600)
-    port = _free_port()
-    config = folder / "sshd_config"
-    config.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nPidFile {folder / 'sshd.pid'}\n"
-        f"AuthorizedKeysFile {keys}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n"
-        "KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nPermitRootLogin forced-commands-only\n"
-        "LogLevel VERBOSE\n"
-    )
-    if os.geteuid() == 0:
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # its privilege separation folder
-    log = folder / "sshd.log"
-    with log.open("w") as out:
-        process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=out, stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: "Server listening" in log.read_text() or process.poll() is not None, timeout=15)
-        if process.poll() is not None:
-            pytest.skip(f"sshd would not start here: {log.read_text()[-500:]}")
-        yield Sshd(port, folder, keys, folder / "host_ed25519.pub", log)
-    finally:
-        process.terminate()
-        process.wait(10)
+    with copy_sshd(tmp_path_factory.mktemp("sshd")) as started:
+        yield started
 
 
 @dataclass
@@ -313,7 +245,7 @@ def test_a_failed_push_keeps_the_source_and_removes_the_key(
     the move leaves the source, and the key and the spec are gone all the same."""
     a, _ = agents
     server_id, token = _server(stack, f"xc-{uuid.uuid4().hex[:6]}", "127.0.0.1")
-    options = ["--ssh-port", str(_free_port()), "--ssh-authorized-keys", str(sshd.authorized_keys)]
+    options = ["--ssh-port", str(free_port()), "--ssh-authorized-keys", str(sshd.authorized_keys)]
     c = _agent(stack, tmp_path, token, server_id, *options)
     try:
         wait_until(lambda: _online(stack, server_id), timeout=30)

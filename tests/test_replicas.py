@@ -32,6 +32,7 @@ from fleetdeck.launcher import start_agent
 from tests.conftest import AgentProcess
 from tests.helpers import wait_until
 from tests.helpers.control_planes import OwnControlPlane, admin
+from tests.helpers.copy_sshd import MISSING, Sshd, copy_sshd
 from tests.helpers.http_backends import start_backends, stop_backends
 from tests.helpers.replicas import NatsServer, start_haproxy, start_nats, start_replica
 
@@ -241,6 +242,46 @@ def test_a_cancel_of_a_job_whose_agent_is_too_old_to_cancel_says_so_on_every_rep
             "message": "the server's agent is too old to cancel jobs: update it",
             "details": {},
         }
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    with copy_sshd(tmp_path_factory.mktemp("sshd")) as started:
+        yield started
+
+
+@pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+def test_a_copy_asked_on_b_lets_the_key_in_from_where_the_source_links_to_a(
+    fleet: Fleet, sshd: Sshd, tmp_path: Path
+) -> None:
+    """The source server has no address: the destination lets the transfer's key in from the
+    address the source's agent link comes from, which replica A sees and B reads from the database."""
+    tag = uuid.uuid4().hex[:6]
+    source = admin(fleet.db_url, "create-server", f"xa-{tag}", "--org", "acme")
+    dest = admin(fleet.db_url, "create-server", f"xb-{tag}", "--org", "acme", "--address", "127.0.0.1")
+    agents: list[AgentProcess] = []
+    try:
+        for server, options in ((source, ["--ssh-host", "127.0.0.1"]), (dest, [])):
+            home, state = tmp_path / f"{server['id']}-home", tmp_path / f"{server['id']}-state"
+            (home / "example-com").mkdir(parents=True)
+            state.mkdir()
+            (state / "sites.json").write_text('{"sites": [{"domain": "example.com", "slug": "example-com"}]}')
+            server_id, token = str(server["id"]), str(server["agent_token"])
+            options = [*sshd.agent_options(), *options]
+            agents.append(AgentProcess(fleet.a, server_id, token, home, state, *options, api_token=fleet.token))
+        data = os.urandom(70_000)
+        (tmp_path / f"{source['id']}-home" / "example-com" / "one.bin").write_bytes(data)
+        body = {"scope": "site", "domain": "example.com", "paths": ["one.bin"], "destination": ""}
+        with fleet.b.http(fleet.token) as http:
+            copied = http.post(f"/v1/servers/{source['id']}/fs/copy", json={**body, "to": {"server_id": dest["id"]}})
+        assert copied.status_code == 200, copied.text
+        assert (tmp_path / f"{dest['id']}-home" / "example-com" / "one.bin").read_bytes() == data
+    finally:
+        for agent in agents:
+            agent.stop()
+        with fleet.b.http(fleet.token) as http:
+            for server in (source, dest):
+                http.delete(f"/v1/servers/{server['id']}")
 
 
 def _presence_of(lines: Iterator[str], server_id: str, online: bool) -> str:

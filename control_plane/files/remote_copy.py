@@ -115,7 +115,7 @@ async def _source_ip(fleet: Fleet, org_id: str, server_id: str) -> str:
             return str(ipaddress.ip_address(address))
         except ValueError:
             pass
-    session = fleet.hub.session(server_id)
-    if session is None or not session.peer:
+    peer = await fleet.agent_peer(server_id)
+    if not peer:
         raise AgentOffline("the source server's agent is not connected", details={"server_id": server_id})
-    return str(ipaddress.ip_address(session.peer))
+    return str(ipaddress.ip_address(peer))

@@ -83,6 +83,11 @@ class Replicas:
         holders = await self._db.run(store.link_holders, server_ids)
         return {sid for sid, holder in holders.items() if holder != self.id and holder in self.live}
 
+    async def peer_elsewhere(self, server_id: str) -> str | None:
+        """The address a server's agent link comes from, as the other live replica holding it sees it."""
+        peer: str | None = await self._db.run(store.link_peer, server_id, self.live - {self.id})
+        return peer
+
     async def count_linked_elsewhere(self) -> int:
         """How many agents are linked to the other live replicas."""
         count: int = await self._db.run(store.count_linked, self.live - {self.id})
@@ -114,10 +119,10 @@ class Replicas:
 
     # --- presence --------------------------------------------------------------------------
 
-    async def claim(self, server_id: str) -> str:
-        """A link here: the server's row names this replica and a new link id, returned."""
+    async def claim(self, server_id: str, peer: str | None) -> str:
+        """A link here from `peer`: the server's row names this replica and a new link id, returned."""
         link_id = f"{self.id}.{next(self._link_ids)}"
-        await self._db.run(store.claim_link, server_id, self.id, link_id)
+        await self._db.run(store.claim_link, server_id, self.id, link_id, peer)
         return link_id
 
     async def release(self, server_id: str, link_id: str) -> bool:

@@ -51,11 +51,22 @@ def count_linked(conn: Connection, replica_ids: set[str]) -> int:
     return int(conn.execute(query).scalar_one())
 
 
-def claim_link(conn: Connection, server_id: str, replica_id: str, link_id: str) -> None:
-    """A new link on `replica_id`: the newest link is the one that counts, wherever it is."""
+def claim_link(conn: Connection, server_id: str, replica_id: str, link_id: str, peer: str | None = None) -> None:
+    """A new link on `replica_id` from `peer`: the newest link is the one that counts, wherever it is."""
     conn.execute(
-        servers.update().where(servers.c.id == server_id).values(agent_replica_id=replica_id, agent_link_id=link_id)
+        servers.update()
+        .where(servers.c.id == server_id)
+        .values(agent_replica_id=replica_id, agent_link_id=link_id, agent_peer=peer)
     )
+
+
+def link_peer(conn: Connection, server_id: str, replica_ids: set[str]) -> str | None:
+    """The address the server's agent link comes from, if one of `replica_ids` holds it."""
+    query = sa.select(servers.c.agent_peer).where(
+        servers.c.id == server_id, servers.c.agent_replica_id.in_(sorted(replica_ids))
+    )
+    peer: str | None = conn.execute(query).scalar()
+    return peer
 
 
 def release_link(conn: Connection, server_id: str, link_id: str) -> bool:
@@ -64,7 +75,7 @@ def release_link(conn: Connection, server_id: str, link_id: str) -> bool:
     released = conn.execute(
         servers.update()
         .where(servers.c.id == server_id, servers.c.agent_link_id == link_id)
-        .values(agent_replica_id=None, agent_link_id=None)
+        .values(agent_replica_id=None, agent_link_id=None, agent_peer=None)
     )
     return released.rowcount > 0
 
@@ -84,7 +95,7 @@ def reap_dead_links(conn: Connection, stale_after_s: float) -> list[tuple[str, s
         done = conn.execute(
             servers.update()
             .where(servers.c.id == row.id, servers.c.agent_link_id == row.agent_link_id)
-            .values(agent_replica_id=None, agent_link_id=None, agent_last_seen_at=now_iso())
+            .values(agent_replica_id=None, agent_link_id=None, agent_peer=None, agent_last_seen_at=now_iso())
         )
         if done.rowcount:
             kinds = orjson.loads(row.agent_job_kinds) if row.agent_job_kinds is not None else None

@@ -77,6 +77,8 @@ servers = sa.Table(
     # Which replica holds the agent's link, and which link (NULL: no replica said it does).
     sa.Column("agent_replica_id", sa.String, nullable=True),
     sa.Column("agent_link_id", sa.String, nullable=True),
+    # The address that link comes from, as its replica sees it (a cross-server copy's source IP).
+    sa.Column("agent_peer", sa.String, nullable=True),
     sa.UniqueConstraint("org_id", "name"),
 )
 
