@@ -6,6 +6,7 @@ default) and on an asyncio server.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -21,6 +22,7 @@ from control_plane.bus import Bus
 from control_plane.clock import now_iso
 from control_plane.files.direct import DirectUploads
 from control_plane.files.operations import FileOperations
+from control_plane.files.routes import DIRECT_UPLOAD_METHOD, answer_relayed_direct_upload
 from control_plane.files.routes import router as files_router
 from control_plane.hub import AgentHub, AgentSession
 from control_plane.jobs import store as job_store
@@ -94,7 +96,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
     lb_reports = LbReports(db, hub)
     replicas = Replicas(db, Bus(settings.bus_url), hub, presence, runner) if settings.bus_url else None
     runner.on_finish("lb.apply", lb_reports.on_apply_finished)
-    return Fleet(
+    fleet = Fleet(
         settings=settings,
         db=db,
         hub=hub,
@@ -105,6 +107,9 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         lb_reports=lb_reports,
         replicas=replicas,
     )
+    if replicas is not None:
+        replicas.calls.answered_here[DIRECT_UPLOAD_METHOD] = functools.partial(answer_relayed_direct_upload, fleet)
+    return fleet
 
 
 def _store_presence(

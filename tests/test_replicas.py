@@ -284,6 +284,43 @@ def test_a_copy_asked_on_b_lets_the_key_in_from_where_the_source_links_to_a(
                 http.delete(f"/v1/servers/{server['id']}")
 
 
+def test_a_direct_upload_asked_on_b_gets_its_url_from_a(fleet: Fleet, tmp_path: Path) -> None:
+    """An agent with an ingress, linked to A: B answers with a URL signed on A (the link's key
+    never leaves it), the bytes go straight to the agent, and the audit names the user. What the
+    agent refuses before a byte is sent (a name taken) is refused through B in the same words."""
+    server = admin(fleet.db_url, "create-server", f"in-{uuid.uuid4().hex[:6]}", "--org", "acme")
+    server_id, home = str(server["id"]), tmp_path / "home"
+    home.mkdir()
+    agent = AgentProcess(
+        fleet.a, server_id, str(server["agent_token"]), home, tmp_path / "state", "--ingress", "127.0.0.1:0",
+        api_token=fleet.token,
+    )  # fmt: skip
+    try:
+        data = os.urandom(100_000)
+        body = {"scope": "root", "path": "direct.bin", "size": len(data)}
+        with fleet.b.http(fleet.token) as http:
+            signed = http.post(f"/v1/servers/{server_id}/fs/upload/direct", json=body)
+            assert signed.status_code == 200, signed.text
+            assert signed.json()["url"] is not None, signed.text
+            assert httpx.put(signed.json()["url"], content=data).status_code == 200
+            assert (home / "direct.bin").read_bytes() == data
+            taken = http.post(f"/v1/servers/{server_id}/fs/upload/direct", json=body)
+            assert taken.status_code == 409 and taken.json()["error"]["code"] == "conflict", taken.text
+
+            def audited() -> list[dict[str, Any]]:
+                params = {"server_id": server_id, "action": "fs.upload"}
+                entries: list[dict[str, Any]] = http.get("/v1/audit", params=params).json()["entries"]
+                return entries
+
+            wait_until(lambda: any(e["outcome"] == "ok" for e in audited()), timeout=10)
+            ok = [e for e in audited() if e["outcome"] == "ok"]
+        assert [(e["actor"]["email"], e["details"]["via"]) for e in ok] == [("owner@acme.test", "direct")]
+    finally:
+        agent.stop()
+        with fleet.b.http(fleet.token) as http:
+            http.delete(f"/v1/servers/{server_id}")
+
+
 def _presence_of(lines: Iterator[str], server_id: str, online: bool) -> str:
     """Read the feed until an event says the server's agent is `online` (or not): its id."""
     event_id = ""

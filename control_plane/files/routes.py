@@ -4,6 +4,7 @@ in which scope, relays the call to the server's agent (which jails every path), 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ from control_plane.auth.principal import Principal
 from control_plane.errors import ResponseCut, error_response
 from control_plane.files import remote_copy
 from control_plane.files.operations import Operation
-from control_plane.hub import ReplyStream
+from control_plane.hub import AgentSession, ReplyStream
 from control_plane.servers.routes import server_row
 from control_plane.state import Caller, Fleet, FleetDep, agent_errors, authenticate
 
@@ -722,6 +723,11 @@ def _too_large(size: int) -> TooLarge:
     )
 
 
+# Asked of the replica holding the agent's link, and answered by it (`control_plane.replicas.calls`):
+# the link's signing key never leaves its replica, so the URL is made there.
+DIRECT_UPLOAD_METHOD = "replica.upload.direct"
+
+
 @router.post("/upload/direct", response_model=DirectUpload)
 async def upload_direct(server_id: str, body: FsUploadDirect, caller: Caller, fleet: FleetDep) -> DirectUpload:
     """A signed URL on the server's own ingress, when it has one; `{url: null}` tells the client
@@ -732,17 +738,26 @@ async def upload_direct(server_id: str, body: FsUploadDirect, caller: Caller, fl
     The audit entry is written when the agent reports the upload's end (see `direct.py`)."""
     target = await _write_target(fleet, caller, server_id, body)
     session = fleet.hub.session(server_id)
-    if session is None and await fleet.agent_online(server_id):
-        return DirectUpload(url=None)  # linked to another replica, which holds its link's signing key
-    if session is None:
+    if session is not None:
+        return await direct_upload_here(fleet, caller, session, target, body)
+    if not await fleet.agent_online(server_id):
         raise AgentOffline("the server's agent is not connected")
+    caller_fields = {**dataclasses.asdict(caller), "capabilities": sorted(caller.capabilities)}
+    params = {"caller": caller_fields, "scope": target.scope, "domain": target.domain, "upload": body.model_dump()}
+    return DirectUpload.model_validate(await fleet.call_agent(server_id, DIRECT_UPLOAD_METHOD, params))
+
+
+async def direct_upload_here(
+    fleet: Fleet, caller: Principal, session: AgentSession, target: FsTarget, body: FsUploadDirect
+) -> DirectUpload:
+    """The direct upload's URL, made by the replica holding the agent's link (`session`)."""
     if session.ingress_key is None or session.direct_ingress_url is None or body.size > DIRECT_UPLOAD_LIMIT:
         return DirectUpload(url=None)
     if "fs.upload.check" in session.handlers:
         params = {"path": body.path, "overwrite": body.overwrite}
         details = {**params, "bytes": body.size, "via": "direct"}
         try:
-            await fleet.call_agent(server_id, "fs.upload.check", target.params(**params))
+            await fleet.call_agent(target.server_id, "fs.upload.check", target.params(**params))
         except ApiError as exc:
             await _audit(fleet, caller, target, "fs.upload", details, outcome="error", error_code=exc.error_code)
             raise
@@ -755,6 +770,16 @@ async def upload_direct(server_id: str, body: FsUploadDirect, caller: Caller, fl
         size=body.size,
         overwrite=body.overwrite,
     )
+
+
+async def answer_relayed_direct_upload(fleet: Fleet, session: AgentSession, params: dict[str, Any]) -> Any:
+    """`DIRECT_UPLOAD_METHOD`, asked by the replica the client asked (which checked the caller
+    and the target): the URL made here, where the agent's link is."""
+    caller = Principal(**{**params["caller"], "capabilities": frozenset(params["caller"]["capabilities"])})
+    target = FsTarget(session.server_id, str(params["scope"]), params["domain"])
+    body = FsUploadDirect.model_validate(params["upload"])
+    answer = await direct_upload_here(fleet, caller, session, target, body)
+    return answer.model_dump(mode="json")
 
 
 @router.get("/download", response_class=Response, responses={200: {"content": {"application/octet-stream": {}}}})

@@ -160,6 +160,7 @@ class Replicas:
             stored = await self.bus.subscribe(JOBS_SUBJECT)
             deleted = await self.bus.subscribe(DELETED_SUBJECT)
             async with anyio.create_task_group() as group:
+                self.calls.task_group = group
                 group.start_soon(self._beat)
                 group.start_soon(self._serve_calls, calls)
                 group.start_soon(self._follow_presence, presence)

@@ -26,12 +26,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio.abc
 import orjson
 
 from agent.link import protocol
 from agent.link.protocol import ProtocolError
+from api_client.errors import ApiError
 from control_plane.bus import Bus
-from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError
+from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentSession
 from control_plane.hub.link import Link, Pending
 
 log = logging.getLogger("fleetdeck.replicas")
@@ -39,6 +41,9 @@ log = logging.getLogger("fleetdeck.replicas")
 SUBJECT_PREFIX = "fleetdeck.replica."
 # Run a job created on another replica for an agent linked here: {"job_id", "org_id", "secrets", "read"}.
 StartJob = Callable[[dict[str, Any]], Awaitable[None]]
+# A method the replica holding the link answers itself, from its session (what never leaves it,
+# such as the link's signing key), with the call's params: its result, or an ApiError.
+AnswerHere = Callable[[AgentSession, dict[str, Any]], Awaitable[Any]]
 
 
 def subject(replica_id: str) -> str:
@@ -179,6 +184,10 @@ class RelayedCalls:
         self._pending: dict[int, Pending] = {}
         self._serving: dict[int, str] = {}  # the replica each call of ours runs on
         self.relays: dict[tuple[str, int], Relay] = {}
+        # Methods answered here, not by the agent (`AnswerHere`), each in a task of `task_group`
+        # (the bus is served one message at a time: an answer may wait on the agent).
+        self.answered_here: dict[str, AnswerHere] = {}
+        self.task_group: anyio.abc.TaskGroup | None = None
 
     # --- requesting ------------------------------------------------------------------------
 
@@ -255,6 +264,18 @@ class RelayedCalls:
         if link is None:
             self.bus.publish(subject(requester), message({"t": "offline", "id": remote_id}))
             return
+        answer_here = self.answered_here.get(str(request["method"]))
+        if answer_here is not None and self.task_group is not None:
+            params = request.get("params")
+            self.task_group.start_soon(
+                self._answer_here,
+                answer_here,
+                link.session,
+                params if isinstance(params, dict) else {},
+                requester,
+                remote_id,
+            )
+            return
         relay = Relay(self, requester, remote_id, link)
         window = request.get("window")
         upload = request.get("upload") is True
@@ -273,6 +294,19 @@ class RelayedCalls:
             )
         except AgentOfflineError:
             relay.pending.fail(AgentOfflineError("link closed"))
+
+    async def _answer_here(
+        self, answer: AnswerHere, session: AgentSession, params: dict[str, Any], requester: str, remote_id: int
+    ) -> None:
+        frame: dict[str, Any] = {"t": protocol.RES, "id": remote_id}
+        try:
+            frame["result"] = await answer(session, params)
+        except ApiError as exc:
+            frame["error"] = {"code": exc.error_code, "message": exc.message, "details": exc.details}
+        except Exception:
+            log.exception("a call for server %s answered here failed", session.server_id)
+            frame["error"] = {"code": protocol.INTERNAL, "message": "the replica holding the link failed"}
+        self.bus.publish(subject(requester), message({"t": "text"}, protocol.encode(frame)))
 
     async def _to_agent(self, requester: str, kind: Any, body: bytes) -> None:
         """The requester's frame for a call this replica serves, under the link's call id."""
