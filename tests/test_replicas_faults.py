@@ -216,8 +216,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, control_plane_postgres: Po
 
         for name in WEB_AGENTS:
             home, process = _start_agent(web_line, "WEB_1_TOKEN", made[name]["agent_token"], folder / name)
-            cluster.agents[name] = Agent(str(made[name]["id"]), home, process)
-            started.append(cluster.agents[name])
+            agent = cluster.agents[name] = Agent(str(made[name]["id"]), home, process)
+            started.append(agent)
+            # One link at a time, and no other request through the load balancer meanwhile (the
+            # database is asked): round robin gives each agent the next replica.
+            wait_until(lambda: cluster.holder(agent.server_id) is not None, timeout=RELINK_TIMEOUT_S)  # noqa: B023
         wait_until(cluster.all_linked, timeout=RELINK_TIMEOUT_S)
         yield cluster
     finally:
