@@ -18,6 +18,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -400,9 +401,14 @@ def site(cluster: Cluster) -> Iterator[str]:
     try:
         yield domain
     finally:
+        # On the agent's machine, as its job would (a broken cluster must not leave the site's
+        # nginx server block behind: it would fail every later `nginx -t` on this machine).
         subprocess.run(["pkill", "-KILL", "-u", domain.replace(".", "-")], check=False)
-        with cluster.http() as http:
-            _run(http, server_id, "site.delete", {"domain": domain})
+        agent = cluster.agents["web-3"]
+        argv = [str(Path(sys.executable).parent / "fleetdeck"), "agent", "run", "--home", str(agent.home)]
+        argv += ["--state-dir", str(agent.home.parent / "state"), "site", "delete", domain]
+        deleted = subprocess.run(argv, env=child_environment(), capture_output=True, text=True, timeout=120)
+        assert deleted.returncode == 0, deleted.stdout + deleted.stderr
 
 
 @needs_cron_as_root
