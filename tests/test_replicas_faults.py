@@ -20,16 +20,18 @@ import shutil
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 import sqlalchemy as sa
 
-from api_client.sse import SSEParser
+from api_client import Client
+from api_client.sse import Event
 from fleetdeck.launcher import child_environment, free_port
 from tests.helpers import wait_until
 from tests.helpers.control_planes import DEFAULT_ENV
@@ -368,26 +370,32 @@ def _run(http: httpx.Client, server_id: str, kind: str, args: dict[str, Any]) ->
     return _finished(http, answer.json()["id"])
 
 
-def _follow(http: httpx.Client, job_id: str, events: list[Any], until: Any) -> None:
-    """Read the job's stream through the load balancer into `events` until `until(events)`,
-    resuming with Last-Event-ID after the last event whenever the stream is cut."""
-    for _attempt in range(20):
-        if until(events):
-            return
-        last = [e.id for e in events if e.event == "line"]
-        headers = {"Last-Event-ID": last[-1]} if last else {}
-        parser = SSEParser()
-        try:
-            with http.stream("GET", f"/v1/jobs/{job_id}/stream", headers=headers) as stream:
-                if stream.status_code != 200:
-                    continue  # a replica dying under the request: asked again
-                for chunk in stream.iter_bytes():
-                    events.extend(parser.feed(chunk))
-                    if until(events):
-                        return
-        except httpx.HTTPError:
-            continue  # cut: resumed after the last event seen
-    assert until(events), events
+async def _follow_on_every_replica(lb_url: str, token: str, job_id: str, kill: Callable[[], None]) -> list[list[Event]]:
+    """The job's stream read by three clients through the load balancer, as the product's client
+    reads it (`api_client` resumes with Last-Event-ID after a drop). Opened one after the other
+    with nothing else through the load balancer, round robin puts one on each replica: whichever
+    replica `kill` kills, one of them is cut and resumes on another. `kill` is called once line 5
+    is in; each stream is read to its exit event."""
+    seen: list[list[Event]] = [[], [], []]
+    opened = [anyio.Event() for _ in seen]
+    fifth_line = anyio.Event()
+
+    async def follow(n: int) -> None:
+        async with Client(lb_url, token=token) as client:
+            async for event in client.jobs.stream(job_id):
+                seen[n].append(event)
+                opened[n].set()
+                if event.event == "line" and event.data["seq"] >= 5:
+                    fifth_line.set()
+
+    with anyio.fail_after(RELINK_TIMEOUT_S * 2):
+        async with anyio.create_task_group() as streams:
+            for n in range(len(seen)):
+                streams.start_soon(follow, n)
+                await opened[n].wait()
+            await fifth_line.wait()
+            kill()
+    return seen
 
 
 @pytest.fixture
@@ -427,15 +435,12 @@ def test_a_replica_killed_during_a_job_stream_loses_and_repeats_no_output(cluste
         assert created.status_code == 201, created.text
         job_id = created.json()["id"]
         holder = cluster.replica_holding(agent.server_id)
-        events: list[Any] = []
-        _follow(http, job_id, events, lambda seen: any(e.event == "line" and e.data["seq"] >= 5 for e in seen))
-        holder.kill()
-        _follow(http, job_id, events, lambda seen: any(e.event == "exit" for e in seen))
+        streams = anyio.run(_follow_on_every_replica, cluster.lb_url, cluster.token, job_id, holder.kill)
         wait_until(lambda: cluster.linked_to_a_live_replica(agent.server_id), timeout=RELINK_TIMEOUT_S)
-        lines = [e.data for e in events if e.event == "line"]
-        assert [line["text"] for line in lines] == [f"line {i}" for i in range(1, 81)]  # each exactly once
-        exit_event = [e.data for e in events if e.event == "exit"]
-        assert len(exit_event) == 1 and exit_event[0]["exit_code"] == 0, exit_event
+        for events in streams:
+            lines = [e.data for e in events if e.event == "line"]
+            assert [line["text"] for line in lines] == [f"line {i}" for i in range(1, 81)]  # each exactly once
+            assert [(e.event, e.data["exit_code"]) for e in events if e.event == "exit"] == [("exit", 0)], events[-3:]
         done = _finished(http, job_id)
         assert (done["status"], done["exit_code"]) == ("succeeded", 0), done
         # The same request again (a client unsure it went through): the same job, not a second one.
