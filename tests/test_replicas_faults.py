@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -143,6 +144,11 @@ def _start_agent(
     return home, process
 
 
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 def _lb_ready(http: httpx.Client, lb_id: str) -> bool:
     lb = http.get(f"/v1/load-balancers/{lb_id}").json()
     healthy = all(b["health"] == "healthy" for b in lb["backends"])
@@ -171,6 +177,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, control_plane_postgres: Po
     started: list[Any] = [_start_nats(lines[0], folder)]
     db = sa.create_engine(db_url)
     try:
+        wait_until(lambda: _listening(nats_port), timeout=RELINK_TIMEOUT_S)
         replicas = []
         for n, line in enumerate([line for line in lines if line.startswith("fleetdeck serve ")], 1):
             replica = CommandReplica(folder, db_url, f"replica-{n}", command(line)[1], {**DEFAULT_ENV, **env})
@@ -189,6 +196,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, control_plane_postgres: Po
         token = httpx.post(f"{replicas[0].base_url}/v1/auth/login", json=login).json()["token"]
 
         node_line, web_line = section_agents(lines)
+        # The node links to the replicas themselves (three --url), never through the load balancer
+        # it runs: while that is not applied yet, or broken by a bad revision, its agent could not
+        # reach a control plane to apply a good one. Its HAProxy listens on a port of the test's
+        # own on 127.0.0.1, as the README's port 80 of lb-1.
         node_home, node_process = _start_agent(
             node_line, "LB_1_TOKEN", made["lb-1"]["agent_token"], folder / "lb-1",
             "--lb-bind", "127.0.0.1", "--lb-port-map", f"80:{lb_port},443:{lb_tls_port}",
