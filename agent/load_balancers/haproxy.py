@@ -107,6 +107,13 @@ class Haproxy(Engine):
             f"    balance {BALANCE[spec.algorithm]}",
             "    timeout connect 5s",
             "    timeout server 60s",
+            # A WebSocket (an agent's link to control-plane replicas behind it) is a tunnel once
+            # upgraded: idle for minutes between heartbeats is normal, so not cut after 60 s.
+            "    timeout tunnel 1h",
+            # A backend that just died is refused before its health check says so: its requests go
+            # to another server (each retry redispatched) rather than failing with a 503.
+            "    retries 3",
+            "    option redispatch 1",
             f"    option httpchk GET {check.path}",
             f"    default-server inter {check.interval_s}s"
             f" rise {check.healthy_threshold} fall {check.unhealthy_threshold}",

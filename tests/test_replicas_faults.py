@@ -1,0 +1,475 @@
+"""Faults of a cluster: three `fleetdeck serve` replicas on one PostgreSQL database with NATS as
+their bus, behind the project's own HAProxy load balancer (area B), all started by the README's
+"Running at scale" commands (`tests/helpers/scale_readme.py`: a README that drifts fails here).
+
+The load balancer's node links to the replicas directly; three more agents and the test's clients
+go through the load balancer. Each test kills (SIGKILL) the replica holding the link of the agent
+it works with, in the middle of a download, a job's output stream or an upload, then starts it
+again: the agents relink to the others, the job runs on and its output reaches the client
+complete and once, a cut transfer fails with an error and its retry succeeds, and the database
+holds each thing once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from api_client import Client
+from api_client.sse import Event
+from fleetdeck.launcher import child_environment, free_port
+from tests.helpers import wait_until
+from tests.helpers.control_planes import DEFAULT_ENV
+from tests.helpers.postgres_server import PostgresDatabases
+from tests.helpers.scale_readme import CommandReplica, command, exported, scale_section, substitute
+
+RELINK_TIMEOUT_S = 60.0  # generous: a dead replica is noticed after 5 s without its heartbeat
+# What a call answers when its agent's link is lost under it (CONTRACT: errors).
+AGENT_LOST = {(409, "agent_offline"), (504, "agent_timeout")}
+WEB_AGENTS = ("web-1", "web-2", "web-3")
+# Prints a line every 0.1 s for about 8 s, as the site's user: long enough to outlive a kill.
+COUNT_SCRIPT = 'i=1\nwhile [ $i -le 80 ]; do echo "line $i"; i=$((i+1)); sleep 0.1; done\n'
+needs_cron_as_root = pytest.mark.skipif(
+    shutil.which("crontab") is None or os.geteuid() != 0,
+    reason="needs crontab (Debian: cron) and root, for a real site user's long-running cron job",
+)
+
+
+@dataclass
+class Agent:
+    server_id: str
+    home: Path
+    process: subprocess.Popen[str]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(15)
+
+
+@dataclass
+class Cluster:
+    replicas: list[CommandReplica]
+    db: sa.engine.Engine
+    lb_url: str  # the load balancer's port on its node: what agents and clients use
+    token: str
+    lb_id: str
+    node: Agent
+    agents: dict[str, Agent] = field(default_factory=dict)
+
+    def http(self) -> httpx.Client:
+        """A client of the cluster, through its load balancer."""
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return httpx.Client(base_url=self.lb_url, headers=headers, timeout=60)
+
+    def holder(self, server_id: str) -> str | None:
+        """The replica holding the server's agent link (the database says)."""
+        with self.db.connect() as db:
+            row = db.execute(sa.text("SELECT agent_replica_id FROM servers WHERE id = :id"), {"id": server_id}).first()
+        return None if row is None else row[0]
+
+    def replica_holding(self, server_id: str) -> CommandReplica:
+        holder = self.holder(server_id)
+        found = [replica for replica in self.replicas if replica.replica_id() == holder]
+        assert found, f"no live replica holds the link of {server_id} ({holder})"
+        return found[0]
+
+    def online(self, server_id: str) -> bool:
+        with self.http() as http:
+            answer = http.get(f"/v1/servers/{server_id}")
+        return answer.status_code == 200 and bool(answer.json()["agent"]["online"])
+
+    def linked_to_a_live_replica(self, server_id: str) -> bool:
+        live = {replica.replica_id() for replica in self.replicas if replica.process and replica.process.poll() is None}
+        return self.holder(server_id) in live and self.online(server_id)
+
+    def all_linked(self) -> bool:
+        return all(self.linked_to_a_live_replica(a.server_id) for a in [self.node, *self.agents.values()])
+
+    def restart(self, replica: CommandReplica) -> None:
+        """A killed replica starts again; every agent is linked to a live one."""
+        replica.start()
+        wait_until(self.all_linked, timeout=RELINK_TIMEOUT_S)
+
+
+def _run_admin(line: str, env: dict[str, str]) -> dict[str, Any]:
+    extra, argv = command(line)
+    done = subprocess.run(
+        [*argv, "--json"], env=child_environment({**env, **extra}), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, f"{line}: {done.stderr}"
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def _start_nats(line: str, folder: Path) -> subprocess.Popen[bytes]:
+    _, argv = command(line)
+    with open(folder / "nats.log", "ab") as log:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+
+
+def _start_agent(
+    line: str, token_name: str, token: str, folder: Path, *extra: str
+) -> tuple[Path, subprocess.Popen[str]]:
+    env, argv = command(line)
+    assert env == {"FLEETDECK_AGENT_TOKEN": token_name}, line
+    home, state = folder / "home", folder / "state"
+    home.mkdir(parents=True)
+    # Where this machine's folders would be on a real server: given here, one per agent.
+    argv += ["--home", str(home), "--state-dir", str(state), *extra]
+    with open(folder / "agent.log", "a") as log:
+        process = subprocess.Popen(
+            argv,
+            env=child_environment({"FLEETDECK_AGENT_TOKEN": token}),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
+        )
+    return home, process
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _lb_ready(http: httpx.Client, lb_id: str) -> bool:
+    lb = http.get(f"/v1/load-balancers/{lb_id}").json()
+    healthy = all(b["health"] == "healthy" for b in lb["backends"])
+    return bool(lb["applied_revision"] == lb["revision"] and lb["state"] == "active" and healthy)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, control_plane_postgres: PostgresDatabases) -> Iterator[Cluster]:
+    folder = tmp_path_factory.mktemp("faults")
+    db_url = control_plane_postgres.create("faults")
+    section = scale_section()
+    nats_port, lb_port, lb_tls_port = free_port(), free_port(), free_port()
+    replica_ports = [free_port() for _ in range(3)]
+    replacements = [
+        ("postgresql+psycopg://fleetdeck:SECRET@10.0.0.4:5432/fleetdeck", db_url),
+        ("10.0.0.5 -p 4222", f"127.0.0.1 -p {nats_port}"),
+        ("10.0.0.5:4222", f"127.0.0.1:{nats_port}"),
+        *((f"10.0.0.1{n}:8080", f"127.0.0.1:{port}") for n, port in enumerate(replica_ports, 1)),
+        ("http://10.0.0.20", f"http://127.0.0.1:{lb_port}"),
+        *((f"10.0.0.1{n}", "127.0.0.1") for n in (1, 2, 3)),  # the replicas' servers: their address
+    ]
+    lines = [substitute(line, replacements) for line in section.lines]
+    assert lines[0].startswith("nats-server ") and lines[1].startswith("pip install 'fleetdeck[postgres,replicas]'")
+    env = exported(lines)
+    assert set(env) == {"FLEETDECK_DB", "FLEETDECK_BUS_URL"}, env
+    started: list[Any] = [_start_nats(lines[0], folder)]
+    db = sa.create_engine(db_url)
+    try:
+        wait_until(lambda: _listening(nats_port), timeout=RELINK_TIMEOUT_S)
+        replicas = []
+        for n, line in enumerate([line for line in lines if line.startswith("fleetdeck serve ")], 1):
+            replica = CommandReplica(folder, db_url, f"replica-{n}", command(line)[1], {**DEFAULT_ENV, **env})
+            started.append(replica)
+            replica.start()  # one after the other: the first makes the tables, the next find them
+            replicas.append(replica)
+        assert len(replicas) == 3
+        made = {}
+        for line in [line for line in lines if line.startswith("fleetdeck admin ")]:
+            result = _run_admin(line, env)
+            made[line.split()[3]] = result
+        for name in WEB_AGENTS[1:]:  # more agents than the README's one: made by its own line
+            made[name] = _run_admin(next(x for x in lines if "create-server web-1 " in x).replace("web-1", name), env)
+        owner = shlex.split(next(line for line in lines if "create-user" in line))
+        login = {"email": owner[3], "password": owner[owner.index("--password") + 1]}
+        token = httpx.post(f"{replicas[0].base_url}/v1/auth/login", json=login).json()["token"]
+
+        node_line, web_line = section_agents(lines)
+        # The node links to the replicas themselves (three --url), never through the load balancer
+        # it runs: while that is not applied yet, or broken by a bad revision, its agent could not
+        # reach a control plane to apply a good one. Its HAProxy listens on a port of the test's
+        # own on 127.0.0.1, as the README's port 80 of lb-1.
+        node_home, node_process = _start_agent(
+            node_line, "LB_1_TOKEN", made["lb-1"]["agent_token"], folder / "lb-1",
+            "--lb-bind", "127.0.0.1", "--lb-port-map", f"80:{lb_port},443:{lb_tls_port}",
+        )  # fmt: skip
+        node = Agent(str(made["lb-1"]["id"]), node_home, node_process)
+        started.append(node)
+
+        body = json.dumps(section.lb_body)
+        body = body.replace("LB_1_ID", str(made["lb-1"]["id"]))
+        for n in (1, 2, 3):
+            body = body.replace(f"REPLICA_{n}_ID", str(made[f"replica-{n}"]["id"]))
+        lb_body = json.loads(body)
+        assert [b["port"] for b in lb_body["backends"]] == [8080] * 3
+        for backend, port in zip(lb_body["backends"], replica_ports, strict=True):
+            backend["port"] = port
+        (folder / "fleet-lb.json").write_text(json.dumps(lb_body))
+        curl = [line for line in lines if line.startswith("curl ")]
+        assert len(curl) == 1
+        posted = subprocess.run(
+            ["bash", "-c", curl[0]], cwd=folder, env=child_environment({"TOKEN": token}),
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert posted.returncode == 0, posted.stderr
+        lb_id = json.loads(posted.stdout)["id"]
+        cluster = Cluster(replicas, db, f"http://127.0.0.1:{lb_port}", token, lb_id, node)
+        with replicas[0].http(token) as http:
+            wait_until(lambda: _lb_ready(http, lb_id), timeout=RELINK_TIMEOUT_S)
+
+        for name in WEB_AGENTS:
+            home, process = _start_agent(web_line, "WEB_1_TOKEN", made[name]["agent_token"], folder / name)
+            agent = cluster.agents[name] = Agent(str(made[name]["id"]), home, process)
+            started.append(agent)
+            # One link at a time, and no other request through the load balancer meanwhile (the
+            # database is asked): round robin gives each agent the next replica.
+            wait_until(lambda: cluster.holder(agent.server_id) is not None, timeout=RELINK_TIMEOUT_S)  # noqa: B023
+        wait_until(cluster.all_linked, timeout=RELINK_TIMEOUT_S)
+        yield cluster
+    finally:
+        for running in reversed(started):
+            if isinstance(running, subprocess.Popen):
+                running.terminate()
+                running.wait(15)
+            else:
+                running.stop()
+        db.dispose()
+
+
+def section_agents(lines: list[str]) -> tuple[str, str]:
+    """The README's two agent lines: the node's (several --url, the replicas) and another's (the LB)."""
+    agents = [line for line in lines if " fleetdeck agent " in f" {line}"]
+    assert len(agents) == 2, agents
+    node, web = agents
+    assert node.count("--url") == 3 and web.count("--url") == 1, agents
+    return node, web
+
+
+# What the fixture does with each shell line of the README's section: a line of another shape
+# would go untested, so it fails `test_the_readme_section_has_only_lines_this_module_runs`.
+RUN_BY_THE_FIXTURE = (
+    "nats-server ",
+    "export ",
+    "fleetdeck serve ",
+    "fleetdeck admin ",
+    "FLEETDECK_AGENT_TOKEN=",
+    "curl ",
+)
+INSTALL = "pip install 'fleetdeck[postgres,replicas]'"  # the test runs in the installed project
+CLIENT = "fleetdeck --url "  # the TUI: its options are checked against `fleetdeck --help`
+
+
+def test_the_readme_section_has_only_lines_this_module_runs() -> None:
+    lines = scale_section().lines
+    unknown = [line for line in lines if not line.startswith((*RUN_BY_THE_FIXTURE, INSTALL, CLIENT))]
+    assert not unknown, f"README lines the fault test does not run: {unknown}"
+    clients = [line for line in lines if line.startswith(CLIENT)]
+    assert len(clients) == 1, clients
+    _, argv = command(clients[0])
+    helped = subprocess.run([argv[0], "--help"], capture_output=True, text=True, timeout=60, env=child_environment())
+    assert helped.returncode == 0, helped.stderr
+    for option in [word for word in argv if word.startswith("--")]:
+        assert f"{option} " in helped.stdout, f"fleetdeck --help does not name {option}"
+
+
+def test_the_readme_cluster_spreads_its_agents_over_the_replicas_behind_the_load_balancer(cluster: Cluster) -> None:
+    holders = {cluster.holder(agent.server_id) for agent in cluster.agents.values()}
+    assert len(holders) >= 2, f"the load balancer sent every agent to one replica: {holders}"
+    with cluster.http() as http:
+        health = http.get("/v1/health")
+        assert health.status_code == 200, health.text
+        lb = http.get(f"/v1/load-balancers/{cluster.lb_id}").json()
+    assert [b["health"] for b in lb["backends"]] == ["healthy"] * 3
+
+
+def test_a_replica_killed_during_a_download_cuts_it_with_an_error_and_a_retry_succeeds(cluster: Cluster) -> None:
+    agent = cluster.agents["web-1"]
+    data = os.urandom(32 * 1024 * 1024)
+    (agent.home / "large.bin").write_bytes(data)
+    params = {"scope": "root", "path": "large.bin"}
+    holder = cluster.replica_holding(agent.server_id)
+    with cluster.http() as http, http.stream("GET", f"/v1/servers/{agent.server_id}/fs/download", params=params) as got:
+        assert got.status_code == 200
+        chunks = got.iter_bytes()
+        assert next(chunks)  # the transfer runs
+        holder.kill()
+        with pytest.raises(httpx.HTTPError):  # cut short, never completed with wrong bytes
+            received = sum(len(chunk) for chunk in chunks)
+            pytest.fail(f"the download ended normally after {received} more bytes")
+    wait_until(lambda: cluster.linked_to_a_live_replica(agent.server_id), timeout=RELINK_TIMEOUT_S)
+    with cluster.http() as http, http.stream("GET", f"/v1/servers/{agent.server_id}/fs/download", params=params) as got:
+        assert got.status_code == 200
+        assert hashlib.sha256(b"".join(got.iter_bytes())).digest() == hashlib.sha256(data).digest()
+    cluster.restart(holder)
+
+
+def test_a_replica_killed_during_an_upload_fails_it_cleanly_and_a_retry_succeeds(cluster: Cluster) -> None:
+    agent = cluster.agents["web-2"]
+    inbox = agent.home / f"inbox-{uuid.uuid4().hex[:6]}"
+    inbox.mkdir()
+    holder = cluster.replica_holding(agent.server_id)
+    data = os.urandom(4 * 1024 * 1024)
+    params = {"scope": "root", "path": f"{inbox.name}/upload.bin"}
+
+    def body() -> Iterator[bytes]:
+        yield data[: 1024 * 1024]
+        wait_until(lambda: any(inbox.iterdir()), timeout=30)  # the agent's temporary file
+        holder.kill()
+        yield data[1024 * 1024 :]
+
+    with cluster.http() as http:
+        try:
+            answer = http.put(f"/v1/servers/{agent.server_id}/fs/upload", params=params, content=body())
+        except httpx.HTTPError:
+            pass  # the connection was cut: an error, as it must be
+        else:
+            assert _cut_cleanly(answer), answer.text
+    # No half file on the agent's side: its temporary file is dropped, the target never made.
+    wait_until(lambda: not any(inbox.iterdir()), timeout=RELINK_TIMEOUT_S)
+    wait_until(lambda: cluster.linked_to_a_live_replica(agent.server_id), timeout=RELINK_TIMEOUT_S)
+    with cluster.http() as http:
+        answer = http.put(f"/v1/servers/{agent.server_id}/fs/upload", params=params, content=data)
+        assert answer.status_code == 200, answer.text
+    assert (inbox / "upload.bin").read_bytes() == data
+    with cluster.db.connect() as db:
+        rows = db.execute(
+            sa.text("SELECT outcome FROM audit_log WHERE action = 'fs.upload' AND server_id = :id AND target = :path"),
+            {"id": agent.server_id, "path": params["path"]},
+        ).all()
+    outcomes = sorted(row[0] for row in rows)
+    # The retry once; the cut upload once as an error if a live replica served it, else not at all.
+    assert outcomes in (["ok"], ["error", "ok"]), outcomes
+    cluster.restart(holder)
+
+
+def _cut_cleanly(answer: httpx.Response) -> bool:
+    """The answer to a request whose replica or agent died under it: the load balancer's 502 (the
+    replica serving it died before answering), or a live replica's contract error for an agent
+    whose link was lost, in words."""
+    if answer.status_code == 502 and answer.headers.get("content-type", "").startswith("text/html"):
+        return True
+    return answer.headers.get("content-type") == "application/json" and (
+        (answer.status_code, answer.json()["error"]["code"]) in AGENT_LOST
+    )
+
+
+def _finished(http: httpx.Client, job_id: str) -> dict[str, Any]:
+    job: dict[str, Any] = {}
+
+    def ended() -> bool:
+        job.update(http.get(f"/v1/jobs/{job_id}").json())
+        return job["status"] not in ("queued", "running")
+
+    wait_until(ended, timeout=RELINK_TIMEOUT_S)
+    return job
+
+
+def _run(http: httpx.Client, server_id: str, kind: str, args: dict[str, Any]) -> dict[str, Any]:
+    answer = http.post(f"/v1/servers/{server_id}/jobs", json={"kind": kind, "args": args})
+    assert answer.status_code == 201, answer.text
+    return _finished(http, answer.json()["id"])
+
+
+async def _follow_on_every_replica(lb_url: str, token: str, job_id: str, kill: Callable[[], None]) -> list[list[Event]]:
+    """The job's stream read by three clients through the load balancer, as the product's client
+    reads it (`api_client` resumes with Last-Event-ID after a drop). Opened one after the other
+    with nothing else through the load balancer, round robin puts one on each replica: whichever
+    replica `kill` kills, one of them is cut and resumes on another. `kill` is called once line 5
+    is in; each stream is read to its exit event."""
+    seen: list[list[Event]] = [[], [], []]
+    opened = [anyio.Event() for _ in seen]
+    fifth_line = anyio.Event()
+
+    async def follow(n: int) -> None:
+        async with Client(lb_url, token=token) as client:
+            async for event in client.jobs.stream(job_id):
+                seen[n].append(event)
+                opened[n].set()
+                if event.event == "line" and event.data["seq"] >= 5:
+                    fifth_line.set()
+
+    with anyio.fail_after(RELINK_TIMEOUT_S * 2):
+        async with anyio.create_task_group() as streams:
+            for n in range(len(seen)):
+                streams.start_soon(follow, n)
+                await opened[n].wait()
+            await fifth_line.wait()
+            kill()
+    return seen
+
+
+@pytest.fixture
+def site(cluster: Cluster) -> Iterator[str]:
+    """A site on web-3 (its user runs the cron job), deleted afterwards whatever happened."""
+    server_id = cluster.agents["web-3"].server_id
+    domain = f"faults-{uuid.uuid4().hex[:6]}.example.com"
+    with cluster.http() as http:
+        created = _run(http, server_id, "site.create", {"domain": domain})
+    assert created["status"] == "succeeded", created
+    try:
+        yield domain
+    finally:
+        # On the agent's machine, as its job would (a broken cluster must not leave the site's
+        # nginx server block behind: it would fail every later `nginx -t` on this machine).
+        subprocess.run(["pkill", "-KILL", "-u", domain.replace(".", "-")], check=False)
+        agent = cluster.agents["web-3"]
+        argv = [str(Path(sys.executable).parent / "fleetdeck"), "agent", "run", "--home", str(agent.home)]
+        argv += ["--state-dir", str(agent.home.parent / "state"), "site", "delete", domain]
+        deleted = subprocess.run(argv, env=child_environment(), capture_output=True, text=True, timeout=120)
+        assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+
+
+@needs_cron_as_root
+def test_a_replica_killed_during_a_job_stream_loses_and_repeats_no_output(cluster: Cluster, site: str) -> None:
+    agent = cluster.agents["web-3"]
+    key = uuid.uuid4().hex
+    with cluster.http() as http:
+        script = agent.home / site.replace(".", "-") / "count.sh"
+        script.write_text(COUNT_SCRIPT)
+        script.chmod(0o644)  # the site's user reads it
+        cron = {"domain": site, "schedule": "@daily", "command": "/bin/sh count.sh"}
+        assert _run(http, agent.server_id, "cron.add", cron)["status"] == "succeeded"
+        entry = _run(http, agent.server_id, "cron.list", {"domain": site})["result"]["entries"][-1]["id"]
+        request = {"kind": "cron.run", "args": {"id": entry}}
+        created = http.post(f"/v1/servers/{agent.server_id}/jobs", json=request, headers={"Idempotency-Key": key})
+        assert created.status_code == 201, created.text
+        job_id = created.json()["id"]
+        holder = cluster.replica_holding(agent.server_id)
+        streams = anyio.run(_follow_on_every_replica, cluster.lb_url, cluster.token, job_id, holder.kill)
+        wait_until(lambda: cluster.linked_to_a_live_replica(agent.server_id), timeout=RELINK_TIMEOUT_S)
+        for events in streams:
+            lines = [e.data for e in events if e.event == "line"]
+            assert [line["text"] for line in lines] == [f"line {i}" for i in range(1, 81)]  # each exactly once
+            assert [(e.event, e.data["exit_code"]) for e in events if e.event == "exit"] == [("exit", 0)], events[-3:]
+        done = _finished(http, job_id)
+        assert (done["status"], done["exit_code"]) == ("succeeded", 0), done
+        # The same request again (a client unsure it went through): the same job, not a second one.
+        again = http.post(f"/v1/servers/{agent.server_id}/jobs", json=request, headers={"Idempotency-Key": key})
+        assert again.status_code in (200, 201) and again.json()["id"] == job_id, again.text
+    with cluster.db.connect() as db:
+        stored = db.execute(
+            sa.text("SELECT first_seq, last_seq FROM job_output WHERE job_id = :id ORDER BY first_seq"),
+            {"id": job_id},
+        ).all()
+        runs = db.execute(
+            sa.text("SELECT count(*) FROM jobs WHERE server_id = :id AND kind = 'cron.run'"), {"id": agent.server_id}
+        ).scalar_one()
+        audited = db.execute(
+            sa.text("SELECT count(*) FROM audit_log WHERE action = 'jobs.create' AND details LIKE :job"),
+            {"job": f'%"{job_id}"%'},
+        ).scalar_one()
+    seqs = [seq for first, last in stored for seq in range(first, last + 1)]
+    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= 80, stored  # contiguous, each once
+    assert (runs, audited) == (1, 1)
+    cluster.restart(holder)
