@@ -222,7 +222,7 @@ class EventStream:
                         return
                     yield batch
                 return  # the server ended the stream cleanly
-            except (httpx.TransportError, SSEError) as exc:
+            except (httpx.TransportError, SSEError, _GatewayError) as exc:
                 failures += 1
                 if failures > self._max_reconnects:
                     raise TransportError(f"event stream lost: {exc}") from exc
@@ -237,7 +237,10 @@ class EventStream:
             response = source.response
             if response.status_code >= 400:
                 await response.aread()
-                raise ApiError.from_body(response.status_code, _json_or_none(response.content))
+                body = _json_or_none(response.content)
+                if response.status_code in GATEWAY_STATUSES and not _is_api_error(body):
+                    raise _GatewayError(f"{response.status_code} from a gateway in front of the control plane")
+                raise ApiError.from_body(response.status_code, body)
             parser = SSEParser()
             parser.last_event_id = self.last_event_id
             async for chunk in response.aiter_bytes():
@@ -246,6 +249,21 @@ class EventStream:
                     self._retry_ms = parser.retry_ms
                 if events:
                     yield events
+
+
+# A load balancer in front of the replicas answers these, in its own words (not the API's error
+# shape), while the replica it chose has just gone and its health checks have not said so yet:
+# a reconnect tries again, as after a drop. The API's own 502/504 (`agent_error`,
+# `agent_timeout`) carry an error code and end the stream.
+GATEWAY_STATUSES = frozenset({502, 503, 504})
+
+
+class _GatewayError(Exception):
+    """A gateway's 502/503/504 that is not an answer of the API."""
+
+
+def _is_api_error(body: Any) -> bool:
+    return isinstance(body, dict) and isinstance(body.get("error"), dict)
 
 
 def _json_or_none(content: bytes) -> Any:

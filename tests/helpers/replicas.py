@@ -91,7 +91,8 @@ class Haproxy:
         self.process.wait(15)
 
 
-def start_haproxy(folder: Path, replicas: list[OwnControlPlane]) -> Haproxy:
+def start_haproxy(folder: Path, replicas: list[OwnControlPlane], mode: str = "tcp") -> Haproxy:
+    """`mode` "http" makes it a gateway that answers 503 in its own words when no server is up."""
     port = free_port()
     admin_socket = folder / "haproxy.sock"
     servers = "".join(
@@ -103,7 +104,7 @@ def start_haproxy(folder: Path, replicas: list[OwnControlPlane]) -> Haproxy:
         "global\n"
         f"    stats socket {admin_socket} level admin\n"
         "defaults\n"
-        "    mode tcp\n"
+        f"    mode {mode}\n"
         "    timeout connect 2s\n"
         "    timeout client 1h\n"
         "    timeout server 1h\n"
