@@ -90,6 +90,11 @@ class Engine(ABC):
         except FileNotFoundError:
             return ""
 
+    async def take_port(self, spec: LbApply, out: Output) -> None:
+        """Before rendering `spec` on the node's own engine: clear what the system ships that
+        would shadow it (what, and how to undo it, said on `out`). Nothing by default."""
+        return None
+
     async def ensure_installed(self, out: Output) -> str:
         """The engine's binary, installed with apt on first use; EngineMissing when that fails."""
         found = which(self.binary)

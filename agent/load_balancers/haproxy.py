@@ -149,7 +149,9 @@ class Haproxy(Engine):
 
     def _system_setup(self) -> None:
         """Debian's unit reads only haproxy.cfg: have it read our folder too, and bound old workers."""
-        extra = f'EXTRAOPTS="-S {SYSTEM_MASTER_SOCKET} -f {SYSTEM_CONF_DIR}"'
+        # -W: Debian's init script (no systemd) starts it daemonized without master-worker, which
+        # would leave the master socket undefined; the systemd unit's -Ws already implies it.
+        extra = f'EXTRAOPTS="-W -S {SYSTEM_MASTER_SOCKET} -f {SYSTEM_CONF_DIR}"'
         current = SYSTEM_DEFAULTS.read_text() if SYSTEM_DEFAULTS.exists() else ""
         if extra not in current:
             write_atomically(

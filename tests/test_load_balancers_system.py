@@ -1,0 +1,358 @@
+"""The production path of load balancers: no port map, so the node's own nginx and HAProxy from
+Debian, their files in /etc, started and reloaded through Debian's init scripts (PID 1 is no
+systemd), port 80 of all addresses, and apt installing HAProxy on first use.
+
+Tests may only listen on 127.0.0.1 and must leave the machine's files alone, so the tests marked
+`inside` run in a private PID, network and mount namespace: `test_the_production_path_in_a_private_namespace`
+runs this module again under ``unshare``, where /etc, /usr and /var are copy-on-write overlays
+(on a tmpfs of the namespace), /run is a tmpfs and port 80 of every address is the namespace's
+own loopback. When that pytest (PID 1 there) ends, the kernel ends every process of the
+namespace (nginx, HAProxy) and its mounts go with it. The tests inside run in file order: nginx
+first, then HAProxy on the same port 80 once nginx gave it back.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from agent import __version__
+from agent.jobs.base import JobContext
+from agent.jobs.proc import read_pid
+from agent.load_balancers.haproxy import SYSTEM_MASTER_SOCKET, SYSTEM_STATS_SOCKET, master_command, parse_show_proc
+from agent.load_balancers.node import LbNode
+from agent.load_balancers.settings import LbSettings
+from agent.sites import SiteRegistry
+from tests.helpers import eventually
+from tests.helpers.http_backends import Backend, start_backends, stop_backends
+from tests.test_agent_load_balancers import Node
+
+INSIDE_ENV = "LB_SYSTEM_TEST_NAMESPACE"  # set (to a scratch folder) by the outer test for the run inside
+INSIDE = os.environ.get(INSIDE_ENV)
+inside = pytest.mark.skipif(not INSIDE, reason="runs inside the private namespace of the test below")
+ROOT = Path(__file__).resolve().parent.parent
+NAMESPACE_RUN_TIMEOUT_S = 600
+
+NGINX_CONF_D = Path("/etc/nginx/conf.d")
+DEFAULT_SITE = Path("/etc/nginx/sites-enabled/default")
+NGINX_PIDFILE = Path("/run/nginx.pid")
+
+
+# --- the run inside the namespace -----------------------------------------------------------------
+
+
+def test_the_production_path_in_a_private_namespace(tmp_path: Path) -> None:
+    if INSIDE:
+        pytest.skip("this is the run inside")
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare (a private namespace for the node's own nginx and HAProxy)")
+    if not (shutil.which("nginx") and shutil.which("haproxy")):
+        pytest.skip("needs Debian's nginx and haproxy (scripts/test installs them)")
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--net", "--mount", "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"this container does not allow namespaces: {probe.stderr.decode().strip()}")
+    scratch = tmp_path / "namespace"
+    scratch.mkdir()
+    argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--mount"]
+    argv += ["--propagation", "private", "--", sys.executable, "-m", "pytest", "-q", "-x", "-rs"]
+    argv += ["-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inside'}", __file__]
+    run = subprocess.run(
+        argv,
+        cwd=ROOT,
+        env={**os.environ, INSIDE_ENV: str(scratch)},
+        capture_output=True,
+        text=True,
+        timeout=NAMESPACE_RUN_TIMEOUT_S,
+    )
+    report = run.stdout + run.stderr
+    assert run.returncode == 0 and " passed" in report, report
+    for line in report.splitlines():  # -rs: a test skipped inside (the apt one without its .deb) is said
+        if line.startswith("SKIPPED") and "this is the run inside" not in line:
+            warnings.warn(f"inside the namespace: {line}", stacklevel=1)
+    namespace = (scratch / "net-namespace").read_text()
+    assert processes_in(namespace) == [], "processes left in the test's namespace"
+
+
+def processes_in(net_namespace: str) -> list[int]:
+    """The processes whose network namespace is `net_namespace` (``net:[inode]``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and os.readlink(entry / "ns" / "net") == net_namespace:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def private_system() -> Path:
+    """This process's namespace made a throwaway copy of the machine (see the module's docstring)."""
+    assert INSIDE is not None
+    scratch = Path(INSIDE)
+    (scratch / "net-namespace").write_text(os.readlink("/proc/self/ns/net"))
+    run("ip", "link", "set", "lo", "up")
+    layers = scratch / "layers"
+    layers.mkdir()
+    run("mount", "-t", "tmpfs", "tmpfs", str(layers))
+    for top in ("etc", "usr", "var"):
+        upper, work = layers / f"{top}.upper", layers / f"{top}.work"
+        upper.mkdir()
+        work.mkdir()
+        options = f"lowerdir=/{top},upperdir={upper},workdir={work}"
+        run("mount", "-t", "overlay", "overlay", "-o", options, f"/{top}")
+    run("mount", "-t", "tmpfs", "tmpfs", "/run")
+    as_debian_installs_them()
+    return scratch
+
+
+def as_debian_installs_them() -> None:
+    """The copies of nginx's and HAProxy's folders as the packages leave them: only the default
+    site enabled, no conf.d file (the machine's own may hold what other tests are doing)."""
+    for folder in (Path("/etc/nginx/sites-enabled"), NGINX_CONF_D, Path("/etc/haproxy/conf.d")):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+    DEFAULT_SITE.symlink_to("/etc/nginx/sites-available/default")
+
+
+def run(*argv: str) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 0, f"{' '.join(argv)}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def backends(private_system: Path) -> Iterator[list[Backend]]:
+    started = start_backends("alpha", "beta", "gamma")
+    yield started
+    stop_backends(started)
+
+
+def system_node(engine: str, state: Path) -> Node:
+    """The agent's load balancers as in production: no port map, no listen address."""
+    lb = LbNode(LbSettings(broken_render_hook=True), str(state))
+    ctx = JobContext(str(state), str(state), SiteRegistry(str(state)), __version__, lb=lb)
+    return Node(engine, lb, ctx, 80, lb.root)
+
+
+@pytest.fixture(scope="module")
+def nginx_node(private_system: Path, tmp_path_factory: pytest.TempPathFactory) -> Node:
+    return system_node("nginx", tmp_path_factory.mktemp("nginx-node"))
+
+
+@pytest.fixture(scope="module")
+def haproxy_node(private_system: Path, tmp_path_factory: pytest.TempPathFactory) -> Node:
+    return system_node("haproxy", tmp_path_factory.mktemp("haproxy-node"))
+
+
+async def answers(node: Node, n: int, host: str = "anything.example") -> Counter[str]:
+    """Which backend answered each of `n` requests to port 80 (any name: the catch-all)."""
+    return await node.spread(n, host)
+
+
+def conf_file(node: Node) -> Path:
+    return node.node.engines[node.engine].path("lb-web")
+
+
+def default_site_enabled() -> bool:
+    return DEFAULT_SITE.is_symlink()
+
+
+def enable_the_default_site_edited() -> None:
+    """Debian's default site enabled again, with a line of the admin's own: no longer the package's file."""
+    available = Path("/etc/nginx/sites-available/default")
+    available.write_text(available.read_text() + "# the admin's own line\n")
+    DEFAULT_SITE.symlink_to(available)
+
+
+def lb_files(folder: Path) -> list[Path]:
+    return list(folder.glob("fleetdeck-lb-*"))
+
+
+def command_line(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().rstrip("\0").replace("\0", " ")
+
+
+def cached_debs(package: str, version: str) -> list[Path]:
+    return list(Path("/var/cache/apt/archives").glob(f"{package}_{version.replace(':', '%3a')}_*.deb"))
+
+
+# --- nginx: the node's own, through /etc/init.d/nginx ---------------------------------------------
+
+
+@inside
+@pytest.mark.anyio
+async def test_nginx_takes_port_80_from_debians_default_site(nginx_node: Node, backends: list[Backend]) -> None:
+    assert default_site_enabled() and read_pid(NGINX_PIDFILE) is None  # as Debian installs it, not running
+    code, outcome, out = await nginx_node.apply(**nginx_node.spec(backends))
+    assert code == 0 and outcome["state"] == "active", out.err
+    assert any("disabled Debian's default site" in line for line in out.err), out.err
+    assert not default_site_enabled()
+    assert conf_file(nginx_node).parent == NGINX_CONF_D
+    assert "listen 80 default_server;" in conf_file(nginx_node).read_text()
+    assert read_pid(NGINX_PIDFILE) is not None  # started by the init script
+    assert set(await answers(nginx_node, 30)) == {"alpha", "beta", "gamma"}
+    assert set(await answers(nginx_node, 6, host="localhost")) == {"alpha", "beta", "gamma"}
+
+
+@inside
+@pytest.mark.anyio
+async def test_nginx_drain_and_undrain_are_reloads_of_the_same_master(
+    nginx_node: Node, backends: list[Backend]
+) -> None:
+    master = read_pid(NGINX_PIDFILE)
+    code, _, out = await nginx_node.apply(**nginx_node.spec(backends, drained={"beta"}))
+    assert code == 0, out.err
+    assert " down;  # beta" in conf_file(nginx_node).read_text()
+    assert set(await answers(nginx_node, 30)) == {"alpha", "gamma"}
+    code, _, out = await nginx_node.apply(**nginx_node.spec(backends))
+    assert code == 0, out.err
+    assert set(await answers(nginx_node, 30)) == {"alpha", "beta", "gamma"}
+    assert read_pid(NGINX_PIDFILE) == master  # reloaded, never restarted
+
+
+@inside
+@pytest.mark.anyio
+async def test_nginx_refused_config_keeps_the_last_good_one(nginx_node: Node, backends: list[Backend]) -> None:
+    good = conf_file(nginx_node).read_text()
+    hook = nginx_node.root / "test-hook-nginx.conf"
+    hook.write_text("this_is_no_directive on;\n")
+    try:
+        code, outcome, _ = await nginx_node.apply(**nginx_node.spec(backends[:1]))
+    finally:
+        hook.unlink()
+    assert code == 3 and 'unknown directive "this_is_no_directive"' in outcome["error"], outcome
+    assert conf_file(nginx_node).read_text() == good
+    assert set(await answers(nginx_node, 30)) == {"alpha", "beta", "gamma"}
+
+
+@inside
+@pytest.mark.anyio
+async def test_nginx_leaves_a_default_site_the_admin_edited(nginx_node: Node, backends: list[Backend]) -> None:
+    enable_the_default_site_edited()
+    try:
+        code, outcome, out = await nginx_node.apply(**nginx_node.spec(backends[:2]))
+        assert code == 3 and "duplicate default server" in outcome["error"], outcome
+        assert str(DEFAULT_SITE) in outcome["error"] and default_site_enabled()
+        assert not any("disabled Debian's default site" in line for line in out.err), out.err
+    finally:
+        os.unlink(DEFAULT_SITE)
+    assert set(await answers(nginx_node, 30)) == {"alpha", "beta", "gamma"}  # the last good one
+
+
+@inside
+@pytest.mark.anyio
+async def test_two_nginx_load_balancers_without_a_name_are_refused_in_words(
+    nginx_node: Node, backends: list[Backend]
+) -> None:
+    code, outcome, _ = await nginx_node.apply("other", **nginx_node.spec(backends[:1]))
+    assert code == 3, outcome
+    assert outcome["error"] == (
+        "port 80 is already served by web (nginx) for every name without a load balancer of its own on this node"
+    )
+    code, _, out = await nginx_node.apply("other", hostname="other.example", **nginx_node.spec(backends[:1]))
+    assert code == 0, out.err
+    assert await nginx_node.spread(6, "other.example") == Counter({"alpha": 6})
+    assert set(await answers(nginx_node, 30)) == {"alpha", "beta", "gamma"}
+
+
+@inside
+@pytest.mark.anyio
+async def test_nginx_remove_gives_port_80_back(nginx_node: Node) -> None:
+    for lb in ("web", "other"):
+        code, out = await nginx_node.job("lb.remove", {"id": f"lb-{lb}", "name": lb, "engine": "nginx"})
+        assert code == 0, out.err
+    assert lb_files(NGINX_CONF_D) == []
+    with pytest.raises(httpx.ConnectError):
+        nginx_node.get()
+
+
+# --- HAProxy: installed by apt on first use, the node's own, through /etc/init.d/haproxy ----------
+
+
+@inside
+@pytest.mark.anyio
+async def test_haproxy_is_installed_with_apt_on_first_use(haproxy_node: Node, backends: list[Backend]) -> None:
+    version = run("dpkg-query", "-W", "-f=${Version}", "haproxy")
+    if not cached_debs("haproxy", version):  # the namespace has no network: apt can only install from its cache
+        pytest.skip(f"no haproxy {version} in apt's cache to install offline")
+    run("dpkg", "--remove", "haproxy")  # in the namespace's copy of /usr, /etc, /var only
+    assert shutil.which("haproxy") is None
+    code, outcome, out = await haproxy_node.apply(**haproxy_node.spec(backends))
+    assert code == 0 and outcome["state"] == "active", out.err
+    assert any("installing the haproxy package with apt-get" in line for line in out.err), out.err
+    assert shutil.which("haproxy") == "/usr/sbin/haproxy"
+
+
+@inside
+@pytest.mark.anyio
+async def test_haproxy_serves_through_debians_files_and_sockets(haproxy_node: Node, backends: list[Backend]) -> None:
+    async with trio.open_nursery() as nursery:  # the health monitor, as the agent runs it before any apply
+        await nursery.start(haproxy_node.node.monitor.run)
+        code, _, out = await haproxy_node.apply(**haproxy_node.spec(backends))
+        assert code == 0, out.err
+        assert conf_file(haproxy_node) == Path("/etc/haproxy/conf.d/fleetdeck-lb-lb-web.cfg")
+        proc = parse_show_proc(await master_command(SYSTEM_MASTER_SOCKET, "show proc"))
+        assert proc.workers, proc  # master-worker under the init script, thanks to EXTRAOPTS
+        assert set(await answers(haproxy_node, 30)) == {"alpha", "beta", "gamma"}
+
+        def all_healthy_with_stats() -> bool:  # read from Debian's stats socket
+            report = haproxy_node.node.status("lb-web")
+            return report is not None and all(
+                b.health == "healthy" and b.stats is not None and b.stats.total_requests > 0 for b in report.backends
+            )
+
+        await eventually(all_healthy_with_stats, within=30)
+        nursery.cancel_scope.cancel()
+    assert SYSTEM_STATS_SOCKET.is_socket()
+    # started by /etc/init.d/haproxy with what the agent added to /etc/default/haproxy
+    assert f"-W -S {SYSTEM_MASTER_SOCKET} -f /etc/haproxy/conf.d " in command_line(proc.master_pid) + " "
+
+
+@inside
+@pytest.mark.anyio
+async def test_haproxy_drain_and_undrain_reload_through_the_master(haproxy_node: Node, backends: list[Backend]) -> None:
+    before = parse_show_proc(await master_command(SYSTEM_MASTER_SOCKET, "show proc"))
+    code, _, out = await haproxy_node.apply(**haproxy_node.spec(backends, drained={"beta"}))
+    assert code == 0, out.err
+    after = parse_show_proc(await master_command(SYSTEM_MASTER_SOCKET, "show proc"))
+    assert after.master_pid == before.master_pid and after.took(before), (before, after)
+    assert set(await answers(haproxy_node, 30)) == {"alpha", "gamma"}
+    code, _, out = await haproxy_node.apply(**haproxy_node.spec(backends))
+    assert code == 0, out.err
+    assert set(await answers(haproxy_node, 30)) == {"alpha", "beta", "gamma"}
+
+
+@inside
+@pytest.mark.anyio
+async def test_haproxy_refused_config_keeps_the_last_good_one(haproxy_node: Node, backends: list[Backend]) -> None:
+    good = conf_file(haproxy_node).read_text()
+    hook = haproxy_node.root / "test-hook-haproxy.conf"
+    hook.write_text("    this_is_no_keyword on\n")
+    try:
+        code, outcome, _ = await haproxy_node.apply(**haproxy_node.spec(backends[:1]))
+    finally:
+        hook.unlink()
+    assert code == 3 and "this_is_no_keyword" in outcome["error"], outcome
+    assert conf_file(haproxy_node).read_text() == good
+    assert set(await answers(haproxy_node, 30)) == {"alpha", "beta", "gamma"}
+
+
+@inside
+@pytest.mark.anyio
+async def test_haproxy_remove_stops_serving(haproxy_node: Node) -> None:
+    code, out = await haproxy_node.job("lb.remove", {"id": "lb-web", "name": "web", "engine": "haproxy"})
+    assert code == 0, out.err
+    assert not conf_file(haproxy_node).exists()
+    with pytest.raises(httpx.ConnectError):
+        haproxy_node.get()
