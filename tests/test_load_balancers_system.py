@@ -1,14 +1,15 @@
 """The production path of load balancers: no port map, so the node's own nginx and HAProxy from
 Debian, their files in /etc, started and reloaded through Debian's init scripts (PID 1 is no
-systemd), port 80 of all addresses, and apt installing HAProxy on first use.
+systemd), port 80 of all addresses, and apt installing them on first use.
 
 Tests may only listen on 127.0.0.1 and must leave the machine's files alone, so the tests marked
-`inside` run in a private PID, network and mount namespace: `test_the_production_path_in_a_private_namespace`
-runs this module again under ``unshare``, where /etc, /usr and /var are copy-on-write overlays
-(on a tmpfs of the namespace), /run is a tmpfs and port 80 of every address is the namespace's
-own loopback. When that pytest (PID 1 there) ends, the kernel ends every process of the
-namespace (nginx, HAProxy) and its mounts go with it. The tests inside run in file order: nginx
-first, then HAProxy on the same port 80 once nginx gave it back.
+`inside` run in a private PID, network and mount namespace:
+`test_the_production_path_in_a_private_namespace` runs this module again under ``unshare``,
+where /etc, /usr and /var are copy-on-write overlays (on a tmpfs of the namespace), /run is a
+tmpfs and port 80 of every address is the namespace's own loopback. Its PID 1 reaps the daemons
+(tests/helpers/reaping_init.py); when it ends, the kernel ends every process of the namespace
+(nginx, HAProxy) and the namespace's mounts go with it. The tests inside run in file order:
+nginx first, then HAProxy on the same port 80 once nginx gave it back.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ INSIDE = os.environ.get(INSIDE_ENV)
 inside = pytest.mark.skipif(not INSIDE, reason="runs inside the private namespace of the test below")
 ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE_RUN_TIMEOUT_S = 600
+REAPING_INIT = ROOT / "tests" / "helpers" / "reaping_init.py"  # PID 1 of the namespace
 
 NGINX_CONF_D = Path("/etc/nginx/conf.d")
 DEFAULT_SITE = Path("/etc/nginx/sites-enabled/default")
@@ -64,7 +66,8 @@ def test_the_production_path_in_a_private_namespace(tmp_path: Path) -> None:
     scratch = tmp_path / "namespace"
     scratch.mkdir()
     argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--mount"]
-    argv += ["--propagation", "private", "--", sys.executable, "-m", "pytest", "-q", "-x", "-rs"]
+    argv += ["--propagation", "private", "--", sys.executable, str(REAPING_INIT)]
+    argv += [sys.executable, "-m", "pytest", "-q", "-x", "-rs"]
     argv += ["-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inside'}", __file__]
     run = subprocess.run(
         argv,
@@ -223,6 +226,19 @@ async def test_nginx_drain_and_undrain_are_reloads_of_the_same_master(
 
 @inside
 @pytest.mark.anyio
+async def test_nginx_stopped_by_the_admin_is_started_again_by_the_next_apply(
+    nginx_node: Node, backends: list[Backend]
+) -> None:
+    run("service", "nginx", "stop")
+    with pytest.raises(httpx.ConnectError):
+        nginx_node.get()
+    code, _, out = await nginx_node.apply(**nginx_node.spec(backends))
+    assert code == 0, out.err
+    assert set(await answers(nginx_node, 30)) == {"alpha", "beta", "gamma"}
+
+
+@inside
+@pytest.mark.anyio
 async def test_nginx_refused_config_keeps_the_last_good_one(nginx_node: Node, backends: list[Backend]) -> None:
     good = conf_file(nginx_node).read_text()
     hook = nginx_node.root / "test-hook-nginx.conf"
@@ -277,6 +293,23 @@ async def test_nginx_remove_gives_port_80_back(nginx_node: Node) -> None:
         nginx_node.get()
 
 
+@inside
+@pytest.mark.anyio
+async def test_nginx_is_installed_with_apt_on_first_use(nginx_node: Node, backends: list[Backend]) -> None:
+    version = run("dpkg-query", "-W", "-f=${Version}", "nginx")
+    if not cached_debs("nginx", version):  # the namespace has no network: apt can only install from its cache
+        pytest.skip(f"no nginx {version} in apt's cache to install offline")
+    run("dpkg", "--remove", "nginx")  # in the namespace's copy of /usr, /etc, /var only; stops it
+    assert shutil.which("nginx") is None and read_pid(NGINX_PIDFILE) is None
+    code, outcome, out = await nginx_node.apply(**nginx_node.spec(backends))
+    assert code == 0 and outcome["state"] == "active", out.err
+    assert any("installing the nginx package with apt-get" in line for line in out.err), out.err
+    assert shutil.which("nginx") == "/usr/sbin/nginx"
+    assert set(await answers(nginx_node, 30)) == {"alpha", "beta", "gamma"}
+    code, out = await nginx_node.job("lb.remove", {"id": "lb-web", "name": "web", "engine": "nginx"})
+    assert code == 0, out.err  # port 80 is HAProxy's next
+
+
 # --- HAProxy: installed by apt on first use, the node's own, through /etc/init.d/haproxy ----------
 
 
@@ -328,6 +361,19 @@ async def test_haproxy_drain_and_undrain_reload_through_the_master(haproxy_node:
     after = parse_show_proc(await master_command(SYSTEM_MASTER_SOCKET, "show proc"))
     assert after.master_pid == before.master_pid and after.took(before), (before, after)
     assert set(await answers(haproxy_node, 30)) == {"alpha", "gamma"}
+    code, _, out = await haproxy_node.apply(**haproxy_node.spec(backends))
+    assert code == 0, out.err
+    assert set(await answers(haproxy_node, 30)) == {"alpha", "beta", "gamma"}
+
+
+@inside
+@pytest.mark.anyio
+async def test_haproxy_stopped_by_the_admin_is_started_again_by_the_next_apply(
+    haproxy_node: Node, backends: list[Backend]
+) -> None:
+    run("service", "haproxy", "stop")
+    with pytest.raises(httpx.ConnectError):
+        haproxy_node.get()
     code, _, out = await haproxy_node.apply(**haproxy_node.spec(backends))
     assert code == 0, out.err
     assert set(await answers(haproxy_node, 30)) == {"alpha", "beta", "gamma"}

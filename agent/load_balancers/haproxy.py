@@ -42,6 +42,7 @@ SOCKET_TIMEOUT_S = 5.0
 SYSTEM_CONF_DIR = Path("/etc/haproxy/conf.d")
 SYSTEM_MASTER_SOCKET = Path("/run/haproxy-master.sock")
 SYSTEM_STATS_SOCKET = Path("/run/haproxy/admin.sock")
+SYSTEM_PIDFILE = Path("/run/haproxy.pid")  # Debian's init script and unit
 SYSTEM_DEFAULTS = Path("/etc/default/haproxy")
 
 
@@ -66,7 +67,7 @@ class Haproxy(Engine):
 
     @property
     def pidfile(self) -> Path:
-        return self.root / "haproxy.pid"
+        return self.root / "haproxy.pid" if self.agent_run else SYSTEM_PIDFILE
 
     @property
     def log_file(self) -> Path:
@@ -179,7 +180,9 @@ class Haproxy(Engine):
 
     async def reload(self) -> str | None:
         async with self._lock:
-            if read_pid(self.pidfile) is None and not (not self.agent_run and self.master_socket.exists()):
+            # The node's own is (re)started when it is not running (its master socket outlives a stop)
+            # or runs without that socket (started before the agent's EXTRAOPTS, e.g. by apt).
+            if read_pid(self.pidfile) is None or not (self.agent_run or self.master_socket.exists()):
                 return await self._start()
             try:
                 before = parse_show_proc(await master_command(self.master_socket, "show proc"))
