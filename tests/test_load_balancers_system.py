@@ -14,14 +14,19 @@ nginx first, then HAProxy on the same port 80 once nginx gave it back.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import threading
 import warnings
 from collections import Counter
 from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -315,16 +320,71 @@ async def test_nginx_is_installed_with_apt_on_first_use(nginx_node: Node, backen
 
 @inside
 @pytest.mark.anyio
-async def test_haproxy_is_installed_with_apt_on_first_use(haproxy_node: Node, backends: list[Backend]) -> None:
+async def test_haproxy_is_installed_with_apt_on_a_fresh_image(haproxy_node: Node, backends: list[Backend]) -> None:
+    """As on a fresh cloud image: no package lists and nothing cached; the apt source is a mirror
+    on loopback (the namespace has no network) holding the package apt-get downloads."""
     version = run("dpkg-query", "-W", "-f=${Version}", "haproxy")
-    if not cached_debs("haproxy", version):  # the namespace has no network: apt can only install from its cache
-        pytest.skip(f"no haproxy {version} in apt's cache to install offline")
-    run("dpkg", "--remove", "haproxy")  # in the namespace's copy of /usr, /etc, /var only
-    assert shutil.which("haproxy") is None
-    code, outcome, out = await haproxy_node.apply(**haproxy_node.spec(backends))
+    debs = cached_debs("haproxy", version)
+    if not debs:
+        pytest.skip(f"no haproxy {version} in apt's cache to put on the loopback mirror")
+    mirror = LoopbackMirror(Path(INSIDE or "") / "mirror", debs[0])
+    try:
+        run("dpkg", "--remove", "haproxy")  # in the namespace's copy of /usr, /etc, /var only
+        assert shutil.which("haproxy") is None
+        code, outcome, out = await haproxy_node.apply(**haproxy_node.spec(backends))
+    finally:
+        mirror.stop()
     assert code == 0 and outcome["state"] == "active", out.err
     assert any("installing the haproxy package with apt-get" in line for line in out.err), out.err
+    assert any("refreshing the package lists (apt-get update)" in line for line in out.err), out.err
     assert shutil.which("haproxy") == "/usr/sbin/haproxy"
+    assert {"Packages", debs[0].name} <= set(mirror.served), mirror.served  # apt-get update, then the download
+
+
+class LoopbackMirror:
+    """A Debian repository of one package on 127.0.0.1, made apt's only source, with apt's lists
+    and cache of it emptied (a fresh image)."""
+
+    def __init__(self, folder: Path, deb: Path) -> None:
+        folder.mkdir()
+        shutil.copy(deb, folder / deb.name)
+        stanza = run("dpkg-deb", "-f", str(folder / deb.name)).rstrip("\n")
+        stanza += f"\nFilename: ./{deb.name}\nSize: {deb.stat().st_size}\nSHA256: {sha256(deb)}\n"
+        (folder / "Packages").write_text(stanza)
+        packages = folder / "Packages"
+        release = ["Suite: test", "Codename: test", "Architectures: amd64", "SHA256:"]
+        release.append(f" {sha256(packages)} {packages.stat().st_size} Packages")
+        (folder / "Release").write_text("\n".join(release) + "\n")
+        self.served: list[str] = []
+        served = self.served
+
+        class Handler(SimpleHTTPRequestHandler):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, directory=str(folder), **kwargs)
+
+            def do_GET(self) -> None:
+                served.append(Path(unquote(self.path)).name)
+                super().do_GET()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        port = self.server.server_address[1]
+        shutil.rmtree("/etc/apt/sources.list.d")
+        Path("/etc/apt/sources.list.d").mkdir()
+        Path("/etc/apt/sources.list.d/mirror.list").write_text(f"deb [trusted=yes] http://127.0.0.1:{port}/ ./\n")
+        for stale in [*Path("/var/lib/apt/lists").glob("*_*"), deb]:
+            stale.unlink()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @inside
