@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -428,12 +429,15 @@ async def test_haproxy_drain_and_undrain_reload_through_the_master(haproxy_node:
 
 @inside
 @pytest.mark.anyio
-async def test_haproxy_stopped_by_the_admin_is_started_again_by_the_next_apply(
+async def test_haproxy_stopped_by_the_admin_is_started_by_the_next_apply_once_its_port_is_free(
     haproxy_node: Node, backends: list[Backend]
 ) -> None:
     run("service", "haproxy", "stop")
     with pytest.raises(httpx.ConnectError):
         haproxy_node.get()
+    with socket.create_server(("0.0.0.0", 80)):  # another program holds the port meanwhile
+        code, outcome, _ = await haproxy_node.apply(**haproxy_node.spec(backends))
+    assert code == 3 and "cannot bind socket" in outcome["error"] and ":80]" in outcome["error"], outcome
     code, _, out = await haproxy_node.apply(**haproxy_node.spec(backends))
     assert code == 0, out.err
     assert set(await answers(haproxy_node, 30)) == {"alpha", "beta", "gamma"}
