@@ -62,8 +62,8 @@ NGINX_PIDFILE = Path("/run/nginx.pid")
 def test_the_production_path_in_a_private_namespace(tmp_path: Path) -> None:
     if INSIDE:
         pytest.skip("this is the run inside")
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        pytest.skip("needs root and unshare (a private namespace for the node's own nginx and HAProxy)")
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("ip")):
+        pytest.skip("needs root, unshare and ip (a private namespace for the node's own nginx and HAProxy)")
     if not (shutil.which("nginx") and shutil.which("haproxy")):
         pytest.skip("needs Debian's nginx and haproxy (scripts/test installs them)")
     probe = subprocess.run(["unshare", "--pid", "--fork", "--net", "--mount", "true"], capture_output=True)
