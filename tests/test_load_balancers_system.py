@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import threading
+import uuid
 import warnings
 from collections import Counter
 from collections.abc import Iterator
@@ -40,9 +41,12 @@ from agent.load_balancers.haproxy import SYSTEM_MASTER_SOCKET, SYSTEM_STATS_SOCK
 from agent.load_balancers.node import LbNode
 from agent.load_balancers.settings import LbSettings
 from agent.sites import SiteRegistry
-from tests.helpers import eventually
+from fleetdeck.launcher import child_environment
+from tests.conftest import Stack
+from tests.helpers import eventually, wait_until
 from tests.helpers.http_backends import Backend, start_backends, stop_backends
 from tests.test_agent_load_balancers import Node
+from tests.test_load_balancers_e2e import Org
 
 INSIDE_ENV = "LB_SYSTEM_TEST_NAMESPACE"  # set (to a scratch folder) by the outer test for the run inside
 INSIDE = os.environ.get(INSIDE_ENV)
@@ -466,3 +470,64 @@ async def test_haproxy_remove_stops_serving(haproxy_node: Node) -> None:
     assert not conf_file(haproxy_node).exists()
     with pytest.raises(httpx.ConnectError):
         haproxy_node.get()
+
+
+# --- the whole product: a production-mode agent process linked to a control plane ------------------
+
+
+@inside
+def test_a_production_agent_applies_through_the_api_and_its_stop_leaves_the_nodes_nginx_serving(
+    stack: Stack, backends: list[Backend], tmp_path: Path
+) -> None:
+    name = f"prod-{uuid.uuid4().hex[:8]}"
+    stack.admin("create-org", name, "--plan", "max")
+    stack.admin("create-user", f"owner@{name}.test", "--org", name, "--role", "owner", "--password", "pw-123456")
+    token = stack.login(f"owner@{name}.test", "pw-123456")
+    with stack.http(token) as http:
+        apps = http.post("/v1/servers", json={"name": "apps", "kind": "lite", "address": "127.0.0.1"})
+        edge = http.post("/v1/servers", json={"name": "edge", "kind": "full"})
+    assert apps.status_code == 201 and edge.status_code == 201, (apps.text, edge.text)
+    org = Org(stack, token, apps.json()["server"]["id"])
+    server_id = edge.json()["server"]["id"]
+    agent = production_agent(stack, edge.json()["agent_token"], tmp_path)
+    try:
+        wait_until(lambda: org_server(org, server_id)["agent"]["online"], timeout=20)
+        body = {"name": "shop", "port": 80, "node_server_id": server_id, "engine": "nginx"}
+        body["backends"] = [{"server_id": org.host, "port": b.port} for b in backends]
+        with org.http() as http:
+            created = http.post("/v1/load-balancers", json=body)
+        assert created.status_code == 201, created.text
+        lb = org.wait_applied(created.json()["id"])
+        assert lb["state_error"] is None, lb
+        assert {port_80_answer() for _ in range(30)} == {"alpha", "beta", "gamma"}
+    finally:
+        agent.terminate()
+        agent.wait(15)
+    assert agent.returncode == 0
+    assert port_80_answer() in {"alpha", "beta", "gamma"}  # the node's own nginx serves on without its agent
+
+
+def production_agent(stack: Stack, token: str, folder: Path) -> subprocess.Popen[bytes]:
+    """``python -m agent`` as on a node: no ``--lb-bind``/``--lb-port-map`` (which `start_agent`
+    always adds, so that no test takes the machine's ports: here they are the namespace's)."""
+    home, state = folder / "home", folder / "state"
+    home.mkdir()
+    state.mkdir()
+    argv = [sys.executable, "-m", "agent", "--url", stack.base_url, "--token", token]
+    argv += ["--home", str(home), "--state-dir", str(state)]
+    with (folder / "agent.log").open("wb") as log:
+        return subprocess.Popen(argv, env=child_environment(), stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+
+
+def org_server(org: Org, server_id: str) -> dict[str, Any]:
+    with org.http() as http:
+        answer = http.get(f"/v1/servers/{server_id}")
+    assert answer.status_code == 200, answer.text
+    found: dict[str, Any] = answer.json()
+    return found
+
+
+def port_80_answer() -> str:
+    answer = httpx.get("http://127.0.0.1/", timeout=10)
+    assert answer.status_code == 200, answer.text
+    return answer.text
