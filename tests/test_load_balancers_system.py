@@ -9,7 +9,10 @@ where /etc, /usr and /var are copy-on-write overlays (on a tmpfs of the namespac
 tmpfs and port 80 of every address is the namespace's own loopback. Its PID 1 reaps the daemons
 (tests/helpers/reaping_init.py); when it ends, the kernel ends every process of the namespace
 (nginx, HAProxy) and the namespace's mounts go with it. The tests inside run in file order:
-nginx first, then HAProxy on the same port 80 once nginx gave it back.
+nginx first, then HAProxy on the same port 80 once nginx gave it back (both at the agent level,
+jobs run as the agent runs them), and last the whole product: a control plane and a
+production-mode agent process. apt installs from its cache (nginx) or, as on a fresh image with
+no package lists, from a mirror on loopback (HAProxy): the namespace has no network.
 """
 
 from __future__ import annotations
