@@ -40,6 +40,7 @@ import trio
 from agent import __version__
 from agent.jobs.base import JobContext
 from agent.jobs.proc import read_pid
+from agent.load_balancers.engine import ipv6_available
 from agent.load_balancers.haproxy import SYSTEM_MASTER_SOCKET, SYSTEM_STATS_SOCKET, master_command, parse_show_proc
 from agent.load_balancers.node import LbNode
 from agent.load_balancers.settings import LbSettings
@@ -219,6 +220,8 @@ async def test_nginx_takes_port_80_from_debians_default_site(nginx_node: Node, b
     assert read_pid(NGINX_PIDFILE) is not None  # started by the init script
     assert set(await answers(nginx_node, 30)) == {"alpha", "beta", "gamma"}
     assert set(await answers(nginx_node, 6, host="localhost")) == {"alpha", "beta", "gamma"}
+    if ipv6_available():  # all addresses: [::] too
+        assert over_ipv6() in {"alpha", "beta", "gamma"}
 
 
 @inside
@@ -406,6 +409,8 @@ async def test_haproxy_serves_through_debians_files_and_sockets(haproxy_node: No
         proc = parse_show_proc(await master_command(SYSTEM_MASTER_SOCKET, "show proc"))
         assert proc.workers, proc  # master-worker under the init script, thanks to EXTRAOPTS
         assert set(await answers(haproxy_node, 30)) == {"alpha", "beta", "gamma"}
+        if ipv6_available():  # all addresses: [::] too
+            assert over_ipv6() in {"alpha", "beta", "gamma"}
 
         def all_healthy_with_stats() -> bool:  # read from Debian's stats socket
             report = haproxy_node.node.status("lb-web")
@@ -528,6 +533,12 @@ def org_server(org: Org, server_id: str) -> dict[str, Any]:
     assert answer.status_code == 200, answer.text
     found: dict[str, Any] = answer.json()
     return found
+
+
+def over_ipv6() -> str:
+    answer = httpx.get("http://[::1]/", headers={"Host": "anything.example"}, timeout=10)
+    assert answer.status_code == 200, answer.text
+    return answer.text
 
 
 def port_80_answer() -> str:

@@ -152,5 +152,11 @@ async def wait_for(check: Callable[[], object], within: float = RELOAD_TIMEOUT_S
         await trio.sleep(POLL_S)
 
 
+def ipv6_available() -> bool:
+    """The kernel has IPv6 (a node booted with ipv6.disable=1 has no such file): listening on all
+    addresses then includes [::], as Debian's default site does."""
+    return Path("/proc/net/if_inet6").exists()
+
+
 def host_port(address: str, port: int) -> str:
     return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"

@@ -29,7 +29,7 @@ import trio
 
 from agent.jobs.host import systemd_running
 from agent.jobs.proc import capture_command, pid_alive, read_pid, tool_env, which
-from agent.load_balancers.engine import Engine, RenderInput, host_port, log_offset, log_since
+from agent.load_balancers.engine import Engine, RenderInput, host_port, ipv6_available, log_offset, log_since
 from agent.load_balancers.engine import wait_for as poll_until
 from agent.load_balancers.nginx import ACME_PATH
 from agent.sites import write_atomically
@@ -271,7 +271,10 @@ class Haproxy(Engine):
 
 
 def _bind(bind: str | None, port: int) -> str:
-    return host_port(bind, port) if bind else f":{port}"
+    """The listen address, or every address (IPv6 too when the node has it)."""
+    if bind:
+        return host_port(bind, port)
+    return f":::{port} v4v6" if ipv6_available() else f":{port}"
 
 
 async def master_command(socket_path: Path, command: str) -> str:

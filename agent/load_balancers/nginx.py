@@ -26,7 +26,15 @@ from pathlib import Path
 from agent.jobs.base import Output
 from agent.jobs.host import systemd_running, worker_leaving
 from agent.jobs.proc import capture_command, child_pids, pid_alive, read_pid, which
-from agent.load_balancers.engine import Engine, RenderInput, host_port, log_offset, log_since, wait_for
+from agent.load_balancers.engine import (
+    Engine,
+    RenderInput,
+    host_port,
+    ipv6_available,
+    log_offset,
+    log_since,
+    wait_for,
+)
 from agent.sites import write_atomically
 from api_client.job_kinds.load_balancers import LbApply
 
@@ -91,7 +99,7 @@ class Nginx(Engine):
             if given.cert is not None:
                 lines += [
                     "server {",
-                    f"    listen {_listen(given.bind, given.port)} ssl;",
+                    *_listen(given.bind, given.port, " ssl"),
                     f"    server_name {name};",
                     f"    ssl_certificate {given.cert.fullchain};",
                     f"    ssl_certificate_key {given.cert.key};",
@@ -100,7 +108,7 @@ class Nginx(Engine):
                 ]
         else:
             catch_all = "" if spec.hostname else " default_server"  # no hostname: every name on the port
-            lines += ["server {", f"    listen {_listen(given.bind, given.port)}{catch_all};"]
+            lines += ["server {", *_listen(given.bind, given.port, catch_all)]
             lines += [f"    server_name {name};"]
             lines += _acme(given.acme_port) + _proxy(upstream) + ["}"]
         if given.hook:
@@ -111,7 +119,7 @@ class Nginx(Engine):
         """Port 80 of a TLS load balancer: the HTTP-01 answers, and a redirect to https."""
         return [
             "server {",
-            f"    listen {_listen(given.bind, given.http_port)};",
+            *_listen(given.bind, given.http_port),
             f"    server_name {name};",
             *_acme(given.acme_port),
             "    location / { return 301 https://$host$request_uri; }",
@@ -263,8 +271,10 @@ def restore(path: Path, previous: bytes | None, mode: int = 0o644) -> None:
         write_atomically(str(path), previous, mode)
 
 
-def _listen(bind: str | None, port: int) -> str:
-    return host_port(bind, port) if bind else str(port)
+def _listen(bind: str | None, port: int, options: str = "") -> list[str]:
+    """The `listen` lines: the listen address, or every address (IPv6 too when the node has it)."""
+    addresses = [host_port(bind, port)] if bind else [str(port), *([f"[::]:{port}"] if ipv6_available() else [])]
+    return [f"    listen {address}{options};" for address in addresses]
 
 
 def _acme(acme_port: int | None) -> list[str]:
