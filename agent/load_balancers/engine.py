@@ -18,7 +18,8 @@ from pathlib import Path
 import trio
 
 from agent.jobs.base import Output
-from agent.jobs.proc import capture_command, tool_env, which
+from agent.jobs.proc import capture_command, which
+from agent.jobs.updates import apt_env
 from agent.load_balancers.acme import CertFiles
 from agent.load_balancers.settings import LbSettings
 from api_client.job_kinds.load_balancers import LbApply
@@ -27,6 +28,7 @@ log = logging.getLogger("fleetdeck.agent.lb")
 
 RELOAD_TIMEOUT_S = 15.0
 POLL_S = 0.05
+APT_LOCK_WAIT_S = 120
 EXIT_INSTALL_FAILED = 3  # the apply is degraded: the engine could not be installed (documented in jobs.py)
 
 
@@ -90,14 +92,25 @@ class Engine(ABC):
         except FileNotFoundError:
             return ""
 
+    async def take_port(self, spec: LbApply, out: Output) -> None:
+        """Before rendering `spec` on the node's own engine: clear what the system ships that
+        would shadow it (what, and how to undo it, said on `out`). Nothing by default."""
+        return None
+
     async def ensure_installed(self, out: Output) -> str:
         """The engine's binary, installed with apt on first use; EngineMissing when that fails."""
         found = which(self.binary)
         if found:
             return found
         out.stderr(f"{self.binary} is not installed: installing the {self.package} package with apt-get (first use)")
-        env = {"DEBIAN_FRONTEND": "noninteractive"}
-        code, _, err = await capture_command(["apt-get", "install", "-y", "-q", self.package], env=tool_env(**env))
+        lock = ["-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT_S}"]  # e.g. unattended-upgrades at work
+        install = ["apt-get", "install", "-y", "-q", *lock, self.package]
+        code, _, err = await capture_command(install, env=apt_env())
+        if code != 0:  # a fresh image has no package lists, an old node stale ones: refreshed once
+            out.stderr(f"apt-get install {self.package} failed; refreshing the package lists (apt-get update)")
+            code, _, err = await capture_command(["apt-get", "update", "-q", *lock], env=apt_env())
+            if code == 0:
+                code, _, err = await capture_command(install, env=apt_env())
         found = which(self.binary)
         if code != 0 or not found:
             raise EngineMissing(f"{self.package} could not be installed with apt-get: {err.strip()[-500:]}")
@@ -137,6 +150,12 @@ async def wait_for(check: Callable[[], object], within: float = RELOAD_TIMEOUT_S
         if value or time.monotonic() >= deadline:
             return value
         await trio.sleep(POLL_S)
+
+
+def ipv6_available() -> bool:
+    """The kernel has IPv6 (a node booted with ipv6.disable=1 has no such file): listening on all
+    addresses then includes [::], as Debian's default site does."""
+    return Path("/proc/net/if_inet6").exists()
 
 
 def host_port(address: str, port: int) -> str:

@@ -29,7 +29,7 @@ import trio
 
 from agent.jobs.host import systemd_running
 from agent.jobs.proc import capture_command, pid_alive, read_pid, tool_env, which
-from agent.load_balancers.engine import Engine, RenderInput, host_port, log_offset, log_since
+from agent.load_balancers.engine import Engine, RenderInput, host_port, ipv6_available, log_offset, log_since
 from agent.load_balancers.engine import wait_for as poll_until
 from agent.load_balancers.nginx import ACME_PATH
 from agent.sites import write_atomically
@@ -42,6 +42,7 @@ SOCKET_TIMEOUT_S = 5.0
 SYSTEM_CONF_DIR = Path("/etc/haproxy/conf.d")
 SYSTEM_MASTER_SOCKET = Path("/run/haproxy-master.sock")
 SYSTEM_STATS_SOCKET = Path("/run/haproxy/admin.sock")
+SYSTEM_PIDFILE = Path("/run/haproxy.pid")  # Debian's init script and unit
 SYSTEM_DEFAULTS = Path("/etc/default/haproxy")
 
 
@@ -66,7 +67,7 @@ class Haproxy(Engine):
 
     @property
     def pidfile(self) -> Path:
-        return self.root / "haproxy.pid"
+        return self.root / "haproxy.pid" if self.agent_run else SYSTEM_PIDFILE
 
     @property
     def log_file(self) -> Path:
@@ -156,7 +157,9 @@ class Haproxy(Engine):
 
     def _system_setup(self) -> None:
         """Debian's unit reads only haproxy.cfg: have it read our folder too, and bound old workers."""
-        extra = f'EXTRAOPTS="-S {SYSTEM_MASTER_SOCKET} -f {SYSTEM_CONF_DIR}"'
+        # -W: Debian's init script (no systemd) starts it daemonized without master-worker, which
+        # would leave the master socket undefined; the systemd unit's -Ws already implies it.
+        extra = f'EXTRAOPTS="-W -S {SYSTEM_MASTER_SOCKET} -f {SYSTEM_CONF_DIR}"'
         current = SYSTEM_DEFAULTS.read_text() if SYSTEM_DEFAULTS.exists() else ""
         if extra not in current:
             write_atomically(
@@ -184,7 +187,9 @@ class Haproxy(Engine):
 
     async def reload(self) -> str | None:
         async with self._lock:
-            if read_pid(self.pidfile) is None and not (not self.agent_run and self.master_socket.exists()):
+            # The node's own is (re)started when it is not running (its master socket outlives a stop)
+            # or runs without that socket (started before the agent's EXTRAOPTS, e.g. by apt).
+            if read_pid(self.pidfile) is None or not (self.agent_run or self.master_socket.exists()):
                 return await self._start()
             try:
                 before = parse_show_proc(await master_command(self.master_socket, "show proc"))
@@ -273,7 +278,10 @@ class Haproxy(Engine):
 
 
 def _bind(bind: str | None, port: int) -> str:
-    return host_port(bind, port) if bind else f":{port}"
+    """The listen address, or every address (IPv6 too when the node has it)."""
+    if bind:
+        return host_port(bind, port)
+    return f":::{port} v4v6" if ipv6_available() else f":{port}"
 
 
 async def master_command(socket_path: Path, command: str) -> str:

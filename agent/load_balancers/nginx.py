@@ -3,8 +3,14 @@
 Agent-run (a port map): the agent's own nginx master under `<lb root>/nginx` (`nginx -c
 nginx.conf -p <that folder>`), daemonized so it keeps serving across agent restarts and found
 again by its pidfile. Otherwise the node's own nginx: a file per load balancer in
-/etc/nginx/conf.d, reloaded by systemd when it is PID 1, else by a HUP to the master (what
-``nginx -s reload`` and the init script do).
+/etc/nginx/conf.d, started and reloaded by systemd when it is PID 1, else by Debian's init script
+(``service nginx reload``).
+
+A load balancer without a hostname answers every name on its port: its server is the port's
+``default_server``. On the node's own nginx that is also what Debian's "Welcome to nginx" site
+claims on port 80, so that site is disabled when it is still the package's own, unchanged file
+(its symlink in sites-enabled removed, with a message saying how to bring it back); a default
+site the admin wrote or edited is left alone, and ``nginx -t`` then refuses the apply naming it.
 
 nginx has no active checks: weights, ``least_conn``/``ip_hash``, a drained backend ``down``, and
 passive ``max_fails``/``fail_timeout``; the agent's prober (health.py) says what is healthy.
@@ -12,13 +18,23 @@ passive ``max_fails``/``fail_timeout``; the agent's prober (health.py) says what
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 from pathlib import Path
 
+from agent.jobs.base import Output
 from agent.jobs.host import systemd_running, worker_leaving
 from agent.jobs.proc import capture_command, child_pids, pid_alive, read_pid, which
-from agent.load_balancers.engine import Engine, RenderInput, host_port, log_offset, log_since, wait_for
+from agent.load_balancers.engine import (
+    Engine,
+    RenderInput,
+    host_port,
+    ipv6_available,
+    log_offset,
+    log_since,
+    wait_for,
+)
 from agent.sites import write_atomically
 from api_client.job_kinds.load_balancers import LbApply
 
@@ -26,6 +42,8 @@ ACME_PATH = "/.well-known/acme-challenge/"
 SYSTEM_CONF_DIR = Path("/etc/nginx/conf.d")
 SYSTEM_PIDFILE = Path("/run/nginx.pid")
 SYSTEM_ERROR_LOG = Path("/var/log/nginx/error.log")
+DEBIAN_DEFAULT_SITE = Path("/etc/nginx/sites-enabled/default")  # a symlink to sites-available/default
+DEBIAN_DEFAULT_SITE_PACKAGE = "nginx-common"
 
 
 def _errors(line: str) -> bool:
@@ -81,7 +99,7 @@ class Nginx(Engine):
             if given.cert is not None:
                 lines += [
                     "server {",
-                    f"    listen {_listen(given.bind, given.port)} ssl;",
+                    *_listen(given.bind, given.port, " ssl"),
                     f"    server_name {name};",
                     f"    ssl_certificate {given.cert.fullchain};",
                     f"    ssl_certificate_key {given.cert.key};",
@@ -89,7 +107,9 @@ class Nginx(Engine):
                     "}",
                 ]
         else:
-            lines += ["server {", f"    listen {_listen(given.bind, given.port)};", f"    server_name {name};"]
+            catch_all = "" if spec.hostname else " default_server"  # no hostname: every name on the port
+            lines += ["server {", *_listen(given.bind, given.port, catch_all)]
+            lines += [f"    server_name {name};"]
             lines += _acme(given.acme_port) + _proxy(upstream) + ["}"]
         if given.hook:
             lines += ["# test hook (LbSettings.broken_render_hook)", given.hook]
@@ -99,7 +119,7 @@ class Nginx(Engine):
         """Port 80 of a TLS load balancer: the HTTP-01 answers, and a redirect to https."""
         return [
             "server {",
-            f"    listen {_listen(given.bind, given.http_port)};",
+            *_listen(given.bind, given.http_port),
             f"    server_name {name};",
             *_acme(given.acme_port),
             "    location / { return 301 https://$host$request_uri; }",
@@ -164,12 +184,13 @@ class Nginx(Engine):
                 return await self._start()
             before = child_pids(master)
             offset = log_offset(self.error_log)
-            if not self.agent_run and systemd_running():
-                code, out, err = await capture_command(["systemctl", "reload", "nginx"])
-                if code != 0:
-                    return (err + out).strip() or f"systemctl reload nginx exited with {code}"
-            else:
+            if self.agent_run:
                 os.kill(master, signal.SIGHUP)
+            else:
+                argv = ["systemctl", "reload", "nginx"] if systemd_running() else ["service", "nginx", "reload"]
+                code, out, err = await capture_command(argv)
+                if code != 0:
+                    return (err + out).strip() or f"{' '.join(argv)} exited with {code}"
 
             def took() -> bool:
                 # new workers, and the old ones no longer accept (else a request may still meet the old rules)
@@ -205,6 +226,42 @@ class Nginx(Engine):
             os.kill(master, signal.SIGTERM)
             await wait_for(lambda: not pid_alive(master))
 
+    async def take_port(self, spec: LbApply, out: Output) -> None:
+        """A load balancer without a hostname is port 80's default server: Debian's placeholder site
+        (unchanged from the package) gives the port up to it."""
+        if spec.hostname or not await debian_placeholder_enabled():
+            return
+        os.unlink(DEBIAN_DEFAULT_SITE)
+        out.stderr(
+            f"nginx: disabled Debian's default site ({DEBIAN_DEFAULT_SITE}, unchanged from the package):"
+            f" {spec.name} answers every name on port 80 that no other site claims;"
+            f" ln -s /etc/nginx/sites-available/default {DEBIAN_DEFAULT_SITE} brings it back"
+        )
+
+
+async def debian_placeholder_enabled() -> bool:
+    """Debian's default site is enabled and still the package's file (dpkg's md5 of the conffile)."""
+    enabled = _enabled_default_site()
+    if enabled is None:
+        return False
+    target, digest = enabled
+    code, conffiles, _ = await capture_command(["dpkg-query", "-W", "-f=${Conffiles}", DEBIAN_DEFAULT_SITE_PACKAGE])
+    # lines: " /etc/nginx/sites-available/default <md5>[ obsolete]"
+    shipped = {fields[0]: fields[1] for fields in (line.split() for line in conffiles.splitlines()) if len(fields) >= 2}
+    return code == 0 and shipped.get(target) == digest
+
+
+def _enabled_default_site() -> tuple[str, str] | None:
+    """The file sites-enabled/default links to and its md5; None when it is no symlink (a file of
+    its own there is the admin's) or links nowhere."""
+    if not DEBIAN_DEFAULT_SITE.is_symlink():
+        return None
+    try:
+        target = DEBIAN_DEFAULT_SITE.resolve(strict=True)
+        return str(target), hashlib.md5(target.read_bytes(), usedforsecurity=False).hexdigest()
+    except OSError:
+        return None
+
 
 def restore(path: Path, previous: bytes | None, mode: int = 0o644) -> None:
     """Put `previous` back as `path` (atomically), or remove `path` when there was none."""
@@ -214,8 +271,10 @@ def restore(path: Path, previous: bytes | None, mode: int = 0o644) -> None:
         write_atomically(str(path), previous, mode)
 
 
-def _listen(bind: str | None, port: int) -> str:
-    return host_port(bind, port) if bind else str(port)
+def _listen(bind: str | None, port: int, options: str = "") -> list[str]:
+    """The `listen` lines: the listen address, or every address (IPv6 too when the node has it)."""
+    addresses = [host_port(bind, port)] if bind else [str(port), *([f"[::]:{port}"] if ipv6_available() else [])]
+    return [f"    listen {address}{options};" for address in addresses]
 
 
 def _acme(acme_port: int | None) -> list[str]:

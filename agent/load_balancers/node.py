@@ -139,6 +139,8 @@ class LbNode:
             await engine.ensure_installed(out)
         except EngineMissing as exc:
             return str(exc)
+        if not self.settings.agent_run:
+            await engine.take_port(spec, out)
         cert = None
         if spec.tls:
             assert spec.hostname is not None  # the model requires it with tls
@@ -159,16 +161,21 @@ class LbNode:
         return await self._swap(engine, spec, cert)
 
     def _port_clash(self, spec: LbApply) -> str | None:
-        """Two load balancers on one port share it only as nginx server names; anything else would
-        fight over the socket (HAProxy binds with SO_REUSEPORT and would split the traffic)."""
+        """Two load balancers on one port share it only as nginx servers of different names; anything
+        else would fight over the socket (HAProxy binds with SO_REUSEPORT and would split the traffic)."""
         mine = _ports(spec)
         for lb_id, other in self.served.items():
             if lb_id == spec.id or other.spec is None:
                 continue
             shared = mine & _ports(other.spec)
-            if shared and not (spec.engine == other.spec.engine == "nginx"):
-                port = min(shared)
+            if not shared:
+                continue
+            port = min(shared)
+            if not (spec.engine == other.spec.engine == "nginx"):
                 return f"port {port} is already served by {other.spec.name} ({other.spec.engine}) on this node"
+            if spec.hostname == other.spec.hostname:  # nginx would keep one server and ignore the other
+                name = spec.hostname or "every name without a load balancer of its own"
+                return f"port {port} is already served by {other.spec.name} (nginx) for {name} on this node"
         return None
 
     async def _swap(self, engine: Engine, spec: LbApply, cert: CertFiles | None) -> str | None:
