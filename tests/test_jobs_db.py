@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -312,6 +313,88 @@ def test_an_import_stays_in_its_database_and_runs_no_client_command(
     assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]
     for name in ("target", "bystander"):
         hosting.run("db.drop", name=name).ok()
+
+
+def dump_rows(server: MariaDb, name: str, into: Path, *options: str) -> None:
+    """A data-only dump of `name` (``mariadb-dump --no-create-info``), made by hand as a user would."""
+    argv = ["mariadb-dump", *connection(MariaDbLayout(socket=str(server.socket))), "--no-create-info", *options, name]
+    into.write_bytes(subprocess.run(argv, capture_output=True, check=True, timeout=60).stdout)
+
+
+BLOG = (
+    "CREATE TABLE authors (id INT PRIMARY KEY, name TEXT);"
+    " CREATE TABLE posts (id INT PRIMARY KEY, author INT, title TEXT,"
+    " CONSTRAINT posts_author_foreign FOREIGN KEY (author) REFERENCES authors (id));"
+    " CREATE TABLE untouched (n INT);"
+)
+
+
+def test_a_data_only_dump_goes_into_the_existing_tables_all_or_nothing(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    for name in ("blog_src", "blog"):
+        hosting.run("db.create", name=name).ok()
+        mariadb.sql(BLOG, name)
+    mariadb.sql(
+        "INSERT INTO authors VALUES (2, 'b'), (3, 'c'); INSERT INTO posts VALUES (20, 2, 'x'), (21, 3, 'y');",
+        "blog_src",
+    )
+    mariadb.sql(
+        "INSERT INTO authors VALUES (1, 'a'); INSERT INTO posts VALUES (10, 1, 'w'); INSERT INTO untouched VALUES (7);",
+        "blog",
+    )
+    dump_rows(mariadb, "blog_src", site_home / "rows.sql", "--skip-triggers")
+    assert b"CREATE TABLE" not in (site_home / "rows.sql").read_bytes()
+
+    done = hosting.run("db.import", name="blog", domain=SITE, path="rows.sql").ok()
+    assert "rows for 2 tables in one transaction" in done.text
+    imported = {"authors": "1\ta\n2\tb\n3\tc\n", "posts": "10\t1\tw\n20\t2\tx\n21\t3\ty\n", "untouched": "7\n"}
+    assert contents(mariadb, "blog") == imported  # the rows added to those there, the others kept
+    orphan = mariadb.client("INSERT INTO posts VALUES (99, 99, 'z');", database="blog")
+    assert orphan.returncode == 1 and "posts_author_foreign" in orphan.stderr  # the same tables, keys and all
+
+    # post 21 is taken: the dump fails at its last row, after authors 2 and 3 went in; they go again
+    mariadb.sql(
+        "DELETE FROM posts WHERE id > 10; DELETE FROM authors WHERE id > 1; INSERT INTO posts VALUES (21, 1, 't');",
+        "blog",
+    )
+    before = contents(mariadb, "blog")
+    failed = hosting.run("db.import", name="blog", domain=SITE, path="rows.sql")
+    assert (
+        failed.exit_code == 1 and "Duplicate entry '21'" in failed.text and "nothing of it was imported" in failed.text
+    )
+    assert contents(mariadb, "blog") == before
+
+    hosting.run("db.import", name="blog", domain=SITE, path="rows.sql", drop_existing=True).ok()
+    assert contents(mariadb, "blog") == {"authors": "2\tb\n3\tc\n", "posts": "20\t2\tx\n21\t3\ty\n", "untouched": ""}
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]  # no scratch database used
+    for name in ("blog_src", "blog"):
+        hosting.run("db.drop", name=name).ok()
+    (site_home / "rows.sql").unlink()
+
+
+def test_a_data_only_dump_that_could_not_be_undone_is_refused_before_it_runs(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    hosting.run("db.create", name="notes").ok()
+    mariadb.sql("CREATE TABLE notes (n INT); INSERT INTO notes VALUES (1);", "notes")
+    mariadb.sql("CREATE TRIGGER plus BEFORE INSERT ON notes FOR EACH ROW SET NEW.n = NEW.n + 100;", "notes")
+    dump_rows(mariadb, "notes", site_home / "with-trigger.sql")  # mariadb-dump writes the triggers too
+    mariadb.sql("CREATE TABLE plain (n INT) ENGINE=MyISAM; INSERT INTO plain VALUES (1);", "notes")
+    dumps = {
+        "with-trigger.sql": "would commit that transaction half-way ('/*!50003 CREATE*/",
+        "myisam.sql": "cannot roll one back: plain (MyISAM)",
+        "missing.sql": "for tables database notes does not have: gone",
+    }
+    (site_home / "myisam.sql").write_text("INSERT INTO `notes` VALUES (5);\nINSERT INTO `plain` VALUES (5);\n")
+    (site_home / "missing.sql").write_text("INSERT INTO `notes` VALUES (5);\nINSERT INTO gone VALUES (5);\n")
+    before = contents(mariadb, "notes")
+    for name, expected in dumps.items():
+        refused = hosting.run("db.import", name="notes", domain=SITE, path=name)
+        assert refused.exit_code == 1 and expected in refused.text, refused.text
+        assert contents(mariadb, "notes") == before
+        (site_home / name).unlink()
+    hosting.run("db.drop", name="notes").ok()
 
 
 def test_a_server_that_does_not_answer_is_a_status(hosting: Hosting, mariadb: MariaDb) -> None:

@@ -14,7 +14,9 @@ Dumps live in a site's files, resolved through the site's jail (a path cannot le
 ``.gz``, writes a temporary file owned by the site's user and renames it into place once the dump
 is complete; ``db.import`` feeds a ``.sql`` or ``.sql.gz`` file of the site to the client, into a
 scratch database whose tables replace the database's at once when the whole file went in (MariaDB's
-DDL is not transactional: this is how a failed import leaves the database as it was).
+DDL is not transactional: this is how a failed import leaves the database as it was). A data-only
+dump (``mariadb-dump --no-create-info``: rows for tables it does not create) goes instead into the
+database's own tables, in one transaction that a failure rolls back.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import re
 import secrets
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from subprocess import DEVNULL, PIPE
 from typing import Any
@@ -82,6 +85,26 @@ OTHER_DATABASE = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 MAX_LINE = 256 * 1024 * 1024  # a longer line is not a dump's (mariadb-dump's are up to max_allowed_packet)
+_STATEMENT = rb"^[ \t]*(?:/\*M?!\d*[ \t]*)?"  # a statement's start, possibly in a versioned comment
+CREATES_TABLE = re.compile(_STATEMENT + rb"CREATE[ \t]+(?:OR[ \t]+REPLACE[ \t]+)?TABLE\b", re.I | re.M)
+# The table a row statement fills (its name quoted or bare: a dotted name is another database's).
+FILLS = re.compile(
+    _STATEMENT + rb"(?:INSERT|REPLACE)(?:[ \t]+(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|IGNORE))*[ \t]+(?:INTO[ \t]+)?"
+    rb"(`(?:[^`\n]|``)+`|[\w$]+)",
+    re.I | re.M,
+)
+# What mariadb-dump wraps a table's rows in, only for speed: in one transaction they would commit it.
+LOCKS_AND_KEYS = re.compile(
+    rb"^(?:LOCK TABLES [^\n]*|UNLOCK TABLES;|/\*!40000 ALTER TABLE [^\n]* (?:DIS|EN)ABLE KEYS \*/;)[ \t]*(?:\r?\n|\Z)",
+    re.M,
+)
+# A statement that commits the transaction it runs in (MariaDB's "implicit commit"), or ends it.
+ENDS_TRANSACTION = re.compile(
+    _STATEMENT + rb"(?:ALTER|CREATE|DROP|RENAME|TRUNCATE|LOCK|UNLOCK|BEGIN|START[ \t]+TRANSACTION|COMMIT|ROLLBACK"
+    rb"|SAVEPOINT|RELEASE|XA|GRANT|REVOKE|FLUSH|ANALYZE|CHECK|OPTIMIZE|REPAIR|INSTALL|UNINSTALL|CACHE|LOAD"
+    rb"|SET[ \t]+(?:SESSION[ \t]+|@@(?:SESSION\.)?)?AUTOCOMMIT)\b",
+    re.I | re.M,
+)
 
 
 # --- SQL text -------------------------------------------------------------------------------
@@ -432,6 +455,11 @@ async def _dump_into(
     return process.returncode, dumped
 
 
+def line_at(text: bytes, start: int) -> str:
+    """The line of `text` at `start`, to quote in an error."""
+    return text[start:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()[:120]
+
+
 class DumpReader:
     """A dump of a site (`open_site_input`'s descriptor, which it closes), decompressed when it
     is gzip, read in whole lines."""
@@ -443,6 +471,14 @@ class DumpReader:
         if path.endswith(".gz"):
             self.stream = gzip.GzipFile(fileobj=self.raw, mode="rb")
         self.pending = b""  # the start of a line not read to its end yet
+        self.in_place = False  # a data-only dump's: the lines that would commit its transaction dropped
+
+    def rewind(self) -> None:
+        """Back to the start of the file (after `survey`)."""
+        self.raw.seek(0)
+        if self.stream is not self.raw:
+            self.stream = gzip.GzipFile(fileobj=self.raw, mode="rb")
+        self.pending = b""
 
     def read(self) -> bytes:
         """The next whole lines of SQL (b"" at the end), each checked before the client gets it:
@@ -461,12 +497,11 @@ class DumpReader:
                 break
         found = OTHER_DATABASE.search(lines)
         if found is not None:
-            line = lines[found.start() :].split(b"\n", 1)[0].decode("utf-8", "replace").strip()[:120]
             raise JobError(
-                f"the dump leaves the database it is imported into ({line!r}): a dump of one database is"
-                " needed (mariadb-dump without --databases); nothing of it was imported"
+                f"the dump leaves the database it is imported into ({line_at(lines, found.start())!r}): a dump of"
+                " one database is needed (mariadb-dump without --databases); nothing of it was imported"
             )
-        return lines
+        return LOCKS_AND_KEYS.sub(b"", lines) if self.in_place else lines
 
     def _read(self) -> bytes:
         try:
@@ -485,9 +520,37 @@ class DumpReader:
         self.raw.close()
 
 
+@dataclass
+class DumpSurvey:
+    """What a dump does, read before any of it runs."""
+
+    creates_tables: bool = False
+    filled: set[str] = field(default_factory=set)  # the tables it has rows for
+    ends_transaction: str | None = None  # its first statement that would commit a transaction
+
+
+def unquote(name: bytes) -> str:
+    text = name.decode("utf-8", "replace")
+    return text[1:-1].replace("``", "`") if text.startswith("`") else text
+
+
+def survey(source: DumpReader) -> DumpSurvey:
+    """One pass over the dump (checked as the import will be), then back to its start."""
+    found = DumpSurvey()
+    while lines := source.read():
+        found.creates_tables = found.creates_tables or CREATES_TABLE.search(lines) is not None
+        found.filled.update(unquote(name) for name in FILLS.findall(lines))
+        ends = ENDS_TRANSACTION.search(LOCKS_AND_KEYS.sub(b"", lines)) if found.ends_transaction is None else None
+        if ends is not None:
+            found.ends_transaction = line_at(ends.string, ends.start())
+    source.rewind()
+    return found
+
+
 async def _import(args: DbImport, ctx: JobContext, out: Output) -> int:
-    """All or nothing: the dump goes into a scratch database, whose tables then replace the
-    database's in one atomic ``RENAME TABLE``; a dump that fails leaves the database as it was."""
+    """All or nothing. A dump that makes its tables goes into a scratch database, whose tables then
+    replace the database's in one atomic ``RENAME TABLE``; a data-only dump goes into the
+    database's tables in one transaction. Either way a dump that fails leaves the database as it was."""
     site = await find_site(ctx, args.domain)
     await need_database(ctx, args.name)
 
@@ -500,33 +563,95 @@ async def _import(args: DbImport, ctx: JobContext, out: Output) -> int:
             raise
 
     source = await trio.to_thread.run_sync(open_file)
-    scratch = f"{SCRATCH_PREFIX}{secrets.token_hex(6)}"
     try:
-        found = await rows(
-            ctx,
-            "SELECT JSON_OBJECT('charset', DEFAULT_CHARACTER_SET_NAME, 'collation', DEFAULT_COLLATION_NAME)"
-            f" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {literal(args.name)};",
-        )
-        charset, collation = found[0]["charset"], found[0]["collation"]
-        await run_sql(ctx, f"CREATE DATABASE {ident(scratch)} CHARACTER SET {charset} COLLATE {collation};")
-        try:
-            # --sandbox: the file is the site's; a client command in it (\! shell, source, tee...)
-            # would run as the agent. --local-infile=0: no LOAD DATA LOCAL of the agent's files.
-            argv = client_argv(ctx.host.mariadb, "--batch", "--sandbox", "--local-infile=0", f"--database={scratch}")
-            code = await _feed(argv, source, out, args.path)
-            if code != 0:
-                raise JobError(
-                    f"mariadb exited {code} while importing {args.path}: nothing of it was imported,"
-                    f" database {args.name} is as it was"
-                )
-            said = await _move_into(ctx, scratch, args.name, drop_existing=args.drop_existing)
-        finally:
-            with trio.CancelScope(shield=True):
-                await run_sql(ctx, f"DROP DATABASE IF EXISTS {ident(scratch)};")
+        dump = await trio.to_thread.run_sync(survey, source)
+        if dump.filled and not dump.creates_tables:
+            said = await _import_rows(ctx, args, source, dump, out)
+        else:
+            said = await _import_through_scratch(ctx, args, source, out)
     finally:
         await trio.to_thread.run_sync(source.close)
     out.stdout(f"imported {args.path} into database {args.name} ({said})")
     return 0
+
+
+def _not_imported(args: DbImport, code: int) -> JobError:
+    return JobError(
+        f"mariadb exited {code} while importing {args.path}: nothing of it was imported,"
+        f" database {args.name} is as it was"
+    )
+
+
+def _import_argv(ctx: JobContext, database: str) -> list[str]:
+    # --sandbox: the file is the site's; a client command in it (\! shell, source, tee...) would
+    # run as the agent. --local-infile=0: no LOAD DATA LOCAL of the agent's files.
+    return client_argv(ctx.host.mariadb, "--batch", "--sandbox", "--local-infile=0", f"--database={database}")
+
+
+async def _import_through_scratch(ctx: JobContext, args: DbImport, source: DumpReader, out: Output) -> str:
+    scratch = f"{SCRATCH_PREFIX}{secrets.token_hex(6)}"
+    found = await rows(
+        ctx,
+        "SELECT JSON_OBJECT('charset', DEFAULT_CHARACTER_SET_NAME, 'collation', DEFAULT_COLLATION_NAME)"
+        f" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {literal(args.name)};",
+    )
+    charset, collation = found[0]["charset"], found[0]["collation"]
+    await run_sql(ctx, f"CREATE DATABASE {ident(scratch)} CHARACTER SET {charset} COLLATE {collation};")
+    try:
+        code = await _feed(_import_argv(ctx, scratch), source, out, args.path)
+        if code != 0:
+            raise _not_imported(args, code)
+        return await _move_into(ctx, scratch, args.name, drop_existing=args.drop_existing)
+    finally:
+        with trio.CancelScope(shield=True):
+            await run_sql(ctx, f"DROP DATABASE IF EXISTS {ident(scratch)};")
+
+
+async def _import_rows(ctx: JobContext, args: DbImport, source: DumpReader, dump: DumpSurvey, out: Output) -> str:
+    """A data-only dump into the database's own tables, in one transaction (the client leaving
+    without its COMMIT, on an error, rolls it back): so the tables it fills must exist, and be of
+    an engine that can roll back. With `drop_existing` every table is emptied first, in the same
+    transaction. mariadb-dump's LOCK TABLES and DISABLE KEYS lines are left out (each would commit)."""
+    if dump.ends_transaction is not None:
+        raise JobError(
+            f"the dump has rows for tables it does not make (a data-only dump, imported in one transaction) but"
+            f" also a statement that would commit that transaction half-way ({dump.ends_transaction!r}): make it"
+            " with mariadb-dump --no-create-info --skip-triggers, or with its tables; nothing of it was imported"
+        )
+    tables = {
+        item["name"]: item
+        for item in await rows(
+            ctx,
+            "SELECT JSON_OBJECT('name', t.TABLE_NAME, 'engine', t.ENGINE, 'transactions', e.TRANSACTIONS)"
+            " FROM information_schema.TABLES t LEFT JOIN information_schema.ENGINES e ON e.ENGINE = t.ENGINE"
+            f" WHERE t.TABLE_SCHEMA = {literal(args.name)} AND t.TABLE_TYPE = 'BASE TABLE';",
+        )
+    }
+    missing = sorted(dump.filled - set(tables))
+    if missing:
+        raise JobError(
+            f"the dump has only rows (no CREATE TABLE), for tables database {args.name} does not have:"
+            f" {', '.join(missing)}; nothing of it was imported"
+        )
+    touched = sorted(tables) if args.drop_existing else sorted(dump.filled)
+    cannot_undo = [f"{name} ({tables[name]['engine']})" for name in touched if tables[name]["transactions"] != "YES"]
+    if cannot_undo:
+        raise JobError(
+            f"a data-only dump is imported in one transaction, but these tables cannot roll one back:"
+            f" {', '.join(cannot_undo)} (convert them to InnoDB, or import a dump with its tables);"
+            " nothing was imported"
+        )
+    head = "SET SESSION autocommit = 0;\n"
+    if args.drop_existing:
+        head += "SET SESSION foreign_key_checks = 0;\n"
+        head += "".join(f"DELETE FROM {ident(name)};\n" for name in touched)
+        head += "SET SESSION foreign_key_checks = 1;\n"
+    source.in_place = True
+    code = await _feed(_import_argv(ctx, args.name), source, out, args.path, head=head.encode(), tail=b"\nCOMMIT;\n")
+    if code != 0:
+        raise _not_imported(args, code)
+    emptied = f", after emptying all {len(touched)} tables" if args.drop_existing else ""
+    return f"rows for {len(dump.filled)} tables in one transaction{emptied}"
 
 
 async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing: bool) -> str:
@@ -625,8 +750,11 @@ async def _drop_bound(ctx: JobContext, name: str) -> str:
     )
 
 
-async def _feed(argv: list[str], source: DumpReader, out: Output, path: str) -> int:
-    """Run the client with the dump on its stdin, a progress line every tenth of the file; its exit code."""
+async def _feed(
+    argv: list[str], source: DumpReader, out: Output, path: str, *, head: bytes = b"", tail: bytes = b""
+) -> int:
+    """Run the client with the dump on its stdin (after `head`, before `tail`), a progress line
+    every tenth of the file; its exit code."""
     async with trio.open_nursery() as nursery:
         process: trio.Process = await nursery.start(
             partial(trio.run_process, argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, **CHILD)
@@ -636,6 +764,8 @@ async def _feed(argv: list[str], source: DumpReader, out: Output, path: str) -> 
         nursery.start_soon(_pump_lines, process.stderr, out, _to(STDERR))
         reported = 0
         try:
+            if head:
+                await process.stdin.send_all(head)
             while data := await trio.to_thread.run_sync(source.read):
                 await process.stdin.send_all(data)
                 step = source.position * PROGRESS_STEPS // max(source.size, 1)
@@ -643,6 +773,7 @@ async def _feed(argv: list[str], source: DumpReader, out: Output, path: str) -> 
                     reported = step
                     done = f"{step * 100 // PROGRESS_STEPS}% read ({source.position} of {source.size} bytes)"
                     out.stdout(f"{path}: {done}")
+            await process.stdin.send_all(tail)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client stopped reading: its exit code and stderr say why
         finally:
