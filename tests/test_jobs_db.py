@@ -315,9 +315,9 @@ def test_an_import_stays_in_its_database_and_runs_no_client_command(
         hosting.run("db.drop", name=name).ok()
 
 
-def dump_rows(server: MariaDb, name: str, into: Path, *options: str) -> None:
-    """A data-only dump of `name` (``mariadb-dump --no-create-info``), made by hand as a user would."""
-    argv = ["mariadb-dump", *connection(MariaDbLayout(socket=str(server.socket))), "--no-create-info", *options, name]
+def dump_by_hand(server: MariaDb, into: Path, *args: str) -> None:
+    """``mariadb-dump ARGS > INTO``, as a user would make a dump."""
+    argv = ["mariadb-dump", *connection(MariaDbLayout(socket=str(server.socket))), *args]
     into.write_bytes(subprocess.run(argv, capture_output=True, check=True, timeout=60).stdout)
 
 
@@ -343,7 +343,7 @@ def test_a_data_only_dump_goes_into_the_existing_tables_all_or_nothing(
         "INSERT INTO authors VALUES (1, 'a'); INSERT INTO posts VALUES (10, 1, 'w'); INSERT INTO untouched VALUES (7);",
         "blog",
     )
-    dump_rows(mariadb, "blog_src", site_home / "rows.sql", "--skip-triggers")
+    dump_by_hand(mariadb, site_home / "rows.sql", "--no-create-info", "--skip-triggers", "blog_src")
     assert b"CREATE TABLE" not in (site_home / "rows.sql").read_bytes()
 
     done = hosting.run("db.import", name="blog", domain=SITE, path="rows.sql").ok()
@@ -379,7 +379,9 @@ def test_a_data_only_dump_that_could_not_be_undone_is_refused_before_it_runs(
     hosting.run("db.create", name="notes").ok()
     mariadb.sql("CREATE TABLE notes (n INT); INSERT INTO notes VALUES (1);", "notes")
     mariadb.sql("CREATE TRIGGER plus BEFORE INSERT ON notes FOR EACH ROW SET NEW.n = NEW.n + 100;", "notes")
-    dump_rows(mariadb, "notes", site_home / "with-trigger.sql")  # mariadb-dump writes the triggers too
+    dump_by_hand(
+        mariadb, site_home / "with-trigger.sql", "--no-create-info", "notes"
+    )  # mariadb-dump writes the triggers too
     mariadb.sql("CREATE TABLE plain (n INT) ENGINE=MyISAM; INSERT INTO plain VALUES (1);", "notes")
     dumps = {
         "with-trigger.sql": "would commit that transaction half-way ('/*!50003 CREATE*/",
@@ -395,6 +397,42 @@ def test_a_data_only_dump_that_could_not_be_undone_is_refused_before_it_runs(
         assert contents(mariadb, "notes") == before
         (site_home / name).unlink()
     hosting.run("db.drop", name="notes").ok()
+
+
+def test_foreign_keys_keep_their_names_and_point_at_the_database_after_an_import(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    hosting.run("db.create", name="keyed").ok()
+    mariadb.sql(
+        BLOG + " CREATE TABLE comments (id INT PRIMARY KEY, post INT,"
+        " CONSTRAINT comments_post_foreign FOREIGN KEY (post) REFERENCES posts (id) ON DELETE CASCADE);"
+        " INSERT INTO authors VALUES (1, 'a'); INSERT INTO posts VALUES (10, 1, 'w');"
+        " INSERT INTO comments VALUES (100, 10);",
+        "keyed",
+    )
+    dumps = {"all.sql": ["keyed"], "two.sql": ["keyed", "authors", "posts"], "one.sql": ["keyed", "posts"]}
+    for file, args in dumps.items():
+        dump_by_hand(mariadb, site_home / file, *args)
+    before = contents(mariadb, "keyed")
+
+    def works(sql: str) -> bool:
+        return mariadb.client(sql, database="keyed").returncode == 0
+
+    # all.sql brings the named keys again (a key's name is unique in its database); two.sql replaces
+    # the tables that `comments`, kept, points at; one.sql makes `posts` point at a table it lacks
+    for file in dumps:
+        hosting.run("db.import", name="keyed", domain=SITE, path=file).ok()
+        assert contents(mariadb, "keyed") == before
+        create = {table: mariadb.sql(f"SHOW CREATE TABLE {table};", "keyed") for table in ("posts", "comments")}
+        assert "REFERENCES `authors` (`id`)" in create["posts"], create
+        assert "REFERENCES `posts` (`id`) ON DELETE CASCADE" in create["comments"], create
+        assert not works("INSERT INTO posts VALUES (11, 9, 'orphan');")
+        assert not works("INSERT INTO comments VALUES (101, 99);")
+        assert works("INSERT INTO comments VALUES (101, 10); DELETE FROM comments WHERE id = 101;")
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]
+    hosting.run("db.drop", name="keyed").ok()
+    for file in dumps:
+        (site_home / file).unlink()
 
 
 def test_a_server_that_does_not_answer_is_a_status(hosting: Hosting, mariadb: MariaDb) -> None:

@@ -659,7 +659,13 @@ async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing:
     they replace, and with `drop_existing` all the others, renamed aside in the same statement,
     then dropped); what was done, in words. Views, triggers, routines and events are bound to
     their database (MariaDB moves none of them): mariadb-dump writes them out of the scratch
-    (naming no database) and they are made again in `name` once its tables are in place."""
+    (naming no database) and they are made again in `name` once its tables are in place.
+
+    A replaced table goes aside into a database of its own: a foreign key's name is unique in
+    its database, and the dump's table brings the same names. Views and tables with triggers
+    cannot leave `name`: they go aside there, renamed. A foreign key follows the table it
+    points at, so the keys that then point aside (or into the scratch) are pointed back at the
+    tables of `name` by those names, as a plain import would have them."""
     bound = await rows(
         ctx,
         " UNION ALL ".join(
@@ -677,20 +683,42 @@ async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing:
     new = [item["name"] for item in await rows(ctx, _tables_of(scratch))]
     existing = {item["name"]: item["type"] for item in await rows(ctx, _tables_of(name, views=True))}
     doomed = [table for table in existing if drop_existing or table in new or table in made_views]
-    aside = {table: f"{OLD_PREFIX}{secrets.token_hex(4)}_{n}" for n, table in enumerate(doomed)}
-    renames = [f"{ident(name)}.{ident(table)} TO {ident(name)}.{ident(aside[table])}" for table in doomed]
+    with_triggers = {
+        item["table"]
+        for item in await rows(
+            ctx,
+            "SELECT JSON_OBJECT('table', EVENT_OBJECT_TABLE) FROM information_schema.TRIGGERS"
+            f" WHERE EVENT_OBJECT_SCHEMA = {literal(name)};",
+        )
+    }
+    old = f"{OLD_PREFIX}{secrets.token_hex(6)}"
+    aside = {  # where each doomed table goes: (database, name)
+        table: (name, f"{OLD_PREFIX}{secrets.token_hex(4)}_{n}")
+        if existing[table] == "VIEW" or table in with_triggers
+        else (old, table)
+        for n, table in enumerate(doomed)
+    }
+    renames = [f"{ident(name)}.{ident(table)} TO {ident(aside[table][0])}.{ident(aside[table][1])}" for table in doomed]
     renames += [f"{ident(scratch)}.{ident(table)} TO {ident(name)}.{ident(table)}" for table in new]
-    sql = f"RENAME TABLE {', '.join(renames)};\n" if renames else ""
-    views = [aside[t] for t in doomed if existing[t] == "VIEW"]
-    tables = [aside[t] for t in doomed if existing[t] != "VIEW"]
-    sql += "SET SESSION foreign_key_checks = 0;\n"  # a kept table may point at a replaced one
-    if views:
-        sql += f"DROP VIEW {', '.join(f'{ident(name)}.{ident(v)}' for v in views)};\n"
-    if tables:
-        sql += f"DROP TABLE {', '.join(f'{ident(name)}.{ident(t)}' for t in tables)};\n"
-    if drop_existing:
-        sql += await _drop_bound(ctx, name)
-    await run_sql(ctx, sql)
+    await run_sql(ctx, f"CREATE DATABASE {ident(old)};")
+    try:
+        if renames:
+            await run_sql(ctx, f"RENAME TABLE {', '.join(renames)};")
+        sql = "SET SESSION foreign_key_checks = 0;\n"  # a kept table may point at a replaced one
+        sql += await _keys_pointed_back(ctx, name, {scratch, old}, {v: k for k, v in aside.items()})
+        left = [table for table in doomed if aside[table][0] == name]  # the others go with `old`
+        views = [aside[table][1] for table in left if existing[table] == "VIEW"]
+        tables = [aside[table][1] for table in left if existing[table] != "VIEW"]
+        if views:
+            sql += f"DROP VIEW {', '.join(f'{ident(name)}.{ident(v)}' for v in views)};\n"
+        if tables:
+            sql += f"DROP TABLE {', '.join(f'{ident(name)}.{ident(t)}' for t in tables)};\n"
+        if drop_existing:
+            sql += await _drop_bound(ctx, name)
+        await run_sql(ctx, sql)
+    finally:
+        with trio.CancelScope(shield=True):
+            await run_sql(ctx, f"SET SESSION foreign_key_checks = 0; DROP DATABASE IF EXISTS {ident(old)};")
     if remake is not None:
         argv = client_argv(ctx.host.mariadb, "--batch", "--sandbox", "--local-infile=0", f"--database={name}")
         code, text, err = await capture_command(argv, stdin=remake)
@@ -702,6 +730,50 @@ async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing:
     kept = len(existing) - len(doomed)
     others = f", {len(bound)} views, triggers, routines or events" if bound else ""
     return f"{len(new)} tables{others}, {len(doomed)} replaced or dropped, {kept} kept"
+
+
+async def _keys_pointed_back(
+    ctx: JobContext, name: str, elsewhere: set[str], renamed: dict[tuple[str, str], str]
+) -> str:
+    """The statements that point the foreign keys of `name`'s tables that now point into one
+    of the `elsewhere` databases, or at a table renamed aside (`renamed`: (database, new name)
+    -> its name), back at the table of `name` of that name (each key dropped and made again:
+    MariaDB has no statement to move one)."""
+    columns = await rows(
+        ctx,
+        "SELECT JSON_OBJECT('table', k.TABLE_NAME, 'key', k.CONSTRAINT_NAME, 'column', k.COLUMN_NAME,"
+        " 'to_schema', k.REFERENCED_TABLE_SCHEMA, 'to_table', k.REFERENCED_TABLE_NAME, 'to_column',"
+        " k.REFERENCED_COLUMN_NAME, 'on_delete', r.DELETE_RULE, 'on_update', r.UPDATE_RULE)"
+        " FROM information_schema.KEY_COLUMN_USAGE k JOIN information_schema.REFERENTIAL_CONSTRAINTS r"
+        " ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND r.TABLE_NAME = k.TABLE_NAME"
+        " AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME"
+        f" WHERE k.TABLE_SCHEMA = {literal(name)} AND k.REFERENCED_TABLE_NAME IS NOT NULL"
+        " ORDER BY k.TABLE_NAME, k.CONSTRAINT_NAME, k.ORDINAL_POSITION;",
+    )
+    keys: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for column in columns:
+        keys.setdefault((column["table"], column["key"]), []).append(column)
+    gone = {to for database, to in renamed if database == name}
+    sql = ""
+    for (table, key), parts in keys.items():
+        first = parts[0]
+        target = (first["to_schema"], first["to_table"])
+        if table in gone or (target[0] not in elsewhere and target not in renamed):
+            continue
+        to_table = renamed.get(target, first["to_table"])
+        rules = "".join(
+            f" ON {action} {first[rule]}"
+            for action, rule in (("DELETE", "on_delete"), ("UPDATE", "on_update"))
+            if first[rule] != "RESTRICT"
+        )
+        own = ", ".join(ident(part["column"]) for part in parts)
+        theirs = ", ".join(ident(part["to_column"]) for part in parts)
+        sql += f"ALTER TABLE {ident(name)}.{ident(table)} DROP FOREIGN KEY {ident(key)};\n"
+        sql += (
+            f"ALTER TABLE {ident(name)}.{ident(table)} ADD CONSTRAINT {ident(key)} FOREIGN KEY ({own})"
+            f" REFERENCES {ident(name)}.{ident(to_table)} ({theirs}){rules};\n"
+        )
+    return sql
 
 
 async def _bound_sql(ctx: JobContext, scratch: str, views: list[str]) -> bytes:
