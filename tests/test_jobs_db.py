@@ -365,12 +365,14 @@ def test_a_data_only_dump_goes_into_the_existing_tables_all_or_nothing(
     )
     assert contents(mariadb, "blog") == before
 
-    hosting.run("db.import", name="blog", domain=SITE, path="rows.sql", drop_existing=True).ok()
+    (site_home / "rows.sql.gz").write_bytes(gzip.compress((site_home / "rows.sql").read_bytes()))
+    hosting.run("db.import", name="blog", domain=SITE, path="rows.sql.gz", drop_existing=True).ok()  # read twice
     assert contents(mariadb, "blog") == {"authors": "2\tb\n3\tc\n", "posts": "20\t2\tx\n21\t3\ty\n", "untouched": ""}
     assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]  # no scratch database used
     for name in ("blog_src", "blog"):
         hosting.run("db.drop", name=name).ok()
-    (site_home / "rows.sql").unlink()
+    for file in ("rows.sql", "rows.sql.gz"):
+        (site_home / file).unlink()
 
 
 def test_a_data_only_dump_that_could_not_be_undone_is_refused_before_it_runs(
