@@ -20,12 +20,13 @@ import anyio
 import anyio.abc
 
 from agent.jobs.host import HostLayout, NginxLayout, ServiceControl
-from agent.jobs.proc import which
+from agent.jobs.proc import pid_alive, read_pid, which
 from agent.sites import write_atomically
 
 log = logging.getLogger("fleetdeck.local")
 
 TEMP_FOLDERS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+LEFT_OVER_WAIT_S = 10.0
 
 
 def nginx_layout(folder: Path, binary: str, port: int, tls_port: int) -> NginxLayout:
@@ -83,6 +84,7 @@ def prepare(folder: Path, layout_file: Path, port: int, tls_port: int) -> NginxL
 
 async def run_nginx(nginx: NginxLayout, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """Run the stack's nginx until cancelled (then its master is told to quit, and waited for)."""
+    await _stop_left_over(nginx)
     argv = [nginx.control.commands["reload"][0], "-c", nginx.conf, "-g", "daemon off;"]
     async with await anyio.open_process(argv, stdin=None, stdout=None, stderr=None) as process:
         task_status.started()
@@ -96,3 +98,25 @@ async def run_nginx(nginx: NginxLayout, *, task_status: anyio.abc.TaskStatus[Non
                     await process.wait()
                 if process.returncode is None:
                     process.kill()
+
+
+async def _stop_left_over(nginx: NginxLayout) -> None:
+    """Quit the nginx of an earlier run of this stack that was killed (its master outlives it),
+    known by its PID file and its configuration file."""
+    pid = await anyio.to_thread.run_sync(read_pid, Path(nginx.pid_file))
+    if pid is None or not _runs_conf(pid, nginx.conf):
+        return
+    log.info("quitting the nginx (pid %s) a stopped run of this stack left behind", pid)
+    os.kill(pid, signal.SIGQUIT)
+    with anyio.move_on_after(LEFT_OVER_WAIT_S):
+        while pid_alive(pid):  # noqa: ASYNC110 (not our child: no exit to wait on)
+            await anyio.sleep(0.05)
+
+
+def _runs_conf(pid: int, conf: str) -> bool:
+    """Whether `pid` runs with `conf` (an nginx master rewrites its title: "nginx: master process ... -c CONF")."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return conf.encode() in f.read()
+    except OSError:
+        return False

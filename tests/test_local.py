@@ -278,6 +278,38 @@ def test_a_site_of_the_local_stack_is_served_by_its_own_nginx_and_leaves_the_sys
     assert list((stack.data_dir / "nginx" / "sites-enabled").iterdir()) == []
 
 
+def _nginx_pid(data_dir: Path) -> int:
+    pid_file = data_dir / "nginx" / "nginx.pid"
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+    return int(pid_file.read_text())
+
+
+@pytest.mark.skipif(shutil.which("nginx", path="/usr/sbin:/usr/bin") is None, reason="needs nginx")
+def test_the_nginx_a_killed_stack_left_is_quit_by_the_next_start(tmp_path: Path) -> None:
+    data_dir = tmp_path / "local"
+    first = start_local(data_dir)
+    left = _nginx_pid(data_dir)
+    first.process.kill()  # no time to stop its nginx
+    first.process.wait()
+    assert _alive(left)
+    second = start_local(data_dir)
+    try:
+        wait_until(lambda: not _alive(left))
+        serving = _nginx_pid(data_dir)
+        assert serving != left and _alive(serving)
+    finally:
+        second.stop()
+    assert not _alive(serving)  # a stack that stops stops its nginx
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z")
+
+
 def test_a_data_folder_open_to_others_is_tightened_on_start(tmp_path: Path) -> None:
     """A data folder of an older version: 0755 folders, 0644 database (with its WAL open) and state."""
     data_dir = tmp_path / "data"
