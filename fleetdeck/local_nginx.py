@@ -83,9 +83,14 @@ def prepare(folder: Path, layout_file: Path, port: int, tls_port: int) -> NginxL
 
 
 async def run_nginx(nginx: NginxLayout, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-    """Run the stack's nginx until cancelled (then its master is told to quit, and waited for)."""
+    """Run the stack's nginx until cancelled (then its master is told to quit, and waited for).
+    A stack killed outright cannot tell it: util-linux's ``setpriv --pdeathsig`` has the kernel
+    send the master SIGQUIT when the stack dies; an nginx left all the same is quit at the next start."""
     await _stop_left_over(nginx)
     argv = [nginx.control.commands["reload"][0], "-c", nginx.conf, "-g", "daemon off;"]
+    setpriv = which("setpriv")
+    if setpriv is not None:
+        argv = [setpriv, "--pdeathsig", "QUIT", "--", *argv]
     async with await anyio.open_process(argv, stdin=None, stdout=None, stderr=None) as process:
         task_status.started()
         try:

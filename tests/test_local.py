@@ -285,16 +285,21 @@ def _nginx_pid(data_dir: Path) -> int:
 
 
 @pytest.mark.skipif(shutil.which("nginx", path="/usr/sbin:/usr/bin") is None, reason="needs nginx")
-def test_the_nginx_a_killed_stack_left_is_quit_by_the_next_start(tmp_path: Path) -> None:
+def test_the_stacks_nginx_ends_with_it_even_killed_and_one_left_is_quit_at_the_next_start(tmp_path: Path) -> None:
     data_dir = tmp_path / "local"
     first = start_local(data_dir)
-    left = _nginx_pid(data_dir)
-    first.process.kill()  # no time to stop its nginx
+    serving = _nginx_pid(data_dir)
+    first.process.kill()  # no time to stop its nginx: the kernel tells it (setpriv --pdeathsig)
     first.process.wait()
-    assert _alive(left)
+    wait_until(lambda: not _alive(serving))
+
+    # as a stack without setpriv would leave it: an nginx of the stack's configuration, daemonized
+    conf = data_dir / "nginx" / "nginx.conf"
+    subprocess.run([shutil.which("nginx", path="/usr/sbin:/usr/bin") or "nginx", "-c", str(conf)], check=True)
+    left = _nginx_pid(data_dir)
     second = start_local(data_dir)
     try:
-        wait_until(lambda: not _alive(left))
+        assert not _alive(left)  # quit before the stack's own started
         serving = _nginx_pid(data_dir)
         assert serving != left and _alive(serving)
     finally:
