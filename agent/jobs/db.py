@@ -68,7 +68,7 @@ CHUNK = 256 * 1024
 CHILD: dict[str, Any] = {"check": False, "env": tool_env(), "start_new_session": True}
 PROGRESS_STEPS = 10  # an import reports its progress every tenth of the file
 SCRATCH_PREFIX = "fleetdeck_import_"  # the database an import goes into first
-OLD_PREFIX = "fleetdeck_old_"  # a table an import replaces, renamed aside, then dropped
+OLD_PREFIX = "fleetdeck_old_"  # where the tables an import replaces go aside (a database, or a name), then dropped
 # What RENAME TABLE cannot move to another database (kind, information_schema table, schema column, name).
 BOUND_OBJECTS = (
     ("view", "VIEWS", "TABLE_SCHEMA", "TABLE_NAME"),
