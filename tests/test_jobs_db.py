@@ -347,6 +347,7 @@ def test_a_data_only_dump_goes_into_the_existing_tables_all_or_nothing(
     assert b"CREATE TABLE" not in (site_home / "rows.sql").read_bytes()
 
     done = hosting.run("db.import", name="blog", domain=SITE, path="rows.sql").ok()
+    assert "rows.sql has rows only: they go into the tables of database blog" in done.stdout[0]
     assert "rows for 2 tables in one transaction" in done.text
     imported = {"authors": "1\ta\n2\tb\n3\tc\n", "posts": "10\t1\tw\n20\t2\tx\n21\t3\ty\n", "untouched": "7\n"}
     assert contents(mariadb, "blog") == imported  # the rows added to those there, the others kept

@@ -641,6 +641,7 @@ async def _import_rows(ctx: JobContext, args: DbImport, source: DumpReader, dump
             f" {', '.join(cannot_undo)} (convert them to InnoDB, or import a dump with its tables);"
             " nothing was imported"
         )
+    out.stdout(f"{args.path} has rows only: they go into the tables of database {args.name}, in one transaction")
     head = "SET SESSION autocommit = 0;\n"
     if args.drop_existing:
         head += "SET SESSION foreign_key_checks = 0;\n"
