@@ -17,6 +17,16 @@ scratch database whose tables replace the database's at once when the whole file
 DDL is not transactional: this is how a failed import leaves the database as it was). A data-only
 dump (``mariadb-dump --no-create-info``: rows for tables it does not create) goes instead into the
 database's own tables, in one transaction that a failure rolls back.
+
+A dump is the site's text, so its statements never run as the agent's account: they run as a
+throwaway account made for the import (`importer`), granted all the privileges on the scratch
+database and nothing else (for a data-only dump: reading and writing rows of the database's
+tables, nothing else) -- no FILE, no SUPER, nothing of ``mysql.*`` or of another database, so
+the server itself refuses what would reach further. The agent's account runs only statements
+the agent builds (the swap, the foreign keys, the clean-up). Views, triggers, routines and events
+get a DEFINER of the database's own: its owner role (``fleetdeck_owner.<database>``, all the
+privileges on that database and none elsewhere, made on first use, dropped with the database);
+the DEFINER clauses of the dump are rewritten, as the project has no site account to own them.
 """
 
 from __future__ import annotations
@@ -26,8 +36,10 @@ import io
 import os
 import re
 import secrets
+import tempfile
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from subprocess import DEVNULL, PIPE
@@ -68,6 +80,8 @@ CHUNK = 256 * 1024
 CHILD: dict[str, Any] = {"check": False, "env": tool_env(), "start_new_session": True}
 PROGRESS_STEPS = 10  # an import reports its progress every tenth of the file
 SCRATCH_PREFIX = "fleetdeck_import_"  # the database an import goes into first
+IMPORTER_PREFIX = "fleetdeck_importer_"  # the throwaway account a dump's statements run as
+OWNER_ROLE = "fleetdeck_owner.{}"  # the role that owns a database's imported views, triggers, routines, events
 OLD_PREFIX = "fleetdeck_old_"  # where the tables an import replaces go aside (a database, or a name), then dropped
 # What RENAME TABLE cannot move to another database (kind, information_schema table, schema column, name).
 BOUND_OBJECTS = (
@@ -82,6 +96,15 @@ BOUND_OBJECTS = (
 # its own and escapes the new lines inside values, so a line start is a statement start.
 OTHER_DATABASE = re.compile(
     rb"^[ \t]*(?:/\*M?!\d*[ \t]*)?(?:USE\b|CONNECT\b|\\[ur]|(?:CREATE|DROP|ALTER)[ \t]+(?:DATABASE|SCHEMA)\b)",
+    re.IGNORECASE | re.MULTILINE,
+)
+# The DEFINER clause of a view, trigger, routine or event, where mariadb-dump writes it: at the
+# start of a CREATE statement (in versioned comments or not), or on a line of its own (a view's).
+DEFINER_CLAUSE = re.compile(
+    rb"^([ \t]*(?:/\*M?!\d*[ \t]*)?(?:CREATE(?:[ \t]+OR[ \t]+REPLACE)?(?:[ \t]+ALGORITHM[ \t]*=[ \t]*\w+)?"
+    rb"[ \t]*(?:\*/[ \t]*/\*M?!\d*[ \t]*)?)?)DEFINER[ \t]*=[ \t]*"
+    rb"(?:CURRENT_(?:USER|ROLE)(?:[ \t]*\(\))?|(?:`(?:[^`\n]|``)*`|'(?:[^'\\\n]|\\.)*'|[\w.$-]+)"
+    rb"(?:[ \t]*@[ \t]*(?:`(?:[^`\n]|``)*`|'(?:[^'\\\n]|\\.)*'|[\w.%$-]+))?)",
     re.IGNORECASE | re.MULTILINE,
 )
 MAX_LINE = 256 * 1024 * 1024  # a longer line is not a dump's (mariadb-dump's are up to max_allowed_packet)
@@ -201,6 +224,45 @@ async def need_account(ctx: JobContext, user: str, host: str) -> None:
         raise JobError(f"no database account {user}@{host} on this server")
 
 
+@asynccontextmanager
+async def importer(ctx: JobContext, grants: Sequence[str], *, role: str | None = None) -> AsyncIterator[list[str]]:
+    """A throwaway account for a dump's statements, with only `grants` (each ``PRIVILEGES ON
+    object``) and `role`, if any: yields the options that connect a client as it. Its random
+    password goes by an option file of mode 0600 (never argv); on the way out, whatever happened
+    (a failure, a cancelled job), the account is dropped and its sessions killed, then the file
+    removed."""
+    user = f"{IMPORTER_PREFIX}{secrets.token_hex(6)}"
+    password = secrets.token_hex(24)
+    who = account(user, "localhost")
+    fd, options = tempfile.mkstemp(prefix="fleetdeck-importer-", suffix=".cnf")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.write(f"[client]\nuser={user}\npassword={password}\n")
+        sql = f"CREATE USER {who} IDENTIFIED BY {literal(password)};\n"
+        sql += "".join(f"GRANT {grant} TO {who};\n" for grant in grants)
+        if role is not None:
+            sql += f"GRANT {literal(role)} TO {who};\n"
+        try:
+            await run_sql(ctx, sql, hidden=[password])
+            layout = ctx.host.mariadb
+            yield [f"--defaults-file={options}", "--protocol=socket", f"--socket={layout.socket}"]
+        finally:
+            with trio.CancelScope(shield=True):  # no new session, then none left running
+                await run_sql(ctx, f"DROP USER IF EXISTS {who};\nKILL HARD USER {who};\n")
+    finally:
+        os.unlink(options)
+
+
+async def owner_role(ctx: JobContext, name: str) -> str:
+    """The role that owns database `name`'s imported views, triggers, routines and events: all
+    the privileges on `name` and none elsewhere (made on first use)."""
+    role = OWNER_ROLE.format(name)
+    sql = f"CREATE ROLE IF NOT EXISTS {literal(role)};\n"
+    sql += f"GRANT ALL PRIVILEGES ON {ident(grant_pattern(name))}.* TO {literal(role)};\n"
+    await run_sql(ctx, sql)
+    return role
+
+
 def _report(ctx: JobContext, out: Output, said: str, obj: dict[str, Any]) -> int:
     """A change's outcome: its sentence for a person, the object with ``--json``."""
     if ctx.as_json:
@@ -299,7 +361,7 @@ async def _drop(args: DbNameArgs, ctx: JobContext, out: Output) -> int:
     name = args.name
     if not await database_exists(ctx, name):
         return _report(ctx, out, f"no database {name}: nothing to drop", {"name": name, "dropped": False})
-    await run_sql(ctx, f"DROP DATABASE {ident(name)};")
+    await run_sql(ctx, f"DROP DATABASE {ident(name)};\nDROP ROLE IF EXISTS {literal(OWNER_ROLE.format(name))};")
     return _report(ctx, out, f"dropped database {name}", {"name": name, "dropped": True})
 
 
@@ -307,7 +369,9 @@ async def _drop(args: DbNameArgs, ctx: JobContext, out: Output) -> int:
 
 
 async def _user_list(args: NoArgs, ctx: JobContext, out: Output) -> int:
-    accounts = await rows(ctx, "SELECT JSON_OBJECT('user', User, 'host', Host) FROM mysql.user ORDER BY User, Host;")
+    accounts = await rows(
+        ctx, "SELECT JSON_OBJECT('user', User, 'host', Host) FROM mysql.user WHERE is_role = 'N' ORDER BY User, Host;"
+    )
     grants = await rows(ctx, "SELECT JSON_OBJECT('user', User, 'host', Host, 'db', Db) FROM mysql.db ORDER BY Db;")
     for item in accounts:
         item["databases"] = [
@@ -501,6 +565,7 @@ class DumpReader:
                 f"the dump leaves the database it is imported into ({line_at(lines, found.start())!r}): a dump of"
                 " one database is needed (mariadb-dump without --databases); nothing of it was imported"
             )
+        lines = DEFINER_CLAUSE.sub(rb"\1DEFINER=CURRENT_USER", lines)  # the importer's (no other is allowed)
         return LOCKS_AND_KEYS.sub(b"", lines) if self.in_place else lines
 
     def _read(self) -> bytes:
@@ -550,7 +615,15 @@ def survey(source: DumpReader) -> DumpSurvey:
 async def _import(args: DbImport, ctx: JobContext, out: Output) -> int:
     """All or nothing. A dump that makes its tables goes into a scratch database, whose tables then
     replace the database's in one atomic ``RENAME TABLE``; a data-only dump goes into the
-    database's tables in one transaction. Either way a dump that fails leaves the database as it was."""
+    database's tables in one transaction. Either way a dump that fails leaves the database as it was.
+
+    Confined: the dump's statements run as a throwaway account (`importer`) with rights on the
+    scratch database alone (a data-only dump: on the rows of the database's tables), dropped
+    afterwards whatever happens; a statement reaching another database, ``mysql.*`` or the
+    server's files (``SELECT ... INTO OUTFILE``, ``LOAD DATA INFILE``, ``LOAD_FILE``) is refused
+    by the server and the import fails. The dump's DEFINER clauses become the importer's, and
+    the views, triggers, routines and events made in the database are defined by its owner role
+    (`owner_role`): none runs with more rights than the database's own."""
     site = await find_site(ctx, args.domain)
     await need_database(ctx, args.name)
 
@@ -582,10 +655,18 @@ def _not_imported(args: DbImport, code: int) -> JobError:
     )
 
 
-def _import_argv(ctx: JobContext, database: str) -> list[str]:
-    # --sandbox: the file is the site's; a client command in it (\! shell, source, tee...) would
-    # run as the agent. --local-infile=0: no LOAD DATA LOCAL of the agent's files.
-    return client_argv(ctx.host.mariadb, "--batch", "--sandbox", "--local-infile=0", f"--database={database}")
+def _import_argv(login: Sequence[str], database: str) -> list[str]:
+    """The client that runs a dump's statements, connected as `login` (an `importer`'s options).
+    --sandbox: the file is the site's; a client command in it (\\! shell, source, tee...) would
+    run as the agent. --local-infile=0: no LOAD DATA LOCAL of the agent's files."""
+    mariadb = require("mariadb", "run statements on the MariaDB server")
+    options = ["--default-character-set=utf8mb4", "--batch", "--sandbox", "--local-infile=0"]
+    return [mariadb, *login, *options, f"--database={database}"]
+
+
+def _on_database(name: str) -> str:
+    """A grant's object: every table of database `name` (and nothing of another)."""
+    return f"{ident(grant_pattern(name))}.*"
 
 
 async def _import_through_scratch(ctx: JobContext, args: DbImport, source: DumpReader, out: Output) -> str:
@@ -598,10 +679,12 @@ async def _import_through_scratch(ctx: JobContext, args: DbImport, source: DumpR
     charset, collation = found[0]["charset"], found[0]["collation"]
     await run_sql(ctx, f"CREATE DATABASE {ident(scratch)} CHARACTER SET {charset} COLLATE {collation};")
     try:
-        code = await _feed(_import_argv(ctx, scratch), source, out, args.path)
-        if code != 0:
-            raise _not_imported(args, code)
-        return await _move_into(ctx, scratch, args.name, drop_existing=args.drop_existing)
+        # the importer lives until the swap: it defines the scratch's views, which mariadb-dump reads
+        async with importer(ctx, [f"ALL PRIVILEGES ON {_on_database(scratch)}"]) as login:
+            code = await _feed(_import_argv(login, scratch), source, out, args.path)
+            if code != 0:
+                raise _not_imported(args, code)
+            return await _move_into(ctx, scratch, args.name, drop_existing=args.drop_existing)
     finally:
         with trio.CancelScope(shield=True):
             await run_sql(ctx, f"DROP DATABASE IF EXISTS {ident(scratch)};")
@@ -648,7 +731,10 @@ async def _import_rows(ctx: JobContext, args: DbImport, source: DumpReader, dump
         head += "".join(f"DELETE FROM {ident(name)};\n" for name in touched)
         head += "SET SESSION foreign_key_checks = 1;\n"
     source.in_place = True
-    code = await _feed(_import_argv(ctx, args.name), source, out, args.path, head=head.encode(), tail=b"\nCOMMIT;\n")
+    grants = [f"SELECT, INSERT, UPDATE, DELETE ON {ident(args.name)}.{ident(table)}" for table in sorted(tables)]
+    async with importer(ctx, grants) as login:
+        argv = _import_argv(login, args.name)
+        code = await _feed(argv, source, out, args.path, head=head.encode(), tail=b"\nCOMMIT;\n")
     if code != 0:
         raise _not_imported(args, code)
     emptied = f", after emptying all {len(touched)} tables" if args.drop_existing else ""
@@ -716,13 +802,18 @@ async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing:
             sql += f"DROP TABLE {', '.join(f'{ident(name)}.{ident(t)}' for t in tables)};\n"
         if drop_existing:
             sql += await _drop_bound(ctx, name)
-        await run_sql(ctx, sql)
+        try:
+            await run_sql(ctx, sql)
+        except JobError as exc:
+            raise JobError(
+                f"the tables of the dump are already in database {name} (swapped in), but its foreign keys could"
+                f" not all be pointed back at its tables, nor the tables it replaced dropped: {exc}"
+            ) from None
     finally:
         with trio.CancelScope(shield=True):
             await run_sql(ctx, f"SET SESSION foreign_key_checks = 0; DROP DATABASE IF EXISTS {ident(old)};")
     if remake is not None:
-        argv = client_argv(ctx.host.mariadb, "--batch", "--sandbox", "--local-infile=0", f"--database={name}")
-        code, text, err = await capture_command(argv, stdin=remake)
+        code, text, err = await _remake(ctx, name, remake)
         if code != 0:
             raise JobError(
                 f"the tables of the dump are in database {name}, but its views, triggers, routines and events"
@@ -731,6 +822,17 @@ async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing:
     kept = len(existing) - len(doomed)
     others = f", {len(bound)} views, triggers, routines or events" if bound else ""
     return f"{len(new)} tables{others}, {len(doomed)} replaced or dropped, {kept} kept"
+
+
+async def _remake(ctx: JobContext, name: str, remake: bytes) -> tuple[int, str, str]:
+    """Run `remake` (the scratch's views, triggers, routines and events, as mariadb-dump wrote
+    them) in `name`, as a throwaway account with rights on `name` alone: each object is defined
+    by the database's owner role (its DEFINER clause rewritten), so whatever runs as its definer
+    has the rights of the database's own, never more."""
+    role = await owner_role(ctx, name)
+    sql = f"SET ROLE {literal(role)};\n".encode() + DEFINER_CLAUSE.sub(rb"\1DEFINER=CURRENT_ROLE", remake)
+    async with importer(ctx, [f"ALL PRIVILEGES ON {_on_database(name)}"], role=role) as login:
+        return await capture_command(_import_argv(login, name), stdin=sql)
 
 
 async def _keys_pointed_back(
