@@ -19,7 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from agent.jobs.db import connection, grant_pattern, json_rows, literal, parse_status, scrub, unescape_pattern
+from agent.jobs.db import (
+    DEFINER_CLAUSE,
+    connection,
+    grant_pattern,
+    json_rows,
+    literal,
+    parse_status,
+    scrub,
+    unescape_pattern,
+)
 from agent.jobs.host import MariaDbLayout
 from tests.helpers.hosting import JOB_TIMEOUT_S, Hosting, JobRun
 from tests.helpers.mariadb import MariaDb, mariadb_installed, run_mariadb
@@ -350,12 +359,13 @@ def test_a_dump_runs_as_a_throwaway_account_confined_to_its_database(
             "LOAD DATA INFILE '/etc/passwd' INTO TABLE made;\n",
             "Access denied for user 'fleetdeck_importer_",
         ),
+        "data-directory": (f"CREATE TABLE far (n INT) DATA DIRECTORY = '{outfile}';\n", "folder of its own"),
         "grant": ("GRANT ALL PRIVILEGES ON *.* TO 'victim'@'127.0.0.1';\n", "denied"),
     }
     before = {name: contents(mariadb, name) for name in ("confined", "neighbour")}
     for name, (statement, refused_with) in dumps.items():
         for variant, text in (("tables", creates + statement), ("rows", "INSERT INTO `t` VALUES (2);\n" + statement)):
-            if variant == "rows" and name in ("other-table", "load-data", "grant"):
+            if variant == "rows" and name in ("other-table", "load-data", "data-directory", "grant"):
                 continue  # not rows only (it makes a table), or refused before it runs (it would commit)
             (site_home / "hostile.sql").write_text(text)
             run = hosting.run("db.import", name="confined", domain=SITE, path="hostile.sql")
@@ -642,3 +652,18 @@ def test_rows_status_and_quoting() -> None:
     assert connection(MariaDbLayout(socket="/s.sock"))[0] == "--no-defaults"
     assert connection(MariaDbLayout(defaults_file="/etc/mysql/agent.cnf"))[0] == "--defaults-file=/etc/mysql/agent.cnf"
     assert scrub("near 'it\\'s secret' at\nline 1", ["it's secret"]) == "near '***' at line 1"
+
+
+def test_definer_clauses_are_rewritten_where_mariadb_dump_writes_them_and_nowhere_else() -> None:
+    dump = b"""CREATE DEFINER=`root`@`localhost` PROCEDURE `p`()
+/*!50003 CREATE*/ /*!50017 DEFINER=`root`@`localhost`*/ /*!50003 TRIGGER tr BEFORE INSERT ON t
+/*!50013 DEFINER=`root`@`localhost` SQL SECURITY DEFINER */
+/*!50001 CREATE ALGORITHM=UNDEFINED DEFINER=`fleetdeck_owner.x` SQL SECURITY DEFINER VIEW `v` AS select 1 */;
+/*!50106 CREATE*/ /*!50117 DEFINER='admin'@'%'*/ /*!50106 EVENT `e` ON SCHEDULE EVERY 1 DAY DO SELECT 1 */ ;;
+CREATE OR REPLACE DEFINER = root@localhost FUNCTION f() RETURNS INT RETURN 1;
+INSERT INTO `posts` VALUES (1,'CREATE DEFINER=`root`@`localhost` PROCEDURE');
+"""
+    rewritten = DEFINER_CLAUSE.sub(rb"\1DEFINER=CURRENT_ROLE", dump).decode()
+    assert rewritten.count("DEFINER=CURRENT_ROLE") == 6 and "root`@`localhost` PROCEDURE')" in rewritten
+    assert "admin" not in rewritten and "fleetdeck_owner.x" not in rewritten
+    assert "/*!50003 CREATE*/ /*!50017 DEFINER=CURRENT_ROLE*/ /*!50003 TRIGGER" in rewritten

@@ -98,6 +98,9 @@ OTHER_DATABASE = re.compile(
     rb"^[ \t]*(?:/\*M?!\d*[ \t]*)?(?:USE\b|CONNECT\b|\\[ur]|(?:CREATE|DROP|ALTER)[ \t]+(?:DATABASE|SCHEMA)\b)",
     re.IGNORECASE | re.MULTILINE,
 )
+# A table option that puts a table's files in a folder of the dump's choosing (no FILE privilege
+# needed: the server would write wherever its own user may). Refused wherever it is, data included.
+FILES_ELSEWHERE = re.compile(rb"\b(?:DATA|INDEX)[ \t]+DIRECTORY[ \t]*(?:=[ \t]*)?['\"]", re.IGNORECASE)
 # The DEFINER clause of a view, trigger, routine or event, where mariadb-dump writes it: at the
 # start of a CREATE statement (in versioned comments or not), or on a line of its own (a view's).
 DEFINER_CLAUSE = re.compile(
@@ -564,6 +567,12 @@ class DumpReader:
             raise JobError(
                 f"the dump leaves the database it is imported into ({line_at(lines, found.start())!r}): a dump of"
                 " one database is needed (mariadb-dump without --databases); nothing of it was imported"
+            )
+        found = FILES_ELSEWHERE.search(lines)
+        if found is not None:
+            raise JobError(
+                f"the dump puts a table's files in a folder of its own ({line_at(lines, found.start())!r}): a table"
+                " stays in the server's data folder (remove DATA/INDEX DIRECTORY); nothing of it was imported"
             )
         lines = DEFINER_CLAUSE.sub(rb"\1DEFINER=CURRENT_USER", lines)  # the importer's (no other is allowed)
         return LOCKS_AND_KEYS.sub(b"", lines) if self.in_place else lines
