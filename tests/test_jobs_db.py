@@ -427,6 +427,8 @@ def test_a_dump_with_root_as_definer_makes_objects_that_run_with_the_database_ri
     assert spied.returncode == 1 and "INSERT command denied" in spied.stderr, spied.stderr
     assert mariadb.sql("SELECT * FROM log;", "neighbour") == ""
     assert no_importer_left(mariadb)
+    listed = [item["user"] for item in hosting.run("db.user-list").ok().result]
+    assert "fleetdeck_owner.defined" not in listed  # a role, not an account
 
     hosting.run("db.drop", name="defined").ok()  # its owner role goes with it
     assert mariadb.sql("SELECT User FROM mysql.user WHERE User = 'fleetdeck_owner.defined';") == ""
