@@ -261,7 +261,7 @@ async def owner_role(ctx: JobContext, name: str) -> str:
     the privileges on `name` and none elsewhere (made on first use)."""
     role = OWNER_ROLE.format(name)
     sql = f"CREATE ROLE IF NOT EXISTS {literal(role)};\n"
-    sql += f"GRANT ALL PRIVILEGES ON {ident(grant_pattern(name))}.* TO {literal(role)};\n"
+    sql += f"GRANT ALL PRIVILEGES ON {_on_database(name)} TO {literal(role)};\n"
     await run_sql(ctx, sql)
     return role
 
