@@ -13,6 +13,7 @@ import trio
 from agent import __version__
 from agent.files.ingress import parse_listen
 from agent.files.remote_copy import SshSettings
+from agent.jobs.metrics import SAMPLE_EVERY_S
 from agent.link.client import link_urls
 from agent.load_balancers.acme import LETS_ENCRYPT_DIRECTORY
 from agent.load_balancers.settings import LbSettings, parse_port_map
@@ -90,6 +91,14 @@ def parser(defaults: Defaults = Defaults()) -> argparse.ArgumentParser:
         help="a JSON file saying where this server's services (nginx, PHP-FPM, MariaDB...) live when not"
         " where Debian puts them, and how to control them; re-read when it changes",
     )
+    p.add_argument(
+        "--metrics-interval",
+        metavar="SECONDS",
+        type=float,
+        default=SAMPLE_EVERY_S,
+        help=f"record a metrics sample this often, for metrics.history and the alerts (default: {SAMPLE_EVERY_S:g};"
+        " 0: only when the metrics are asked for)",
+    )
     lb = p.add_argument_group("load balancers", "how this server serves the load balancers it is the node of")
     lb.add_argument("--lb-bind", metavar="ADDR", default=None, help="the listen address (default: all)")
     lb.add_argument(
@@ -153,6 +162,9 @@ def main(argv: list[str], defaults: Defaults = Defaults()) -> int:
         except ValueError as exc:
             print(f"fleetdeck agent: --ingress: {exc}", file=sys.stderr)
             return 2
+    if args.metrics_interval < 0:
+        print("fleetdeck agent: --metrics-interval: a number of seconds, 0 or more", file=sys.stderr)
+        return 2
     try:
         port_map = parse_port_map(args.lb_port_map) if args.lb_port_map else {}
     except ValueError as exc:
@@ -176,6 +188,7 @@ def main(argv: list[str], defaults: Defaults = Defaults()) -> int:
         ingress_url=args.ingress_url,
         lb=lb,
         host_layout=args.host_layout,
+        metrics_every_s=args.metrics_interval,
     )
     trio.run(serve_until_signal, config)
     return 0

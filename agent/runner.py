@@ -14,6 +14,7 @@ from agent.files.remote_copy import RemoteCopy, SshSettings
 from agent.jobs.base import JobContext
 from agent.jobs.host import LayoutFile
 from agent.jobs.manager import JobManager
+from agent.jobs.metrics import SAMPLE_EVERY_S, keep_sampling
 from agent.jobs.ssl import keep_sites_renewed
 from agent.link.call import Handler
 from agent.link.client import AgentLink
@@ -37,6 +38,7 @@ class AgentConfig:
     ingress_url: str | None = None  # its public base URL, when not http://HOST:PORT (TLS proxy)
     lb: LbSettings = field(default_factory=LbSettings)  # how this node serves load balancers
     host_layout: str | None = None  # the layout file of this server's services (None: Debian's defaults)
+    metrics_every_s: float = SAMPLE_EVERY_S  # the sampler behind metrics.history (0: on demand only)
 
 
 def build_handlers(
@@ -84,6 +86,8 @@ async def _serve(config: AgentConfig, jobs: JobManager, task_status: trio.TaskSt
         await nursery.start(jobs.run)
         await nursery.start(jobs.ctx.lb.run)  # the ACME responder and the health monitor
         nursery.start_soon(keep_sites_renewed, jobs.ctx)  # the sites' certificates whose auto-renew is on
+        if config.metrics_every_s > 0:
+            nursery.start_soon(keep_sampling, jobs.ctx, config.metrics_every_s)
         files = FileHandlers(config.home, jobs.ctx.sites)
         ingress = Ingress(files, config.ingress, public_url=config.ingress_url) if config.ingress else None
         ingress_url: str | None = None

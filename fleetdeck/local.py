@@ -32,6 +32,7 @@ from control_plane.settings import ServerName
 from fleetdeck import running
 from fleetdeck.demo import ensure_account, ensure_workspace, write_private
 from fleetdeck.launcher import free_port
+from fleetdeck.local_nginx import prepare, run_nginx
 from fleetdeck.paths import StackLayout, private_dir
 from fleetdeck.settings import Settings
 
@@ -70,6 +71,11 @@ async def run_local(
             async with anyio.create_task_group() as stack:
                 await stack.start(partial(serve_fleet, fleet, sock, wrap=activity.around))
                 lb_ports = {80: free_port(), 443: free_port()}
+                nginx = await anyio.to_thread.run_sync(
+                    prepare, layout.nginx, layout.host_layout, free_port(), free_port()
+                )
+                if nginx is not None:
+                    await stack.start(run_nginx, nginx)
                 agent = AgentConfig(
                     urls=(url,),
                     token=account.agent_token,
@@ -77,6 +83,7 @@ async def run_local(
                     state_dir=str(agent_state),
                     ingress=ingress,
                     lb=LbSettings(bind="127.0.0.1", port_map=lb_ports),
+                    host_layout=str(layout.host_layout),  # its nginx is the stack's own, not /etc's
                 )
                 if fleet.settings.server == "hypercorn":
                     stack.start_soon(_supervised_agent, agent)

@@ -86,6 +86,16 @@ class StackLayout:
         return self.root / "agent"
 
     @property
+    def host_layout(self) -> Path:
+        """The local agent's host layout file (`fleetdeck.local_nginx`: its nginx is the stack's own)."""
+        return self.root / "host-layout.json"
+
+    @property
+    def nginx(self) -> Path:
+        """The stack's own nginx: its configuration, the sites' server blocks, PID file and logs."""
+        return self.root / "nginx"
+
+    @property
     def agent_token(self) -> Path:
         return self.agent_state / "agent-token"
 

@@ -11,15 +11,26 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from agent.jobs.db import connection, grant_pattern, json_rows, literal, parse_status, scrub, unescape_pattern
+from agent.jobs.db import (
+    DEFINER_CLAUSE,
+    connection,
+    grant_pattern,
+    json_rows,
+    literal,
+    parse_status,
+    scrub,
+    unescape_pattern,
+)
 from agent.jobs.host import MariaDbLayout
-from tests.helpers.hosting import Hosting, JobRun
+from tests.helpers.hosting import JOB_TIMEOUT_S, Hosting, JobRun
 from tests.helpers.mariadb import MariaDb, mariadb_installed, run_mariadb
 
 pytestmark = pytest.mark.skipif(not mariadb_installed(), reason="needs mariadb-server and mariadb-client")
@@ -245,6 +256,7 @@ def test_an_import_that_fails_half_way_leaves_the_database_as_it_was(
         assert "ERROR 1064" in failed.text  # the server's own words, with the line
         assert contents(mariadb, "atomic") == before
     assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]  # the scratch is gone
+    assert no_importer_left(mariadb)  # and so is the throwaway account the dump ran as
 
     (site_home / "good.sql").write_text(GOOD_DUMP)
     done = hosting.run("db.import", name="atomic", domain=SITE, path="good.sql").ok()
@@ -254,6 +266,7 @@ def test_an_import_that_fails_half_way_leaves_the_database_as_it_was(
     hosting.run("db.import", name="atomic", domain=SITE, path="good.sql", drop_existing=True).ok()
     assert sorted(contents(mariadb, "atomic")) == ["fresh", "orders"]  # `keep` went with the rest
     assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]
+    assert no_importer_left(mariadb)
     hosting.run("db.drop", name="atomic").ok()
     for name in ("broken.sql", "good.sql"):
         (site_home / name).unlink()
@@ -314,6 +327,279 @@ def test_an_import_stays_in_its_database_and_runs_no_client_command(
         hosting.run("db.drop", name=name).ok()
 
 
+IMPORTERS = "SELECT User FROM mysql.user WHERE User LIKE 'fleetdeck\\_importer\\_%';"
+IMPORTER_SESSIONS = "SELECT ID FROM information_schema.PROCESSLIST WHERE USER LIKE 'fleetdeck\\_importer\\_%';"
+
+
+def no_importer_left(server: MariaDb) -> bool:
+    """No throwaway import account, nor a session of one, is left on the server."""
+    return server.sql(IMPORTERS) == "" and server.sql(IMPORTER_SESSIONS) == ""
+
+
+def test_a_dump_runs_as_a_throwaway_account_confined_to_its_database(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    hosting.run("db.create", name="confined").ok()
+    hosting.run("db.create", name="neighbour").ok()
+    mariadb.sql("CREATE TABLE t (n INT) ENGINE=InnoDB; INSERT INTO t VALUES (1);", "confined")
+    mariadb.sql("CREATE TABLE secrets (s TEXT); INSERT INTO secrets VALUES ('neighbour-secret');", "neighbour")
+    hosting.run("db.user-create", user="victim", password=PASSWORD, host="127.0.0.1").ok()
+    (hash_,) = mariadb.sql("SELECT authentication_string FROM mysql.user WHERE User = 'victim';").split()
+    outfile = hosting.folder / f"outfile-{uuid.uuid4().hex[:6]}"
+    creates = "CREATE TABLE made (n INT);\nINSERT INTO made VALUES (2);\n"
+    dumps = {  # each as a dump that makes its tables (into the scratch) and as rows only (in place)
+        "other-table": ("CREATE TABLE `neighbour`.`x` (n INT);\n", "CREATE command denied"),
+        "other-rows": ("INSERT INTO neighbour.secrets VALUES ('planted');\n", "INSERT command denied"),
+        "read-other": ("SELECT * FROM neighbour.secrets;\n", "SELECT command denied"),
+        "read-accounts": ("SELECT * FROM mysql.global_priv;\n", "SELECT command denied"),
+        "read-hashes": ("SELECT authentication_string FROM mysql.user;\n", "SELECT command denied"),
+        "outfile": (f"SELECT 'written' INTO OUTFILE '{outfile}';\n", "FILE privilege"),
+        "load-file": ("SELECT LOAD_FILE('/etc/passwd');\n", None),  # NULL without FILE: the import goes on
+        "load-data": (
+            "LOAD DATA INFILE '/etc/passwd' INTO TABLE made;\n",
+            "Access denied for user 'fleetdeck_importer_",
+        ),
+        "data-directory": (f"CREATE TABLE far (n INT) DATA DIRECTORY = '{outfile}';\n", "folder of its own"),
+        "grant": ("GRANT ALL PRIVILEGES ON *.* TO 'victim'@'127.0.0.1';\n", "denied"),
+    }
+    before = {name: contents(mariadb, name) for name in ("confined", "neighbour")}
+    for name, (statement, refused_with) in dumps.items():
+        for variant, text in (("tables", creates + statement), ("rows", "INSERT INTO `t` VALUES (2);\n" + statement)):
+            if variant == "rows" and name in ("other-table", "load-data", "data-directory", "grant"):
+                continue  # not rows only (it makes a table), or refused before it runs (it would commit)
+            (site_home / "hostile.sql").write_text(text)
+            run = hosting.run("db.import", name="confined", domain=SITE, path="hostile.sql")
+            if refused_with is None:
+                assert run.exit_code == 0 and "root:" not in run.text, run.text
+                mariadb.sql("DROP TABLE IF EXISTS made; DELETE FROM t WHERE n = 2;", "confined")
+            else:
+                if (name, variant) == ("other-rows", "rows"):  # a dotted name: no table of the database
+                    refused_with = "for tables database confined does not have: neighbour"
+                assert run.exit_code == 1 and refused_with in run.text, (name, variant, run.text)
+            assert "neighbour-secret" not in run.text and hash_ not in run.text and '"access"' not in run.text
+            assert {name: contents(mariadb, name) for name in ("confined", "neighbour")} == before, (name, variant)
+            assert not outfile.exists()
+            assert no_importer_left(mariadb)
+    assert "ALL PRIVILEGES" not in mariadb.sql("SHOW GRANTS FOR 'victim'@'127.0.0.1';")
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]
+    hosting.run("db.user-delete", user="victim", host="127.0.0.1").ok()
+    for name in ("confined", "neighbour"):
+        hosting.run("db.drop", name=name).ok()
+    (site_home / "hostile.sql").unlink()
+
+
+ROOT_ROUTINES = """CREATE TABLE t (n INT);
+INSERT INTO t VALUES (1);
+DELIMITER ;;
+CREATE DEFINER=`root`@`localhost` PROCEDURE `peek`() SELECT COUNT(*) FROM mysql.global_priv ;;
+/*!50003 CREATE*/ /*!50017 DEFINER=`root`@`localhost`*/ /*!50003 TRIGGER spy BEFORE INSERT ON t FOR EACH ROW
+INSERT INTO neighbour.log VALUES (NEW.n) */;;
+DELIMITER ;
+/*!50001 CREATE ALGORITHM=UNDEFINED */
+/*!50013 DEFINER=`root`@`localhost` SQL SECURITY DEFINER */
+/*!50001 VIEW `accounts` AS SELECT User FROM mysql.global_priv */;
+"""
+
+
+def test_a_dump_with_root_as_definer_makes_objects_that_run_with_the_database_rights_only(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    hosting.run("db.create", name="defined").ok()
+    hosting.run("db.create", name="neighbour").ok()
+    mariadb.sql("CREATE TABLE log (n INT);", "neighbour")
+    (site_home / "definer.sql").write_text(ROOT_ROUTINES)
+    view = hosting.run("db.import", name="defined", domain=SITE, path="definer.sql")
+    # the view reads mysql.* when it is made: neither the importer nor the database's role may
+    assert view.exit_code == 1 and "denied to user 'fleetdeck_importer_" in view.text, view.text
+    assert "for table `mysql`.`global_priv`" in view.text and "DEFINER=CURRENT_USER" in view.text  # rewritten
+    assert no_importer_left(mariadb)
+
+    (site_home / "definer.sql").write_text(ROOT_ROUTINES.split("/*!50001 CREATE ALGORITHM")[0])
+    hosting.run("db.import", name="defined", domain=SITE, path="definer.sql").ok()
+    definers = mariadb.sql(
+        "SELECT DEFINER FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = 'defined' UNION ALL"
+        " SELECT DEFINER FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = 'defined';"
+    )
+    assert [definer.rstrip("@") for definer in definers.split()] == ["fleetdeck_owner.defined"] * 2  # a role
+    peek = mariadb.client("CALL peek();", database="defined")  # as root: the routine runs as its definer
+    assert peek.returncode == 1 and "SELECT command denied" in peek.stderr, peek.stderr
+    spied = mariadb.client("INSERT INTO t VALUES (5);", database="defined")  # the trigger, as its definer
+    assert spied.returncode == 1 and "INSERT command denied" in spied.stderr, spied.stderr
+    assert mariadb.sql("SELECT * FROM log;", "neighbour") == ""
+    assert no_importer_left(mariadb)
+    listed = [item["user"] for item in hosting.run("db.user-list").ok().result]
+    assert "fleetdeck_owner.defined" not in listed  # a role, not an account
+
+    hosting.run("db.drop", name="defined").ok()  # its owner role goes with it
+    assert mariadb.sql("SELECT User FROM mysql.user WHERE User = 'fleetdeck_owner.defined';") == ""
+    hosting.run("db.drop", name="neighbour").ok()
+    (site_home / "definer.sql").unlink()
+
+
+def test_a_cancelled_import_leaves_no_account_nor_session(hosting: Hosting, mariadb: MariaDb, site_home: Path) -> None:
+    hosting.run("db.create", name="slow").ok()
+    (site_home / "slow.sql").write_text("CREATE TABLE t (n INT);\nSELECT SLEEP(600);\n")
+    started = hosting.post("db.import", name="slow", domain=SITE, path="slow.sql")
+    assert started.status_code == 201, started.text
+    job_id = started.json()["id"]
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while "SLEEP" not in mariadb.sql("SELECT INFO FROM information_schema.PROCESSLIST;"):  # the dump is running
+        assert time.monotonic() < deadline, "the import never reached its SELECT SLEEP"
+        time.sleep(0.1)
+    with hosting.http() as http:
+        assert http.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
+    assert hosting.wait(job_id).job["status"] == "cancelled"
+    assert no_importer_left(mariadb)
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]
+    assert mariadb.sql("SHOW TABLES;", "slow") == ""
+    hosting.run("db.drop", name="slow").ok()
+    (site_home / "slow.sql").unlink()
+
+
+def dump_by_hand(server: MariaDb, into: Path, *args: str) -> None:
+    """``mariadb-dump ARGS > INTO``, as a user would make a dump."""
+    argv = ["mariadb-dump", *connection(MariaDbLayout(socket=str(server.socket))), *args]
+    into.write_bytes(subprocess.run(argv, capture_output=True, check=True, timeout=60).stdout)
+
+
+BLOG = (
+    "CREATE TABLE authors (id INT PRIMARY KEY, name TEXT);"
+    " CREATE TABLE posts (id INT PRIMARY KEY, author INT, title TEXT,"
+    " CONSTRAINT posts_author_foreign FOREIGN KEY (author) REFERENCES authors (id));"
+    " CREATE TABLE untouched (n INT);"
+)
+
+
+def test_a_data_only_dump_goes_into_the_existing_tables_all_or_nothing(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    for name in ("blog_src", "blog"):
+        hosting.run("db.create", name=name).ok()
+        mariadb.sql(BLOG, name)
+    mariadb.sql(
+        "INSERT INTO authors VALUES (2, 'b'), (3, 'c'); INSERT INTO posts VALUES (20, 2, 'x'), (21, 3, 'y');",
+        "blog_src",
+    )
+    mariadb.sql(
+        "INSERT INTO authors VALUES (1, 'a'); INSERT INTO posts VALUES (10, 1, 'w'); INSERT INTO untouched VALUES (7);",
+        "blog",
+    )
+    dump_by_hand(mariadb, site_home / "rows.sql", "--no-create-info", "--skip-triggers", "blog_src")
+    assert b"CREATE TABLE" not in (site_home / "rows.sql").read_bytes()
+
+    done = hosting.run("db.import", name="blog", domain=SITE, path="rows.sql").ok()
+    assert "rows.sql has rows only: they go into the tables of database blog" in done.stdout[0]
+    assert "rows for 2 tables in one transaction" in done.text
+    imported = {"authors": "1\ta\n2\tb\n3\tc\n", "posts": "10\t1\tw\n20\t2\tx\n21\t3\ty\n", "untouched": "7\n"}
+    assert contents(mariadb, "blog") == imported  # the rows added to those there, the others kept
+    orphan = mariadb.client("INSERT INTO posts VALUES (99, 99, 'z');", database="blog")
+    assert orphan.returncode == 1 and "posts_author_foreign" in orphan.stderr  # the same tables, keys and all
+
+    # post 21 is taken: the dump fails at its last row, after authors 2 and 3 went in; they go again
+    mariadb.sql(
+        "DELETE FROM posts WHERE id > 10; DELETE FROM authors WHERE id > 1; INSERT INTO posts VALUES (21, 1, 't');",
+        "blog",
+    )
+    before = contents(mariadb, "blog")
+    failed = hosting.run("db.import", name="blog", domain=SITE, path="rows.sql")
+    assert (
+        failed.exit_code == 1 and "Duplicate entry '21'" in failed.text and "nothing of it was imported" in failed.text
+    )
+    assert contents(mariadb, "blog") == before
+
+    (site_home / "rows.sql.gz").write_bytes(gzip.compress((site_home / "rows.sql").read_bytes()))
+    hosting.run("db.import", name="blog", domain=SITE, path="rows.sql.gz", drop_existing=True).ok()  # read twice
+    assert contents(mariadb, "blog") == {"authors": "2\tb\n3\tc\n", "posts": "20\t2\tx\n21\t3\ty\n", "untouched": ""}
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]  # no scratch database used
+    for name in ("blog_src", "blog"):
+        hosting.run("db.drop", name=name).ok()
+    for file in ("rows.sql", "rows.sql.gz"):
+        (site_home / file).unlink()
+
+
+def test_a_data_only_dump_that_could_not_be_undone_is_refused_before_it_runs(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    hosting.run("db.create", name="notes").ok()
+    mariadb.sql("CREATE TABLE notes (n INT); INSERT INTO notes VALUES (1);", "notes")
+    mariadb.sql("CREATE TRIGGER plus BEFORE INSERT ON notes FOR EACH ROW SET NEW.n = NEW.n + 100;", "notes")
+    dump_by_hand(
+        mariadb, site_home / "with-trigger.sql", "--no-create-info", "notes"
+    )  # mariadb-dump writes the triggers too
+    mariadb.sql("CREATE TABLE plain (n INT) ENGINE=MyISAM; INSERT INTO plain VALUES (1);", "notes")
+    dumps = {
+        "with-trigger.sql": "would commit that transaction half-way ('/*!50003 CREATE*/",
+        "myisam.sql": "cannot roll one back: plain (MyISAM)",
+        "missing.sql": "for tables database notes does not have: gone",
+    }
+    (site_home / "myisam.sql").write_text("INSERT INTO `notes` VALUES (5);\nINSERT INTO `plain` VALUES (5);\n")
+    (site_home / "missing.sql").write_text("INSERT INTO `notes` VALUES (5);\nINSERT INTO gone VALUES (5);\n")
+    before = contents(mariadb, "notes")
+    for name, expected in dumps.items():
+        refused = hosting.run("db.import", name="notes", domain=SITE, path=name)
+        assert refused.exit_code == 1 and expected in refused.text, refused.text
+        assert contents(mariadb, "notes") == before
+        (site_home / name).unlink()
+    hosting.run("db.drop", name="notes").ok()
+
+
+def test_foreign_keys_keep_their_names_and_point_at_the_database_after_an_import(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    hosting.run("db.create", name="keyed").ok()
+    mariadb.sql(
+        BLOG + " CREATE TABLE comments (id INT PRIMARY KEY, post INT,"
+        " CONSTRAINT comments_post_foreign FOREIGN KEY (post) REFERENCES posts (id) ON DELETE CASCADE);"
+        " INSERT INTO authors VALUES (1, 'a'); INSERT INTO posts VALUES (10, 1, 'w');"
+        " INSERT INTO comments VALUES (100, 10);",
+        "keyed",
+    )
+    dumps = {"all.sql": ["keyed"], "two.sql": ["keyed", "authors", "posts"], "one.sql": ["keyed", "posts"]}
+    for file, args in dumps.items():
+        dump_by_hand(mariadb, site_home / file, *args)
+    before = contents(mariadb, "keyed")
+
+    def works(sql: str) -> bool:
+        return mariadb.client(sql, database="keyed").returncode == 0
+
+    # all.sql brings the named keys again (a key's name is unique in its database); two.sql replaces
+    # the tables that `comments`, kept, points at; one.sql makes `posts` point at a table it lacks
+    for file in dumps:
+        hosting.run("db.import", name="keyed", domain=SITE, path=file).ok()
+        assert contents(mariadb, "keyed") == before
+        create = {table: mariadb.sql(f"SHOW CREATE TABLE {table};", "keyed") for table in ("posts", "comments")}
+        assert "REFERENCES `authors` (`id`)" in create["posts"], create
+        assert "REFERENCES `posts` (`id`) ON DELETE CASCADE" in create["comments"], create
+        assert not works("INSERT INTO posts VALUES (11, 9, 'orphan');")
+        assert not works("INSERT INTO comments VALUES (101, 99);")
+        assert works("INSERT INTO comments VALUES (101, 10); DELETE FROM comments WHERE id = 101;")
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]
+    hosting.run("db.drop", name="keyed").ok()
+    for file in dumps:
+        (site_home / file).unlink()
+
+
+def test_a_foreign_key_that_cannot_be_pointed_back_says_the_tables_are_swapped_in(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
+    hosting.run("db.create", name="rekeyed").ok()
+    mariadb.sql(
+        "CREATE TABLE posts (id INT PRIMARY KEY); CREATE TABLE comments (id INT PRIMARY KEY, post INT,"
+        " CONSTRAINT comments_post_foreign FOREIGN KEY (post) REFERENCES posts (id));",
+        "rekeyed",
+    )
+    # the dump's `posts` has no key on `id`: the kept `comments` cannot point at it
+    (site_home / "unkeyed.sql").write_text("CREATE TABLE posts (id VARCHAR(10));\nINSERT INTO posts VALUES ('x');\n")
+    failed = hosting.run("db.import", name="rekeyed", domain=SITE, path="unkeyed.sql")
+    assert failed.exit_code == 1 and "already in database rekeyed (swapped in)" in failed.text, failed.text
+    assert "Missing index for constraint 'comments_post_foreign'" in failed.text
+    assert mariadb.sql("SELECT * FROM posts;", "rekeyed") == "x\n"  # as the error says
+    assert not [name for name in databases(mariadb) if name.startswith("fleetdeck_")]
+    assert no_importer_left(mariadb)
+    hosting.run("db.drop", name="rekeyed").ok()
+    (site_home / "unkeyed.sql").unlink()
+
+
 def test_a_server_that_does_not_answer_is_a_status(hosting: Hosting, mariadb: MariaDb) -> None:
     hosting.configure("mariadb", {**mariadb.layout(), "socket": str(mariadb.socket.with_name("gone.sock"))})
     try:
@@ -368,3 +654,18 @@ def test_rows_status_and_quoting() -> None:
     assert connection(MariaDbLayout(socket="/s.sock"))[0] == "--no-defaults"
     assert connection(MariaDbLayout(defaults_file="/etc/mysql/agent.cnf"))[0] == "--defaults-file=/etc/mysql/agent.cnf"
     assert scrub("near 'it\\'s secret' at\nline 1", ["it's secret"]) == "near '***' at line 1"
+
+
+def test_definer_clauses_are_rewritten_where_mariadb_dump_writes_them_and_nowhere_else() -> None:
+    dump = b"""CREATE DEFINER=`root`@`localhost` PROCEDURE `p`()
+/*!50003 CREATE*/ /*!50017 DEFINER=`root`@`localhost`*/ /*!50003 TRIGGER tr BEFORE INSERT ON t
+/*!50013 DEFINER=`root`@`localhost` SQL SECURITY DEFINER */
+/*!50001 CREATE ALGORITHM=UNDEFINED DEFINER=`fleetdeck_owner.x` SQL SECURITY DEFINER VIEW `v` AS select 1 */;
+/*!50106 CREATE*/ /*!50117 DEFINER='admin'@'%'*/ /*!50106 EVENT `e` ON SCHEDULE EVERY 1 DAY DO SELECT 1 */ ;;
+CREATE OR REPLACE DEFINER = root@localhost FUNCTION f() RETURNS INT RETURN 1;
+INSERT INTO `posts` VALUES (1,'CREATE DEFINER=`root`@`localhost` PROCEDURE');
+"""
+    rewritten = DEFINER_CLAUSE.sub(rb"\1DEFINER=CURRENT_ROLE", dump).decode()
+    assert rewritten.count("DEFINER=CURRENT_ROLE") == 6 and "root`@`localhost` PROCEDURE')" in rewritten
+    assert "admin" not in rewritten and "fleetdeck_owner.x" not in rewritten
+    assert "/*!50003 CREATE*/ /*!50017 DEFINER=CURRENT_ROLE*/ /*!50003 TRIGGER" in rewritten

@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 
+from agent.files.entries import rfc3339
 from agent.jobs.logs import journal_argv, line_time, matcher
 from agent.jobs.storage import parse_findmnt
 from api_client.job_kinds.system import LogsJournal
+from tests.conftest import AgentProcess, Stack
+from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting, JobRun
 
 DAY = 86400
@@ -305,6 +308,28 @@ def test_each_get_records_a_sample_and_history_reads_them(hosting: Hosting) -> N
     assert all(0 <= p["value"] <= 100 for p in cpu["points"])
     disk = hosting.run("metrics.history", metric="disk", period="1h").ok().result
     assert len(disk["points"]) >= 3 and all(0 < p["value"] < 100 for p in disk["points"])
+
+
+def test_the_agent_samples_on_its_own_and_history_returns_those_samples(stack: Stack, tmp_path: Path) -> None:
+    with stack.http() as http:
+        created = http.post("/v1/servers", json={"name": f"sampled-{tmp_path.name[-8:]}", "kind": "full"}).json()
+    home, state = tmp_path / "home", tmp_path / "state"
+    home.mkdir()
+    state.mkdir()
+    server_id = created["server"]["id"]
+    agent = AgentProcess(stack, server_id, created["agent_token"], home, state, "--metrics-interval", "0.1")
+    try:
+        samples = state / "metrics.jsonl"
+        # no job has asked for the metrics yet: these samples are the sampler's
+        wait_until(lambda: samples.exists() and len(samples.read_text().splitlines()) >= 3, timeout=30)
+        sampled = [json.loads(line)["at"] for line in samples.read_text().splitlines()]
+        server = Hosting(stack, stack.token, server_id, home, state, tmp_path, state / "layout.json", agent)
+        history = server.run("metrics.history", metric="memory", period="1h").ok().result
+        assert {rfc3339(at) for at in sampled} <= {point["at"] for point in history["points"]}
+        assert len(history["points"]) > len(sampled)  # and the sample the history job took itself
+        assert all(0 < point["value"] < 100 for point in history["points"])
+    finally:
+        agent.stop()
 
 
 def test_alerts_are_stored_evaluated_and_deleted(hosting: Hosting) -> None:

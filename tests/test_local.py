@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import socket
@@ -11,6 +12,7 @@ import stat
 import subprocess
 import sys
 import time
+import uuid
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -227,6 +229,90 @@ def test_a_fresh_stack_keeps_its_data_to_its_owner(stack: Stack) -> None:
         found
     )
     assert found == {name: 0o700 if (stack.data_dir / name).is_dir() else 0o600 for name in found}
+
+
+def _finished(http: httpx.Client, job_id: str) -> dict[str, Any]:
+    job: dict[str, Any] = {}
+
+    def done() -> bool:
+        job.update(http.get(f"/v1/jobs/{job_id}").json())
+        return job["status"] in ("succeeded", "failed", "interrupted")
+
+    wait_until(done, timeout=60)
+    return job
+
+
+def _mentions(folder: Path, words: tuple[str, ...]) -> list[str]:
+    """The files under `folder` whose name or text has one of `words`."""
+    return [
+        str(path)
+        for path in folder.rglob("*")
+        if path.is_file() and any(word in path.name or word in path.read_text(errors="replace") for word in words)
+    ]
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("nginx", path="/usr/sbin:/usr/bin") is None,
+    reason="needs root (a site is a system user) and nginx (Debian package nginx)",
+)
+def test_a_site_of_the_local_stack_is_served_by_its_own_nginx_and_leaves_the_systems_alone(stack: Stack) -> None:
+    domain = f"own-{uuid.uuid4().hex[:6]}.test"
+    slug = domain.replace(".", "-")
+    nginx = json.loads((stack.data_dir / "host-layout.json").read_text())["nginx"]
+    with stack.http() as http:
+        jobs = f"/v1/servers/{stack.server_id}/jobs"
+        created = http.post(jobs, json={"kind": "site.create", "args": {"domain": domain}})
+        assert created.status_code == 201, created.text
+        try:
+            job = _finished(http, created.json()["id"])
+            assert job["status"] == "succeeded", job
+            assert [p.name for p in (stack.data_dir / "nginx" / "sites-enabled").iterdir()] == [
+                f"fleetdeck-{slug}.conf"
+            ]
+            assert _mentions(Path("/etc/nginx"), (domain, slug)) == []  # before, its server block went there
+            page = httpx.get(f"http://{nginx['listen']}/", headers={"Host": domain})
+            assert page.status_code == 200 and domain in page.text  # served by the stack's own nginx
+        finally:
+            deleted = http.post(jobs, json={"kind": "site.delete", "args": {"domain": domain}})
+            assert _finished(http, deleted.json()["id"])["status"] == "succeeded"
+    assert list((stack.data_dir / "nginx" / "sites-enabled").iterdir()) == []
+
+
+def _nginx_pid(data_dir: Path) -> int:
+    pid_file = data_dir / "nginx" / "nginx.pid"
+    wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
+    return int(pid_file.read_text())
+
+
+@pytest.mark.skipif(shutil.which("nginx", path="/usr/sbin:/usr/bin") is None, reason="needs nginx")
+def test_the_stacks_nginx_ends_with_it_even_killed_and_one_left_is_quit_at_the_next_start(tmp_path: Path) -> None:
+    data_dir = tmp_path / "local"
+    first = start_local(data_dir)
+    serving = _nginx_pid(data_dir)
+    first.process.kill()  # no time to stop its nginx: the kernel tells it (setpriv --pdeathsig)
+    first.process.wait()
+    wait_until(lambda: not _alive(serving))
+
+    # as a stack without setpriv would leave it: an nginx of the stack's configuration, daemonized
+    conf = data_dir / "nginx" / "nginx.conf"
+    subprocess.run([shutil.which("nginx", path="/usr/sbin:/usr/bin") or "nginx", "-c", str(conf)], check=True)
+    left = _nginx_pid(data_dir)
+    second = start_local(data_dir)
+    try:
+        assert not _alive(left)  # quit before the stack's own started
+        serving = _nginx_pid(data_dir)
+        assert serving != left and _alive(serving)
+    finally:
+        second.stop()
+    assert not _alive(serving)  # a stack that stops stops its nginx
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z")
 
 
 def test_a_data_folder_open_to_others_is_tightened_on_start(tmp_path: Path) -> None:

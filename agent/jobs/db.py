@@ -14,7 +14,19 @@ Dumps live in a site's files, resolved through the site's jail (a path cannot le
 ``.gz``, writes a temporary file owned by the site's user and renames it into place once the dump
 is complete; ``db.import`` feeds a ``.sql`` or ``.sql.gz`` file of the site to the client, into a
 scratch database whose tables replace the database's at once when the whole file went in (MariaDB's
-DDL is not transactional: this is how a failed import leaves the database as it was).
+DDL is not transactional: this is how a failed import leaves the database as it was). A data-only
+dump (``mariadb-dump --no-create-info``: rows for tables it does not create) goes instead into the
+database's own tables, in one transaction that a failure rolls back.
+
+A dump is the site's text, so its statements never run as the agent's account: they run as a
+throwaway account made for the import (`importer`), granted all the privileges on the scratch
+database and nothing else (for a data-only dump: reading and writing rows of the database's
+tables, nothing else) -- no FILE, no SUPER, nothing of ``mysql.*`` or of another database, so
+the server itself refuses what would reach further. The agent's account runs only statements
+the agent builds (the swap, the foreign keys, the clean-up). Views, triggers, routines and events
+get a DEFINER of the database's own: its owner role (``fleetdeck_owner.<database>``, all the
+privileges on that database and none elsewhere, made on first use, dropped with the database);
+the DEFINER clauses of the dump are rewritten, as the project has no site account to own them.
 """
 
 from __future__ import annotations
@@ -24,8 +36,11 @@ import io
 import os
 import re
 import secrets
+import tempfile
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from functools import partial
 from subprocess import DEVNULL, PIPE
 from typing import Any
@@ -65,7 +80,9 @@ CHUNK = 256 * 1024
 CHILD: dict[str, Any] = {"check": False, "env": tool_env(), "start_new_session": True}
 PROGRESS_STEPS = 10  # an import reports its progress every tenth of the file
 SCRATCH_PREFIX = "fleetdeck_import_"  # the database an import goes into first
-OLD_PREFIX = "fleetdeck_old_"  # a table an import replaces, renamed aside, then dropped
+IMPORTER_PREFIX = "fleetdeck_importer_"  # the throwaway account a dump's statements run as
+OWNER_ROLE = "fleetdeck_owner.{}"  # the role that owns a database's imported views, triggers, routines, events
+OLD_PREFIX = "fleetdeck_old_"  # where the tables an import replaces go aside (a database, or a name), then dropped
 # What RENAME TABLE cannot move to another database (kind, information_schema table, schema column, name).
 BOUND_OBJECTS = (
     ("view", "VIEWS", "TABLE_SCHEMA", "TABLE_NAME"),
@@ -81,7 +98,39 @@ OTHER_DATABASE = re.compile(
     rb"^[ \t]*(?:/\*M?!\d*[ \t]*)?(?:USE\b|CONNECT\b|\\[ur]|(?:CREATE|DROP|ALTER)[ \t]+(?:DATABASE|SCHEMA)\b)",
     re.IGNORECASE | re.MULTILINE,
 )
+# A table option that puts a table's files in a folder of the dump's choosing (no FILE privilege
+# needed: the server would write wherever its own user may). Refused wherever it is, data included.
+FILES_ELSEWHERE = re.compile(rb"\b(?:DATA|INDEX)[ \t]+DIRECTORY[ \t]*(?:=[ \t]*)?['\"]", re.IGNORECASE)
+# The DEFINER clause of a view, trigger, routine or event, where mariadb-dump writes it: at the
+# start of a CREATE statement (in versioned comments or not), or on a line of its own (a view's).
+DEFINER_CLAUSE = re.compile(
+    rb"^([ \t]*(?:/\*M?!\d*[ \t]*)?(?:CREATE(?:[ \t]+OR[ \t]+REPLACE)?(?:[ \t]+ALGORITHM[ \t]*=[ \t]*\w+)?"
+    rb"[ \t]*(?:\*/[ \t]*/\*M?!\d*[ \t]*)?)?)DEFINER[ \t]*=[ \t]*"
+    rb"(?:CURRENT_(?:USER|ROLE)(?:[ \t]*\(\))?|(?:`(?:[^`\n]|``)*`|'(?:[^'\\\n]|\\.)*'|[\w.$-]+)"
+    rb"(?:[ \t]*@[ \t]*(?:`(?:[^`\n]|``)*`|'(?:[^'\\\n]|\\.)*'|[\w.%$-]+))?)",
+    re.IGNORECASE | re.MULTILINE,
+)
 MAX_LINE = 256 * 1024 * 1024  # a longer line is not a dump's (mariadb-dump's are up to max_allowed_packet)
+_STATEMENT = rb"^[ \t]*(?:/\*M?!\d*[ \t]*)?"  # a statement's start, possibly in a versioned comment
+CREATES_TABLE = re.compile(_STATEMENT + rb"CREATE[ \t]+(?:OR[ \t]+REPLACE[ \t]+)?TABLE\b", re.I | re.M)
+# The table a row statement fills (its name quoted or bare: a dotted name is another database's).
+FILLS = re.compile(
+    _STATEMENT + rb"(?:INSERT|REPLACE)(?:[ \t]+(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|IGNORE))*[ \t]+(?:INTO[ \t]+)?"
+    rb"(`(?:[^`\n]|``)+`|[\w$]+)",
+    re.I | re.M,
+)
+# What mariadb-dump wraps a table's rows in, only for speed: in one transaction they would commit it.
+LOCKS_AND_KEYS = re.compile(
+    rb"^(?:LOCK TABLES [^\n]*|UNLOCK TABLES;|/\*!40000 ALTER TABLE [^\n]* (?:DIS|EN)ABLE KEYS \*/;)[ \t]*(?:\r?\n|\Z)",
+    re.M,
+)
+# A statement that commits the transaction it runs in (MariaDB's "implicit commit"), or ends it.
+ENDS_TRANSACTION = re.compile(
+    _STATEMENT + rb"(?:ALTER|CREATE|DROP|RENAME|TRUNCATE|LOCK|UNLOCK|BEGIN|START[ \t]+TRANSACTION|COMMIT|ROLLBACK"
+    rb"|SAVEPOINT|RELEASE|XA|GRANT|REVOKE|FLUSH|ANALYZE|CHECK|OPTIMIZE|REPAIR|INSTALL|UNINSTALL|CACHE|LOAD"
+    rb"|SET[ \t]+(?:SESSION[ \t]+|@@(?:SESSION\.)?)?AUTOCOMMIT)\b",
+    re.I | re.M,
+)
 
 
 # --- SQL text -------------------------------------------------------------------------------
@@ -176,6 +225,45 @@ async def need_database(ctx: JobContext, name: str) -> None:
 async def need_account(ctx: JobContext, user: str, host: str) -> None:
     if not await account_exists(ctx, user, host):
         raise JobError(f"no database account {user}@{host} on this server")
+
+
+@asynccontextmanager
+async def importer(ctx: JobContext, grants: Sequence[str], *, role: str | None = None) -> AsyncIterator[list[str]]:
+    """A throwaway account for a dump's statements, with only `grants` (each ``PRIVILEGES ON
+    object``) and `role`, if any: yields the options that connect a client as it. Its random
+    password goes by an option file of mode 0600 (never argv); on the way out, whatever happened
+    (a failure, a cancelled job), the account is dropped and its sessions killed, then the file
+    removed."""
+    user = f"{IMPORTER_PREFIX}{secrets.token_hex(6)}"
+    password = secrets.token_hex(24)
+    who = account(user, "localhost")
+    fd, options = tempfile.mkstemp(prefix="fleetdeck-importer-", suffix=".cnf")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.write(f"[client]\nuser={user}\npassword={password}\n")
+        sql = f"CREATE USER {who} IDENTIFIED BY {literal(password)};\n"
+        sql += "".join(f"GRANT {grant} TO {who};\n" for grant in grants)
+        if role is not None:
+            sql += f"GRANT {literal(role)} TO {who};\n"
+        try:
+            await run_sql(ctx, sql, hidden=[password])
+            layout = ctx.host.mariadb
+            yield [f"--defaults-file={options}", "--protocol=socket", f"--socket={layout.socket}"]
+        finally:
+            with trio.CancelScope(shield=True):  # no new session, then none left running
+                await run_sql(ctx, f"DROP USER IF EXISTS {who};\nKILL HARD USER {who};\n")
+    finally:
+        os.unlink(options)
+
+
+async def owner_role(ctx: JobContext, name: str) -> str:
+    """The role that owns database `name`'s imported views, triggers, routines and events: all
+    the privileges on `name` and none elsewhere (made on first use)."""
+    role = OWNER_ROLE.format(name)
+    sql = f"CREATE ROLE IF NOT EXISTS {literal(role)};\n"
+    sql += f"GRANT ALL PRIVILEGES ON {_on_database(name)} TO {literal(role)};\n"
+    await run_sql(ctx, sql)
+    return role
 
 
 def _report(ctx: JobContext, out: Output, said: str, obj: dict[str, Any]) -> int:
@@ -276,7 +364,7 @@ async def _drop(args: DbNameArgs, ctx: JobContext, out: Output) -> int:
     name = args.name
     if not await database_exists(ctx, name):
         return _report(ctx, out, f"no database {name}: nothing to drop", {"name": name, "dropped": False})
-    await run_sql(ctx, f"DROP DATABASE {ident(name)};")
+    await run_sql(ctx, f"DROP DATABASE {ident(name)};\nDROP ROLE IF EXISTS {literal(OWNER_ROLE.format(name))};")
     return _report(ctx, out, f"dropped database {name}", {"name": name, "dropped": True})
 
 
@@ -284,7 +372,9 @@ async def _drop(args: DbNameArgs, ctx: JobContext, out: Output) -> int:
 
 
 async def _user_list(args: NoArgs, ctx: JobContext, out: Output) -> int:
-    accounts = await rows(ctx, "SELECT JSON_OBJECT('user', User, 'host', Host) FROM mysql.user ORDER BY User, Host;")
+    accounts = await rows(
+        ctx, "SELECT JSON_OBJECT('user', User, 'host', Host) FROM mysql.user WHERE is_role = 'N' ORDER BY User, Host;"
+    )
     grants = await rows(ctx, "SELECT JSON_OBJECT('user', User, 'host', Host, 'db', Db) FROM mysql.db ORDER BY Db;")
     for item in accounts:
         item["databases"] = [
@@ -432,6 +522,11 @@ async def _dump_into(
     return process.returncode, dumped
 
 
+def line_at(text: bytes, start: int) -> str:
+    """The line of `text` at `start`, to quote in an error."""
+    return text[start:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()[:120]
+
+
 class DumpReader:
     """A dump of a site (`open_site_input`'s descriptor, which it closes), decompressed when it
     is gzip, read in whole lines."""
@@ -443,6 +538,14 @@ class DumpReader:
         if path.endswith(".gz"):
             self.stream = gzip.GzipFile(fileobj=self.raw, mode="rb")
         self.pending = b""  # the start of a line not read to its end yet
+        self.in_place = False  # a data-only dump's: the lines that would commit its transaction dropped
+
+    def rewind(self) -> None:
+        """Back to the start of the file (after `survey`)."""
+        self.raw.seek(0)
+        if self.stream is not self.raw:
+            self.stream = gzip.GzipFile(fileobj=self.raw, mode="rb")
+        self.pending = b""
 
     def read(self) -> bytes:
         """The next whole lines of SQL (b"" at the end), each checked before the client gets it:
@@ -461,12 +564,18 @@ class DumpReader:
                 break
         found = OTHER_DATABASE.search(lines)
         if found is not None:
-            line = lines[found.start() :].split(b"\n", 1)[0].decode("utf-8", "replace").strip()[:120]
             raise JobError(
-                f"the dump leaves the database it is imported into ({line!r}): a dump of one database is"
-                " needed (mariadb-dump without --databases); nothing of it was imported"
+                f"the dump leaves the database it is imported into ({line_at(lines, found.start())!r}): a dump of"
+                " one database is needed (mariadb-dump without --databases); nothing of it was imported"
             )
-        return lines
+        found = FILES_ELSEWHERE.search(lines)
+        if found is not None:
+            raise JobError(
+                f"the dump puts a table's files in a folder of its own ({line_at(lines, found.start())!r}): a table"
+                " stays in the server's data folder (remove DATA/INDEX DIRECTORY); nothing of it was imported"
+            )
+        lines = DEFINER_CLAUSE.sub(rb"\1DEFINER=CURRENT_USER", lines)  # the importer's (no other is allowed)
+        return LOCKS_AND_KEYS.sub(b"", lines) if self.in_place else lines
 
     def _read(self) -> bytes:
         try:
@@ -485,9 +594,45 @@ class DumpReader:
         self.raw.close()
 
 
+@dataclass
+class DumpSurvey:
+    """What a dump does, read before any of it runs."""
+
+    creates_tables: bool = False
+    filled: set[str] = field(default_factory=set)  # the tables it has rows for
+    ends_transaction: str | None = None  # its first statement that would commit a transaction
+
+
+def unquote(name: bytes) -> str:
+    text = name.decode("utf-8", "replace")
+    return text[1:-1].replace("``", "`") if text.startswith("`") else text
+
+
+def survey(source: DumpReader) -> DumpSurvey:
+    """One pass over the dump (checked as the import will be), then back to its start."""
+    found = DumpSurvey()
+    while lines := source.read():
+        found.creates_tables = found.creates_tables or CREATES_TABLE.search(lines) is not None
+        found.filled.update(unquote(name) for name in FILLS.findall(lines))
+        ends = ENDS_TRANSACTION.search(LOCKS_AND_KEYS.sub(b"", lines)) if found.ends_transaction is None else None
+        if ends is not None:
+            found.ends_transaction = line_at(ends.string, ends.start())
+    source.rewind()
+    return found
+
+
 async def _import(args: DbImport, ctx: JobContext, out: Output) -> int:
-    """All or nothing: the dump goes into a scratch database, whose tables then replace the
-    database's in one atomic ``RENAME TABLE``; a dump that fails leaves the database as it was."""
+    """All or nothing. A dump that makes its tables goes into a scratch database, whose tables then
+    replace the database's in one atomic ``RENAME TABLE``; a data-only dump goes into the
+    database's tables in one transaction. Either way a dump that fails leaves the database as it was.
+
+    Confined: the dump's statements run as a throwaway account (`importer`) with rights on the
+    scratch database alone (a data-only dump: on the rows of the database's tables), dropped
+    afterwards whatever happens; a statement reaching another database, ``mysql.*`` or the
+    server's files (``SELECT ... INTO OUTFILE``, ``LOAD DATA INFILE``, ``LOAD_FILE``) is refused
+    by the server and the import fails. The dump's DEFINER clauses become the importer's, and
+    the views, triggers, routines and events made in the database are defined by its owner role
+    (`owner_role`): none runs with more rights than the database's own."""
     site = await find_site(ctx, args.domain)
     await need_database(ctx, args.name)
 
@@ -500,33 +645,109 @@ async def _import(args: DbImport, ctx: JobContext, out: Output) -> int:
             raise
 
     source = await trio.to_thread.run_sync(open_file)
-    scratch = f"{SCRATCH_PREFIX}{secrets.token_hex(6)}"
     try:
-        found = await rows(
-            ctx,
-            "SELECT JSON_OBJECT('charset', DEFAULT_CHARACTER_SET_NAME, 'collation', DEFAULT_COLLATION_NAME)"
-            f" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {literal(args.name)};",
-        )
-        charset, collation = found[0]["charset"], found[0]["collation"]
-        await run_sql(ctx, f"CREATE DATABASE {ident(scratch)} CHARACTER SET {charset} COLLATE {collation};")
-        try:
-            # --sandbox: the file is the site's; a client command in it (\! shell, source, tee...)
-            # would run as the agent. --local-infile=0: no LOAD DATA LOCAL of the agent's files.
-            argv = client_argv(ctx.host.mariadb, "--batch", "--sandbox", "--local-infile=0", f"--database={scratch}")
-            code = await _feed(argv, source, out, args.path)
-            if code != 0:
-                raise JobError(
-                    f"mariadb exited {code} while importing {args.path}: nothing of it was imported,"
-                    f" database {args.name} is as it was"
-                )
-            said = await _move_into(ctx, scratch, args.name, drop_existing=args.drop_existing)
-        finally:
-            with trio.CancelScope(shield=True):
-                await run_sql(ctx, f"DROP DATABASE IF EXISTS {ident(scratch)};")
+        dump = await trio.to_thread.run_sync(survey, source)
+        if dump.filled and not dump.creates_tables:
+            said = await _import_rows(ctx, args, source, dump, out)
+        else:
+            said = await _import_through_scratch(ctx, args, source, out)
     finally:
         await trio.to_thread.run_sync(source.close)
     out.stdout(f"imported {args.path} into database {args.name} ({said})")
     return 0
+
+
+def _not_imported(args: DbImport, code: int) -> JobError:
+    return JobError(
+        f"mariadb exited {code} while importing {args.path}: nothing of it was imported,"
+        f" database {args.name} is as it was"
+    )
+
+
+def _import_argv(login: Sequence[str], database: str) -> list[str]:
+    """The client that runs a dump's statements, connected as `login` (an `importer`'s options).
+    --sandbox: the file is the site's; a client command in it (\\! shell, source, tee...) would
+    run as the agent. --local-infile=0: no LOAD DATA LOCAL of the agent's files."""
+    mariadb = require("mariadb", "run statements on the MariaDB server")
+    options = ["--default-character-set=utf8mb4", "--batch", "--sandbox", "--local-infile=0"]
+    return [mariadb, *login, *options, f"--database={database}"]
+
+
+def _on_database(name: str) -> str:
+    """A grant's object: every table of database `name` (and nothing of another)."""
+    return f"{ident(grant_pattern(name))}.*"
+
+
+async def _import_through_scratch(ctx: JobContext, args: DbImport, source: DumpReader, out: Output) -> str:
+    scratch = f"{SCRATCH_PREFIX}{secrets.token_hex(6)}"
+    found = await rows(
+        ctx,
+        "SELECT JSON_OBJECT('charset', DEFAULT_CHARACTER_SET_NAME, 'collation', DEFAULT_COLLATION_NAME)"
+        f" FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {literal(args.name)};",
+    )
+    charset, collation = found[0]["charset"], found[0]["collation"]
+    await run_sql(ctx, f"CREATE DATABASE {ident(scratch)} CHARACTER SET {charset} COLLATE {collation};")
+    try:
+        # the importer lives until the swap: it defines the scratch's views, which mariadb-dump reads
+        async with importer(ctx, [f"ALL PRIVILEGES ON {_on_database(scratch)}"]) as login:
+            code = await _feed(_import_argv(login, scratch), source, out, args.path)
+            if code != 0:
+                raise _not_imported(args, code)
+            return await _move_into(ctx, scratch, args.name, drop_existing=args.drop_existing)
+    finally:
+        with trio.CancelScope(shield=True):
+            await run_sql(ctx, f"DROP DATABASE IF EXISTS {ident(scratch)};")
+
+
+async def _import_rows(ctx: JobContext, args: DbImport, source: DumpReader, dump: DumpSurvey, out: Output) -> str:
+    """A data-only dump into the database's own tables, in one transaction (the client leaving
+    without its COMMIT, on an error, rolls it back): so the tables it fills must exist, and be of
+    an engine that can roll back. With `drop_existing` every table is emptied first, in the same
+    transaction. mariadb-dump's LOCK TABLES and DISABLE KEYS lines are left out (each would commit)."""
+    if dump.ends_transaction is not None:
+        raise JobError(
+            f"the dump has rows for tables it does not make (a data-only dump, imported in one transaction) but"
+            f" also a statement that would commit that transaction half-way ({dump.ends_transaction!r}): make it"
+            " with mariadb-dump --no-create-info --skip-triggers, or with its tables; nothing of it was imported"
+        )
+    tables = {
+        item["name"]: item
+        for item in await rows(
+            ctx,
+            "SELECT JSON_OBJECT('name', t.TABLE_NAME, 'engine', t.ENGINE, 'transactions', e.TRANSACTIONS)"
+            " FROM information_schema.TABLES t LEFT JOIN information_schema.ENGINES e ON e.ENGINE = t.ENGINE"
+            f" WHERE t.TABLE_SCHEMA = {literal(args.name)} AND t.TABLE_TYPE = 'BASE TABLE';",
+        )
+    }
+    missing = sorted(dump.filled - set(tables))
+    if missing:
+        raise JobError(
+            f"the dump has only rows (no CREATE TABLE), for tables database {args.name} does not have:"
+            f" {', '.join(missing)}; nothing of it was imported"
+        )
+    touched = sorted(tables) if args.drop_existing else sorted(dump.filled)
+    cannot_undo = [f"{name} ({tables[name]['engine']})" for name in touched if tables[name]["transactions"] != "YES"]
+    if cannot_undo:
+        raise JobError(
+            f"a data-only dump is imported in one transaction, but these tables cannot roll one back:"
+            f" {', '.join(cannot_undo)} (convert them to InnoDB, or import a dump with its tables);"
+            " nothing was imported"
+        )
+    out.stdout(f"{args.path} has rows only: they go into the tables of database {args.name}, in one transaction")
+    head = "SET SESSION autocommit = 0;\n"
+    if args.drop_existing:
+        head += "SET SESSION foreign_key_checks = 0;\n"
+        head += "".join(f"DELETE FROM {ident(name)};\n" for name in touched)
+        head += "SET SESSION foreign_key_checks = 1;\n"
+    source.in_place = True
+    grants = [f"SELECT, INSERT, UPDATE, DELETE ON {ident(args.name)}.{ident(table)}" for table in sorted(tables)]
+    async with importer(ctx, grants) as login:
+        argv = _import_argv(login, args.name)
+        code = await _feed(argv, source, out, args.path, head=head.encode(), tail=b"\nCOMMIT;\n")
+    if code != 0:
+        raise _not_imported(args, code)
+    emptied = f", after emptying all {len(touched)} tables" if args.drop_existing else ""
+    return f"rows for {len(dump.filled)} tables in one transaction{emptied}"
 
 
 async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing: bool) -> str:
@@ -534,7 +755,13 @@ async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing:
     they replace, and with `drop_existing` all the others, renamed aside in the same statement,
     then dropped); what was done, in words. Views, triggers, routines and events are bound to
     their database (MariaDB moves none of them): mariadb-dump writes them out of the scratch
-    (naming no database) and they are made again in `name` once its tables are in place."""
+    (naming no database) and they are made again in `name` once its tables are in place.
+
+    A replaced table goes aside into a database of its own: a foreign key's name is unique in
+    its database, and the dump's table brings the same names. Views and tables with triggers
+    cannot leave `name`: they go aside there, renamed. A foreign key follows the table it
+    points at, so the keys that then point aside (or into the scratch) are pointed back at the
+    tables of `name` by those names, as a plain import would have them."""
     bound = await rows(
         ctx,
         " UNION ALL ".join(
@@ -552,23 +779,50 @@ async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing:
     new = [item["name"] for item in await rows(ctx, _tables_of(scratch))]
     existing = {item["name"]: item["type"] for item in await rows(ctx, _tables_of(name, views=True))}
     doomed = [table for table in existing if drop_existing or table in new or table in made_views]
-    aside = {table: f"{OLD_PREFIX}{secrets.token_hex(4)}_{n}" for n, table in enumerate(doomed)}
-    renames = [f"{ident(name)}.{ident(table)} TO {ident(name)}.{ident(aside[table])}" for table in doomed]
+    with_triggers = {
+        item["table"]
+        for item in await rows(
+            ctx,
+            "SELECT JSON_OBJECT('table', EVENT_OBJECT_TABLE) FROM information_schema.TRIGGERS"
+            f" WHERE EVENT_OBJECT_SCHEMA = {literal(name)};",
+        )
+    }
+    old = f"{OLD_PREFIX}{secrets.token_hex(6)}"
+    aside = {  # where each doomed table goes: (database, name)
+        table: (name, f"{OLD_PREFIX}{secrets.token_hex(4)}_{n}")
+        if existing[table] == "VIEW" or table in with_triggers
+        else (old, table)
+        for n, table in enumerate(doomed)
+    }
+    renames = [f"{ident(name)}.{ident(table)} TO {ident(aside[table][0])}.{ident(aside[table][1])}" for table in doomed]
     renames += [f"{ident(scratch)}.{ident(table)} TO {ident(name)}.{ident(table)}" for table in new]
-    sql = f"RENAME TABLE {', '.join(renames)};\n" if renames else ""
-    views = [aside[t] for t in doomed if existing[t] == "VIEW"]
-    tables = [aside[t] for t in doomed if existing[t] != "VIEW"]
-    sql += "SET SESSION foreign_key_checks = 0;\n"  # a kept table may point at a replaced one
-    if views:
-        sql += f"DROP VIEW {', '.join(f'{ident(name)}.{ident(v)}' for v in views)};\n"
-    if tables:
-        sql += f"DROP TABLE {', '.join(f'{ident(name)}.{ident(t)}' for t in tables)};\n"
-    if drop_existing:
-        sql += await _drop_bound(ctx, name)
-    await run_sql(ctx, sql)
+    await run_sql(ctx, f"CREATE DATABASE {ident(old)};")
+    try:
+        if renames:
+            await run_sql(ctx, f"RENAME TABLE {', '.join(renames)};")
+        sql = "SET SESSION foreign_key_checks = 0;\n"  # a kept table may point at a replaced one
+        sql += await _keys_pointed_back(ctx, name, {scratch, old}, {v: k for k, v in aside.items()})
+        left = [table for table in doomed if aside[table][0] == name]  # the others go with `old`
+        views = [aside[table][1] for table in left if existing[table] == "VIEW"]
+        tables = [aside[table][1] for table in left if existing[table] != "VIEW"]
+        if views:
+            sql += f"DROP VIEW {', '.join(f'{ident(name)}.{ident(v)}' for v in views)};\n"
+        if tables:
+            sql += f"DROP TABLE {', '.join(f'{ident(name)}.{ident(t)}' for t in tables)};\n"
+        if drop_existing:
+            sql += await _drop_bound(ctx, name)
+        try:
+            await run_sql(ctx, sql)
+        except JobError as exc:
+            raise JobError(
+                f"the tables of the dump are already in database {name} (swapped in), but its foreign keys could"
+                f" not all be pointed back at its tables, nor the tables it replaced dropped: {exc}"
+            ) from None
+    finally:
+        with trio.CancelScope(shield=True):
+            await run_sql(ctx, f"SET SESSION foreign_key_checks = 0; DROP DATABASE IF EXISTS {ident(old)};")
     if remake is not None:
-        argv = client_argv(ctx.host.mariadb, "--batch", "--sandbox", "--local-infile=0", f"--database={name}")
-        code, text, err = await capture_command(argv, stdin=remake)
+        code, text, err = await _remake(ctx, name, remake)
         if code != 0:
             raise JobError(
                 f"the tables of the dump are in database {name}, but its views, triggers, routines and events"
@@ -577,6 +831,61 @@ async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing:
     kept = len(existing) - len(doomed)
     others = f", {len(bound)} views, triggers, routines or events" if bound else ""
     return f"{len(new)} tables{others}, {len(doomed)} replaced or dropped, {kept} kept"
+
+
+async def _remake(ctx: JobContext, name: str, remake: bytes) -> tuple[int, str, str]:
+    """Run `remake` (the scratch's views, triggers, routines and events, as mariadb-dump wrote
+    them) in `name`, as a throwaway account with rights on `name` alone: each object is defined
+    by the database's owner role (its DEFINER clause rewritten), so whatever runs as its definer
+    has the rights of the database's own, never more."""
+    role = await owner_role(ctx, name)
+    sql = f"SET ROLE {literal(role)};\n".encode() + DEFINER_CLAUSE.sub(rb"\1DEFINER=CURRENT_ROLE", remake)
+    async with importer(ctx, [f"ALL PRIVILEGES ON {_on_database(name)}"], role=role) as login:
+        return await capture_command(_import_argv(login, name), stdin=sql)
+
+
+async def _keys_pointed_back(
+    ctx: JobContext, name: str, elsewhere: set[str], renamed: dict[tuple[str, str], str]
+) -> str:
+    """The statements that point the foreign keys of `name`'s tables that now point into one
+    of the `elsewhere` databases, or at a table renamed aside (`renamed`: (database, new name)
+    -> its name), back at the table of `name` of that name (each key dropped and made again:
+    MariaDB has no statement to move one)."""
+    columns = await rows(
+        ctx,
+        "SELECT JSON_OBJECT('table', k.TABLE_NAME, 'key', k.CONSTRAINT_NAME, 'column', k.COLUMN_NAME,"
+        " 'to_schema', k.REFERENCED_TABLE_SCHEMA, 'to_table', k.REFERENCED_TABLE_NAME, 'to_column',"
+        " k.REFERENCED_COLUMN_NAME, 'on_delete', r.DELETE_RULE, 'on_update', r.UPDATE_RULE)"
+        " FROM information_schema.KEY_COLUMN_USAGE k JOIN information_schema.REFERENTIAL_CONSTRAINTS r"
+        " ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND r.TABLE_NAME = k.TABLE_NAME"
+        " AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME"
+        f" WHERE k.TABLE_SCHEMA = {literal(name)} AND k.REFERENCED_TABLE_NAME IS NOT NULL"
+        " ORDER BY k.TABLE_NAME, k.CONSTRAINT_NAME, k.ORDINAL_POSITION;",
+    )
+    keys: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for column in columns:
+        keys.setdefault((column["table"], column["key"]), []).append(column)
+    gone = {to for database, to in renamed if database == name}
+    sql = ""
+    for (table, key), parts in keys.items():
+        first = parts[0]
+        target = (first["to_schema"], first["to_table"])
+        if table in gone or (target[0] not in elsewhere and target not in renamed):
+            continue
+        to_table = renamed.get(target, first["to_table"])
+        rules = "".join(
+            f" ON {action} {first[rule]}"
+            for action, rule in (("DELETE", "on_delete"), ("UPDATE", "on_update"))
+            if first[rule] != "RESTRICT"
+        )
+        own = ", ".join(ident(part["column"]) for part in parts)
+        theirs = ", ".join(ident(part["to_column"]) for part in parts)
+        sql += f"ALTER TABLE {ident(name)}.{ident(table)} DROP FOREIGN KEY {ident(key)};\n"
+        sql += (
+            f"ALTER TABLE {ident(name)}.{ident(table)} ADD CONSTRAINT {ident(key)} FOREIGN KEY ({own})"
+            f" REFERENCES {ident(name)}.{ident(to_table)} ({theirs}){rules};\n"
+        )
+    return sql
 
 
 async def _bound_sql(ctx: JobContext, scratch: str, views: list[str]) -> bytes:
@@ -625,8 +934,11 @@ async def _drop_bound(ctx: JobContext, name: str) -> str:
     )
 
 
-async def _feed(argv: list[str], source: DumpReader, out: Output, path: str) -> int:
-    """Run the client with the dump on its stdin, a progress line every tenth of the file; its exit code."""
+async def _feed(
+    argv: list[str], source: DumpReader, out: Output, path: str, *, head: bytes = b"", tail: bytes = b""
+) -> int:
+    """Run the client with the dump on its stdin (after `head`, before `tail`), a progress line
+    every tenth of the file; its exit code."""
     async with trio.open_nursery() as nursery:
         process: trio.Process = await nursery.start(
             partial(trio.run_process, argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, **CHILD)
@@ -636,6 +948,8 @@ async def _feed(argv: list[str], source: DumpReader, out: Output, path: str) -> 
         nursery.start_soon(_pump_lines, process.stderr, out, _to(STDERR))
         reported = 0
         try:
+            if head:
+                await process.stdin.send_all(head)
             while data := await trio.to_thread.run_sync(source.read):
                 await process.stdin.send_all(data)
                 step = source.position * PROGRESS_STEPS // max(source.size, 1)
@@ -643,6 +957,7 @@ async def _feed(argv: list[str], source: DumpReader, out: Output, path: str) -> 
                     reported = step
                     done = f"{step * 100 // PROGRESS_STEPS}% read ({source.position} of {source.size} bytes)"
                     out.stdout(f"{path}: {done}")
+            await process.stdin.send_all(tail)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client stopped reading: its exit code and stderr say why
         finally:

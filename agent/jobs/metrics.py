@@ -1,7 +1,8 @@
 """``metrics get|history|alert-set|alert-list|alert-delete``: load, CPU, memory, disk, network.
 
-Figures come from /proc and statvfs. Each ``get`` (and each ``history`` or ``alert-list``) also
-records a sample in ``<state_dir>/metrics.jsonl``, a ring of the last `MAX_SAMPLES` lines: the
+Figures come from /proc and statvfs. The agent records a sample in ``<state_dir>/metrics.jsonl``,
+a ring of the last `MAX_SAMPLES` lines, every ``--metrics-interval`` seconds (`keep_sampling`, a
+task of its nursery), and so does each ``get`` (and each ``history`` or ``alert-list``): the
 history is what was sampled, CPU use and network rates are the change between two samples. The
 alert rules live in ``<state_dir>/alerts.json`` (one rule per metric) and are evaluated against
 the samples when they are listed: a rule fires when every sample of its last ``duration_min``
@@ -12,6 +13,7 @@ plane's part.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -26,6 +28,8 @@ from agent.sites import write_atomically
 from agent.state import open_lock_file
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.system import AlertSet, IdArgs, MetricsHistory
+
+log = logging.getLogger("fleetdeck.agent.jobs")
 
 MEMINFO_FIELDS = {
     "MemTotal": "total",
@@ -112,6 +116,7 @@ def metrics(home: str) -> dict[str, Any]:
 
 SAMPLES_FILE = "metrics.jsonl"
 MAX_SAMPLES = 10_000  # a sample a minute: a week
+SAMPLE_EVERY_S = 60.0  # the agent's sampler, when --metrics-interval does not say
 PERIODS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400}
 UNITS = {"cpu": "percent", "memory": "percent", "disk": "percent", "load": "percent", "network": "bytes/s"}
 
@@ -172,6 +177,17 @@ def measure_and_record(ctx: JobContext) -> tuple[dict[str, Any], list[dict[str, 
     figures = metrics(ctx.home)
     samples = Samples(ctx.state_dir).record(sample_of(figures, now))
     return figures, samples
+
+
+async def keep_sampling(ctx: JobContext, every_s: float = SAMPLE_EVERY_S) -> None:
+    """The agent's sampler (in its nursery): a sample every `every_s` seconds, whether or not
+    anyone asks for the metrics, so that ``metrics.history`` and the alerts have a past."""
+    while True:
+        try:
+            await trio.to_thread.run_sync(measure_and_record, ctx)
+        except OSError as exc:  # a full disk, a state folder gone: try again next time
+            log.warning("metrics sample not recorded: %s", exc)
+        await trio.sleep(every_s)
 
 
 def series(samples: list[dict[str, Any]], metric: str) -> list[tuple[float, float]]:
