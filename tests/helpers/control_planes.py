@@ -3,6 +3,8 @@ several on one database (replicas)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import signal
 import subprocess
@@ -19,11 +21,17 @@ DEFAULT_ENV = {"FLEETDECK_HEARTBEAT_S": "1", "FLEETDECK_JOB_GRACE_S": "30", "FLE
 
 
 def admin(db_url: str, *args: str) -> dict[str, Any]:
-    """`fleetdeck admin ... --json` on the database at `db_url`."""
-    command = [sys.executable, "-m", "fleetdeck", "admin", *args, "--db", db_url, "--json"]
-    done = subprocess.run(command, env=child_environment(), capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout)
+    """`fleetdeck admin ... --json` on the database at `db_url`: the CLI's own entry point (its
+    parser, settings and commands), run in this process. The tests make a few hundred orgs, users
+    and servers this way; a `python -m fleetdeck` each cost a Python start and the imports, about
+    half a second to a second each. tests/test_settings.py runs the command as a process of its own."""
+    from fleetdeck.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["admin", *args, "--db", db_url, "--json"])
+    assert code == 0, err.getvalue()
+    result: dict[str, Any] = json.loads(out.getvalue())
     return result
 
 
