@@ -10,9 +10,6 @@ import json
 import socket
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
-from itertools import count
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,18 +17,13 @@ import pytest
 import trio
 
 from agent import __version__
-from agent.jobs.base import STDERR, STDOUT, JobContext, Output, run_kind
-from agent.jobs.kinds import all_kinds
+from agent.jobs.base import JobContext
 from agent.load_balancers.node import LbNode
 from agent.load_balancers.settings import LbSettings
 from agent.sites import SiteRegistry
-from api_client.job_kinds import lookup
 from tests.helpers import eventually
 from tests.helpers.http_backends import Backend, start_backends, stop_backends
-
-KINDS = all_kinds()
-REVISIONS = count(1)
-
+from tests.helpers.load_balancers import REVISIONS, Node
 
 # --- backends ------------------------------------------------------------------------------
 
@@ -50,59 +42,6 @@ def free_port() -> int:
 
 
 # --- a node per engine ---------------------------------------------------------------------
-
-
-class Collected(Output):
-    def __init__(self) -> None:
-        self.out: list[str] = []
-        self.err: list[str] = []
-
-    def lines(self, stream: str, texts: list[str]) -> None:
-        (self.out if stream == STDOUT else self.err).extend(texts)
-        assert stream in (STDOUT, STDERR)
-
-
-@dataclass
-class Node:
-    engine: str
-    node: LbNode
-    ctx: JobContext
-    port: int
-    root: Path
-
-    async def job(self, kind: str, args: dict[str, Any]) -> tuple[int, Collected]:
-        out = Collected()
-        code = await run_kind(KINDS, kind, lookup(kind).build(args).argv, self.ctx, out)  # type: ignore[union-attr]
-        return code, out
-
-    async def apply(self, name: str = "web", **spec: Any) -> tuple[int, dict[str, Any], Collected]:
-        args = {"id": f"lb-{name}", "name": name, "port": 80, "engine": self.engine, **spec}
-        args.setdefault("revision", next(REVISIONS))
-        code, out = await self.job("lb.apply", args)
-        assert len(out.out) == 1, (out.out, out.err)
-        return code, json.loads(out.out[0]), out
-
-    def spec(self, backends: list[Backend], **extra: Any) -> dict[str, Any]:
-        weights = extra.pop("weights", [1] * len(backends))
-        drained = extra.pop("drained", ())
-        return {
-            "backends": [
-                {"id": b.name, "server_id": f"srv-{b.name}", "address": "127.0.0.1", "port": b.port,
-                 "weight": w, "drained": b.name in drained}
-                for b, w in zip(backends, weights, strict=True)
-            ],
-            "health_check": {"path": "/", "interval_s": 2, "healthy_threshold": 2, "unhealthy_threshold": 2},
-            **extra,
-        }  # fmt: skip
-
-    def get(self, path: str = "/", host: str | None = None) -> str:
-        headers = {"Host": host} if host else {}
-        response = httpx.get(f"http://127.0.0.1:{self.port}{path}", headers=headers, timeout=30)
-        assert response.status_code == 200, response.text
-        return response.text
-
-    async def spread(self, n: int, host: str | None = None) -> Counter[str]:
-        return Counter([await trio.to_thread.run_sync(self.get, "/", host) for _ in range(n)])
 
 
 @pytest.fixture(scope="module", params=["nginx", "haproxy"])

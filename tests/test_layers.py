@@ -58,3 +58,27 @@ def test_no_relative_imports_anywhere() -> None:
         if isinstance(node, ast.ImportFrom) and node.level > 0
     ]
     assert not relative, relative
+
+
+def _test_module_imports(path: Path) -> set[str]:
+    """The test modules (`tests.test_*`) that `path` imports, in either form of import."""
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "tests":
+            modules.update(f"tests.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules.add(node.module)
+    return {m for m in modules if m.startswith("tests.test_")}
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test helpers live in `tests/helpers/`: a test module importing another would run the
+    other's module-level code, and moving or deleting a test would break unrelated ones."""
+    wrong = {
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for module in _test_module_imports(path)
+    }
+    assert not wrong, "import these helpers from tests/helpers/ instead:\n" + "\n".join(sorted(wrong))

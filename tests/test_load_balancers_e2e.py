@@ -16,7 +16,6 @@ import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +29,14 @@ from fleetdeck.launcher import free_port
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_for, wait_until
 from tests.helpers.http_backends import Backend, start_backends, stop_backends
+from tests.helpers.load_balancers import APPLY_TIMEOUT_S, LinkedNode, Org
 from tests.helpers.pebble import pebble_installed, run_pebble
-from tests.helpers.tui import run
-from tests.test_tui_load_balancers import open_screen, pick
+from tests.helpers.tui import open_screen, pick, run
 from tui.app import FleetdeckApp
 from tui.connection import Connection
 from tui.files.dialogs.simple import ConfirmDialog
 
 ENGINES = ["nginx", "haproxy"]
-APPLY_TIMEOUT_S = 60.0
-# Quick checks: a killed backend is out after one failed check, back after one good one.
-QUICK_CHECKS = {"path": "/", "interval_s": 2, "healthy_threshold": 1, "unhealthy_threshold": 1}
-
-
 # --- the backends, an org, a node ------------------------------------------------------------------
 
 
@@ -65,65 +59,6 @@ def backends_serving(backends: list[Backend]) -> Iterator[None]:
         backend.release.set()
 
 
-@dataclass
-class Org:
-    stack: Stack
-    token: str
-    host: str  # a lite server at 127.0.0.1: where the backends run
-
-    def http(self) -> httpx.Client:
-        return self.stack.http(self.token)
-
-    def lb(self, lb_id: str) -> dict[str, Any]:
-        with self.http() as http:
-            answer = http.get(f"/v1/load-balancers/{lb_id}")
-        assert answer.status_code == 200, answer.text
-        found: dict[str, Any] = answer.json()
-        return found
-
-    def create_lb(self, node: Node, engine: str, backends: list[Backend], **fields: Any) -> dict[str, Any]:
-        body = {
-            "name": f"web-{uuid.uuid4().hex[:6]}",
-            "port": 80,
-            "node_server_id": node.server_id,
-            "engine": engine,
-            "health_check": QUICK_CHECKS,
-            "backends": [{"server_id": self.host, "port": b.port} for b in backends],
-            **fields,
-        }
-        with self.http() as http:
-            answer = http.post("/v1/load-balancers", json=body)
-        assert answer.status_code == 201, answer.text
-        created: dict[str, Any] = answer.json()
-        return created
-
-    def patch_backend(self, lb_id: str, backend_id: str, **fields: Any) -> None:
-        with self.http() as http:
-            answer = http.patch(f"/v1/load-balancers/{lb_id}/backends/{backend_id}", json=fields)
-        assert answer.status_code == 200, answer.text
-
-    def patch_lb(self, lb_id: str, **fields: Any) -> None:
-        with self.http() as http:
-            answer = http.patch(f"/v1/load-balancers/{lb_id}", json=fields)
-        assert answer.status_code == 200, answer.text
-
-    def wait_applied(self, lb_id: str, state: str = "active") -> dict[str, Any]:
-        """The load balancer once its node applied its current revision and it reads `state`."""
-
-        def applied() -> bool:
-            lb = self.lb(lb_id)
-            return lb["applied_revision"] == lb["revision"] and lb["state"] == state
-
-        wait_until(applied, timeout=APPLY_TIMEOUT_S)
-        return self.lb(lb_id)
-
-    def apply_jobs(self, node: Node, lb_id: str) -> list[dict[str, Any]]:
-        """The node's `lb.apply` jobs of this load balancer, oldest first."""
-        with self.http() as http:
-            jobs = http.get(f"/v1/servers/{node.server_id}/jobs", params={"limit": 500}).json()["jobs"]
-        return [j for j in reversed(jobs) if j["kind"] == "lb.apply" and j["args"]["id"] == lb_id]
-
-
 @pytest.fixture
 def org(stack: Stack) -> Org:
     name = f"e2e-{uuid.uuid4().hex[:8]}"
@@ -137,24 +72,7 @@ def org(stack: Stack) -> Org:
     return Org(stack, token, created.json()["server"]["id"])
 
 
-@dataclass
-class Node:
-    """A full server of the org with its own agent process, serving its load balancers on
-    127.0.0.1 at `ports` (80/443 -> the mapped port)."""
-
-    agent: AgentProcess
-    ports: dict[int, int]
-    lb_root: Path
-
-    @property
-    def server_id(self) -> str:
-        return self.agent.server_id
-
-    def url(self, path: str = "/") -> str:
-        return f"http://127.0.0.1:{self.ports[80]}{path}"
-
-
-def start_node(org: Org, folder: Path, *extra: str, http_port: int | None = None) -> Node:
+def start_node(org: Org, folder: Path, *extra: str, http_port: int | None = None) -> LinkedNode:
     with org.http() as http:
         created = http.post("/v1/servers", json={"name": f"edge-{uuid.uuid4().hex[:6]}", "kind": "full"})
     assert created.status_code == 201, created.text
@@ -165,10 +83,10 @@ def start_node(org: Org, folder: Path, *extra: str, http_port: int | None = None
     ports = {80: http_port or free_port(), 443: free_port()}
     options = ["--lb-bind", "127.0.0.1", "--lb-port-map", f"80:{ports[80]},443:{ports[443]}", *extra]
     agent = AgentProcess(org.stack, server_id, token, home, state, *options, api_token=org.token)
-    return Node(agent, ports, state / "lb")
+    return LinkedNode(agent, ports, state / "lb")
 
 
-def stop_node(node: Node) -> None:
+def stop_node(node: LinkedNode) -> None:
     """A graceful stop; the nginx and HAProxy it ran stop with it."""
     node.agent.stop()
     assert node.agent.process.returncode == 0, f"the agent exited with {node.agent.process.returncode}"
@@ -176,7 +94,7 @@ def stop_node(node: Node) -> None:
 
 
 @pytest.fixture
-def node(org: Org, tmp_path: Path) -> Iterator[Node]:
+def node(org: Org, tmp_path: Path) -> Iterator[LinkedNode]:
     started = start_node(org, tmp_path / "node")
     yield started
     stop_node(started)
@@ -201,7 +119,7 @@ def processes_under(folder: Path) -> list[str]:
 # --- requests through the proxy ---------------------------------------------------------------------
 
 
-def answers(node: Node, count: int, path: str = "/") -> Counter[str]:
+def answers(node: LinkedNode, count: int, path: str = "/") -> Counter[str]:
     """Which backend answered each of `count` requests, each on a new connection."""
     seen: Counter[str] = Counter()
     for _ in range(count):
@@ -225,7 +143,7 @@ def by_name(lb: dict[str, Any], backends: list[Backend]) -> dict[str, dict[str, 
 class SlowRequest:
     """A `/slow` request through the proxy in a thread: it ends once its backend is released."""
 
-    def __init__(self, node: Node) -> None:
+    def __init__(self, node: LinkedNode) -> None:
         self.answer: httpx.Response | None = None
         self.error: Exception | None = None
         self._thread = threading.Thread(target=self._run, args=(node.url("/slow"),), daemon=True)
@@ -249,7 +167,7 @@ class SlowRequest:
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_new_load_balancer_serves_by_its_algorithm_and_reports_health(
-    org: Org, node: Node, backends: list[Backend], engine: str
+    org: Org, node: LinkedNode, backends: list[Backend], engine: str
 ) -> None:
     created = org.create_lb(node, engine, backends)
     assert created["state"] == "pending_apply" and created["applied_revision"] is None
@@ -296,7 +214,7 @@ def test_a_new_load_balancer_serves_by_its_algorithm_and_reports_health(
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_drain_keeps_the_request_in_flight_and_sends_no_new_ones(
-    org: Org, node: Node, backends: list[Backend], engine: str
+    org: Org, node: LinkedNode, backends: list[Backend], engine: str
 ) -> None:
     lb = org.wait_applied(org.create_lb(node, engine, backends)["id"])
     pool = by_name(lb, backends)
@@ -330,7 +248,7 @@ def test_drain_keeps_the_request_in_flight_and_sends_no_new_ones(
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_dead_backend_degrades_the_load_balancer_until_it_is_back(
-    org: Org, node: Node, backends: list[Backend], engine: str
+    org: Org, node: LinkedNode, backends: list[Backend], engine: str
 ) -> None:
     lb = org.wait_applied(org.create_lb(node, engine, backends)["id"])
     gamma = backends[2]
@@ -354,7 +272,7 @@ def test_a_dead_backend_degrades_the_load_balancer_until_it_is_back(
 
 
 def test_an_offline_node_applies_only_the_newest_revision_when_it_is_back(
-    org: Org, node: Node, backends: list[Backend]
+    org: Org, node: LinkedNode, backends: list[Backend]
 ) -> None:
     lb = org.wait_applied(org.create_lb(node, "nginx", backends)["id"])
     pool = by_name(lb, backends)
@@ -379,7 +297,7 @@ def test_an_offline_node_applies_only_the_newest_revision_when_it_is_back(
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_delete_removes_the_endpoint_and_leaves_the_backends_alone(
-    org: Org, node: Node, backends: list[Backend], engine: str
+    org: Org, node: LinkedNode, backends: list[Backend], engine: str
 ) -> None:
     lb = org.wait_applied(org.create_lb(node, engine, backends)["id"])
     assert answers(node, 3)
@@ -480,7 +398,7 @@ def https_get(port: int, hostname: str, context: ssl.SSLContext) -> str:
 
 
 def test_the_pool_keys_drain_and_weigh_a_backend_on_the_real_proxy(
-    org: Org, node: Node, backends: list[Backend]
+    org: Org, node: LinkedNode, backends: list[Backend]
 ) -> None:
     lb = org.wait_applied(org.create_lb(node, "haproxy", backends)["id"])
     pool = by_name(lb, backends)

@@ -49,8 +49,7 @@ from fleetdeck.launcher import child_environment
 from tests.conftest import Stack
 from tests.helpers import eventually, wait_until
 from tests.helpers.http_backends import Backend, start_backends, stop_backends
-from tests.test_agent_load_balancers import Node
-from tests.test_load_balancers_e2e import Org
+from tests.helpers.load_balancers import Node, Org
 
 INSIDE_ENV = "LB_SYSTEM_TEST_NAMESPACE"  # set (to a scratch folder) by the outer test for the run inside
 INSIDE = os.environ.get(INSIDE_ENV)

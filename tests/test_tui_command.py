@@ -12,9 +12,8 @@ from textual.widgets import DataTable, Input, Static
 
 from tests.conftest import Stack
 from tests.helpers import wait_for
-from tests.helpers.tui import highlight_server, real_app, run, site_dir
-from tests.test_tui_editor import edit
-from tests.test_tui_load_balancers import new_org
+from tests.helpers.load_balancers import new_org
+from tests.helpers.tui import edit, highlight_server, real_app, run, site_dir
 from tui.audit.screen import AuditScreen
 from tui.command_line import CommandLine
 from tui.files.commander import CommanderScreen

@@ -13,44 +13,12 @@ from textual.pilot import Pilot
 
 from tests.conftest import Stack
 from tests.helpers import wait_for
-from tests.helpers.tui import highlight_server, real_app, run, site_dir
+from tests.helpers.tui import edit, press_f4_on, real_app, run, site_dir
 from tui.files.commander import CommanderScreen
 from tui.files.editor import Editor
 from tui.files.editor_screen import EditorScreen
 from tui.files.highlight import BLOCK_LINES, LEAD_IN_LINES
 from tui.files.save_conflict import CopyNameDialog, DiscardChangesDialog, SaveConflictDialog, UnsavedChangesDialog
-
-
-async def open_files(pilot: Pilot[None]) -> CommanderScreen:
-    """The files of the demo server "local" (other tests add servers to the shared stack)."""
-    app = pilot.app
-    await highlight_server(pilot, "local")
-    await pilot.press("enter")
-    await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and app.screen.active.pane.entries)
-    screen = app.screen
-    assert isinstance(screen, CommanderScreen)
-    return screen
-
-
-async def press_f4_on(pilot: Pilot[None], files: CommanderScreen, name: str) -> None:
-    pane = files.active.pane
-    await wait_for(pilot, lambda: pane.index_of(name) is not None)
-    index = pane.index_of(name)
-    assert index is not None
-    pane.move_cursor(index)
-    await pilot.press("f4")
-
-
-async def edit(pilot: Pilot[None], name: str) -> EditorScreen:
-    """From the server list to `name` (at the scope root) in the editor."""
-    files = await open_files(pilot)
-    await press_f4_on(pilot, files, name)
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, EditorScreen))
-    screen = pilot.app.screen
-    assert isinstance(screen, EditorScreen)
-    await pilot.pause()
-    return screen
-
 
 # --- on the real stack --------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from api_client.job_kinds import json_schemas
 from api_client.models import JobKindInfo
 from tests.conftest import Stack
 from tests.helpers import wait_for
-from tests.test_tui_jobs import open_form, open_jobs_of, real_app, run
+from tests.helpers.tui import open_form, open_jobs_of, real_app_and_wire, run
 from tui.jobs.choices import SOURCES, source_of
 from tui.jobs.dialogs import ChoicePicker, JobFormScreen
 from tui.jobs.form import JobForm, humanize, parse_schema
@@ -82,7 +82,7 @@ async def open_picker(pilot: Pilot[Any], form_screen: JobFormScreen, name: str) 
 
 
 def test_a_domain_is_picked_from_the_sites_and_enter_runs_from_any_field(stack: Stack) -> None:
-    app, wire = real_app(stack)
+    app, wire = real_app_and_wire(stack)
 
     async def scenario(pilot: Pilot[Any]) -> None:
         jobs = await open_jobs_of(pilot, "local")
@@ -128,7 +128,7 @@ def test_a_domain_is_picked_from_the_sites_and_enter_runs_from_any_field(stack: 
 
 
 def test_the_error_line_clears_once_the_field_is_fixed(stack: Stack) -> None:
-    app, wire = real_app(stack)
+    app, wire = real_app_and_wire(stack)
 
     async def scenario(pilot: Pilot[Any]) -> None:
         await open_jobs_of(pilot, "local")
@@ -151,7 +151,7 @@ def test_the_error_line_clears_once_the_field_is_fixed(stack: Stack) -> None:
 def test_a_load_balancer_is_picked_from_the_api_and_labels_are_words(
     stack: Stack, load_balancer: dict[str, Any]
 ) -> None:
-    app, wire = real_app(stack)
+    app, wire = real_app_and_wire(stack)
 
     async def scenario(pilot: Pilot[Any]) -> None:
         await open_jobs_of(pilot, "local")

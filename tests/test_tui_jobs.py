@@ -14,25 +14,24 @@ import pwd
 import signal
 import sqlite3
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from textual import events
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, DataTable, Input, OptionList, Select, SelectionList, Static, Tree
 
-from api_client import Client
 from api_client.job_kinds import json_schemas
 from api_client.models import Job, JobKindInfo, Server
 from tests.conftest import Stack, start_agent
 from tests.helpers import soon, wait_for, wait_until
-from tests.helpers.tui import highlight_server
+from tests.helpers.jobs import finished_job
+from tests.helpers.tui import highlight_server, open_form, open_jobs_of, pick_kind, real_app_and_wire, run
 from themes import register_themes
 from tui.app import FleetdeckApp
 from tui.connection import Connection
@@ -45,7 +44,6 @@ from tui.jobs.run import JobRunScreen
 from tui.jobs.screen import JobsScreen
 from tui.servers.screen import ServerListScreen
 
-SIZE = (80, 24)
 BIG = 200_000
 
 # --- the real catalog's schemas (as `GET /v1/job-kinds` serves them) ---------------------------------
@@ -71,14 +69,6 @@ KINDS = [
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-def run(app: App[Any], scenario: Callable[[Pilot[Any]], Awaitable[None]], size: tuple[int, int] = SIZE) -> None:
-    async def main() -> None:
-        async with app.run_test(size=size) as pilot:
-            await scenario(pilot)
-
-    asyncio.run(main())
 
 
 def notifications(app: App[Any]) -> list[str]:
@@ -497,53 +487,6 @@ def test_kinds_are_found_by_fuzzy_search() -> None:
 # handler for, which ends with exit code 127).
 
 
-class Wire:
-    """What the app's real client sent: an httpx request hook that only looks (every request
-    still goes to the control plane)."""
-
-    def __init__(self, client: Client) -> None:
-        self.requests: list[httpx.Request] = []
-        http = client._http
-        hooks = http.event_hooks
-        http.event_hooks = {**hooks, "request": [*hooks.get("request", []), self._sent]}
-
-    async def _sent(self, request: httpx.Request) -> None:
-        self.requests.append(request)
-
-    def creations(self) -> list[tuple[str, dict[str, Any], str | None]]:
-        """`POST /v1/servers/{id}/jobs`: (kind, args, Idempotency-Key header) of each."""
-        sent = [r for r in self.requests if r.method == "POST" and r.url.path.endswith("/jobs")]
-        bodies = [json.loads(r.content) for r in sent]
-        return [(b["kind"], b["args"], r.headers.get("Idempotency-Key")) for b, r in zip(bodies, sent, strict=True)]
-
-    def stream_requests(self, job_id: str) -> list[str | None]:
-        """The Last-Event-ID header of each request of the job's stream."""
-        path = f"/v1/jobs/{job_id}/stream"
-        return [r.headers.get("Last-Event-ID") for r in self.requests if r.method == "GET" and r.url.path == path]
-
-
-def real_app(stack: Stack, token: str | None = None) -> tuple[FleetdeckApp, Wire]:
-    """The TUI on the stack, as `token`'s user (the demo owner by default)."""
-    token = token or stack.token
-    client = Client(stack.base_url, token=token)
-    app = FleetdeckApp(Connection(stack.base_url, token, "test stack"), theme="fleetdeck-light", client=client)
-    return app, Wire(client)
-
-
-def finished_job(http: httpx.Client, server_id: str, kind: str, args: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Run a job through `/v1` and wait for its end."""
-    created = http.post(f"/v1/servers/{server_id}/jobs", json={"kind": kind, "args": args or {}})
-    assert created.status_code == 201, created.text
-    job: dict[str, Any] = created.json()
-
-    def finished() -> bool:
-        job.update(http.get(f"/v1/jobs/{job['id']}").json())
-        return job["status"] in ("succeeded", "failed", "interrupted")
-
-    wait_until(finished, timeout=30)
-    return job
-
-
 def stored_idempotency_key(stack: Stack, job_id: str) -> str | None:
     """The Idempotency-Key the control plane stored with the job (its SQLite file)."""
     with closing(sqlite3.connect(stack.db_url.removeprefix("sqlite:///"))) as conn:
@@ -640,36 +583,6 @@ def own_agent(stack: Stack, tmp_path: Path) -> Iterator[OwnAgent]:
         assert http.delete(f"/v1/servers/{agent.server_id}").status_code == 204
 
 
-async def open_jobs_of(pilot: Pilot[None], name: str) -> JobsScreen:
-    app = pilot.app
-    await highlight_server(pilot, name)
-    await pilot.press("J")
-    await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen._loaded and app.screen.kinds)
-    screen = app.screen
-    assert isinstance(screen, JobsScreen) and screen.server.name == name
-    return screen
-
-
-async def pick_kind(pilot: Pilot[None], query: str, kind: str | None = None) -> None:
-    """`n`, search for `query` and pick the first match, which must be `kind` (default: `query`)."""
-    await pilot.press("n")
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, KindPicker))
-    picker = pilot.app.screen
-    assert isinstance(picker, KindPicker)
-    # As if typed, at once: each key would rank the whole catalog (hundreds of kinds) again.
-    picker.query_one("#kind-search", Input).value = query
-    await wait_for(pilot, lambda: picker.matches and picker.matches[0].kind.kind == (kind or query))
-    await pilot.press("enter")
-
-
-async def open_form(pilot: Pilot[None], kind: str) -> JobFormScreen:
-    await pick_kind(pilot, kind)
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, JobFormScreen))
-    screen = pilot.app.screen
-    assert isinstance(screen, JobFormScreen) and screen.kind.kind == kind
-    return screen
-
-
 async def confirm(pilot: Pilot[None], answer: str = "y") -> None:
     await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmRun))
     await pilot.press(answer)
@@ -684,7 +597,7 @@ def test_history_replay_a_validation_error_and_a_cancelled_confirmation(stack: S
         failed = finished_job(http, stack.server_id, "logs.tail", {"domain": "nosuch.example.com", "lines": 2})
         info = finished_job(http, stack.server_id, "system.info")
     assert (failed["status"], failed["exit_code"], info["status"]) == ("failed", 1, "succeeded")
-    app, wire = real_app(stack)
+    app, wire = real_app_and_wire(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:
         jobs = await open_jobs_of(pilot, "local")
@@ -765,7 +678,7 @@ def test_history_replay_a_validation_error_and_a_cancelled_confirmation(stack: S
 def test_refusals_are_notifications_in_plain_words(stack: Stack, plus_org: OtherOrg, member_token: str) -> None:
     # The owner of an org on plan plus, on its server without an agent (every refusal here comes
     # before the agent would matter).
-    app, wire = real_app(stack, plus_org.token)
+    app, wire = real_app_and_wire(stack, plus_org.token)
 
     async def scenario(pilot: Pilot[None]) -> None:
         jobs = await open_jobs_of(pilot, plus_org.full)
@@ -786,7 +699,7 @@ def test_refusals_are_notifications_in_plain_words(stack: Stack, plus_org: Other
     run(app, scenario)
 
     # forbidden: a member of the demo org (the observe group only) asks for a change.
-    app, wire = real_app(stack, member_token)
+    app, wire = real_app_and_wire(stack, member_token)
 
     async def member(pilot: Pilot[None]) -> None:
         jobs = await open_jobs_of(pilot, "local")
@@ -815,7 +728,7 @@ def picker_rows(picker: KindPicker) -> list[tuple[str, bool]]:
 def test_the_picker_puts_the_agents_kinds_first_and_marks_the_others(stack: Stack, plus_org: OtherOrg) -> None:
     with stack.http() as http:
         runnable = http.get(f"/v1/servers/{stack.server_id}").json()["agent"]["job_kinds"]
-    app, wire = real_app(stack)
+    app, wire = real_app_and_wire(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await open_jobs_of(pilot, "local")
@@ -846,7 +759,7 @@ def test_the_picker_puts_the_agents_kinds_first_and_marks_the_others(stack: Stac
     run(app, scenario)
 
     # A server whose agent never linked: nothing is marked, and the picker says it does not know.
-    app, wire = real_app(stack, plus_org.token)
+    app, wire = real_app_and_wire(stack, plus_org.token)
 
     async def never_linked(pilot: Pilot[None]) -> None:
         await open_jobs_of(pilot, plus_org.full)
@@ -864,7 +777,7 @@ def test_the_picker_puts_the_agents_kinds_first_and_marks_the_others(stack: Stac
 
 
 def test_a_lite_server_has_no_jobs(stack: Stack, plus_org: OtherOrg) -> None:
-    app, wire = real_app(stack, plus_org.token)
+    app, wire = real_app_and_wire(stack, plus_org.token)
     refused = f"{plus_org.lite} is a lite server: it has no agent to run jobs."
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -884,7 +797,7 @@ def test_a_lite_server_has_no_jobs(stack: Stack, plus_org: OtherOrg) -> None:
 
 
 def test_an_offline_agent_answers_reads_from_the_cache_and_refuses_changes(stack: Stack, own_agent: OwnAgent) -> None:
-    app, wire = real_app(stack)
+    app, wire = real_app_and_wire(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:
         # Online: a read runs on the agent, and its result is remembered.
@@ -931,7 +844,7 @@ def test_an_offline_agent_answers_reads_from_the_cache_and_refuses_changes(stack
 
 def test_a_retry_with_the_same_arguments_reuses_the_idempotency_key(stack: Stack, own_agent: OwnAgent) -> None:
     own_agent.kill()
-    app, wire = real_app(stack)
+    app, wire = real_app_and_wire(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await open_jobs_of(pilot, own_agent.name)
@@ -968,7 +881,7 @@ def test_a_retry_with_the_same_arguments_reuses_the_idempotency_key(stack: Stack
 
 
 def test_a_lost_stream_is_reported_and_r_resumes_it_after_the_last_line(stack: Stack, big_log: list[str]) -> None:
-    app, wire = real_app(stack)
+    app, wire = real_app_and_wire(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await open_jobs_of(pilot, "local")
@@ -1022,7 +935,7 @@ def test_a_replay_cut_short_is_reported_not_shown_as_complete(stack: Stack, big_
             finished_job(http, stack.server_id, "logs.tail", {"domain": "example.com", "lines": BIG})
         )
         server = Server.model_validate(http.get(f"/v1/servers/{stack.server_id}").json())
-    app, _ = real_app(stack)
+    app, _ = real_app_and_wire(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await highlight_server(pilot, "local")
@@ -1044,7 +957,7 @@ def test_the_jobs_screen_fits_80x24_and_200x50(stack: Stack) -> None:
     with stack.http() as http:
         finished_job(http, stack.server_id, "logs.tail", {"domain": "example.com", "log": "error", "lines": 5})
     for size in ((80, 24), (200, 50)):
-        app, _wire = real_app(stack)
+        app, _wire = real_app_and_wire(stack)
 
         async def scenario(pilot: Pilot[None]) -> None:
             jobs = await open_jobs_of(pilot, "local")
@@ -1168,7 +1081,7 @@ def test_ctrl_k_asks_first_then_cancels_the_running_job(stack: Stack, waiting_ag
         created = http.post(f"/v1/servers/{server_id}/jobs", json={"kind": "cron.run", "args": {"id": "wait"}})
         job = Job.model_validate(created.json())
         server = Server.model_validate(http.get(f"/v1/servers/{server_id}").json())
-    app, wire = real_app(stack)
+    app, wire = real_app_and_wire(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await highlight_server(pilot, name)

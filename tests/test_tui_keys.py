@@ -17,8 +17,8 @@ from textual.widgets._footer import FooterKey
 
 from tests.conftest import Stack
 from tests.helpers import wait_for
+from tests.helpers.jobs import finished_job
 from tests.helpers.tui import SIZE, highlight, highlight_server, names, open_commander, real_app, run, site_dir
-from tests.test_tui_jobs import finished_job
 from tui.files.commander import CommanderScreen
 from tui.files.dialogs import PermissionsDialog, SearchDialog
 from tui.files.editor_screen import EditorScreen

@@ -10,7 +10,6 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +17,6 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input, OptionList, Select, Static
 
-from api_client import Client
 from api_client.load_balancers import (
     Backend,
     BackendReport,
@@ -31,11 +29,11 @@ from control_plane.load_balancers import store
 from control_plane.storage import Database
 from tests.conftest import Stack
 from tests.helpers import wait_for
+from tests.helpers.load_balancers import AgentlessOrg, new_org
 from tests.helpers.snapshots import SNAPSHOTS, screen_text
 from tests.helpers.snapshots import UPDATE as UPDATE_SNAPSHOTS
-from tests.helpers.tui import run
+from tests.helpers.tui import open_screen, pick, run
 from tui.app import FleetdeckApp
-from tui.connection import Connection
 from tui.files.dialogs.simple import ConfirmDialog
 from tui.help import HelpScreen
 from tui.load_balancers.form import LbFormDialog
@@ -45,104 +43,12 @@ from tui.load_balancers.tables import LbTable, PoolTable, fit_widths
 from tui.servers.screen import ServerListScreen
 
 
-@dataclass
-class Org:
-    """An org of its own: its owner's token, its node (a full server, no agent) and backends."""
-
-    stack: Stack
-    token: str
-    node: str
-    backends: dict[str, str]  # name → server id
-
-    def get(self, path: str) -> Any:
-        with self.stack.http(self.token) as http:
-            answer = http.get(path)
-        assert answer.status_code == 200, answer.text
-        return answer.json()
-
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        with self.stack.http(self.token) as http:
-            answer = http.post(path, json=body)
-        assert answer.status_code in (200, 201, 202), answer.text
-        return answer.json()
-
-    def lb(self, lb_id: str) -> LoadBalancer:
-        return LoadBalancer.model_validate(self.get(f"/v1/load-balancers/{lb_id}"))
-
-    def lb_gone(self, lb_id: str) -> bool:
-        with self.stack.http(self.token) as http:
-            return http.get(f"/v1/load-balancers/{lb_id}").status_code == 404
-
-    def backend(self, lb_id: str, backend_id: str) -> Backend | None:
-        return next((b for b in self.lb(lb_id).backends if b.id == backend_id), None)
-
-    def create_lb(self, name: str, backends: list[str], **fields: Any) -> LoadBalancer:
-        body = {
-            "name": name,
-            "port": 80,
-            "node_server_id": self.node,
-            "engine": "haproxy",
-            "algorithm": "round_robin",
-            "backends": [{"server_id": self.backends[b], "port": 8080} for b in backends],
-            **fields,
-        }
-        return LoadBalancer.model_validate(self.post("/v1/load-balancers", body))
-
-    def app(self) -> FleetdeckApp:
-        client = Client(self.stack.base_url, token=self.token)
-        connection = Connection(self.stack.base_url, self.token, "test stack")
-        return FleetdeckApp(connection, theme="fleetdeck-dark", client=client)
-
-
-def new_org(stack: Stack, name: str | None = None) -> Org:
-    name = name or f"lb-{uuid.uuid4().hex[:8]}"
-    stack.admin("create-org", name, "--plan", "max")
-    email = f"owner@{name}.test"
-    stack.admin("create-user", email, "--org", name, "--role", "owner", "--password", "pw-123456")
-    token = stack.login(email, "pw-123456")
-    ids: dict[str, str] = {}
-    with stack.http(token) as http:
-        for server, kind, address in [("edge-1", "full", "10.9.0.1")] + [
-            (f"app-{n}", "lite", f"10.9.1.{n}") for n in (1, 2, 3)
-        ]:
-            created = http.post("/v1/servers", json={"name": server, "kind": kind, "address": address})
-            assert created.status_code == 201, created.text
-            ids[server] = created.json()["server"]["id"]
-    node = ids.pop("edge-1")
-    return Org(stack=stack, token=token, node=node, backends=ids)
-
-
 @pytest.fixture
-def org(stack: Stack) -> Org:
+def org(stack: Stack) -> AgentlessOrg:
     return new_org(stack)
 
 
 # --- moving around ----------------------------------------------------------------------------------
-
-
-async def open_screen(pilot: Pilot[Any]) -> LoadBalancersScreen:
-    """From the server list, `b`; once the list is in."""
-    app = pilot.app
-    await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
-    await pilot.press("b")
-    await wait_for(pilot, lambda: isinstance(app.screen, LoadBalancersScreen) and app.screen.loaded)
-    screen = app.screen
-    assert isinstance(screen, LoadBalancersScreen)
-    return screen
-
-
-async def pick(pilot: Pilot[Any], screen: LoadBalancersScreen, lb_id: str, backend_id: str | None = None) -> None:
-    """The cursor on load balancer `lb_id` (and on its backend `backend_id`, the pool focused)."""
-    await wait_for(pilot, lambda: lb_id in screen.lbs)
-    table = screen.query_one(LbTable)
-    table.move_cursor(row=table.get_row_index(lb_id))
-    await wait_for(pilot, lambda: screen.highlighted_lb is not None and screen.highlighted_lb.id == lb_id)
-    if backend_id is not None:
-        pool = screen.query_one(PoolTable)
-        await wait_for(pilot, lambda: backend_id in [str(key.value) for key in pool.rows])
-        pool.focus()
-        pool.move_cursor(row=pool.get_row_index(backend_id))
-        await pilot.pause()
 
 
 def shown_weight(screen: LoadBalancersScreen, backend_id: str) -> str:
@@ -156,7 +62,7 @@ def notifications(app: FleetdeckApp) -> list[str]:
 # --- the keys, their effect seen through the API ------------------------------------------------------
 
 
-def test_weight_keys_change_the_weight_within_1_to_256_and_r_restores_it(org: Org) -> None:
+def test_weight_keys_change_the_weight_within_1_to_256_and_r_restores_it(org: AgentlessOrg) -> None:
     lb = org.create_lb("shop", ["app-1", "app-2"])
     backend = lb.backends[0]
     app = org.app()
@@ -207,7 +113,7 @@ def test_weight_keys_change_the_weight_within_1_to_256_and_r_restores_it(org: Or
     run(app, scenario)
 
 
-def test_drain_asks_first_with_what_stays_in_rotation_and_d_again_undrains(org: Org) -> None:
+def test_drain_asks_first_with_what_stays_in_rotation_and_d_again_undrains(org: AgentlessOrg) -> None:
     lb = org.create_lb("shop", ["app-1", "app-2", "app-3"])
     backend = lb.backends[1]
     app = org.app()
@@ -242,7 +148,9 @@ def test_drain_asks_first_with_what_stays_in_rotation_and_d_again_undrains(org: 
     run(app, scenario)
 
 
-def report_from_the_node(org: Org, lb: LoadBalancer, healths: dict[str, tuple[str, BackendStats | None]]) -> None:
+def report_from_the_node(
+    org: AgentlessOrg, lb: LoadBalancer, healths: dict[str, tuple[str, BackendStats | None]]
+) -> None:
     """What the node would report over its link, stored by the control plane's own ingestion
     (`store.record_outcome`, `store.record_health`) in the stack's database: this org's node has
     no agent, and health is what the pool shows."""
@@ -259,7 +167,9 @@ def report_from_the_node(org: Org, lb: LoadBalancer, healths: dict[str, tuple[st
         database.dispose()
 
 
-def test_the_pool_follows_the_nodes_reports_in_place_and_the_last_healthy_backend_needs_two_yeses(org: Org) -> None:
+def test_the_pool_follows_the_nodes_reports_in_place_and_the_last_healthy_backend_needs_two_yeses(
+    org: AgentlessOrg,
+) -> None:
     lb = org.create_lb("shop", ["app-1", "app-2"])
     first, second = lb.backends
     app = org.app()
@@ -313,7 +223,7 @@ def test_the_drain_preview_counts_the_healthy_backends_that_stay() -> None:
     assert drain_preview("app-1", healthy, many).endswith("app-2, app-3, app-4, app-5 and 3 more.")
 
 
-def test_enter_opens_the_row_actions_and_delete_removes_a_backend_then_the_load_balancer(org: Org) -> None:
+def test_enter_opens_the_row_actions_and_delete_removes_a_backend_then_the_load_balancer(org: AgentlessOrg) -> None:
     lb = org.create_lb("shop", ["app-1", "app-2"])
     first, second = lb.backends
     app = org.app()
@@ -360,7 +270,7 @@ def test_enter_opens_the_row_actions_and_delete_removes_a_backend_then_the_load_
     run(app, scenario)
 
 
-def test_n_creates_a_load_balancer_and_e_edits_it_with_engine_and_node_locked(org: Org) -> None:
+def test_n_creates_a_load_balancer_and_e_edits_it_with_engine_and_node_locked(org: AgentlessOrg) -> None:
     app = org.app()
 
     async def scenario(pilot: Pilot[Any]) -> None:
@@ -435,7 +345,7 @@ def test_n_creates_a_load_balancer_and_e_edits_it_with_engine_and_node_locked(or
     run(app, scenario)
 
 
-def test_the_palette_and_help_reach_the_screen(org: Org) -> None:
+def test_the_palette_and_help_reach_the_screen(org: AgentlessOrg) -> None:
     app = org.app()
 
     async def scenario(pilot: Pilot[Any]) -> None:

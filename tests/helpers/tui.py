@@ -1,15 +1,18 @@
-"""Driving the TUI in tests: run an app under a `Pilot`, the real app on the test stack, common moves."""
+"""Driving the TUI in tests: run an app under a `Pilot`, the real app on the test stack, common moves
+(the files, the editor, the jobs screens and their forms, the load-balancer screen)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 from textual.app import App
 from textual.pilot import Pilot
-from textual.widgets import OptionList
+from textual.widgets import Input, OptionList
 
 from api_client import Client
 from tests.conftest import Stack
@@ -17,8 +20,13 @@ from tests.helpers import wait_for
 from tui.app import FleetdeckApp
 from tui.connection import Connection
 from tui.files.commander import CommanderScreen
+from tui.files.editor_screen import EditorScreen
 from tui.files.location_picker import LocationPicker
 from tui.files.panel import FilePanel
+from tui.jobs.dialogs import JobFormScreen, KindPicker
+from tui.jobs.screen import JobsScreen
+from tui.load_balancers.screen import LoadBalancersScreen
+from tui.load_balancers.tables import LbTable, PoolTable
 from tui.servers.screen import ServerListScreen
 
 SIZE = (80, 24)
@@ -91,3 +99,117 @@ async def open_commander(pilot: Pilot[Any]) -> CommanderScreen:
     screen = app.screen
     assert isinstance(screen, CommanderScreen)
     return screen
+
+
+async def press_f4_on(pilot: Pilot[None], files: CommanderScreen, name: str) -> None:
+    pane = files.active.pane
+    await wait_for(pilot, lambda: pane.index_of(name) is not None)
+    index = pane.index_of(name)
+    assert index is not None
+    pane.move_cursor(index)
+    await pilot.press("f4")
+
+
+async def edit(pilot: Pilot[None], name: str) -> EditorScreen:
+    """From the server list to `name` (at the scope root) in the editor."""
+    files = await open_commander(pilot)
+    await press_f4_on(pilot, files, name)
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, EditorScreen))
+    screen = pilot.app.screen
+    assert isinstance(screen, EditorScreen)
+    await pilot.pause()
+    return screen
+
+
+# --- the jobs screens -------------------------------------------------------------------------------
+
+
+class Wire:
+    """What the app's real client sent: an httpx request hook that only looks (every request
+    still goes to the control plane)."""
+
+    def __init__(self, client: Client) -> None:
+        self.requests: list[httpx.Request] = []
+        http = client._http
+        hooks = http.event_hooks
+        http.event_hooks = {**hooks, "request": [*hooks.get("request", []), self._sent]}
+
+    async def _sent(self, request: httpx.Request) -> None:
+        self.requests.append(request)
+
+    def creations(self) -> list[tuple[str, dict[str, Any], str | None]]:
+        """`POST /v1/servers/{id}/jobs`: (kind, args, Idempotency-Key header) of each."""
+        sent = [r for r in self.requests if r.method == "POST" and r.url.path.endswith("/jobs")]
+        bodies = [json.loads(r.content) for r in sent]
+        return [(b["kind"], b["args"], r.headers.get("Idempotency-Key")) for b, r in zip(bodies, sent, strict=True)]
+
+    def stream_requests(self, job_id: str) -> list[str | None]:
+        """The Last-Event-ID header of each request of the job's stream."""
+        path = f"/v1/jobs/{job_id}/stream"
+        return [r.headers.get("Last-Event-ID") for r in self.requests if r.method == "GET" and r.url.path == path]
+
+
+def real_app_and_wire(stack: Stack, token: str | None = None) -> tuple[FleetdeckApp, Wire]:
+    """The TUI on the stack, as `token`'s user (the demo owner by default), and what its client sends."""
+    token = token or stack.token
+    client = Client(stack.base_url, token=token)
+    app = FleetdeckApp(Connection(stack.base_url, token, "test stack"), theme="fleetdeck-light", client=client)
+    return app, Wire(client)
+
+
+async def open_jobs_of(pilot: Pilot[None], name: str) -> JobsScreen:
+    app = pilot.app
+    await highlight_server(pilot, name)
+    await pilot.press("J")
+    await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen) and app.screen._loaded and app.screen.kinds)
+    screen = app.screen
+    assert isinstance(screen, JobsScreen) and screen.server.name == name
+    return screen
+
+
+async def pick_kind(pilot: Pilot[None], query: str, kind: str | None = None) -> None:
+    """`n`, search for `query` and pick the first match, which must be `kind` (default: `query`)."""
+    await pilot.press("n")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, KindPicker))
+    picker = pilot.app.screen
+    assert isinstance(picker, KindPicker)
+    # As if typed, at once: each key would rank the whole catalog (hundreds of kinds) again.
+    picker.query_one("#kind-search", Input).value = query
+    await wait_for(pilot, lambda: picker.matches and picker.matches[0].kind.kind == (kind or query))
+    await pilot.press("enter")
+
+
+async def open_form(pilot: Pilot[None], kind: str) -> JobFormScreen:
+    await pick_kind(pilot, kind)
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, JobFormScreen))
+    screen = pilot.app.screen
+    assert isinstance(screen, JobFormScreen) and screen.kind.kind == kind
+    return screen
+
+
+# --- the load-balancer screen -----------------------------------------------------------------------
+
+
+async def open_screen(pilot: Pilot[Any]) -> LoadBalancersScreen:
+    """From the server list, `b`; once the list is in."""
+    app = pilot.app
+    await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
+    await pilot.press("b")
+    await wait_for(pilot, lambda: isinstance(app.screen, LoadBalancersScreen) and app.screen.loaded)
+    screen = app.screen
+    assert isinstance(screen, LoadBalancersScreen)
+    return screen
+
+
+async def pick(pilot: Pilot[Any], screen: LoadBalancersScreen, lb_id: str, backend_id: str | None = None) -> None:
+    """The cursor on load balancer `lb_id` (and on its backend `backend_id`, the pool focused)."""
+    await wait_for(pilot, lambda: lb_id in screen.lbs)
+    table = screen.query_one(LbTable)
+    table.move_cursor(row=table.get_row_index(lb_id))
+    await wait_for(pilot, lambda: screen.highlighted_lb is not None and screen.highlighted_lb.id == lb_id)
+    if backend_id is not None:
+        pool = screen.query_one(PoolTable)
+        await wait_for(pilot, lambda: backend_id in [str(key.value) for key in pool.rows])
+        pool.focus()
+        pool.move_cursor(row=pool.get_row_index(backend_id))
+        await pilot.pause()
