@@ -51,11 +51,14 @@ class OwnControlPlane:
         self.port = 0
         self.base_url = ""
 
+    def command(self) -> list[str]:
+        """What starts it (again on the port it had: a restart keeps its address)."""
+        return [sys.executable, "-m", "fleetdeck", "serve", "--db", self.db_url, "--listen", f"127.0.0.1:{self.port}"]
+
     def start(self) -> None:
-        command = [sys.executable, "-m", "fleetdeck", "serve", "--db", self.db_url]
         with open(self.log_file, "a") as stderr:
             self.process = subprocess.Popen(
-                [*command, "--listen", f"127.0.0.1:{self.port}"],
+                self.command(),
                 env=child_environment(self.env),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,

@@ -7,13 +7,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fleetdeck.launcher import PROJECT_ROOT, child_environment
+from fleetdeck.launcher import PROJECT_ROOT
 from tests.helpers.control_planes import OwnControlPlane
 from tests.helpers.replicas import nats_binary
 
@@ -81,21 +80,8 @@ class CommandReplica(OwnControlPlane):
         super().__init__(folder, db_url, name, env)
         self.argv = argv
 
-    def start(self) -> None:
-        with open(self.log_file, "a") as stderr:
-            self.process = subprocess.Popen(
-                self.argv,
-                env=child_environment(self.env),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-            )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        assert "control plane at" in line, self.log()
-        self.base_url = line.rsplit(" ", 1)[1].strip()
-        self.port = int(self.base_url.rsplit(":", 1)[1])
+    def command(self) -> list[str]:
+        return self.argv
 
     def replica_id(self) -> str:
         """The id its latest start took on the bus (its log says it)."""
