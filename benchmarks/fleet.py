@@ -282,6 +282,7 @@ class Figures:
     killed: int = 1  # of them, killed and started again for the relink
     relinked: int = 0  # links they held, which had to come back
     spread: list[int] = field(default_factory=list)  # agents per control plane before the kill
+    restart_s: float = 0.0  # from the kill until the killed answered again (their start)
 
     @property
     def bytes_per_link(self) -> float:
@@ -368,6 +369,7 @@ def measure(n: int, args: argparse.Namespace) -> Figures:
         killed = time.monotonic()
         for victim in victims:
             victim.start()
+        restart_s = time.monotonic() - killed
         relinked = wait_welcomed(simulators, expected, killed, args.relink_timeout)
         relink_cpu_s = sum(cpu_seconds(cp.pid) for cp in control_planes) - cpu_before_kill
         relink_s = relinked.last_welcome - killed if relinked.welcomed >= expected else None
@@ -394,13 +396,16 @@ def measure(n: int, args: argparse.Namespace) -> Figures:
             replicas=replicas,
             killed=len(victims),
             relinked=expected,
+            restart_s=restart_s,
             spread=sorted(held.values()),
         )
 
 
 def control_plane_environment(args: argparse.Namespace) -> dict[str, str]:
     """What the options say of the control planes' environment: heartbeat and server."""
-    env = {"FLEETDECK_HEARTBEAT_S": str(getattr(args, "heartbeat", 10.0))}
+    env = {}
+    if getattr(args, "heartbeat", None):
+        env["FLEETDECK_HEARTBEAT_S"] = str(args.heartbeat)
     if getattr(args, "server", None):
         env["FLEETDECK_SERVER"] = args.server
     return env
@@ -475,7 +480,7 @@ def report(rows: Sequence[Figures], args: argparse.Namespace) -> None:
         else "one `fleetdeck serve` on SQLite"
     )
     print(
-        f"control plane: {setup}, {args.server or 'uvicorn'}, heartbeat every {args.heartbeat:g} s;"
+        f"control plane: {setup}, {args.server or 'uvicorn'}, heartbeat every {heartbeat_s(args):g} s;"
         f" CPU at rest over {args.quiet_seconds:g} s; RPC: {args.rpcs} sequential GET .../fs/stat?scope=root"
         f" to a random agent (fs.stat)" + (", each asked of a random replica" if replicas > 1 else "")
     )
@@ -522,7 +527,7 @@ def report(rows: Sequence[Figures], args: argparse.Namespace) -> None:
         print(
             f"  control plane CPU: {1000 * row.link_cpu_s / row.n:.1f} ms a link while the fleet first linked;"
             f" {row.relink_cpu_s:.1f} s from the kill until the {row.relinked:,} links of the {row.killed} killed"
-            f" came back (restart included)"
+            f" came back; from the kill until they answered again: {row.restart_s:.1f} s"
         )
         if row.replicas > 1:
             print(f"  agents per replica before the kill: {row.spread}")
@@ -541,6 +546,13 @@ def report(rows: Sequence[Figures], args: argparse.Namespace) -> None:
                 "  during the relink the link code logged: "
                 + ", ".join(f"{n} x {what!r}" for what, n in row.relink_events.most_common())
             )
+
+
+def heartbeat_s(args: argparse.Namespace) -> float:
+    from control_plane.settings import Settings
+
+    given: float | None = getattr(args, "heartbeat", None)
+    return given or Settings(db_url="").heartbeat_s
 
 
 def progress(message: str) -> None:
@@ -650,7 +662,7 @@ def main() -> None:
     parser.add_argument("--relink-timeout", type=float, default=300.0)
     parser.add_argument("--replicas", type=int, default=1, help="control planes on one PostgreSQL database, with NATS")
     parser.add_argument("--kill", choices=("one", "all"), default="all", help="replicas killed for the relink")
-    parser.add_argument("--heartbeat", type=float, default=10.0, help="the control planes' FLEETDECK_HEARTBEAT_S")
+    parser.add_argument("--heartbeat", type=float, help="the control planes' FLEETDECK_HEARTBEAT_S (default: serve's)")
     parser.add_argument("--server", choices=("uvicorn", "hypercorn"), help="their FLEETDECK_SERVER (default: serve's)")
     parser.add_argument("--simulate", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--tokens", help=argparse.SUPPRESS)
