@@ -572,7 +572,9 @@ class _LogCounter(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.levelno >= logging.WARNING:
-            self.counts[str(record.msg).split(":")[0].split(" (")[0].replace("%s", "…")] += 1
+            kind = str(record.msg).split(":")[0].split(" (")[0].replace("%s", "…")
+            code = getattr(record.args[0], "code", None) if isinstance(record.args, tuple) and record.args else None
+            self.counts[kind if code is None else f"{kind} {code}"] += 1  # a close: which code
 
 
 def simulate(urls: str, tokens_file: str, home: str, state: str, ramp_per_s: float) -> None:
