@@ -1,12 +1,17 @@
 """A fleet in one process: N simulated agents linked to one control plane, figures side by side.
 
     python benchmarks/fleet.py [--sizes 1000,5000,10000] [--simulators 2] [--quiet-seconds 30]
+    python benchmarks/fleet.py --replicas 3 [--kill one|all] ...
 
-For each N (a fresh SQLite database each time):
+For each N (a fresh database each time: SQLite for one control plane; for `--replicas`, PostgreSQL
+started the way the tests start it, as a shared SQLite file between processes is not what anyone
+would run at scale):
 
 * the database gets an organisation, an owner with an API token and N full servers, straight
   through the control plane's own store functions (N admin subprocesses would take minutes);
-* one control plane, `fleetdeck serve` on 127.0.0.1, starts on it;
+* one control plane, `fleetdeck serve` on 127.0.0.1, starts on it; or with `--replicas K`, K of
+  them on one PostgreSQL database with a NATS server of the run's own as their bus, each agent
+  given all K URLs (rotated, so the fleet spreads evenly over the replicas);
 * `--simulators` processes link N agents between them (this script again, `--simulate`): each
   agent is the agent's own link code (`AgentLink`, trio + trio-websocket), thousands of them in
   one trio process, each serving the agent's real file handlers (`FileHandlers`) on one tiny
@@ -15,23 +20,23 @@ For each N (a fresh SQLite database each time):
 What it prints per N, each beside its goal:
 
 * memory: the control plane's RSS once all N are linked, minus its RSS before the first link,
-  over N; and its total RSS;
+  over N; and its total RSS (replicas: summed over them);
 * CPU at rest: the control plane's CPU seconds over a quiet window (`--quiet-seconds`, at least
-  30 s by default) with all N linked and idle, as % of one core;
+  30 s by default) with all N linked and idle, as % of one core (replicas: summed);
 * RPC round trip: `--rpcs` sequential `GET /v1/servers/{id}/fs/stat?scope=root` to a random
   server through the public API (authentication, the server's row, one agent call to the real
-  `fs.stat` handler); p50 and p99;
+  `fs.stat` handler); p50 and p99. With replicas, each asked of a random replica, so about
+  (K-1)/K of them are relayed over the bus to the replica holding the agent's link;
 * relink: the control plane is killed (SIGKILL) and started again on the same port and database;
-  the time from the kill until every agent has been welcomed again (their full-jitter backoff
-  spreads the storm), and how many had not come back by `--relink-timeout` ("gave up": the
-  link code never stops retrying, so any is a failure). The API then confirms all N online.
+  the time from the kill until every agent it held has been welcomed again (their full-jitter
+  backoff spreads the storm), and how many had not come back by `--relink-timeout` ("gave up":
+  the link code never stops retrying, so any is a failure). The API then confirms all N online.
+  With replicas, `--kill one` kills the first replica (its agents move on to the others at once)
+  and `--kill all` kills all of them (every agent relinks, as with one control plane).
 
 Limits, said plainly: the control plane, the simulators and this script share this machine's
 cores (and other people's work on it), so CPU figures are what was measured under that load.
 The simulators' own RSS and CPU are printed too, as context. It asserts nothing.
-
-`--replicas` (the same figures across three replicas) is not here: an RPC to an agent linked to
-another replica needs the bus between replicas, which this benchmark does not have yet.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agent.link.client import link_url
 from benchmarks._stack import cpu_seconds
 from fleetdeck.launcher import child_environment, free_port
 
@@ -124,13 +130,15 @@ def rss_bytes(pid: int) -> int:
 
 
 class ControlPlane:
-    """`fleetdeck serve` on 127.0.0.1:`port` and `db_url`; killed and started again at will."""
+    """`fleetdeck serve` on 127.0.0.1:`port` and `db_url`; killed and started again at will.
+    `env`: more of its environment (a replica's bus); `name` tells the logs apart."""
 
-    def __init__(self, db_url: str, folder: Path) -> None:
+    def __init__(self, db_url: str, folder: Path, name: str = "control-plane", env: dict[str, str] | None = None):
         self.db_url = db_url
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = folder / "control-plane.log"
+        self.log = folder / f"{name}.log"
+        self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -141,7 +149,7 @@ class ControlPlane:
     def start(self) -> None:
         argv = [sys.executable, "-m", "fleetdeck", "serve", "--db", self.db_url, "--listen", f"127.0.0.1:{self.port}"]
         with self.log.open("ab") as log:
-            self.process = subprocess.Popen(argv, env=child_environment(), stdout=log, stderr=log)
+            self.process = subprocess.Popen(argv, env=child_environment(self.env), stdout=log, stderr=log)
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
             if self.process.poll() is not None:
@@ -178,14 +186,16 @@ class SimulatorStatus:
     welcomed: int  # of them, welcomed at or after the time asked about
     last_welcome: float  # time.monotonic() of the latest of those welcomes (0.0: none)
     events: dict[str, int]  # what the link code logged, by message
+    linked_to: dict[str, int]  # welcomed agents by the link URL they are on (or last were)
 
 
 class Simulator:
-    """A simulator process (this script, `--simulate`): its agents' tokens on its stdin, then
-    questions ("status SINCE", one line each) answered with a JSON line on its stdout."""
+    """A simulator process (this script, `--simulate`): its agents' tokens in a file, then
+    questions ("status SINCE", one line each) on its stdin answered with a JSON line on its
+    stdout. Its agents are given all `urls` (replicas), each agent's list rotated by one more."""
 
-    def __init__(self, url: str, tokens: Path, home: Path, state: Path, ramp_per_s: float) -> None:
-        argv = [sys.executable, __file__, "--simulate", url, "--tokens", str(tokens)]
+    def __init__(self, urls: Sequence[str], tokens: Path, home: Path, state: Path, ramp_per_s: float) -> None:
+        argv = [sys.executable, __file__, "--simulate", ",".join(urls), "--tokens", str(tokens)]
         argv += ["--home", str(home), "--state", str(state), "--ramp", str(ramp_per_s)]
         self.process = subprocess.Popen(
             argv, env=child_environment(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -221,6 +231,7 @@ class FleetStatus:
     welcomed: int
     last_welcome: float
     events: Counter[str] = field(default_factory=Counter)
+    linked_to: Counter[str] = field(default_factory=Counter)
 
 
 def fleet_status(simulators: Sequence[Simulator], since: float = 0.0) -> FleetStatus:
@@ -230,6 +241,7 @@ def fleet_status(simulators: Sequence[Simulator], since: float = 0.0) -> FleetSt
         total.welcomed += status.welcomed
         total.last_welcome = max(total.last_welcome, status.last_welcome)
         total.events.update(status.events)
+        total.linked_to.update(status.linked_to)
     return total
 
 
@@ -266,6 +278,11 @@ class Figures:
     online_after_relink: int  # as the API lists them
     link_events: Counter[str]  # what the link code logged while the fleet first linked
     relink_events: Counter[str]
+    replicas: int = 1  # control planes (memory and CPU are their sums)
+    killed: int = 1  # of them, killed and started again for the relink
+    relinked: int = 0  # links they held, which had to come back
+    spread: list[int] = field(default_factory=list)  # agents per control plane before the kill
+    restart_s: float = 0.0  # from the kill until the killed answered again (their start)
 
     @property
     def bytes_per_link(self) -> float:
@@ -277,31 +294,42 @@ class Figures:
 
 
 def measure(n: int, args: argparse.Namespace) -> Figures:
-    """One row: provision, start the control plane and the simulators, measure, stop them all."""
+    """One row: provision, start the control plane(s) and the simulators, measure, stop them all."""
     raise_open_files(n + 4096)
+    replicas = getattr(args, "replicas", 1)
     with tempfile.TemporaryDirectory(prefix="fleetdeck-fleet-") as temp, ExitStack() as running:
         folder = Path(temp)
+        folder.chmod(0o755)  # PostgreSQL's own folder is made inside, by the postgres user
         home, state = folder / "home", folder / "state"
         home.mkdir()
         state.mkdir()
         (home / "hello.txt").write_text("a tiny shared home\n")
-        db_url = f"sqlite:///{folder / 'fleet.db'}"
+        env = control_plane_environment(args)
+        if replicas > 1:
+            db_url, bus_url = start_cluster_services(folder, running)
+            env["FLEETDECK_BUS_URL"] = bus_url
+            control_planes = [ControlPlane(db_url, folder, f"replica-{i}", env) for i in range(replicas)]
+        else:
+            db_url = f"sqlite:///{folder / 'fleet.db'}"
+            control_planes = [ControlPlane(db_url, folder, env=env)]
         progress(f"N={n}: provisioning the database")
         fleet = provision(db_url, n)
-        control_plane = ControlPlane(db_url, folder)
-        running.callback(control_plane.stop)
-        control_plane.start()
-        time.sleep(1.0)  # let its start settle before the baseline
-        rss_before = rss_bytes(control_plane.pid)
-        cpu_at_start = cpu_seconds(control_plane.pid)
+        for control_plane in control_planes:
+            running.callback(control_plane.stop)
+            control_plane.start()
+        time.sleep(1.0)  # let their start settle before the baseline
+        pids = [cp.pid for cp in control_planes]
+        rss_before = sum(map(rss_bytes, pids))
+        cpu_at_start = sum(map(cpu_seconds, pids))
         count = min(args.simulators, n)
-        progress(f"N={n}: linking {n} agents from {count} simulator processes")
+        progress(f"N={n}: linking {n} agents from {count} simulator processes to {replicas} control plane(s)")
         started = time.monotonic()
         simulators = []
         for index in range(count):
             tokens = folder / f"tokens-{index}"
             tokens.write_text("".join(f"{token}\n" for token in fleet.agent_tokens[index::count]))
-            simulator = Simulator(control_plane.url, tokens, home, state, args.ramp / count)
+            urls = [cp.url for cp in control_planes]
+            simulator = Simulator(urls, tokens, home, state, args.ramp / count)
             running.callback(simulator.stop)
             simulators.append(simulator)
         ramp_s = n / args.ramp if args.ramp > 0 else 0.0
@@ -309,30 +337,43 @@ def measure(n: int, args: argparse.Namespace) -> Figures:
         if linked.welcomed < n:
             raise RuntimeError(f"only {linked.welcomed} of {n} agents linked: {dict(linked.events)}")
         link_s = linked.last_welcome - started
-        link_cpu_s = cpu_seconds(control_plane.pid) - cpu_at_start
-        with httpx.Client(base_url=control_plane.url, headers={"Authorization": f"Bearer {fleet.api_token}"}) as api:
-            wait_online(api, n, args.relink_timeout)
-            time.sleep(min(args.settle_seconds, args.quiet_seconds))  # the last presence writes, the first heartbeats
-            rss_linked = rss_bytes(control_plane.pid)
-            progress(f"N={n}: all linked in {link_s:.1f} s; {args.quiet_seconds:g} s at rest")
-            cpu_before = cpu_seconds(control_plane.pid)
-            sims_before = sum(cpu_seconds(s.pid) for s in simulators)
-            quiet_start = time.monotonic()
-            time.sleep(args.quiet_seconds)
-            quiet_s = time.monotonic() - quiet_start
-            cpu_s = cpu_seconds(control_plane.pid) - cpu_before
-            sims_cpu = sum(cpu_seconds(s.pid) for s in simulators) - sims_before
-            sims_rss = sum(rss_bytes(s.pid) for s in simulators)
-            progress(f"N={n}: {args.rpcs} RPCs")
-            rpc_ms, rpc_failures = round_trips(api, fleet.server_ids, args.rpcs)
-            progress(f"N={n}: killing the control plane; relink")
-            control_plane.kill()
-            killed = time.monotonic()
-            control_plane.start()
-            relinked = wait_welcomed(simulators, n, killed, args.relink_timeout)
-            relink_cpu_s = cpu_seconds(control_plane.pid)
-            relink_s = relinked.last_welcome - killed if relinked.welcomed >= n else None
-            online = wait_online(api, n, 0.0 if relink_s is None else args.relink_timeout)
+        link_cpu_s = sum(map(cpu_seconds, pids)) - cpu_at_start
+        apis = [
+            httpx.Client(base_url=cp.url, headers={"Authorization": f"Bearer {fleet.api_token}"}, timeout=60)
+            for cp in control_planes
+        ]
+        for api in apis:
+            running.callback(api.close)
+        wait_online(apis[0], n, args.relink_timeout)
+        time.sleep(min(args.settle_seconds, args.quiet_seconds))  # the last presence writes, the first heartbeats
+        rss_linked = sum(map(rss_bytes, pids))
+        progress(f"N={n}: all linked in {link_s:.1f} s; {args.quiet_seconds:g} s at rest")
+        cpu_before = sum(map(cpu_seconds, pids))
+        sims_before = sum(cpu_seconds(s.pid) for s in simulators)
+        quiet_start = time.monotonic()
+        time.sleep(args.quiet_seconds)
+        quiet_s = time.monotonic() - quiet_start
+        cpu_s = sum(map(cpu_seconds, pids)) - cpu_before
+        sims_cpu = sum(cpu_seconds(s.pid) for s in simulators) - sims_before
+        sims_rss = sum(rss_bytes(s.pid) for s in simulators)
+        progress(f"N={n}: {args.rpcs} RPCs")
+        rpc_ms, rpc_failures = round_trips(apis, fleet.server_ids, args.rpcs)
+        victims = control_planes[:1] if getattr(args, "kill", "all") == "one" else control_planes
+        held = fleet_status(simulators).linked_to
+        expected = sum(held[link_url(victim.url)] for victim in victims)
+        progress(f"N={n}: killing {len(victims)} of {replicas} control plane(s), holding {expected} links; relink")
+        survivors = [cp for cp in control_planes if cp not in victims]
+        cpu_before_kill = sum(cpu_seconds(cp.pid) for cp in survivors)
+        for victim in victims:
+            victim.kill()
+        killed = time.monotonic()
+        for victim in victims:
+            victim.start()
+        restart_s = time.monotonic() - killed
+        relinked = wait_welcomed(simulators, expected, killed, args.relink_timeout)
+        relink_cpu_s = sum(cpu_seconds(cp.pid) for cp in control_planes) - cpu_before_kill
+        relink_s = relinked.last_welcome - killed if relinked.welcomed >= expected else None
+        online = wait_online(apis[-1], n, 0.0 if relink_s is None else args.relink_timeout)
         return Figures(
             n=n,
             simulators=count,
@@ -348,11 +389,40 @@ def measure(n: int, args: argparse.Namespace) -> Figures:
             rpc_failures=rpc_failures,
             relink_s=relink_s,
             relink_cpu_s=relink_cpu_s,
-            gave_up=n - relinked.welcomed,
+            gave_up=max(0, expected - relinked.welcomed),
             online_after_relink=online,
             link_events=linked.events,
             relink_events=relinked.events - linked.events,
+            replicas=replicas,
+            killed=len(victims),
+            relinked=expected,
+            restart_s=restart_s,
+            spread=sorted(held.values()),
         )
+
+
+def control_plane_environment(args: argparse.Namespace) -> dict[str, str]:
+    """What the options say of the control planes' environment: heartbeat and server."""
+    env = {}
+    if getattr(args, "heartbeat", None):
+        env["FLEETDECK_HEARTBEAT_S"] = str(args.heartbeat)
+    if getattr(args, "server", None):
+        env["FLEETDECK_SERVER"] = args.server
+    return env
+
+
+def start_cluster_services(folder: Path, running: ExitStack) -> tuple[str, str]:
+    """PostgreSQL (as the tests start it, with no statement logged) with a fresh database, and a
+    NATS server: the replicas' database URL and bus URL; both stopped by `running`."""
+    from tests.helpers.postgres_server import PostgresDatabases, start_postgres
+    from tests.helpers.replicas import start_nats
+
+    server = start_postgres(folder / "postgres", log_statements=False)
+    running.callback(server.stop)
+    db_url = PostgresDatabases(server).create("fleet")
+    nats = start_nats()
+    running.callback(nats.stop)
+    return db_url, nats.url
 
 
 def wait_online(api: httpx.Client, n: int, timeout: float) -> int:
@@ -366,13 +436,16 @@ def wait_online(api: httpx.Client, n: int, timeout: float) -> int:
         time.sleep(1.0)
 
 
-def round_trips(api: httpx.Client, server_ids: Sequence[str], count: int) -> tuple[list[float], Counter[str]]:
-    """`count` sequential stats of the home's root on random servers: milliseconds each."""
+def round_trips(
+    apis: Sequence[httpx.Client], server_ids: Sequence[str], count: int
+) -> tuple[list[float], Counter[str]]:
+    """`count` sequential stats of the home's root on random servers, each asked of a random
+    control plane (replicas relay most of them): milliseconds each."""
     times: list[float] = []
     failures: Counter[str] = Counter()
     pick = random.Random(13)
     for _ in range(count):
-        server_id = pick.choice(server_ids)
+        server_id, api = pick.choice(server_ids), pick.choice(apis)
         start = time.perf_counter()
         response = api.get(f"/v1/servers/{server_id}/fs/stat", params={"scope": "root", "path": "hello.txt"})
         elapsed = (time.perf_counter() - start) * 1000
@@ -400,10 +473,26 @@ def report(rows: Sequence[Figures], args: argparse.Namespace) -> None:
         f"machine: {os.cpu_count()} cores shared by the control plane, the simulators and this script"
         " (and whatever else runs on it)"
     )
-    print(
-        f"control plane: `fleetdeck serve`, SQLite, heartbeat every 10 s; CPU at rest over {args.quiet_seconds:g} s;"
-        f" RPC: {args.rpcs} sequential GET .../fs/stat?scope=root to a random agent (fs.stat)"
+    replicas = rows[0].replicas if rows else 1
+    setup = (
+        f"{replicas} replicas of `fleetdeck serve` on one PostgreSQL database, NATS between them"
+        if replicas > 1
+        else "one `fleetdeck serve` on SQLite"
     )
+    print(
+        f"control plane: {setup}, {args.server or 'uvicorn'}, heartbeat every {heartbeat_s(args):g} s;"
+        f" CPU at rest over {args.quiet_seconds:g} s; RPC: {args.rpcs} sequential GET .../fs/stat?scope=root"
+        f" to a random agent (fs.stat)" + (", each asked of a random replica" if replicas > 1 else "")
+    )
+    if replicas > 1:
+        print(
+            "memory and CPU are summed over the replicas; relink: "
+            + (
+                "one replica killed and started again, the time until its agents are all linked again"
+                if rows and rows[0].killed == 1
+                else "all replicas killed and started again"
+            )
+        )
     goal_per_link = GOAL_MEMORY_BYTES / GOAL_FLEET
     print(
         f"goals (10,000 idle agents): under {_mib(GOAL_MEMORY_BYTES)} ({goal_per_link / 1024:.0f} KiB a link),"
@@ -411,7 +500,7 @@ def report(rows: Sequence[Figures], args: argparse.Namespace) -> None:
     )
     print()
     header = (
-        f"{'agents':>7} {'sims':>4} {'KiB/link':>9} {'total RSS':>10} {'CPU rest':>9}"
+        f"{'agents':>7} {'cps':>3} {'sims':>4} {'KiB/link':>9} {'total RSS':>10} {'CPU rest':>9}"
         f" {'RPC p50':>8} {'RPC p99':>8} {'relink':>8} {'gave up':>7}"
     )
     print(header)
@@ -421,12 +510,12 @@ def report(rows: Sequence[Figures], args: argparse.Namespace) -> None:
         p50 = f"{percentile(row.rpc_ms, 50):.1f}ms" if row.rpc_ms else "-"
         p99 = f"{percentile(row.rpc_ms, 99):.1f}ms" if row.rpc_ms else "-"
         print(
-            f"{row.n:>7,} {row.simulators:>4} {row.bytes_per_link / 1024:>9.1f} {_mib(row.rss_linked):>10}"
-            f" {row.cpu_percent:>8.1f}% {p50:>8} {p99:>8} {relink:>8} {row.gave_up:>7}"
+            f"{row.n:>7,} {row.replicas:>3} {row.simulators:>4} {row.bytes_per_link / 1024:>9.1f}"
+            f" {_mib(row.rss_linked):>10} {row.cpu_percent:>8.1f}% {p50:>8} {p99:>8} {relink:>8} {row.gave_up:>7}"
         )
     print(
-        f"{'goal':>7} {'':>4} {goal_per_link / 1024:>9.1f} {_mib(GOAL_MEMORY_BYTES):>10} {GOAL_CPU_PERCENT:>8.1f}%"
-        f" {'':>8} {'':>8} {GOAL_RELINK_S:>6.0f} s {0:>7}"
+        f"{'goal':>7} {'':>3} {'':>4} {goal_per_link / 1024:>9.1f} {_mib(GOAL_MEMORY_BYTES):>10}"
+        f" {GOAL_CPU_PERCENT:>8.1f}% {'':>8} {'':>8} {GOAL_RELINK_S:>6.0f} s {0:>7}"
     )
     print()
     for row in rows:
@@ -437,8 +526,11 @@ def report(rows: Sequence[Figures], args: argparse.Namespace) -> None:
         )
         print(
             f"  control plane CPU: {1000 * row.link_cpu_s / row.n:.1f} ms a link while the fleet first linked;"
-            f" {row.relink_cpu_s:.1f} s from its restart until all relinked"
+            f" {row.relink_cpu_s:.1f} s from the kill until the {row.relinked:,} links of the {row.killed} killed"
+            f" came back; from the kill until they answered again: {row.restart_s:.1f} s"
         )
+        if row.replicas > 1:
+            print(f"  agents per replica before the kill: {row.spread}")
         print(
             f"  simulators: {_mib(row.simulators_rss)} RSS, {100 * row.simulators_cpu_s / row.quiet_s:.1f} % of one"
             f" core at rest; RPCs: {len(row.rpc_ms)} ok"
@@ -454,6 +546,13 @@ def report(rows: Sequence[Figures], args: argparse.Namespace) -> None:
                 "  during the relink the link code logged: "
                 + ", ".join(f"{n} x {what!r}" for what, n in row.relink_events.most_common())
             )
+
+
+def heartbeat_s(args: argparse.Namespace) -> float:
+    from control_plane.settings import Settings
+
+    given: float | None = getattr(args, "heartbeat", None)
+    return given or Settings(db_url="").heartbeat_s
 
 
 def progress(message: str) -> None:
@@ -473,12 +572,14 @@ class _LogCounter(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.levelno >= logging.WARNING:
-            self.counts[str(record.msg).split(":")[0].split(" (")[0].replace("%s", "…")] += 1
+            kind = str(record.msg).split(":")[0].split(" (")[0].replace("%s", "…")
+            code = getattr(record.args[0], "code", None) if isinstance(record.args, tuple) and record.args else None
+            self.counts[kind if code is None else f"{kind} {code}"] += 1  # a close: which code
 
 
-def simulate(url: str, tokens_file: str, home: str, state: str, ramp_per_s: float) -> None:
-    """The simulator's main: link an agent per token in `tokens_file`, answer status questions
-    from stdin until it closes."""
+def simulate(urls: str, tokens_file: str, home: str, state: str, ramp_per_s: float) -> None:
+    """The simulator's main: link an agent per token in `tokens_file` (to the comma-separated
+    `urls`, rotated by one per agent), answer status questions from stdin until it closes."""
     import trio
 
     from agent import __version__
@@ -503,6 +604,19 @@ def simulate(url: str, tokens_file: str, home: str, state: str, ramp_per_s: floa
 
         return welcomed
 
+    replicas = urls.split(",")
+    links = [
+        AgentLink(
+            replicas[index % len(replicas) :] + replicas[: index % len(replicas)],
+            token,
+            handlers,
+            version=__version__,
+            hostname=f"sim-{index}",
+            on_welcome=on_welcome(index),
+        )
+        for index, token in enumerate(tokens)
+    ]
+
     async def answer(stdin: trio.lowlevel.FdStream) -> None:
         buffer = b""
         while True:
@@ -519,16 +633,14 @@ def simulate(url: str, tokens_file: str, home: str, state: str, ramp_per_s: floa
                     "welcomed": len(recent),
                     "last_welcome": max(recent, default=0.0),
                     "events": dict(counter.counts),
+                    "linked_to": Counter(link.url for link, t in zip(links, welcomed_at, strict=True) if t),
                 }
                 sys.stdout.write(json.dumps(status) + "\n")
                 sys.stdout.flush()
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
-            for index, token in enumerate(tokens):
-                link = AgentLink(
-                    url, token, handlers, version=__version__, hostname=f"sim-{index}", on_welcome=on_welcome(index)
-                )
+            for link in links:
                 nursery.start_soon(link.run)
                 if ramp_per_s > 0:
                     await trio.sleep(1 / ramp_per_s)
@@ -550,6 +662,10 @@ def main() -> None:
     parser.add_argument("--rpcs", type=int, default=300)
     parser.add_argument("--ramp", type=float, default=1000.0, help="agents started per second, in all (0: at once)")
     parser.add_argument("--relink-timeout", type=float, default=300.0)
+    parser.add_argument("--replicas", type=int, default=1, help="control planes on one PostgreSQL database, with NATS")
+    parser.add_argument("--kill", choices=("one", "all"), default="all", help="replicas killed for the relink")
+    parser.add_argument("--heartbeat", type=float, help="the control planes' FLEETDECK_HEARTBEAT_S (default: serve's)")
+    parser.add_argument("--server", choices=("uvicorn", "hypercorn"), help="their FLEETDECK_SERVER (default: serve's)")
     parser.add_argument("--simulate", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--tokens", help=argparse.SUPPRESS)
     parser.add_argument("--home", help=argparse.SUPPRESS)

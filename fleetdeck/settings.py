@@ -91,7 +91,7 @@ class Settings:
     agent_token: str | None = field(default=None, repr=False)
     theme: str | None = None
     log: LogLevel | None = None
-    heartbeat_s: float = 10.0
+    heartbeat_s: float = 30.0  # control_plane.settings.Settings.heartbeat_s says why
     job_grace_s: float = 30.0
     transfer_timeout_s: float = 6 * 3600.0
     job_output_cap_mb: float = 16.0

@@ -32,6 +32,7 @@ from control_plane.hub import (
     AgentSession,
     AgentTimeoutError,
 )
+from fleetdeck.launcher import free_port
 from tests.conftest import Stack
 from tests.helpers.link import (
     FAST,
@@ -492,7 +493,7 @@ async def hello_from(url: str, **fields: Any) -> AsyncIterator[Any]:
 @pytest.mark.anyio
 async def test_a_link_beyond_the_pending_limit_is_told_to_try_again(caplog: pytest.LogCaptureFixture) -> None:
     # One link set up at a time: while a first waits before its hello, the next is closed at once
-    # with 1013, which the agent takes as a network failure (its short backoff), not a refusal.
+    # with 1013, which the agent takes as "busy" (its busy backoff), not a refusal.
     from trio_websocket import open_websocket_url
 
     cp = make_control_plane(max_pending_links=1)
@@ -509,6 +510,29 @@ async def test_a_link_beyond_the_pending_limit_is_told_to_try_again(caplog: pyte
             await cp.wait_presence(online=True)  # set up: the next link is served again
             async with hello_from(url) as answer:
                 assert answer["t"] == protocol.WELCOME
+
+
+@pytest.mark.anyio
+async def test_a_link_told_to_try_again_waits_the_busy_backoff(caplog: pytest.LogCaptureFixture) -> None:
+    # Every link is turned away with 1013: only the busy backoff (fast here) lets the agent dial
+    # again; the network one would wait 1000 s.
+    cp = make_control_plane(max_pending_links=0)
+    async with serving(cp.hub) as url:
+        link = AgentLink(url, TOKEN, {}, version="1", backoff=NEVER, busy_backoff=FAST, auth_backoff=NEVER)
+        caplog.set_level(logging.WARNING, logger="fleetdeck.agent")
+        with trio.move_on_after(1.0):
+            await link.run()
+        assert caplog.text.count(f"code={protocol.CLOSE_TRY_AGAIN}") >= 3
+
+
+@pytest.mark.anyio
+async def test_a_failed_dial_waits_the_network_backoff_not_the_busy_one(caplog: pytest.LogCaptureFixture) -> None:
+    # Nothing listens: only the network backoff (fast here) lets the agent dial again.
+    link = AgentLink(f"http://127.0.0.1:{free_port()}", TOKEN, {}, version="1", backoff=FAST, busy_backoff=NEVER)
+    caplog.set_level(logging.WARNING, logger="fleetdeck.agent")
+    with trio.move_on_after(1.0):
+        await link.run()
+    assert caplog.text.count("cannot connect to") >= 3
 
 
 @pytest.mark.anyio

@@ -50,7 +50,14 @@ class Backoff:
 
 _DISCONNECT_TIMEOUT_S = 2.0
 
-NETWORK_BACKOFF = Backoff(base=1.0, cap=60.0)
+# A dial that fails (nothing listens, the network is down) costs the control plane nothing, so its
+# cap is short: it bounds how long a fleet takes to come back after its control plane restarts, as
+# the agents that failed most while it was down wait up to a whole cap once it is back. With 60 s, a
+# restart of 6 s already left the last of 10,000 agents a minute away (benchmarks/fleet.py).
+NETWORK_BACKOFF = Backoff(base=1.0, cap=15.0)
+# A control plane that answers "try again later" (close code 1013: too many links being set up at
+# once) spends work on each such answer: those retries spread over up to a minute.
+BUSY_BACKOFF = Backoff(base=1.0, cap=60.0)
 AUTH_BACKOFF = Backoff(base=30.0, cap=600.0)
 MAX_QUEUED_REPORTS = 1000
 
@@ -103,6 +110,7 @@ class AgentLink:
         job_kinds: Iterable[str] = (),
         on_welcome: OnWelcome | None = None,
         backoff: Backoff = NETWORK_BACKOFF,
+        busy_backoff: Backoff = BUSY_BACKOFF,
         auth_backoff: Backoff = AUTH_BACKOFF,
         ssl_context: ssl.SSLContext | None = None,
         connect_timeout: float = 10.0,
@@ -118,7 +126,9 @@ class AgentLink:
         self.job_kinds = sorted(job_kinds)  # the kinds ``job.run`` has a handler for, said in hello
         self.on_welcome = on_welcome
         self.backoff = backoff
+        self.busy_backoff = busy_backoff
         self.auth_backoff = auth_backoff
+        self._told_busy = False  # the last dial was answered "try again later" (1013)
         if ssl_context is None and any(url.startswith("wss:") for url in self.urls):
             ssl_context = ssl.create_default_context()
         self._ssl_context = ssl_context  # for the wss: URLs only (trio-websocket refuses one for ws:)
@@ -156,10 +166,11 @@ class AgentLink:
         A refused token moves on to the next URL as well (a replica pointed at the wrong database
         must not keep the agent off the others), but a sweep in which a replica refused it waits
         the long auth backoff: the token is checked in the database every replica shares, so one
-        refusal is the whole cluster's answer.
+        refusal is the whole cluster's answer. A sweep in which a replica said "try again later"
+        (1013) waits the busy backoff, whose cap is longer than that of a failed dial.
         """
         attempt = auth_attempt = 0
-        failed = refused = 0  # dials of the current sweep that failed, and were refused
+        failed = refused = busy = 0  # dials of the current sweep that failed, were refused, found it busy
         following = 0  # the index of the next URL to dial
         while True:
             self.url = self.urls[following]
@@ -174,9 +185,10 @@ class AgentLink:
                 log.exception("agent link to %s failed unexpectedly", self.url)
                 healthy = False
             if healthy:
-                attempt = auth_attempt = failed = refused = 0
+                attempt = auth_attempt = failed = refused = busy = 0
             else:
                 failed += 1
+                busy += self._told_busy
                 if failed < len(self.urls):
                     continue
             if refused:
@@ -184,10 +196,10 @@ class AgentLink:
                 auth_attempt += 1
                 log.error("check the agent token; retrying in %.1f s", delay)
             else:
-                delay = self.backoff.delay(attempt)
+                delay = (self.busy_backoff if busy else self.backoff).delay(attempt)
                 attempt += 1
                 log.info("reconnecting to %s in %.1f s", self.urls[following], delay)
-            failed = refused = 0
+            failed = refused = busy = 0
             await trio.sleep(delay)
 
     async def run_once(self) -> bool:
@@ -197,6 +209,7 @@ class AgentLink:
         the same server (two agents sharing a token must not reset each other's backoff forever).
         """
         session: _Session | None = None
+        self._told_busy = False
         try:
             try:
                 async with open_websocket_url(
@@ -224,6 +237,7 @@ class AgentLink:
             code = exc.reason.code if exc.reason is not None else None
             if code == protocol.CLOSE_AUTH_REFUSED:
                 raise LinkAuthRefused(close_code=code) from None
+            self._told_busy = code == protocol.CLOSE_TRY_AGAIN
             log.warning("link closed (%s)", exc.reason)
         except (HandshakeError, OSError) as exc:
             # HandshakeError wraps the OSError that says what actually went wrong.

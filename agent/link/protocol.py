@@ -133,7 +133,8 @@ Close codes
     4401 `CLOSE_AUTH_REFUSED`, 4408 `CLOSE_HEARTBEAT_TIMEOUT`, 4409 `CLOSE_REPLACED` (a newer
     link of the same server took over), 1002 `CLOSE_PROTOCOL_ERROR`, 1011 `CLOSE_INTERNAL_ERROR`,
     1013 `CLOSE_TRY_AGAIN` (the control plane is busy setting up other links, as in the storm
-    of relinks after its restart: the agent backs off as after a network failure and tries again).
+    of relinks after its restart: the agent backs off, with a longer cap than after a failed dial,
+    and tries again).
 
 Unknown frame types are ignored by both ends, so either side may add a message type without
 breaking an older peer.
