@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -554,3 +555,40 @@ def test_a_dead_replica_takes_its_agents_offline_and_fails_its_transfers(fleet: 
     assert "Traceback" not in logged and "ERROR" not in logged, logged
     cut = [line for line in logged.splitlines() if "answer cut short" in line]
     assert len(cut) == 1 and cut[0].startswith("WARNING ") and "/fs/download" in cut[0], logged
+
+
+def test_a_replica_taken_for_dead_while_it_ran_claims_its_links_again(nats: NatsServer, tmp_path: Path) -> None:
+    """A replica stopped past the others' patience (here SIGSTOP; in life a starved CPU or a
+    slow database) has its links released by them; its agents keep their links to it (a 30 s
+    heartbeat outlasts the stop), so once it runs again it must say it holds them."""
+    db_url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    env = {**ENV, "FLEETDECK_HEARTBEAT_S": "30", "FLEETDECK_SERVER": "uvicorn"}
+    admin(db_url, "create-org", "acme", "--plan", "max")
+    admin(db_url, "create-user", "owner@acme.test", "--org", "acme", "--role", "owner", "--password", PASSWORD)
+    server = admin(db_url, "create-server", "web-1", "--org", "acme")
+    a, b = (start_replica(tmp_path, db_url, nats.url, f"replica-{name}", env) for name in "ab")
+    home = tmp_path / "home"
+    (home / "site-a").mkdir(parents=True)
+    agent = None
+    try:
+        token = httpx.post(f"{b.base_url}/v1/auth/login", json={"email": "owner@acme.test", "password": PASSWORD})
+        token = token.json()["token"]
+        server_id = str(server["id"])
+        agent = AgentProcess(a, server_id, str(server["agent_token"]), home, tmp_path / "state", api_token=token)
+        wait_until(lambda: _online_on(b, token, server_id), timeout=30)
+        assert a.process is not None
+        a.process.send_signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: not _online_on(b, token, server_id), timeout=30)  # B released A's link
+        finally:
+            a.process.send_signal(signal.SIGCONT)
+        wait_until(lambda: _online_on(b, token, server_id), timeout=30)
+        with b.http(token) as http:
+            listed = http.get(f"/v1/servers/{server_id}/fs/list", params={"scope": "root"})
+        assert listed.status_code == 200, listed.text  # relayed to A, where the link still is
+        assert "taken for dead while it ran" in a.log()
+    finally:
+        if agent is not None:
+            agent.stop()
+        a.stop()
+        b.stop()

@@ -338,6 +338,12 @@ class AgentHub:
                 await _close(link.websocket, link.close_code)
                 await self._report_presence(server_id)
 
+    async def report_all_again(self) -> None:
+        """Report every link held here as new (what was stored of them was lost meanwhile)."""
+        for server_id in list(self._links):
+            self._reported.pop(server_id, None)
+            await self._report_presence(server_id)
+
     async def _report_presence(self, server_id: str) -> None:
         if self._on_presence is None:
             return

@@ -162,6 +162,7 @@ class Replicas:
             async with anyio.create_task_group() as group:
                 self.calls.task_group = group
                 group.start_soon(self._beat)
+                group.start_soon(self._keep_house)
                 group.start_soon(self._serve_calls, calls)
                 group.start_soon(self._follow_presence, presence)
                 group.start_soon(self._follow_jobs, stored)
@@ -194,8 +195,17 @@ class Replicas:
                 self._hub.disconnect(server_id.decode())
 
     async def _beat(self) -> None:
+        """The heartbeat alone, so that slow housekeeping (below) never makes it late. A replica
+        late all the same (stopped, starved of CPU or database) is taken for dead by the others,
+        who release its links: once it beats again, it says again that it holds them."""
         while True:
-            await self._db.run(store.beat, self.id)
+            if not await self._db.run(store.beat, self.id):
+                log.warning("replica %s: taken for dead while it ran; claiming its links again", self.id)
+                await self._hub.report_all_again()
+            await anyio.sleep(HEARTBEAT_S)
+
+    async def _keep_house(self) -> None:
+        while True:
             await self._db.run(store.prune_presence_events, self._presence.capacity)
             await self._load_presence()  # also what a lost wake-up did not bring
             live = await self._db.run(store.live_replicas, STALE_AFTER_S)

@@ -16,12 +16,15 @@ from control_plane.storage.schema import presence_events, replicas, servers
 Row = dict[str, Any]
 
 
-def beat(conn: Connection, replica_id: str) -> None:
-    """This replica is alive now (its row made on the first beat)."""
+def beat(conn: Connection, replica_id: str) -> bool:
+    """This replica is alive now (its row made on the first beat). False when its row had to be
+    made: on the first beat, or after the others took it for dead and released its links."""
     now = time.time()
     updated = conn.execute(replicas.update().where(replicas.c.id == replica_id).values(heartbeat_at=now))
     if updated.rowcount == 0:
         conn.execute(replicas.insert().values(id=replica_id, started_at=now_iso(), heartbeat_at=now))
+        return False
+    return True
 
 
 def leave(conn: Connection, replica_id: str) -> None:
