@@ -10,7 +10,6 @@ gracefully at the end of its test, and nothing it started (nginx, HAProxy) may b
 
 from __future__ import annotations
 
-import socket
 import ssl
 import threading
 import uuid
@@ -29,7 +28,7 @@ from fleetdeck.launcher import free_port
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_for, wait_until
 from tests.helpers.http_backends import Backend, start_backends, stop_backends
-from tests.helpers.load_balancers import APPLY_TIMEOUT_S, LinkedNode, Org
+from tests.helpers.load_balancers import APPLY_TIMEOUT_S, LinkedNode, Org, https_get
 from tests.helpers.pebble import pebble_installed, run_pebble
 from tests.helpers.tui import open_screen, pick, run
 from tui.app import FleetdeckApp
@@ -379,19 +378,6 @@ def test_tls_serves_a_certificate_from_the_acme_ca_for_the_hostname(
         finally:
             stop_node(node)
     assert processes_under(tmp_path / "pebble") == [], "pebble left running"
-
-
-def https_get(port: int, hostname: str, context: ssl.SSLContext) -> str:
-    """GET / over TLS at 127.0.0.1:`port` with SNI `hostname`; the certificate must verify for it."""
-    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
-    with raw, context.wrap_socket(raw, server_hostname=hostname) as tls:
-        tls.sendall(f"GET / HTTP/1.1\r\nHost: {hostname}\r\nConnection: close\r\n\r\n".encode())
-        data = b""
-        while chunk := tls.recv(65536):
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    assert head.split(b" ", 2)[1] == b"200", head
-    return body.decode()
 
 
 # --- 8. the TUI's pool keys, seen on the real proxy ---------------------------------------------------

@@ -21,6 +21,8 @@ import hashlib
 import os
 import shutil
 import socket
+import ssl
+import stat
 import subprocess
 import sys
 import threading
@@ -36,10 +38,12 @@ from urllib.parse import unquote
 import httpx
 import pytest
 import trio
+from cryptography.hazmat.primitives import serialization
 
 from agent import __version__
 from agent.jobs.base import JobContext
 from agent.jobs.proc import read_pid
+from agent.load_balancers.acme import current_certificate
 from agent.load_balancers.engine import ipv6_available
 from agent.load_balancers.haproxy import SYSTEM_MASTER_SOCKET, SYSTEM_STATS_SOCKET, master_command, parse_show_proc
 from agent.load_balancers.node import LbNode
@@ -49,7 +53,8 @@ from fleetdeck.launcher import child_environment
 from tests.conftest import Stack
 from tests.helpers import eventually, wait_until
 from tests.helpers.http_backends import Backend, start_backends, stop_backends
-from tests.helpers.load_balancers import Node, Org
+from tests.helpers.load_balancers import Node, Org, https_get
+from tests.helpers.pebble import Pebble, pebble_installed, run_pebble
 
 INSIDE_ENV = "LB_SYSTEM_TEST_NAMESPACE"  # set (to a scratch folder) by the outer test for the run inside
 INSIDE = os.environ.get(INSIDE_ENV)
@@ -61,6 +66,7 @@ REAPING_INIT = ROOT / "tests" / "helpers" / "reaping_init.py"  # PID 1 of the na
 NGINX_CONF_D = Path("/etc/nginx/conf.d")
 DEFAULT_SITE = Path("/etc/nginx/sites-enabled/default")
 NGINX_PIDFILE = Path("/run/nginx.pid")
+HAPROXY_CONF_D = Path("/etc/haproxy/conf.d")
 
 
 # --- the run inside the namespace -----------------------------------------------------------------
@@ -154,9 +160,9 @@ def backends(private_system: Path) -> Iterator[list[Backend]]:
     stop_backends(started)
 
 
-def system_node(engine: str, state: Path) -> Node:
+def system_node(engine: str, state: Path, **settings: Any) -> Node:
     """The agent's load balancers as in production: no port map, no listen address."""
-    lb = LbNode(LbSettings(broken_render_hook=True), str(state))
+    lb = LbNode(LbSettings(broken_render_hook=True, **settings), str(state))
     ctx = JobContext(str(state), str(state), SiteRegistry(str(state)), __version__, lb=lb)
     return Node(engine, lb, ctx, 80, lb.root)
 
@@ -169,6 +175,16 @@ def nginx_node(private_system: Path, tmp_path_factory: pytest.TempPathFactory) -
 @pytest.fixture(scope="module")
 def haproxy_node(private_system: Path, tmp_path_factory: pytest.TempPathFactory) -> Node:
     return system_node("haproxy", tmp_path_factory.mktemp("haproxy-node"))
+
+
+@pytest.fixture(scope="module")
+def pebble(private_system: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pebble]:
+    """The ACME CA in the namespace: its HTTP-01 validations go to port 80 of the namespace's
+    loopback, where the node's own engine answers them (as Let's Encrypt reaches a node's port 80)."""
+    if not pebble_installed():
+        pytest.skip("pebble is not installed (Debian package: pebble)")
+    with run_pebble(tmp_path_factory.mktemp("pebble"), http_port=80) as running:
+        yield running
 
 
 async def answers(node: Node, n: int, host: str = "anything.example") -> Counter[str]:
@@ -325,6 +341,14 @@ async def test_nginx_is_installed_with_apt_on_first_use(nginx_node: Node, backen
     assert code == 0, out.err  # port 80 is HAProxy's next
 
 
+@inside
+@pytest.mark.anyio
+async def test_nginx_on_443_serves_a_certificate_from_the_acme_ca(
+    pebble: Pebble, backends: list[Backend], tmp_path: Path
+) -> None:
+    await serves_https_from_the_acme_ca(pebble, "nginx", backends, tmp_path)
+
+
 # --- HAProxy: installed by apt on first use, the node's own, through /etc/init.d/haproxy ----------
 
 
@@ -477,6 +501,45 @@ async def test_haproxy_remove_stops_serving(haproxy_node: Node) -> None:
     assert not conf_file(haproxy_node).exists()
     with pytest.raises(httpx.ConnectError):
         haproxy_node.get()
+
+
+@inside
+@pytest.mark.anyio
+async def test_haproxy_on_443_serves_a_certificate_from_the_acme_ca(
+    pebble: Pebble, backends: list[Backend], tmp_path: Path
+) -> None:
+    await serves_https_from_the_acme_ca(pebble, "haproxy", backends, tmp_path)
+
+
+async def serves_https_from_the_acme_ca(pebble: Pebble, engine: str, backends: list[Backend], state: Path) -> None:
+    """A load balancer on port 443 of the node's own `engine`: its certificate is asked of `pebble`
+    while the engine's port 80 answers the HTTP-01 challenge; the key is made and kept on the node.
+    Ports 80 and 443 are given back at the end (the next tests take port 80)."""
+    node = system_node(engine, state, acme_directory=pebble.directory_url, acme_ca_bundle=str(pebble.ca_bundle))
+    hostname = f"shop-{engine}.fleetdeck.test"
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.node.run)  # the HTTP-01 responder the engine's port 80 sends pebble to
+        try:
+            code, outcome, out = await node.apply("shop", **node.spec(backends, port=443, hostname=hostname))
+            assert code == 0 and outcome["state"] == "active", (outcome, out.err, pebble.log())
+            cert = current_certificate(node.node.acme, hostname)
+            assert cert is not None and cert.key.resolve().is_relative_to(state)  # where production keeps it
+            for secret in (cert.key, cert.bundle):
+                assert stat.S_IMODE(secret.stat().st_mode) == 0o600, secret
+            config = node.node.engines[engine].path("lb-shop")
+            assert config.parent in (NGINX_CONF_D, HAPROXY_CONF_D) and "PRIVATE KEY" not in config.read_text()
+            root = (await trio.to_thread.run_sync(pebble.root)).public_bytes(serialization.Encoding.PEM).decode()
+            context = ssl.create_default_context(cadata=root)
+            # As the module's other tests: a set, not an even spread (the node's own nginx has a
+            # worker per core, each with its own round robin).
+            seen = {await trio.to_thread.run_sync(https_get, 443, hostname, context) for _ in range(30)}
+            assert seen == {"alpha", "beta", "gamma"}
+        finally:
+            code, out = await node.job("lb.remove", {"id": "lb-shop", "name": "shop", "engine": engine})
+            nursery.cancel_scope.cancel()
+    assert code == 0, out.err
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", 443), timeout=10)
 
 
 # --- the whole product: a production-mode agent process linked to a control plane ------------------

@@ -7,6 +7,8 @@ context, jobs run as the agent runs them), an org of its own for the TUI whose n
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -91,6 +93,19 @@ class Node:
 
     async def spread(self, n: int, host: str | None = None) -> Counter[str]:
         return Counter([await trio.to_thread.run_sync(self.get, "/", host) for _ in range(n)])
+
+
+def https_get(port: int, hostname: str, context: ssl.SSLContext) -> str:
+    """GET / over TLS at 127.0.0.1:`port` with SNI `hostname`; the certificate must verify for it."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+    with raw, context.wrap_socket(raw, server_hostname=hostname) as tls:
+        tls.sendall(f"GET / HTTP/1.1\r\nHost: {hostname}\r\nConnection: close\r\n\r\n".encode())
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.split(b" ", 2)[1] == b"200", head
+    return body.decode()
 
 
 # --- an org for the TUI: a node without agent, lite servers as backends --------------------------
