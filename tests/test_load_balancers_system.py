@@ -10,7 +10,8 @@ tmpfs and port 80 of every address is the namespace's own loopback. Its PID 1 re
 (tests/helpers/reaping_init.py); when it ends, the kernel ends every process of the namespace
 (nginx, HAProxy) and the namespace's mounts go with it. The tests inside run in file order:
 nginx first, then HAProxy on the same port 80 once nginx gave it back (both at the agent level,
-jobs run as the agent runs them), and last the whole product: a control plane and a
+jobs run as the agent runs them; each ends with a load balancer on port 443 whose certificate
+pebble, run in the namespace, issues after validating over port 80), and last the whole product: a control plane and a
 production-mode agent process. apt installs from its cache (nginx) or, as on a fresh image with
 no package lists, from a mirror on loopback (HAProxy): the namespace has no network.
 """
