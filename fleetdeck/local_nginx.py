@@ -14,6 +14,7 @@ import getpass
 import logging
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 import anyio
@@ -26,6 +27,7 @@ from agent.sites import write_atomically
 log = logging.getLogger("fleetdeck.local")
 
 TEMP_FOLDERS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+QUIT_WAIT_S = 10.0  # then it is killed
 LEFT_OVER_WAIT_S = 10.0
 
 
@@ -85,24 +87,31 @@ def prepare(folder: Path, layout_file: Path, port: int, tls_port: int) -> NginxL
 async def run_nginx(nginx: NginxLayout, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """Run the stack's nginx until cancelled (then its master is told to quit, and waited for).
     A stack killed outright cannot tell it: util-linux's ``setpriv --pdeathsig`` has the kernel
-    send the master SIGQUIT when the stack dies; an nginx left all the same is quit at the next start."""
+    send the master SIGQUIT when the stack dies; an nginx left all the same is quit at the next start.
+
+    The kernel sends that signal when the *thread* that started nginx ends, not the process. So
+    nginx is started here, on the stack's own event-loop thread, which lives as long as the stack:
+    `anyio.open_process` under trio starts it on a worker thread, whose end (idle for 10 s) quit
+    nginx under a running stack."""
     await _stop_left_over(nginx)
     argv = [nginx.control.commands["reload"][0], "-c", nginx.conf, "-g", "daemon off;"]
     setpriv = which("setpriv")
     if setpriv is not None:
         argv = [setpriv, "--pdeathsig", "QUIT", "--", *argv]
-    async with await anyio.open_process(argv, stdin=None, stdout=None, stderr=None) as process:
-        task_status.started()
-        try:
-            code = await process.wait()
-            log.warning("the stack's nginx exited %s: see %s", code, Path(nginx.conf).parent / "error.log")
-        finally:
-            if process.returncode is None:
-                process.send_signal(signal.SIGQUIT)  # a graceful stop, as `nginx -s quit`
-                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                    await process.wait()
-                if process.returncode is None:
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL)  # noqa: ASYNC220 (on this thread: see above)
+    task_status.started()
+    try:
+        code = await anyio.to_thread.run_sync(process.wait, abandon_on_cancel=True)
+        log.warning("the stack's nginx exited %s: see %s", code, Path(nginx.conf).parent / "error.log")
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGQUIT)  # a graceful stop, as `nginx -s quit`
+            with anyio.CancelScope(shield=True):
+                try:
+                    await anyio.to_thread.run_sync(process.wait, QUIT_WAIT_S)
+                except subprocess.TimeoutExpired:
                     process.kill()
+                    process.wait()
 
 
 async def _stop_left_over(nginx: NginxLayout) -> None:
