@@ -76,9 +76,6 @@ class Nginx(Engine):
         lines = [
             f"# fleetdeck load balancer {spec.name} ({spec.id}), revision {spec.revision}: written by the agent",
             f"upstream {upstream} {{",
-            # Shared by the workers: the node's own nginx runs one worker per core, each of which
-            # would otherwise keep its own round robin and its own count of a backend's failures.
-            f"    zone {upstream} 64k;",
         ]
         if spec.algorithm == "least_conn":
             lines.append("    least_conn;")
