@@ -26,7 +26,7 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.jobs.base import JobError, Output
-from agent.jobs.proc import capture_command, child_pids, read_pid, require, stream_command
+from agent.jobs.proc import capture_command, child_pids, process_exiting, read_pid, require, stream_command
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 
@@ -278,11 +278,23 @@ NGINX_RELOAD_WAIT_S = 15.0
 
 
 def worker_leaving(worker: int) -> bool:
-    """An old nginx worker is gone or shutting down (it closed its listening sockets)."""
+    """An old nginx worker is shutting down (it closed its listening sockets), exiting, or gone.
+
+    A worker with nothing left to serve exits right after it says "shutting down": from then until
+    its master reaps it, its cmdline reads empty, so the title alone would take it for one still
+    serving. Its cmdline is read first: a worker that exits meanwhile is exiting when asked next."""
     try:
-        return b"shutting down" in Path(f"/proc/{worker}/cmdline").read_bytes()
+        if b"shutting down" in Path(f"/proc/{worker}/cmdline").read_bytes():
+            return True
     except OSError:
         return True
+    return process_exiting(worker)
+
+
+def nginx_reload_took(master: int, before: set[int]) -> bool:
+    """The reload of the nginx `master` whose workers were `before` took: it has new workers, and
+    the old ones accept no more (else a request may still meet the old rules)."""
+    return bool(child_pids(master) - before) and all(worker_leaving(pid) for pid in before)
 
 
 async def reload_nginx(nginx: NginxLayout) -> None:
@@ -294,11 +306,8 @@ async def reload_nginx(nginx: NginxLayout) -> None:
     if master is None:
         return  # not running here (or no pid file where the layout says): nothing to wait for
 
-    def took() -> bool:
-        return bool(child_pids(master) - before) and all(worker_leaving(pid) for pid in before)
-
     deadline = time.monotonic() + NGINX_RELOAD_WAIT_S
-    while not await trio.to_thread.run_sync(took):
+    while not await trio.to_thread.run_sync(nginx_reload_took, master, before):
         if time.monotonic() > deadline:
             raise JobError(
                 f"nginx started no new worker within {NGINX_RELOAD_WAIT_S:.0f} s of the reload: see its error log"
@@ -313,9 +322,11 @@ __all__ = [
     "ServiceControl",
     "control_argv",
     "control_service",
+    "nginx_reload_took",
     "rc_links",
     "reload_nginx",
     "system_argv",
     "systemd_running",
     "sysv_enabled",
+    "worker_leaving",
 ]

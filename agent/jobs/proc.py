@@ -315,6 +315,18 @@ def pid_alive(pid: int) -> bool:
     return not _is_zombie(pid)
 
 
+PF_EXITING = 0x4  # a task's flag (linux/sched.h): set when it starts to exit, kept while a zombie
+
+
+def process_exiting(pid: int) -> bool:
+    """`pid` is gone, exiting, or exited and not yet reaped by its parent (a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return bool(int(stat.rsplit(")", 1)[1].split()[6]) & PF_EXITING)
+
+
 def _is_zombie(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

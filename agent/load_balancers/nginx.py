@@ -24,7 +24,7 @@ import signal
 from pathlib import Path
 
 from agent.jobs.base import Output
-from agent.jobs.host import systemd_running, worker_leaving
+from agent.jobs.host import nginx_reload_took, systemd_running
 from agent.jobs.proc import capture_command, child_pids, pid_alive, read_pid, which
 from agent.load_balancers.engine import (
     Engine,
@@ -192,14 +192,13 @@ class Nginx(Engine):
                 if code != 0:
                     return (err + out).strip() or f"{' '.join(argv)} exited with {code}"
 
-            def took() -> bool:
-                # new workers, and the old ones no longer accept (else a request may still meet the old rules)
-                return bool(child_pids(master) - before) and all(worker_leaving(pid) for pid in before)
-
-            await wait_for(lambda: took() or log_since(self.error_log, offset, _errors))
-            if took():
+            # The wait's own answer decides: a second look could meet an old worker in a later state.
+            seen = await wait_for(
+                lambda: nginx_reload_took(master, before) or log_since(self.error_log, offset, _errors)
+            )
+            if seen is True:
                 return None
-            return log_since(self.error_log, offset, _errors) or "nginx started no new worker process after the reload"
+            return str(seen or "nginx started no new worker process after the reload")
 
     async def _start(self) -> str | None:
         binary = which(self.binary) or self.binary
