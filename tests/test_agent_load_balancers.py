@@ -203,6 +203,22 @@ async def test_two_load_balancers_side_by_side(node: Node, backends: list[Backen
 
 
 @pytest.mark.anyio
+async def test_the_most_backends_the_contract_allows_fit_in_nginxs_shared_zone(
+    node: Node, backends: list[Backend]
+) -> None:
+    """256 backends (the contract's limit): 3 that answer and 253 drained ones, on free ports.
+    Under nginx the pool sits in a zone the workers share, which `nginx -t` refuses when too small."""
+    spec = node.spec(backends)
+    spec["backends"] += [
+        {"id": f"idle-{n}", "server_id": f"srv-idle-{n}", "address": "127.0.0.1", "port": 1, "drained": True}
+        for n in range(256 - len(backends))
+    ]
+    code, outcome, out = await node.apply(**spec)
+    assert code == 0 and outcome["state"] == "active", (outcome, out.err)
+    assert await node.spread(30) == Counter({backend.name: 10 for backend in backends})
+
+
+@pytest.mark.anyio
 async def test_remove_stops_serving_and_is_idempotent(node: Node, backends: list[Backend]) -> None:
     args = {"id": "lb-web", "name": "web", "engine": node.engine}
     code, out = await node.job("lb.remove", args)
