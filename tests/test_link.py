@@ -450,9 +450,33 @@ async def test_heartbeat_drops_a_silent_agent() -> None:
 
 
 @pytest.mark.anyio
-async def test_the_control_plane_answers_each_ping_and_sends_none_of_its_own() -> None:
-    # A hand-made agent pinging for three times the silence the hub tolerates: each ping gets a
-    # pong, nothing else comes (no ping from the control plane), and the link stays up.
+async def test_an_idle_link_is_kept_by_alive_messages_and_pongs_the_app_never_sends() -> None:
+    # A hand-made agent beating as the link code does, for three times the silence the hub
+    # tolerates: each WebSocket ping gets its pong (from the server, not the app), the app sends
+    # nothing at all, and the link stays up.
+    from trio_websocket import open_websocket_url
+
+    cp = make_control_plane(heartbeat_s=0.2)
+    async with serving(cp.hub) as url:
+        ws_url = url.replace("http", "ws") + protocol.LINK_PATH
+        async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {TOKEN}".encode())]) as ws:
+            hello: dict[str, Any] = {"t": "hello", "version": "1", "boot_id": "b", "handlers": [], "hostname": "h"}
+            await ws.send_message(protocol.encode(hello))
+            assert protocol.decode(await ws.get_message())["t"] == protocol.WELCOME
+            await cp.wait_presence(online=True)
+            for _ in range(9):  # 9 x 0.2 s = 3 x dead_after(0.2)
+                await ws.send_message(protocol.encode({"t": protocol.ALIVE}))
+                with trio.fail_after(5):
+                    await ws.ping()
+                with trio.move_on_after(0.2) as idle:  # the agent's own pace, and nothing may come meanwhile
+                    await ws.get_message()
+                assert idle.cancelled_caught
+            assert [session is not None for _, session in cp.presence] == [True]
+            assert cp.hub.is_online(SERVER_ID)
+
+
+@pytest.mark.anyio
+async def test_an_agent_older_than_alive_gets_a_pong_for_each_ping() -> None:
     from trio_websocket import open_websocket_url
 
     cp = make_control_plane(heartbeat_s=0.2)
@@ -586,16 +610,48 @@ async def test_agent_drops_a_silent_control_plane(caplog: pytest.LogCaptureFixtu
         ws = await request.accept()
         await ws.get_message()  # hello
         await ws.send_message(protocol.encode({"t": "welcome", "server_id": "s", "heartbeat_s": 0.1}))
-        while True:  # reads everything, answers nothing
-            await ws.get_message()
+        # Stuck: it reads nothing more. Its WebSocket's reader stops once its queue (one message)
+        # is full, and with it the pongs to the agent's pings, as a control plane's whose event
+        # loop no longer runs.
+        await trio.sleep_forever()
 
     async with trio.open_nursery() as nursery:
-        server = await nursery.start(partial(serve_websocket, silent_control_plane, "127.0.0.1", 0, ssl_context=None))
+        serve = partial(serve_websocket, silent_control_plane, "127.0.0.1", 0, ssl_context=None, message_queue_size=1)
+        server = await nursery.start(serve)
         link = AgentLink(f"http://127.0.0.1:{server.port}", TOKEN, {}, version="1")
         with trio.fail_after(3):
             assert await link.run_once() is True  # welcomed, then given up on
         assert "no word from the control plane" in caplog.text
         assert link.server_id == "s"
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_agent_keeps_a_control_plane_that_answers_its_pings_and_nothing_else() -> None:
+    # The control plane's app answers no heartbeat (its WebSocket layer pongs the pings): for three
+    # times the silence the agent tolerates, the agent keeps the link and says "alive" each period.
+    from trio_websocket import WebSocketRequest, serve_websocket
+
+    received: list[str] = []
+    gone = trio.Event()
+
+    async def quiet_control_plane(request: WebSocketRequest) -> None:
+        ws = await request.accept()
+        await ws.get_message()  # hello
+        await ws.send_message(protocol.encode({"t": "welcome", "server_id": "s", "heartbeat_s": 0.1}))
+        try:
+            while True:  # reads everything (its reader pongs the pings), sends nothing
+                received.append(protocol.decode(await ws.get_message())["t"])
+        finally:
+            gone.set()
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(partial(serve_websocket, quiet_control_plane, "127.0.0.1", 0, ssl_context=None))
+        nursery.start_soon(AgentLink(f"http://127.0.0.1:{server.port}", TOKEN, {}, version="1").run_once)
+        with trio.move_on_after(3 * protocol.dead_after(0.1)):
+            await gone.wait()
+        assert not gone.is_set()
+        assert received.count(protocol.ALIVE) >= 5 and set(received) == {protocol.ALIVE}
         nursery.cancel_scope.cancel()
 
 

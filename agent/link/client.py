@@ -324,13 +324,26 @@ class _Session:
         return float(heartbeat_s)
 
     async def _heartbeat(self, heartbeat_s: float, scope: trio.CancelScope) -> None:
+        """Every `heartbeat_s`: an "alive" message, which the control plane's app reads and does
+        not answer, and a WebSocket ping, which its server answers without the app (see the
+        protocol's Heartbeat). Drop the link once the control plane has been silent, not even a
+        pong, for `dead_after`."""
+        limit = protocol.dead_after(heartbeat_s)
+        beat = trio.current_time()
         while True:
-            await trio.sleep(heartbeat_s)
-            if trio.current_time() - self._last_received > protocol.dead_after(heartbeat_s):
-                log.warning("no word from the control plane for %.1f s: dropping the link", 3 * heartbeat_s)
+            beat += heartbeat_s
+            await trio.sleep_until(beat)
+            if trio.current_time() - self._last_received > limit:
+                log.warning("no word from the control plane for %.1f s: dropping the link", limit)
                 scope.cancel()
                 return
-            await self._send_quietly({"t": protocol.PING})
+            await self._send_quietly({"t": protocol.ALIVE})
+            with trio.move_on_after(heartbeat_s / 2):
+                try:
+                    await self._ws.ping()
+                except ConnectionClosed:
+                    return  # the receive loop sees the close and ends the session
+                self._last_received = trio.current_time()
 
     async def _receive_loop(self, nursery: trio.Nursery) -> None:
         # Never awaits a send: the peer may be blocked sending to us, and both would wait forever.

@@ -40,12 +40,19 @@ Handshake
     the same process from a restart. The control plane waits at most `HELLO_TIMEOUT_S` for hello.
 
 Heartbeat
-    The agent sends ``{"t": "ping"}`` every ``heartbeat_s`` (the control plane's choice, sent in
-    welcome); the control plane answers each with ``{"t": "pong"}``. Each side closes the link
-    when it has received nothing at all (any frame counts) for ``3 * heartbeat_s``
-    (`dead_after`). The control plane sends no ping of its own (one frame each way per agent and
-    period is what an idle fleet costs it); an agent answers a ping with a pong all the same, as
-    a control plane older than this rule also pings.
+    Every ``heartbeat_s`` (the control plane's choice, sent in welcome) the agent sends
+    ``{"t": "alive"}``, which asks no answer, and a WebSocket ping (RFC 6455's control frame, not
+    a message). The control plane's WebSocket layer answers the ping by itself, without the app
+    (uvicorn and hypercorn both do), so an idle link costs the control plane's app one message in
+    per period and nothing out: with thousands of idle agents, frames, wakeups and tasks per link
+    are what an idle control plane spends its CPU on (`benchmarks/fleet.py`). The pong still tells
+    the agent that the control plane's event loop runs, as only that loop writes it. Each side
+    closes the link when it has heard nothing at all for ``3 * heartbeat_s`` (`dead_after`):
+    for the control plane any message counts; for the agent any message or pong.
+
+    Older agents send ``{"t": "ping"}`` instead and wait for ``{"t": "pong"}``, which the control
+    plane still sends them; an agent answers a ``ping`` with a ``pong`` all the same, as control
+    planes older than that rule ping too.
 
 Calls (cp → agent)
     ::
@@ -169,7 +176,8 @@ MAX_JOB_KINDS: Final = 4096
 # Message types ("t").
 HELLO: Final = "hello"
 WELCOME: Final = "welcome"
-PING: Final = "ping"
+ALIVE: Final = "alive"
+PING: Final = "ping"  # of agents and control planes older than ALIVE
 PONG: Final = "pong"
 REQ: Final = "req"
 RES: Final = "res"
