@@ -8,7 +8,10 @@ Connection
     ``Authorization: Bearer <agent token>``. A refused token is answered by accepting the
     WebSocket and closing it at once with code 4401 (`CLOSE_AUTH_REFUSED`); a proxy may instead
     reject the handshake with HTTP 401/403. Either way the agent backs off for much longer than
-    after an ordinary network failure. Both ends accept messages up to `MAX_MESSAGE_SIZE`.
+    after an ordinary network failure. A control plane setting up too many links at once (the
+    storm of relinks after its restart) rejects the handshake with HTTP 503 and a ``Retry-After``
+    in seconds: the agent comes back then, within a second (`control_plane.hub.admission` says
+    how the turns are given). Both ends accept messages up to `MAX_MESSAGE_SIZE`.
 
 Frames
     Text frames are JSON objects with a type field ``"t"``. Binary frames are
@@ -139,9 +142,9 @@ Cancelling a job
 Close codes
     4401 `CLOSE_AUTH_REFUSED`, 4408 `CLOSE_HEARTBEAT_TIMEOUT`, 4409 `CLOSE_REPLACED` (a newer
     link of the same server took over), 1002 `CLOSE_PROTOCOL_ERROR`, 1011 `CLOSE_INTERNAL_ERROR`,
-    1013 `CLOSE_TRY_AGAIN` (the control plane is busy setting up other links, as in the storm
-    of relinks after its restart: the agent backs off, with a longer cap than after a failed dial,
-    and tries again).
+    1013 `CLOSE_TRY_AGAIN` (the control plane is busy setting up other links, and did not say
+    when to come back: an older control plane, or a server without the ASGI denial response; the
+    agent backs off, with a longer cap than after a failed dial, and tries again).
 
 Unknown frame types are ignored by both ends, so either side may add a message type without
 breaking an older peer.
