@@ -23,7 +23,7 @@ from starlette.routing import WebSocketRoute
 
 from agent.link import protocol
 from agent.link.call import Call, Handler
-from agent.link.client import AgentLink, Backoff, LinkAuthRefused
+from agent.link.client import AgentLink, Backoff, LinkAuthRefused, link_url
 from agent.link.protocol import RpcError
 from control_plane.hub import (
     AgentCallError,
@@ -550,6 +550,20 @@ async def test_a_link_turned_away_comes_back_at_the_time_it_was_given(caplog: py
         with trio.move_on_after(5.0):
             await link.run()
         assert caplog.text.count("rejected with HTTP 503") >= 2
+
+
+@pytest.mark.anyio
+async def test_a_busy_replica_sends_its_agent_on_to_the_next_at_once() -> None:
+    # Two replicas, the first turning every link away: the agent dials the second at once, without
+    # waiting for its turn at the first (nor any backoff: both would wait 1000 s).
+    busy, free = make_control_plane(max_pending_links=0), make_control_plane()
+    async with serving(busy.hub) as busy_url, serving(free.hub) as free_url:
+        link = AgentLink([busy_url, free_url], TOKEN, {}, version="1", backoff=NEVER, busy_backoff=NEVER)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(link.run)
+            await free.wait_presence(online=True)
+            assert link.url == link_url(free_url) and busy.presence == []
+            nursery.cancel_scope.cancel()
 
 
 @pytest.mark.anyio
