@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-from fastapi import FastAPI, WebSocket
+from fastapi import FastAPI
 from sqlalchemy.engine import Connection
+from starlette.routing import WebSocketRoute
 
 from api_client.job_kinds import lookup
 from control_plane import __version__, errors
@@ -164,15 +165,15 @@ def create_app(fleet: Fleet) -> FastAPI:
     )
     app.state.fleet = fleet
     errors.install(app)
+    # The first route, and a plain Starlette one: in a relink storm thousands of agents dial it
+    # a minute, and each dial would otherwise be matched against every API route before it, and go
+    # through FastAPI's dependency solving, which the link does not use (benchmarks/fleet.py).
+    app.router.routes.append(WebSocketRoute(AGENT_LINK_PATH, fleet.hub.handle))
     app.include_router(auth_router)
     app.include_router(servers_router)
     app.include_router(files_router)
     app.include_router(jobs_router)
     app.include_router(audit_router)
     app.include_router(load_balancers_router)
-
-    @app.websocket(AGENT_LINK_PATH)
-    async def agent_link(websocket: WebSocket) -> None:
-        await fleet.hub.handle(websocket)
 
     return app

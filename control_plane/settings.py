@@ -20,11 +20,13 @@ class Settings:
     db_url: str
     server: ServerName = "hypercorn"
     session_ttl: timedelta = timedelta(days=30)
-    # The agent pings every `heartbeat_s`; a link silent for 3x that is dropped. Each ping costs the
-    # control plane about 0.2 ms (read, decode, pong), so 10,000 idle agents pinging every 10 s
-    # took about 20 % of a core and every 30 s about 7 % (benchmarks/fleet.py); the price is that
-    # an agent lost without a word (its machine gone, the network cut) shows offline after 90 s,
-    # not 30 (an agent that stops or crashes closes its connection and shows offline at once).
+    # The agent says "alive" (and pings its WebSocket) every `heartbeat_s`; a link silent for 3x
+    # that is dropped. With 10,000 idle agents at 30 s, the control plane spent 12.7 % of a core
+    # when it answered each ping with a message of its own, and 5.4-6.2 % since its server answers
+    # the WebSocket ping without the app (benchmarks/fleet.py); a shorter period costs in
+    # proportion. The price of a long one is that an agent lost without a word (its machine gone,
+    # the network cut) shows offline after 90 s, not 30 (an agent that stops or crashes closes
+    # its connection and shows offline at once).
     heartbeat_s: float = 30.0
     agent_call_timeout_s: float = 30.0
     # A cross-server copy is one agent call that lasts as long as its bytes take.

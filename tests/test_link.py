@@ -23,7 +23,7 @@ from starlette.routing import WebSocketRoute
 
 from agent.link import protocol
 from agent.link.call import Call, Handler
-from agent.link.client import AgentLink, Backoff, LinkAuthRefused
+from agent.link.client import AgentLink, Backoff, LinkAuthRefused, link_url
 from agent.link.protocol import RpcError
 from control_plane.hub import (
     AgentCallError,
@@ -450,9 +450,33 @@ async def test_heartbeat_drops_a_silent_agent() -> None:
 
 
 @pytest.mark.anyio
-async def test_the_control_plane_answers_each_ping_and_sends_none_of_its_own() -> None:
-    # A hand-made agent pinging for three times the silence the hub tolerates: each ping gets a
-    # pong, nothing else comes (no ping from the control plane), and the link stays up.
+async def test_an_idle_link_is_kept_by_alive_messages_and_pongs_the_app_never_sends() -> None:
+    # A hand-made agent beating as the link code does, for three times the silence the hub
+    # tolerates: each WebSocket ping gets its pong (from the server, not the app), the app sends
+    # nothing at all, and the link stays up.
+    from trio_websocket import open_websocket_url
+
+    cp = make_control_plane(heartbeat_s=0.2)
+    async with serving(cp.hub) as url:
+        ws_url = url.replace("http", "ws") + protocol.LINK_PATH
+        async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {TOKEN}".encode())]) as ws:
+            hello: dict[str, Any] = {"t": "hello", "version": "1", "boot_id": "b", "handlers": [], "hostname": "h"}
+            await ws.send_message(protocol.encode(hello))
+            assert protocol.decode(await ws.get_message())["t"] == protocol.WELCOME
+            await cp.wait_presence(online=True)
+            for _ in range(9):  # 9 x 0.2 s = 3 x dead_after(0.2)
+                await ws.send_message(protocol.encode({"t": protocol.ALIVE}))
+                with trio.fail_after(5):
+                    await ws.ping()
+                with trio.move_on_after(0.2) as idle:  # the agent's own pace, and nothing may come meanwhile
+                    await ws.get_message()
+                assert idle.cancelled_caught
+            assert [session is not None for _, session in cp.presence] == [True]
+            assert cp.hub.is_online(SERVER_ID)
+
+
+@pytest.mark.anyio
+async def test_an_agent_older_than_alive_gets_a_pong_for_each_ping() -> None:
     from trio_websocket import open_websocket_url
 
     cp = make_control_plane(heartbeat_s=0.2)
@@ -491,20 +515,23 @@ async def hello_from(url: str, **fields: Any) -> AsyncIterator[Any]:
 
 
 @pytest.mark.anyio
-async def test_a_link_beyond_the_pending_limit_is_told_to_try_again(caplog: pytest.LogCaptureFixture) -> None:
-    # One link set up at a time: while a first waits before its hello, the next is closed at once
-    # with 1013, which the agent takes as "busy" (its busy backoff), not a refusal.
-    from trio_websocket import open_websocket_url
+async def test_a_link_beyond_the_pending_limit_is_given_a_time_to_come_back(caplog: pytest.LogCaptureFixture) -> None:
+    # One link set up at a time: while a first waits before its hello, the next is turned away
+    # before the upgrade (503 with a Retry-After), which the agent takes as "busy", not a refusal.
+    from trio_websocket import ConnectionRejected, open_websocket_url
 
     cp = make_control_plane(max_pending_links=1)
     async with serving(cp.hub) as url:
         ws_url = url.replace("http", "ws") + protocol.LINK_PATH
         async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {TOKEN}".encode())]) as ws:
-            async with hello_from(url) as answer:
-                assert answer.code == protocol.CLOSE_TRY_AGAIN
+            with pytest.raises(ConnectionRejected) as rejected:
+                async with hello_from(url):
+                    pass
+            assert rejected.value.status_code == 503
+            assert dict(rejected.value.headers)[b"retry-after"].isdigit()
             with trio.fail_after(5):
                 assert await AgentLink(url, TOKEN, {}, version="1").run_once() is False
-            assert "link closed" in caplog.text and cp.auth_calls == 1
+            assert "rejected with HTTP 503" in caplog.text and cp.auth_calls == 1
             hello: dict[str, Any] = {"t": "hello", "version": "1", "boot_id": "b", "handlers": [], "hostname": "h"}
             await ws.send_message(protocol.encode(hello))
             await cp.wait_presence(online=True)  # set up: the next link is served again
@@ -513,16 +540,70 @@ async def test_a_link_beyond_the_pending_limit_is_told_to_try_again(caplog: pyte
 
 
 @pytest.mark.anyio
-async def test_a_link_told_to_try_again_waits_the_busy_backoff(caplog: pytest.LogCaptureFixture) -> None:
-    # Every link is turned away with 1013: only the busy backoff (fast here) lets the agent dial
-    # again; the network one would wait 1000 s.
+async def test_a_link_turned_away_comes_back_at_the_time_it_was_given(caplog: pytest.LogCaptureFixture) -> None:
+    # Every link is turned away: only the turn the control plane gives (a second or two here) lets
+    # the agent dial again; either backoff would wait 1000 s.
     cp = make_control_plane(max_pending_links=0)
     async with serving(cp.hub) as url:
+        link = AgentLink(url, TOKEN, {}, version="1", backoff=NEVER, busy_backoff=NEVER, auth_backoff=NEVER)
+        caplog.set_level(logging.WARNING, logger="fleetdeck.agent")
+        with trio.move_on_after(5.0):
+            await link.run()
+        assert caplog.text.count("rejected with HTTP 503") >= 2
+
+
+@pytest.mark.anyio
+async def test_a_busy_replica_sends_its_agent_on_to_the_next_at_once() -> None:
+    # Two replicas, the first turning every link away: the agent dials the second at once, without
+    # waiting for its turn at the first (nor any backoff: both would wait 1000 s).
+    busy, free = make_control_plane(max_pending_links=0), make_control_plane()
+    async with serving(busy.hub) as busy_url, serving(free.hub) as free_url:
+        link = AgentLink([busy_url, free_url], TOKEN, {}, version="1", backoff=NEVER, busy_backoff=NEVER)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(link.run)
+            await free.wait_presence(online=True)
+            assert link.url == link_url(free_url) and busy.presence == []
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_a_link_told_to_try_again_without_a_time_waits_the_busy_backoff(caplog: pytest.LogCaptureFixture) -> None:
+    # A control plane that closes with 1013 and says no more (an older one): only the busy backoff
+    # (fast here) lets the agent dial again; the network one would wait 1000 s.
+    from trio_websocket import WebSocketRequest, serve_websocket
+
+    async def busy_control_plane(request: WebSocketRequest) -> None:
+        ws = await request.accept()
+        await ws.aclose(protocol.CLOSE_TRY_AGAIN)
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(partial(serve_websocket, busy_control_plane, "127.0.0.1", 0, ssl_context=None))
+        url = f"http://127.0.0.1:{server.port}"
         link = AgentLink(url, TOKEN, {}, version="1", backoff=NEVER, busy_backoff=FAST, auth_backoff=NEVER)
         caplog.set_level(logging.WARNING, logger="fleetdeck.agent")
         with trio.move_on_after(1.0):
             await link.run()
         assert caplog.text.count(f"code={protocol.CLOSE_TRY_AGAIN}") >= 3
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_turns_are_given_in_order_at_the_rate_links_are_registered() -> None:
+    # Outside any server: the admission's arithmetic, on the event loop's clock.
+    from control_plane.hub.admission import ASSUMED_LINKS_PER_S, Admission
+
+    admission = Admission(limit=0)
+    turns = [admission.retry_after() for _ in range(int(ASSUMED_LINKS_PER_S) * 3)]
+    assert turns == sorted(turns) and turns[0] == 0 and turns[-1] == 3  # 600 turns at 200/s
+    admission = Admission(limit=10_000)
+    for _ in range(2_000):  # 2,000 registered at once: 1,000/s over the rate's 2 s window
+        assert admission.enter()
+        admission.leave(registered=True)
+    for _ in range(1_000):
+        assert admission.enter()  # being set up: served before any turn
+    assert admission.retry_after() == 1 and Admission(limit=1).rate(anyio.current_time()) == ASSUMED_LINKS_PER_S
+    turns = [admission.retry_after() for _ in range(3_000)]
+    assert turns[-1] == 4  # (1,000 pending + 3,000 turned away) at 1,000/s
 
 
 @pytest.mark.anyio
@@ -586,16 +667,48 @@ async def test_agent_drops_a_silent_control_plane(caplog: pytest.LogCaptureFixtu
         ws = await request.accept()
         await ws.get_message()  # hello
         await ws.send_message(protocol.encode({"t": "welcome", "server_id": "s", "heartbeat_s": 0.1}))
-        while True:  # reads everything, answers nothing
-            await ws.get_message()
+        # Stuck: it reads nothing more. Its WebSocket's reader stops once its queue (one message)
+        # is full, and with it the pongs to the agent's pings, as a control plane's whose event
+        # loop no longer runs.
+        await trio.sleep_forever()
 
     async with trio.open_nursery() as nursery:
-        server = await nursery.start(partial(serve_websocket, silent_control_plane, "127.0.0.1", 0, ssl_context=None))
+        serve = partial(serve_websocket, silent_control_plane, "127.0.0.1", 0, ssl_context=None, message_queue_size=1)
+        server = await nursery.start(serve)
         link = AgentLink(f"http://127.0.0.1:{server.port}", TOKEN, {}, version="1")
         with trio.fail_after(3):
             assert await link.run_once() is True  # welcomed, then given up on
         assert "no word from the control plane" in caplog.text
         assert link.server_id == "s"
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
+async def test_agent_keeps_a_control_plane_that_answers_its_pings_and_nothing_else() -> None:
+    # The control plane's app answers no heartbeat (its WebSocket layer pongs the pings): for three
+    # times the silence the agent tolerates, the agent keeps the link and says "alive" each period.
+    from trio_websocket import WebSocketRequest, serve_websocket
+
+    received: list[str] = []
+    gone = trio.Event()
+
+    async def quiet_control_plane(request: WebSocketRequest) -> None:
+        ws = await request.accept()
+        await ws.get_message()  # hello
+        await ws.send_message(protocol.encode({"t": "welcome", "server_id": "s", "heartbeat_s": 0.1}))
+        try:
+            while True:  # reads everything (its reader pongs the pings), sends nothing
+                received.append(protocol.decode(await ws.get_message())["t"])
+        finally:
+            gone.set()
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(partial(serve_websocket, quiet_control_plane, "127.0.0.1", 0, ssl_context=None))
+        nursery.start_soon(AgentLink(f"http://127.0.0.1:{server.port}", TOKEN, {}, version="1").run_once)
+        with trio.move_on_after(3 * protocol.dead_after(0.1)):
+            await gone.wait()
+        assert not gone.is_set()
+        assert received.count(protocol.ALIVE) >= 5 and set(received) == {protocol.ALIVE}
         nursery.cancel_scope.cancel()
 
 

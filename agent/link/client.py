@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import socket
 import ssl
 import uuid
@@ -55,9 +56,14 @@ _DISCONNECT_TIMEOUT_S = 2.0
 # the agents that failed most while it was down wait up to a whole cap once it is back. With 60 s, a
 # restart of 6 s already left the last of 10,000 agents a minute away (benchmarks/fleet.py).
 NETWORK_BACKOFF = Backoff(base=1.0, cap=15.0)
-# A control plane that answers "try again later" (close code 1013: too many links being set up at
-# once) spends work on each such answer: those retries spread over up to a minute.
+# A control plane that answers "try again later" without saying when (close code 1013, from a
+# control plane older than its 503 with a Retry-After) spends work on each such answer: those
+# retries spread over up to a minute.
 BUSY_BACKOFF = Backoff(base=1.0, cap=60.0)
+# A turn given by the control plane (503's Retry-After) is kept to within a second: the control
+# plane spreads the turns, this spreads those given the same second.
+TURN_JITTER_S = 1.0
+MAX_TURN_S = 600
 AUTH_BACKOFF = Backoff(base=30.0, cap=600.0)
 MAX_QUEUED_REPORTS = 1000
 
@@ -128,7 +134,8 @@ class AgentLink:
         self.backoff = backoff
         self.busy_backoff = busy_backoff
         self.auth_backoff = auth_backoff
-        self._told_busy = False  # the last dial was answered "try again later" (1013)
+        self._told_busy = False  # the last dial was answered "try again later" (503 or 1013)
+        self._turn: int | None = None  # and when to come back (503's Retry-After), if it said
         if ssl_context is None and any(url.startswith("wss:") for url in self.urls):
             ssl_context = ssl.create_default_context()
         self._ssl_context = ssl_context  # for the wss: URLs only (trio-websocket refuses one for ws:)
@@ -167,10 +174,12 @@ class AgentLink:
         must not keep the agent off the others), but a sweep in which a replica refused it waits
         the long auth backoff: the token is checked in the database every replica shares, so one
         refusal is the whole cluster's answer. A sweep in which a replica said "try again later"
-        (1013) waits the busy backoff, whose cap is longer than that of a failed dial.
+        with a time to come back (503 and Retry-After) waits until then, and one in which it did
+        not say when (1013) waits the busy backoff, whose cap is longer than that of a failed dial.
         """
         attempt = auth_attempt = 0
         failed = refused = busy = 0  # dials of the current sweep that failed, were refused, found it busy
+        turns: list[int] = []  # the times to come back that the busy ones gave
         following = 0  # the index of the next URL to dial
         while True:
             self.url = self.urls[following]
@@ -189,17 +198,23 @@ class AgentLink:
             else:
                 failed += 1
                 busy += self._told_busy
+                if self._turn is not None:
+                    turns.append(self._turn)
                 if failed < len(self.urls):
                     continue
             if refused:
                 delay = self.auth_backoff.delay(auth_attempt)
                 auth_attempt += 1
                 log.error("check the agent token; retrying in %.1f s", delay)
+            elif turns:
+                delay = min(turns) + random.uniform(0, TURN_JITTER_S)
+                log.info("the control plane is busy: reconnecting to %s in %.1f s", self.urls[following], delay)
             else:
                 delay = (self.busy_backoff if busy else self.backoff).delay(attempt)
                 attempt += 1
                 log.info("reconnecting to %s in %.1f s", self.urls[following], delay)
             failed = refused = busy = 0
+            turns.clear()
             await trio.sleep(delay)
 
     async def run_once(self) -> bool:
@@ -209,7 +224,7 @@ class AgentLink:
         the same server (two agents sharing a token must not reset each other's backoff forever).
         """
         session: _Session | None = None
-        self._told_busy = False
+        self._told_busy, self._turn = False, None
         try:
             try:
                 async with open_websocket_url(
@@ -232,6 +247,8 @@ class AgentLink:
         except ConnectionRejected as exc:
             if exc.status_code in (401, 403):
                 raise LinkAuthRefused(status=exc.status_code) from None
+            if exc.status_code == 503:
+                self._told_busy, self._turn = True, _retry_after(exc.headers)
             log.warning("link handshake rejected with HTTP %s", exc.status_code)
         except ConnectionClosed as exc:
             code = exc.reason.code if exc.reason is not None else None
@@ -324,13 +341,26 @@ class _Session:
         return float(heartbeat_s)
 
     async def _heartbeat(self, heartbeat_s: float, scope: trio.CancelScope) -> None:
+        """Every `heartbeat_s`: an "alive" message, which the control plane's app reads and does
+        not answer, and a WebSocket ping, which its server answers without the app (see the
+        protocol's Heartbeat). Drop the link once the control plane has been silent, not even a
+        pong, for `dead_after`."""
+        limit = protocol.dead_after(heartbeat_s)
+        beat = trio.current_time()
         while True:
-            await trio.sleep(heartbeat_s)
-            if trio.current_time() - self._last_received > protocol.dead_after(heartbeat_s):
-                log.warning("no word from the control plane for %.1f s: dropping the link", 3 * heartbeat_s)
+            beat += heartbeat_s
+            await trio.sleep_until(beat)
+            if trio.current_time() - self._last_received > limit:
+                log.warning("no word from the control plane for %.1f s: dropping the link", limit)
                 scope.cancel()
                 return
-            await self._send_quietly({"t": protocol.PING})
+            await self._send_quietly({"t": protocol.ALIVE})
+            with trio.move_on_after(heartbeat_s / 2):
+                try:
+                    await self._ws.ping()
+                except ConnectionClosed:
+                    return  # the receive loop sees the close and ends the session
+                self._last_received = trio.current_time()
 
     async def _receive_loop(self, nursery: trio.Nursery) -> None:
         # Never awaits a send: the peer may be blocked sending to us, and both would wait forever.
@@ -422,6 +452,15 @@ class _Session:
             # Details stay in the agent's log: the message goes to users of the control plane.
             log.exception("handler %s failed", call.method)
             return _error(call.id, RpcError(protocol.INTERNAL, f"internal error in {call.method}"))
+
+
+def _retry_after(headers: Iterable[tuple[bytes, bytes]] | None) -> int | None:
+    """A 503's Retry-After in seconds (capped), or None when it has none this agent reads (an
+    HTTP date: a proxy's, not the control plane's)."""
+    for name, value in headers or ():
+        if name.lower() == b"retry-after" and value.strip().isdigit():
+            return min(int(value), MAX_TURN_S)
+    return None
 
 
 def _error(cid: int, error: RpcError) -> dict[str, Any]:

@@ -8,7 +8,10 @@ Connection
     ``Authorization: Bearer <agent token>``. A refused token is answered by accepting the
     WebSocket and closing it at once with code 4401 (`CLOSE_AUTH_REFUSED`); a proxy may instead
     reject the handshake with HTTP 401/403. Either way the agent backs off for much longer than
-    after an ordinary network failure. Both ends accept messages up to `MAX_MESSAGE_SIZE`.
+    after an ordinary network failure. A control plane setting up too many links at once (the
+    storm of relinks after its restart) rejects the handshake with HTTP 503 and a ``Retry-After``
+    in seconds: the agent comes back then, within a second (`control_plane.hub.admission` says
+    how the turns are given). Both ends accept messages up to `MAX_MESSAGE_SIZE`.
 
 Frames
     Text frames are JSON objects with a type field ``"t"``. Binary frames are
@@ -40,12 +43,19 @@ Handshake
     the same process from a restart. The control plane waits at most `HELLO_TIMEOUT_S` for hello.
 
 Heartbeat
-    The agent sends ``{"t": "ping"}`` every ``heartbeat_s`` (the control plane's choice, sent in
-    welcome); the control plane answers each with ``{"t": "pong"}``. Each side closes the link
-    when it has received nothing at all (any frame counts) for ``3 * heartbeat_s``
-    (`dead_after`). The control plane sends no ping of its own (one frame each way per agent and
-    period is what an idle fleet costs it); an agent answers a ping with a pong all the same, as
-    a control plane older than this rule also pings.
+    Every ``heartbeat_s`` (the control plane's choice, sent in welcome) the agent sends
+    ``{"t": "alive"}``, which asks no answer, and a WebSocket ping (RFC 6455's control frame, not
+    a message). The control plane's WebSocket layer answers the ping by itself, without the app
+    (uvicorn and hypercorn both do), so an idle link costs the control plane's app one message in
+    per period and nothing out: with thousands of idle agents, frames, wakeups and tasks per link
+    are what an idle control plane spends its CPU on (`benchmarks/fleet.py`). The pong still tells
+    the agent that the control plane's event loop runs, as only that loop writes it. Each side
+    closes the link when it has heard nothing at all for ``3 * heartbeat_s`` (`dead_after`):
+    for the control plane any message counts; for the agent any message or pong.
+
+    Older agents send ``{"t": "ping"}`` instead and wait for ``{"t": "pong"}``, which the control
+    plane still sends them; an agent answers a ``ping`` with a ``pong`` all the same, as control
+    planes older than that rule ping too.
 
 Calls (cp → agent)
     ::
@@ -132,9 +142,9 @@ Cancelling a job
 Close codes
     4401 `CLOSE_AUTH_REFUSED`, 4408 `CLOSE_HEARTBEAT_TIMEOUT`, 4409 `CLOSE_REPLACED` (a newer
     link of the same server took over), 1002 `CLOSE_PROTOCOL_ERROR`, 1011 `CLOSE_INTERNAL_ERROR`,
-    1013 `CLOSE_TRY_AGAIN` (the control plane is busy setting up other links, as in the storm
-    of relinks after its restart: the agent backs off, with a longer cap than after a failed dial,
-    and tries again).
+    1013 `CLOSE_TRY_AGAIN` (the control plane is busy setting up other links, and did not say
+    when to come back: an older control plane, or a server without the ASGI denial response; the
+    agent backs off, with a longer cap than after a failed dial, and tries again).
 
 Unknown frame types are ignored by both ends, so either side may add a message type without
 breaking an older peer.
@@ -169,7 +179,8 @@ MAX_JOB_KINDS: Final = 4096
 # Message types ("t").
 HELLO: Final = "hello"
 WELCOME: Final = "welcome"
-PING: Final = "ping"
+ALIVE: Final = "alive"
+PING: Final = "ping"  # of agents and control planes older than ALIVE
 PONG: Final = "pong"
 REQ: Final = "req"
 RES: Final = "res"

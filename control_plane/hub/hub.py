@@ -14,11 +14,13 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+from starlette.responses import PlainTextResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agent.link import grant, protocol
 from agent.link.protocol import ProtocolError
 from api_client.job_kinds.base import KIND_RE
+from control_plane.hub.admission import MAX_PENDING_LINKS, Admission
 from control_plane.hub.errors import AgentOfflineError, AgentTimeoutError
 from control_plane.hub.link import AgentSession, CallPath, Link, OnReport, Pending
 
@@ -30,14 +32,6 @@ Elsewhere = Callable[[str], Awaitable[CallPath | None]]
 OnPresence = Callable[[str, AgentSession | None], Awaitable[None]]
 
 _CLEANUP_TIMEOUT_S = 10.0
-# Links between their first byte and their registration, beyond which a new one is turned away
-# at once (1013): in a storm of relinks, a link set up late is a link its agent gave up on (it
-# waits 10 s for the handshake), so queueing more than can be served in a few seconds only
-# spends the control plane on work that is thrown away, and the storm never ends. But a refusal
-# costs work too (an upgrade, a close), and most of a slot's time is the agent's (its hello):
-# under uvicorn (about 3 ms of control-plane CPU a link), 1,024 slots instead of 256 cut the
-# refusals of 5,000 agents relinking by 40 % and their relink from 139 s to 123 s.
-MAX_PENDING_LINKS = 1024
 _MAX_HELLO_FIELD = 1024
 _MAX_HANDLERS = 1000
 # What users see of an agent: its version is a short token, its ingress URL printable ASCII.
@@ -139,8 +133,7 @@ class AgentHub:
     ) -> None:
         if heartbeat_s <= 0:
             raise ValueError("heartbeat_s must be positive")
-        self._max_pending_links = max_pending_links
-        self._pending_links = 0
+        self._admission = Admission(max_pending_links)
         self._authenticate = authenticate
         self._on_presence = on_presence
         self._on_report = on_report
@@ -263,15 +256,14 @@ class AgentHub:
 
     async def handle(self, websocket: WebSocket) -> None:
         """Body of the ASGI WebSocket route ``/v1/agent/link``."""
-        if self._pending_links >= self._max_pending_links:
-            await websocket.accept()  # a refusal before accept is an HTTP 403: a refused token
-            await _close(websocket, protocol.CLOSE_TRY_AGAIN)
+        if not self._admission.enter():
+            await _turn_away(websocket, self._admission.retry_after())
             return
-        self._pending_links += 1
+        link = None
         try:
             link = await self._set_up(websocket)
         finally:
-            self._pending_links -= 1
+            self._admission.leave(registered=link is not None)
         if link is not None:
             await self._serve(link)
 
@@ -445,6 +437,20 @@ def _job_kinds(value: Any) -> tuple[str, ...] | None:
     ):
         raise ProtocolError("hello with a bad job_kinds list")
     return tuple(sorted(set(value)))
+
+
+async def _turn_away(websocket: WebSocket, retry_after: int) -> None:
+    """Too many links are being set up: come back in `retry_after` s (HTTP 503 before the upgrade,
+    which costs less than a WebSocket opened to be closed; a server without the ASGI denial
+    response extension closes one with 1013, after which the agent waits its busy backoff)."""
+    busy = PlainTextResponse(
+        "too many agent links are being set up: try again later\n", 503, {"Retry-After": str(retry_after)}
+    )
+    try:
+        await websocket.send_denial_response(busy)
+    except RuntimeError:
+        await websocket.accept()  # a refusal before accept is an HTTP 403: a refused token
+        await _close(websocket, protocol.CLOSE_TRY_AGAIN)
 
 
 async def _close(websocket: WebSocket, code: int) -> None:

@@ -143,7 +143,6 @@ class Link:
         self._ids = itertools.count(1)
         self._pending: dict[int, Pending] = {}
         self._last_received = anyio.current_time()
-        self._pinged = anyio.Event()  # the agent pinged: the heartbeat task owes it a pong
         self._task_group: TaskGroup | None = None
         self._scope: anyio.CancelScope | None = None
         self._closed = False
@@ -221,7 +220,7 @@ class Link:
         try:
             async with anyio.create_task_group() as tg:
                 self._task_group, self._scope = tg, tg.cancel_scope
-                tg.start_soon(self._heartbeat)
+                tg.start_soon(self._watch_silence)
                 await self._receive_loop()
                 tg.cancel_scope.cancel()
         finally:
@@ -239,14 +238,11 @@ class Link:
         if self._scope is not None:
             self._scope.cancel()
 
-    async def _heartbeat(self) -> None:
-        """Answer the agent's pings, and drop the link once the agent has been silent for
-        `dead_after`. The agent pings every `heartbeat_s` and the pong is its sign that we live,
-        so the control plane sends no ping of its own. With thousands of idle links, the frames,
-        wakeups and tasks per link are what an idle control plane spends its CPU on
-        (`benchmarks/fleet.py`): this one task per link sends the pongs (a task started per pong
-        cost more than the rest of a ping's handling), and wakes for a ping or when the silence
-        would be too long, not every `heartbeat_s`."""
+    async def _watch_silence(self) -> None:
+        """Drop the link once the agent has been silent for `dead_after`. The agent says "alive"
+        every `heartbeat_s` and is answered by the server's WebSocket layer (the pong of its ping),
+        not here: an idle link costs this app one message in per period, and this task wakes only
+        when the silence could have grown too long, about once in two or three periods."""
         limit = protocol.dead_after(self.heartbeat_s)
         while True:
             silence = anyio.current_time() - self._last_received
@@ -254,11 +250,7 @@ class Link:
                 log.warning("agent of server %s silent for %.1f s: dropping its link", self.session.server_id, silence)
                 self.close(protocol.CLOSE_HEARTBEAT_TIMEOUT)
                 return
-            with anyio.move_on_after(limit - silence + 0.001):
-                await self._pinged.wait()
-            if self._pinged.is_set():
-                self._pinged = anyio.Event()
-                await self._send_quietly({"t": protocol.PONG})
+            await anyio.sleep(limit - silence + 0.001)
 
     async def _receive_loop(self) -> None:
         # Never awaits a send: the agent may be blocked sending to us, and both would wait forever.
@@ -305,10 +297,10 @@ class Link:
             if pending is not None:
                 pending.add_credit(n)
         elif kind == protocol.PING:
-            self._pinged.set()  # the heartbeat task answers
+            self.send_soon({"t": protocol.PONG})  # an agent older than ALIVE waits for it
         elif kind == protocol.REPORT and self._on_report is not None and self._task_group is not None:
             self._task_group.start_soon(self._report, message)
-        # pong needs nothing (any frame is a sign of life); unknown types are ignored.
+        # alive and pong need nothing (any frame is a sign of life); unknown types are ignored.
 
     async def _report(self, message: dict[str, Any]) -> None:
         assert self._on_report is not None

@@ -18,7 +18,7 @@ from starlette.routing import WebSocketRoute
 from agent.link import protocol
 from agent.link.client import Backoff
 from control_plane.hub import AgentHub, AgentSession
-from control_plane.hub.hub import MAX_PENDING_LINKS
+from control_plane.hub.admission import MAX_PENDING_LINKS
 
 TOKEN = "agent-token-1"
 SERVER_ID = "srv-1"
