@@ -39,6 +39,10 @@ class StartingScreen(Screen[None]):
         # bare app's (`benchmarks/startup.py`), and nothing there is needed at once.
         self.call_after_refresh(self.mount, Footer())
 
+    def connected(self) -> None:
+        """The server list covers this screen for good: the spinner stops ticking under it."""
+        self.query_one("#starting-spinner").remove()
+
     def failed(self, message: str) -> None:
         """Show why the start failed; the user reads it and quits."""
         self.query_one("#starting-spinner").display = False
