@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, LoadingIndicator, Static
+from textual.widgets import LoadingIndicator, Static
 
 from tui.text import load_tcss, printable_line
 from tui.widgets.header import SafeHeader
@@ -35,9 +35,14 @@ class StartingScreen(Screen[None]):
             yield Static("", id="starting-error", markup=False)
 
     def on_mount(self) -> None:
-        # The key bar a frame later: styling it would delay the first frame by a tenth of the
-        # bare app's (`benchmarks/startup.py`), and nothing there is needed at once.
-        self.call_after_refresh(self.mount, Footer())
+        # The key bar a frame later: importing and styling it would delay the first frame by a
+        # tenth of the bare app's (`benchmarks/startup.py`), and nothing there is needed at once.
+        self.call_after_refresh(self._mount_key_bar)
+
+    def _mount_key_bar(self) -> None:
+        from textual.widgets import Footer
+
+        self.mount(Footer())
 
     def connected(self) -> None:
         """The server list covers this screen for good: the spinner stops ticking under it."""
