@@ -191,6 +191,15 @@ class FleetdeckApp(App[None]):
             await self._bridge.stop()
         gc.unfreeze()  # the app's own objects may be collected again once it is gone
 
+    def refresh_css(self, animate: bool = True) -> None:
+        """Textual's refresh, except before the first screen: then nothing is styled yet and the
+        theme's variables are all a refresh has to change. The theme set in `__init__` queues one,
+        which parsed the app's CSS once more before the first frame (`benchmarks/startup.py`)."""
+        if not self.screen_stack:
+            self.stylesheet.set_variables(self.get_css_variables())
+            return
+        super().refresh_css(animate)
+
     def _apply_theme(self, name: str) -> None:
         if (unknown := self._set_theme(name)) is not None:
             self.notify(f"Unknown theme {unknown!r}: using {self.theme}.", severity="warning")
