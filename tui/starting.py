@@ -11,7 +11,6 @@ from textual.screen import Screen
 from textual.widgets import LoadingIndicator, Static
 
 from tui.text import load_tcss, printable_line
-from tui.widgets.header import SafeHeader
 
 
 class StartingScreen(Screen[None]):
@@ -28,20 +27,23 @@ class StartingScreen(Screen[None]):
         self.description = description
 
     def compose(self) -> ComposeResult:
-        yield SafeHeader()
         with Vertical(id="starting-box"):
             yield Static(self.description, id="starting-what", markup=False)
             yield LoadingIndicator(id="starting-spinner")
             yield Static("", id="starting-error", markup=False)
 
     def on_mount(self) -> None:
-        # The key bar a frame later: importing and styling it would delay the first frame by a
-        # tenth of the bare app's (`benchmarks/startup.py`), and nothing there is needed at once.
-        self.call_after_refresh(self._mount_key_bar)
+        # The title and key bars a frame later: importing, styling and laying them out made the
+        # first frame cost a third more over a bare app's (`benchmarks/startup.py`), and the line
+        # saying what starts needs neither.
+        self.call_after_refresh(self._mount_bars)
 
-    def _mount_key_bar(self) -> None:
+    def _mount_bars(self) -> None:
         from textual.widgets import Footer
 
+        from tui.widgets.header import SafeHeader
+
+        self.mount(SafeHeader(), before=0)
         self.mount(Footer())
 
     def connected(self) -> None:
