@@ -263,6 +263,8 @@ def test_the_first_screen_says_what_starts_before_the_stack_answers(stack: Stack
         answered.set()
         await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
         assert app.sub_title == "test stack" or app.me is not None
+        starting = app.screen_stack[0]  # stays under the server list, as Textual's blank first screen would
+        assert isinstance(starting, StartingScreen) and not starting.query("#starting-spinner")  # no ticking there
 
     try:
         run(app, scenario)
