@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from textual.color import Color
 from textual.pilot import Pilot
+from textual.theme import Theme
 from textual.widgets import Static
 
 from api_client import Client
@@ -20,8 +22,9 @@ from fleetdeck.running import SharedStack, stop_running
 from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.tui import highlight_server, run
+from themes import DARK, LIGHT
 from tui.app import FleetdeckApp
-from tui.connection import Connection, PendingConnection
+from tui.connection import ConnectError, Connection, PendingConnection
 from tui.files.commander import CommanderScreen
 from tui.files.directory_pane import DirectoryPane
 from tui.files.viewer import PageView, ViewerScreen
@@ -260,11 +263,30 @@ def test_the_first_screen_says_what_starts_before_the_stack_answers(stack: Stack
         answered.set()
         await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
         assert app.sub_title == "test stack" or app.me is not None
+        starting = app.screen_stack[0]  # stays under the server list, as Textual's blank first screen would
+        assert isinstance(starting, StartingScreen) and not starting.query("#starting-spinner")  # no ticking there
 
     try:
         run(app, scenario)
     finally:
         answered.set()
+
+
+@pytest.mark.parametrize("theme", [DARK, LIGHT], ids=lambda theme: theme.name)
+def test_the_first_screen_is_styled_in_the_wanted_theme(theme: Theme) -> None:
+    """The theme is set before the app runs, and its CSS is parsed once, with that theme's
+    colours (`FleetdeckApp.refresh_css`): nothing keeps Textual's default theme."""
+
+    def failing() -> Connection:
+        raise ConnectError("no stack in this test")
+
+    app = FleetdeckApp(PendingConnection("Starting…", failing), theme=theme.name)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        assert isinstance(app.screen, StartingScreen)
+        assert app.screen.styles.background == Color.parse(theme.background)
+
+    run(app, scenario)
 
 
 def test_the_embedded_default_fills_the_server_list_and_the_next_start_joins_its_stack(tmp_path: Path) -> None:

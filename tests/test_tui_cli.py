@@ -21,7 +21,8 @@ from fleetdeck import cli
 from fleetdeck.cli import local_connection
 from fleetdeck.launcher import LocalStack, StackStartError
 from tests.conftest import Stack, python_env
-from themes import ANSI, DARK, FleetdeckAnsiStyle, default_theme_name, rich_style_map
+from themes import ANSI, DARK, default_theme_name
+from themes.pygments_styles import FleetdeckAnsiStyle, rich_style_map
 from tui.connection import ConnectError, Connection, SessionStore, connect_remote
 from tui.errors import describe_error
 

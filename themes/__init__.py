@@ -8,29 +8,13 @@ Three themes, registered on the app by `register_themes`:
 
 `default_theme_name(wanted)` picks one: the one wanted (`--theme` or `FLEETDECK_THEME`, read by the
 composition root) wins, otherwise the ANSI theme unless `COLORTERM` announces truecolor.
+
+The pygments styles are imported from `themes.pygments_styles` by the viewer that uses them: the
+TUI needs the palettes before its first frame, and pygments not (`benchmarks/startup.py`).
 """
 
 from __future__ import annotations
 
 from themes.palettes import ANSI, DARK, LIGHT, THEMES, default_theme_name, register_themes
-from themes.pygments_styles import (
-    FleetdeckAnsiStyle,
-    FleetdeckDarkStyle,
-    FleetdeckLightStyle,
-    pygments_style_for,
-    rich_style_map,
-)
 
-__all__ = [
-    "ANSI",
-    "DARK",
-    "LIGHT",
-    "THEMES",
-    "FleetdeckAnsiStyle",
-    "FleetdeckDarkStyle",
-    "FleetdeckLightStyle",
-    "default_theme_name",
-    "pygments_style_for",
-    "register_themes",
-    "rich_style_map",
-]
+__all__ = ["ANSI", "DARK", "LIGHT", "THEMES", "default_theme_name", "register_themes"]

@@ -71,6 +71,8 @@ class FleetdeckApp(App[None]):
         self._bridge: TrioBridge | None = None
         self.me: Me | None = None
         self.monitor: ConnectionMonitor | None = None  # once connected: is the control plane there
+        if self.pending is not None:
+            self.sub_title = "starting…"
         register_themes(self)
         # Set before the first frame: a theme set once mounted restyles every widget again.
         self._unknown_theme = self._set_theme(default_theme_name(theme))
@@ -105,9 +107,16 @@ class FleetdeckApp(App[None]):
         if self.connection is not None:
             self._connected(self.connection)
         elif self.pending is not None:
-            self.sub_title = "starting…"
-            self.push_screen(StartingScreen(self.pending.description))
             self.call_after_refresh(self._start_connecting, self.pending)
+
+    def get_default_screen(self) -> Screen[Any]:
+        """While the connection is pending, the starting screen is the first screen, and it stays
+        at the bottom of the stack under the server list, as Textual's blank default screen does
+        otherwise. Pushed over that blank screen, it made the first frame compose, style and lay
+        out two screens, and that frame came only after the footer (`benchmarks/startup.py`)."""
+        if self.pending is not None:
+            return StartingScreen(self.pending.description)
+        return super().get_default_screen()
 
     def _start_connecting(self, pending: PendingConnection) -> None:
         """Once the starting screen is drawn: what starts now no longer delays the first frame."""
@@ -144,12 +153,11 @@ class FleetdeckApp(App[None]):
         self.bridge.add_shutdown_hook(self.client.aclose)
         self.bridge.run(self, self.client.auth.me, on_done=self._show_identity)
         self._watch_connection(connection)
-        if self._starting_screen() is None:
-            self.push_screen(ServerListScreen())
-        else:
-            while not isinstance(self.screen, StartingScreen):
+        if (starting := self._starting_screen()) is not None:
+            while self.screen is not starting:
                 self.pop_screen()  # the help the user opened while waiting
-            self.switch_screen(ServerListScreen())
+            starting.connected()
+        self.push_screen(ServerListScreen())
         self.call_after_refresh(self._finish_starting)
 
     def _watch_connection(self, connection: Connection) -> None:
@@ -182,6 +190,15 @@ class FleetdeckApp(App[None]):
         if self._bridge is not None:
             await self._bridge.stop()
         gc.unfreeze()  # the app's own objects may be collected again once it is gone
+
+    def refresh_css(self, animate: bool = True) -> None:
+        """Textual's refresh, except before the first screen: then nothing is styled yet and the
+        theme's variables are all a refresh has to change. The theme set in `__init__` queues one,
+        which parsed the app's CSS once more before the first frame (`benchmarks/startup.py`)."""
+        if not self.screen_stack:
+            self.stylesheet.set_variables(self.get_css_variables())
+            return
+        super().refresh_css(animate)
 
     def _apply_theme(self, name: str) -> None:
         if (unknown := self._set_theme(name)) is not None:

@@ -8,10 +8,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, LoadingIndicator, Static
+from textual.widgets import LoadingIndicator, Static
 
 from tui.text import load_tcss, printable_line
-from tui.widgets.header import SafeHeader
 
 
 class StartingScreen(Screen[None]):
@@ -28,16 +27,28 @@ class StartingScreen(Screen[None]):
         self.description = description
 
     def compose(self) -> ComposeResult:
-        yield SafeHeader()
         with Vertical(id="starting-box"):
             yield Static(self.description, id="starting-what", markup=False)
             yield LoadingIndicator(id="starting-spinner")
             yield Static("", id="starting-error", markup=False)
 
     def on_mount(self) -> None:
-        # The key bar a frame later: styling it would delay the first frame by a tenth of the
-        # bare app's (`benchmarks/startup.py`), and nothing there is needed at once.
-        self.call_after_refresh(self.mount, Footer())
+        # The title and key bars a frame later: importing, styling and laying out the header
+        # alone took about 5 ms of CPU, a quarter of what the first frame cost over a bare app's
+        # (`benchmarks/startup.py`), and the line saying what starts needs neither.
+        self.call_after_refresh(self._mount_bars)
+
+    def _mount_bars(self) -> None:
+        from textual.widgets import Footer
+
+        from tui.widgets.header import SafeHeader
+
+        self.mount(SafeHeader(), before=0)
+        self.mount(Footer())
+
+    def connected(self) -> None:
+        """The server list covers this screen for good: the spinner stops ticking under it."""
+        self.query_one("#starting-spinner").remove()
 
     def failed(self, message: str) -> None:
         """Show why the start failed; the user reads it and quits."""

@@ -25,8 +25,7 @@ from pygments.util import ClassNotFound
 from rich.segment import Segment
 from textual.widget import Widget
 
-from themes import pygments_style_for, rich_style_map
-from themes.pygments_styles import rich_style_for_token
+from themes.pygments_styles import pygments_style_for, rich_style_for_token, rich_style_map
 from tui.text import printable_line
 
 BLOCK_LINES = 128
