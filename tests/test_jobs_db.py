@@ -663,9 +663,11 @@ def test_definer_clauses_are_rewritten_where_mariadb_dump_writes_them_and_nowher
 /*!50001 CREATE ALGORITHM=UNDEFINED DEFINER=`fleetdeck_owner.x` SQL SECURITY DEFINER VIEW `v` AS select 1 */;
 /*!50106 CREATE*/ /*!50117 DEFINER='admin'@'%'*/ /*!50106 EVENT `e` ON SCHEDULE EVERY 1 DAY DO SELECT 1 */ ;;
 CREATE OR REPLACE DEFINER = root@localhost FUNCTION f() RETURNS INT RETURN 1;
+CREATE DEFINER="admin"@"localhost" PROCEDURE `q`() SELECT 1;
+CREATE DEFINER='o''admin'@'%' FUNCTION g() RETURNS INT RETURN 1;
 INSERT INTO `posts` VALUES (1,'CREATE DEFINER=`root`@`localhost` PROCEDURE');
 """
     rewritten = DEFINER_CLAUSE.sub(rb"\1DEFINER=CURRENT_ROLE", dump).decode()
-    assert rewritten.count("DEFINER=CURRENT_ROLE") == 6 and "root`@`localhost` PROCEDURE')" in rewritten
+    assert rewritten.count("DEFINER=CURRENT_ROLE") == 8 and "root`@`localhost` PROCEDURE')" in rewritten
     assert "admin" not in rewritten and "fleetdeck_owner.x" not in rewritten
     assert "/*!50003 CREATE*/ /*!50017 DEFINER=CURRENT_ROLE*/ /*!50003 TRIGGER" in rewritten

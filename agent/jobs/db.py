@@ -101,13 +101,16 @@ OTHER_DATABASE = re.compile(
 # A table option that puts a table's files in a folder of the dump's choosing (no FILE privilege
 # needed: the server would write wherever its own user may). Refused wherever it is, data included.
 FILES_ELSEWHERE = re.compile(rb"\b(?:DATA|INDEX)[ \t]+DIRECTORY[ \t]*(?:=[ \t]*)?['\"]", re.IGNORECASE)
+# A user or host name quoted as an identifier or as a string ('' or "", as a hand-edited or
+# ANSI_QUOTES dump may write it).
+_NAME = rb"`(?:[^`\n]|``)*`|'(?:[^'\\\n]|\\.|'')*'|\"(?:[^\"\\\n]|\\.|\"\")*\""
 # The DEFINER clause of a view, trigger, routine or event, where mariadb-dump writes it: at the
 # start of a CREATE statement (in versioned comments or not), or on a line of its own (a view's).
 DEFINER_CLAUSE = re.compile(
     rb"^([ \t]*(?:/\*M?!\d*[ \t]*)?(?:CREATE(?:[ \t]+OR[ \t]+REPLACE)?(?:[ \t]+ALGORITHM[ \t]*=[ \t]*\w+)?"
     rb"[ \t]*(?:\*/[ \t]*/\*M?!\d*[ \t]*)?)?)DEFINER[ \t]*=[ \t]*"
-    rb"(?:CURRENT_(?:USER|ROLE)(?:[ \t]*\(\))?|(?:`(?:[^`\n]|``)*`|'(?:[^'\\\n]|\\.)*'|[\w.$-]+)"
-    rb"(?:[ \t]*@[ \t]*(?:`(?:[^`\n]|``)*`|'(?:[^'\\\n]|\\.)*'|[\w.%$-]+))?)",
+    rb"(?:CURRENT_(?:USER|ROLE)(?:[ \t]*\(\))?|(?:" + _NAME + rb"|[\w.$-]+)"
+    rb"(?:[ \t]*@[ \t]*(?:" + _NAME + rb"|[\w.%$-]+))?)",
     re.IGNORECASE | re.MULTILINE,
 )
 MAX_LINE = 256 * 1024 * 1024  # a longer line is not a dump's (mariadb-dump's are up to max_allowed_packet)
