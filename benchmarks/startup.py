@@ -26,7 +26,6 @@ where PYTHONDONTWRITEBYTECODE is set, every run would otherwise compile them fro
 from __future__ import annotations
 
 import argparse
-import compileall
 import fcntl
 import os
 import pty
@@ -40,11 +39,11 @@ import sys
 import tempfile
 import termios
 import time
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
-from fleetdeck.launcher import PROJECT_ROOT, child_environment
+from benchmarks._stack import compile_bytecode
+from fleetdeck.launcher import child_environment
 from fleetdeck.running import stop_running
 
 SIZE = (24, 80)  # rows, columns
@@ -126,13 +125,6 @@ def _quit(process: subprocess.Popen[bytes], master: int) -> None:
         process.wait(20)
     finally:
         os.close(master)
-
-
-def compile_bytecode() -> None:
-    """The bytecode of the packages an installed fleetdeck holds (pyproject's wheel)."""
-    pyproject = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    for package in pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]:
-        compileall.compile_dir(PROJECT_ROOT / package, quiet=1)
 
 
 def fleetdeck_command(data_dir: Path) -> list[str]:
