@@ -567,6 +567,26 @@ async def test_a_busy_replica_sends_its_agent_on_to_the_next_at_once() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_gateways_503_without_a_time_is_a_failed_dial(caplog: pytest.LogCaptureFixture) -> None:
+    # A proxy in front whose control planes are all down answers 503 and no Retry-After: the agent
+    # dials again after its network backoff (fast here), not its busy one (1000 s).
+    from trio_websocket import WebSocketRequest, serve_websocket
+
+    async def gateway(request: WebSocketRequest) -> None:
+        await request.reject(503, body=b"no server is available")
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(partial(serve_websocket, gateway, "127.0.0.1", 0, ssl_context=None))
+        url = f"http://127.0.0.1:{server.port}"
+        link = AgentLink(url, TOKEN, {}, version="1", backoff=FAST, busy_backoff=NEVER, auth_backoff=NEVER)
+        caplog.set_level(logging.WARNING, logger="fleetdeck.agent")
+        with trio.move_on_after(1.0):
+            await link.run()
+        assert caplog.text.count("rejected with HTTP 503") >= 3
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.anyio
 async def test_a_link_told_to_try_again_without_a_time_waits_the_busy_backoff(caplog: pytest.LogCaptureFixture) -> None:
     # A control plane that closes with 1013 and says no more (an older one): only the busy backoff
     # (fast here) lets the agent dial again; the network one would wait 1000 s.

@@ -134,8 +134,8 @@ class AgentLink:
         self.backoff = backoff
         self.busy_backoff = busy_backoff
         self.auth_backoff = auth_backoff
-        self._told_busy = False  # the last dial was answered "try again later" (503 or 1013)
-        self._turn: int | None = None  # and when to come back (503's Retry-After), if it said
+        self._told_busy = False  # the last dial was answered "try again later" (1013)
+        self._turn: int | None = None  # the last dial was told when to come back (503's Retry-After)
         if ssl_context is None and any(url.startswith("wss:") for url in self.urls):
             ssl_context = ssl.create_default_context()
         self._ssl_context = ssl_context  # for the wss: URLs only (trio-websocket refuses one for ws:)
@@ -247,8 +247,8 @@ class AgentLink:
         except ConnectionRejected as exc:
             if exc.status_code in (401, 403):
                 raise LinkAuthRefused(status=exc.status_code) from None
-            if exc.status_code == 503:
-                self._told_busy, self._turn = True, _retry_after(exc.headers)
+            if exc.status_code == 503:  # a gateway's has no Retry-After: a failed dial, as before
+                self._turn = _retry_after(exc.headers)
             log.warning("link handshake rejected with HTTP %s", exc.status_code)
         except ConnectionClosed as exc:
             code = exc.reason.code if exc.reason is not None else None
