@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from tests.helpers import wait_until
 from tests.helpers.control_planes import OwnControlPlane, admin
 from tests.helpers.copy_sshd import MISSING, Sshd, copy_sshd
 from tests.helpers.http_backends import start_backends, stop_backends
+from tests.helpers.link import StalledAgent, unsent_bytes
 from tests.helpers.replicas import NatsServer, start_haproxy, start_nats, start_replica
 
 ENV = {"FLEETDECK_HEARTBEAT_S": "1", "FLEETDECK_JOB_GRACE_S": "5", "FLEETDECK_LOG": "INFO"}
@@ -377,6 +379,39 @@ def test_a_replica_that_dies_mid_upload_has_its_call_cancelled_on_the_agent(
         wait_until(lambda: not any(inbox.iterdir()), timeout=30)
     finally:
         c.stop()
+
+
+def test_an_agent_that_reads_nothing_holds_up_its_own_relayed_calls_only(fleet: Fleet) -> None:
+    """A second agent linked to A stops reading while uploads relayed from B pile up for it (more
+    than its socket holds): the bus, which carries every relayed call to A's agents, goes on, and
+    a call asked on B of the first agent is answered."""
+    _linked(fleet)
+    server = admin(fleet.db_url, "create-server", f"stalled-{uuid.uuid4().hex[:6]}", "--org", fleet.org)
+    stalled = StalledAgent(fleet.a.base_url, str(server["agent_token"]), heartbeat_s=1.0)
+    root = {"scope": "root"}
+
+    def upload(name: str) -> None:
+        url = f"/v1/servers/{server['id']}/fs/upload"
+        with fleet.b.http(fleet.token) as http:
+            try:
+                http.put(url, params={**root, "path": name}, content=os.urandom(16 << 20))
+            except httpx.HTTPError:
+                pass  # cut when the stalled agent goes: only what it held up matters here
+
+    uploads = [threading.Thread(target=upload, args=(f"stalled-{n}.bin",)) for n in range(3)]
+    try:
+        for thread in uploads:
+            thread.start()
+        # A's socket to it holds what it has not read, past its window: A's sends to it now wait,
+        # with more of the uploads (their 4 MiB of credit each) behind them on A's bus.
+        wait_until(lambda: unsent_bytes(fleet.a.port, stalled.port) > 8192, timeout=30)
+        with fleet.b.http(fleet.token) as http:
+            stat = http.get(f"/v1/servers/{fleet.server_id}/fs/stat", params={**root, "path": ""})
+        assert stat.status_code == 200, stat.text
+    finally:
+        stalled.close()
+        for thread in uploads:
+            thread.join()
 
 
 def test_a_replica_that_stops_has_its_agents_said_offline_on_the_others(

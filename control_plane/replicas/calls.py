@@ -21,8 +21,10 @@ A bus message is a JSON header, a newline, and an agent frame (text or binary) w
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -188,6 +190,11 @@ class RelayedCalls:
         # (the bus is served one message at a time: an answer may wait on the agent).
         self.answered_here: dict[str, AnswerHere] = {}
         self.task_group: anyio.abc.TaskGroup | None = None
+        # What is to be sent to the agents linked here, in order per link, by a task per link
+        # while it has any (`_to_link`): a send waits while the agent's socket is full, and an
+        # agent that reads slowly (a relayed upload to it piling up) must hold up its own calls
+        # only, not the bus, which carries every relayed call to every agent linked here.
+        self._outboxes: dict[Link, deque[Callable[[], Awaitable[None]]]] = {}
 
     # --- requesting ------------------------------------------------------------------------
 
@@ -210,11 +217,11 @@ class RelayedCalls:
             kind = header.get("t")
             requester = header.get("from")
             if kind == "req":
-                await self._serve(header)
+                self._serve(header)
             elif kind == "job":
                 await self._start_job(header)
             elif requester is not None:
-                await self._to_agent(str(requester), kind, body)
+                self._to_agent(str(requester), kind, body)
             elif kind == "text":
                 self._answer_text(body.decode())
             elif kind == "bin":
@@ -257,7 +264,7 @@ class RelayedCalls:
 
     # --- serving ---------------------------------------------------------------------------
 
-    async def _serve(self, request: dict[str, Any]) -> None:
+    def _serve(self, request: dict[str, Any]) -> None:
         """A call from another replica, for an agent it believes linked here."""
         requester, remote_id = str(request["from"]), protocol.call_id(request)
         link = self.hub.local_link(str(request["server_id"]))
@@ -280,7 +287,7 @@ class RelayedCalls:
         window = request.get("window")
         upload = request.get("upload") is True
         try:
-            relay.pending = link.adopt(
+            pending = relay.pending = link.adopt(
                 lambda call_id: RelayedCall(call_id, str(request["method"]), window=window, upload=upload, relay=relay)
             )
         except AgentOfflineError:
@@ -288,12 +295,15 @@ class RelayedCalls:
             return
         self.relays[(requester, remote_id)] = relay
         params = request.get("params")
-        try:
-            await link.send_request(
-                relay.pending, params if isinstance(params, dict) else {}, request.get("timeout"), upload=upload
-            )
-        except AgentOfflineError:
-            relay.pending.fail(AgentOfflineError("link closed"))
+        params = params if isinstance(params, dict) else {}
+
+        async def send_request() -> None:
+            try:
+                await link.send_request(pending, params, request.get("timeout"), upload=upload)
+            except AgentOfflineError:
+                pending.fail(AgentOfflineError("link closed"))
+
+        self._to_link(link, send_request)
 
     async def _answer_here(
         self, answer: AnswerHere, session: AgentSession, params: dict[str, Any], requester: str, remote_id: int
@@ -308,31 +318,46 @@ class RelayedCalls:
             frame["error"] = {"code": protocol.INTERNAL, "message": "the replica holding the link failed"}
         self.bus.publish(subject(requester), message({"t": "text"}, protocol.encode(frame)))
 
-    async def _to_agent(self, requester: str, kind: Any, body: bytes) -> None:
+    def _to_agent(self, requester: str, kind: Any, body: bytes) -> None:
         """The requester's frame for a call this replica serves, under the link's call id."""
         if kind == "bin":
             remote_id, payload = protocol.unpack_binary(body)
             relay = self.relays.get((requester, remote_id))
             if relay is not None and relay.pending is not None:
-                await self._send(relay, relay.link.send_bytes(protocol.pack_binary(relay.pending.id, payload)))
+                frame = protocol.pack_binary(relay.pending.id, payload)
+                self._to_link(relay.link, functools.partial(relay.link.send_bytes, frame))
             return
-        frame = protocol.decode(body.decode())
-        relay = self.relays.get((requester, protocol.call_id(frame)))
+        message = protocol.decode(body.decode())
+        relay = self.relays.get((requester, protocol.call_id(message)))
         if relay is None or relay.pending is None:
             return
-        if frame["t"] == protocol.CANCEL:
+        if message["t"] == protocol.CANCEL:
             relay.cancel()
             return
-        if frame["t"] == protocol.CREDIT and type(frame.get("n")) is int:
-            relay.pending.unconsumed -= frame["n"]
-        await self._send(relay, relay.link.send_text(protocol.encode({**frame, "id": relay.pending.id})))
+        if message["t"] == protocol.CREDIT and type(message.get("n")) is int:
+            relay.pending.unconsumed -= message["n"]
+        text = protocol.encode({**message, "id": relay.pending.id})
+        self._to_link(relay.link, functools.partial(relay.link.send_text, text))
 
-    @staticmethod
-    async def _send(relay: Relay, sending: Any) -> None:
+    def _to_link(self, link: Link, send: Callable[[], Awaitable[None]]) -> None:
+        """Send to an agent linked here, after what is already on its way to it (`_outboxes`)."""
+        outbox = self._outboxes.get(link)
+        if outbox is None:
+            if self.task_group is None:
+                raise RuntimeError("relayed calls are served only while the replica runs")
+            outbox = self._outboxes[link] = deque()
+            self.task_group.start_soon(self._send_to_link, link, outbox)
+        outbox.append(send)
+
+    async def _send_to_link(self, link: Link, outbox: deque[Callable[[], Awaitable[None]]]) -> None:
         try:
-            await sending
-        except AgentOfflineError:
-            pass  # the link's end fails the call, which tells the requester
+            while outbox:
+                try:
+                    await outbox.popleft()()
+                except AgentOfflineError:
+                    pass  # the link's end fails its calls, which tells their requesters
+        finally:
+            del self._outboxes[link]
 
     def replicas_gone(self, live: set[str]) -> None:
         """Replicas whose heartbeat went stale: our calls on them fail (their agents' links went

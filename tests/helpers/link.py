@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -102,3 +103,67 @@ async def serving_app(app: Any, port: int = 0) -> AsyncIterator[str]:
 
 def serving(hub: AgentHub, port: int = 0) -> AbstractAsyncContextManager[str]:
     return serving_app(Starlette(routes=[WebSocketRoute(protocol.LINK_PATH, hub.handle)]), port)
+
+
+class StalledAgent:
+    """An agent that links, then reads nothing more while it goes on saying "alive": its control
+    plane's sends to it pile up in the socket and wait, while the link is kept (as an agent's
+    whose disk or CPU is too slow for what it is sent). A plain socket and wsproto, in threads:
+    trio-websocket would read on its own. `close` ends it."""
+
+    def __init__(self, base_url: str, token: str, heartbeat_s: float) -> None:
+        import threading
+
+        from wsproto import ConnectionType, WSConnection
+        from wsproto.events import AcceptConnection, Request, TextMessage
+
+        host, port = base_url.removeprefix("http://").split(":")
+        self.socket = socket.socket()
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # a small window: full soon
+        self.socket.connect((host, int(port)))
+        self.port = self.socket.getsockname()[1]
+        self._ws = WSConnection(ConnectionType.CLIENT)
+        auth = [(b"authorization", f"Bearer {token}".encode())]
+        self._send(Request(host=host, target=protocol.LINK_PATH, extra_headers=auth))
+        hello = {"t": "hello", "version": "1", "boot_id": "stalled", "handlers": [], "hostname": "stalled"}
+        welcomed = accepted = False
+        while not welcomed:
+            data = self.socket.recv(65536)
+            if not data:
+                raise ConnectionError("the control plane closed the link before its welcome")
+            self._ws.receive_data(data)
+            for event in self._ws.events():
+                if isinstance(event, AcceptConnection) and not accepted:
+                    accepted = True
+                    self._send(TextMessage(protocol.encode(hello)))
+                elif isinstance(event, TextMessage):
+                    welcomed = protocol.decode(event.data)["t"] == protocol.WELCOME
+        self._closed = threading.Event()
+        self._beats = threading.Thread(target=self._beat, args=(heartbeat_s, TextMessage), daemon=True)
+        self._beats.start()
+
+    def _send(self, event: Any) -> None:
+        self.socket.sendall(self._ws.send(event))
+
+    def _beat(self, heartbeat_s: float, text_message: Any) -> None:
+        while not self._closed.wait(heartbeat_s / 3):
+            try:
+                self._send(text_message(protocol.encode({"t": protocol.ALIVE})))
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self._closed.set()
+        self._beats.join()
+        self.socket.close()
+
+
+def unsent_bytes(local_port: int, peer_port: int) -> int:
+    """What the loopback TCP socket from `local_port` to `peer_port` holds unacknowledged or unsent
+    (its send queue, from /proc/net/tcp): how far its peer is behind reading."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, queues = fields[1], fields[2], fields[4]
+        if int(local.split(":")[1], 16) == local_port and int(remote.split(":")[1], 16) == peer_port:
+            return int(queues.split(":")[0], 16)
+    return 0
