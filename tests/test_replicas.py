@@ -37,6 +37,7 @@ from tests.helpers.control_planes import OwnControlPlane, admin
 from tests.helpers.copy_sshd import MISSING, Sshd, copy_sshd
 from tests.helpers.http_backends import start_backends, stop_backends
 from tests.helpers.link import StalledAgent, unsent_bytes
+from tests.helpers.pebble import write_tls_files
 from tests.helpers.replicas import NatsServer, start_haproxy, start_nats, start_replica
 
 ENV = {"FLEETDECK_HEARTBEAT_S": "1", "FLEETDECK_JOB_GRACE_S": "5", "FLEETDECK_LOG": "INFO"}
@@ -627,3 +628,37 @@ def test_a_replica_taken_for_dead_while_it_ran_claims_its_links_again(nats: Nats
             agent.stop()
         a.stop()
         b.stop()
+
+
+def test_replicas_on_a_bus_that_requires_tls(tmp_path: Path) -> None:
+    """The README's advice for a bus off a private network: NATS requiring TLS of its clients, the
+    replicas' bus URL `tls://`, its CA trusted through SSL_CERT_FILE. A call asked on B reaches
+    the agent linked to A over it."""
+    ca, cert, key = write_tls_files(tmp_path)
+    nats = start_nats(tls=(cert, key))
+    db_url = f"sqlite:///{tmp_path / 'fleet.db'}"
+    env = {**ENV, "FLEETDECK_SERVER": "uvicorn", "SSL_CERT_FILE": str(ca)}
+    admin(db_url, "create-org", "acme", "--plan", "max")
+    admin(db_url, "create-user", "owner@acme.test", "--org", "acme", "--role", "owner", "--password", PASSWORD)
+    server = admin(db_url, "create-server", "web-1", "--org", "acme")
+    replicas: list[OwnControlPlane] = []
+    agent = None
+    try:
+        replicas += [start_replica(tmp_path, db_url, nats.url, f"replica-{name}", env) for name in "ab"]
+        a, b = replicas
+        (tmp_path / "home").mkdir()
+        token = httpx.post(f"{b.base_url}/v1/auth/login", json={"email": "owner@acme.test", "password": PASSWORD})
+        token = token.json()["token"]
+        server_id = str(server["id"])
+        home, state = tmp_path / "home", tmp_path / "state"
+        agent = AgentProcess(a, server_id, str(server["agent_token"]), home, state, api_token=token)
+        wait_until(lambda: _online_on(b, token, server_id), timeout=30)
+        with b.http(token) as http:
+            listed = http.get(f"/v1/servers/{server_id}/fs/list", params={"scope": "root"})
+        assert listed.status_code == 200, listed.text  # relayed to A over TLS
+    finally:
+        if agent is not None:
+            agent.stop()
+        for replica in replicas:
+            replica.stop()
+        nats.stop()

