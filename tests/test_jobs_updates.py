@@ -1,14 +1,17 @@
-"""``updates.*`` through the API against the real agent and this machine's real apt: nothing is
-upgraded (installs are simulated, or name a package that is already the newest), a held package is
-released again, and the unattended-upgrades switches are written to a folder of the test's own,
-then read back by ``apt-config`` itself."""
+"""``updates.*`` through the API against the real agent and this machine's real apt: the machine's
+own packages are not upgraded (installs are simulated, or name a package that is already the
+newest); one package of the tests' own is, from a repository on disk, and is purged after; a held
+package is released again; the unattended-upgrades switches are written to a folder of the
+test's own, then read back by ``apt-config`` itself."""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -234,3 +237,76 @@ def test_history_files_are_read_newest_first(tmp_path: Path) -> None:
         "2024-11-02",
     ]
     assert read_history(str(tmp_path / "none.log"), 5) == []
+
+
+PROBE = "fleetdeck-upgrade-probe"
+
+
+def build_probe(folder: Path, version: str) -> Path:
+    """A tiny package of the tests' own, at `version`: it installs one file saying its version."""
+    root = folder / f"{PROBE}-{version}"
+    share = root / "usr" / "share" / PROBE
+    share.mkdir(parents=True)
+    (share / "version").write_text(f"{version}\n")
+    (root / "DEBIAN").mkdir()
+    (root / "DEBIAN" / "control").write_text(
+        f"Package: {PROBE}\nVersion: {version}\nArchitecture: all\n"
+        "Maintainer: fleetdeck tests <tests@fleetdeck.invalid>\nSection: misc\nPriority: optional\n"
+        "Description: a package the fleetdeck tests upgrade\n"
+    )
+    deb = folder / f"{PROBE}_{version}_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)], check=True, capture_output=True)
+    return deb
+
+
+def flat_repository(folder: Path, debs: list[Path]) -> None:
+    """`folder` as a flat apt repository of `debs` (its Packages index, as dpkg-scanpackages writes it)."""
+    stanzas = []
+    for deb in debs:
+        shutil.copy(deb, folder / deb.name)
+        control = subprocess.run(["dpkg-deb", "--field", str(deb)], check=True, capture_output=True, text=True).stdout
+        digest = hashlib.sha256(deb.read_bytes()).hexdigest()
+        stanzas.append(f"{control.rstrip()}\nFilename: ./{deb.name}\nSize: {deb.stat().st_size}\nSHA256: {digest}\n")
+    (folder / "Packages").write_text("\n".join(stanzas))
+
+
+@pytest.fixture
+def probe_upgrade(tmp_path: Path) -> Iterator[None]:
+    """Version 1.0 of the probe installed, 2.0 in a repository on disk that apt knows of (only its
+    list fetched, the machine's others left as they are); all of it gone afterwards."""
+    # apt reads a file: repository as its own unprivileged user: pytest's folders are root's alone.
+    repo = Path(tempfile.mkdtemp(prefix=f"{PROBE}-"))
+    repo.chmod(0o755)
+    flat_repository(repo, [build_probe(tmp_path, "2.0")])
+    source = Path(f"/etc/apt/sources.list.d/{PROBE}.list")
+    source.write_text(f"deb [trusted=yes] file:{repo} ./\n")
+    only_ours = [
+        "-o",
+        f"Dir::Etc::sourcelist={source}",
+        "-o",
+        "Dir::Etc::sourceparts=-",
+        "-o",
+        "APT::Get::List-Cleanup=0",
+    ]
+    lists_before = set(Path("/var/lib/apt/lists").iterdir())
+    try:
+        for argv in (["dpkg", "-i", str(build_probe(tmp_path, "1.0"))], ["apt-get", "update", "-qq", *only_ours]):
+            done = subprocess.run(argv, capture_output=True, text=True)
+            assert done.returncode == 0, f"{argv[0]} exited with {done.returncode}: {done.stdout}{done.stderr}"
+        yield
+    finally:
+        subprocess.run(["dpkg", "--purge", PROBE], capture_output=True)
+        source.unlink(missing_ok=True)
+        for made in set(Path("/var/lib/apt/lists").iterdir()) - lists_before:
+            made.unlink()
+        shutil.rmtree(repo)
+
+
+def test_apply_upgrades_a_package_for_real(hosting: Hosting, probe_upgrade: None) -> None:
+    listed = hosting.run("updates.list").ok().result
+    assert PROBE in {u["name"] for u in listed["updates"]}
+    run = hosting.run("updates.apply", packages=[PROBE]).ok()
+    assert any(f"Unpacking {PROBE} (2.0) over (1.0)" in line for line in run.stdout), run.text
+    assert installed_version(PROBE) == "2.0"
+    assert Path(f"/usr/share/{PROBE}/version").read_text() == "2.0\n"
+    assert PROBE not in {u["name"] for u in hosting.run("updates.list").ok().result["updates"]}

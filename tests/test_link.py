@@ -454,32 +454,37 @@ async def test_an_idle_link_is_kept_by_alive_messages_and_pongs_the_app_never_se
     # A hand-made agent beating as the link code does, for three times the silence the hub
     # tolerates: each WebSocket ping gets its pong (from the server, not the app), the app sends
     # nothing at all, and the link stays up.
-    from trio_websocket import open_websocket_url
-
     cp = make_control_plane(heartbeat_s=0.2)
-    async with serving(cp.hub) as url:
-        ws_url = url.replace("http", "ws") + protocol.LINK_PATH
-        async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {TOKEN}".encode())]) as ws:
-            hello: dict[str, Any] = {"t": "hello", "version": "1", "boot_id": "b", "handlers": [], "hostname": "h"}
-            await ws.send_message(protocol.encode(hello))
-            assert protocol.decode(await ws.get_message())["t"] == protocol.WELCOME
-            await cp.wait_presence(online=True)
-            for _ in range(9):  # 9 x 0.2 s = 3 x dead_after(0.2)
-                await ws.send_message(protocol.encode({"t": protocol.ALIVE}))
-                with trio.fail_after(5):
-                    await ws.ping()
-                with trio.move_on_after(0.2) as idle:  # the agent's own pace, and nothing may come meanwhile
-                    await ws.get_message()
-                assert idle.cancelled_caught
-            assert [session is not None for _, session in cp.presence] == [True]
-            assert cp.hub.is_online(SERVER_ID)
+    async with welcomed_link(cp) as ws:
+        for _ in range(9):  # 9 x 0.2 s = 3 x dead_after(0.2)
+            await ws.send_message(protocol.encode({"t": protocol.ALIVE}))
+            with trio.fail_after(5):
+                await ws.ping()
+            with trio.move_on_after(0.2) as idle:  # the agent's own pace, and nothing may come meanwhile
+                await ws.get_message()
+            assert idle.cancelled_caught
+        assert [session is not None for _, session in cp.presence] == [True]
+        assert cp.hub.is_online(SERVER_ID)
 
 
 @pytest.mark.anyio
 async def test_an_agent_older_than_alive_gets_a_pong_for_each_ping() -> None:
+    cp = make_control_plane(heartbeat_s=0.2)
+    async with welcomed_link(cp) as ws:
+        for _ in range(18):  # 18 x 0.1 s = 3 x dead_after(0.2)
+            await ws.send_message(protocol.encode({"t": protocol.PING}))
+            with trio.fail_after(5):
+                assert protocol.decode(await ws.get_message()) == {"t": protocol.PONG}
+            await trio.sleep(0.1)  # the agent's own pace, not a wait for a condition
+        assert [session is not None for _, session in cp.presence] == [True]
+        assert cp.hub.is_online(SERVER_ID)
+
+
+@asynccontextmanager
+async def welcomed_link(cp: ControlPlane) -> AsyncIterator[Any]:
+    """A hand-made agent's WebSocket to `cp`'s hub, once its hello is welcomed and it shows online."""
     from trio_websocket import open_websocket_url
 
-    cp = make_control_plane(heartbeat_s=0.2)
     async with serving(cp.hub) as url:
         ws_url = url.replace("http", "ws") + protocol.LINK_PATH
         async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {TOKEN}".encode())]) as ws:
@@ -487,13 +492,7 @@ async def test_an_agent_older_than_alive_gets_a_pong_for_each_ping() -> None:
             await ws.send_message(protocol.encode(hello))
             assert protocol.decode(await ws.get_message())["t"] == protocol.WELCOME
             await cp.wait_presence(online=True)
-            for _ in range(18):  # 18 x 0.1 s = 3 x dead_after(0.2)
-                await ws.send_message(protocol.encode({"t": protocol.PING}))
-                with trio.fail_after(5):
-                    assert protocol.decode(await ws.get_message()) == {"t": protocol.PONG}
-                await trio.sleep(0.1)  # the agent's own pace, not a wait for a condition
-            assert [session is not None for _, session in cp.presence] == [True]
-            assert cp.hub.is_online(SERVER_ID)
+            yield ws
 
 
 @asynccontextmanager
