@@ -26,8 +26,12 @@ VOLATILE = [
     re.compile(r"\b\d+(\.\d+)? ?(ms|s|min|h) ago\b"),  # ages
     re.compile(r"\bj-[0-9a-f]{6,}\b|\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]{4,}\b"),  # ids
     re.compile(r"127\.0\.0\.1:\d+"),  # the test stack's port
-    re.compile(r"/tmp/pytest-of-[^/\s]+/pytest-\d+"),  # the tests' own folder
 ]
+# The tests' own folder, and the padding after the path it starts: pytest numbers its folders on
+# (pytest-999, then pytest-1000), so the folder becomes one mask of a fixed width, and the padding
+# after the path gives back or takes what that changed, so the cell keeps its width.
+TESTS_FOLDER = re.compile(r"/tmp/pytest-of-[^/\s]+/pytest-\d+(?P<path>\S*)(?P<pad> {2,})?")
+TESTS_FOLDER_MASK = "~" * 32
 
 
 def screen_text(app: App[object]) -> str:
@@ -46,7 +50,16 @@ DURATION_MASK = "~" * 6  # "999 ms", "59.9 s"
 def masked(text: str) -> str:
     for pattern in VOLATILE:
         text = pattern.sub(lambda match: "~" * len(match.group(0)), text)
+    text = TESTS_FOLDER.sub(_mask_tests_folder, text)
     return "\n".join(map(_mask_durations, text.split("\n")))
+
+
+def _mask_tests_folder(match: re.Match[str]) -> str:
+    path, pad = match.group("path"), match.group("pad") or ""
+    folder = len(match.group(0)) - len(path) - len(pad)
+    if pad:
+        pad = " " * max(2, len(pad) + folder - len(TESTS_FOLDER_MASK))
+    return TESTS_FOLDER_MASK + path + pad
 
 
 def _mask_durations(line: str) -> str:
