@@ -303,7 +303,7 @@ def test_seam_classes_and_schemas() -> None:
         assert entry.group == ("observe" if cls == "read" else cls), name
     fields = {name: set(CATALOG[name].args.model_fields) for name in SEAM_CLASS}
     assert fields == {
-        "site.list": set(), "site.inspect": {"domain"}, "site.create": {"domain", "profile"},
+        "site.list": set(), "site.inspect": {"domain"}, "site.create": {"domain", "profile", "php"},
         "site.delete": {"domain", "keep_files"}, "metrics.get": set(), "storage.usage": {"domain", "path", "depth"},
         "logs.tail": {"domain", "log", "lines"}, "cron.list": {"domain"}, "cron.add": {"domain", "schedule", "command"},
         "cron.pause": {"id"}, "cron.run": {"id"}, "service.status": {"name"}, "service.restart": {"name"},

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from agent.jobs.deploy import release_name, release_order
@@ -217,12 +216,6 @@ def test_a_failing_hook_removes_its_release_and_leaves_current(
     assert [p.name for p in (site / "deploy/releases").iterdir()] == [f"{first['release']}.json"]
 
 
-def fetch(hosting: Hosting, domain: str, path: str) -> httpx.Response:
-    """`path` of the site, through the session's nginx (its server block picks it by Host)."""
-    assert hosting.nginx is not None
-    return httpx.get(hosting.nginx.url(path), headers={"Host": domain}, timeout=10)
-
-
 WHERE = "<?php echo __DIR__, ' as ', posix_getpwuid(posix_geteuid())['name'];\n"
 
 
@@ -238,13 +231,13 @@ def test_the_site_serves_its_current_release_through_nginx(hosting: Hosting) -> 
         assert outcome(hosting.run("deploy.init", domain=domain, repo=f"file://{bare}", public="public"))["public"] == (
             "public"
         )
-        assert "PHP 8" in fetch(hosting, domain, "/").text  # public_html until a release is live
+        assert "PHP 8" in hosting.get(domain, "/").text  # public_html until a release is live
 
         first = outcome(hosting.run("deploy.run", domain=domain))
-        assert fetch(hosting, domain, "/").text == "release one\n"
+        assert hosting.get(domain, "/").text == "release one\n"
         where = f"{site}/releases/{first['release']}/public as {site.name}"
-        assert fetch(hosting, domain, "/where.php").text == where  # PHP runs from the release, as the site
-        assert fetch(hosting, domain, "/config.txt").status_code == 404  # outside the public folder
+        assert hosting.get(domain, "/where.php").text == where  # PHP runs from the release, as the site
+        assert hosting.get(domain, "/config.txt").status_code == 404  # outside the public folder
         inspected = hosting.run("site.inspect", domain=domain).ok().result
         assert inspected["docroot"] == "current/public"
 
@@ -252,12 +245,12 @@ def test_the_site_serves_its_current_release_through_nginx(hosting: Hosting) -> 
         give(work, bare)
         push(work, bare)
         second = outcome(hosting.run("deploy.run", domain=domain))
-        assert fetch(hosting, domain, "/").text == "release two\n"
-        assert fetch(hosting, domain, "/where.php").text == where.replace(first["release"], second["release"])
+        assert hosting.get(domain, "/").text == "release two\n"
+        assert hosting.get(domain, "/where.php").text == where.replace(first["release"], second["release"])
 
         hosting.run("deploy.rollback", domain=domain).ok()
-        assert fetch(hosting, domain, "/").text == "release one\n"
-        assert fetch(hosting, domain, "/where.php").text == where
+        assert hosting.get(domain, "/").text == "release one\n"
+        assert hosting.get(domain, "/where.php").text == where
     finally:
         hosting.run("site.delete", domain=domain).ok()
 
@@ -275,8 +268,8 @@ def test_a_link_in_a_release_serves_only_what_its_owner_owns(hosting: Hosting, d
         for name, target in (("own.txt", "index.html"), ("root.txt", str(secret))):
             (public / name).symlink_to(target)
             os.lchown(public / name, site.stat().st_uid, site.stat().st_gid)  # made by the site's user
-        assert fetch(hosting, domain, "/own.txt").text == "home\n"
-        refused = fetch(hosting, domain, "/root.txt")
+        assert hosting.get(domain, "/own.txt").text == "home\n"
+        refused = hosting.get(domain, "/root.txt")
         assert refused.status_code == 404 and "root's own" not in refused.text  # try_files: not there for nginx
     finally:
         secret.unlink()
@@ -289,7 +282,7 @@ def test_a_release_without_the_public_folder_is_not_switched_in(
     site = hosting.home / domain.replace(".", "-")
     hosting.run("deploy.init", domain=domain, repo=f"file://{bare}").ok()
     first = outcome(hosting.run("deploy.run", domain=domain))
-    assert fetch(hosting, domain, "/").text == "first\n"
+    assert hosting.get(domain, "/").text == "first\n"
     assert hosting.post("deploy.init", domain=domain, public="a/../b").status_code == 422  # the catalog's rules
     refused = hosting.run("deploy.init", domain=domain, public="we b")
     assert refused.exit_code == 1 and "not a plain folder" in refused.text  # nginx's configuration would not take it
@@ -297,4 +290,4 @@ def test_a_release_without_the_public_folder_is_not_switched_in(
     failed = hosting.run("deploy.run", domain=domain)
     assert failed.exit_code == 1 and "has no folder web" in failed.text
     assert os.readlink(site / "current") == f"releases/{first['release']}"
-    assert fetch(hosting, domain, "/").text == "first\n"
+    assert hosting.get(domain, "/").text == "first\n"

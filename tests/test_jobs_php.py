@@ -360,6 +360,86 @@ def test_php_set_keeps_a_site_on_an_installed_version(hosting: Hosting, pool: Pr
     assert hosting.run("site.inspect", domain=site.domain).ok().result["php"] == pool.fpm.version
 
 
+VERSION_PAGE = (
+    "<?php echo PHP_VERSION, ' as ', posix_getpwuid(posix_geteuid())['name'], ' ', ini_get('max_input_vars');\n"
+)
+
+
+@pytest.fixture
+def two_fpms(hosting: Hosting) -> tuple[PhpFpm, PhpFpm]:
+    """An older version's FPM and the newest (the sites' default) one, both of the session's."""
+    if len(hosting.php_versions) < 2:
+        pytest.skip("needs two PHP-FPM versions (scripts/test installs php7.4-fpm from Debian 11)")
+    older, newest = list(hosting.php_versions.values())[-2:]
+    return older, newest
+
+
+def test_php_set_moves_a_site_between_two_real_fpms(hosting: Hosting, two_fpms: tuple[PhpFpm, PhpFpm]) -> None:
+    older, newest = two_fpms
+    domain = f"phpset{secrets.token_hex(4)}.example.test"
+    slug = domain.replace(".", "-")
+    pool_name = f"fleetdeck-{slug}.conf"
+    hosting.run("site.create", domain=domain, profile="php").ok()
+    try:
+        hosting.put_page(domain, "version.php", VERSION_PAGE)
+        assert hosting.get(domain, "/version.php").text.startswith(f"{newest.version}.")
+        versions = {v["version"]: v for v in hosting.run("php.versions").ok().result["versions"]}
+        assert versions[older.version]["fpm_running"] and versions[newest.version]["fpm_running"]
+
+        run = hosting.run("php.set", domain=domain, version=older.version).ok()
+        assert f"runs PHP {older.version} (was {newest.version})" in run.text
+        # the job ends once nginx's new workers serve and the pool's socket is there: no waiting
+        page = hosting.get(domain, "/version.php")
+        assert page.status_code == 200 and page.text.startswith(f"{older.version}.") and f" as {slug} " in page.text
+        assert (older.pool_dir / pool_name).exists() and not (newest.pool_dir / pool_name).exists()
+        wait_until(lambda: not (newest.run_dir / f"fleetdeck-{slug}.sock").exists())  # that FPM reloads on its own
+        assert hosting.run("site.inspect", domain=domain).ok().result["php"] == older.version
+        pools = hosting.run("php.fpm-status", version=older.version).ok().result["pools"]
+        assert f"fleetdeck-{slug}" in {p["name"] for p in pools}
+
+        # the site's settings follow it: ini for its version only, and its version is kept installed
+        wrong = hosting.run("php.ini-set", version=newest.version, key="max_input_vars", value="3000", domain=domain)
+        assert wrong.exit_code == 1 and f"runs PHP {older.version}, not {newest.version}" in wrong.text
+        hosting.run("php.ini-set", version=older.version, key="max_input_vars", value="3000", domain=domain).ok()
+        wait_until(lambda: hosting.get(domain, "/version.php").text.endswith(f" as {slug} 3000"))  # FPM's reload
+        kept = hosting.run("php.uninstall", version=older.version)
+        assert kept.exit_code == 1 and domain in kept.text and Path(older.binary).exists()
+
+        hosting.run("php.set", domain=domain, version=newest.version).ok()
+        page = hosting.get(domain, "/version.php")
+        assert page.text.startswith(f"{newest.version}.") and page.text.endswith(f" as {slug} 3000")
+        assert not (older.pool_dir / pool_name).exists()
+    finally:
+        hosting.run("site.delete", domain=domain).ok()
+        subprocess.run(["userdel", slug], capture_output=True, check=False)
+
+
+def test_a_site_is_made_on_the_version_asked_for(hosting: Hosting, two_fpms: tuple[PhpFpm, PhpFpm]) -> None:
+    older, newest = two_fpms
+    domain = f"phpnew{secrets.token_hex(4)}.example.test"
+    slug = domain.replace(".", "-")
+    hosting.run("site.create", domain=domain, profile="php", php=older.version).ok()
+    try:
+        assert hosting.run("site.inspect", domain=domain).ok().result["php"] == older.version
+        hosting.put_page(domain, "version.php", VERSION_PAGE)
+        assert hosting.get(domain, "/version.php").text.startswith(f"{older.version}.")
+        assert (older.pool_dir / f"fleetdeck-{slug}.conf").exists()
+        assert not (newest.pool_dir / f"fleetdeck-{slug}.conf").exists()
+    finally:
+        hosting.run("site.delete", domain=domain).ok()
+        subprocess.run(["userdel", slug], capture_output=True, check=False)
+
+
+def test_a_site_on_a_version_not_installed_is_not_made(hosting: Hosting, pool: ProbePool) -> None:
+    domain = f"phpnone{secrets.token_hex(4)}.example.test"
+    run = hosting.run("site.create", domain=domain, profile="php", php="5.6")
+    assert run.exit_code == 69 and "php5.6-fpm" in run.text
+    assert domain not in {site["domain"] for site in hosting.run("site.list").ok().result["sites"]}
+    assert not (hosting.home / domain.replace(".", "-")).exists()
+    static = hosting.post("site.create", domain=domain, php=pool.fpm.version)
+    assert static.status_code == 422 and "a static site runs no PHP" in static.text
+
+
 def test_opcache_reset_goes_through_the_site_pool(hosting: Hosting, pool: ProbePool, site: PhpSite) -> None:
     def restarts() -> int:
         status = pool.ask(socket=site.socket)["opcache"]

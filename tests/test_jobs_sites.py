@@ -46,17 +46,12 @@ def no_site_left_behind(hosting: Hosting) -> Iterator[None]:
         subprocess.run(["userdel", domain.replace(".", "-")], capture_output=True, check=False)
 
 
-def get(hosting: Hosting, host: str, path: str = "/") -> httpx.Response:
-    assert hosting.nginx is not None
-    return httpx.get(hosting.nginx.url(path), headers={"Host": host}, follow_redirects=False, timeout=10)
-
-
 def answers(hosting: Hosting, host: str, path: str, status: int, text: str) -> httpx.Response:
     """The response once nginx (reloaded in the background) answers `status` with `text` in it."""
     found: list[httpx.Response] = []
 
     def check() -> bool:
-        found[:] = [get(hosting, host, path)]
+        found[:] = [hosting.get(host, path)]
         return found[0].status_code == status and text in found[0].text
 
     wait_until(check, timeout=20)
@@ -67,20 +62,12 @@ def home_of(hosting: Hosting, domain: str) -> Path:
     return hosting.home / domain.replace(".", "-")
 
 
-def put_page(hosting: Hosting, domain: str, name: str, text: str) -> None:
-    """A file in the site's public_html, owned by the site's user (as its own upload would be)."""
-    path = home_of(hosting, domain) / "public_html" / name
-    path.write_text(text)
-    owner = pwd.getpwnam(domain.replace(".", "-"))
-    os.chown(path, owner.pw_uid, owner.pw_gid)
-
-
 @pytest.fixture(scope="module")
 def php_site(hosting: Hosting) -> str:
     needs_php(hosting)
     domain = unique_domain("php")
     hosting.run("site.create", domain=domain, profile="php").ok()
-    put_page(hosting, domain, "whoami.php", PHP_USER_PAGE)
+    hosting.put_page(domain, "whoami.php", PHP_USER_PAGE)
     return domain
 
 
@@ -93,7 +80,7 @@ def test_a_static_site_answers_through_nginx(hosting: Hosting) -> None:
     assert f"server_name {domain};" in vhost.read_text()
     page = answers(hosting, domain, "/", 200, f"<h1>{domain}</h1>")
     assert page.headers["content-type"].startswith("text/html")
-    assert get(hosting, "other.example.test").status_code == 404  # the default server: not this site
+    assert hosting.get("other.example.test").status_code == 404  # the default server: not this site
     again = hosting.run("site.create", domain=domain).ok()
     assert again.stdout[0] == f"site {domain} already exists on this server"
     access_log = home_of(hosting, domain) / "logs" / "access.log"
@@ -240,12 +227,12 @@ def test_site_logs_show_the_access_log(hosting: Hosting) -> None:
 
 def test_the_environment_reaches_php_and_secrets_stay_masked(hosting: Hosting, php_site: str) -> None:
     secret = 'p@ss "w0rd" $HOME ${HOME} \\ ;# end'
-    put_page(hosting, php_site, "env.php", "<?php var_export(getenv('APP_SECRET')); echo '|', getenv('APP_MODE');\n")
+    hosting.put_page(php_site, "env.php", "<?php var_export(getenv('APP_SECRET')); echo '|', getenv('APP_MODE');\n")
     hosting.run("site.env-set", domain=php_site, key="APP_MODE", value="production").ok()
     run = hosting.run("site.env-set", domain=php_site, key="APP_SECRET", value=secret, masked=True).ok()
     assert "p@ss" not in run.text and "p@ss" not in json.dumps(run.job)
     answers(hosting, php_site, "/env.php", 200, "|production")
-    assert get(hosting, php_site, "/env.php").text == f"{secret!r}|production".replace('"', '"')
+    assert hosting.get(php_site, "/env.php").text == f"{secret!r}|production".replace('"', '"')
     listed = hosting.run("site.env-list", domain=php_site).ok().result["env"]
     assert listed == [
         {"key": "APP_MODE", "value": "production", "masked": False},
@@ -259,7 +246,7 @@ def test_the_environment_reaches_php_and_secrets_stay_masked(hosting: Hosting, p
 def test_limits_reach_php_and_nginx(hosting: Hosting, php_site: str) -> None:
     assert hosting.php is not None
     ini = "<?php echo ini_get('memory_limit'), ' ', ini_get('upload_max_filesize'), ' ', ini_get('post_max_size');\n"
-    put_page(hosting, php_site, "limits.php", ini)
+    hosting.put_page(php_site, "limits.php", ini)
     run = hosting.run("site.limits", domain=php_site, max_children=3, memory_limit="96M", upload_limit="2M")
     assert reported(run) == {"domain": php_site, "max_children": 3, "memory_limit": "96M", "upload_limit": "2M"}
     answers(hosting, php_site, "/limits.php", 200, "96M 2M 2M")
@@ -280,7 +267,7 @@ def test_a_clone_answers_under_its_new_domain_as_another_user(hosting: Hosting, 
     user = target.replace(".", "-")
     assert cloned["cloned_from"] == php_site and cloned["site"]["user"] == user and cloned["served"] is True
     assert answers(hosting, target, "/whoami.php", 200, user).text == user
-    original = get(hosting, php_site, "/").text
+    original = hosting.get(php_site, "/").text
     assert answers(hosting, target, "/", 200, php_site).text == original  # the same files
     copied = home_of(hosting, target) / "public_html" / "whoami.php"
     assert pwd.getpwuid(copied.stat().st_uid).pw_name == user

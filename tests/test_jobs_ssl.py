@@ -13,7 +13,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 import trio
 from cryptography import x509
@@ -89,11 +88,6 @@ def issued_by_pebble(cert: x509.Certificate, pebble: Pebble) -> bool:
     return cert.issuer == intermediate.subject
 
 
-def http_get(hosting: Hosting, domain: str, path: str = "/") -> httpx.Response:
-    assert hosting.nginx is not None
-    return httpx.get(hosting.nginx.url(path), headers={"Host": domain}, timeout=10)
-
-
 def test_issue_serves_a_certificate_from_the_ca_and_says_so_when_asked_again(
     hosting: Hosting, pebble: Pebble, site: str
 ) -> None:
@@ -106,7 +100,7 @@ def test_issue_serves_a_certificate_from_the_ca_and_says_so_when_asked_again(
     assert f"{served.serial_number:x}" == issued["serial"]
     key = (hosting.state / "ssl" / site.replace(".", "-") / "privkey.pem").resolve()
     assert key.stat().st_mode & 0o777 == 0o600
-    assert http_get(hosting, site).status_code == 200  # plain HTTP still serves the site
+    assert hosting.get(site).status_code == 200  # plain HTTP still serves the site
 
     again = hosting.run("ssl.issue", domain=site).ok()
     assert "already has a certificate" in again.text
@@ -169,10 +163,10 @@ def test_the_renewal_loop_renews_due_certificates_whose_auto_renew_is_on(hosting
 def test_https_redirect_sends_plain_http_to_the_certificate(hosting: Hosting, site: str) -> None:
     hosting.run("ssl.issue", domain=site).ok()
     hosting.run("site.redirect-set", domain=site, https=True).ok()
-    answer = http_get(hosting, site, "/page?x=1")
+    answer = hosting.get(site, "/page?x=1")
     assert answer.status_code == 301
     assert answer.headers["location"] == f"https://{site}/page?x=1"
-    challenge = http_get(hosting, site, "/.well-known/acme-challenge/none")
+    challenge = hosting.get(site, "/.well-known/acme-challenge/none")
     assert challenge.status_code == 404  # challenges stay on plain HTTP (a renewal needs them)
 
 
@@ -191,7 +185,7 @@ def test_revoke_tells_the_ca_and_the_site_goes_back_to_http(hosting: Hosting, pe
     status = json.loads(pebble.fetch(f"/cert-status-by-serial/{serial}"))
     assert status["Status"] == "Revoked"
     assert hosting.run("ssl.inspect", domain=site).exit_code == 1
-    assert http_get(hosting, site).status_code == 200
+    assert hosting.get(site).status_code == 200
 
 
 def test_delete_removes_the_certificate_and_is_idempotent(hosting: Hosting, site: str) -> None:

@@ -35,7 +35,8 @@ import trio
 
 from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import Account, account_by_name, account_by_uid, current_account, find_site, user_name_of
-from agent.jobs.host import php_installed
+from agent.jobs.php.fpm import php_paths
+from agent.jobs.php.versions import version_for_new_site
 from agent.jobs.proc import capture_command, require, which
 from agent.jobs.site_web import apply_site_web, remove_site_web, settings_of, vhost_path
 from agent.jobs.storage import measure_path
@@ -87,11 +88,6 @@ def user_name_for(slug: str) -> str:
     if len(name) > MAX_USER_NAME:
         name = f"{name[:23]}-{hashlib.sha256(slug.encode()).hexdigest()[:8]}"
     return name
-
-
-def php_version() -> str | None:
-    """The newest PHP installed (``/usr/bin/phpX.Y``), or None."""
-    return next((v for v, parts in reversed(php_installed().items()) if parts["cli"]), None)
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -297,12 +293,13 @@ async def _create(args: SiteCreate, ctx: JobContext, out: Output) -> int:
     existing = await trio.to_thread.run_sync(ctx.sites.get, domain)
     if existing is not None:
         return await _exists(ctx, existing, profile, out)
+    php = await _php_for(ctx, args)
     slug = await _new_slug(ctx, domain)
     entry = {
         "domain": domain,
         "slug": slug,
         "profile": profile,
-        "php": php_version() if profile != "static" else None,
+        "php": php,
         "created_at": rfc3339(time.time()),
     }
     site, served = await _provision(ctx, entry, out, lambda account: _make_tree_for(ctx, entry, account))
@@ -337,6 +334,16 @@ def _make_tree_for(ctx: JobContext, entry: dict[str, Any], account: Account) -> 
     profile = entry["profile"]
     web_gid = _web_gid(ctx, account)
     _make_tree(ctx.home, entry["slug"], entry["domain"], profile, account.uid, account.gid, web_gid)
+
+
+async def _php_for(ctx: JobContext, args: SiteCreate) -> str | None:
+    """The PHP version of the new site: the one asked for, installed (else exit 69 before anything
+    is made), or the server's default."""
+    if args.profile == "static":
+        return None
+    if args.php is not None:
+        return php_paths(ctx, args.php).version
+    return await version_for_new_site()
 
 
 async def _provision(

@@ -63,6 +63,15 @@ SiteProfile = Literal["static", "php", "wordpress"]
 class SiteCreate(Args):
     domain: DomainName
     profile: SiteProfile = Field(default="static", description="what the site's public_html starts with")
+    php: PhpVersion | None = Field(
+        default=None, description="the PHP version of a php or wordpress site (default: the server's default PHP)"
+    )
+
+    @model_validator(mode="after")
+    def _php_needs_a_php_profile(self) -> SiteCreate:
+        if self.php is not None and self.profile == "static":
+            raise ValueError("a static site runs no PHP: give profile php or wordpress with a PHP version")
+        return self
 
 
 class SiteDelete(Args):

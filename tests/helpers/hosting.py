@@ -75,7 +75,8 @@ class Hosting:
     layout_file: Path
     agent: AgentProcess
     nginx: Nginx | None = None
-    php: PhpFpm | None = None  # None: no PHP-FPM installed
+    php: PhpFpm | None = None  # the newest PHP version's FPM (the sites' default); None: no PHP-FPM installed
+    php_versions: dict[str, PhpFpm] = field(default_factory=dict)  # every installed version's, oldest first
     layout: dict[str, Any] = field(default_factory=dict)
 
     def http(self) -> httpx.Client:
@@ -87,6 +88,18 @@ class Hosting:
         temporary = self.layout_file.with_suffix(".tmp")
         temporary.write_text(json.dumps(self.layout, indent=2))
         os.replace(temporary, self.layout_file)
+
+    def get(self, host: str, path: str = "/") -> httpx.Response:
+        """`path` of the site `host`, through the session's nginx (its server block picks it by Host)."""
+        assert self.nginx is not None
+        return httpx.get(self.nginx.url(path), headers={"Host": host}, timeout=10)
+
+    def put_page(self, domain: str, name: str, text: str) -> None:
+        """A file in the site's public_html, owned by the site's user (as its own upload would be)."""
+        path = self.home / domain.replace(".", "-") / "public_html" / name
+        path.write_text(text)
+        owner = pwd.getpwnam(domain.replace(".", "-"))
+        os.chown(path, owner.pw_uid, owner.pw_gid)
 
     def post(self, kind: str, **args: Any) -> httpx.Response:
         with self.http() as http:
@@ -144,9 +157,9 @@ def start_hosting(stack: Stack, folder: Path) -> Hosting:
     try:
         hosting.nginx = start_nginx(services / "nginx")
         hosting.configure("nginx", hosting.nginx.layout())
-        versions = php_fpm_versions()
-        if versions:
-            hosting.php = start_php_fpm(services / "php", versions[-1])
+        for version in php_fpm_versions():
+            hosting.php = hosting.php_versions[version] = start_php_fpm(services / "php", version)
+        if hosting.php is not None:
             hosting.configure("php", hosting.php.layout())
     except BaseException:
         stop_hosting(hosting)
@@ -156,8 +169,8 @@ def start_hosting(stack: Stack, folder: Path) -> Hosting:
 
 def stop_hosting(hosting: Hosting) -> None:
     hosting.agent.stop()
-    if hosting.php is not None:
-        stop_php_fpm(hosting.php)
+    for fpm in hosting.php_versions.values():
+        stop_php_fpm(fpm)
     if hosting.nginx is not None:
         stop_nginx(hosting.nginx)
     left = remove_site_users(hosting.home)

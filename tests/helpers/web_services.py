@@ -2,9 +2,10 @@
 
 Both run from the Debian packages' binaries, as root masters with their own configuration,
 PID file and logs in a folder of the session, so they never touch the system's instances: nginx
-listens on 127.0.0.1 at a free port and reads one file per site from `sites_dir`; PHP-FPM reads
-the pools in `pool_dir` (its main file holds one idle pool of its own, as PHP-FPM will not start
-without one) with a copy of Debian's ini folders, and puts the pools' sockets in `run_dir`. The
+listens on 127.0.0.1 at a free port and reads one file per site from `sites_dir`; each installed
+PHP version's FPM reads the pools in its `pool_dir` (its main file holds one idle pool of its own,
+as PHP-FPM will not start without one) with a copy of Debian's ini folders, and puts the pools'
+sockets in its `run_dir`. The
 layout section each one adds tells the agent where they are and the exact commands that control
 them (reload is ``nginx -s reload``, PHP-FPM's ``SIGUSR2``).
 """
@@ -112,12 +113,32 @@ def stop_nginx(nginx: Nginx) -> None:
 
 @dataclass(frozen=True)
 class PhpFpm:
-    folder: Path
+    """One PHP version's FPM, in ``<root>/<version>/``: each installed version has its own there,
+    as Debian gives each its own ``/etc/php/<version>``, so one layout with ``{version}`` in its
+    paths describes them all and ``php.set`` moves a site between two real FPMs."""
+
+    root: Path
     version: str  # 8.2
-    conf: Path
-    pool_dir: Path
-    ini_dir: Path  # holds fpm/ and cli/, copies of /etc/php/<version>/...
-    run_dir: Path
+
+    @property
+    def folder(self) -> Path:
+        return self.root / self.version
+
+    @property
+    def conf(self) -> Path:
+        return self.folder / "php-fpm.conf"
+
+    @property
+    def pool_dir(self) -> Path:
+        return self.folder / "pool.d"
+
+    @property
+    def ini_dir(self) -> Path:  # holds fpm/ and cli/, copies of /etc/php/<version>/...
+        return self.folder / "ini"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder / "run"
 
     @property
     def binary(self) -> str:
@@ -132,16 +153,18 @@ class PhpFpm:
         return ["env", scan, self.binary, "-y", str(self.conf), "-c", str(self.ini_dir / "fpm" / "php.ini")]
 
     def layout(self) -> dict[str, Any]:
-        signal_master = ["pkill", "--pidfile", str(self.pid_file)]
+        """The layout's php section, for every version under `root` (``{version}`` in each path)."""
+        template = PhpFpm(self.root, "{version}")
+        signal_master = ["pkill", "--pidfile", str(template.pid_file)]
         return {
-            "pool_dir": str(self.pool_dir),
-            "ini_dir": str(self.ini_dir),
-            "run_dir": str(self.run_dir),
-            "fpm_conf": str(self.conf),
+            "pool_dir": str(template.pool_dir),
+            "ini_dir": str(template.ini_dir),
+            "run_dir": str(template.run_dir),
+            "fpm_conf": str(template.conf),
             "control": {
                 "unit": "php{version}-fpm",
                 "commands": {
-                    "start": self.start_argv(),
+                    "start": template.start_argv(),
                     "stop": [*signal_master, "--signal", "QUIT"],
                     "reload": [*signal_master, "--signal", "USR2"],
                     "restart": [*signal_master, "--signal", "USR2"],
@@ -150,9 +173,9 @@ class PhpFpm:
         }
 
 
-def start_php_fpm(folder: Path, version: str) -> PhpFpm:
-    folder.mkdir(parents=True)
-    fpm = PhpFpm(folder, version, folder / "php-fpm.conf", folder / "pool.d", folder / "ini", folder / "run")
+def start_php_fpm(root: Path, version: str) -> PhpFpm:
+    fpm = PhpFpm(root, version)
+    fpm.folder.mkdir(parents=True)
     fpm.pool_dir.mkdir()
     fpm.run_dir.mkdir()
     for part in ("fpm", "cli"):
@@ -160,7 +183,7 @@ def start_php_fpm(folder: Path, version: str) -> PhpFpm:
     fpm.conf.write_text(
         f"""[global]
 pid = {fpm.pid_file}
-error_log = {folder}/php-fpm.log
+error_log = {fpm.folder}/php-fpm.log
 daemonize = yes
 include = {fpm.pool_dir}/*.conf
 

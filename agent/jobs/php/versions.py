@@ -10,7 +10,7 @@ import trio
 
 from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.common import user_name_of
-from agent.jobs.host import php_installed
+from agent.jobs.host import php_fpm_versions, php_installed
 from agent.jobs.php.fpm import (
     PhpPaths,
     control_fpm,
@@ -36,6 +36,17 @@ async def default_version() -> str | None:
         return None
     code, text, _err = await capture_command([tool, "--query", "php"])
     return parse_alternatives(text) if code == 0 else None
+
+
+async def version_for_new_site() -> str | None:
+    """The PHP a new php or wordpress site runs when none is asked for: the server's default (the
+    ``php`` alternative, which its admin sets) when it has an FPM, else the newest FPM; None
+    without any."""
+    fpms = await trio.to_thread.run_sync(php_fpm_versions)
+    default = await default_version()
+    if default in fpms:
+        return default
+    return fpms[-1] if fpms else None
 
 
 async def _versions(args: NoArgs, ctx: JobContext, out: Output) -> int:
