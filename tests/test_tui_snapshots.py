@@ -281,6 +281,23 @@ def test_job_form(snap_org: SnapOrg) -> None:
     snapshot_after(snap_org, "job_form_80x24", reach, lambda text: "chedule" in text)
 
 
+def test_job_field_picker(snap_org: SnapOrg) -> None:
+    """↓ in a field that names a site: the sites of the server, read with `site.list`. Before
+    `test_job_log`, so the jobs behind it are none, in the module as alone."""
+
+    async def reach(pilot: Pilot[Any]) -> None:
+        screen = await jobs(pilot)
+        await action(pilot, screen, "new_job")
+        await wait_for(pilot, lambda: pilot.app.screen is not screen)
+        await pilot.press(*"logs.tail")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: "Domain" in screen_text(pilot.app))
+        await pilot.press("down")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChoicePicker))
+
+    snapshot_after(snap_org, "job_field_picker_80x24", reach, lambda text: "example.com" in text)
+
+
 def test_job_log(snap_org: SnapOrg) -> None:
     with snap_org.stack.http(snap_org.token) as http:
         body = {"kind": "logs.tail", "args": {"domain": "example.com", "lines": 5}}
@@ -327,22 +344,6 @@ def test_the_starting_screen_when_the_stack_does_not_start() -> None:
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, StartingScreen))
 
     snapshot_of(app, "starting_failed_80x24", reach, lambda text: "Address already in use" in text)
-
-
-def test_job_field_picker(snap_org: SnapOrg) -> None:
-    """↓ in a field that names a site: the sites of the server, read with `site.list`."""
-
-    async def reach(pilot: Pilot[Any]) -> None:
-        screen = await jobs(pilot)
-        await action(pilot, screen, "new_job")
-        await wait_for(pilot, lambda: pilot.app.screen is not screen)
-        await pilot.press(*"logs.tail")
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: "Domain" in screen_text(pilot.app))
-        await pilot.press("down")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ChoicePicker))
-
-    snapshot_after(snap_org, "job_field_picker_80x24", reach, lambda text: "example.com" in text)
 
 
 def test_job_cancel_confirmation(snap_org: SnapOrg) -> None:
