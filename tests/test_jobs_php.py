@@ -283,6 +283,33 @@ def test_extension_install_of_an_installed_or_unknown_extension(hosting: Hosting
     assert f"no Debian package php{version}-nosuchext" in run.text
 
 
+def test_extension_install_installs_from_debian_and_the_fpm_loads_it(hosting: Hosting, pool: ProbePool) -> None:
+    version, module = pool.fpm.version, "bcmath"
+    package = f"php{version}-{module}"
+    if Path(f"/etc/php/{version}/mods-available/{module}.ini").exists():
+        pytest.skip(f"{package} is installed on this machine already")
+    if subprocess.run(["apt-cache", "show", "--no-all-versions", package], capture_output=True).returncode != 0:
+        pytest.skip(f"apt does not know {package} here (no package lists)")
+    assert module not in pool.ask()["modules"]
+    try:
+        run = hosting.run("php.extension-install", version=version, module=module).ok()
+        assert f"Setting up {package}" in run.text and f"PHP-FPM {version} reloaded" in run.text
+        wait_until(lambda: module in pool.ask()["modules"])
+        assert pool.fpm.ini_dir.joinpath("fpm", "conf.d", f"20-{module}.ini").is_symlink()
+        listed = hosting.run("php.module-list", version=version).ok().result["modules"]
+        assert {"name": module, "fpm": True, "cli": True, "builtin": False} in listed
+    finally:
+        subprocess.run(
+            ["apt-get", "purge", "-y", "-q", package],
+            capture_output=True,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+        )
+        for sapi in ("fpm", "cli"):
+            pool.fpm.ini_dir.joinpath(sapi, "conf.d", f"20-{module}.ini").unlink(missing_ok=True)
+        reload_fpm(pool.fpm)
+    wait_until(lambda: module not in pool.ask()["modules"])
+
+
 # --- a site's pool -----------------------------------------------------------------------------
 
 

@@ -80,27 +80,32 @@ async def _module_list(args: PhpVersionArgs, ctx: JobContext, out: Output) -> in
 
 
 async def _module_enable(args: PhpModuleArgs, ctx: JobContext, out: Output) -> int:
-    paths = php_paths(ctx, args.version)
-    ini = os.path.join(paths.mods_dir, f"{args.module}.ini")
+    await enable_module(ctx, php_paths(ctx, args.version), args.module, out)
+    return 0
+
+
+async def enable_module(ctx: JobContext, paths: PhpPaths, module: str, out: Output) -> None:
+    """Link `module` into the conf.d of each SAPI that lacks it (checked by ``php-fpm -t``) and
+    reload the FPM; says so when every SAPI has it already."""
+    ini = os.path.join(paths.mods_dir, f"{module}.ini")
     try:
         priority = module_priority(await trio.Path(ini).read_text())
     except FileNotFoundError:
-        package = f"php{args.version}-{args.module}"
-        said = f"PHP {args.version} has no module {args.module} ({ini}; Debian package {package})"
+        package = f"php{paths.version}-{module}"
+        said = f"PHP {paths.version} has no module {module} ({ini}; Debian package {package})"
         raise JobError(said, EXIT_MISSING) from None
-    missing = [sapi for sapi in paths.sapis() if not enabled_links(paths, sapi, args.module)]
+    missing = [sapi for sapi in paths.sapis() if not enabled_links(paths, sapi, module)]
     if not missing:
-        out.stdout(f"{args.module} is already enabled for PHP {args.version}")
-        return 0
+        out.stdout(f"{module} is already enabled for PHP {paths.version}")
+        return
 
     def link(trial: FileTrial) -> None:
         for sapi in missing:
-            trial.link(os.path.join(paths.conf_d(sapi), f"{priority:02d}-{args.module}.ini"), ini)
+            trial.link(os.path.join(paths.conf_d(sapi), f"{priority:02d}-{module}.ini"), ini)
 
     await change_checked(paths, link)
-    out.stdout(f"{args.module} enabled for PHP {args.version} ({', '.join(missing)})")
+    out.stdout(f"{module} enabled for PHP {paths.version} ({', '.join(missing)})")
     await reload_after_change(ctx, paths, out)
-    return 0
 
 
 async def _module_disable(args: PhpModuleArgs, ctx: JobContext, out: Output) -> int:

@@ -22,6 +22,7 @@ from agent.jobs.php.fpm import (
     php_paths,
     workers,
 )
+from agent.jobs.php.modules import enable_module
 from agent.jobs.proc import capture_command, require, stream_command, tool_env, which
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.web import PhpModuleArgs, PhpVersionArgs
@@ -124,7 +125,13 @@ async def _extension_install(args: PhpModuleArgs, ctx: JobContext, out: Output) 
         out.stdout(f"{args.module} is already installed for PHP {args.version} (php.module-enable turns it on)")
         return 0
     await _known_packages([package])
-    return await _apt(out, "install", [package])
+    code = await _apt(out, "install", [package])
+    if code != 0:
+        return code
+    # Debian's package enables it in /etc/php's conf.d; the FPM serving the sites reads it only
+    # once reloaded, and a layout whose ini folders are elsewhere has it enabled here
+    await enable_module(ctx, paths, args.module, out)
+    return 0
 
 
 # --- the FPM service ----------------------------------------------------------------------------
