@@ -1,11 +1,11 @@
 """``service list|status|start|stop|restart|reload|enable|disable|logs``: the system's services.
 
 Where PID 1 is systemd (``/run/systemd/system`` exists, what ``sd_booted()`` checks; the host
-layout's ``init`` section may say which) they are systemd units:
-``systemctl list-units|show|<action>`` and ``journalctl -u``. Otherwise they are the
-Debian init scripts: ``service --status-all``, ``service <name> <action>``, ``update-rc.d`` for
-the boot links (``agent.jobs.host.system_argv`` builds every action's argv), and, without a
-journal, the log files a service is known to write (`SYSV_LOG_FILES`).
+layout's ``init`` section may say so instead) they are systemd units: ``systemctl
+list-units|show|<action>`` and ``journalctl -u``. Otherwise they are the Debian init scripts:
+``service --status-all``, ``service <name> <action>``, ``update-rc.d`` for the boot links
+(``agent.jobs.host.system_argv`` builds every action's argv), and, without a journal, the log
+files a service is known to write (`SYSV_LOG_FILES`).
 
 A change that is already in place says so and ends 0 (start of a running service, enable of an
 enabled one); after a change the service's state is read back, and a service that did not reach
