@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.jobs.host import InitLayout, ServiceControl, control_argv
 from tests.conftest import Stack
 from tests.helpers.hosting import Hosting, start_server, stop_hosting
 from tests.helpers.recorded_systemd import RECORDED, Answer, RecordedSystemd, Script
@@ -242,3 +243,16 @@ def test_a_reboot_goes_through_systemctl(server: Hosting, recorded: RecordedSyst
     reboot = server.run("system.reboot", confirm=name).ok()
     assert recorded.asked() == [["systemctl", "reboot"]]
     assert reboot.stdout == [f"rebooting {name} now"]
+
+
+def test_a_layouts_service_without_its_own_commands_is_controlled_through_systemctl(recorded: RecordedSystemd) -> None:
+    """What site, php and ssh jobs reload after a change (`control_service`) follows the same init."""
+    init = InitLayout.model_validate(recorded.layout)
+    php = ServiceControl(unit="php{version}-fpm")
+    assert control_argv(php, "reload", init=init, version="8.2") == [
+        str(recorded.bin / "systemctl"),
+        "reload",
+        "php8.2-fpm",
+    ]
+    own = ServiceControl(unit="nginx", commands={"reload": ["nginx", "-s", "reload"]})
+    assert control_argv(own, "reload", init=init) == ["nginx", "-s", "reload"]
