@@ -43,10 +43,11 @@ def test_the_layout_file_is_reread_and_a_broken_one_keeps_the_last_good(tmp_path
 
 def test_a_service_is_controlled_by_its_own_commands_or_the_system() -> None:
     given = ServiceControl(unit="php{version}-fpm", commands={"reload": ["kill", "-USR2", "{version}"]})
-    assert control_argv(given, "reload", version="8.2") == ["kill", "-USR2", "8.2"]
-    assert control_argv(given, "restart", version="8.2")[-2:] == ["php8.2-fpm", "restart"]
+    init = DEFAULT_LAYOUT.init
+    assert control_argv(given, "reload", init=init, version="8.2") == ["kill", "-USR2", "8.2"]
+    assert control_argv(given, "restart", init=init, version="8.2")[-2:] == ["php8.2-fpm", "restart"]
     with pytest.raises(JobError, match="no service named nothing-here"):
-        control_argv(ServiceControl(unit="nothing-here"), "reload")
+        control_argv(ServiceControl(unit="nothing-here"), "reload", init=init)
 
 
 def test_the_session_runs_its_own_nginx_and_php_fpm(hosting: Hosting) -> None:

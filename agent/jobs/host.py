@@ -3,7 +3,7 @@
 On a Debian server every default below is the package's own (nginx reads
 ``/etc/nginx/sites-enabled``, PHP-FPM ``/etc/php/<version>/fpm/pool.d``, ...) and a service is
 driven the way the system drives it: ``systemctl <action> <unit>`` where PID 1 is systemd, the
-Debian init script (``service <name> <action>``) otherwise.
+Debian init script (``service <name> <action>``) otherwise (the ``init`` section may name either).
 
 A layout file (``fleetdeck agent --host-layout FILE``, JSON, any subset of the sections below)
 overrides them: the tests run their own nginx, PHP-FPM, MariaDB, PostgreSQL... in their own
@@ -21,6 +21,7 @@ import re
 import threading
 import time
 from pathlib import Path
+from typing import Literal
 
 import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -163,7 +164,27 @@ class AcmeLayout(_Section):
     ca_bundle: str | None = None
 
 
+class InitLayout(_Section):
+    """What drives the services: ``auto`` asks the machine (systemd where PID 1 is systemd, what
+    ``sd_booted()`` checks; the Debian init scripts otherwise), ``systemd`` or ``sysv`` says it.
+    The tests name ``systemd`` with a `tools_dir` of stand-ins that replay systemd's recorded
+    output (PID 1 is not systemd where they run: see ``tests/helpers/recorded_systemd.py``)."""
+
+    system: Literal["auto", "systemd", "sysv"] = "auto"
+    tools_dir: str | None = None  # looked in before the system PATH for the init system's tools (systemctl, ...)
+
+    @property
+    def systemd(self) -> bool:
+        """The services are systemd's units (else the Debian init scripts)."""
+        return self.system == "systemd" or (self.system == "auto" and systemd_running())
+
+    def tool(self, name: str, purpose: str) -> str:
+        """The path of one of the init system's tools (`require`, `tools_dir` first)."""
+        return require(name, purpose, first_in=self.tools_dir)
+
+
 class HostLayout(_Section):
+    init: InitLayout = InitLayout()
     nginx: NginxLayout = NginxLayout()
     php: PhpLayout = PhpLayout()
     mariadb: MariaDbLayout = MariaDbLayout()
@@ -235,35 +256,38 @@ def sysv_enabled(unit: str) -> bool:
     )
 
 
-def system_argv(unit: str, action: str) -> list[str]:
+def system_argv(unit: str, action: str, init: InitLayout) -> list[str]:
     """The system's command for `action` on `unit`: systemctl under systemd, else the init script
     (``service``), and ``update-rc.d`` for enable/disable: ``enable``/``disable`` flip existing
     rc.d links between S and K, so a script without any links first gets them from its LSB header
     (``defaults``, or ``defaults-disabled``)."""
-    if systemd_running():
-        return [require("systemctl", f"{action} {unit}"), action, unit, *(["--no-pager"] if action == "status" else [])]
+    if init.systemd:
+        systemctl = init.tool("systemctl", f"{action} {unit}")
+        return [systemctl, action, unit, *(["--no-pager"] if action == "status" else [])]
     if not os.path.exists(os.path.join(INIT_D, unit)):
         raise JobError(f"no service named {unit} on this server (no {INIT_D}/{unit})")
     if action in ("enable", "disable"):
-        update_rc_d = require("update-rc.d", f"{action} {unit} at boot")
+        update_rc_d = init.tool("update-rc.d", f"{action} {unit} at boot")
         if not rc_links(unit):
             return [update_rc_d, unit, "defaults" if action == "enable" else "defaults-disabled"]
         return [update_rc_d, unit, action]
-    return [require("service", f"{action} {unit}"), unit, action]
+    return [init.tool("service", f"{action} {unit}"), unit, action]
 
 
-def control_argv(control: ServiceControl, action: str, **names: str) -> list[str]:
+def control_argv(control: ServiceControl, action: str, *, init: InitLayout, **names: str) -> list[str]:
     """The argv that performs `action` on the service of `control` (`names` fill ``{version}``)."""
     given = control.commands.get(action)
     if given is not None:
         return [part.format(**names) for part in given]
-    return system_argv(control.unit.format(**names), action)
+    return system_argv(control.unit.format(**names), action, init)
 
 
-async def control_service(control: ServiceControl, action: str, out: Output | None = None, **names: str) -> None:
+async def control_service(
+    control: ServiceControl, action: str, out: Output | None = None, *, init: InitLayout, **names: str
+) -> None:
     """Perform `action` (reload after a configuration change, ...) or raise JobError with the
-    tool's own words; with `out`, its lines are streamed there."""
-    argv = control_argv(control, action, **names)
+    tool's own words; with `out`, its lines are streamed there. `init` is the layout's."""
+    argv = control_argv(control, action, init=init, **names)
     if out is not None:
         code = await stream_command(out, argv)
         detail = ""
@@ -297,12 +321,14 @@ def nginx_reload_took(master: int, before: set[int]) -> bool:
     return bool(child_pids(master) - before) and all(worker_leaving(pid) for pid in before)
 
 
-async def reload_nginx(nginx: NginxLayout) -> None:
-    """Reload nginx and return once its new workers serve and the old ones accept no more: the
-    reload signal only starts that, and a request meeting an old worker would get the old rules."""
+async def reload_nginx(layout: HostLayout) -> None:
+    """Reload the layout's nginx and return once its new workers serve and the old ones accept no
+    more: the reload signal only starts that, and a request meeting an old worker would get the old
+    rules."""
+    nginx = layout.nginx
     master = await trio.to_thread.run_sync(read_pid, Path(nginx.pid_file))
     before = await trio.to_thread.run_sync(child_pids, master) if master is not None else set()
-    await control_service(nginx.control, "reload")
+    await control_service(nginx.control, "reload", init=layout.init)
     if master is None:
         return  # not running here (or no pid file where the layout says): nothing to wait for
 
@@ -318,6 +344,7 @@ async def reload_nginx(nginx: NginxLayout) -> None:
 __all__ = [
     "DEFAULT_LAYOUT",
     "HostLayout",
+    "InitLayout",
     "LayoutFile",
     "ServiceControl",
     "control_argv",

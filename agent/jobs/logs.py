@@ -27,7 +27,6 @@ import trio
 from agent.files.jail import Jail
 from agent.jobs.base import EXIT_MISSING, STDOUT, JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import find_site, site_account
-from agent.jobs.host import systemd_running
 from agent.jobs.proc import LineSplitter, require, stream_command
 from agent.link.protocol import RpcError
 from agent.sites import Site
@@ -307,9 +306,10 @@ def journal_argv(journalctl: str, args: LogsJournal) -> list[str]:
 
 
 async def _journal(args: LogsJournal, ctx: JobContext, out: Output) -> int:
-    if not systemd_running():
+    init = ctx.host.init
+    if not init.systemd:
         raise JobError("no journal on this server: PID 1 is not systemd (read the files of logs list)", EXIT_MISSING)
-    argv = journal_argv(require("journalctl", "read the system journal"), args)
+    argv = journal_argv(init.tool("journalctl", "read the system journal"), args)
     return await stream_command(out, argv)
 
 

@@ -36,8 +36,9 @@ def tool_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def which(tool: str) -> str | None:
-    return shutil.which(tool, path=SYSTEM_PATH)
+def which(tool: str, first_in: str | None = None) -> str | None:
+    """The path of `tool` on the system PATH, or in the folder `first_in` before it."""
+    return shutil.which(tool, path=SYSTEM_PATH if first_in is None else f"{first_in}{os.pathsep}{SYSTEM_PATH}")
 
 
 # The Debian package of each tool a handler may need (the missing-software line names it).
@@ -103,10 +104,11 @@ PACKAGES = {
 }
 
 
-def require(tool: str, purpose: str, package: str | None = None) -> str:
-    """The path of `tool`; a JobError with exit `EXIT_MISSING` naming its Debian package when it
-    is not installed (`package` defaults to the one `PACKAGES` knows, else the tool's name)."""
-    path = which(tool)
+def require(tool: str, purpose: str, package: str | None = None, first_in: str | None = None) -> str:
+    """The path of `tool` (looked for in `first_in` first, see `which`); a JobError with exit
+    `EXIT_MISSING` naming its Debian package when it is not installed (`package` defaults to the
+    one `PACKAGES` knows, else the tool's name)."""
+    path = which(tool, first_in)
     if path is None:
         package = package or PACKAGES.get(tool, tool)
         raise JobError(

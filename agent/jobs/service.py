@@ -1,10 +1,11 @@
 """``service list|status|start|stop|restart|reload|enable|disable|logs``: the system's services.
 
-Where PID 1 is systemd (``/run/systemd/system`` exists, what ``sd_booted()`` checks) they are
-systemd units: ``systemctl list-units|show|<action>`` and ``journalctl -u``. Otherwise they are the
-Debian init scripts: ``service --status-all``, ``service <name> <action>``, ``update-rc.d`` for
-the boot links (``agent.jobs.host.system_argv`` builds every action's argv), and, without a
-journal, the log files a service is known to write (`SYSV_LOG_FILES`).
+Where PID 1 is systemd (``/run/systemd/system`` exists, what ``sd_booted()`` checks; the host
+layout's ``init`` section may say so instead) they are systemd units: ``systemctl
+list-units|show|<action>`` and ``journalctl -u``. Otherwise they are the Debian init scripts:
+``service --status-all``, ``service <name> <action>``, ``update-rc.d`` for the boot links
+(``agent.jobs.host.system_argv`` builds every action's argv), and, without a journal, the log
+files a service is known to write (`SYSV_LOG_FILES`).
 
 A change that is already in place says so and ends 0 (start of a running service, enable of an
 enabled one); after a change the service's state is read back, and a service that did not reach
@@ -22,7 +23,7 @@ from typing import Any
 import trio
 
 from agent.jobs.base import JobContext, JobError, Output, RunFunction, handler
-from agent.jobs.host import INIT_D, system_argv, systemd_running, sysv_enabled
+from agent.jobs.host import INIT_D, InitLayout, system_argv, sysv_enabled
 from agent.jobs.proc import capture_command, require, stream_command
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.system import ServiceArgs, ServiceLogs, ServiceStop
@@ -81,24 +82,24 @@ def parse_service_status(name: str, code: int, text: str, err: str) -> dict[str,
     }
 
 
-async def _systemd_status(name: str) -> dict[str, Any]:
-    systemctl = require("systemctl", "ask systemd about the service")
+async def _systemd_status(name: str, init: InitLayout) -> dict[str, Any]:
+    systemctl = init.tool("systemctl", "ask systemd about the service")
     code, text, err = await capture_command([systemctl, "show", name, f"--property={SHOW_PROPERTIES}", "--no-pager"])
     if code != 0:
         raise JobError(f"systemctl show {name} failed (exit {code}): {' '.join(err.split())}")
     return parse_systemctl_show(name, text)
 
 
-async def _sysv_status(name: str) -> dict[str, Any]:
-    code, text, err = await capture_command(system_argv(name, "status"))
+async def _sysv_status(name: str, init: InitLayout) -> dict[str, Any]:
+    code, text, err = await capture_command(system_argv(name, "status", init))
     status = parse_service_status(name, code, text, err)
     status["enabled"] = await trio.to_thread.run_sync(sysv_enabled, name)
     return status
 
 
-async def service_state(name: str) -> dict[str, Any]:
+async def service_state(name: str, init: InitLayout) -> dict[str, Any]:
     """The state of the service `name` (a JobError when there is no such service)."""
-    return await (_systemd_status(name) if systemd_running() else _sysv_status(name))
+    return await (_systemd_status(name, init) if init.systemd else _sysv_status(name, init))
 
 
 # --- list ---------------------------------------------------------------------------------------------
@@ -151,8 +152,8 @@ def parse_status_all(text: str) -> list[dict[str, Any]]:
     return sorted(services, key=lambda service: service["name"])
 
 
-async def _systemd_list() -> list[dict[str, Any]]:
-    systemctl = require("systemctl", "list the services")
+async def _systemd_list(init: InitLayout) -> list[dict[str, Any]]:
+    systemctl = init.tool("systemctl", "list the services")
     code, text, err = await capture_command(
         [systemctl, "list-units", "--type=service", "--all", "--no-pager", "--plain"]
     )
@@ -169,8 +170,8 @@ async def _systemd_list() -> list[dict[str, Any]]:
     return services
 
 
-async def _sysv_list() -> list[dict[str, Any]]:
-    code, text, err = await capture_command([require("service", "list the services"), "--status-all"])
+async def _sysv_list(init: InitLayout) -> list[dict[str, Any]]:
+    code, text, err = await capture_command([init.tool("service", "list the services"), "--status-all"])
     if code != 0:
         raise JobError(f"service --status-all failed (exit {code}): {' '.join(err.split())}")
     services = parse_status_all(text + "\n" + err)  # the "[ ? ]" lines come on stderr
@@ -181,13 +182,14 @@ async def _sysv_list() -> list[dict[str, Any]]:
 
 
 async def _list(args: NoArgs, ctx: JobContext, out: Output) -> int:
-    services = await (_systemd_list() if systemd_running() else _sysv_list())
+    init = ctx.host.init
+    services = await (_systemd_list(init) if init.systemd else _sysv_list(init))
     out.result({"services": services}, as_json=ctx.as_json)
     return 0
 
 
 async def _status(args: ServiceArgs, ctx: JobContext, out: Output) -> int:
-    out.result(await service_state(args.name), as_json=ctx.as_json)
+    out.result(await service_state(args.name, ctx.host.init), as_json=ctx.as_json)
     return 0
 
 
@@ -213,48 +215,51 @@ def _words(field: str, value: bool) -> str:
     return "enabled at boot" if value else "disabled at boot"
 
 
-async def _settled(name: str, field: str, wanted: bool) -> dict[str, Any]:
+async def _settled(name: str, field: str, wanted: bool, init: InitLayout) -> dict[str, Any]:
     """The service's state once `field` is `wanted`, or the last one read when SETTLE_S passed: a
     daemon writes its pid file a moment after its init script returned."""
-    state = await service_state(name)
+    state = await service_state(name, init)
     with trio.move_on_after(SETTLE_S):
         while state.get(field) != wanted:
             await trio.sleep(SETTLE_POLL_S)
-            state = await service_state(name)
+            state = await service_state(name, init)
     return state
 
 
-async def _reload(name: str, out: Output) -> int:
+async def _reload(name: str, out: Output, init: InitLayout) -> int:
     """``reload``; an init script without one (its usage line lists only ``force-reload``, which
     Debian's policy makes every script have) gets ``force-reload``: reload, or restart if it cannot."""
-    argv = system_argv(name, "reload")
+    argv = system_argv(name, "reload", init)
     code, text, err = await capture_command(argv)
     said = text + err
-    if code != 0 and not systemd_running() and "Usage:" in said and "force-reload" in said:
+    if code != 0 and not init.systemd and "Usage:" in said and "force-reload" in said:
         out.stdout(f"the init script of {name} has no reload: force-reload (a restart) instead")
-        return await stream_command(out, system_argv(name, "force-reload"))
+        return await stream_command(out, system_argv(name, "force-reload", init))
     out.lines("stdout", [line for line in text.splitlines() if line.strip()])
     out.lines("stderr", [line for line in err.splitlines() if line.strip()])
     return code
 
 
-async def _change(action: str, name: str, out: Output) -> int:
+async def _change(action: str, name: str, out: Output, init: InitLayout) -> int:
     field, wanted = OUTCOME[action]
-    before = await service_state(name)
+    before = await service_state(name, init)
     if action in IDEMPOTENT and before.get(field) == wanted:
         out.stdout(f"{name} is already {_words(field, wanted)}")
         return 0
     if action == "reload" and not before["active"]:
         raise JobError(f"{name} is not running: start it instead of reloading it")
-    code = await _reload(name, out) if action == "reload" else await stream_command(out, system_argv(name, action))
+    if action == "reload":
+        code = await _reload(name, out, init)
+    else:
+        code = await stream_command(out, system_argv(name, action, init))
     if code != 0:
         raise JobError(f"{action} {name} failed (exit {code})")
-    after = await _settled(name, field, wanted)
-    if action in ("restart", "reload") and not after["active"] and not systemd_running():
+    after = await _settled(name, field, wanted, init)
+    if action in ("restart", "reload") and not after["active"] and not init.systemd:
         # Some scripts' restart only stops (Debian's supervisor 4.2.5: its force-reload calls it too).
         out.stdout(f"the init script's {action} left {name} stopped: starting it")
-        if await stream_command(out, system_argv(name, "start")) == 0:
-            after = await _settled(name, field, wanted)
+        if await stream_command(out, system_argv(name, "start", init)) == 0:
+            after = await _settled(name, field, wanted, init)
     if after.get(field) != wanted:
         raise JobError(f"{action} {name}: the service is {_words(field, not wanted)} afterwards ({after['state']})")
     out.stdout(f"{name} is {_words(field, wanted)}")
@@ -263,7 +268,7 @@ async def _change(action: str, name: str, out: Output) -> int:
 
 def _action(action: str) -> RunFunction:
     async def run(args: ServiceArgs | ServiceStop, ctx: JobContext, out: Output) -> int:
-        return await _change(action, args.name, out)
+        return await _change(action, args.name, out, ctx.host.init)
 
     return run
 
@@ -287,9 +292,9 @@ def sysv_log_files(name: str) -> list[str]:
 
 
 async def _logs(args: ServiceLogs, ctx: JobContext, out: Output) -> int:
-    name, lines = args.name, str(args.lines)
-    if systemd_running():
-        journalctl = require("journalctl", "read the service's journal")
+    name, lines, init = args.name, str(args.lines), ctx.host.init
+    if init.systemd:
+        journalctl = init.tool("journalctl", "read the service's journal")
         code, text, err = await capture_command([journalctl, "-u", name, "-n", lines, "--no-pager", "-o", "short-iso"])
         if code != 0:
             raise JobError(f"journalctl -u {name} failed (exit {code}): {' '.join(err.split())}")

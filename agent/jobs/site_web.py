@@ -495,10 +495,12 @@ async def _reload(ctx: JobContext, changes: list[Change], version: str | None) -
     """Reload nginx when the server block changed, each PHP-FPM whose pool came, changed or went."""
     layout = ctx.host
     if changes[0].changed:
-        await reload_nginx(layout.nginx)
+        await reload_nginx(layout)
     for change in changes[1:]:
         if change.changed:
-            await control_service(layout.php.control, "reload", version=_version_of(layout, change.path, version))
+            await control_service(
+                layout.php.control, "reload", init=layout.init, version=_version_of(layout, change.path, version)
+            )
 
 
 def _version_of(layout: HostLayout, path: str, fallback: str | None) -> str:
@@ -522,10 +524,10 @@ async def _remove(ctx: JobContext, site: Site) -> list[str]:
     await trio.to_thread.run_sync(_install, changes)
     removed = [c.path for c in changes if c.changed]
     if changes[0].changed and which("nginx") is not None:
-        await reload_nginx(layout.nginx)
+        await reload_nginx(layout)
     for change in changes[1:]:
         if change.changed:
             version = _version_of(layout, change.path, None)
-            await control_service(layout.php.control, "reload", version=version)
+            await control_service(layout.php.control, "reload", init=layout.init, version=version)
             await trio.to_thread.run_sync(_put, socket_path(layout.php, site.slug, version), None, 0)
     return removed

@@ -166,7 +166,7 @@ async def _switch(
             await trio.to_thread.run_sync(_write_meta, ctx, site, before_meta)
         raise
     if new_files and before == target:  # the server block did not change, so nothing reloaded it
-        await reload_nginx(ctx.host.nginx)
+        await reload_nginx(ctx.host)
 
 
 # --- ACME ------------------------------------------------------------------------------------------

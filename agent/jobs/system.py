@@ -1,9 +1,9 @@
 """``system info|processes|timezone-set|hostname-set|locale-set|swap-set|ntp-sync|cache-drop|reboot``.
 
-Under systemd the settings go through its tools (timedatectl, hostnamectl, localectl); otherwise
-the agent writes what they would (``/etc/timezone`` and the ``/etc/localtime`` link,
-``/etc/hostname`` and the kernel's name through ``hostname``, ``/etc/default/locale``), each
-file replaced by a rename. Where those files are is the host layout's ``system`` section.
+Under systemd (the host layout's ``init``) the settings go through its tools (timedatectl,
+hostnamectl, localectl); otherwise the agent writes what they would (``/etc/timezone`` and the
+``/etc/localtime`` link, ``/etc/hostname`` and the kernel's name through ``hostname``,
+``/etc/default/locale``), each file replaced by a rename. Where those files are is the host layout's ``system`` section.
 A reboot needs ``--confirm`` equal to the server's host name.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import trio
 
 from agent.jobs.base import JobContext, JobError, Output, handler
-from agent.jobs.host import SystemLayout, systemd_running
+from agent.jobs.host import SystemLayout
 from agent.jobs.metrics import meminfo, uptime_s
 from agent.jobs.proc import capture_command, require, stream_command, which
 from agent.sites import write_atomically
@@ -152,7 +152,8 @@ def replace_link(path: str, target: str) -> None:
 
 
 async def _timezone_set(args: TimezoneSet, ctx: JobContext, out: Output) -> int:
-    layout = ctx.host.system
+    host = ctx.host
+    layout = host.system
     zone = os.path.join(layout.zoneinfo_dir, args.timezone)
     if not await trio.to_thread.run_sync(os.path.isfile, zone):
         raise JobError(f"unknown time zone {args.timezone} (no {zone}; is tzdata installed?)")
@@ -160,8 +161,8 @@ async def _timezone_set(args: TimezoneSet, ctx: JobContext, out: Output) -> int:
     if previous == args.timezone:
         out.stdout(f"the time zone is already {args.timezone}")
         return 0
-    if systemd_running():
-        await _run_tool([require("timedatectl", "set the time zone"), "set-timezone", args.timezone])
+    if host.init.systemd:
+        await _run_tool([host.init.tool("timedatectl", "set the time zone"), "set-timezone", args.timezone])
     else:
 
         def write() -> None:
@@ -174,9 +175,9 @@ async def _timezone_set(args: TimezoneSet, ctx: JobContext, out: Output) -> int:
 
 
 async def _hostname_set(args: HostnameSet, ctx: JobContext, out: Output) -> int:
-    previous = socket.gethostname()
-    if systemd_running():
-        await _run_tool([require("hostnamectl", "set the host name"), "set-hostname", args.hostname])
+    previous, init = socket.gethostname(), ctx.host.init
+    if init.systemd:
+        await _run_tool([init.tool("hostnamectl", "set the host name"), "set-hostname", args.hostname])
     else:
         if previous != args.hostname:
             await _run_tool([require("hostname", "set the host name"), args.hostname])
@@ -200,8 +201,9 @@ async def _locale_set(args: LocaleSet, ctx: JobContext, out: Output) -> int:
         raise JobError(
             f"the locale {args.locale} is not generated on this server (add it to /etc/locale.gen, then locale-gen)"
         )
-    if systemd_running():
-        await _run_tool([require("localectl", "set the locale"), "set-locale", f"LANG={args.locale}"])
+    init = ctx.host.init
+    if init.systemd:
+        await _run_tool([init.tool("localectl", "set the locale"), "set-locale", f"LANG={args.locale}"])
     else:
         path = ctx.host.system.locale_file
         await trio.to_thread.run_sync(write_atomically, path, f"LANG={args.locale}\n".encode(), 0o644)
@@ -212,8 +214,9 @@ async def _locale_set(args: LocaleSet, ctx: JobContext, out: Output) -> int:
 async def _ntp_sync(args: NoArgs, ctx: JobContext, out: Output) -> int:
     if which("chronyc"):
         return await stream_command(out, [require("chronyc", "step the clock"), "-a", "makestep"])
-    if systemd_running():
-        await _run_tool([require("timedatectl", "turn on time synchronisation"), "set-ntp", "true"])
+    init = ctx.host.init
+    if init.systemd:
+        await _run_tool([init.tool("timedatectl", "turn on time synchronisation"), "set-ntp", "true"])
         out.stdout("systemd-timesyncd synchronises the clock")
         return 0
     require("chronyc", "synchronise the clock")
@@ -323,8 +326,9 @@ async def _reboot(args: Reboot, ctx: JobContext, out: Output) -> int:
     name = socket.gethostname()
     if args.confirm != name:
         raise JobError(f"a reboot needs --confirm {name} (this server's host name): nothing done", 2)
-    argv = reboot_argv(args.delay_min, systemd_running())
-    argv[0] = require(argv[0], "reboot the server")
+    init = ctx.host.init
+    argv = reboot_argv(args.delay_min, init.systemd)
+    argv[0] = init.tool(argv[0], "reboot the server")
     out.stdout(f"rebooting {name}" + (f" in {args.delay_min} min" if args.delay_min else " now"))
     return await stream_command(out, argv)
 

@@ -136,7 +136,25 @@ class Hosting:
 
 
 def start_hosting(stack: Stack, folder: Path) -> Hosting:
-    """The org, its hosting server and the server's agent (stopped with `stop_hosting`)."""
+    """The org, its hosting server and the server's agent, with the session's own nginx and
+    PHP-FPM (stopped with `stop_hosting`)."""
+    hosting = start_server(stack, folder)
+    try:
+        hosting.nginx = start_nginx(hosting.folder / "nginx")
+        hosting.configure("nginx", hosting.nginx.layout())
+        for version in php_fpm_versions():
+            hosting.php = hosting.php_versions[version] = start_php_fpm(hosting.folder / "php", version)
+        if hosting.php is not None:
+            hosting.configure("php", hosting.php.layout())
+    except BaseException:
+        stop_hosting(hosting)
+        raise
+    return hosting
+
+
+def start_server(stack: Stack, folder: Path, layout: dict[str, Any] | None = None) -> Hosting:
+    """An org of its own, its full server and the server's agent, whose host layout file holds
+    `layout` (stopped with `stop_hosting`)."""
     name = f"hosting-{uuid.uuid4().hex[:8]}"
     stack.admin("create-org", name, "--plan", "max")
     email = f"owner@{name}.test"
@@ -151,20 +169,9 @@ def start_hosting(stack: Stack, folder: Path) -> Hosting:
         made.mkdir(parents=True)
     home.chmod(0o755)  # the sites' users and the web server's workers go through it
     layout_file = folder / "host-layout.json"
-    layout_file.write_text("{}")
+    layout_file.write_text(json.dumps(layout or {}, indent=2))
     agent = AgentProcess(stack, server_id, agent_token, home, state, "--host-layout", str(layout_file), api_token=token)
-    hosting = Hosting(stack, token, server_id, home, state, services, layout_file, agent)
-    try:
-        hosting.nginx = start_nginx(services / "nginx")
-        hosting.configure("nginx", hosting.nginx.layout())
-        for version in php_fpm_versions():
-            hosting.php = hosting.php_versions[version] = start_php_fpm(services / "php", version)
-        if hosting.php is not None:
-            hosting.configure("php", hosting.php.layout())
-    except BaseException:
-        stop_hosting(hosting)
-        raise
-    return hosting
+    return Hosting(stack, token, server_id, home, state, services, layout_file, agent, layout=dict(layout or {}))
 
 
 def stop_hosting(hosting: Hosting) -> None:

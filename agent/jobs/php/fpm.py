@@ -227,7 +227,8 @@ async def running_master(paths: PhpPaths) -> int | None:
 
 
 async def control_fpm(ctx: JobContext, paths: PhpPaths, action: str, out: Output | None = None) -> None:
-    await control_service(ctx.host.php.control, action, out, version=paths.version)
+    layout = ctx.host
+    await control_service(layout.php.control, action, out, init=layout.init, version=paths.version)
 
 
 async def reload_after_change(ctx: JobContext, paths: PhpPaths, out: Output) -> None:

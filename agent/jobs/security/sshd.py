@@ -100,6 +100,6 @@ async def ssh_set(args: SshSet, ctx: JobContext, out: Output) -> int:
             out.stderr(f"warning: {key} is {now.get(key)} (sshd_config sets it before including {layout.dropin_dir})")
     if args.port is not None and args.port not in now["ports"]:
         out.stderr(f"warning: sshd does not listen on {args.port}: its configuration does not include {path}")
-    await control_service(layout.control, "reload")
+    await control_service(layout.control, "reload", init=ctx.host.init)
     out.stdout(f"SSH settings written to {path} and ssh reloaded: " + ", ".join(f"{k} {v}" for k, v in values.items()))
     return 0
