@@ -156,6 +156,10 @@ class SystemLayout(_Section):
     cron_control: ServiceControl = ServiceControl(unit="cron")
 
 
+class ClamavLayout(_Section):
+    database_dir: str = "/var/lib/clamav"  # the signatures clamscan reads (freshclam keeps them current)
+
+
 class AcmeLayout(_Section):
     """The ACME CA of the sites' certificates (None: the agent's --acme-directory / --acme-ca-bundle,
     Let's Encrypt by default; a directory given here serves every `provider`)."""
@@ -195,6 +199,7 @@ class HostLayout(_Section):
     ssh: SshLayout = SshLayout()
     system: SystemLayout = SystemLayout()
     acme: AcmeLayout = AcmeLayout()
+    clamav: ClamavLayout = ClamavLayout()
 
 
 DEFAULT_LAYOUT = HostLayout()

@@ -1,10 +1,6 @@
 """``security.*``: fail2ban (`fail2ban`), the SSH server's policy (`sshd`), the nftables firewall
-(`firewall`) and ``status``, a summary of the three.
-
-``security.scan`` and ``security.scan-report`` have no handler: they promise a malware scan of
-the sites (with quarantine), and no malware scanner is installed on these servers (ClamAV is not
-among the packages `scripts/test` installs); a list of listening ports (``ss``) would not be what
-they promise.
+(`firewall`), the malware scan of the sites with ClamAV (`malware`) and ``status``, a summary of
+the four.
 """
 
 from __future__ import annotations
@@ -13,7 +9,7 @@ from typing import Any
 
 from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.proc import which
-from agent.jobs.security import fail2ban, firewall, sshd
+from agent.jobs.security import fail2ban, firewall, malware, sshd
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.system import SshSet
 
@@ -38,6 +34,7 @@ async def _part(name: str, ctx: JobContext) -> dict[str, Any]:
 
 async def _status(args: NoArgs, ctx: JobContext, out: Output) -> int:
     result = {name: await _part(name, ctx) for name in ("firewall", "fail2ban", "ssh")}
+    result["scan"] = await malware.summary(ctx)
     out.result(result, as_json=ctx.as_json)
     return 0
 
@@ -56,6 +53,8 @@ KINDS = [
     handler("security.fail2ban-unban", fail2ban.unban),
     handler("security.fail2ban-jail-set", fail2ban.jail_set),
     handler("security.ssh-set", _ssh_set),
+    handler("security.scan", malware.scan),
+    handler("security.scan-report", malware.scan_report),
     handler("security.firewall-list", firewall.firewall_list),
     handler("security.firewall-allow", firewall.firewall_allow),
     handler("security.firewall-deny", firewall.firewall_deny),
