@@ -33,6 +33,9 @@ def test_the_fields_that_name_a_thing_have_a_source_except_where_the_thing_is_ma
     assert source_of(KINDS["site.create"], "domain") is None  # a new site: nothing to pick
     assert source_of(KINDS["db.create"], "name") is None
     assert source_of(KINDS["logs.tail"], "lines") is None
+    assert source_of(KINDS["php.set"], "version") is SOURCES[("php", "version")]  # the versions installed
+    assert source_of(KINDS["site.create"], "php") is SOURCES[("php", "version")]
+    assert source_of(KINDS["php.install"], "version") is None  # one not installed yet
     # Every source is a read kind of the catalog (or the API's load balancers).
     for source in SOURCES.values():
         assert source.read_kind is None or KINDS[source.read_kind].read

@@ -33,6 +33,7 @@ class Source:
 
 
 LOAD_BALANCERS = Source("load balancers", None, None, "id", ("name", "port"))
+PHP_VERSIONS = Source("PHP versions", "php.versions", "versions", "version")
 
 # (kind domain, field) → source; "*" is any domain. Kept small: the fields users name most.
 SOURCES: Mapping[tuple[str, str], Source] = {
@@ -44,10 +45,12 @@ SOURCES: Mapping[tuple[str, str], Source] = {
     ("service", "name"): Source("services", "service.list", "services", "name", ("description",)),
     ("user", "username"): Source("users", "user.list", "users", "username", ("home",)),
     ("lb", "id"): LOAD_BALANCERS,
+    ("php", "version"): PHP_VERSIONS,
+    ("site", "php"): PHP_VERSIONS,
 }
 
 # Kinds that make the thing their field names: a new name, nothing to pick.
-CREATING_ACTIONS = frozenset({"create", "add"})
+CREATING_ACTIONS = frozenset({"create", "add", "install"})
 
 
 def source_of(kind: JobKindInfo, name: str) -> Source | None:
