@@ -31,7 +31,7 @@ from control_plane.app import build_fleet
 from control_plane.auth import store as accounts
 from control_plane.serving import base_url, bind, close_unless_served, serve_fleet
 from control_plane.settings import ServerName
-from fleetdeck import local_nginx, local_php, running
+from fleetdeck import local_mariadb, local_nginx, local_php, running
 from fleetdeck.demo import ensure_account, ensure_workspace, write_private
 from fleetdeck.launcher import free_port
 from fleetdeck.local_children import Child, run_child
@@ -82,7 +82,7 @@ async def run_local(
                     state_dir=str(agent_state),
                     ingress=ingress,
                     lb=LbSettings(bind="127.0.0.1", port_map=lb_ports),
-                    host_layout=str(layout.host_layout),  # its nginx and PHP-FPM are the stack's own, not /etc's
+                    host_layout=str(layout.host_layout),  # its nginx, PHP-FPM and MariaDB are the stack's own
                 )
                 if fleet.settings.server == "hypercorn":
                     stack.start_soon(_supervised_agent, agent)
@@ -128,8 +128,10 @@ def _prepare_services(layout: StackLayout) -> list[Child]:
     at them; the services to run (those installed)."""
     nginx, web = local_nginx.prepare(layout.nginx, free_port(), free_port())
     php, fpms = local_php.prepare(layout.php)
-    write_atomically(str(layout.host_layout), HostLayout(nginx=nginx, php=php).model_dump_json(indent=2).encode())
-    return [*fpms, *web]
+    mariadb, databases = local_mariadb.prepare(layout.mariadb)
+    host = HostLayout(nginx=nginx, php=php, mariadb=mariadb)
+    write_atomically(str(layout.host_layout), host.model_dump_json(indent=2).encode())
+    return [*databases, *fpms, *web]
 
 
 async def _supervised_agent(config: AgentConfig) -> None:

@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +38,9 @@ class Child:
     pid_file: Path  # written by its master
     log: Path  # where it says why it stopped
     env: Mapping[str, str] | None = None  # added to the stack's own
+    # A blocking step before the start (a first start's data folder), False when it failed: run
+    # in a worker thread while the stack goes on without waiting.
+    setup: Callable[[], bool] | None = None
 
 
 async def run_child(child: Child, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -48,6 +51,11 @@ async def run_child(child: Child, *, task_status: anyio.abc.TaskStatus[None] = a
     long as the stack: `anyio.open_process` under trio starts it on a worker thread, whose end
     (idle for 10 s) quit nginx under a running stack."""
     await _stop_left_over(child)
+    if child.setup is not None:
+        task_status.started()
+        task_status = anyio.TASK_STATUS_IGNORED
+        if not await anyio.to_thread.run_sync(child.setup):
+            return
     argv = child.argv
     setpriv = which("setpriv")
     if setpriv is not None:

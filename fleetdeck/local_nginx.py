@@ -6,7 +6,8 @@ machine, where a root stack would rewrite and reload the system's nginx. So the 
 its agent a host layout file (`agent.jobs.host.LayoutFile`) whose nginx section points into
 ``<data>/nginx``, and runs that nginx (``daemon off``, a child of the stack that stops with it) on
 127.0.0.1 at a free port (`fleetdeck.local_children` runs it). Its PHP sites pass to the stack's
-own PHP-FPM (`fleetdeck.local_php`); the other services (MariaDB, ...) keep the defaults.
+own PHP-FPM (`fleetdeck.local_php`), its databases are on its own MariaDB
+(`fleetdeck.local_mariadb`); the other services (PostgreSQL, ...) keep the defaults.
 """
 
 from __future__ import annotations

@@ -87,8 +87,8 @@ class StackLayout:
 
     @property
     def host_layout(self) -> Path:
-        """The local agent's host layout file: its nginx and PHP-FPM are the stack's own
-        (`fleetdeck.local_nginx`, `fleetdeck.local_php`)."""
+        """The local agent's host layout file: its nginx, PHP-FPM and MariaDB are the stack's own
+        (`fleetdeck.local_nginx`, `fleetdeck.local_php`, `fleetdeck.local_mariadb`)."""
         return self.root / "host-layout.json"
 
     @property
@@ -100,6 +100,11 @@ class StackLayout:
     def php(self) -> Path:
         """The stack's own PHP-FPM: per version its configuration, pools, ini, PID file and log; the sockets."""
         return self.root / "php"
+
+    @property
+    def mariadb(self) -> Path:
+        """The stack's own MariaDB: its data folder, socket, PID file and log."""
+        return self.root / "mariadb"
 
     @property
     def agent_token(self) -> Path:

@@ -25,6 +25,7 @@ import trio
 
 from agent.jobs.host import php_fpm_versions
 from agent.jobs.proc import child_pids
+from fleetdeck import local_mariadb
 from tests.conftest import STACK_ENV, Stack, python_env, start_local
 from tests.helpers import wait_until
 
@@ -282,6 +283,7 @@ def test_a_site_of_the_local_stack_is_served_by_its_own_nginx_and_leaves_the_sys
     assert list((stack.data_dir / "nginx" / "sites-enabled").iterdir()) == []
 
 
+MARIADB_INSTALLED = all(shutil.which(tool, path="/usr/sbin:/usr/bin") for tool in ("mariadbd", "mariadb-install-db"))
 NEEDS_WEB_AND_PHP = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("nginx", path="/usr/sbin:/usr/bin") is None or not php_fpm_versions(),
     reason="needs root (a site is a system user; or to run a stack as nobody), nginx and PHP-FPM",
@@ -324,6 +326,27 @@ def test_a_php_site_of_the_local_stack_gets_its_pool_on_the_stacks_own_php_fpm_a
             assert _finished(http, deleted.json()["id"])["status"] == "succeeded"
     assert list((stack.data_dir / "php").glob(f"*/fpm/pool.d/fleetdeck-{slug}.conf")) == []
     assert _listing(Path("/etc/php")) == before
+
+
+@pytest.mark.skipif(not MARIADB_INSTALLED, reason="needs MariaDB (Debian package mariadb-server)")
+def test_a_database_of_the_local_stack_is_made_on_its_own_mariadb_and_leaves_the_systems_alone(stack: Stack) -> None:
+    """Before, db.create went to the machine's server (`/run/mysqld/mysqld.sock`), or failed without one."""
+    name = f"demo_{uuid.uuid4().hex[:6]}"
+    system = Path("/var/lib/mysql")
+    before = _listing(system) if system.is_dir() else {}
+    with stack.http() as http:
+        jobs = f"/v1/servers/{stack.server_id}/jobs"
+        created = http.post(jobs, json={"kind": "db.create", "args": {"name": name}})
+        assert created.status_code == 201, created.text
+        try:
+            job = _finished(http, created.json()["id"])
+            assert job["status"] == "succeeded", job
+            assert (stack.data_dir / "mariadb" / "data" / name).is_dir()
+        finally:
+            dropped = http.post(jobs, json={"kind": "db.drop", "args": {"name": name}})
+            assert _finished(http, dropped.json()["id"])["status"] == "succeeded"
+    assert not (stack.data_dir / "mariadb" / "data" / name).exists()
+    assert (_listing(system) if system.is_dir() else {}) == before
 
 
 def _launch_as(account: pwd.struct_passwd, data_dir: Path, log_file: Path) -> subprocess.Popen[str]:
@@ -387,6 +410,16 @@ def _nginx_pid(data_dir: Path) -> int:
     return _pid_in(data_dir / "nginx" / "nginx.pid")
 
 
+def _mariadb_pids(data_dir: Path) -> list[int]:
+    """The stack's MariaDB server, when MariaDB is installed."""
+    return [_pid_in(data_dir / "mariadb" / "mariadbd.pid")] if MARIADB_INSTALLED else []
+
+
+def _services(data_dir: Path) -> list[int]:
+    """The masters of the stack's services: its nginx, its PHP-FPM, its MariaDB (those installed)."""
+    return [_nginx_pid(data_dir), *_fpm_pids(data_dir).values(), *_mariadb_pids(data_dir)]
+
+
 def _fpm_pids(data_dir: Path) -> dict[str, int]:
     """The stack's PHP-FPM masters, by version (one per version installed)."""
     return {version: _pid_in(data_dir / "php" / version / "php-fpm.pid") for version in php_fpm_versions()}
@@ -398,12 +431,12 @@ def _pid_in(pid_file: Path) -> int:
 
 
 @pytest.mark.skipif(shutil.which("nginx", path="/usr/sbin:/usr/bin") is None, reason="needs nginx")
-def test_the_stacks_nginx_and_php_fpm_end_with_it_even_killed_and_ones_left_are_quit_at_the_next_start(
+def test_the_stacks_services_end_with_it_even_killed_and_ones_left_are_quit_at_the_next_start(
     tmp_path: Path,
 ) -> None:
     data_dir = tmp_path / "local"
     first = start_local(data_dir)
-    serving = [_nginx_pid(data_dir), *_fpm_pids(data_dir).values()]
+    serving = _services(data_dir)
     first.process.kill()  # no time to stop its services: the kernel tells them (setpriv --pdeathsig)
     first.process.wait()
     wait_until(lambda: not any(_alive(pid) for pid in serving))
@@ -415,14 +448,18 @@ def test_the_stacks_nginx_and_php_fpm_end_with_it_even_killed_and_ones_left_are_
         php = data_dir / "php" / version
         fpm = [f"/usr/sbin/php-fpm{version}", "--daemonize", "-y", str(php / "fpm" / "php-fpm.conf")]
         subprocess.run([*fpm, "-c", str(php / "fpm" / "php.ini")], check=True, capture_output=True)
-    left = [_nginx_pid(data_dir), *_fpm_pids(data_dir).values()]
+    servers = local_mariadb.prepare(data_dir / "mariadb")[1]  # its command line; mariadbd has no daemon mode
+    mariadb = [subprocess.Popen(server.argv, start_new_session=True) for server in servers]
+    left = _services(data_dir)
     second = start_local(data_dir)
     try:
         assert not any(_alive(pid) for pid in left)  # quit before the stack's own started
-        serving = [_nginx_pid(data_dir), *_fpm_pids(data_dir).values()]
+        serving = _services(data_dir)
         assert not set(serving) & set(left) and all(_alive(pid) for pid in serving)
     finally:
         second.stop()
+        for process in mariadb:
+            process.wait(timeout=20)
     assert not any(_alive(pid) for pid in serving)  # a stack that stops stops its services
 
 
