@@ -1,10 +1,10 @@
-"""The services the local stack runs as children of its own (its nginx, its PHP-FPM masters).
+"""The services the local stack runs as children of its own: its nginx, PHP-FPM masters, MariaDB.
 
 Each runs in the foreground, a child of the stack that stops with it: cancelled, the stack tells
-its master to quit (SIGQUIT, the graceful stop of both nginx and PHP-FPM) and waits for it. A stack
+its master to quit (SIGQUIT, the graceful stop of nginx, PHP-FPM and mariadbd) and waits for it. A stack
 killed outright cannot tell it: util-linux's ``setpriv --pdeathsig`` has the kernel send the
 master SIGQUIT when the stack dies; a master left all the same (no setpriv) is quit at the next
-start, known by its PID file and the configuration file its command line names.
+start, known by its PID file and the file (or folder) its command line names.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Child:
 
     name: str  # for the log: "nginx", "PHP-FPM 8.2"
     argv: list[str]  # in the foreground
-    conf: str  # its configuration file, on its master's command line: how one left behind is known
+    conf: str  # its configuration file (or data folder), on its master's command line: how one left behind is known
     pid_file: Path  # written by its master
     log: Path  # where it says why it stopped
     env: Mapping[str, str] | None = None  # added to the stack's own
@@ -91,7 +91,8 @@ async def _stop_left_over(child: Child) -> None:
 
 def _runs_conf(pid: int, conf: str) -> bool:
     """Whether `pid` runs with `conf` (a master rewrites its title, and keeps the file in it:
-    "nginx: master process ... -c CONF", "php-fpm: master process (CONF)")."""
+    "nginx: master process ... -c CONF", "php-fpm: master process (CONF)"; mariadbd keeps its
+    arguments, ``--datadir=DIR``)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return conf.encode() in f.read()
