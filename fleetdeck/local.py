@@ -23,16 +23,18 @@ import anyio
 import orjson
 import trio
 
+from agent.jobs.host import HostLayout
 from agent.load_balancers.settings import LbSettings
 from agent.runner import AgentConfig, run_agent
+from agent.sites import write_atomically
 from control_plane.app import build_fleet
 from control_plane.auth import store as accounts
 from control_plane.serving import base_url, bind, close_unless_served, serve_fleet
 from control_plane.settings import ServerName
-from fleetdeck import running
+from fleetdeck import local_mariadb, local_nginx, local_php, running
 from fleetdeck.demo import ensure_account, ensure_workspace, write_private
 from fleetdeck.launcher import free_port
-from fleetdeck.local_nginx import prepare, run_nginx
+from fleetdeck.local_children import Child, run_child
 from fleetdeck.paths import StackLayout, private_dir
 from fleetdeck.settings import Settings
 
@@ -71,11 +73,8 @@ async def run_local(
             async with anyio.create_task_group() as stack:
                 await stack.start(partial(serve_fleet, fleet, sock, wrap=activity.around))
                 lb_ports = {80: free_port(), 443: free_port()}
-                nginx = await anyio.to_thread.run_sync(
-                    prepare, layout.nginx, layout.host_layout, free_port(), free_port()
-                )
-                if nginx is not None:
-                    await stack.start(run_nginx, nginx)
+                for child in await anyio.to_thread.run_sync(_prepare_services, layout):
+                    await stack.start(run_child, child)
                 agent = AgentConfig(
                     urls=(url,),
                     token=account.agent_token,
@@ -83,7 +82,7 @@ async def run_local(
                     state_dir=str(agent_state),
                     ingress=ingress,
                     lb=LbSettings(bind="127.0.0.1", port_map=lb_ports),
-                    host_layout=str(layout.host_layout),  # its nginx is the stack's own, not /etc's
+                    host_layout=str(layout.host_layout),  # its nginx, PHP-FPM and MariaDB are the stack's own
                 )
                 if fleet.settings.server == "hypercorn":
                     stack.start_soon(_supervised_agent, agent)
@@ -122,6 +121,17 @@ async def run_local(
                 layout.run_file.unlink(missing_ok=True)
             close_unless_served(sock)
             fleet.db.dispose()
+
+
+def _prepare_services(layout: StackLayout) -> list[Child]:
+    """Write the configuration of the stack's own services and the agent's host layout pointing
+    at them; the services to run (those installed)."""
+    nginx, web = local_nginx.prepare(layout.nginx, free_port(), free_port())
+    php, fpms = local_php.prepare(layout.php)
+    mariadb, databases = local_mariadb.prepare(layout.mariadb)
+    host = HostLayout(nginx=nginx, php=php, mariadb=mariadb)
+    write_atomically(str(layout.host_layout), host.model_dump_json(indent=2).encode())
+    return [*databases, *fpms, *web]
 
 
 async def _supervised_agent(config: AgentConfig) -> None:

@@ -87,13 +87,24 @@ class StackLayout:
 
     @property
     def host_layout(self) -> Path:
-        """The local agent's host layout file (`fleetdeck.local_nginx`: its nginx is the stack's own)."""
+        """The local agent's host layout file: its nginx, PHP-FPM and MariaDB are the stack's own
+        (`fleetdeck.local_nginx`, `fleetdeck.local_php`, `fleetdeck.local_mariadb`)."""
         return self.root / "host-layout.json"
 
     @property
     def nginx(self) -> Path:
         """The stack's own nginx: its configuration, the sites' server blocks, PID file and logs."""
         return self.root / "nginx"
+
+    @property
+    def php(self) -> Path:
+        """The stack's own PHP-FPM: per version its configuration, pools, ini, PID file and log; the sockets."""
+        return self.root / "php"
+
+    @property
+    def mariadb(self) -> Path:
+        """The stack's own MariaDB: its data folder, socket, PID file and log."""
+        return self.root / "mariadb"
 
     @property
     def agent_token(self) -> Path:

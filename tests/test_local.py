@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -11,6 +12,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from contextlib import closing
@@ -21,7 +23,10 @@ import httpx
 import pytest
 import trio
 
-from tests.conftest import Stack, python_env, start_local
+from agent.jobs.host import php_fpm_versions
+from agent.jobs.php.fpm import fpm_processes, workers
+from fleetdeck import local_mariadb
+from tests.conftest import STACK_ENV, Stack, python_env, start_local
 from tests.helpers import wait_until
 
 # Both servers the control plane runs under (`FLEETDECK_SERVER`), and the `server` header each answers with.
@@ -278,33 +283,183 @@ def test_a_site_of_the_local_stack_is_served_by_its_own_nginx_and_leaves_the_sys
     assert list((stack.data_dir / "nginx" / "sites-enabled").iterdir()) == []
 
 
+MARIADB_INSTALLED = all(shutil.which(tool, path="/usr/sbin:/usr/bin") for tool in ("mariadbd", "mariadb-install-db"))
+NEEDS_WEB_AND_PHP = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("nginx", path="/usr/sbin:/usr/bin") is None or not php_fpm_versions(),
+    reason="needs root (a site is a system user; or to run a stack as nobody), nginx and PHP-FPM",
+)
+
+
+def _listing(folder: Path) -> dict[str, tuple[int, int, int]]:
+    """Every path under `folder`: its mode, size and modification time."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        st = path.lstat()
+        found[str(path.relative_to(folder))] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return found
+
+
+@NEEDS_WEB_AND_PHP
+def test_a_php_site_of_the_local_stack_gets_its_pool_on_the_stacks_own_php_fpm_and_leaves_etc_php_alone(
+    stack: Stack,
+) -> None:
+    """Before, its pool went to /etc/php/<v>/fpm/pool.d and the system's PHP-FPM was reloaded."""
+    domain = f"php-{uuid.uuid4().hex[:6]}.test"
+    slug = domain.replace(".", "-")
+    before = _listing(Path("/etc/php"))
+    with stack.http() as http:
+        jobs = f"/v1/servers/{stack.server_id}/jobs"
+        created = http.post(jobs, json={"kind": "site.create", "args": {"domain": domain, "profile": "php"}})
+        assert created.status_code == 201, created.text
+        try:
+            job = _finished(http, created.json()["id"])
+            assert job["status"] == "succeeded", job
+            pools = list((stack.data_dir / "php").glob(f"*/fpm/pool.d/fleetdeck-{slug}.conf"))
+            assert len(pools) == 1
+            socket_file = stack.data_dir / "php" / "run" / f"fleetdeck-{slug}.sock"
+            assert socket_file.is_socket()  # opened by the stack's PHP-FPM, reloaded by the agent
+            block = (stack.data_dir / "nginx" / "sites-enabled" / f"fleetdeck-{slug}.conf").read_text()
+            assert f"fastcgi_pass unix:{socket_file};" in block
+            assert _listing(Path("/etc/php")) == before
+        finally:
+            deleted = http.post(jobs, json={"kind": "site.delete", "args": {"domain": domain}})
+            assert _finished(http, deleted.json()["id"])["status"] == "succeeded"
+    assert list((stack.data_dir / "php").glob(f"*/fpm/pool.d/fleetdeck-{slug}.conf")) == []
+    assert _listing(Path("/etc/php")) == before
+
+
+@pytest.mark.skipif(not MARIADB_INSTALLED, reason="needs MariaDB (Debian package mariadb-server)")
+def test_a_database_of_the_local_stack_is_made_on_its_own_mariadb_and_leaves_the_systems_alone(stack: Stack) -> None:
+    """Before, db.create went to the machine's server (`/run/mysqld/mysqld.sock`), or failed without one."""
+    name = f"demo_{uuid.uuid4().hex[:6]}"
+    system = Path("/var/lib/mysql")
+    before = _listing(system) if system.is_dir() else {}
+    # The stack does not wait for its server (made at its first start, ready 0.1 s after): this test may come first.
+    wait_until(lambda: (stack.data_dir / "mariadb" / "mysqld.sock").is_socket())
+    with stack.http() as http:
+        jobs = f"/v1/servers/{stack.server_id}/jobs"
+        created = http.post(jobs, json={"kind": "db.create", "args": {"name": name}})
+        assert created.status_code == 201, created.text
+        try:
+            job = _finished(http, created.json()["id"])
+            assert job["status"] == "succeeded", job
+            assert (stack.data_dir / "mariadb" / "data" / name).is_dir()
+        finally:
+            dropped = http.post(jobs, json={"kind": "db.drop", "args": {"name": name}})
+            assert _finished(http, dropped.json()["id"])["status"] == "succeeded"
+    assert not (stack.data_dir / "mariadb" / "data" / name).exists()
+    assert (_listing(system) if system.is_dir() else {}) == before
+
+
+def _launch_as(account: pwd.struct_passwd, data_dir: Path, log_file: Path) -> subprocess.Popen[str]:
+    """`fleetdeck local` run by another account (its own HOME, its stderr to `log_file`)."""
+    setpriv = ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups", "--"]
+    name = account.pw_name
+    env = python_env(**STACK_ENV, HOME=str(data_dir.parent), USER=name, LOGNAME=name)
+    with log_file.open("w") as log:
+        command = [*setpriv, sys.executable, "-m", "fleetdeck", "local", "--data-dir", str(data_dir)]
+        return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=log, text=True)
+
+
+@NEEDS_WEB_AND_PHP
+def test_a_php_site_of_an_unprivileged_local_stack_answers_a_php_page_run_by_its_own_php_fpm() -> None:
+    """A user's own demo: the site's PHP runs as the stack's account, on the stack's PHP-FPM,
+    behind its nginx. Before, the agent could not even write the pool into /etc/php."""
+    account = pwd.getpwnam("nobody")
+    folder = Path(tempfile.mkdtemp(prefix="fleetdeck-local-php-"))  # outside pytest's folder, private to root
+    folder.chmod(0o755)
+    os.chown(folder, account.pw_uid, account.pw_gid)
+    data_dir = folder / "local"
+    before = _listing(Path("/etc/php"))
+    process = _launch_as(account, data_dir, folder / "stack.log")
+    try:
+        _wait_for_url(process)
+        credentials = json.loads((data_dir / "demo-credentials.json").read_text())
+        masters = _fpm_pids(data_dir)
+        domain = f"php-{uuid.uuid4().hex[:6]}.test"
+        slug = domain.replace(".", "-")
+        http = httpx.Client(
+            base_url=credentials["base_url"], headers={"Authorization": f"Bearer {credentials['token']}"}
+        )
+        with http:
+            jobs = f"/v1/servers/{credentials['server_id']}/jobs"
+            created = http.post(jobs, json={"kind": "site.create", "args": {"domain": domain, "profile": "php"}})
+            assert created.status_code == 201, created.text
+            job = _finished(http, created.json()["id"])
+            assert job["status"] == "succeeded", job
+            (pool,) = (data_dir / "php").glob(f"*/fpm/pool.d/fleetdeck-{slug}.conf")
+            version = pool.parts[-4]
+            listen = json.loads((data_dir / "host-layout.json").read_text())["nginx"]["listen"]
+            page = httpx.get(f"http://{listen}/", headers={"Host": domain})
+            assert page.status_code == 200, page.text
+            assert f"<h1>{domain}</h1><p>PHP {version}." in page.text  # the profile's index.php, run
+            pools = workers(fpm_processes(), masters[version])
+            assert f"fleetdeck-{slug}" in pools  # run by a worker of the stack's own master
+        assert _listing(Path("/etc/php")) == before
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0
+        assert not any(_alive(pid) for pid in masters.values())  # no PHP-FPM of the stack is left
+    finally:
+        process.kill()
+        process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def _nginx_pid(data_dir: Path) -> int:
-    pid_file = data_dir / "nginx" / "nginx.pid"
+    return _pid_in(data_dir / "nginx" / "nginx.pid")
+
+
+def _mariadb_pids(data_dir: Path) -> list[int]:
+    """The stack's MariaDB server, when MariaDB is installed."""
+    return [_pid_in(data_dir / "mariadb" / "mariadbd.pid")] if MARIADB_INSTALLED else []
+
+
+def _services(data_dir: Path) -> list[int]:
+    """The masters of the stack's services: its nginx, its PHP-FPM, its MariaDB (those installed)."""
+    return [_nginx_pid(data_dir), *_fpm_pids(data_dir).values(), *_mariadb_pids(data_dir)]
+
+
+def _fpm_pids(data_dir: Path) -> dict[str, int]:
+    """The stack's PHP-FPM masters, by version (one per version installed)."""
+    return {version: _pid_in(data_dir / "php" / version / "php-fpm.pid") for version in php_fpm_versions()}
+
+
+def _pid_in(pid_file: Path) -> int:
     wait_until(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
     return int(pid_file.read_text())
 
 
 @pytest.mark.skipif(shutil.which("nginx", path="/usr/sbin:/usr/bin") is None, reason="needs nginx")
-def test_the_stacks_nginx_ends_with_it_even_killed_and_one_left_is_quit_at_the_next_start(tmp_path: Path) -> None:
+def test_the_stacks_services_end_with_it_even_killed_and_ones_left_are_quit_at_the_next_start(
+    tmp_path: Path,
+) -> None:
     data_dir = tmp_path / "local"
     first = start_local(data_dir)
-    serving = _nginx_pid(data_dir)
-    first.process.kill()  # no time to stop its nginx: the kernel tells it (setpriv --pdeathsig)
+    serving = _services(data_dir)
+    first.process.kill()  # no time to stop its services: the kernel tells them (setpriv --pdeathsig)
     first.process.wait()
-    wait_until(lambda: not _alive(serving))
+    wait_until(lambda: not any(_alive(pid) for pid in serving))
 
-    # as a stack without setpriv would leave it: an nginx of the stack's configuration, daemonized
+    # as a stack without setpriv would leave them: masters of the stack's configuration, daemonized
     conf = data_dir / "nginx" / "nginx.conf"
     subprocess.run([shutil.which("nginx", path="/usr/sbin:/usr/bin") or "nginx", "-c", str(conf)], check=True)
-    left = _nginx_pid(data_dir)
+    for version in php_fpm_versions():
+        php = data_dir / "php" / version
+        fpm = [f"/usr/sbin/php-fpm{version}", "--daemonize", "-y", str(php / "fpm" / "php-fpm.conf")]
+        subprocess.run([*fpm, "-c", str(php / "fpm" / "php.ini")], check=True, capture_output=True)
+    servers = local_mariadb.prepare(data_dir / "mariadb")[1]  # its command line; mariadbd has no daemon mode
+    mariadb = [subprocess.Popen(server.argv, start_new_session=True) for server in servers]
+    left = _services(data_dir)
     second = start_local(data_dir)
     try:
-        assert not _alive(left)  # quit before the stack's own started
-        serving = _nginx_pid(data_dir)
-        assert serving != left and _alive(serving)
+        assert not any(_alive(pid) for pid in left)  # quit before the stack's own started
+        serving = _services(data_dir)
+        assert not set(serving) & set(left) and all(_alive(pid) for pid in serving)
     finally:
         second.stop()
-    assert not _alive(serving)  # a stack that stops stops its nginx
+        for process in mariadb:
+            process.wait(timeout=20)
+    assert not any(_alive(pid) for pid in serving)  # a stack that stops stops its services
 
 
 def _alive(pid: int) -> bool:
