@@ -14,6 +14,7 @@ thread, so its first frame never waits for the stack.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -246,7 +247,8 @@ def start_agent(
     127.0.0.1 on free ports (its own nginx and HAProxy, stopped with it), never on the node's 80/443
     unless `extra` says otherwise. The caller stops it (SIGTERM stops its load balancers too)."""
     if "--lb-port-map" not in extra:
-        extra = (*extra, "--lb-bind", "127.0.0.1", "--lb-port-map", f"80:{free_port()},443:{free_port()}")
+        http, https = free_ports(2)
+        extra = (*extra, "--lb-bind", "127.0.0.1", "--lb-port-map", f"80:{http},443:{https}")
     return subprocess.Popen(
         [
             *[sys.executable, "-m", "agent", "--url", base_url, "--token", token],
@@ -265,9 +267,18 @@ def start_agent(
 
 def free_port() -> int:
     """A port free on 127.0.0.1 now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` different ports free on 127.0.0.1 now. They are held open together while they are
+    picked: the kernel may hand out a port it just freed again at once (in a fresh network
+    namespace two `free_port()` in a row gave the same port to two listeners)."""
+    with contextlib.ExitStack() as held:
+        probes = [held.enter_context(socket.socket()) for _ in range(count)]
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [int(probe.getsockname()[1]) for probe in probes]
 
 
 def _drain(stream: IO[str], lines: queue.Queue[str | None]) -> None:

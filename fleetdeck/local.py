@@ -33,7 +33,7 @@ from control_plane.serving import base_url, bind, close_unless_served, serve_fle
 from control_plane.settings import ServerName
 from fleetdeck import local_mariadb, local_nginx, local_php, running
 from fleetdeck.demo import ensure_account, ensure_workspace, write_private
-from fleetdeck.launcher import free_port
+from fleetdeck.launcher import free_ports
 from fleetdeck.local_children import Child, run_child
 from fleetdeck.paths import StackLayout, private_dir
 from fleetdeck.settings import Settings
@@ -72,7 +72,7 @@ async def run_local(
         try:
             async with anyio.create_task_group() as stack:
                 await stack.start(partial(serve_fleet, fleet, sock, wrap=activity.around))
-                lb_ports = {80: free_port(), 443: free_port()}
+                lb_ports = dict(zip((80, 443), free_ports(2), strict=True))
                 for child in await anyio.to_thread.run_sync(_prepare_services, layout):
                     await stack.start(run_child, child)
                 agent = AgentConfig(
@@ -126,7 +126,7 @@ async def run_local(
 def _prepare_services(layout: StackLayout) -> list[Child]:
     """Write the configuration of the stack's own services and the agent's host layout pointing
     at them; the services to run (those installed)."""
-    nginx, web = local_nginx.prepare(layout.nginx, free_port(), free_port())
+    nginx, web = local_nginx.prepare(layout.nginx, *free_ports(2))
     php, fpms = local_php.prepare(layout.php)
     mariadb, databases = local_mariadb.prepare(layout.mariadb)
     host = HostLayout(nginx=nginx, php=php, mariadb=mariadb)

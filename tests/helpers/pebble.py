@@ -22,7 +22,7 @@ import ssl
 import subprocess
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -32,6 +32,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from fleetdeck.launcher import free_ports
 
 PEBBLE = shutil.which("pebble") or "/usr/bin/pebble"
 CHALLTESTSRV = shutil.which("pebble-challtestsrv") or "/usr/bin/pebble-challtestsrv"
@@ -74,10 +76,12 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
         return port
 
 
-def free_tcp_and_udp_port() -> int:
-    """A port free for both TCP and UDP (the DNS server takes both)."""
+def free_tcp_and_udp_port(besides: Collection[int] = ()) -> int:
+    """A port free for both TCP and UDP (the DNS server takes both), none of `besides`."""
     for _ in range(50):
         port = free_port(socket.SOCK_DGRAM)
+        if port in besides:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -171,8 +175,9 @@ def run_pebble(folder: Path, http_port: int | None = None) -> Iterator[Pebble]:
     """Start challtestsrv and pebble on free loopback ports under `folder` (HTTP-01 validations go
     to 127.0.0.1:`http_port`, a free port by default); stop both on exit."""
     ca_bundle, cert, key = write_tls_files(folder)
-    dns_port, dns_management_port = free_tcp_and_udp_port(), free_port()
-    acme_port, management_port, http_port = free_port(), free_port(), http_port or free_port()
+    acme_port, management_port, tls_port, dns_management_port, any_http_port = free_ports(5)
+    http_port = http_port or any_http_port
+    dns_port = free_tcp_and_udp_port(besides=(acme_port, management_port, tls_port, dns_management_port, http_port))
     config = {
         "pebble": {
             "listenAddress": f"127.0.0.1:{acme_port}",
@@ -180,7 +185,7 @@ def run_pebble(folder: Path, http_port: int | None = None) -> Iterator[Pebble]:
             "certificate": str(cert),
             "privateKey": str(key),
             "httpPort": http_port,
-            "tlsPort": free_port(),
+            "tlsPort": tls_port,
             "ocspResponderURL": "",
             "externalAccountBindingRequired": False,
             # Short-lived, like the certificates CAs move to: renewal at two thirds of the lifetime.
