@@ -29,7 +29,8 @@ from agent.load_balancers.acme import (
     needs_renewal,
     renew_due,
 )
-from tests.helpers.pebble import Pebble, free_port, pebble_installed, run_pebble
+from fleetdeck.launcher import free_port
+from tests.helpers.pebble import Pebble, pebble_installed, run_pebble
 
 needs_pebble = pytest.mark.skipif(not pebble_installed(), reason="pebble is not installed (Debian package: pebble)")
 UTC = datetime.UTC

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.pebble import free_port, running, wait_for
+from fleetdeck.launcher import free_port
+from tests.helpers.pebble import running, wait_for
 
 MARIADBD = shutil.which("mariadbd", path="/usr/sbin:/usr/bin") or "/usr/sbin/mariadbd"
 SERVER_OPTIONS = ["--innodb-buffer-pool-size=16M", "--innodb-log-file-size=8M", "--performance-schema=OFF"]

@@ -69,8 +69,8 @@ class Pebble:
         return self.log_file.read_text(errors="replace")
 
 
-def free_port(kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
@@ -79,7 +79,7 @@ def free_port(kind: int = socket.SOCK_STREAM) -> int:
 def free_tcp_and_udp_port(besides: Collection[int] = ()) -> int:
     """A port free for both TCP and UDP (the DNS server takes both), none of `besides`."""
     for _ in range(50):
-        port = free_port(socket.SOCK_DGRAM)
+        port = _free_udp_port()
         if port in besides:
             continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
