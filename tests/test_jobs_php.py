@@ -92,6 +92,12 @@ def reload_fpm(fpm: PhpFpm) -> None:
     os.kill(master_pid(fpm), signal.SIGUSR2)
 
 
+def reloaded(pool: ProbePool, before: set[int]) -> None:
+    """Wait until the reload of the FPM has replaced the pool's workers `before`: while its master
+    re-executes itself, a request to the pool is cut (cgi-fcgi's exit 104, connection reset)."""
+    wait_until(lambda: bool(pool.worker_pids()) and not pool.worker_pids() & before)
+
+
 def cli_ini(fpm: PhpFpm, sapi: str, *args: str) -> str:
     env = {"PATH": "/usr/bin:/bin", "PHP_INI_SCAN_DIR": str(fpm.ini_dir / sapi / "conf.d")}
     argv = [f"/usr/bin/php{fpm.version}", "-c", str(fpm.ini_dir / sapi / "php.ini"), *args]
@@ -186,7 +192,7 @@ def test_a_version_not_installed_is_missing_software(hosting: Hosting) -> None:
 def test_reload_and_restart_start_new_workers(hosting: Hosting, pool: ProbePool, action: str) -> None:
     before = pool.ask()["pid"]
     hosting.run(f"php.{action}", version=pool.fpm.version).ok()
-    wait_until(lambda: pool.worker_pids() and before not in pool.worker_pids())
+    reloaded(pool, {before})
     assert pool.ask()["pid"] != before
 
 
@@ -291,10 +297,12 @@ def test_extension_install_installs_from_debian_and_the_fpm_loads_it(hosting: Ho
     if subprocess.run(["apt-cache", "show", "--no-all-versions", package], capture_output=True).returncode != 0:
         pytest.skip(f"apt does not know {package} here (no package lists)")
     assert module not in pool.ask()["modules"]
+    before = pool.worker_pids()
     try:
         run = hosting.run("php.extension-install", version=version, module=module).ok()
         assert f"Setting up {package}" in run.text and f"PHP-FPM {version} reloaded" in run.text
-        wait_until(lambda: module in pool.ask()["modules"])
+        reloaded(pool, before)
+        assert module in pool.ask()["modules"]
         assert pool.fpm.ini_dir.joinpath("fpm", "conf.d", f"20-{module}.ini").is_symlink()
         listed = hosting.run("php.module-list", version=version).ok().result["modules"]
         assert {"name": module, "fpm": True, "cli": True, "builtin": False} in listed
@@ -306,8 +314,10 @@ def test_extension_install_installs_from_debian_and_the_fpm_loads_it(hosting: Ho
         )
         for sapi in ("fpm", "cli"):
             pool.fpm.ini_dir.joinpath(sapi, "conf.d", f"20-{module}.ini").unlink(missing_ok=True)
+        before = pool.worker_pids()
         reload_fpm(pool.fpm)
-    wait_until(lambda: module not in pool.ask()["modules"])
+        reloaded(pool, before)
+    assert module not in pool.ask()["modules"]
 
 
 # --- a site's pool -----------------------------------------------------------------------------
