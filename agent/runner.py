@@ -10,6 +10,7 @@ import trio
 from agent import __version__
 from agent.files.handlers import FileHandlers
 from agent.files.ingress import Ingress
+from agent.files.jail import kernel_protections
 from agent.files.remote_copy import RemoteCopy, SshSettings
 from agent.jobs.base import JobContext
 from agent.jobs.host import LayoutFile
@@ -102,6 +103,7 @@ async def _serve(config: AgentConfig, jobs: JobManager, task_status: trio.TaskSt
             version=config.version,
             direct_ingress_url=ingress_url,
             job_kinds=jobs.kinds or {},
+            kernel_protections=kernel_protections,
             on_welcome=ingress.on_welcome if ingress is not None else None,
         )
         if ingress is not None:

@@ -157,6 +157,31 @@ def chown_fd(fd: int, owner: tuple[int, int] | None) -> None:
         os.fchown(fd, *owner)
 
 
+def _load_fchownat() -> Callable[..., int] | None:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).fchownat
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_int
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_int]
+    return cast("Callable[..., int]", function)
+
+
+_fchownat = _load_fchownat()
+_AT_EMPTY_PATH = 0x1000
+
+
+def chown_path_fd(fd: int, owner: tuple[int, int]) -> None:
+    """chown the inode an O_PATH descriptor holds, a symbolic link itself included
+    (``fchownat(fd, "", AT_EMPTY_PATH)``): what was checked through that descriptor is what
+    changes owner, whatever its name is made to point at meanwhile."""
+    if _fchownat is None:
+        raise RpcError("validation_error", "this agent's C library has no fchownat")
+    if _fchownat(fd, b"", owner[0], owner[1], _AT_EMPTY_PATH) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
 def keep_owner(fd: int, st: os.stat_result) -> None:
     """Give a replacement the owner of what it replaces (only root may give a file away)."""
     try:
