@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import trio
 
 from agent import __version__
+from agent.files import sweep
 from agent.files.handlers import FileHandlers
 from agent.files.ingress import Ingress
 from agent.files.jail import kernel_protections
@@ -73,6 +74,10 @@ def job_manager(config: AgentConfig) -> JobManager:
 async def run_agent(config: AgentConfig, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the control plane until cancelled (reconnecting as needed); started once wired."""
     await trio.to_thread.run_sync(prepare_state_dir, config.state_dir)
+    # What a killed agent left half-written goes before anything new is written.
+    settled = await trio.to_thread.run_sync(sweep.start, config.state_dir, config.home)
+    if settled:
+        log.info("removed %d leftover temporary names of an agent that stopped mid-way", settled)
     jobs = job_manager(config)
     try:
         await _serve(config, jobs, task_status)

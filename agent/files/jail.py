@@ -449,7 +449,7 @@ def _translate(exc: OSError, path: str) -> Exception:
 
 def refusal(exc: OSError, path: str) -> RpcError | None:
     """The contract's error for what the file system refuses whatever the operation (permission
-    denied, a read-only file system, a name too long), or None for anything else. Every ``fs.*``
+    denied, a read-only file system, a name too long, a full disk or quota), or None for anything else. Every ``fs.*``
     call answers these errors this way, wherever in the operation they were raised."""
     if exc.errno in (errno.EACCES, errno.EPERM):
         return RpcError("forbidden", "permission denied", {"path": path})
@@ -457,4 +457,15 @@ def refusal(exc: OSError, path: str) -> RpcError | None:
         return RpcError("forbidden", "the file system is read-only", {"path": path})
     if exc.errno == errno.ENAMETOOLONG:
         return RpcError("validation_error", "file name too long", {"path": path})
+    return storage_refusal(exc, path)
+
+
+def storage_refusal(exc: OSError, path: str) -> RpcError | None:
+    """``insufficient_storage`` for a full disk (ENOSPC) or quota (EDQUOT), naming `path`, the
+    place being written; None for any other error. The operation's own cleanup has already
+    removed what it had written when this reaches the caller."""
+    if exc.errno == errno.ENOSPC:
+        return RpcError("insufficient_storage", "the disk is full (no space left on the device)", {"path": path})
+    if exc.errno == errno.EDQUOT:
+        return RpcError("insufficient_storage", "the disk quota is exceeded", {"path": path})
     return None

@@ -32,14 +32,15 @@ from agent.files.fdops import (
     fsync_dir,
     identity,
     is_within,
+    journaled_temp,
     listdir,
     lstat_at,
     never,
     open_dir_at,
     open_dir_if_still,
     put,
+    release,
     remove_entry,
-    temp_name,
     walk,
 )
 from agent.files.jail import Jail, is_foreign_to, normalize
@@ -163,13 +164,15 @@ def move(
 def _move_across(step: Step, src: Jail, dst: Jail, overwrite: bool, token: CancelToken) -> None:
     """Another file system: copy, put in place, then remove the source."""
     copier = Copier(token, *_owner_policy(src, dst), source=src)
-    temp = temp_name(step.dst_name)
+    temp = journaled_temp(step.dst_dir, step.dst_name)
     try:
         copier.copy(step.src_dir, step.src_name, step.dst_dir, temp, step.src_rel, top=True)
         put(step.dst_dir, temp, step.dst_dir, step.dst_name, overwrite=overwrite)
     except BaseException:
         remove_entry(step.dst_dir, temp, never())
         raise
+    finally:
+        release(temp)
     remove_entry(step.src_dir, step.src_name, never())
 
 
@@ -183,7 +186,7 @@ def copy(
         for step in work.steps:  # a named foreign hard link refuses the whole batch, before any copy
             src.refuse_foreign_link(step.src_st, step.src_rel)
         for step in work.steps:
-            temp = temp_name(step.dst_name)
+            temp = journaled_temp(step.dst_dir, step.dst_name)
             try:
                 copier.copy(step.src_dir, step.src_name, step.dst_dir, temp, step.src_rel, top=True)
                 if lstat_at(step.dst_dir, temp) is None:
@@ -192,6 +195,8 @@ def copy(
             except BaseException:
                 remove_entry(step.dst_dir, temp, never())
                 raise
+            finally:
+                release(temp)
             fsync_dir(step.dst_dir)
             copied.append(step.dst_rel)
     finally:

@@ -26,6 +26,7 @@ from agent.files.fdops import (
     keep_owner,
     lstat_at,
     open_dir_at,
+    release,
     rename_noreplace,
     unlink_quietly,
 )
@@ -166,6 +167,7 @@ def _save(
         os.close(fd)
         if not placed:
             unlink_quietly(target.dir_fd, temp)
+        release(temp)
     fsync_dir(target.dir_fd)
     return {"entry": entry(target.name, target.rel, st, None), "etag": content_etag(data)}
 
@@ -295,4 +297,5 @@ class Upload:
             self.fd = -1
         if not self.done and self.target.dir_fd >= 0:
             unlink_quietly(self.target.dir_fd, self.temp)
+        release(self.temp)
         self.target.close()
