@@ -11,6 +11,7 @@ the session's `fleetdeck local` as a second server, over a home of its own with 
 
 from __future__ import annotations
 
+import errno
 import io
 import logging
 import os
@@ -34,6 +35,7 @@ import pytest
 import trio
 
 from agent.files import inflight, sweep
+from agent.files.jail import refusal
 from agent.jobs.base import JobContext, Kind, Output, run_kind
 from agent.sites import SiteRegistry
 from api_client import Client
@@ -482,3 +484,15 @@ def test_the_sweep_settles_what_a_dead_process_left_and_nothing_else(tmp_path: P
         assert (dest / "keep" / "old.txt").exists() and leftovers(home / "site" / "moved") == [stranger]
     finally:
         inflight.activate(None)
+
+
+def test_a_quota_is_named_like_a_full_disk() -> None:
+    """EDQUOT cannot be made here (this kernel has no CONFIG_QUOTA, its tmpfs no quota option): the
+    one translation every fs.* path, the ingress and the jobs use, on its own."""
+    named = refusal(OSError(errno.EDQUOT, os.strerror(errno.EDQUOT)), "a/b.bin")
+    assert named is not None and named.to_wire() == {
+        "code": "insufficient_storage",
+        "message": "the disk quota is exceeded",
+        "details": {"path": "a/b.bin"},
+    }
+    assert ApiError.for_code("insufficient_storage") is InsufficientStorage and InsufficientStorage.status == 507

@@ -49,8 +49,14 @@ def settle(journal: inflight.Journal, home: str, prefix: str) -> int:
     except OSError as exc:
         log.warning("cannot open %s to remove leftover temporary names: %s", home, exc.strerror)
         return 0
+    try:
+        entries = journal.entries()
+    except OSError as exc:  # the state folder is the agent's: a fault there must not fail a file call
+        jail.close()
+        log.warning("cannot read the journal of temporary names in %s: %s", journal.folder, exc.strerror)
+        return 0
     with jail:
-        for entry in journal.entries():
+        for entry in entries:
             if prefix and entry.folder != prefix and not entry.folder.startswith(prefix + "/"):
                 continue
             if entry.process == journal.process or entry.process.alive():
