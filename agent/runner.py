@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 import trio
 
 from agent import __version__
+from agent.files import sweep
 from agent.files.handlers import FileHandlers
 from agent.files.ingress import Ingress
+from agent.files.jail import kernel_protections
 from agent.files.remote_copy import RemoteCopy, SshSettings
 from agent.jobs.base import JobContext
 from agent.jobs.host import LayoutFile
@@ -72,6 +74,10 @@ def job_manager(config: AgentConfig) -> JobManager:
 async def run_agent(config: AgentConfig, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve the control plane until cancelled (reconnecting as needed); started once wired."""
     await trio.to_thread.run_sync(prepare_state_dir, config.state_dir)
+    # What a killed agent left half-written goes before anything new is written.
+    settled = await trio.to_thread.run_sync(sweep.start, config.state_dir, config.home)
+    if settled:
+        log.info("removed %d leftover temporary names of an agent that stopped mid-way", settled)
     jobs = job_manager(config)
     try:
         await _serve(config, jobs, task_status)
@@ -102,6 +108,7 @@ async def _serve(config: AgentConfig, jobs: JobManager, task_status: trio.TaskSt
             version=config.version,
             direct_ingress_url=ingress_url,
             job_kinds=jobs.kinds or {},
+            kernel_protections=kernel_protections,
             on_welcome=ingress.on_welcome if ingress is not None else None,
         )
         if ingress is not None:

@@ -708,7 +708,9 @@ class FilesAPI(_SubAPI):
         except (httpx.TransportError, WebSocketDisconnect, WebSocketNetworkError) as exc:
             raise TransportError(f"upload stream lost: {exc}") from exc
         if "error" in answer:
-            raise ApiError.from_body(400, answer)
+            said = answer["error"].get("code") if isinstance(answer["error"], dict) else None
+            klass = ApiError.for_code(said) if isinstance(said, str) else ApiError
+            raise ApiError.from_body(klass.status if klass is not ApiError else 400, answer)
         return FsEntryResult.model_validate(answer).entry
 
     async def download(self, server_id: str, scope: Scope, path: str) -> AsyncIterator[bytes]:

@@ -170,6 +170,13 @@ class AgentTimeout(ApiError):
     status = 504
 
 
+class InsufficientStorage(ApiError):
+    """The server's disk (or the user's quota) is full at `details.path`; nothing partial is left."""
+
+    code = "insufficient_storage"
+    status = 507
+
+
 _BY_CODE: dict[str, type[ApiError]] = {
     klass.code: klass
     for klass in (
@@ -194,5 +201,6 @@ _BY_CODE: dict[str, type[ApiError]] = {
         InternalError,
         AgentError,
         AgentTimeout,
+        InsufficientStorage,
     )
 }

@@ -110,6 +110,14 @@ class TokenList(WireModel):
 # --- servers --------------------------------------------------------------------------------
 
 
+class KernelProtections(WireModel):
+    """Whether the server's kernel protects hard and symbolic links (``fs.protected_hardlinks``,
+    ``fs.protected_symlinks``); null: the agent could not read it."""
+
+    protected_hardlinks: bool | None = None
+    protected_symlinks: bool | None = None
+
+
 class AgentInfo(WireModel):
     online: bool
     version: str | None = None
@@ -119,6 +127,8 @@ class AgentInfo(WireModel):
     # The job kinds the agent has a handler for, as its last hello said (None: it never said);
     # a job of another kind is accepted and ends with exit code 127.
     job_kinds: list[str] | None = None
+    # As the agent's hello said, while it is linked to the replica answering (else None).
+    kernel_protections: KernelProtections | None = None
 
 
 class Server(WireModel):

@@ -23,6 +23,7 @@ import pytest
 
 from agent.files import archives, read, transfer
 from agent.files import tree as tree_ops
+from agent.files import write as write_ops
 from agent.files.fdops import CancelToken, Progress
 from agent.files.handlers import FileHandlers
 from agent.files.jail import Jail
@@ -561,6 +562,65 @@ async def test_copy_compress_and_content_search_leave_foreign_hard_links_out(
             found = tree_ops.search(jail, tree, "needle", content=True, limit=10, token=CancelToken())
             assert [match["entry"]["name"] for match in found["matches"]] == ["plain.txt"]
     assert outside_state(home) == before
+
+
+@pytest.mark.anyio
+async def test_writes_uploads_and_moves_never_reach_a_foreign_hard_link(
+    fsa: FileHandlers, home: Home, site_user: pwd.struct_passwd
+) -> None:
+    """The same hard link to root's file: a save or an upload over it would hand root's owner and
+    mode (and, through if_match, the etag of root's content) to what is written, so each is
+    refused; a move into the site keeps it root's instead of giving it to the site's user."""
+    site, fs = home.site, fsa
+    for path in [site, *site.rglob("*")]:
+        os.lchown(path, site_user.pw_uid, site_user.pw_gid)
+    os.link(home.outside / "secret.txt", site / "hard-out")
+    (home.home / "loose").mkdir()
+    (home.home / "loose" / "plain.txt").write_text("plain")
+    os.link(home.outside / "secret.txt", home.home / "loose" / "hard-out")
+    os.link(home.outside / "secret.txt", home.home / "hard-alone")
+    before = outside_state(home)
+    etag = content_etag((home.outside / "secret.txt").read_bytes())
+    for scope, prefix in ((SITE, ""), ({"scope": "root"}, "example-com/")):
+        out = f"{prefix}hard-out"
+        for refused in (
+            await error(fs.fs_write, **scope, path=out, content="mine now"),
+            await error(fs.fs_write, **scope, path=out, content="mine now", if_match=etag),
+            await error(fs.fs_upload_check, **scope, path=out, overwrite=True),
+        ):
+            assert (refused.code, refused.details) == ("forbidden", {"path": out})
+        with fs.open_scope(scope) as jail, pytest.raises(RpcError) as upload:
+            write_ops.Upload(jail, out, overwrite=True)  # fs.upload and the ingress open this
+        assert (upload.value.code, upload.value.details) == ("forbidden", {"path": out})
+    assert os.stat(site / "hard-out").st_ino == os.stat(home.outside / "secret.txt").st_ino
+    assert temp_leftovers(site) == []
+    # A move into the site gives the tree to its user: never the foreign link in it.
+    refused = await error(fs.fs_move, scope="root", paths=["loose", "hard-alone"], destination="", to=SITE)
+    assert (refused.code, refused.details) == ("forbidden", {"path": "hard-alone"})
+    assert (home.home / "loose").exists() and not (site / "loose").exists()  # nothing of the batch
+    await call(fs.fs_move, scope="root", paths=["loose"], destination="", to=SITE)
+    assert os.stat(site / "loose" / "plain.txt").st_uid == site_user.pw_uid
+    assert os.stat(site / "loose" / "hard-out").st_uid == 0
+    after = outside_state(home)
+    assert (after["outside"], after["other"]) == (before["outside"], before["other"])
+
+
+@pytest.mark.anyio
+async def test_root_never_vouches_for_a_hard_link(fsa: FileHandlers, home: Home) -> None:
+    """In a site folder that root owns, a root-owned file with several links is still refused:
+    the owner tells whose a hard link is, and root's files are no site's."""
+    site, fs = home.site, fsa
+    assert os.stat(site).st_uid == os.geteuid()
+    os.link(home.outside / "secret.txt", site / "hard-out")
+    (site / "own.txt").write_text("mine")
+    if os.geteuid() != 0:
+        assert await call(fs.fs_read, **SITE, path="hard-out")  # the agent's own user vouches for it
+        return
+    for scope, path in ((SITE, "hard-out"), ({"scope": "root"}, "example-com/hard-out")):
+        assert (await error(fs.fs_read, **scope, path=path)).code == "forbidden"
+        assert (await error(fs.fs_chmod, **scope, paths=[path], mode=0o666)).code == "forbidden"
+    assert (await call(fs.fs_read, **SITE, path="own.txt"))["content"] == "mine"  # one link: as ever
+    assert stat.S_IMODE((home.outside / "secret.txt").stat().st_mode) == 0o600
 
 
 # --- fs.download and fs.upload over a real link ------------------------------------------------

@@ -685,6 +685,8 @@ async def test_read_jobs_print_valid_json(env: Env, tmp_path: Path) -> None:
     assert 0 < metrics["disk"]["used"] <= metrics["disk"]["total"]
     assert info["agent_version"] == __version__ and info["hostname"] and info["kernel"]["release"]
     assert info["python"].startswith("3.") and info["memory_bytes"] > 0 and info["os"]["name"]
+    kernel = {n: (await trio.Path("/proc/sys/fs", n).read_text()).strip() != "0" for n in protocol.KERNEL_PROTECTIONS}
+    assert info["kernel_protections"] == kernel
     assert isinstance(updates["updates"], list) and updates["count"] == len(updates["updates"])
     for update in updates["updates"]:
         assert update["name"] and update["version"]

@@ -892,3 +892,26 @@ async def test_agent_errors_reach_users_as_a_safe_agent_error(stack: Stack) -> N
             assert named.status_code == 404 and named.json()["error"]["details"] == {"path": "gone.txt"}
             nursery.cancel_scope.cancel()
         await http.delete(f"/v1/servers/{server_id}")
+
+
+@pytest.mark.anyio
+async def test_kernel_protections_come_from_the_hello(caplog: pytest.LogCaptureFixture) -> None:
+    """A hello's kernel_protections is taken as said (the agent's own is tested end to end in
+    test_agent_files_faults), a missing one is not known (None), and a malformed one is refused
+    like any bad hello."""
+    cp = make_control_plane()
+    async with serving(cp.hub) as url:
+        said = {"protected_hardlinks": False, "protected_symlinks": None}
+        async with hello_from(url, kernel_protections=said):
+            session = await cp.wait_presence(online=True)
+            assert session is not None and session.kernel_protections == (False, None)
+        await cp.wait_presence(online=False)
+        async with hello_from(url):  # an agent older than kernel_protections
+            session = await cp.wait_presence(online=True)
+            assert session is not None and session.kernel_protections is None
+        await cp.wait_presence(online=False)
+        for bad in ([True, True], {"protected_hardlinks": 1}, "on"):
+            async with hello_from(url, kernel_protections=bad) as closed:
+                pass
+            assert closed.code == protocol.CLOSE_PROTOCOL_ERROR, bad
+    assert "bad kernel_protections" in caplog.text

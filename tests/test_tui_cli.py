@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from api_client import Server
 from api_client import errors as api_errors
 from control_plane.auth import store as accounts
 from control_plane.storage import Database
@@ -25,6 +26,7 @@ from themes import ANSI, DARK, default_theme_name
 from themes.pygments_styles import FleetdeckAnsiStyle, rich_style_map
 from tui.connection import ConnectError, Connection, SessionStore, connect_remote
 from tui.errors import describe_error
+from tui.servers.screen import links_unprotected, unprotected_note
 
 
 @pytest.mark.parametrize(
@@ -89,6 +91,33 @@ def test_errors_read_like_sentences() -> None:
         "dump.sql is too large to edit (12 MiB, the limit is 10 MiB): F3 views it."
     )
     assert describe_error(ExceptionGroup("x", [offline]), server="db") == "The agent of db is offline."
+    full = api_errors.ApiError.from_body(
+        507,
+        {"error": {"code": "insufficient_storage", "message": "the disk is full", "details": {"path": "logs/a.log"}}},
+    )
+    assert describe_error(full, server="web-1") == "The disk of web-1 is full at /logs/a.log: nothing was written."
+    quota = api_errors.InsufficientStorage("the disk quota is exceeded", details={"path": "x\x1b[2J"})
+    assert describe_error(quota, server="db") == "The disk quota of db is full at /x?[2J: nothing was written."
+
+
+def test_the_server_list_warns_of_unprotected_hard_links() -> None:
+    """What the agent's hello said of its kernel, as the server list shows it."""
+
+    def server(name: str, online: bool, hardlinks: bool | None) -> Server:
+        agent = {"online": online, "kernel_protections": {"protected_hardlinks": hardlinks, "protected_symlinks": True}}
+        return Server.model_validate(
+            {"id": name, "name": name, "kind": "full", "agent": agent, "created_at": "2026-01-02T03:04:05Z"}
+        )
+
+    servers = [
+        server("web-1", True, False),
+        server("web-2", True, True),
+        server("db", False, False),
+        server("old", True, None),
+    ]
+    assert [links_unprotected(s) for s in servers] == [True, False, False, False]
+    assert unprotected_note(servers) == "⚠ hard links unprotected on web-1"
+    assert unprotected_note(servers[1:]) == ""
 
 
 class Prompts:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from api_client import errors as api_errors
+from tui.text import printable
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,12 @@ def describe_error(exc: BaseException, *, server: str | None = None, path: str |
             return f"This needs the {required} plan." if required else exc.message
         case api_errors.NotFound():
             return f"Not found: {exc.message}"
+        case api_errors.InsufficientStorage():
+            where = exc.details.get("path")
+            place = f"/{where}" if isinstance(where, str) and where else path
+            at = f" at {printable(place)}" if place else ""
+            quota = "quota" in exc.message
+            return f"The {'disk quota' if quota else 'disk'} of {server_name} is full{at}: nothing was written."
         case api_errors.ApiError():
             return exc.message
         case api_errors.FleetdeckError():

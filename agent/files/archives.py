@@ -66,6 +66,7 @@ from agent.files.fdops import (
     never,
     open_dir_at,
     open_dir_if_still,
+    release,
     remove_entry,
     rename_noreplace,
     reopen_dir,
@@ -149,6 +150,7 @@ def compress(
             os.close(tmp_fd)
             if not placed:
                 unlink_quietly(dst_dir, tmp_name)
+            release(tmp_name)
         fsync_dir(dst_dir)
         return {"entry": entry(dst_name, dst_rel, st, None), "skipped": skipped}
     finally:
@@ -555,6 +557,7 @@ def extract(
         finally:
             if not done:
                 remove_entry(base, temp, never())
+            release(temp)
         fsync_dir(base)
         return {
             "extracted": extractor.count,

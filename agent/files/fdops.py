@@ -16,14 +16,15 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import secrets
 import stat
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
 
+from agent.files import inflight
 from agent.files.entries import join
+from agent.files.inflight import temp_name as temp_name  # the one spelling of a temporary name
 from agent.link.protocol import RpcError
 
 O_DIR_READ = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -157,6 +158,31 @@ def chown_fd(fd: int, owner: tuple[int, int] | None) -> None:
         os.fchown(fd, *owner)
 
 
+def _load_fchownat() -> Callable[..., int] | None:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).fchownat
+    except (OSError, AttributeError):
+        return None
+    function.restype = ctypes.c_int
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint, ctypes.c_uint, ctypes.c_int]
+    return cast("Callable[..., int]", function)
+
+
+_fchownat = _load_fchownat()
+_AT_EMPTY_PATH = 0x1000
+
+
+def chown_path_fd(fd: int, owner: tuple[int, int]) -> None:
+    """chown the inode an O_PATH descriptor holds, a symbolic link itself included
+    (``fchownat(fd, "", AT_EMPTY_PATH)``): what was checked through that descriptor is what
+    changes owner, whatever its name is made to point at meanwhile."""
+    if _fchownat is None:
+        raise RpcError("validation_error", "this agent's C library has no fchownat")
+    if _fchownat(fd, b"", owner[0], owner[1], _AT_EMPTY_PATH) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
 def keep_owner(fd: int, st: os.stat_result) -> None:
     """Give a replacement the owner of what it replaces (only root may give a file away)."""
     try:
@@ -177,31 +203,49 @@ def chmod_fd(fd: int, mode: int) -> None:
         raise
 
 
-def temp_name(name: str, tag: str = "tmp") -> str:
-    """A hidden name beside `name` for work in progress: ``.name.fleetdeck-<random>.tag``."""
-    base = os.fsencode(name)[:120].decode("utf-8", "ignore") or "x"
-    return f".{base}.fleetdeck-{secrets.token_hex(6)}.{tag}"
+def journaled_temp(dir_fd: int, name: str, kind: str = "tmp", *, restore: str | None = None) -> str:
+    """A temporary name beside `name` (`temp_name`), journalled before anything is made with it
+    (`agent.files.inflight`): a process killed before it is placed or removed leaves a name the
+    next start removes. Whoever makes it calls `release` once it is renamed into place or removed."""
+    temp = temp_name(name, kind)
+    inflight.record(dir_fd, temp, restore)
+    return temp
+
+
+def release(temp: str) -> None:
+    """The temporary name was renamed into place or removed: its journal entry goes."""
+    inflight.forget(temp)
 
 
 def create_temp(dir_fd: int, name: str, mode: int = 0o600) -> tuple[int, str]:
-    """(descriptor, name) of a new file beside `name`, created exclusively (never through a link)."""
+    """(descriptor, name) of a new file beside `name`, created exclusively (never through a link),
+    journalled (the caller `release`s it)."""
     for _ in range(16):
-        temp = temp_name(name)
+        temp = journaled_temp(dir_fd, name)
         try:
             return os.open(temp, O_NEW_FILE, mode, dir_fd=dir_fd), temp
         except FileExistsError:
+            release(temp)
             continue
+        except BaseException:
+            release(temp)
+            raise
     raise RpcError("conflict", "could not pick a temporary name")
 
 
 def mkdir_temp(dir_fd: int, name: str) -> str:
+    """A new folder beside `name` (0700), journalled (the caller `release`s it)."""
     for _ in range(16):
-        temp = temp_name(name)
+        temp = journaled_temp(dir_fd, name)
         try:
             os.mkdir(temp, 0o700, dir_fd=dir_fd)
             return temp
         except FileExistsError:
+            release(temp)
             continue
+        except BaseException:
+            release(temp)
+            raise
     raise RpcError("conflict", "could not pick a temporary name")
 
 
@@ -283,14 +327,17 @@ def _replace(src_dir: int, src: str, dst_dir: int, dst: str) -> bool:
     if not stat.S_ISDIR(existing.st_mode) and not stat.S_ISDIR(incoming.st_mode):
         os.rename(src, dst, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
         return True
-    aside = temp_name(dst, "old")
-    os.rename(dst, aside, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
+    aside = journaled_temp(dst_dir, dst, "old", restore=dst)  # killed before dst is taken again: put back
     try:
-        rename_noreplace(src_dir, src, dst_dir, dst)
-    except BaseException:
-        _put_back(dst_dir, aside, dst)
-        raise
-    remove_entry(dst_dir, aside, never())
+        os.rename(dst, aside, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
+        try:
+            rename_noreplace(src_dir, src, dst_dir, dst)
+        except BaseException:
+            _put_back(dst_dir, aside, dst)
+            raise
+        remove_entry(dst_dir, aside, never())
+    finally:
+        release(aside)
     return True
 
 

@@ -20,6 +20,7 @@ JSON document.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -29,7 +30,7 @@ from typing import Any, TypeVar
 import trio
 from trio_websocket import ConnectionClosed  # what a call's sends raise once its link is gone
 
-from agent.files import archives, read, transfer, trash, tree, write
+from agent.files import archives, read, sweep, transfer, trash, tree, write
 from agent.files.entries import rfc3339
 from agent.files.fdops import CancelToken, OperationCancelled, Progress
 from agent.files.jail import Jail, refusal
@@ -39,6 +40,7 @@ from agent.sites import SiteRegistry
 from api_client.models import MAX_ARCHIVE_PATHS, MAX_INTEGER, MAX_PATHS, WINDOW_LIMIT
 
 T = TypeVar("T")
+log = logging.getLogger("fleetdeck.agent.files")
 
 _MAX_CURSOR = 1024  # base64 of a file name (at most 255 bytes)
 DEFAULT_SEARCH_LIMIT = 500
@@ -60,6 +62,7 @@ class FileHandlers:
         self.home = home
         self.sites = sites
         self._use_openat2 = use_openat2
+        self._swept: set[str] = set()  # the scopes whose leftovers were looked for (`sweep.scope`)
 
     def handlers(self) -> dict[str, Handler]:
         return {method: _refusals_named(handler) for method, handler in self._methods().items()}
@@ -390,12 +393,14 @@ class FileHandlers:
         """The jail of the request's scope (blocking; the caller closes it)."""
         scope = params.get("scope")
         if scope == "root":
+            self._sweep_once("")
             jail = Jail(self.home, use_openat2=self._use_openat2)
             jail.sites_beneath = True
             return jail
         if scope != "site":
             raise RpcError("validation_error", "scope must be 'site' or 'root'")
         site = self.sites.lookup(params.get("domain"))
+        self._sweep_once(site.slug)
         with Jail(self.home, use_openat2=self._use_openat2) as home:
             try:
                 jail = home.subjail(site.slug)
@@ -407,6 +412,13 @@ class FileHandlers:
             st = os.fstat(jail.fileno())
             jail.owner = (st.st_uid, st.st_gid)
         return jail
+
+    def _sweep_once(self, prefix: str) -> None:
+        """The first touch of a scope settles the leftovers a dead process left in it."""
+        if prefix in self._swept:
+            return
+        self._swept.add(prefix)
+        sweep.scope(self.home, prefix)
 
 
 def _refusals_named(handler: Handler) -> Handler:
@@ -423,13 +435,19 @@ def _refusals_named(handler: Handler) -> Handler:
             named = refusal(error, request_path(call.params)) if isinstance(error, OSError) else None
             if named is None:
                 raise
+            if named.code == "insufficient_storage":  # a fact about the server, not a bug: one line
+                log.warning("%s: %s at %s", call.method, named.message, named.details["path"] or "/")
             raise named from None
 
     return named
 
 
 def request_path(params: dict[str, Any]) -> str:
-    """The path a request names, for an error's details: its ``path``, else its first of ``paths``."""
+    """The path a request names, for an error's details: the ``destination`` it writes to (copy,
+    move, compress, extract), else its ``path``, else its first of ``paths``."""
+    destination = params.get("destination")
+    if isinstance(destination, str):
+        return destination
     path = params.get("path")
     if isinstance(path, str):
         return path

@@ -63,6 +63,7 @@ _STATUS = {
     "validation_error": 422,
     "path_outside_scope": 422,
     "cancelled": 503,
+    "insufficient_storage": 507,
 }
 _REASONS = {
     200: b"OK",
@@ -77,6 +78,7 @@ _REASONS = {
     422: b"Unprocessable Content",
     500: b"Internal Server Error",
     503: b"Service Unavailable",
+    507: b"Insufficient Storage",
 }
 
 
@@ -230,6 +232,8 @@ class Ingress:
         except OSError as exc:  # the disk's (no space, quota, I/O error): the socket's are ClientGone
             named = refusal(exc, claims.path)
             if named is not None:
+                if named.code == "insufficient_storage":
+                    log.warning("direct upload to %s: %s", claims.path, named.message)
                 self._report(claims, named.code, upload)
                 raise HttpError.from_rpc(named) from None
             log.error("direct upload to %s failed: %s", claims.path, exc)

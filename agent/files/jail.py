@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import cast
 
-from agent.link.protocol import RpcError
+from agent.link.protocol import KERNEL_PROTECTIONS, RpcError
 
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_BENEATH = 0x08
@@ -48,6 +48,30 @@ _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
 class _OpenHow(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+def is_foreign_to(st: os.stat_result, uid: int) -> bool:
+    """The hard-link rule: a regular file with more than one link is the scope's to read or change
+    only when it belongs to `uid`, the scope's user, and that user is not root. A hard link is a
+    second name of an inode that may lie anywhere on the same file system; its owner is the one
+    thing that tells whose it is. Root never vouches: a root-owned site folder does not make every
+    root-owned file linked into it (``/etc/shadow`` where ``fs.protected_hardlinks`` is off) the
+    scope's."""
+    return stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and (st.st_uid != uid or uid == 0)
+
+
+def kernel_protections(folder: str = "/proc/sys/fs") -> dict[str, bool | None]:
+    """Whether the kernel's ``fs.protected_hardlinks`` and ``fs.protected_symlinks`` are on (None:
+    not readable here). With hard links protected, a user cannot link a file they do not own
+    into their tree; the jail's hard-link rule (`is_foreign_to`) holds either way."""
+    found: dict[str, bool | None] = {}
+    for name in KERNEL_PROTECTIONS:
+        try:
+            with open(os.path.join(folder, name), encoding="ascii") as f:
+                found[name] = int(f.read().strip()) > 0
+        except (OSError, ValueError):
+            found[name] = None
+    return found
 
 
 def outside_scope() -> RpcError:
@@ -208,13 +232,14 @@ class Jail:
     def is_foreign_link(self, st: os.stat_result, path: str) -> bool:
         """Whether `st` (of `path`, relative to the scope) is a file `refuse_foreign_link` refuses.
         Walks over a tree (copy, compress, content search) leave such files out."""
-        return stat.S_ISREG(st.st_mode) and st.st_nlink > 1 and st.st_uid != self.scope_uid(path)
+        return is_foreign_to(st, self.scope_uid(path))
 
     def refuse_foreign_link(self, st: os.stat_result, path: str) -> None:
         """Refuse a regular file with more than one link that is not the scope user's: it may be a
         hard link to a file outside the scope (another site's, or /etc/shadow where hard links are
-        not protected), and reading it or changing its mode would reach that file. The scope's
-        user could make the same change to a file of their own anyway."""
+        not protected), and reading it or changing it would reach that file. The scope's user
+        could make the same change to a file of their own anyway. Every ``fs.*`` path that reads,
+        changes or replaces a file it names calls this (see `is_foreign_to`)."""
         if self.is_foreign_link(st, path):
             raise RpcError(
                 "forbidden",
@@ -424,7 +449,7 @@ def _translate(exc: OSError, path: str) -> Exception:
 
 def refusal(exc: OSError, path: str) -> RpcError | None:
     """The contract's error for what the file system refuses whatever the operation (permission
-    denied, a read-only file system, a name too long), or None for anything else. Every ``fs.*``
+    denied, a read-only file system, a name too long, a full disk or quota), or None for anything else. Every ``fs.*``
     call answers these errors this way, wherever in the operation they were raised."""
     if exc.errno in (errno.EACCES, errno.EPERM):
         return RpcError("forbidden", "permission denied", {"path": path})
@@ -432,4 +457,15 @@ def refusal(exc: OSError, path: str) -> RpcError | None:
         return RpcError("forbidden", "the file system is read-only", {"path": path})
     if exc.errno == errno.ENAMETOOLONG:
         return RpcError("validation_error", "file name too long", {"path": path})
+    return storage_refusal(exc, path)
+
+
+def storage_refusal(exc: OSError, path: str) -> RpcError | None:
+    """``insufficient_storage`` for a full disk (ENOSPC) or quota (EDQUOT), naming `path`, the
+    place being written; None for any other error. The operation's own cleanup has already
+    removed what it had written when this reaches the caller."""
+    if exc.errno == errno.ENOSPC:
+        return RpcError("insufficient_storage", "the disk is full (no space left on the device)", {"path": path})
+    if exc.errno == errno.EDQUOT:
+        return RpcError("insufficient_storage", "the disk quota is exceeded", {"path": path})
     return None

@@ -51,7 +51,7 @@ from typing import IO, Any
 import trio
 
 import agent as agent_package
-from agent.files import archives
+from agent.files import archives, inflight
 from agent.files.entries import join
 from agent.files.fdops import (
     CancelToken,
@@ -64,10 +64,11 @@ from agent.files.fdops import (
     never,
     open_dir_at,
     put,
+    release,
     remove_entry,
 )
 from agent.files.handlers import FileHandlers, _paths
-from agent.files.jail import Jail, normalize, split_path
+from agent.files.jail import Jail, normalize, split_path, storage_refusal
 from agent.link.call import Call, Handler
 from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
@@ -738,12 +739,30 @@ def receive(tid: str, state_dir: str, stream: IO[bytes]) -> dict[str, Any]:
         _cleanup_key_only(spec)
         if spec.get("expires_at", 0) < time.time():
             raise RpcError("conflict", "the transfer expired before it started")
+        _journal(spec["state_dir"], spec["home"])
         files = FileHandlers(spec["home"], SiteRegistry(spec["state_dir"]))
         with files.open_scope({"scope": spec.get("scope"), "domain": spec.get("domain")}) as jail:
-            placed = _receive_into(jail, spec, stream)
+            try:
+                placed = _receive_into(jail, spec, stream)
+            except OSError as exc:  # a full disk is named (its temporary folder is gone already)
+                named = storage_refusal(exc, normalize(spec["destination"]))
+                if named is None:
+                    raise
+                log.warning("receive %s: %s", tid, named.message)
+                raise named from None
         return {"placed": placed}
     finally:
         _unlink(claimed)
+
+
+def _journal(state_dir: str, home: str) -> None:
+    """Journal this receive's temporary folder as the agent does its own (`agent.files.inflight`),
+    so the agent removes it if this process dies; an account that cannot write the agent's state
+    folder receives without (its folder is still removed on any failure it lives through)."""
+    try:
+        inflight.activate(inflight.Journal(state_dir, home))
+    except OSError as exc:
+        log.warning("receive: no journal of temporary names (%s)", exc.strerror)
 
 
 def _cleanup_key_only(spec: dict[str, Any]) -> None:
@@ -788,6 +807,7 @@ def _receive_into(jail: Jail, spec: dict[str, Any], stream: IO[bytes]) -> list[s
                 os.close(temp_fd)
         finally:
             remove_entry(base, temp, never())
+            release(temp)
     finally:
         os.close(base)
 

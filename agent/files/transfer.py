@@ -27,21 +27,23 @@ from agent.files.fdops import (
     SWAPPED,
     CancelToken,
     Identity,
+    chown_path_fd,
     copy_data,
     fsync_dir,
     identity,
     is_within,
+    journaled_temp,
     listdir,
     lstat_at,
     never,
     open_dir_at,
     open_dir_if_still,
     put,
+    release,
     remove_entry,
-    temp_name,
     walk,
 )
-from agent.files.jail import Jail, normalize
+from agent.files.jail import Jail, is_foreign_to, normalize
 from agent.link.protocol import RpcError
 
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY
@@ -137,8 +139,12 @@ def move(
     try:
         owner, _ = _owner_policy(src, dst)
         rechown = owner is not None and owner != src.owner
+        if rechown:  # a named foreign hard link would be given away: the whole batch is refused
+            for step in work.steps:
+                src.refuse_foreign_link(step.src_st, step.src_rel)
         for step in work.steps:
             token.check()
+            source_uid = src.scope_uid(step.src_rel)  # before the move: the source may be its site folder
             try:
                 put(step.src_dir, step.src_name, step.dst_dir, step.dst_name, overwrite=overwrite)
             except OSError as exc:
@@ -147,7 +153,7 @@ def move(
                 _move_across(step, src, dst, overwrite, token)
             else:
                 if rechown:
-                    chown_tree(step.dst_dir, step.dst_name, owner, token)
+                    chown_tree(step.dst_dir, step.dst_name, owner, token, source_uid=source_uid)
             fsync_dir(step.dst_dir)
             moved.append(step.dst_rel)
     finally:
@@ -158,13 +164,15 @@ def move(
 def _move_across(step: Step, src: Jail, dst: Jail, overwrite: bool, token: CancelToken) -> None:
     """Another file system: copy, put in place, then remove the source."""
     copier = Copier(token, *_owner_policy(src, dst), source=src)
-    temp = temp_name(step.dst_name)
+    temp = journaled_temp(step.dst_dir, step.dst_name)
     try:
         copier.copy(step.src_dir, step.src_name, step.dst_dir, temp, step.src_rel, top=True)
         put(step.dst_dir, temp, step.dst_dir, step.dst_name, overwrite=overwrite)
     except BaseException:
         remove_entry(step.dst_dir, temp, never())
         raise
+    finally:
+        release(temp)
     remove_entry(step.src_dir, step.src_name, never())
 
 
@@ -178,7 +186,7 @@ def copy(
         for step in work.steps:  # a named foreign hard link refuses the whole batch, before any copy
             src.refuse_foreign_link(step.src_st, step.src_rel)
         for step in work.steps:
-            temp = temp_name(step.dst_name)
+            temp = journaled_temp(step.dst_dir, step.dst_name)
             try:
                 copier.copy(step.src_dir, step.src_name, step.dst_dir, temp, step.src_rel, top=True)
                 if lstat_at(step.dst_dir, temp) is None:
@@ -187,6 +195,8 @@ def copy(
             except BaseException:
                 remove_entry(step.dst_dir, temp, never())
                 raise
+            finally:
+                release(temp)
             fsync_dir(step.dst_dir)
             copied.append(step.dst_rel)
     finally:
@@ -299,8 +309,12 @@ class _Swapped(Exception):
     """The entry is no longer what its lstat said (a folder swapped for a link, ...)."""
 
 
-def chown_tree(dir_fd: int, name: str, owner: tuple[int, int] | None, token: CancelToken) -> None:
-    """Give `name` and everything beneath it to `owner` (links themselves, never followed)."""
+def chown_tree(
+    dir_fd: int, name: str, owner: tuple[int, int] | None, token: CancelToken, *, source_uid: int | None = None
+) -> None:
+    """Give `name` and everything beneath it to `owner` (links themselves, never followed). With
+    `source_uid` (the user of the scope the tree comes from), a file with several hard links that
+    is not that user's keeps its owner (`is_foreign_to`): it may be a file outside the scope."""
     if owner is None:
         return
     os.chown(name, *owner, dir_fd=dir_fd, follow_symlinks=False)
@@ -314,7 +328,15 @@ def chown_tree(dir_fd: int, name: str, owner: tuple[int, int] | None, token: Can
                 continue
             if item.fd is not None:
                 os.fchown(item.fd, *owner)
-            else:
-                os.chown(item.name, *owner, dir_fd=item.dir_fd, follow_symlinks=False)
+                continue
+            try:
+                entry_fd = os.open(item.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=item.dir_fd)
+            except FileNotFoundError:
+                continue  # gone meanwhile
+            try:  # checked and changed through one descriptor: a name swapped meanwhile changes nothing
+                if source_uid is None or not is_foreign_to(os.fstat(entry_fd), source_uid):
+                    chown_path_fd(entry_fd, owner)
+            finally:
+                os.close(entry_fd)
     finally:
         os.close(fd)

@@ -26,6 +26,7 @@ from agent.files.fdops import (
     keep_owner,
     lstat_at,
     open_dir_at,
+    release,
     rename_noreplace,
     unlink_quietly,
 )
@@ -63,7 +64,9 @@ def file_target(jail: Jail, path: str, *, may_exist: bool) -> Target:
     """The `Target` of a file write. A name already taken is ``conflict`` unless `may_exist`;
     a folder or a special file there is ``validation_error``. A symbolic link at the end is
     followed within the scope to the file it names (outside: ``path_outside_scope``; pointing
-    at nothing: ``validation_error``, so a dangling link never becomes a way to create a file)."""
+    at nothing: ``validation_error``, so a dangling link never becomes a way to create a file).
+    A file with several hard links that is not the scope user's is ``forbidden``
+    (`Jail.refuse_foreign_link`): replacing it would hand its owner and mode to what is written."""
     rel = normalize(path)
     dir_fd, name = jail.open_parent(path)
     target = Target(dir_fd, name, rel, None)
@@ -86,6 +89,8 @@ def file_target(jail: Jail, path: str, *, may_exist: bool) -> Target:
             raise RpcError("validation_error", "the path is a folder", {"path": rel})
         if st is not None and not stat.S_ISREG(st.st_mode):
             raise RpcError("validation_error", "not a regular file", {"path": rel})
+        if st is not None:  # replaced with its owner and mode, its etag compared: it must be ours
+            jail.refuse_foreign_link(st, target.rel)
         target.existing = st
         return target
     except BaseException:
@@ -162,6 +167,7 @@ def _save(
         os.close(fd)
         if not placed:
             unlink_quietly(target.dir_fd, temp)
+        release(temp)
     fsync_dir(target.dir_fd)
     return {"entry": entry(target.name, target.rel, st, None), "etag": content_etag(data)}
 
@@ -291,4 +297,5 @@ class Upload:
             self.fd = -1
         if not self.done and self.target.dir_fd >= 0:
             unlink_quietly(self.target.dir_fd, self.temp)
+        release(self.temp)
         self.target.close()

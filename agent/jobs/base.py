@@ -25,6 +25,7 @@ import orjson
 from pydantic import ValidationError
 
 from agent.files.entries import rfc3339 as rfc3339  # the one formatter, here for the job kinds
+from agent.files.jail import storage_refusal
 from agent.link.protocol import RpcError, single_error
 from agent.sites import SiteRegistry
 from api_client.job_kinds import JobKind, lookup
@@ -245,8 +246,13 @@ async def run_kind(
         if isinstance(error, JobError):
             out.stderr(one_line(str(error)))
             return error.exit_code
+        where = error.filename if isinstance(error, OSError) and isinstance(error.filename, str) else ""
+        if isinstance(error, OSError) and (full := storage_refusal(error, where)):
+            error = full  # a full disk is a fact about the server, not a bug: one line, no traceback
+            log.warning("job %s: %s%s", kind.name, full.message, f" at {where}" if where else "")
         if isinstance(error, RpcError):
-            out.stderr(f"error: {one_line(error.message)}")
+            where = error.details.get("path", "") if error.code == "insufficient_storage" else ""
+            out.stderr(f"error: {one_line(error.message)}" + (f" at {where}" if where else ""))
             return 1
         log.log(traceback_level, "job %s %s failed", kind.name, argv[2:], exc_info=error)
         out.stderr(f"error: {kind.name} failed: {type(error).__name__}: {one_line(str(error))}")

@@ -14,8 +14,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from agent.files.fdops import chown_fd, create_temp, fsync_dir, unlink_quietly
-from agent.files.jail import Jail, split_path
+from agent.files.fdops import chown_fd, create_temp, fsync_dir, release, unlink_quietly
+from agent.files.jail import Jail, split_path, storage_refusal
 from agent.files.read import open_regular
 from agent.files.write import ensure_dirs, file_target
 from agent.jobs.base import JobContext, JobError
@@ -81,17 +81,30 @@ class SiteOutput:
     def write(self, data: bytes | bytearray) -> None:
         """Append `data` (for bytes the agent produces itself, such as a gzip stream)."""
         view = memoryview(data)
-        while view:
-            view = view[os.write(self.fd, view) :]
+        with self._naming_a_full_disk():
+            while view:
+                view = view[os.write(self.fd, view) :]
 
     def commit(self) -> int:
         """Flush the file and rename it over the destination; its size in bytes."""
-        os.fsync(self.fd)
+        with self._naming_a_full_disk():
+            os.fsync(self.fd)
         size = os.fstat(self.fd).st_size
         os.rename(self.temp, self.target.name, src_dir_fd=self.target.dir_fd, dst_dir_fd=self.target.dir_fd)
         self.done = True
         fsync_dir(self.target.dir_fd)
         return size
+
+    @contextmanager
+    def _naming_a_full_disk(self) -> Iterator[None]:
+        """A full disk or quota as ``insufficient_storage`` naming this file (the job's one line)."""
+        try:
+            yield
+        except OSError as exc:
+            full = storage_refusal(exc, self.path)
+            if full is None:
+                raise
+            raise full from None
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -99,6 +112,8 @@ class SiteOutput:
             self.fd = -1
         if not self.done and self.temp and self.target.dir_fd >= 0:
             unlink_quietly(self.target.dir_fd, self.temp)
+        if self.temp:
+            release(self.temp)
         self.target.close()
 
 

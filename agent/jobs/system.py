@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 
+from agent.files.jail import kernel_protections
 from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.host import SystemLayout
 from agent.jobs.metrics import meminfo, uptime_s
@@ -66,6 +67,7 @@ def info(version: str) -> dict[str, Any]:
         "uptime_s": uptime_s(),
         "python": platform.python_version(),
         "agent_version": version,
+        "kernel_protections": kernel_protections(),
     }
 
 

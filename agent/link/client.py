@@ -114,6 +114,7 @@ class AgentLink:
         hostname: str | None = None,
         direct_ingress_url: str | None = None,
         job_kinds: Iterable[str] = (),
+        kernel_protections: Callable[[], dict[str, bool | None]] | None = None,
         on_welcome: OnWelcome | None = None,
         backoff: Backoff = NETWORK_BACKOFF,
         busy_backoff: Backoff = BUSY_BACKOFF,
@@ -130,6 +131,7 @@ class AgentLink:
         self.hostname = hostname or socket.gethostname()
         self.direct_ingress_url = direct_ingress_url
         self.job_kinds = sorted(job_kinds)  # the kinds ``job.run`` has a handler for, said in hello
+        self.kernel_protections = kernel_protections  # read at each hello (a sysctl may change)
         self.on_welcome = on_welcome
         self.backoff = backoff
         self.busy_backoff = busy_backoff
@@ -301,7 +303,7 @@ class _Session:
 
     async def run(self) -> None:
         link = self._link
-        hello = {
+        hello: dict[str, Any] = {
             "t": protocol.HELLO,
             "version": link.version,
             "boot_id": BOOT_ID,
@@ -310,6 +312,8 @@ class _Session:
             "direct_ingress_url": link.direct_ingress_url,
             "job_kinds": link.job_kinds,
         }
+        if link.kernel_protections is not None:
+            hello["kernel_protections"] = link.kernel_protections()
         await self.send_text(protocol.encode(hello))
         with trio.fail_after(protocol.HELLO_TIMEOUT_S):
             welcome = await self._receive()

@@ -22,7 +22,8 @@ Handshake
     agent → cp, first message::
 
         {"t": "hello", "version": str, "boot_id": str, "handlers": [method, ..],
-         "hostname": str, "direct_ingress_url": str | null, "job_kinds": [kind, ..]}
+         "hostname": str, "direct_ingress_url": str | null, "job_kinds": [kind, ..],
+         "kernel_protections": {"protected_hardlinks": bool | null, "protected_symlinks": bool | null}}
 
     cp → agent::
 
@@ -38,6 +39,12 @@ Handshake
     the catalog's kinds this agent runs; a job of another kind ends with exit code 127. An agent
     older than this field sends none: the control plane then does not know (null). A hello whose
     ``job_kinds`` is not such a list is refused like any other malformed hello.
+
+    ``kernel_protections`` says whether the server's kernel has ``fs.protected_hardlinks`` and
+    ``fs.protected_symlinks`` on (null: it could not be read); `KERNEL_PROTECTIONS` names them.
+    With them off, a site user can hard-link any file of the file system into the site, which
+    the agent's files jail then refuses to read or change (see `agent.files.jail.is_foreign_to`).
+    An agent older than this field sends none (null); another shape is a malformed hello.
 
     ``boot_id`` is random per agent process start, so the control plane can tell a reconnect of
     the same process from a restart. The control plane waits at most `HELLO_TIMEOUT_S` for hello.
@@ -175,6 +182,7 @@ UPLOAD_WINDOW: Final = 4 * 1024 * 1024
 MAX_MESSAGE_SIZE: Final = 64 * 1024 * 1024
 MAX_CALL_ID: Final = 2**32 - 1
 MAX_JOB_KINDS: Final = 4096
+KERNEL_PROTECTIONS: Final = ("protected_hardlinks", "protected_symlinks")  # hello's kernel_protections keys
 
 # Message types ("t").
 HELLO: Final = "hello"

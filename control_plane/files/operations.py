@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from api_client.errors import AgentOffline, AgentTimeout
+from api_client.errors import AgentOffline, AgentTimeout, InsufficientStorage
 from control_plane import sse
 from control_plane.auth.secrets import new_id
 from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError
@@ -106,7 +106,10 @@ class FileOperations:
                 operation.push("done", {"result": stream.result})
             except AgentCallError as exc:
                 error_code = exc.public_code
-                operation.push("error", {"code": error_code, "message": exc.message})
+                failed: dict[str, Any] = {"code": error_code, "message": exc.message}
+                if error_code == InsufficientStorage.code:  # where the disk is full
+                    failed["details"] = {"path": str(exc.details.get("path", ""))}
+                operation.push("error", failed)
             except AgentOfflineError:
                 error_code = AgentOffline.code
                 operation.push("error", {"code": error_code, "message": "the server's agent went away"})

@@ -13,7 +13,7 @@ from agent.link import protocol
 # about the caller, such as `unauthenticated`) reaches users as `agent_error`.
 AGENT_CODES: Final = frozenset(
     {"not_found", "conflict", "forbidden", "too_large", "binary_file", "validation_error", "path_outside_scope"}
-    | {protocol.UNKNOWN_METHOD}
+    | {"insufficient_storage", protocol.UNKNOWN_METHOD}
 )
 AGENT_ERROR: Final = "agent_error"
 MAX_MESSAGE: Final = 300

@@ -395,6 +395,7 @@ def _session_from_hello(server_id: str, frame: str, peer: str | None = None) -> 
         raise ProtocolError("hello without a usable handlers list")
     ingress = _ingress_url(hello.get("direct_ingress_url"))
     job_kinds = _job_kinds(hello.get("job_kinds"))
+    kernel = _kernel_protections(hello.get("kernel_protections"))
     return AgentSession(
         server_id=server_id,
         version=str(fields["version"]),
@@ -405,6 +406,7 @@ def _session_from_hello(server_id: str, frame: str, peer: str | None = None) -> 
         connected_at=datetime.now(UTC),
         peer=peer,
         job_kinds=job_kinds,
+        kernel_protections=kernel,
     )
 
 
@@ -437,6 +439,17 @@ def _job_kinds(value: Any) -> tuple[str, ...] | None:
     ):
         raise ProtocolError("hello with a bad job_kinds list")
     return tuple(sorted(set(value)))
+
+
+def _kernel_protections(value: Any) -> tuple[bool | None, bool | None] | None:
+    """The hello's ``kernel_protections`` as (protected_hardlinks, protected_symlinks); None when
+    the agent did not say. Each is true, false or null; any other shape is a malformed hello."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(v is None or isinstance(v, bool) for v in value.values()):
+        raise ProtocolError("hello with a bad kernel_protections object")
+    hardlinks, symlinks = (value.get(name) for name in protocol.KERNEL_PROTECTIONS)
+    return hardlinks, symlinks
 
 
 async def _turn_away(websocket: WebSocket, retry_after: int) -> None:

@@ -38,6 +38,8 @@ class AgentSession:
     peer: str | None = None  # the IP address the link comes from, as this control plane sees it
     # The job kinds the agent has a handler for, sorted (None: an agent too old to say).
     job_kinds: tuple[str, ...] | None = None
+    # (fs.protected_hardlinks, fs.protected_symlinks) as the hello said (None: it did not say).
+    kernel_protections: tuple[bool | None, bool | None] | None = None
     # The key this link's direct-upload URLs are signed with (None: the agent has no ingress).
     ingress_key: bytes | None = field(default=None, repr=False)
 

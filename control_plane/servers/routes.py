@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request, Response
 from sqlalchemy.exc import IntegrityError
 
 from api_client.errors import Conflict, NotFound
-from api_client.models import AgentInfo, Server, ServerCreate, ServerCreated, ServerList
+from api_client.models import AgentInfo, KernelProtections, Server, ServerCreate, ServerCreated, ServerList
 from control_plane import sse
 from control_plane.clock import parse, utcnow
 from control_plane.hub import AgentSession
@@ -43,6 +43,7 @@ def server_model(row: dict[str, Any], session: AgentSession | None, *, linked_el
             last_seen_at=utcnow(),
             direct_ingress_url=session.direct_ingress_url,
             job_kinds=list(session.job_kinds) if session.job_kinds is not None else None,
+            kernel_protections=_kernel_protections(session),
         )
     else:
         agent = AgentInfo(
@@ -60,6 +61,13 @@ def server_model(row: dict[str, Any], session: AgentSession | None, *, linked_el
         agent=agent,
         created_at=parse(row["created_at"]),
     )
+
+
+def _kernel_protections(session: AgentSession) -> KernelProtections | None:
+    if session.kernel_protections is None:
+        return None
+    hardlinks, symlinks = session.kernel_protections
+    return KernelProtections(protected_hardlinks=hardlinks, protected_symlinks=symlinks)
 
 
 async def server_row(fleet: Fleet, caller_org: str, server_id: str) -> dict[str, Any]:

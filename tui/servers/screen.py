@@ -3,6 +3,7 @@ app's one presence stream, followed by `tui.monitor`); unknown while the control
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 
@@ -180,7 +181,8 @@ class ServerListScreen(FilteredList, FleetScreen):
             Text(server.kind),
             Text(printable(server.address or "—"), style=Style() if server.address else muted),
             state,
-            Text(agent.version or "—", style=Style() if agent.version else muted),
+            Text(agent.version or "—", style=Style() if agent.version else muted)
+            + (Text(" ⚠", style=self._theme_style("text-warning")) if links_unprotected(server) else Text()),
             Text(_last_seen(server) if self._connected or server.kind == "lite" else "?", style=muted),
         ]
 
@@ -212,6 +214,8 @@ class ServerListScreen(FilteredList, FleetScreen):
         servers = f"{len(self.servers)} server" + ("" if len(self.servers) == 1 else "s")
         agents = f"{online}/{len(full)} agents online" if self._connected else "connection lost"
         keys = " · Enter: files · J: jobs · b: load balancers"
+        if warning := unprotected_note(self.servers.values()):  # the keys are in the footer too
+            keys = f" · {warning}"
         if self.filter_pattern:  # the keys are in the footer too: room for the filter's count
             servers, keys = f"{self.query_one(DataTable).row_count} of {servers}", ""
         text = f"{servers} · {agents}{live}{keys}"
@@ -230,6 +234,19 @@ class ServerListScreen(FilteredList, FleetScreen):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         self.action_open_files()
+
+
+def links_unprotected(server: Server) -> bool:
+    """Whether the server's linked agent said its kernel does not protect hard links
+    (``fs.protected_hardlinks`` off): its site users can link any file of the disk into a site."""
+    protections = server.agent.kernel_protections
+    return server.agent.online and protections is not None and protections.protected_hardlinks is False
+
+
+def unprotected_note(servers: Iterable[Server]) -> str:
+    """The status line's warning naming the servers whose hard links are unprotected ("" if none)."""
+    names = [printable(server.name) for server in servers if links_unprotected(server)]
+    return f"⚠ hard links unprotected on {', '.join(names)}" if names else ""
 
 
 def _last_seen(server: Server, now: datetime | None = None) -> str:

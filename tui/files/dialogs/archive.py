@@ -20,10 +20,11 @@ from textual.widgets import Button, Input, Label, OptionList, ProgressBar, Selec
 
 from api_client import Scope, Server
 from api_client.client import archive_paths_problem
+from api_client.errors import ApiError, InsufficientStorage
 from api_client.models import ExtractConflicts, FsExtractCheck
 from api_client.sse import Event
 from tui.bridge import TaskHandle
-from tui.errors import format_size
+from tui.errors import describe_error, format_size
 from tui.files.dialogs.base import FileDialog, describe_items, name_problem, plural
 from tui.text import join_path, load_tcss, printable
 
@@ -383,6 +384,10 @@ class ArchiveDialog(FileDialog[bool]):
             self._set_running(False)
             self.cancelling = False
             message = str(data.get("message") or data.get("code") or "the operation failed")
+            if data.get("code") == InsufficientStorage.code:  # said as every full disk is said
+                message = describe_error(
+                    ApiError.from_body(InsufficientStorage.status, {"error": data}), server=self.server.name
+                )
             self.set_status(message, error=True)
             self.notify(printable(message), severity="error", timeout=8)
 
