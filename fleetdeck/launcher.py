@@ -126,10 +126,11 @@ class LocalStack:
 
     def spawn(self) -> None:
         """Start the child process without waiting for it; `StackStartError` if it cannot run."""
-        paths.private_dir(self.data_dir)
+        paths.stack_dir(self.data_dir)
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with open(self.log_file, "a", encoding="utf-8") as stderr:
+            # Its owner's alone (0600): a root stack's data folder may be passed through by others.
+            with open(self.log_file, "a", encoding="utf-8", opener=_private_opener) as stderr:
                 self._log_start = stderr.tell()
                 self.process = subprocess.Popen(
                     self.command,
@@ -292,3 +293,7 @@ def _drain(stream: IO[str], lines: queue.Queue[str | None]) -> None:
         lines.put(None)
 
     threading.Thread(target=pump, name="fleetdeck-local-stdout", daemon=True).start()
+
+
+def _private_opener(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_CLOEXEC, 0o600)

@@ -23,6 +23,7 @@ import anyio
 import orjson
 import trio
 
+from agent import unix_sockets
 from agent.jobs.host import HostLayout
 from agent.load_balancers.settings import LbSettings
 from agent.runner import AgentConfig, run_agent
@@ -35,7 +36,7 @@ from fleetdeck import local_mariadb, local_nginx, local_php, running
 from fleetdeck.demo import ensure_account, ensure_workspace, write_private
 from fleetdeck.launcher import free_ports
 from fleetdeck.local_children import Child, run_child
-from fleetdeck.paths import StackLayout, private_dir
+from fleetdeck.paths import StackLayout, private_dir, stack_dir
 from fleetdeck.settings import Settings
 
 log = logging.getLogger("fleetdeck.local")
@@ -59,11 +60,13 @@ async def run_local(
 ) -> None:
     """Run until a signal, or, with `idle_minutes`, until idle that long with no TUI attached.
     `db_url`: the control plane's database (default: the SQLite file of the data dir)."""
-    layout = StackLayout(private_dir(data_dir))
+    layout = StackLayout(stack_dir(data_dir))
     activity = RequestActivity()
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         home, agent_state = layout.home, layout.agent_state
         await anyio.to_thread.run_sync(ensure_workspace, home, agent_state)
+        stack_dir(home)  # as root, its sites' users pass through it to their own folders
+        sockets = await anyio.to_thread.run_sync(unix_sockets.runtime_dir, layout.root)
         db_url = db_url or layout.db_url
         fleet = build_fleet(settings.for_control_plane(db_url, default_server=LOCAL_SERVER))
         account = ensure_account(fleet.db, layout)
@@ -73,7 +76,7 @@ async def run_local(
             async with anyio.create_task_group() as stack:
                 await stack.start(partial(serve_fleet, fleet, sock, wrap=activity.around))
                 lb_ports = dict(zip((80, 443), free_ports(2), strict=True))
-                for child in await anyio.to_thread.run_sync(_prepare_services, layout):
+                for child in await anyio.to_thread.run_sync(_prepare_services, layout, sockets):
                     await stack.start(run_child, child)
                 agent = AgentConfig(
                     urls=(url,),
@@ -121,14 +124,15 @@ async def run_local(
                 layout.run_file.unlink(missing_ok=True)
             close_unless_served(sock)
             fleet.db.dispose()
+            unix_sockets.remove_runtime_dir(sockets)  # its services have stopped: their sockets are gone
 
 
-def _prepare_services(layout: StackLayout) -> list[Child]:
+def _prepare_services(layout: StackLayout, sockets: Path) -> list[Child]:
     """Write the configuration of the stack's own services and the agent's host layout pointing
-    at them; the services to run (those installed)."""
+    at them; the services to run (those installed). `sockets`: their unix sockets' folder."""
     nginx, web = local_nginx.prepare(layout.nginx, *free_ports(2))
-    php, fpms = local_php.prepare(layout.php)
-    mariadb, databases = local_mariadb.prepare(layout.mariadb)
+    php, fpms = local_php.prepare(private_dir(layout.php), sockets)
+    mariadb, databases = local_mariadb.prepare(private_dir(layout.mariadb), sockets)
     host = HostLayout(nginx=nginx, php=php, mariadb=mariadb)
     write_atomically(str(layout.host_layout), host.model_dump_json(indent=2).encode())
     return [*databases, *fpms, *web]

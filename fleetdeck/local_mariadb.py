@@ -3,7 +3,8 @@
 The agent's default is the machine's server (``/run/mysqld/mysqld.sock``, as root): a demo's
 ``db.create`` would make databases and accounts in the user's own MariaDB. So the host layout's
 mariadb section points at a ``mariadbd`` of the stack's (a child of it, `fleetdeck.local_children`)
-on a socket in ``<data>/mariadb``, with no TCP port; its data folder is made by
+with its data in ``<data>/mariadb``, on a socket in the stack's short runtime folder
+(`agent.unix_sockets.runtime_dir`), with no TCP port; its data folder is made by
 ``mariadb-install-db`` at the first start. The agent acts as the stack's own account over that
 socket (unix_socket authentication: ``mariadb-install-db`` makes root and that account so).
 It is small (`SERVER_OPTIONS`): about 55 MB resident, ready 0.1 s after its start, which the
@@ -39,18 +40,19 @@ SERVER_OPTIONS = [
 INSTALL_TIMEOUT_S = 120.0
 
 
-def mariadb_layout(folder: Path) -> MariaDbLayout:
-    """The stack's server as the agent reaches it, and the commands that control it."""
-    socket, user = folder / "mysqld.sock", current_account().name
+def mariadb_layout(sockets: Path) -> MariaDbLayout:
+    """The stack's server as the agent reaches it (its socket in `sockets`), and the commands that control it."""
+    socket, user = sockets / "mysqld.sock", current_account().name
     admin = [which("mariadb-admin") or "mariadb-admin", "--no-defaults", f"--socket={socket}", f"--user={user}"]
     commands = {"status": [*admin, "ping"], "reload": [*admin, "reload"]}
     return MariaDbLayout(socket=str(socket), user=user, control=ServiceControl(unit="mariadb", commands=commands))
 
 
-def prepare(folder: Path) -> tuple[MariaDbLayout, list[Child]]:
+def prepare(folder: Path, sockets: Path) -> tuple[MariaDbLayout, list[Child]]:
     """The layout (the agent's mariadb section) and the server to run, its data folder made
-    first if need be: none when MariaDB is not installed (Debian package mariadb-server)."""
-    mariadb = mariadb_layout(folder)
+    first if need be: none when MariaDB is not installed (Debian package mariadb-server).
+    `sockets`: the folder of its socket (made already)."""
+    mariadb = mariadb_layout(sockets)
     server, install = which("mariadbd"), which("mariadb-install-db")
     data = folder / "data"
     if server is None or install is None:

@@ -5,16 +5,17 @@ reloaded through its init script): a demo started on the user's machine would re
 the system's PHP-FPM, and without root it could not even write the pool. So the host layout's php
 section points into ``<data>/php``: per version, ``<version>/fpm/php-fpm.conf`` (the master's
 file, written at each start), the pools in ``<version>/fpm/pool.d``, the ini (``php.ini`` and
-``conf.d`` of fpm and cli) copied from ``/etc/php/<version>`` at first start, then the stack's own;
-the pools' sockets in ``run/``. The modules' ini files stay ``/etc/php/<version>/mods-available``
-(the copied ``conf.d`` links to them, and the agent only reads there). One master per version
+``conf.d`` of fpm and cli) copied from ``/etc/php/<version>`` at first start, then the stack's own.
+The pools' sockets are in the stack's short runtime folder (`agent.unix_sockets.runtime_dir`): in
+a data folder of any length, a socket path would not always fit the kernel's 107 bytes. The
+modules' ini files stay ``/etc/php/<version>/mods-available`` (the copied ``conf.d`` links to
+them, and the agent only reads there). One master per version
 with an FPM installed (`agent.jobs.host.php_fpm_versions`) runs as a child of the stack
 (`fleetdeck.local_children`); the agent reloads it with ``SIGUSR2`` to its PID file.
 
 A site's PHP runs as the site's account, which must reach its files: the stack's own account
-when it runs unprivileged (PHP-FPM ignores a pool's ``user`` then). A root stack's sites get
-system users, who cannot pass its data folder (mode 0700, and ``/root`` above it): their pages
-answer PHP-FPM's "File not found.".
+when it runs unprivileged (PHP-FPM ignores a pool's ``user`` then); a root stack's sites get
+system users, who pass through its data folder (`fleetdeck.paths.PASSABLE`) to their own.
 """
 
 from __future__ import annotations
@@ -36,15 +37,16 @@ SAPIS = ("fpm", "cli")
 IDLE_POOL = "local-stack-idle"
 
 
-def php_layout(folder: Path) -> PhpLayout:
-    """Where the stack's PHP-FPM keeps its files (``{version}``: 8.2), and how the agent reloads it."""
+def php_layout(folder: Path, sockets: Path) -> PhpLayout:
+    """Where the stack's PHP-FPM keeps its files (``{version}``: 8.2; the pools' sockets in
+    `sockets`), and how the agent reloads it."""
     version = folder / "{version}"
     signal_master = [which("pkill") or "pkill", "--pidfile", str(version / "php-fpm.pid"), "--signal"]
     return PhpLayout(
         pool_dir=str(version / "fpm" / "pool.d"),
         ini_dir=str(version),
         fpm_conf=str(version / "fpm" / "php-fpm.conf"),
-        run_dir=str(folder / "run"),  # one for all versions, as Debian's /run/php: socket paths stay short
+        run_dir=str(sockets),  # one for all versions, as Debian's /run/php
         control=ServiceControl(
             unit="php{version}-fpm",
             # USR2: the master re-reads everything (re-executing itself, under the same pid)
@@ -66,17 +68,17 @@ include = {php.pool_dir.format(version=version)}/*.conf
 
 ; PHP-FPM will not start without a pool: this one stays idle
 [{IDLE_POOL}]
-{user}listen = {Path(php.run_dir) / f"{IDLE_POOL}-{version}.sock"}
+{user}listen = {Path(php.run_dir) / f"idle-{version}.sock"}
 pm = ondemand
 pm.max_children = 1
 """
 
 
-def prepare(folder: Path) -> tuple[PhpLayout, list[Child]]:
+def prepare(folder: Path, sockets: Path) -> tuple[PhpLayout, list[Child]]:
     """Write the configuration of each installed version's master (and copy its ini the first
-    time); the layout (the agent's php section) and the masters to run: none without PHP-FPM."""
-    php = php_layout(folder)
-    Path(php.run_dir).mkdir(parents=True, exist_ok=True)
+    time); the layout (the agent's php section) and the masters to run: none without PHP-FPM.
+    `sockets`: the folder of the pools' sockets (made already)."""
+    php = php_layout(folder, sockets)
     children = []
     for version in php_fpm_versions():
         binary = which(f"php-fpm{version}")

@@ -19,23 +19,40 @@ log = logging.getLogger(__name__)
 
 APP_NAME = "fleetdeck"
 AGENT_NAME = "fleetdeck-agent"
-# A root agent keeps its state where system services do.
+# Root keeps its state where system services do: /root is closed to every other account, and a
+# root stack's site users must reach their homes in its data folder.
 ROOT_AGENT_STATE_DIR = Path("/var/lib/fleetdeck-agent")
+ROOT_DATA_DIR = Path("/var/lib/fleetdeck")
+PRIVATE = 0o700
+# A root stack's data folder: its sites' users pass through it to their homes (PHP-FPM runs
+# their code as them) and nginx's workers to the sites' files, but nobody else may list it;
+# everything else in it stays its owner's alone (mode 0600 files, 0700 folders).
+PASSABLE = 0o711
 
 
-def private_dir(folder: Path) -> Path:
-    """`folder`, made (with its parents) or tightened to mode 0700: a data folder holds the
-    database and secrets, and other local accounts must not even list it. Returns `folder`."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    mode = stat.S_IMODE(folder.stat().st_mode)
-    if mode & 0o077:
-        folder.chmod(mode & 0o700)
-        log.warning("%s was open to other accounts (mode %04o): tightened to %04o", folder, mode, mode & 0o700)
+def private_dir(folder: Path, mode: int = PRIVATE) -> Path:
+    """`folder`, made (with its parents) or set to `mode` (0700, or `PASSABLE`): a data folder
+    holds the database and secrets, and other local accounts must not even list it. Returns `folder`."""
+    folder.mkdir(mode=mode, parents=True, exist_ok=True)
+    was = stat.S_IMODE(folder.stat().st_mode)
+    if was != mode:  # tightened, or made passable (a root stack's folder of an earlier version)
+        folder.chmod(mode)
+        if was & ~mode:
+            log.warning("%s was open to other accounts (mode %04o): tightened to %04o", folder, was, mode)
     return folder
 
 
+def stack_dir(folder: Path) -> Path:
+    """A local stack's data folder (or the sites' home in it), made or tightened: private,
+    passable by its sites' users when the stack runs as root (`PASSABLE`). Returns `folder`."""
+    return private_dir(folder, PASSABLE if os.geteuid() == 0 else PRIVATE)
+
+
 def data_dir() -> Path:
-    """The user's fleetdeck data folder (e.g. ``~/.local/share/fleetdeck``)."""
+    """The user's fleetdeck data folder (e.g. ``~/.local/share/fleetdeck``; root's is
+    `ROOT_DATA_DIR`: a root stack's sites' users cannot pass ``/root``)."""
+    if os.geteuid() == 0:
+        return ROOT_DATA_DIR
     return Path(platformdirs.user_data_dir(APP_NAME))
 
 
@@ -78,7 +95,7 @@ class StackLayout:
 
     @property
     def home(self) -> Path:
-        """The demo sites: the local agent's home."""
+        """The demo sites: the local agent's home (as root `PASSABLE`, as the data folder)."""
         return self.root / "home"
 
     @property

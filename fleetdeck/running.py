@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fleetdeck.paths import StackLayout, private_dir
+from fleetdeck.paths import StackLayout, stack_dir
 
 if TYPE_CHECKING:
     from fleetdeck.launcher import LocalStack, StackCredentials
@@ -183,7 +183,7 @@ class SharedStack:
 
     def connect(self) -> StackCredentials:
         """Join the running stack or start one (seconds), and stay attached to it."""
-        private_dir(self.data_dir)
+        stack_dir(self.data_dir)
         with locked(self.layout.start_lock):
             credentials = find_running(self.layout)
             self.reused = credentials is not None

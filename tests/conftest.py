@@ -133,16 +133,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 class SessionStacks:
     """One running stack per variant, started when a test first asks for it, all stopped at the end."""
 
-    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
-        self._tmp_path_factory = tmp_path_factory
+    def __init__(self) -> None:
+        # Outside pytest's temporary folder (0700): as root, the stacks' sites' users and nginx's
+        # workers pass through to the sites, as they do through /var/lib/fleetdeck.
+        self._folder = Path(tempfile.mkdtemp(prefix="fleetdeck-session-stacks-"))
+        self._folder.chmod(0o711)
         self._running: dict[str, Stack] = {}
 
     def get(self, variant: str, request: pytest.FixtureRequest) -> Stack:
         """The variant's stack; `request` (the asking fixture's) lets the variant start its services."""
         if variant not in self._running:
             env = STACK_VARIANTS[variant](request)
-            data_dir = self._tmp_path_factory.mktemp(f"local-{variant}")
-            self._running[variant] = start_local(data_dir, env=env)
+            self._running[variant] = start_local(self._folder / f"local-{variant}", env=env)
         return self._running[variant]
 
     def stop_all(self) -> None:
@@ -152,14 +154,15 @@ class SessionStacks:
         for running in self._running.values():
             running.stop()
         self._running.clear()
+        shutil.rmtree(self._folder, ignore_errors=True)
         # A stack that died mid-session fails every later test with ConnectError: say why, once.
         said = "\n".join(f"{variant} ({died[variant]}):\n{log}" for variant, log in logs.items())
         assert not logs, f"fleetdeck local exited early: {said}"
 
 
 @pytest.fixture(scope="session")
-def session_stacks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SessionStacks]:
-    stacks = SessionStacks(tmp_path_factory)
+def session_stacks() -> Iterator[SessionStacks]:
+    stacks = SessionStacks()
     yield stacks
     stacks.stop_all()
 

@@ -23,9 +23,11 @@ import httpx
 import pytest
 import trio
 
+from agent import unix_sockets
 from agent.jobs.host import php_fpm_versions
 from agent.jobs.php.fpm import fpm_processes, workers
 from fleetdeck import local_mariadb
+from fleetdeck.paths import PASSABLE
 from tests.conftest import STACK_ENV, Stack, python_env, start_local
 from tests.helpers import wait_until
 
@@ -228,12 +230,19 @@ def _private_files(data_dir: Path) -> dict[str, int]:
     return found
 
 
+def _owners_only(data_dir: Path, found: dict[str, int]) -> dict[str, int]:
+    """The modes `_private_files` must find: the owner's alone, but for a root stack's data folder,
+    which its sites' users pass through (never list)."""
+    passed = PASSABLE if os.geteuid() == 0 else 0o700
+    return {name: passed if name == "." else 0o700 if (data_dir / name).is_dir() else 0o600 for name in found}
+
+
 def test_a_fresh_stack_keeps_its_data_to_its_owner(stack: Stack) -> None:
     found = _private_files(stack.data_dir)
     assert {"fleetdeck.db", "fleetdeck.db-wal", "fleetdeck.db-shm", "agent/sites.json", "agent/agent-token"} <= set(
         found
     )
-    assert found == {name: 0o700 if (stack.data_dir / name).is_dir() else 0o600 for name in found}
+    assert found == _owners_only(stack.data_dir, found)
 
 
 def _finished(http: httpx.Client, job_id: str) -> dict[str, Any]:
@@ -245,6 +254,12 @@ def _finished(http: httpx.Client, job_id: str) -> dict[str, Any]:
 
     wait_until(done, timeout=60)
     return job
+
+
+def _host_layout(data_dir: Path) -> dict[str, Any]:
+    """The host layout the stack gave its agent: where its services keep their files and sockets."""
+    layout: dict[str, Any] = json.loads((data_dir / "host-layout.json").read_text())
+    return layout
 
 
 def _mentions(folder: Path, words: tuple[str, ...]) -> list[str]:
@@ -263,7 +278,7 @@ def _mentions(folder: Path, words: tuple[str, ...]) -> list[str]:
 def test_a_site_of_the_local_stack_is_served_by_its_own_nginx_and_leaves_the_systems_alone(stack: Stack) -> None:
     domain = f"own-{uuid.uuid4().hex[:6]}.test"
     slug = domain.replace(".", "-")
-    nginx = json.loads((stack.data_dir / "host-layout.json").read_text())["nginx"]
+    nginx = _host_layout(stack.data_dir)["nginx"]
     with stack.http() as http:
         jobs = f"/v1/servers/{stack.server_id}/jobs"
         created = http.post(jobs, json={"kind": "site.create", "args": {"domain": domain}})
@@ -316,7 +331,7 @@ def test_a_php_site_of_the_local_stack_gets_its_pool_on_the_stacks_own_php_fpm_a
             assert job["status"] == "succeeded", job
             pools = list((stack.data_dir / "php").glob(f"*/fpm/pool.d/fleetdeck-{slug}.conf"))
             assert len(pools) == 1
-            socket_file = stack.data_dir / "php" / "run" / f"fleetdeck-{slug}.sock"
+            socket_file = Path(_host_layout(stack.data_dir)["php"]["run_dir"]) / f"fleetdeck-{slug}.sock"
             assert socket_file.is_socket()  # opened by the stack's PHP-FPM, reloaded by the agent
             block = (stack.data_dir / "nginx" / "sites-enabled" / f"fleetdeck-{slug}.conf").read_text()
             assert f"fastcgi_pass unix:{socket_file};" in block
@@ -335,7 +350,7 @@ def test_a_database_of_the_local_stack_is_made_on_its_own_mariadb_and_leaves_the
     system = Path("/var/lib/mysql")
     before = _listing(system) if system.is_dir() else {}
     # The stack does not wait for its server (made at its first start, ready 0.1 s after): this test may come first.
-    wait_until(lambda: (stack.data_dir / "mariadb" / "mysqld.sock").is_socket())
+    wait_until(lambda: Path(_host_layout(stack.data_dir)["mariadb"]["socket"]).is_socket())
     with stack.http() as http:
         jobs = f"/v1/servers/{stack.server_id}/jobs"
         created = http.post(jobs, json={"kind": "db.create", "args": {"name": name}})
@@ -389,7 +404,7 @@ def test_a_php_site_of_an_unprivileged_local_stack_answers_a_php_page_run_by_its
             assert job["status"] == "succeeded", job
             (pool,) = (data_dir / "php").glob(f"*/fpm/pool.d/fleetdeck-{slug}.conf")
             version = pool.parts[-4]
-            listen = json.loads((data_dir / "host-layout.json").read_text())["nginx"]["listen"]
+            listen = _host_layout(data_dir)["nginx"]["listen"]
             page = httpx.get(f"http://{listen}/", headers={"Host": domain})
             assert page.status_code == 200, page.text
             assert f"<h1>{domain}</h1><p>PHP {version}." in page.text  # the profile's index.php, run
@@ -399,6 +414,68 @@ def test_a_php_site_of_an_unprivileged_local_stack_answers_a_php_page_run_by_its
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
         assert not any(_alive(pid) for pid in masters.values())  # no PHP-FPM of the stack is left
+    finally:
+        process.kill()
+        process.wait()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run_job(http: httpx.Client, server_id: str, kind: str, **args: Any) -> None:
+    """Run a job and see it succeed (else an assertion with what it printed)."""
+    created = http.post(f"/v1/servers/{server_id}/jobs", json={"kind": kind, "args": args})
+    assert created.status_code == 201, created.text
+    job = _finished(http, created.json()["id"])
+    assert job["status"] == "succeeded", http.get(f"/v1/jobs/{job['id']}/stream").text
+
+
+WHO_AM_I = "<?php echo posix_getpwuid(posix_geteuid())['name'];"
+
+
+@NEEDS_WEB_AND_PHP
+@pytest.mark.skipif(not MARIADB_INSTALLED, reason="needs MariaDB (Debian package mariadb-server)")
+def test_a_root_stack_in_a_long_data_folder_serves_a_php_site_as_its_own_user_and_keeps_its_secrets() -> None:
+    """Before, a root stack's PHP pages answered "File not found." (its sites' users could not pass
+    its 0700 data folder), and a data folder this long took the sockets past the kernel's 107
+    bytes: nginx refused the whole configuration at site.create."""
+    folder = Path(tempfile.mkdtemp(prefix="fleetdeck-local-root-"))
+    folder.chmod(0o711)  # as /var/lib, where a root stack keeps its data: others pass through, never list
+    data_dir = folder / ("long-data-folder-" * 6) / "local"
+    assert len(os.fsencode(str(data_dir))) > unix_sockets.MAX_SOCKET_PATH
+    domain = f"{'long-' * 10}{uuid.uuid4().hex[:6]}.test"  # a 56-character folder name
+    process = _launch(data_dir, "hypercorn")
+    try:
+        _wait_for_url(process)
+        credentials = json.loads((data_dir / "demo-credentials.json").read_text())
+        server_id = credentials["server_id"]
+        layout = _host_layout(data_dir)
+        http = httpx.Client(
+            base_url=credentials["base_url"], headers={"Authorization": f"Bearer {credentials['token']}"}, timeout=30
+        )
+        with http:
+            _run_job(http, server_id, "site.create", domain=domain, profile="php")
+            try:
+                page = {"scope": "site", "domain": domain, "path": "public_html/who.php", "content": WHO_AM_I}
+                assert http.put(f"/v1/servers/{server_id}/fs/write", json=page).status_code == 200
+                user = pwd.getpwuid((data_dir / "home" / domain.replace(".", "-")).stat().st_uid).pw_name
+                answer = httpx.get(f"http://{layout['nginx']['listen']}/who.php", headers={"Host": domain})
+                assert (answer.status_code, answer.text) == (200, user)  # run by the site's own FPM pool
+                wait_until(lambda: Path(layout["mariadb"]["socket"]).is_socket())
+                name = f"long_{uuid.uuid4().hex[:6]}"
+                _run_job(http, server_id, "db.create", name=name)
+                _run_job(http, server_id, "db.drop", name=name)
+                sockets = [*Path(layout["php"]["run_dir"]).iterdir(), Path(layout["mariadb"]["socket"])]
+                assert sockets and all(unix_sockets.fits(path) and path.is_socket() for path in sockets)
+                listed = subprocess.run(
+                    ["setpriv", f"--reuid={user}", "--init-groups", "ls", str(data_dir)], check=False
+                )
+                assert listed.returncode != 0  # passed through, never listed
+            finally:
+                _run_job(http, server_id, "site.delete", domain=domain)
+        found = _private_files(data_dir)
+        assert found == _owners_only(data_dir, found)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        assert not Path(layout["php"]["run_dir"]).exists()  # the stack's sockets folder goes with it
     finally:
         process.kill()
         process.wait()
@@ -447,7 +524,8 @@ def test_the_stacks_services_end_with_it_even_killed_and_ones_left_are_quit_at_t
         php = data_dir / "php" / version
         fpm = [f"/usr/sbin/php-fpm{version}", "--daemonize", "-y", str(php / "fpm" / "php-fpm.conf")]
         subprocess.run([*fpm, "-c", str(php / "fpm" / "php.ini")], check=True, capture_output=True)
-    servers = local_mariadb.prepare(data_dir / "mariadb")[1]  # its command line; mariadbd has no daemon mode
+    sockets = unix_sockets.runtime_dir(data_dir)
+    servers = local_mariadb.prepare(data_dir / "mariadb", sockets)[1]  # its command line; mariadbd has no daemon mode
     mariadb = [subprocess.Popen(server.argv, start_new_session=True) for server in servers]
     left = _services(data_dir)
     second = start_local(data_dir)
@@ -488,7 +566,7 @@ def test_a_data_folder_open_to_others_is_tightened_on_start(tmp_path: Path) -> N
         running = start_local(data_dir)
         try:
             found = _private_files(data_dir)
-            assert found == {name: 0o700 if (data_dir / name).is_dir() else 0o600 for name in found}
+            assert found == _owners_only(data_dir, found)
             log = running.log()
             assert f"{data_dir / 'fleetdeck.db'} was open to other accounts (mode 0644): tightened to 0600" in log
             assert f"{data_dir / 'agent' / 'sites.json'} was open to other accounts" in log

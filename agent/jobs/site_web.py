@@ -21,7 +21,8 @@ only updates the entry and calls `apply_site_web`. The entry's web fields (all o
   masked wherever it is shown; the pool file is root's, mode 0600).
 
 Files: ``<nginx.sites_dir>/fleetdeck-<slug>.conf`` and ``<php.pool_dir>/fleetdeck-<slug>.conf``,
-the pool's socket ``<php.run_dir>/fleetdeck-<slug>.sock`` (owned by the site user, group of
+the pool's socket ``<php.run_dir>/fleetdeck-<slug>.sock`` (``fleetdeck-<digest>.sock`` where the
+former would not fit a unix socket path's 107 bytes; owned by the site user, group of
 nginx's user, mode 0660: only nginx's workers and the site connect). TLS: when
 ``<state_dir>/ssl/<slug>/fullchain.pem`` and ``privkey.pem`` both exist, a second server block
 listens on ``nginx.tls_listen`` with them. ACME HTTP-01: ``/.well-known/acme-challenge/`` of every
@@ -59,6 +60,7 @@ from agent.jobs.common import account_by_name, site_account
 from agent.jobs.host import HostLayout, NginxLayout, PhpLayout, control_service, php_fpm_versions, reload_nginx
 from agent.jobs.proc import capture_command, require, which
 from agent.sites import Site, write_atomically
+from agent.unix_sockets import SocketPathError, socket_name
 
 PHP_PROFILES = ("php", "wordpress")
 DEFAULT_PM = "ondemand"
@@ -163,7 +165,12 @@ def pool_path(php: PhpLayout, version: str, slug: str) -> str:
 
 
 def socket_path(php: PhpLayout, slug: str, version: str) -> str:
-    return os.path.join(php.run_dir.format(version=version), f"fleetdeck-{slug}.sock")
+    """The pool's socket: named after the site's folder, or after its digest where a long
+    ``run_dir`` would take the path past the kernel's limit (`agent.unix_sockets`)."""
+    try:
+        return socket_name(php.run_dir.format(version=version), "fleetdeck-", slug)
+    except SocketPathError as exc:
+        raise JobError(f"{exc} (the host layout's php.run_dir)") from None
 
 
 def acme_challenge_dir(ctx: JobContext) -> str:

@@ -18,6 +18,7 @@ connections so their clients reconnect to the new worker instead of failing toge
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import os
 import signal
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import trio
 
+from agent import unix_sockets
 from agent.jobs.host import systemd_running
 from agent.jobs.proc import capture_command, pid_alive, read_pid, tool_env, which
 from agent.load_balancers.engine import Engine, RenderInput, host_port, ipv6_available, log_offset, log_since
@@ -59,11 +61,16 @@ class Haproxy(Engine):
 
     @property
     def master_socket(self) -> Path:
-        return self.root / "master.sock" if self.agent_run else SYSTEM_MASTER_SOCKET
+        return self._sockets / "master.sock" if self.agent_run else SYSTEM_MASTER_SOCKET
 
     @property
     def stats_socket(self) -> Path:
-        return self.root / "stats.sock" if self.agent_run else SYSTEM_STATS_SOCKET
+        return self._sockets / "stats.sock" if self.agent_run else SYSTEM_STATS_SOCKET
+
+    @functools.cached_property
+    def _sockets(self) -> Path:
+        """The engine's folder, or a short one of its own where a socket path in it would not fit."""
+        return self.root if unix_sockets.fits(self.root / "master.sock") else unix_sockets.runtime_dir(self.root)
 
     @property
     def pidfile(self) -> Path:

@@ -1,0 +1,82 @@
+"""Unix socket paths fit the kernel's 107 bytes whatever the folder they are made in
+(`agent.unix_sockets`); the local stack's own are checked end to end in tests/test_local.py."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+from pathlib import Path
+
+import pytest
+
+from agent import unix_sockets
+from agent.jobs.base import JobError
+from agent.jobs.host import PhpLayout
+from agent.jobs.site_web import socket_path
+from agent.load_balancers.haproxy import Haproxy
+from agent.load_balancers.settings import LbSettings
+
+LONGEST_SLUG = "a" * 63
+
+
+def _bind(path: str) -> None:
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(path)
+    os.unlink(path)
+
+
+def test_a_pool_socket_keeps_the_sites_name_where_it_fits_and_a_digest_where_it_would_not(tmp_path: Path) -> None:
+    short = PhpLayout(run_dir=str(tmp_path))
+    assert socket_path(short, "shop", "8.2") == str(tmp_path / "fleetdeck-shop.sock")
+    folder = tmp_path / ("x" * (75 - len(str(tmp_path))))  # 75 bytes: a digest name fits, no site name of 63
+    folder.mkdir()
+    named = socket_path(PhpLayout(run_dir=str(folder)), LONGEST_SLUG, "8.2")
+    assert named == str(folder / f"fleetdeck-{unix_sockets.digest(LONGEST_SLUG)}.sock")
+    with pytest.raises(OSError):  # what PHP-FPM met with the site's own name
+        _bind(str(folder / f"fleetdeck-{LONGEST_SLUG}.sock"))
+    _bind(named)
+
+
+def test_a_sockets_folder_too_long_for_any_name_is_refused_saying_why() -> None:
+    layout = PhpLayout(run_dir="/" + "f" * 100)
+    with pytest.raises(JobError, match=r"too long for a unix socket path \(107 bytes at most\).*php.run_dir"):
+        socket_path(layout, "shop", "8.2")
+
+
+def test_haproxys_sockets_leave_a_long_folder_for_a_short_one_of_its_own(tmp_path: Path) -> None:
+    root = tmp_path / ("lb-root-" * 12)
+    engine = Haproxy(LbSettings(port_map={80: 8080}), root)
+    try:
+        assert engine.master_socket.parent == engine.stats_socket.parent == unix_sockets.runtime_dir(engine.root)
+        assert all(unix_sockets.fits(path) for path in (engine.master_socket, engine.stats_socket))
+        near = Haproxy(LbSettings(port_map={80: 8080}), tmp_path)
+        assert near.master_socket == tmp_path / "haproxy" / "master.sock"  # where it fits, in its own folder
+    finally:
+        unix_sockets.remove_runtime_dir(unix_sockets.runtime_dir(engine.root))
+
+
+def test_a_runtime_folder_is_the_same_for_the_same_owner_and_removed_once_empty(tmp_path: Path) -> None:
+    first = unix_sockets.runtime_dir(tmp_path)
+    assert unix_sockets.runtime_dir(tmp_path) == first and unix_sockets.fits(first / f"{LONGEST_SLUG}.sock")
+    assert unix_sockets.runtime_dir(tmp_path / "other") != first
+    (first / "left.sock").touch()
+    unix_sockets.remove_runtime_dir(first)
+    assert first.is_dir()  # a socket a service left: kept
+    (first / "left.sock").unlink()
+    unix_sockets.remove_runtime_dir(first)
+    unix_sockets.remove_runtime_dir(unix_sockets.runtime_dir(tmp_path / "other"))
+    assert not first.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a folder of another account)")
+def test_a_shared_folder_made_by_another_account_or_a_link_is_refused(tmp_path: Path) -> None:
+    nobody = pwd.getpwnam("nobody")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, nobody.pw_uid, nobody.pw_gid)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path)
+    for folder in (theirs, link):
+        with pytest.raises(PermissionError, match="not a folder of this account's own"):
+            unix_sockets._check_own_folder(folder)
