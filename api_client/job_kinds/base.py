@@ -32,6 +32,8 @@ from api_client.job_kinds.argtypes import value_problem
 from api_client.models import Plan
 
 Group = Literal["observe", "content", "infra", "sysadmin"]
+# content and infra are side by side (operators have both); sysadmin is above them.
+GROUP_RANK: Mapping[Group, int] = types.MappingProxyType({"observe": 0, "content": 1, "infra": 1, "sysadmin": 2})
 
 
 class Args(BaseModel):
@@ -582,10 +584,13 @@ def kind(
     positional: tuple[str, ...] = (),
     json: bool | None = None,
     min_plan: Plan | None = None,
+    group: Group | None = None,
     builder: Builder | None = None,
     paths: tuple[ScopedPath, ...] = (),
 ) -> JobKind:
-    """One catalog entry. Group and plan come from the domain; `json` defaults to the convention above."""
+    """One catalog entry. Group and plan come from the domain; `json` defaults to the convention above.
+    `group` raises a mutation above its domain's group (`php.ini-global-set` is `sysadmin`), never
+    lowers it."""
     if not KIND_RE.match(name):
         raise ValueError(f"bad kind name {name!r}")
     domain, action = name.split(".", 1)
@@ -600,6 +605,8 @@ def kind(
         for path_field in (scoped.field, scoped.site):
             if path_field is not None and path_field not in args.model_fields:
                 raise TypeError(f"{name}: scoped path field {path_field} is not a field of {args.__name__}")
+    if group is not None and (read or GROUP_RANK[group] <= GROUP_RANK[policy.group]):
+        raise ValueError(f"{name}: group {group} does not raise its domain's group {policy.group}")
     if json is None:
         json = read or action.rsplit("-", 1)[-1] in JSON_MUTATION_VERBS
     flags = _model_flags(args, "-", positional + secret_fields)
@@ -615,7 +622,7 @@ def kind(
         summary=summary,
         args=args,
         read=read,
-        group="observe" if read else policy.group,
+        group="observe" if read else group or policy.group,
         min_plan=min_plan or policy.min_plan,
         secret_fields=secret_fields,
         positional=positional,

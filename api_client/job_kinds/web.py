@@ -6,8 +6,9 @@ import ipaddress
 import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from api_client.job_kinds.allowlists import PHP_INI, PHP_INI_PER_SITE, allowed_values, check_setting
 from api_client.job_kinds.argtypes import (
     Bool,
     CommandLine,
@@ -17,26 +18,29 @@ from api_client.job_kinds.argtypes import (
     DomainName,
     Email,
     EnvName,
+    FpmEnvValue,
     GitRef,
     GitUrl,
     Id,
-    IniKey,
     IniValue,
     Int,
     IPAddress,
     IPv4,
     IPv6,
     Locale,
+    MemoryLimit,
     OnOff,
+    PhpDirective,
     PhpModule,
-    PhpSize,
     PhpVersion,
     PluginSlug,
     Port,
     RelativePath,
     SafeText,
     Secret,
+    SitePhpDirective,
     Slug,
+    UploadLimit,
     Version,
     WpUser,
 )
@@ -102,7 +106,7 @@ class SiteEnvKey(Args):
 
 
 class SiteEnvSet(SiteEnvKey):
-    value: Secret  # travels in the job's secrets either way; `masked` hides it in listings
+    value: FpmEnvValue  # travels in the job's secrets either way; `masked` hides it in listings
     masked: Bool = False
 
 
@@ -111,8 +115,8 @@ class SiteLimits(Args):
 
     domain: DomainName
     max_children: Int | None = Field(default=None, ge=1, le=1000)
-    memory_limit: PhpSize | None = None
-    upload_limit: PhpSize | None = None  # upload_max_filesize, post_max_size and nginx's client_max_body_size
+    memory_limit: MemoryLimit | None = None
+    upload_limit: UploadLimit | None = None
 
 
 class SiteClone(Args):
@@ -279,12 +283,37 @@ class PhpSet(Args):
 
 class PhpIniGet(Args):
     version: PhpVersion
-    key: IniKey
+    key: PhpDirective
     domain: DomainName | None = None  # None: the version's global php.ini
 
 
-class PhpIniSet(PhpIniGet):
-    value: IniValue
+class PhpIniSet(Args):
+    """A directive of one site's pool (``php_admin_value``): the allow-list of the site's directives."""
+
+    version: PhpVersion
+    key: SitePhpDirective
+    value: IniValue = Field(json_schema_extra=allowed_values(PHP_INI_PER_SITE))
+    domain: DomainName
+
+    @field_validator("value")
+    @classmethod
+    def _allowed_value(cls, value: str, info: ValidationInfo) -> str:
+        key = info.data.get("key")
+        return value if key is None else check_setting(PHP_INI_PER_SITE, key, value)
+
+
+class PhpIniGlobalSet(Args):
+    """A directive of every site of a PHP version (``99-fleetdeck.ini``): the whole allow-list."""
+
+    version: PhpVersion
+    key: PhpDirective
+    value: IniValue = Field(json_schema_extra=allowed_values(PHP_INI))
+
+    @field_validator("value")
+    @classmethod
+    def _allowed_value(cls, value: str, info: ValidationInfo) -> str:
+        key = info.data.get("key")
+        return value if key is None else check_setting(PHP_INI, key, value)
 
 
 class PhpModuleArgs(Args):
@@ -313,9 +342,12 @@ PHP = [
          positional=("version",), example=_V),
     kind("php.ini-get", PhpIniGet, "Show a php.ini directive", read=True, positional=("version", "key"),
          example={"version": "8.3", "key": "memory_limit"}),
-    kind("php.ini-set", PhpIniSet, "Set a php.ini directive (globally or for one site)",
+    kind("php.ini-set", PhpIniSet, "Set a php.ini directive of one site (from the allow-list)",
          positional=("version", "key", "value"),
          example={"version": "8.3", "key": "memory_limit", "value": "512M", "domain": "example.com"}),
+    kind("php.ini-global-set", PhpIniGlobalSet, "Set a php.ini directive for every site of a PHP version",
+         positional=("version", "key", "value"), group="sysadmin",
+         example={"version": "8.3", "key": "opcache.memory_consumption", "value": "256"}),
     kind("php.module-list", PhpVersionArgs, "List the extension modules of a PHP version", read=True,
          positional=("version",), example=_V),
     kind("php.module-enable", PhpModuleArgs, "Enable a PHP extension module", positional=("version", "module"),
