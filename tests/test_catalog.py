@@ -147,8 +147,9 @@ def test_json_schemas() -> None:
     assert [entry["kind"] for entry in entries] == sorted(CATALOG)
     for entry in entries:
         assert set(entry) == {
-            "kind", "domain", "action", "read", "group", "min_plan", "args_schema", "secret_fields", "summary",
+            "kind", "domain", "action", "read", "group", "min_plan", "args_schema", "secret_fields", "summary", "route",
         }  # fmt: skip
+        assert (entry["route"] is not None) == (entry["domain"] in ("backup", "lb")), entry["kind"]
         schema = entry["args_schema"]
         assert schema and schema["type"] == "object" and schema["additionalProperties"] is False
         assert entry["secret_fields"] == list(CATALOG[entry["kind"]].secret_fields)

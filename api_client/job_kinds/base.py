@@ -50,6 +50,10 @@ class NoArgs(Args):
 class DomainPolicy:
     group: Group  # the group of the domain's mutation kinds
     min_plan: Plan
+    # The routes that make this domain's jobs, when they are not plain jobs: their kinds carry
+    # what those routes check (other orgs' servers, resolved addresses, revisions...), so the
+    # jobs route refuses them (`422 kind_not_allowed`) and a client does not offer them.
+    route: str | None = None
 
 
 _CONTENT = DomainPolicy("content", "free")
@@ -68,7 +72,7 @@ DOMAINS: Mapping[str, DomainPolicy] = types.MappingProxyType(
         "system": _SYSADMIN,
         "updates": _SYSADMIN,
         "storage": _SYSADMIN,
-        "backup": _SYSADMIN,
+        "backup": DomainPolicy("sysadmin", "free", route="/v1/servers/{server_id}/backups"),
         "migrate": _SYSADMIN,
         "app": _INFRA,
         "stack": _INFRA,
@@ -90,7 +94,7 @@ DOMAINS: Mapping[str, DomainPolicy] = types.MappingProxyType(
         "cache": _INFRA,
         "ai": _INFRA,
         "litellm": _INFRA,  # the gateway-key kinds raise it to plus, entry by entry
-        "lb": _INFRA,
+        "lb": DomainPolicy("infra", "free", route="/v1/load-balancers"),
         "logs": _INFRA,
         "metrics": _INFRA,
         "quota": _INFRA_PRO,
@@ -176,6 +180,7 @@ class JobKind:
     flags: frozenset[str] = frozenset()  # every flag this kind's argv may carry
     builder: Builder | None = None  # None: the generic builder (positionals, then flags)
     paths: tuple[ScopedPath, ...] = ()  # the fields that name a path on the server, and their scope
+    route: str | None = None  # not a plain job: only these routes make it (`DomainPolicy.route`)
 
     def build(self, raw_args: dict[str, Any]) -> BuiltJob:
         """Validate `raw_args` (raises pydantic.ValidationError), build the argv, split the secrets out."""
@@ -631,4 +636,5 @@ def kind(
         flags=frozenset(flags),
         builder=builder,
         paths=paths,
+        route=policy.route,
     )
