@@ -313,6 +313,24 @@ def test_directives_written_before_the_allow_list_go_with_the_next_change(hostin
     assert pool.ask("sendmail_path")["ini"]["sendmail_path"] != "/bin/true"
 
 
+def test_directives_written_before_the_allow_list_go_when_the_agent_starts(hosting: Hosting, pool: ProbePool) -> None:
+    """An agent upgraded onto a server whose fleetdeck ini holds what the allow-list refuses (a
+    version-wide preload, written by an older agent) removes it at once: it does not wait for a
+    sysadmin's next php.ini-global-set."""
+    cli = pool.fpm.ini_dir / "cli" / "conf.d" / "99-fleetdeck.ini"
+    fpm = pool.fpm.ini_dir / "fpm" / "conf.d" / "99-fleetdeck.ini"
+    for ini in (cli, fpm):
+        ini.write_text("; fleetdeck\nsendmail_path = /bin/true\nmax_input_vars = 2002\nopcache.preload_user = root\n")
+    before = pool.worker_pids()
+    hosting.agent.kill()
+    hosting.agent.restart()
+    wait_until(lambda: fpm.read_text() == cli.read_text() == "; fleetdeck\nmax_input_vars = 2002\n")
+    reloaded(pool, before)
+    assert pool.ask("sendmail_path")["ini"]["sendmail_path"] != "/bin/true"
+    assert pool.ask("max_input_vars")["ini"]["max_input_vars"] == "2002"
+    assert "'sendmail_path = /bin/true' removed from 99-fleetdeck.ini" in Path(hosting.agent.log_file).read_text()
+
+
 def test_a_directive_this_php_does_not_know_changes_nothing(hosting: Hosting) -> None:
     older = next((fpm for version, fpm in hosting.php_versions.items() if version.startswith("7.")), None)
     if older is None:

@@ -7,7 +7,8 @@ site's code cannot override it), kept in its registry entry (``php_ini``) from w
 `agent.jobs.site_web` renders the pool. For a whole version (``ini-global-set``, sysadmin) it goes to
 ``99-fleetdeck.ini`` in the conf.d of FPM and of the CLI (read after Debian's files, so it wins, and
 ``php.ini`` itself stays the package's); that file is rewritten with allowed directives only, so
-one written before the allow-list (``opcache.preload``...) goes with the next change. Before
+one written before the allow-list (``opcache.preload``...) goes with the next change, and at the
+agent's start (`sweep_global_ini`). Before
 anything is written the key must be one this PHP knows (``ini_get`` answers false for any other:
 ``opcache.jit`` on PHP 7) and the value must not make PHP warn (``php -d KEY=VALUE``); then the
 whole configuration goes through ``php-fpm -t`` (see `change_checked`): a refusal exits 78 and
@@ -17,6 +18,7 @@ leaves the files as they were.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -24,15 +26,18 @@ import trio
 
 from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
 from agent.jobs.common import find_site
+from agent.jobs.host import php_fpm_versions
 from agent.jobs.php.fpm import (
     FileTrial,
     PhpPaths,
     change_checked,
+    control_fpm,
     directive_key,
     parse_sections,
     php_paths,
     problem_lines,
     reload_after_change,
+    running_master,
     set_directive,
     unquoted,
 )
@@ -40,6 +45,8 @@ from agent.jobs.php.pools import set_site_ini, site_pool
 from agent.jobs.proc import capture_command
 from api_client.job_kinds.allowlists import PHP_INI, setting_problem
 from api_client.job_kinds.web import PhpIniGet, PhpIniGlobalSet, PhpIniSet
+
+log = logging.getLogger("fleetdeck.agent.jobs")
 
 GLOBAL_INI_FILE = "99-fleetdeck.ini"
 _HEADER = "; written by fleetdeck (php.ini-set): these directives override php.ini\n"
@@ -161,6 +168,52 @@ async def _write_global(paths: PhpPaths, key: str, value: str, out: Output) -> b
 
     await change_checked(paths, write)
     return True
+
+
+async def sweep_global_ini(ctx: JobContext) -> None:
+    """At the agent's start: the directives of each installed version's fleetdeck ini that the
+    allow-list does not take (written before it: ``opcache.preload``...) are removed, checked by
+    ``php-fpm -t``, and a running FPM reloads, so none waits for the next ``php.ini-global-set``.
+    Never fails the agent: a version it cannot clean is one line in its log."""
+    for version in await trio.to_thread.run_sync(php_fpm_versions):
+        paths = PhpPaths(version, ctx.host.php)
+        try:
+            removed = await _sweep(paths)
+            if removed and await running_master(paths) is not None:
+                await control_fpm(ctx, paths, "reload")
+        except Exception as exc:  # one version's trouble is no reason to stop the agent
+            log.warning("PHP %s: the fleetdeck ini was not cleaned of directives off the allow-list: %s", version, exc)
+            continue
+        for line in removed:
+            log.warning(
+                "PHP %s: %r removed from %s: not on the allow-list of php.ini directives",
+                version,
+                line,
+                GLOBAL_INI_FILE,
+            )
+
+
+async def _sweep(paths: PhpPaths) -> list[str]:
+    texts: dict[str, str] = {}
+    removed: list[str] = []
+    for sapi in paths.sapis():
+        file = os.path.join(paths.conf_d(sapi), GLOBAL_INI_FILE)
+        try:
+            old = await trio.Path(file).read_text()
+        except FileNotFoundError:
+            continue
+        allowed, dropped = allowed_lines(old)
+        if dropped:
+            texts[file] = allowed
+            removed += dropped
+    if texts:
+
+        def write(trial: FileTrial) -> None:
+            for file, text in texts.items():
+                trial.write(file, text)
+
+        await change_checked(paths, write)
+    return removed
 
 
 KINDS = [
