@@ -49,7 +49,7 @@ from api_client.job_kinds.web import PhpIniGet, PhpIniGlobalSet, PhpIniSet
 log = logging.getLogger("fleetdeck.agent.jobs")
 
 GLOBAL_INI_FILE = "99-fleetdeck.ini"
-_HEADER = "; written by fleetdeck (php.ini-set): these directives override php.ini\n"
+_HEADER = "; written by fleetdeck (php.ini-global-set): these directives override php.ini\n"
 # A fixed script; the key is its argument, never part of the code.
 _INI_GET = "echo json_encode(ini_get($argv[1]));"
 
