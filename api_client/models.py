@@ -246,6 +246,7 @@ class JobKindInfo(WireModel):
     args_schema: dict[str, Any]
     secret_fields: list[str]
     summary: str = ""
+    route: str | None = None  # made only through this route (load balancers, backups): not a plain job
 
 
 class JobKindList(WireModel):

@@ -147,8 +147,9 @@ def test_json_schemas() -> None:
     assert [entry["kind"] for entry in entries] == sorted(CATALOG)
     for entry in entries:
         assert set(entry) == {
-            "kind", "domain", "action", "read", "group", "min_plan", "args_schema", "secret_fields", "summary",
+            "kind", "domain", "action", "read", "group", "min_plan", "args_schema", "secret_fields", "summary", "route",
         }  # fmt: skip
+        assert (entry["route"] is not None) == (entry["domain"] in ("backup", "lb")), entry["kind"]
         schema = entry["args_schema"]
         assert schema and schema["type"] == "object" and schema["additionalProperties"] is False
         assert entry["secret_fields"] == list(CATALOG[entry["kind"]].secret_fields)
@@ -198,10 +199,16 @@ def test_no_free_text_and_no_unbounded_numbers() -> None:
 # --- groups and plans ------------------------------------------------------------------------------
 
 
+# Kinds whose group is above their domain's: what they change reaches every site of the server.
+RAISED_GROUPS = {"php.ini-global-set": "sysadmin"}
+
+
 def test_groups() -> None:
     for name, entry in CATALOG.items():
         if entry.read:
             assert entry.group == "observe", name
+        elif name in RAISED_GROUPS:
+            assert entry.group == RAISED_GROUPS[name], name
         elif entry.domain in CONTENT:
             assert entry.group == "content", name
         elif entry.domain in SYSADMIN:
@@ -371,6 +378,22 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str, list[Any]]] = [
     ("wp.install", {"domain": "a.com", "title": "t", "admin_user": "u", "admin_email": "u@a.com",
                     "admin_password": "long-enough-1"}, "title", [*INJECTIONS, "x" * 201]),
     ("logs.search", {"domain": "a.com", "text": "x"}, "text", INJECTIONS),
+    ("php.ini-set", {"version": "8.2", "key": "memory_limit", "value": "1G", "domain": "a.com"}, "key",
+     [*INJECTIONS, "opcache.preload", "opcache.preload_user", "auto_prepend_file", "sendmail_path", "open_basedir",
+      "MEMORY_LIMIT", "opcache.memory_consumption", "user_ini.filename", "extension", "error_log"]),
+    ("php.ini-set", {"version": "8.2", "key": "memory_limit", "value": "1G", "domain": "a.com"}, "value",
+     [*INJECTIONS, "17G", "15M", "1g", "1T", "-1", "0", "1 G", "01G", "1024"]),
+    ("php.ini-global-set", {"version": "8.2", "key": "display_errors", "value": "On"}, "value",
+     [*INJECTIONS, "on", "1", "true", "stderr"]),
+    ("php.ini-global-set", {"version": "8.2", "key": "date.timezone", "value": "UTC"}, "value",
+     [*INJECTIONS, "Mars/Base", "../UTC", "utc"]),
+    ("tuning.sysctl-set", {"key": "vm.swappiness", "value": "10"}, "key",
+     [*INJECTIONS, "kernel.randomize_va_space", "fs.protected_hardlinks", "fs.protected_symlinks",
+      "fs.suid_dumpable", "kernel.core_pattern", "kernel.yama.ptrace_scope", "net.ipv4.ip_forward",
+      "net.ipv4.tcp_syncookies", "kernel.kptr_restrict", "vm.mmap_min_addr", "kernel.modules_disabled"]),
+    ("tuning.sysctl-set", {"key": "vm.swappiness", "value": "10"}, "value", [*INJECTIONS, "101", "10 10", "1e2"]),
+    ("site.env-set", {"domain": "a.com", "key": "K"}, "value",
+     ["", "$HOME", "${PATH}", "$pool", "a$poolb", "a\nb", "a\x00b", "a\tb", "a\u202eb", "x" * 4097, 5]),
 ]  # fmt: skip
 
 
@@ -381,6 +404,33 @@ def test_bad_values_are_refused(name: str, base: dict[str, Any], field: str, val
         with pytest.raises(ValidationError):
             entry.build({**base, field: value})
             pytest.fail(f"{name}.{field} accepted {value!r}")
+
+
+def test_allowed_values_and_their_schema() -> None:
+    """Values of the allow-lists' types within their bounds build; the schema says each key's type."""
+    ini_set, sysctl = CATALOG["php.ini-set"], CATALOG["tuning.sysctl-set"]
+    site = {"version": "8.2", "domain": "a.com"}
+    for key, value in [("memory_limit", "16M"), ("memory_limit", "16G"), ("upload_max_filesize", "64K"),
+                       ("max_execution_time", "0"), ("error_reporting", "22527"), ("date.timezone", "Europe/Berlin"),
+                       ("session.cookie_samesite", "Lax"), ("opcache.jit", "tracing")]:  # fmt: skip
+        assert ini_set.build({**site, "key": key, "value": value}).argv[2:5] == ["8.2", key, value]
+    for key, value in [("net.ipv4.tcp_rmem", "4096 131072 6291456"), ("net.ipv4.ip_local_port_range", "1024 65535"),
+                       ("vm.overcommit_memory", "1"), ("fs.inotify.max_user_watches", "524288")]:  # fmt: skip
+        assert sysctl.build({"key": key, "value": value}).argv == ["tuning", "sysctl-set", key, value]
+    with pytest.raises(ValidationError):
+        sysctl.build({"key": "net.ipv4.ip_local_port_range", "value": "65535 1024"})
+    properties = sysctl.args.model_json_schema()["properties"]
+    assert properties["value"]["x-allowed"]["vm.swappiness"] == {
+        "type": "integer", "minimum": 0, "maximum": 100, "description": "how readily memory is swapped out"
+    }  # fmt: skip
+    assert sorted(properties["value"]["x-allowed"]) == properties["key"]["enum"]
+    limits = CATALOG["site.limits"]
+    assert limits.build({"domain": "a.com", "memory_limit": "16G", "upload_limit": "64K"}).args["memory_limit"] == "16G"
+    for bad in ("17G", "15M", "999999G"):
+        with pytest.raises(ValidationError):
+            limits.build({"domain": "a.com", "memory_limit": bad})
+    env = CATALOG["site.env-set"].build({"domain": "a.com", "key": "K", "value": 'a"b ${X} $HOME\\ ;#'})
+    assert env.secrets == {"value": 'a"b ${X} $HOME\\ ;#'} and "${X}" not in " ".join(env.argv)
 
 
 def test_record_types_and_cross_field_rules() -> None:
@@ -577,6 +627,11 @@ def test_catalog_rules_are_enforced_at_declaration() -> None:
         kind("nosuchdomain.list", Args, "test only", example={})
     with pytest.raises(ValueError):
         kind("Site.List", Args, "test only", example={})
+    for lower in ("observe", "content", "infra"):  # a group may raise a kind above its domain's, never lower it
+        with pytest.raises(ValueError):
+            kind("php.lower-test", Args, "test only", example={}, group=lower)
+    with pytest.raises(ValueError):
+        kind("php.read-test", Args, "test only", read=True, example={}, group="sysadmin")
 
 
 # --- argv conventions ----------------------------------------------------------------------------------

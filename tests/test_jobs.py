@@ -111,12 +111,16 @@ def test_a_schedule_the_api_accepts_reaches_the_agents_handler(stack: Stack, sch
     assert done["exit_code"] == 1 and "no site absent.example.org on this server" in stream, stream
 
 
-def test_backup_kinds_have_their_own_routes(stack: Stack) -> None:
+def test_backup_and_lb_kinds_have_their_own_routes(stack: Stack) -> None:
     with stack.http() as http:
-        kinds = [k["kind"] for k in http.get("/v1/job-kinds").json()["kinds"] if k["domain"] == "backup"]
-        assert kinds
-        answer = run(http, stack.server_id, kinds[0], {})
-    assert answer.status_code == 422 and code(answer) == "kind_not_allowed"
+        catalog = http.get("/v1/job-kinds").json()["kinds"]
+        routed = {k["kind"]: k["route"] for k in catalog if k["route"] is not None}
+        assert {k["domain"] for k in catalog if k["kind"] in routed} == {"backup", "lb"}
+        assert routed["lb.apply"] == "/v1/load-balancers"
+        assert routed["backup.schedule-list"] == "/v1/servers/{server_id}/backups"
+        for kind in routed:
+            answer = run(http, stack.server_id, kind, {})
+            assert answer.status_code == 422 and code(answer) == "kind_not_allowed", kind
 
 
 def _org(stack: Stack, plan: str, role: str = "owner") -> tuple[str, str]:
@@ -385,29 +389,31 @@ async def test_offline_client_error_class(stack: Stack, own_agent: Any) -> None:
             await client.jobs.create(own_agent.server_id, "site.create", {"domain": "c.example.com"})
 
 
-def test_lb_apply_queues_until_the_agent_returns(stack: Stack, own_agent: Any) -> None:
+def test_lb_kinds_are_made_only_through_the_load_balancer_routes(stack: Stack, own_agent: Any) -> None:
+    """A plain `lb.apply` took any backend address and any org's server ids: an operator published
+    a loopback-only service of the node, or rewrote a managed load balancer behind the control
+    plane's back. The load-balancer routes are the only way in; an apply they dispatch while the
+    node is offline queues and runs when its agent returns."""
+    node = own_agent.server_id
+    spec = {"id": "lb_test1", "name": "web", "revision": 1, "port": 80, "engine": "nginx",
+            "backends": [{"id": "be_1", "server_id": "srv_other_org", "address": "127.0.0.1", "port": 22}]}  # fmt: skip
+    named = {"id": "lb_test1", "name": "web", "engine": "nginx"}
     with stack.http() as http:
+        for kind, args in (("lb.apply", spec), ("lb.remove", named), ("lb.status", named)):
+            refused = run(http, node, kind, args)
+            assert (refused.status_code, code(refused)) == (422, "kind_not_allowed"), refused.text
+            assert refused.json()["error"]["details"] == {"kind": kind, "route": "/v1/load-balancers"}
+        assert http.get(f"/v1/servers/{node}/jobs").json()["jobs"] == []
         own_agent.kill()
-        queued = run(http, own_agent.server_id, "lb.apply", _lb_spec(own_agent.server_id))
-        assert queued.status_code == 201, queued.text
-        assert queued.json()["status"] == "queued"
-        assert http.get(f"/v1/jobs/{queued.json()['id']}").json()["status"] == "queued"
+        body = {"name": f"q{uuid.uuid4().hex[:6]}", "port": 80, "node_server_id": node, "engine": "nginx"}
+        created = http.post("/v1/load-balancers", json=body)
+        assert created.status_code == 201, created.text
+        [queued] = http.get(f"/v1/servers/{node}/jobs").json()["jobs"]
+        assert (queued["kind"], queued["status"]) == ("lb.apply", "queued")
         own_agent.restart()
-        done = wait_finished(http, queued.json()["id"])
+        done = wait_finished(http, queued["id"])
         assert done["status"] in ("succeeded", "failed") and done["exit_code"] is not None
-
-
-def _lb_spec(server_id: str) -> dict[str, Any]:
-    """A whole, self-contained load-balancer spec, as the load-balancer routes will send it."""
-    return {
-        "id": "lb_test1",
-        "name": "web",
-        "revision": 1,
-        "port": 80,
-        "engine": "nginx",
-        "algorithm": "round_robin",
-        "backends": [{"id": "be_1", "server_id": server_id, "address": "127.0.0.1", "port": 8080}],
-    }
+        assert http.delete(f"/v1/load-balancers/{created.json()['id']}").status_code == 204
 
 
 needs_cron_as_root = pytest.mark.skipif(

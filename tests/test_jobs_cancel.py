@@ -17,7 +17,6 @@ import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -182,37 +181,30 @@ def own_agent(stack: Stack, tmp_path: Path) -> Iterator[AgentProcess]:
     agent.stop()
 
 
-def lb_spec(server_id: str) -> dict[str, Any]:
-    return {
-        "id": "lb_cancel",
-        "name": "web",
-        "revision": 1,
-        "port": 80,
-        "engine": "nginx",
-        "algorithm": "round_robin",
-        "backends": [{"id": "be_1", "server_id": server_id, "address": "127.0.0.1", "port": 8080}],
-    }
-
-
 def test_a_queued_job_is_cancelled_without_running(stack: Stack, own_agent: AgentProcess) -> None:
     server_id = own_agent.server_id
     with stack.http() as http:
         own_agent.kill()
-        queued = http.post(f"/v1/servers/{server_id}/jobs", json={"kind": "lb.apply", "args": lb_spec(server_id)})
-        assert queued.json()["status"] == "queued", queued.text
-        cancelled = http.post(f"/v1/jobs/{queued.json()['id']}/cancel")
+        # A load balancer made while its node is offline: its lb.apply waits, queued, for the node.
+        body = {"name": f"cancel-{uuid.uuid4().hex[:6]}", "port": 80, "node_server_id": server_id, "engine": "nginx"}
+        created = http.post("/v1/load-balancers", json=body)
+        assert created.status_code == 201, created.text
+        [queued] = http.get(f"/v1/servers/{server_id}/jobs").json()["jobs"]
+        assert (queued["kind"], queued["status"]) == ("lb.apply", "queued")
+        cancelled = http.post(f"/v1/jobs/{queued['id']}/cancel")
         assert cancelled.status_code == 202, cancelled.text
         assert (cancelled.json()["status"], cancelled.json()["exit_code"]) == ("cancelled", None)
-        stream = http.get(f"/v1/jobs/{queued.json()['id']}/stream").text
+        stream = http.get(f"/v1/jobs/{queued['id']}/stream").text
         assert "cancelled before it started" in stream
         assert 'event: exit\ndata: {"exit_code":null,"status":"cancelled"}' in stream
         own_agent.restart()
         # A job created after the agent's return has run: the cancelled one was not started with it.
         after = http.post(f"/v1/servers/{server_id}/jobs", json={"kind": "site.list", "args": {}}).json()
         wait_until(lambda: http.get(f"/v1/jobs/{after['id']}").json()["status"] == "succeeded")
-        assert http.get(f"/v1/jobs/{queued.json()['id']}").json()["status"] == "cancelled"
+        assert http.get(f"/v1/jobs/{queued['id']}").json()["status"] == "cancelled"
         audit = http.get("/v1/audit", params={"action": "jobs.cancel", "server_id": server_id}).json()["entries"]
-    assert [e["details"] for e in audit] == [{"job_id": queued.json()["id"], "was": "queued"}]
+        assert http.delete(f"/v1/load-balancers/{created.json()['id']}").status_code == 204
+    assert [e["details"] for e in audit] == [{"job_id": queued["id"], "was": "queued"}]
 
 
 def test_a_running_job_whose_agent_is_away_cannot_be_cancelled(stack: Stack, own_agent: AgentProcess) -> None:

@@ -214,31 +214,138 @@ def test_fpm_status_shows_the_pools_their_workers_and_status_page(hosting: Hosti
 
 def test_a_global_ini_value_reaches_fpm_workers_and_the_cli(hosting: Hosting, pool: ProbePool) -> None:
     version = pool.fpm.version
-    hosting.run("php.ini-set", version=version, key="max_input_vars", value="2345").ok()
+    hosting.run("php.ini-global-set", version=version, key="max_input_vars", value="2345").ok()
     wait_until(lambda: pool.ask("max_input_vars")["ini"]["max_input_vars"] == "2345")
     assert cli_ini(pool.fpm, "cli", "-r", "echo ini_get('max_input_vars');") == "2345"
     assert hosting.run("php.ini-get", version=version, key="max_input_vars").ok().result["value"] == "2345"
-    again = hosting.run("php.ini-set", version=version, key="max_input_vars", value="2345").ok()
+    again = hosting.run("php.ini-global-set", version=version, key="max_input_vars", value="2345").ok()
     assert "already" in again.text
 
 
-def test_a_refused_ini_value_leaves_the_file_as_it_was(hosting: Hosting, pool: ProbePool) -> None:
+# Each with what the API's 422 says about it: the key is not on the allow-list, or the value is
+# not of its directive's type and bounds. The first five are how an operator became root: a
+# version-wide preload runs a site's file as uid 0 in the FPM master (and in the agent's own php).
+HOSTILE_INI = [
+    ("opcache.preload", "/home/example-com/public_html/x.php", "key", "allow-list"),
+    ("opcache.preload_user", "root", "key", "allow-list"),
+    ("auto_prepend_file", "/home/example-com/public_html/x.php", "key", "allow-list"),
+    ("sendmail_path", "/home/example-com/x", "key", "allow-list"),
+    ("user_ini.filename", "x.ini", "key", "allow-list"),
+    ("open_basedir", "/", "key", "allow-list"),
+    ("disable_functions", "x", "key", "allow-list"),
+    ("allow_url_include", "On", "key", "allow-list"),
+    ("error_log", "/etc/cron.d/x", "key", "allow-list"),
+    ("include_path", "/tmp", "key", "allow-list"),
+    ("extension", "/tmp/x.so", "key", "allow-list"),
+    ("post_max_size", "banana", "value", "post_max_size takes a size"),
+    ("memory_limit", "99999G", "value", "memory_limit takes a size from 16M to 16G"),
+    ("max_execution_time", "1e9", "value", "max_execution_time takes a whole number"),
+    ("display_errors", "1", "value", "display_errors takes one of On, Off"),
+    ("date.timezone", "Mars/Olympus", "value", "date.timezone takes a time zone"),
+]
+
+
+def test_directives_off_the_allow_list_are_refused_before_a_job_exists(hosting: Hosting, pool: ProbePool) -> None:
     version = pool.fpm.version
-    hosting.run("php.ini-set", version=version, key="post_max_size", value="16M").ok()
+    hosting.run("php.ini-global-set", version=version, key="post_max_size", value="16M").ok()
     ini = pool.fpm.ini_dir / "fpm" / "conf.d" / "99-fleetdeck.ini"
     before = ini.read_text()
-    refused = hosting.run("php.ini-set", version=version, key="post_max_size", value="banana")
-    assert refused.exit_code == 78, refused.text
-    assert "Invalid quantity" in refused.text
-    unknown = hosting.run("php.ini-set", version=version, key="no_such.directive", value="1")
-    assert unknown.exit_code == 78 and "knows no directive" in unknown.text
+    for kind, extra in (("php.ini-global-set", {}), ("php.ini-set", {"domain": "example.com"})):
+        for key, value, where, said in HOSTILE_INI:
+            answer = hosting.post(kind, version=version, key=key, value=value, **extra)
+            assert answer.status_code == 422, (kind, key, answer.text)
+            error = answer.json()["error"]
+            assert error["code"] == "validation_error" and error["message"].startswith(f"body.args.{where}: ")
+            assert said in error["message"], (kind, key, error["message"])
     assert ini.read_text() == before
     assert pool.ask("post_max_size")["ini"]["post_max_size"] == "16M"
 
 
-def test_ini_get_of_an_unknown_key_fails(hosting: Hosting, pool: ProbePool) -> None:
-    run = hosting.run("php.ini-get", version=pool.fpm.version, key="no_such_directive")
-    assert run.exit_code == 1 and "knows no directive" in run.text
+def test_the_allow_list_is_shown_in_the_catalog(hosting: Hosting) -> None:
+    with hosting.http() as http:
+        kinds = {k["kind"]: k for k in http.get("/v1/job-kinds").json()["kinds"]}
+    site, version = kinds["php.ini-set"]["args_schema"], kinds["php.ini-global-set"]["args_schema"]
+    assert (kinds["php.ini-set"]["group"], kinds["php.ini-global-set"]["group"]) == ("infra", "sysadmin")
+    assert "memory_limit" in site["properties"]["key"]["enum"]
+    assert "opcache.memory_consumption" not in site["properties"]["key"]["enum"]  # the master's, not a pool's
+    assert "opcache.memory_consumption" in version["properties"]["key"]["enum"]
+    assert "opcache.preload" not in version["properties"]["key"]["enum"]
+    allowed = version["properties"]["value"]["x-allowed"]
+    assert set(allowed) == set(version["properties"]["key"]["enum"])
+    assert allowed["memory_limit"] == {
+        "type": "size", "minimum": "16M", "maximum": "16G", "pattern": allowed["memory_limit"]["pattern"],
+        "description": "the most memory one script may use",
+    }  # fmt: skip
+    assert allowed["display_errors"]["enum"] == ["On", "Off"]
+    assert kinds["php.ini-get"]["args_schema"]["properties"]["key"]["enum"] == version["properties"]["key"]["enum"]
+
+
+def test_only_a_sysadmin_sets_a_directive_for_a_whole_version(hosting: Hosting, pool: ProbePool) -> None:
+    with hosting.http() as http:
+        org = http.get("/v1/me").json()["org"]["name"]
+    email = f"operator-{secrets.token_hex(4)}@{org}.test"
+    hosting.stack.admin("create-user", email, "--org", org, "--role", "operator", "--password", "pw-123456")
+    args = {"version": pool.fpm.version, "key": "max_input_vars", "value": "2346"}
+    with hosting.stack.http(hosting.stack.login(email, "pw-123456")) as operator:
+        url = f"/v1/servers/{hosting.server_id}/jobs"
+        refused = operator.post(url, json={"kind": "php.ini-global-set", "args": args})
+        assert refused.status_code == 403 and refused.json()["error"]["details"] == {"capability": "sysadmin"}
+        per_site = operator.post(url, json={"kind": "php.ini-set", "args": {**args, "domain": "nosite.example"}})
+        assert per_site.status_code == 201, per_site.text  # the operator's own: it ends "no such site"
+    assert hosting.wait(per_site.json()["id"]).exit_code == 1
+
+
+def test_directives_written_before_the_allow_list_go_with_the_next_change(hosting: Hosting, pool: ProbePool) -> None:
+    version = pool.fpm.version
+    ini = pool.fpm.ini_dir / "fpm" / "conf.d" / "99-fleetdeck.ini"
+    ini.write_text(
+        "; written by fleetdeck (php.ini-set): these directives override php.ini\n"
+        "opcache.preload_user = root\nsendmail_path = /bin/true\nmemory_limit = 99999G\nmax_input_vars = 2001\n"
+    )
+    run = hosting.run("php.ini-global-set", version=version, key="max_input_time", value="61").ok()
+    assert ini.read_text() == (
+        "; written by fleetdeck (php.ini-set): these directives override php.ini\n"
+        "max_input_vars = 2001\nmax_input_time = 61\n"
+    )
+    for line in ("opcache.preload_user = root", "sendmail_path = /bin/true", "memory_limit = 99999G"):
+        assert f"{ini}: {line!r} removed: not on the allow-list of php.ini directives" in run.stderr
+    wait_until(lambda: pool.ask("max_input_time")["ini"]["max_input_time"] == "61")
+    assert pool.ask("sendmail_path")["ini"]["sendmail_path"] != "/bin/true"
+
+
+def test_directives_written_before_the_allow_list_go_when_the_agent_starts(hosting: Hosting, pool: ProbePool) -> None:
+    """An agent upgraded onto a server whose fleetdeck ini holds what the allow-list refuses (a
+    version-wide preload, written by an older agent) removes it at once: it does not wait for a
+    sysadmin's next php.ini-global-set."""
+    cli = pool.fpm.ini_dir / "cli" / "conf.d" / "99-fleetdeck.ini"
+    fpm = pool.fpm.ini_dir / "fpm" / "conf.d" / "99-fleetdeck.ini"
+    for ini in (cli, fpm):
+        ini.write_text("; fleetdeck\nsendmail_path = /bin/true\nmax_input_vars = 2002\nopcache.preload_user = root\n")
+    before = pool.worker_pids()
+    hosting.agent.kill()
+    hosting.agent.restart()
+    wait_until(lambda: fpm.read_text() == cli.read_text() == "; fleetdeck\nmax_input_vars = 2002\n")
+    reloaded(pool, before)
+    assert pool.ask("sendmail_path")["ini"]["sendmail_path"] != "/bin/true"
+    assert pool.ask("max_input_vars")["ini"]["max_input_vars"] == "2002"
+    assert "'sendmail_path = /bin/true' removed from 99-fleetdeck.ini" in Path(hosting.agent.log_file).read_text()
+
+
+def test_a_directive_this_php_does_not_know_changes_nothing(hosting: Hosting) -> None:
+    older = next((fpm for version, fpm in hosting.php_versions.items() if version.startswith("7.")), None)
+    if older is None:
+        pytest.skip("needs PHP 7 (scripts/test installs 7.4), which has no opcache.jit")
+    ini = older.ini_dir / "fpm" / "conf.d" / "99-fleetdeck.ini"
+    before = ini.read_text() if ini.exists() else None
+    unknown = hosting.run("php.ini-global-set", version=older.version, key="opcache.jit", value="tracing")
+    assert unknown.exit_code == 78 and f"PHP {older.version} knows no directive opcache.jit" in unknown.text
+    assert (ini.read_text() if ini.exists() else None) == before
+
+
+def test_ini_get_reads_only_directives_of_the_allow_list(hosting: Hosting, pool: ProbePool) -> None:
+    for key in ("mysqli.default_pw", "opcache.preload", "no_such_directive"):
+        answer = hosting.post("php.ini-get", version=pool.fpm.version, key=key)
+        assert answer.status_code == 422 and "allow-list" in answer.json()["error"]["message"], answer.text
 
 
 # --- modules ------------------------------------------------------------------------------------
@@ -357,8 +464,14 @@ def test_a_site_ini_value_is_in_its_own_pool_only(hosting: Hosting, pool: ProbeP
 
 def test_a_refused_site_ini_value_leaves_the_pool_as_it_was(hosting: Hosting, pool: ProbePool, site: PhpSite) -> None:
     before = site.pool_file.read_text()
-    run = hosting.run("php.ini-set", version=pool.fpm.version, key="memory_limit", value="12Q", domain=site.domain)
-    assert run.exit_code == 78, run.text
+    version = pool.fpm.version
+    answer = hosting.post("php.ini-set", version=version, key="memory_limit", value="12Q", domain=site.domain)
+    assert answer.status_code == 422, answer.text
+    version_only = hosting.post(
+        "php.ini-set", version=version, key="realpath_cache_size", value="4M", domain=site.domain
+    )
+    assert version_only.status_code == 422
+    assert "applies to every site of a PHP version: php.ini-global-set" in version_only.json()["error"]["message"]
     assert site.pool_file.read_text() == before
 
 

@@ -243,6 +243,38 @@ def test_the_environment_reaches_php_and_secrets_stay_masked(hosting: Hosting, p
     assert "has no APP_SECRET" in hosting.run("site.env-unset", domain=php_site, key="APP_SECRET").ok().text
 
 
+# PHP-FPM reads a pool's env[NAME] line as INI text (the agent writes it in double quotes with
+# \\, " and $ escaped), then replaces a value beginning with '$' by its own environment variable
+# of that name and '$pool' anywhere by the pool's name, with no escape for either.
+VERBATIM_ENV = {
+    "QUOTE": 'a"b', "SEMICOLON": ";x", "BACKSLASHES": "x\\y\\", "DOLLAR_INSIDE": "x$HOME",
+    "BRACES_INSIDE": "a${PATH}b", "SPACES": "  two  spaces ", "HASH": "#not a comment", "UNICODE": "é € ü",
+    "APOSTROPHE": "it's", "EQUALS": "a=b=c", "NEAR_POOL": "po$ol $poo",
+}  # fmt: skip
+REFUSED_ENV = {
+    "$HOME": "beginning with '$'", "${PATH}": "beginning with '$'", "$pool": "beginning with '$'",
+    "x$pool": "replaces '$pool'", "two\nlines": "one line", "nul\x00": "one line", "tab\tx": "one line",
+}  # fmt: skip
+
+
+def test_environment_values_reach_php_exactly_as_given_or_are_refused(hosting: Hosting) -> None:
+    needs_php(hosting)
+    domain = new_site(hosting, "env", profile="php")
+    keys = ",".join(f"'{key}'" for key in VERBATIM_ENV)
+    hosting.put_page(domain, "env.php", f"<?php echo json_encode(array_map('getenv', [{keys}]));\n")
+    for key, value in VERBATIM_ENV.items():
+        hosting.run("site.env-set", domain=domain, key=key, value=value, masked=True).ok()
+    answers(hosting, domain, "/env.php", 200, "it's")
+    assert json.loads(hosting.get(domain, "/env.php").text) == list(VERBATIM_ENV.values())
+    pool = hosting.php.pool_dir / f"fleetdeck-{domain.replace('.', '-')}.conf"  # type: ignore[union-attr]
+    before = pool.read_text()
+    for value, said in REFUSED_ENV.items():
+        answer = hosting.post("site.env-set", domain=domain, key="REFUSED", value=value)
+        assert answer.status_code == 422, (value, answer.text)
+        assert said in answer.json()["error"]["message"] and value not in answer.text, value
+    assert pool.read_text() == before
+
+
 def test_limits_reach_php_and_nginx(hosting: Hosting, php_site: str) -> None:
     assert hosting.php is not None
     ini = "<?php echo ini_get('memory_limit'), ' ', ini_get('upload_max_filesize'), ' ', ini_get('post_max_size');\n"

@@ -4,8 +4,11 @@ moment, make one job of one Idempotency-Key and give each load-balancer change a
 own; and a job's output seqs are stored once, whoever writes them (on both kinds of database).
 Without its driver, a PostgreSQL URL is one clear line.
 
-No agent is linked (none is needed: a load balancer's `lb.apply` queues for its node), so the
-two processes share nothing but the database.
+The load-balancer changes need no agent (their `lb.apply` queues for its node), so those two
+processes share nothing but the database. A job on the plain jobs route needs its server's
+agent online: for the Idempotency-Key, an agent is linked to the first of two processes that
+also share a bus (NATS), the second passing its job on; the one job still comes from the
+database's unique key, not from the bus.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -30,18 +33,20 @@ from control_plane.jobs.lines import Run
 from control_plane.replicas import store as replica_store
 from control_plane.storage import Database
 from control_plane.storage.schema import job_output, orgs, servers
-from tests.conftest import python_env
+from tests.conftest import AgentProcess, python_env
+from tests.helpers import wait_until
 from tests.helpers.control_planes import OwnControlPlane
 from tests.helpers.postgres_server import PostgresDatabases
+from tests.helpers.replicas import start_nats
 
 OWNER, PASSWORD = "owner@replicas.example", "pw-replicas-1"
 
 
 class Replicas:
-    """Two control planes on one PostgreSQL database, an org with an owner, and its token."""
+    """Two control planes on one PostgreSQL database (and `env`: a bus), an org with an owner, and its token."""
 
-    def __init__(self, folder: Path, db_url: str) -> None:
-        self.planes = [OwnControlPlane(folder, db_url, name) for name in ("first", "second")]
+    def __init__(self, folder: Path, db_url: str, env: dict[str, str] | None = None) -> None:
+        self.planes = [OwnControlPlane(folder, db_url, name, env) for name in ("first", "second")]
         for plane in self.planes:
             plane.start()  # one after the other: the first migrates, the second finds it done
         first = self.planes[0]
@@ -54,13 +59,20 @@ class Replicas:
         headers = {"Authorization": f"Bearer {self.token}"}
         return httpx.Client(base_url=self.planes[index].base_url, headers=headers, timeout=60)
 
+    def online_on(self, index: int, server_id: str) -> bool:
+        with self.http(index) as http:
+            return bool(http.get(f"/v1/servers/{server_id}").json()["agent"]["online"])
+
     def server(self, kind: str) -> str:
+        server_id, _agent_token = self.server_and_token(kind)
+        return server_id
+
+    def server_and_token(self, kind: str) -> tuple[str, str | None]:
         name = f"{kind}-{uuid.uuid4().hex[:8]}"
         with self.http(0) as http:
             answer = http.post("/v1/servers", json={"name": name, "kind": kind, "address": "127.0.0.1"})
         assert answer.status_code == 201, answer.text
-        server_id: str = answer.json()["server"]["id"]
-        return server_id
+        return answer.json()["server"]["id"], answer.json().get("agent_token")
 
     def stop(self) -> None:
         for plane in self.planes:
@@ -72,6 +84,41 @@ def replicas(tmp_path_factory: pytest.TempPathFactory, control_plane_postgres: P
     started = Replicas(tmp_path_factory.mktemp("replicas"), control_plane_postgres.create("replicas"))
     yield started
     started.stop()
+
+
+@dataclass
+class LinkedReplicas:
+    """`Replicas` sharing a bus, and a full server whose agent is linked to the first."""
+
+    replicas: Replicas
+    server_id: str
+    agent: AgentProcess
+
+
+@pytest.fixture(scope="module")
+def linked(
+    tmp_path_factory: pytest.TempPathFactory, control_plane_postgres: PostgresDatabases
+) -> Iterator[LinkedReplicas]:
+    folder = tmp_path_factory.mktemp("linked")
+    nats = start_nats()
+    started = None
+    agent = None
+    try:
+        env = {"FLEETDECK_BUS_URL": nats.url}
+        started = Replicas(folder, control_plane_postgres.create("linked"), env)
+        server_id, agent_token = started.server_and_token("full")
+        assert agent_token is not None
+        (folder / "home").mkdir()
+        plane = started.planes[0]
+        agent = AgentProcess(plane, server_id, agent_token, folder / "home", folder / "state", api_token=started.token)
+        wait_until(lambda: started.online_on(1, server_id))  # the second sees it through the bus
+        yield LinkedReplicas(started, server_id, agent)
+    finally:
+        if agent is not None:
+            agent.stop()
+        if started is not None:
+            started.stop()
+        nats.stop()
 
 
 def at_once(calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:
@@ -86,23 +133,20 @@ def at_once(calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:
         return list(pool.map(released, calls))
 
 
-def apply_args(revision: int) -> dict[str, Any]:
-    return {"id": "lb_idem", "name": "idem", "revision": revision, "port": 80, "engine": "nginx"}
-
-
-def test_one_idempotency_key_sent_to_two_replicas_at_once_makes_one_job(replicas: Replicas) -> None:
-    node = replicas.server("full")  # offline: lb.apply queues, so both replicas accept it
-    rounds = 8
-    with replicas.http(0) as first, replicas.http(1) as second:
-        for revision in range(1, rounds + 1):
+def test_one_idempotency_key_sent_to_two_replicas_at_once_makes_one_job(linked: LinkedReplicas) -> None:
+    node, rounds = linked.server_id, 8
+    with linked.replicas.http(0) as first, linked.replicas.http(1) as second:
+        made = []
+        for _ in range(rounds):
             headers = {"Idempotency-Key": uuid.uuid4().hex}
-            body = {"kind": "lb.apply", "args": apply_args(revision)}
+            body = {"kind": "site.list", "args": {}}
             url = f"/v1/servers/{node}/jobs"
             answers = at_once([partial(http.post, url, json=body, headers=headers) for http in (first, second)])
             assert [a.status_code for a in answers] == [201, 201], [a.text for a in answers]
             assert answers[0].json()["id"] == answers[1].json()["id"]
+            made.append(answers[0].json()["id"])
         jobs = first.get(f"/v1/servers/{node}/jobs", params={"limit": 100}).json()["jobs"]
-    assert sorted(job["args"]["revision"] for job in jobs) == list(range(1, rounds + 1))
+    assert sorted(job["id"] for job in jobs) == sorted(made) and len(set(made)) == rounds
 
 
 def test_load_balancer_changes_on_two_replicas_at_once_each_get_a_revision(replicas: Replicas) -> None:

@@ -12,7 +12,7 @@ import trio
 
 from agent.jobs.base import EXIT_REFUSED, JobError
 from agent.jobs.host import NginxLayout, php_fpm_versions
-from agent.jobs.site_web import check_pool, docroot_error, ini_quote, render_vhost, settings_of
+from agent.jobs.site_web import check_pool, docroot_error, ini_quote, render_pool, render_vhost, settings_of
 
 
 def test_pool_values_are_taken_literally_by_php_fpm(tmp_path: Path) -> None:
@@ -34,6 +34,29 @@ def test_settings_of_ignores_fields_of_the_wrong_type() -> None:
     assert (s.enabled, s.aliases, s.www_redirect, s.max_children, s.memory_limit, s.env) == (
         True, ("b.test",), "keep", 5, None, {}
     )  # fmt: skip
+
+
+def test_settings_stored_before_the_allow_lists_are_left_out_of_the_pool() -> None:
+    """A registry entry may hold what the API no longer takes (written before the allow-lists):
+    the pool is rendered without it, and `left_out` says what went (the agent logs it)."""
+    entry = {
+        "domain": "a.test", "slug": "a-test", "profile": "php", "php": "8.2",
+        "php_ini": {"auto_prepend_file": "/home/a-test/x.php", "opcache.preload": "/x.php",
+                    "opcache.memory_consumption": "512", "max_execution_time": "1e9", "max_input_vars": "3000"},
+        "limits": {"memory_limit": "999999G", "upload_limit": "8M"},
+        "env": {"HOME_COPY": {"value": "$HOME"}, "NAME": {"value": "a$poolb"}, "OK": {"value": "x $HOME"}},
+    }  # fmt: skip
+    s = settings_of(entry, "/home/a-test")
+    assert s.php_ini == {"max_input_vars": "3000"}
+    assert (s.memory_limit, s.upload_limit) == (None, "8M")
+    assert s.env == {"OK": "x $HOME"}
+    assert [line.split(":")[0] for line in s.left_out] == [
+        "limits memory_limit", "php_ini auto_prepend_file", "php_ini opcache.preload",
+        "php_ini opcache.memory_consumption", "php_ini max_execution_time", "env HOME_COPY", "env NAME",
+    ]  # fmt: skip
+    pool = render_pool(s, "a-test", "a-test", "/run/a.sock", "www-data")
+    assert "preload" not in pool and "auto_prepend" not in pool and "999999G" not in pool
+    assert 'php_admin_value[max_input_vars] = "3000"' in pool and 'env[OK] = "x \\$HOME"' in pool
 
 
 def test_the_docroot_is_a_plain_folder_of_the_site_whose_links_stay_with_their_owner() -> None:

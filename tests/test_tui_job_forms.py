@@ -3,11 +3,8 @@ line that clears once fixed, and labels in words."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input, Label, OptionList, Select
 
@@ -27,7 +24,6 @@ KINDS = {entry["kind"]: JobKindInfo.model_validate(entry) for entry in json_sche
 def test_the_fields_that_name_a_thing_have_a_source_except_where_the_thing_is_made() -> None:
     assert source_of(KINDS["logs.tail"], "domain") is SOURCES[("*", "domain")]
     assert source_of(KINDS["cron.delete"], "id") is SOURCES[("cron", "id")]
-    assert source_of(KINDS["lb.remove"], "id") is SOURCES[("lb", "id")]
     assert source_of(KINDS["db.drop"], "name") is SOURCES[("db", "name")]
     assert source_of(KINDS["cron.add"], "domain") is SOURCES[("*", "domain")]  # the site exists already
     assert source_of(KINDS["site.create"], "domain") is None  # a new site: nothing to pick
@@ -36,9 +32,9 @@ def test_the_fields_that_name_a_thing_have_a_source_except_where_the_thing_is_ma
     assert source_of(KINDS["php.set"], "version") is SOURCES[("php", "version")]  # the versions installed
     assert source_of(KINDS["site.create"], "php") is SOURCES[("php", "version")]
     assert source_of(KINDS["php.install"], "version") is None  # one not installed yet
-    # Every source is a read kind of the catalog (or the API's load balancers).
+    # Every source is a read kind of the catalog, one the jobs route takes.
     for source in SOURCES.values():
-        assert source.read_kind is None or KINDS[source.read_kind].read
+        assert KINDS[source.read_kind].read and KINDS[source.read_kind].route is None
 
 
 def test_labels_are_words_never_a_class_name() -> None:
@@ -52,19 +48,6 @@ def test_labels_are_words_never_a_class_name() -> None:
                 kind.kind,
                 spec.title,
             )
-
-
-@pytest.fixture
-def load_balancer(stack: Stack) -> Iterator[dict[str, Any]]:
-    """A load balancer whose node is the stack's server (deleted after the test)."""
-    body = {"name": f"pick-{uuid.uuid4().hex[:6]}", "port": 80, "node_server_id": stack.server_id, "engine": "nginx"}
-    with stack.http() as http:
-        created = http.post("/v1/load-balancers", json=body)
-        assert created.status_code == 201, created.text
-        lb: dict[str, Any] = created.json()
-    yield lb
-    with stack.http() as http:
-        assert http.delete(f"/v1/load-balancers/{lb['id']}").status_code in (202, 204)
 
 
 def labels(form: JobForm) -> list[str]:
@@ -147,29 +130,5 @@ def test_the_error_line_clears_once_the_field_is_fixed(stack: Stack) -> None:
         assert form_screen.form.error_of("domain") == ""
         assert not status.has_class("-error") and str(status.render()).startswith("* required · Enter: run")
         assert wire.creations() == []
-
-    run(app, scenario)
-
-
-def test_a_load_balancer_is_picked_from_the_api_and_labels_are_words(
-    stack: Stack, load_balancer: dict[str, Any]
-) -> None:
-    app, wire = real_app_and_wire(stack)
-
-    async def scenario(pilot: Pilot[Any]) -> None:
-        await open_jobs_of(pilot, "local")
-        form_screen = await open_form(pilot, "lb.apply")
-        shown = labels(form_screen.form)
-        assert any(label.startswith("Health check") for label in shown)
-        assert not any("LbHealthCheck" in label for label in shown)
-        picker = await open_picker(pilot, form_screen, "id")
-        assert load_balancer["id"] in picked_values(picker)
-        choice = picker.shown[picked_values(picker).index(load_balancer["id"])]
-        assert choice.detail == f"{load_balancer['name']} · port 80"
-        picker.query_one(OptionList).highlighted = picked_values(picker).index(load_balancer["id"])
-        await pilot.press("enter")
-        await wait_for(pilot, lambda: app.screen is form_screen)
-        assert form_screen.form.raw_value("id") == load_balancer["id"]
-        assert wire.creations() == []  # the load balancers come from the API, not from a job
 
     run(app, scenario)

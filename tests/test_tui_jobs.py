@@ -686,12 +686,19 @@ def test_refusals_are_notifications_in_plain_words(stack: Stack, plus_org: Other
         await pick_kind(pilot, "quota.list")
         await wait_for(pilot, lambda: "quota.list needs plan pro (this organisation is on plus)." in notifications(app))
         assert app.screen is jobs
-        # kind_not_allowed: backups have routes of their own.
-        await pick_kind(pilot, "backup.schedule-list")
-        await wait_for(pilot, lambda: any(n.startswith("backup.schedule-list cannot be started here: ")
-                                          for n in notifications(app)))  # fmt: skip
-        assert app.screen is jobs
-        assert [kind for kind, *_ in wire.creations()] == ["quota.list", "backup.schedule-list"]
+        # Backups and load balancers are made through routes of their own (the jobs route answers
+        # kind_not_allowed): the picker does not offer them.
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, KindPicker) and app.screen.matches)
+        picker = app.screen
+        assert isinstance(picker, KindPicker)
+        assert {"backup.schedule-list", "lb.apply", "lb.status"} <= {kind.kind for kind in jobs.kinds.values()}
+        assert not [kind for kind in picker.kinds if kind.kind.startswith(("backup.", "lb."))]
+        for query in ("backup.schedule-list", "lb.apply", "lb.status"):
+            assert query not in [match.kind.kind for match in rank_kinds(picker.kinds, query)]
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is jobs)
+        assert [kind for kind, *_ in wire.creations()] == ["quota.list"]
         with stack.http(plus_org.token) as http:
             server_id = jobs.server.id
             assert http.get(f"/v1/servers/{server_id}/jobs").json()["jobs"] == []
@@ -727,7 +734,10 @@ def picker_rows(picker: KindPicker) -> list[tuple[str, bool]]:
 
 def test_the_picker_puts_the_agents_kinds_first_and_marks_the_others(stack: Stack, plus_org: OtherOrg) -> None:
     with stack.http() as http:
-        runnable = http.get(f"/v1/servers/{stack.server_id}").json()["agent"]["job_kinds"]
+        handlers = http.get(f"/v1/servers/{stack.server_id}").json()["agent"]["job_kinds"]
+        routed = {k["kind"] for k in http.get("/v1/job-kinds").json()["kinds"] if k["route"]}
+    runnable = [kind for kind in handlers if kind not in routed]  # lb.*: the load-balancer screen's
+    assert len(runnable) < len(handlers)
     app, wire = real_app_and_wire(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:
@@ -738,6 +748,7 @@ def test_the_picker_puts_the_agents_kinds_first_and_marks_the_others(stack: Stac
         assert isinstance(picker, KindPicker)
         names = [match.kind.kind for match in picker.matches]
         assert len(names) > len(runnable) and names[: len(runnable)] == sorted(runnable)
+        assert not routed & set(names)
         note = str(picker.query_one("#kind-availability", Static).render())
         assert note.startswith(f"{len(runnable)} of {len(names)} kinds run on this agent")
         rows = picker_rows(picker)

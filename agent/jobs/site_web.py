@@ -47,6 +47,7 @@ package (``nginx``); a PHP site without ``php-fpm<version>`` or its pool folder 
 from __future__ import annotations
 
 import grp
+import logging
 import os
 import re
 import tempfile
@@ -61,6 +62,10 @@ from agent.jobs.host import HostLayout, NginxLayout, PhpLayout, control_service,
 from agent.jobs.proc import capture_command, require, which
 from agent.sites import Site, write_atomically
 from agent.unix_sockets import SocketPathError, socket_name
+from api_client.job_kinds.allowlists import PHP_INI_PER_SITE, setting_problem
+from api_client.job_kinds.argtypes import fpm_env_problem
+
+log = logging.getLogger("fleetdeck.agent.jobs")
 
 PHP_PROFILES = ("php", "wordpress")
 DEFAULT_PM = "ondemand"
@@ -99,6 +104,7 @@ class WebSettings:
     upload_limit: str | None = None
     php_ini: dict[str, str] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    left_out: tuple[str, ...] = ()  # stored settings the allow-lists do not take: never rendered
 
     @property
     def uses_php(self) -> bool:
@@ -106,10 +112,29 @@ class WebSettings:
 
 
 def settings_of(entry: dict[str, Any], home: str) -> WebSettings:
-    """A registry entry's web settings (fields of the wrong type fall back to their default)."""
+    """A registry entry's web settings (fields of the wrong type fall back to their default). PHP
+    values the allow-lists do not take (stored before a list changed) are left out, and named in
+    `WebSettings.left_out`: a directive not on `PHP_INI_PER_SITE` or out of its bounds, an
+    environment value PHP-FPM would not pass on as given (`fpm_env_problem`)."""
 
     pool, limits, env, ini = (mapping(entry.get(name)) for name in ("pool", "limits", "env", "php_ini"))
     www, docroot = entry.get("www_redirect"), entry.get("docroot")
+    left_out: list[str] = []
+
+    def allowed_ini(key: str, value: Any, where: str) -> bool:
+        problem = setting_problem(PHP_INI_PER_SITE, key, value)
+        if problem is not None and value is not None:
+            left_out.append(f"{where} {key}: {problem}")
+        return problem is None
+
+    def allowed_env(name: str, item: Any) -> bool:
+        value = item.get("value") if isinstance(item, dict) else None
+        problem = fpm_env_problem(value) if isinstance(value, str) else "not text"
+        if problem is not None:
+            left_out.append(f"env {name}: {problem}")
+        return problem is None
+
+    memory, upload = limits.get("memory_limit"), limits.get("upload_limit")
     return WebSettings(
         domain=entry["domain"],
         slug=entry["slug"],
@@ -124,10 +149,11 @@ def settings_of(entry: dict[str, Any], home: str) -> WebSettings:
         pm=str(pool["pm"]) if pool.get("pm") in ("dynamic", "static", "ondemand") else DEFAULT_PM,
         max_children=_number(pool.get("max_children")) or DEFAULT_MAX_CHILDREN,
         max_requests=_number(pool.get("max_requests")),
-        memory_limit=limits.get("memory_limit") if isinstance(limits.get("memory_limit"), str) else None,
-        upload_limit=limits.get("upload_limit") if isinstance(limits.get("upload_limit"), str) else None,
-        php_ini={k: v for k, v in ini.items() if isinstance(v, str)},
-        env={k: v["value"] for k, v in env.items() if isinstance(v, dict) and isinstance(v.get("value"), str)},
+        memory_limit=memory if allowed_ini("memory_limit", memory, "limits") else None,
+        upload_limit=upload if allowed_ini("upload_max_filesize", upload, "limits") else None,
+        php_ini={k: v for k, v in ini.items() if allowed_ini(k, v, "php_ini")},
+        env={k: v["value"] for k, v in env.items() if allowed_env(k, v)},
+        left_out=tuple(left_out),
     )
 
 
@@ -481,6 +507,8 @@ async def _apply(ctx: JobContext, site: Site) -> None:
     if entry is None:
         raise JobError(f"no site {site.domain} on this server")
     s = settings_of(entry, ctx.site_home(site.slug))
+    for what in s.left_out:
+        log.warning("site %s: left out of its pool (not on the allow-list): %s", site.domain, what)
     nginx = require_nginx(layout)
     fpm, version = require_fpm(layout, s.php) if s.uses_php else (None, None)
     changes = await trio.to_thread.run_sync(_plan, ctx, site, s, version)

@@ -78,6 +78,7 @@ def _schemas() -> tuple[dict[str, Any], ...]:
             "args_schema": entry.args.model_json_schema(),
             "secret_fields": list(entry.secret_fields),
             "summary": entry.summary,
+            "route": entry.route,
         }
         for entry in _catalog().values()
     )

@@ -31,6 +31,16 @@ from annotated_types import GroupedMetadata
 from pydantic import AfterValidator, Field, SecretStr, Strict, StringConstraints
 from pydantic.config import JsonDict
 
+from api_client.job_kinds.allowlists import (
+    PHP_INI,
+    PHP_INI_PER_SITE,
+    PHP_INI_VERSION_ONLY,
+    SIZE_PATTERN,
+    SYSCTL,
+    allowed_key,
+    setting_value,
+)
+
 # --- the central rule -----------------------------------------------------------------------------
 
 SHELL_CHARS = frozenset(";|&$`<>(){}'\"\\")
@@ -222,41 +232,42 @@ ModelName = Annotated[
     ),
 ]
 
-IniKey = Annotated[
+# --- configuration values: keys from the allow-lists of `allowlists` ------------------------------
+
+PhpDirective = Annotated[str, allowed_key(PHP_INI, "a php.ini directive fleetdeck sets (the allow-list)")]
+"""Any directive of `allowlists.PHP_INI` (reading, or setting it for a whole version)."""
+
+SitePhpDirective = Annotated[
     str,
-    shaped(
-        r"^[a-z][a-z0-9_]{0,63}(?:\.[a-z0-9_]{1,63}){0,3}$",
-        "a php.ini directive, e.g. memory_limit or opcache.enable",
+    allowed_key(
+        PHP_INI_PER_SITE,
+        "a php.ini directive of a site's pool (the allow-list)",
+        elsewhere={
+            name: f"{name} applies to every site of a PHP version: php.ini-global-set (sysadmin) sets it"
+            for name in PHP_INI_VERSION_ONLY
+        },
     ),
 ]
 
 IniValue = Annotated[
     str,
     shaped(
-        r"^[A-Za-z0-9_./:@+%,=][A-Za-z0-9_./:@+%,=-]{0,254}$",
-        "a php.ini value: a number with unit, On/Off, a name or a path (no spaces)",
+        r"^[A-Za-z0-9][A-Za-z0-9_./+-]{0,63}$",
+        "the directive's value: its type and bounds depend on the directive (x-allowed)",
     ),
 ]
 
-PhpSize = Annotated[
-    str,
-    shaped(r"^[1-9][0-9]{0,5}[KMG]$", "a size in PHP's and nginx's notation, e.g. 256M or 2G"),
-]
+MemoryLimit = Annotated[str, setting_value(PHP_INI["memory_limit"], SIZE_PATTERN)]
+UploadLimit = Annotated[str, setting_value(PHP_INI["upload_max_filesize"], SIZE_PATTERN)]
+"""upload_max_filesize, post_max_size and nginx's client_max_body_size of a site (`site.limits`)."""
 
-SysctlKey = Annotated[
-    str,
-    shaped(
-        r"^[a-z0-9_]+(?:\.[a-z0-9_-]+){1,5}$",
-        "a kernel parameter, e.g. net.core.somaxconn",
-        max_length=128,
-    ),
-]
+SysctlKey = Annotated[str, allowed_key(SYSCTL, "a kernel parameter fleetdeck sets (the allow-list)")]
 
 SysctlValue = Annotated[
     str,
     shaped(
         r"^[0-9]{1,19}(?: [0-9]{1,19}){0,3}$",
-        "one to four non-negative integers separated by single spaces",
+        "one to four whole numbers separated by single spaces: their bounds depend on the key (x-allowed)",
     ),
 ]
 
@@ -835,6 +846,43 @@ Secret = Annotated[
     AfterValidator(_secret),
 ]
 """A secret (password, token, key): never put in an argv; it travels in the job's `secrets`."""
+
+
+def fpm_env_problem(value: str) -> str | None:
+    """Why PHP-FPM would not hand `value` to a site's PHP exactly as given, or None. Written as an
+    ``env[NAME]`` line of the site's pool in double quotes (``\\``, ``"`` and ``$`` escaped), any
+    other text arrives verbatim; but after reading the line FPM replaces a value beginning with
+    ``$`` by its own environment variable of that name (``$HOME``: the master's home, ``${X}``: an
+    empty value) and ``$pool`` anywhere by the pool's name, and has no escape for either."""
+    if any(unicodedata.category(char) in _BANNED_CATEGORIES for char in value):
+        return "an environment value is one line: no control or invisible characters (new line, tab, NUL...)"
+    if value.startswith("$"):
+        return (
+            "PHP-FPM replaces a value beginning with '$' by the FPM master's own environment variable of that"
+            " name, with no way to escape it: such a value cannot reach the site as given"
+        )
+    if "$pool" in value:
+        return (
+            "PHP-FPM replaces '$pool' anywhere in a value by the pool's name, with no way to escape it:"
+            " such a value cannot reach the site as given"
+        )
+    return None
+
+
+def _fpm_env_value(value: SecretStr) -> SecretStr:
+    problem = fpm_env_problem(value.get_secret_value())
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+FpmEnvValue = Annotated[
+    SecretStr,
+    Field(min_length=1, max_length=4096),
+    AfterValidator(_fpm_env_value),
+]
+"""A value of a site's PHP environment (`site.env-set`): travels as a secret; one line, reaching the
+site's PHP exactly as given (`fpm_env_problem` says what PHP-FPM cannot pass on)."""
 
 # --- small reusable scalars --------------------------------------------------------------------------
 

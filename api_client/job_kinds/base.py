@@ -32,6 +32,8 @@ from api_client.job_kinds.argtypes import value_problem
 from api_client.models import Plan
 
 Group = Literal["observe", "content", "infra", "sysadmin"]
+# content and infra are side by side (operators have both); sysadmin is above them.
+GROUP_RANK: Mapping[Group, int] = types.MappingProxyType({"observe": 0, "content": 1, "infra": 1, "sysadmin": 2})
 
 
 class Args(BaseModel):
@@ -48,6 +50,10 @@ class NoArgs(Args):
 class DomainPolicy:
     group: Group  # the group of the domain's mutation kinds
     min_plan: Plan
+    # The routes that make this domain's jobs, when they are not plain jobs: their kinds carry
+    # what those routes check (other orgs' servers, resolved addresses, revisions...), so the
+    # jobs route refuses them (`422 kind_not_allowed`) and a client does not offer them.
+    route: str | None = None
 
 
 _CONTENT = DomainPolicy("content", "free")
@@ -66,7 +72,7 @@ DOMAINS: Mapping[str, DomainPolicy] = types.MappingProxyType(
         "system": _SYSADMIN,
         "updates": _SYSADMIN,
         "storage": _SYSADMIN,
-        "backup": _SYSADMIN,
+        "backup": DomainPolicy("sysadmin", "free", route="/v1/servers/{server_id}/backups"),
         "migrate": _SYSADMIN,
         "app": _INFRA,
         "stack": _INFRA,
@@ -88,7 +94,7 @@ DOMAINS: Mapping[str, DomainPolicy] = types.MappingProxyType(
         "cache": _INFRA,
         "ai": _INFRA,
         "litellm": _INFRA,  # the gateway-key kinds raise it to plus, entry by entry
-        "lb": _INFRA,
+        "lb": DomainPolicy("infra", "free", route="/v1/load-balancers"),
         "logs": _INFRA,
         "metrics": _INFRA,
         "quota": _INFRA_PRO,
@@ -174,6 +180,7 @@ class JobKind:
     flags: frozenset[str] = frozenset()  # every flag this kind's argv may carry
     builder: Builder | None = None  # None: the generic builder (positionals, then flags)
     paths: tuple[ScopedPath, ...] = ()  # the fields that name a path on the server, and their scope
+    route: str | None = None  # not a plain job: only these routes make it (`DomainPolicy.route`)
 
     def build(self, raw_args: dict[str, Any]) -> BuiltJob:
         """Validate `raw_args` (raises pydantic.ValidationError), build the argv, split the secrets out."""
@@ -582,10 +589,13 @@ def kind(
     positional: tuple[str, ...] = (),
     json: bool | None = None,
     min_plan: Plan | None = None,
+    group: Group | None = None,
     builder: Builder | None = None,
     paths: tuple[ScopedPath, ...] = (),
 ) -> JobKind:
-    """One catalog entry. Group and plan come from the domain; `json` defaults to the convention above."""
+    """One catalog entry. Group and plan come from the domain; `json` defaults to the convention above.
+    `group` raises a mutation above its domain's group (`php.ini-global-set` is `sysadmin`), never
+    lowers it."""
     if not KIND_RE.match(name):
         raise ValueError(f"bad kind name {name!r}")
     domain, action = name.split(".", 1)
@@ -600,6 +610,8 @@ def kind(
         for path_field in (scoped.field, scoped.site):
             if path_field is not None and path_field not in args.model_fields:
                 raise TypeError(f"{name}: scoped path field {path_field} is not a field of {args.__name__}")
+    if group is not None and (read or GROUP_RANK[group] <= GROUP_RANK[policy.group]):
+        raise ValueError(f"{name}: group {group} does not raise its domain's group {policy.group}")
     if json is None:
         json = read or action.rsplit("-", 1)[-1] in JSON_MUTATION_VERBS
     flags = _model_flags(args, "-", positional + secret_fields)
@@ -615,7 +627,7 @@ def kind(
         summary=summary,
         args=args,
         read=read,
-        group="observe" if read else policy.group,
+        group="observe" if read else group or policy.group,
         min_plan=min_plan or policy.min_plan,
         secret_fields=secret_fields,
         positional=positional,
@@ -624,4 +636,5 @@ def kind(
         flags=frozenset(flags),
         builder=builder,
         paths=paths,
+        route=policy.route,
     )

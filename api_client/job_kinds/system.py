@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from api_client.job_kinds.allowlists import SYSCTL, allowed_values, check_setting
 from api_client.job_kinds.argtypes import (
     Bool,
     CommandLine,
@@ -648,8 +649,16 @@ class TuningApply(Args):
 
 
 class SysctlSet(Args):
+    """A kernel parameter of the allow-list, set persistently."""
+
     key: SysctlKey
-    value: SysctlValue
+    value: SysctlValue = Field(json_schema_extra=allowed_values(SYSCTL))
+
+    @field_validator("value")
+    @classmethod
+    def _allowed_value(cls, value: str, info: ValidationInfo) -> str:
+        key = info.data.get("key")
+        return value if key is None else check_setting(SYSCTL, key, value)
 
 
 TUNING = [
@@ -661,7 +670,8 @@ TUNING = [
          example={"target": "mysql", "profile": "performance"}),
     kind("tuning.reset", TuningArgs, "Restore a component's default settings", positional=("target",),
          example={"target": "nginx"}),
-    kind("tuning.sysctl-set", SysctlSet, "Set a numeric kernel parameter persistently", positional=("key", "value"),
+    kind("tuning.sysctl-set", SysctlSet, "Set a kernel parameter (from the allow-list) persistently",
+         positional=("key", "value"),
          example={"key": "net.core.somaxconn", "value": "4096"}),
 ]  # fmt: skip
 

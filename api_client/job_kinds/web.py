@@ -6,8 +6,9 @@ import ipaddress
 import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from api_client.job_kinds.allowlists import PHP_INI, PHP_INI_PER_SITE, allowed_values, check_setting
 from api_client.job_kinds.argtypes import (
     Bool,
     CommandLine,
@@ -17,26 +18,29 @@ from api_client.job_kinds.argtypes import (
     DomainName,
     Email,
     EnvName,
+    FpmEnvValue,
     GitRef,
     GitUrl,
     Id,
-    IniKey,
     IniValue,
     Int,
     IPAddress,
     IPv4,
     IPv6,
     Locale,
+    MemoryLimit,
     OnOff,
+    PhpDirective,
     PhpModule,
-    PhpSize,
     PhpVersion,
     PluginSlug,
     Port,
     RelativePath,
     SafeText,
     Secret,
+    SitePhpDirective,
     Slug,
+    UploadLimit,
     Version,
     WpUser,
 )
@@ -102,7 +106,7 @@ class SiteEnvKey(Args):
 
 
 class SiteEnvSet(SiteEnvKey):
-    value: Secret  # travels in the job's secrets either way; `masked` hides it in listings
+    value: FpmEnvValue  # travels in the job's secrets either way; `masked` hides it in listings
     masked: Bool = False
 
 
@@ -111,8 +115,8 @@ class SiteLimits(Args):
 
     domain: DomainName
     max_children: Int | None = Field(default=None, ge=1, le=1000)
-    memory_limit: PhpSize | None = None
-    upload_limit: PhpSize | None = None  # upload_max_filesize, post_max_size and nginx's client_max_body_size
+    memory_limit: MemoryLimit | None = None
+    upload_limit: UploadLimit | None = None
 
 
 class SiteClone(Args):
@@ -223,46 +227,56 @@ class WpMaintenance(WpTarget):
 
 
 _W = {"domain": "example.com", "path": "blog"}
+_IN_SITE = (ScopedPath("path", site="domain"),)  # the install's folder, in the site
 _WPLUG = {"domain": "example.com", "plugin": "wordpress-seo"}
 
 WP = [
     kind("wp.list", WpList, "List the WordPress installs", read=True, example={"domain": "example.com"}),
     kind("wp.info", WpTarget, "Show a WordPress install (versions, plugins needing updates)", read=True,
-         positional=("domain",), example=_W),
+         positional=("domain",), example=_W, paths=_IN_SITE),
     kind("wp.check", WpTarget, "Verify the core and plugin checksums of an install", read=True,
-         positional=("domain",), example=_W),
+         positional=("domain",), example=_W, paths=_IN_SITE),
     kind("wp.install", WpInstall, "Install WordPress in a site", positional=("domain",),
          example={"domain": "example.com", "title": "My blog", "admin_user": "admin-jo",
-                  "admin_email": "jo@example.com", "admin_password": "correct-horse-battery", "locale": "de_DE"}),
+                  "admin_email": "jo@example.com", "admin_password": "correct-horse-battery", "locale": "de_DE"},
+         paths=_IN_SITE),
     kind("wp.update", WpUpdate, "Update plugins, themes and translations", positional=("domain",),
-         example={"domain": "example.com", "scope": "plugins"}),
+         example={"domain": "example.com", "scope": "plugins"}, paths=_IN_SITE),
     kind("wp.core-update", WpCoreUpdate, "Update WordPress core", positional=("domain",),
-         example={"domain": "example.com", "version": "6.5.2"}),
-    kind("wp.plugin-list", WpTarget, "List the plugins of an install", read=True, positional=("domain",), example=_W),
+         example={"domain": "example.com", "version": "6.5.2"}, paths=_IN_SITE),
+    kind("wp.plugin-list", WpTarget, "List the plugins of an install", read=True, positional=("domain",), example=_W,
+         paths=_IN_SITE),
     kind("wp.plugin-install", WpPluginInstall, "Install a plugin from WordPress.org", positional=("domain", "plugin"),
-         example={**_WPLUG, "version": "22.5", "activate": True}),
-    kind("wp.plugin-activate", WpPlugin, "Activate a plugin", positional=("domain", "plugin"), example=_WPLUG),
-    kind("wp.plugin-deactivate", WpPlugin, "Deactivate a plugin", positional=("domain", "plugin"), example=_WPLUG),
+         example={**_WPLUG, "version": "22.5", "activate": True}, paths=_IN_SITE),
+    kind("wp.plugin-activate", WpPlugin, "Activate a plugin", positional=("domain", "plugin"), example=_WPLUG,
+         paths=_IN_SITE),
+    kind("wp.plugin-deactivate", WpPlugin, "Deactivate a plugin", positional=("domain", "plugin"), example=_WPLUG,
+         paths=_IN_SITE),
     kind("wp.plugin-update", WpPluginUpdate, "Update one plugin, or all of them", positional=("domain",),
-         example=_WPLUG),
-    kind("wp.plugin-delete", WpPlugin, "Delete a plugin", positional=("domain", "plugin"), example=_WPLUG),
-    kind("wp.theme-list", WpTarget, "List the themes of an install", read=True, positional=("domain",), example=_W),
+         example=_WPLUG, paths=_IN_SITE),
+    kind("wp.plugin-delete", WpPlugin, "Delete a plugin", positional=("domain", "plugin"), example=_WPLUG,
+         paths=_IN_SITE),
+    kind("wp.theme-list", WpTarget, "List the themes of an install", read=True, positional=("domain",), example=_W,
+         paths=_IN_SITE),
     kind("wp.theme-install", WpThemeInstall, "Install a theme from WordPress.org", positional=("domain", "theme"),
-         example={"domain": "example.com", "theme": "twentytwentyfour", "activate": True}),
+         example={"domain": "example.com", "theme": "twentytwentyfour", "activate": True}, paths=_IN_SITE),
     kind("wp.theme-activate", WpTheme, "Activate a theme", positional=("domain", "theme"),
-         example={"domain": "example.com", "theme": "twentytwentyfour"}),
+         example={"domain": "example.com", "theme": "twentytwentyfour"}, paths=_IN_SITE),
     kind("wp.theme-delete", WpTheme, "Delete a theme", positional=("domain", "theme"),
-         example={"domain": "example.com", "theme": "twentytwentyone"}),
-    kind("wp.cache-flush", WpTarget, "Flush the object cache of an install", positional=("domain",), example=_W),
-    kind("wp.user-list", WpTarget, "List the users of an install", read=True, positional=("domain",), example=_W),
+         example={"domain": "example.com", "theme": "twentytwentyone"}, paths=_IN_SITE),
+    kind("wp.cache-flush", WpTarget, "Flush the object cache of an install", positional=("domain",), example=_W,
+         paths=_IN_SITE),
+    kind("wp.user-list", WpTarget, "List the users of an install", read=True, positional=("domain",), example=_W,
+         paths=_IN_SITE),
     kind("wp.user-create", WpUserCreate, "Create a WordPress user", positional=("domain", "login"),
          example={"domain": "example.com", "login": "editor1", "email": "ed@example.com", "role": "editor",
-                  "password": "correct-horse-battery"}),
+                  "password": "correct-horse-battery"}, paths=_IN_SITE),
     kind("wp.search-replace", WpSearchReplace, "Move an install to another domain in its database",
          positional=("domain",),
-         example={"domain": "example.com", "search": "old.example.com", "replace": "example.com", "dry_run": True}),
+         example={"domain": "example.com", "search": "old.example.com", "replace": "example.com", "dry_run": True},
+         paths=_IN_SITE),
     kind("wp.maintenance", WpMaintenance, "Turn maintenance mode on or off", positional=("domain", "state"),
-         example={"domain": "example.com", "state": "on"}),
+         example={"domain": "example.com", "state": "on"}, paths=_IN_SITE),
 ]  # fmt: skip
 
 # --- php -------------------------------------------------------------------------------------------
@@ -279,12 +293,37 @@ class PhpSet(Args):
 
 class PhpIniGet(Args):
     version: PhpVersion
-    key: IniKey
+    key: PhpDirective
     domain: DomainName | None = None  # None: the version's global php.ini
 
 
-class PhpIniSet(PhpIniGet):
-    value: IniValue
+class PhpIniSet(Args):
+    """A directive of one site's pool (``php_admin_value``): the allow-list of the site's directives."""
+
+    version: PhpVersion
+    key: SitePhpDirective
+    value: IniValue = Field(json_schema_extra=allowed_values(PHP_INI_PER_SITE))
+    domain: DomainName
+
+    @field_validator("value")
+    @classmethod
+    def _allowed_value(cls, value: str, info: ValidationInfo) -> str:
+        key = info.data.get("key")
+        return value if key is None else check_setting(PHP_INI_PER_SITE, key, value)
+
+
+class PhpIniGlobalSet(Args):
+    """A directive of every site of a PHP version (``99-fleetdeck.ini``): the whole allow-list."""
+
+    version: PhpVersion
+    key: PhpDirective
+    value: IniValue = Field(json_schema_extra=allowed_values(PHP_INI))
+
+    @field_validator("value")
+    @classmethod
+    def _allowed_value(cls, value: str, info: ValidationInfo) -> str:
+        key = info.data.get("key")
+        return value if key is None else check_setting(PHP_INI, key, value)
 
 
 class PhpModuleArgs(Args):
@@ -313,9 +352,12 @@ PHP = [
          positional=("version",), example=_V),
     kind("php.ini-get", PhpIniGet, "Show a php.ini directive", read=True, positional=("version", "key"),
          example={"version": "8.3", "key": "memory_limit"}),
-    kind("php.ini-set", PhpIniSet, "Set a php.ini directive (globally or for one site)",
+    kind("php.ini-set", PhpIniSet, "Set a php.ini directive of one site (from the allow-list)",
          positional=("version", "key", "value"),
          example={"version": "8.3", "key": "memory_limit", "value": "512M", "domain": "example.com"}),
+    kind("php.ini-global-set", PhpIniGlobalSet, "Set a php.ini directive for every site of a PHP version",
+         positional=("version", "key", "value"), group="sysadmin",
+         example={"version": "8.3", "key": "opcache.memory_consumption", "value": "256"}),
     kind("php.module-list", PhpVersionArgs, "List the extension modules of a PHP version", read=True,
          positional=("version",), example=_V),
     kind("php.module-enable", PhpModuleArgs, "Enable a PHP extension module", positional=("version", "module"),
@@ -603,13 +645,15 @@ DEPLOY = [
     kind("deploy.init", DeployInit, "Prepare a site for git deploys: clone a repository, or make one to push to",
          positional=("domain",), json=True,
          example={"domain": "example.com", "repo": "https://github.com/acme/site.git", "branch": "main",
-                  "shared": ["storage", "public/uploads"], "public": "public"}),
+                  "shared": ["storage", "public/uploads"], "public": "public"},
+         paths=(ScopedPath("shared", site="domain"), ScopedPath("public", site="domain"))),
     kind("deploy.run", DeployRun, "Deploy the newest commit of the branch as a new release", positional=("domain",),
          json=True, example={"domain": "example.com", "branch": "main"}),
     kind("deploy.git", DeployGit, "Deploy a git branch into a site as a new release", positional=("domain",),
          json=True,
          example={"domain": "example.com", "repo": "https://github.com/acme/site.git", "branch": "main",
-                  "token": "ghp_exampletoken123"}),
+                  "token": "ghp_exampletoken123"},
+         paths=(ScopedPath("path", site="domain"), ScopedPath("public", site="domain"))),
     kind("deploy.rollback", DeployRollback, "Switch a site back to an earlier release", positional=("domain",),
          example={"domain": "example.com", "release": "20240501-1"}),
     kind("deploy.list", DomainArgs, "List the releases of a site", read=True, positional=("domain",), example=_D),
@@ -671,7 +715,7 @@ APP = [
     kind("app.inspect", AppName, "Show an application", read=True, positional=("name",), example=_A),
     kind("app.create", AppCreate, "Create an application process behind a site", positional=("name",),
          example={"name": "api", "domain": "api.example.com", "runtime": "node", "runtime_version": "20",
-                  "port": 3000, "command": "node server.js"}),
+                  "port": 3000, "command": "node server.js"}, paths=(ScopedPath("directory", site="domain"),)),
     kind("app.delete", AppDelete, "Delete an application", positional=("name",),
          example={"name": "api", "keep_files": True}),
     kind("app.start", AppName, "Start an application", positional=("name",), example=_A),

@@ -37,11 +37,6 @@ from control_plane.state import Caller, Fleet, FleetDep
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
-# Backups get routes of their own (retention, restore targets); they are not plain jobs.
-DEDICATED_ROUTE_DOMAINS = frozenset({"backup"})
-# These queue while the node's agent is offline and run when it returns: the definition in the
-# control plane is the source of truth, so applying it late is right.
-QUEUEABLE_KINDS = frozenset({"lb.apply", "lb.remove"})
 MASK = "***"
 
 
@@ -76,8 +71,10 @@ def _checked_kind(caller: Principal, name: str) -> JobKind:
     kind = lookup(name)
     if kind is None:
         raise UnknownKind(f"{name!r} is not a job kind", details={"kind": name})
-    if kind.domain in DEDICATED_ROUTE_DOMAINS:
-        raise KindNotAllowed(f"{name} has a dedicated route; it cannot be created as a job")
+    if kind.route is not None:  # backups and load balancers: their routes check what their jobs carry
+        raise KindNotAllowed(
+            f"{name} is made through {kind.route}, not as a plain job", details={"kind": name, "route": kind.route}
+        )
     caller.require_plan(kind.min_plan)
     caller.require(kind.group)
     return kind
@@ -128,7 +125,7 @@ async def create_job(
     online = await fleet.agent_online(server_id)
     if not online and kind.read:
         return await _cached_answer(fleet, caller, server_id, kind, args)
-    if not online and kind.kind not in QUEUEABLE_KINDS:
+    if not online:
         raise AgentOffline("the server's agent is not connected")
     try:
         row = await submit_job(fleet, caller, server_id, kind, built, idempotency_key=idempotency_key)

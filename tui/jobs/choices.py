@@ -1,10 +1,11 @@
 """What a job form's field names on the server, and where the form finds the ones that exist.
 
-A field that names a thing of the server (a site's domain, a cron entry's id, a database, a daemon,
-a load balancer…) offers a picker of those the server has. `SOURCES` is the one declaration of
-which field takes its choices from where: the result of a read kind of that server (`site.list`,
-run as a job: an offline agent answers with its last result, `cached`), or for load balancers the
-API. The user can still type any value: the picker only helps.
+A field that names a thing of the server (a site's domain, a cron entry's id, a database, a
+daemon…) offers a picker of those the server has. `SOURCES` is the one declaration of which field
+takes its choices from where: the result of a read kind of that server (`site.list`, run as a
+job: an offline agent answers with its last result, `cached`). The user can still type any
+value: the picker only helps. (Load balancers have a screen of their own: their kinds are not
+plain jobs, and the job picker does not offer them.)
 """
 
 from __future__ import annotations
@@ -22,17 +23,16 @@ class Source:
     """Where the things a field names are listed, and how to read that list."""
 
     noun: str  # what they are, plural ("sites"), for the hint and the picker's title
-    read_kind: str | None  # the read kind listing them on the server; None: the org's load balancers (API)
+    read_kind: str  # the read kind listing them on the server
     items: str | None  # the key of the list in the kind's result (None: the result is the list)
     key: str  # the field of each listed item that is the value
     details: tuple[str, ...] = ()  # fields shown beside it
 
     @property
     def where(self) -> str:
-        return self.read_kind or "the load balancer list"
+        return self.read_kind
 
 
-LOAD_BALANCERS = Source("load balancers", None, None, "id", ("name", "port"))
 PHP_VERSIONS = Source("PHP versions", "php.versions", "versions", "version")
 
 # (kind domain, field) → source; "*" is any domain. Kept small: the fields users name most.
@@ -44,7 +44,6 @@ SOURCES: Mapping[tuple[str, str], Source] = {
     ("daemon", "name"): Source("daemons", "daemon.list", "daemons", "name", ("domain", "command")),
     ("service", "name"): Source("services", "service.list", "services", "name", ("description",)),
     ("user", "username"): Source("users", "user.list", "users", "username", ("home",)),
-    ("lb", "id"): LOAD_BALANCERS,
     ("php", "version"): PHP_VERSIONS,
     ("site", "php"): PHP_VERSIONS,
 }
@@ -58,7 +57,7 @@ def source_of(kind: JobKindInfo, name: str) -> Source | None:
     source = SOURCES.get((kind.domain, name)) or SOURCES.get(("*", name))
     if source is None or source.read_kind == kind.kind:
         return None
-    made_here = source.read_kind is not None and source.read_kind.split(".", 1)[0] == kind.domain
+    made_here = source.read_kind.split(".", 1)[0] == kind.domain
     if made_here and kind.action in CREATING_ACTIONS:
         return None
     return source
@@ -93,10 +92,7 @@ class ChoicesUnavailable(Exception):
 
 
 async def fetch_choices(client: Client, server_id: str, source: Source) -> list[Choice]:
-    """What exists now: the source's read kind run on the server (until it ends), or the API's list."""
-    if source.read_kind is None:
-        balancers = (await client.load_balancers.list()).load_balancers
-        return [Choice(lb.id, f"{lb.name} · port {lb.port}") for lb in balancers if lb.node_server_id == server_id]
+    """What exists now: the source's read kind run on the server (until it ends)."""
     job = await client.jobs.create(server_id, source.read_kind, {})
     if job.status in ("queued", "running"):
         async for _event in client.jobs.stream(job.id):

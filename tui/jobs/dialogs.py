@@ -144,7 +144,9 @@ class KindPicker(FleetModal[JobKindInfo | None]):
 
     def __init__(self, kinds: Sequence[JobKindInfo], server: Server, access: Access) -> None:
         super().__init__()
-        self.kinds = list(kinds)
+        # A kind with a route of its own (load balancers, backups) is made on its own screen:
+        # the jobs route refuses it, so it is not offered here.
+        self.kinds = [kind for kind in kinds if kind.route is None]
         self.server = server
         self.access = access
         self.matches: list[KindMatch] = []

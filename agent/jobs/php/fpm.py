@@ -107,7 +107,7 @@ def set_directive(text: str, key: str, value: str) -> str:
     """`text` (a php.ini or an FPM pool file) with ``key = value``: the last line setting `key`
     is replaced (PHP keeps the last one), others setting it are dropped; else appended."""
     lines = text.splitlines()
-    hits = [i for i, line in enumerate(lines) if _directive_key(line) == key]
+    hits = [i for i, line in enumerate(lines) if directive_key(line) == key]
     wanted = f"{key} = {value}"
     if not hits:
         return "\n".join([*lines, wanted]) + "\n"
@@ -116,11 +116,19 @@ def set_directive(text: str, key: str, value: str) -> str:
     return "\n".join(kept) + "\n"
 
 
-def _directive_key(line: str) -> str | None:
+def directive_key(line: str) -> str | None:
+    """The key a line of an ini-style file sets, or None (a comment, a section, a blank line)."""
     stripped = line.strip()
     if not stripped or stripped[0] in ";#[" or "=" not in stripped:
         return None
     return stripped.split("=", 1)[0].strip()
+
+
+def unquoted(value: str) -> str:
+    """An ini value without the quotes around it."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    return value
 
 
 def parse_sections(text: str) -> list[tuple[str, dict[str, str]]]:
@@ -132,12 +140,9 @@ def parse_sections(text: str) -> list[tuple[str, dict[str, str]]]:
         if stripped.startswith("[") and stripped.endswith("]"):
             sections.append((stripped[1:-1].strip(), {}))
             continue
-        key = _directive_key(line)
+        key = directive_key(line)
         if key is not None:
-            value = stripped.split("=", 1)[1].strip()
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-                value = value[1:-1]
-            sections[-1][1][key] = value
+            sections[-1][1][key] = unquoted(stripped.split("=", 1)[1].strip())
     return [(name, values) for name, values in sections if name or values]
 
 

@@ -1,18 +1,24 @@
-"""``php ini-get|ini-set``: php.ini directives, for the whole version or for one site.
+"""``php ini-get|ini-set|ini-global-set``: php.ini directives, for one site or a whole version.
 
-Globally a directive goes to ``99-fleetdeck.ini`` in the conf.d of FPM and of the CLI (read
-after Debian's files, so it wins, and ``php.ini`` itself stays the package's); for a site it is a
-``php_admin_value[KEY]`` line of the site's FPM pool (the site's code cannot override it), kept
-in its registry entry (``php_ini``) from which `agent.jobs.site_web` renders the pool. Before
-anything is written the key must be one PHP knows (``ini_get`` answers false for any other) and
-the value must not make PHP warn (``php -d KEY=VALUE``: "Invalid quantity", ...); then the whole
-configuration goes through ``php-fpm -t`` (see `change_checked`): a refusal exits 78 and leaves
-the files as they were.
+Only directives of the allow-list (`api_client.job_kinds.allowlists.PHP_INI`) with values in their
+bounds: the job's argv is parsed into the catalog's model, which refuses anything else (exit 2).
+For a site (``ini-set``) a directive is a ``php_admin_value[KEY]`` line of the site's FPM pool (the
+site's code cannot override it), kept in its registry entry (``php_ini``) from which
+`agent.jobs.site_web` renders the pool. For a whole version (``ini-global-set``, sysadmin) it goes to
+``99-fleetdeck.ini`` in the conf.d of FPM and of the CLI (read after Debian's files, so it wins, and
+``php.ini`` itself stays the package's); that file is rewritten with allowed directives only, so
+one written before the allow-list (``opcache.preload``...) goes with the next change, and at the
+agent's start (`sweep_global_ini`). Before
+anything is written the key must be one this PHP knows (``ini_get`` answers false for any other:
+``opcache.jit`` on PHP 7) and the value must not make PHP warn (``php -d KEY=VALUE``); then the
+whole configuration goes through ``php-fpm -t`` (see `change_checked`): a refusal exits 78 and
+leaves the files as they were.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
@@ -20,22 +26,30 @@ import trio
 
 from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
 from agent.jobs.common import find_site
+from agent.jobs.host import php_fpm_versions
 from agent.jobs.php.fpm import (
     FileTrial,
     PhpPaths,
     change_checked,
+    control_fpm,
+    directive_key,
     parse_sections,
     php_paths,
     problem_lines,
     reload_after_change,
+    running_master,
     set_directive,
+    unquoted,
 )
 from agent.jobs.php.pools import set_site_ini, site_pool
 from agent.jobs.proc import capture_command
-from api_client.job_kinds.web import PhpIniGet, PhpIniSet
+from api_client.job_kinds.allowlists import PHP_INI, setting_problem
+from api_client.job_kinds.web import PhpIniGet, PhpIniGlobalSet, PhpIniSet
+
+log = logging.getLogger("fleetdeck.agent.jobs")
 
 GLOBAL_INI_FILE = "99-fleetdeck.ini"
-_HEADER = "; written by fleetdeck (php.ini-set): these directives override php.ini\n"
+_HEADER = "; written by fleetdeck (php.ini-global-set): these directives override php.ini\n"
 # A fixed script; the key is its argument, never part of the code.
 _INI_GET = "echo json_encode(ini_get($argv[1]));"
 
@@ -91,15 +105,19 @@ def _pool_ini(text: str, key: str) -> str | None:
 async def _ini_set(args: PhpIniSet, ctx: JobContext, out: Output) -> int:
     paths = php_paths(ctx, args.version)
     await check_ini(paths, args.key, args.value)
-    if args.domain is not None:
-        site = await find_site(ctx, args.domain)
-        await site_pool(ctx, site, paths)
-        if not await set_site_ini(ctx, site, args.key, args.value):
-            out.stdout(f"{args.key} is already {args.value} in the pool of {site.domain}")
-            return 0
-        out.stdout(f"{args.key} = {args.value} in the pool of {site.domain} (PHP-FPM {args.version} reloaded)")
+    site = await find_site(ctx, args.domain)
+    await site_pool(ctx, site, paths)
+    if not await set_site_ini(ctx, site, args.key, args.value):
+        out.stdout(f"{args.key} is already {args.value} in the pool of {site.domain}")
         return 0
-    changed = await _write_global(paths, args.key, args.value)
+    out.stdout(f"{args.key} = {args.value} in the pool of {site.domain} (PHP-FPM {args.version} reloaded)")
+    return 0
+
+
+async def _ini_global_set(args: PhpIniGlobalSet, ctx: JobContext, out: Output) -> int:
+    paths = php_paths(ctx, args.version)
+    await check_ini(paths, args.key, args.value)
+    changed = await _write_global(paths, args.key, args.value, out)
     where = f"PHP {args.version} ({GLOBAL_INI_FILE})"
     if not changed:
         out.stdout(f"{args.key} is already {args.value} in {where}")
@@ -109,8 +127,25 @@ async def _ini_set(args: PhpIniSet, ctx: JobContext, out: Output) -> int:
     return 0
 
 
-async def _write_global(paths: PhpPaths, key: str, value: str) -> bool:
-    """Set the directive in the fleetdeck ini of FPM and CLI; False when both had it already."""
+def allowed_lines(text: str) -> tuple[str, list[str]]:
+    """The fleetdeck ini `text` without the directives the allow-list does not take (written
+    before it, or by hand), and those directives' lines (comments and blank lines stay)."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    for line in text.splitlines():
+        key = directive_key(line)
+        if key is not None:
+            value = unquoted(line.split("=", 1)[1].strip())
+            if setting_problem(PHP_INI, key, value) is not None:
+                dropped.append(line.strip())
+                continue
+        kept.append(line)
+    return "\n".join(kept) + "\n", dropped
+
+
+async def _write_global(paths: PhpPaths, key: str, value: str, out: Output) -> bool:
+    """Set the directive in the fleetdeck ini of FPM and CLI, dropping those the allow-list does
+    not take (said on stderr); False when both files had it already and nothing was dropped."""
     files = [os.path.join(paths.conf_d(sapi), GLOBAL_INI_FILE) for sapi in paths.sapis()]
     texts: dict[str, str] = {}
     for file in files:
@@ -118,7 +153,10 @@ async def _write_global(paths: PhpPaths, key: str, value: str) -> bool:
             old = await trio.Path(file).read_text()
         except FileNotFoundError:
             old = _HEADER
-        new = set_directive(old, key, value)
+        allowed, dropped = allowed_lines(old)
+        for line in dropped:
+            out.stderr(f"{file}: {line!r} removed: not on the allow-list of php.ini directives")
+        new = set_directive(allowed, key, value)
         if new != old:
             texts[file] = new
     if not texts:
@@ -132,7 +170,54 @@ async def _write_global(paths: PhpPaths, key: str, value: str) -> bool:
     return True
 
 
+async def sweep_global_ini(ctx: JobContext) -> None:
+    """At the agent's start: the directives of each installed version's fleetdeck ini that the
+    allow-list does not take (written before it: ``opcache.preload``...) are removed, checked by
+    ``php-fpm -t``, and a running FPM reloads, so none waits for the next ``php.ini-global-set``.
+    Never fails the agent: a version it cannot clean is one line in its log."""
+    for version in await trio.to_thread.run_sync(php_fpm_versions):
+        paths = PhpPaths(version, ctx.host.php)
+        try:
+            removed = await _sweep(paths)
+            if removed and await running_master(paths) is not None:
+                await control_fpm(ctx, paths, "reload")
+        except Exception as exc:  # one version's trouble is no reason to stop the agent
+            log.warning("PHP %s: the fleetdeck ini was not cleaned of directives off the allow-list: %s", version, exc)
+            continue
+        for line in removed:
+            log.warning(
+                "PHP %s: %r removed from %s: not on the allow-list of php.ini directives",
+                version,
+                line,
+                GLOBAL_INI_FILE,
+            )
+
+
+async def _sweep(paths: PhpPaths) -> list[str]:
+    texts: dict[str, str] = {}
+    removed: list[str] = []
+    for sapi in paths.sapis():
+        file = os.path.join(paths.conf_d(sapi), GLOBAL_INI_FILE)
+        try:
+            old = await trio.Path(file).read_text()
+        except FileNotFoundError:
+            continue
+        allowed, dropped = allowed_lines(old)
+        if dropped:
+            texts[file] = allowed
+            removed += dropped
+    if texts:
+
+        def write(trial: FileTrial) -> None:
+            for file, text in texts.items():
+                trial.write(file, text)
+
+        await change_checked(paths, write)
+    return removed
+
+
 KINDS = [
     handler("php.ini-get", _ini_get),
     handler("php.ini-set", _ini_set),
+    handler("php.ini-global-set", _ini_global_set),
 ]
