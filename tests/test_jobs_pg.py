@@ -227,19 +227,32 @@ def test_user_password_changes_the_password_also_to_a_non_ascii_one(hosting: Hos
 
 
 @needs_postgres
-def test_user_delete_keeps_what_the_role_owned(hosting: Hosting, postgres: PostgresServer) -> None:
-    user, name = unique("gone"), unique("kept")
+def test_user_delete_keeps_what_the_role_owned_and_hands_it_to_no_superuser(
+    hosting: Hosting, postgres: PostgresServer
+) -> None:
+    """What the role made (a SECURITY DEFINER function among it) would run as a superuser if one
+    got it: its own database, and what it made in the superuser's, go to the databases' owner roles."""
+    user, name, shared = unique("gone"), unique("kept"), unique("shared")
     hosting.run("pg.user-create", user=user, password=PASSWORD).ok()
     hosting.run("pg.create", name=name, owner=user).ok()
+    hosting.run("pg.create", name=shared).ok()  # the superuser's
     hosting.run("pg.grant", user=user, name=name).ok()
-    postgres.psql(f"SET ROLE {user}; CREATE TABLE mine (id int); INSERT INTO mine VALUES (7);", name)
+    hosting.run("pg.grant", user=user, name=shared).ok()
+    made = "CREATE FUNCTION mine_too() RETURNS name LANGUAGE sql SECURITY DEFINER AS 'SELECT current_user';"
+    postgres.psql(f"SET ROLE {user}; CREATE TABLE mine (id int); INSERT INTO mine VALUES (7); {made}", name)
+    postgres.psql(f"SET ROLE {user}; {made}", shared)
 
     deleted = output(hosting.run("pg.user-delete", user=user).ok())
     assert deleted["deleted"] is True
     assert postgres.psql(f"SELECT count(*) FROM pg_roles WHERE rolname = '{user}'") == "0"
     assert postgres.login(user, PASSWORD, "postgres").returncode != 0
-    assert postgres.psql("SELECT id FROM mine", name) == "7"  # handed to the superuser, not dropped
-    assert postgres.psql(f"SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = '{name}'") == "postgres"
+    assert postgres.psql("SELECT id FROM mine", name) == "7"  # handed over, not dropped
+    heir = owner_of(postgres, name)
+    assert heir.startswith("fleetdeck_owner_") and heir not in superusers(postgres)
+    assert postgres.psql("SELECT pg_get_userbyid(relowner) FROM pg_class WHERE relname = 'mine'", name) == heir
+    assert postgres.psql("SELECT mine_too()", name) == heir
+    assert owner_of(postgres, shared) == "postgres"
+    assert postgres.psql("SELECT mine_too()", shared) not in superusers(postgres)
     assert output(hosting.run("pg.user-delete", user=user).ok())["deleted"] is False
 
 

@@ -163,9 +163,13 @@ async def database_owner(pg: Postgres, name: str) -> dict[str, Any]:
     return row
 
 
-async def _owner_role(pg: Postgres, oid: int) -> str:
-    """The database's own owner role (made when missing); a role of that name that has powers
-    the database's owner must not have is refused."""
+async def database_owner_role(pg: Postgres, oid: int) -> str:
+    """The own owner role of the database `oid` (made when missing): NOLOGIN, no power, what a
+    site's objects in it belong to when its owner may not own them.
+
+    Raises:
+        JobError: a role of that name exists with powers (made by hand): it is not used.
+    """
     role = OWNER_ROLE.format(oid=oid)
     found = await pg.rows(_ROLE, variables={"role": role})
     if found and found[0]["powerful"]:
@@ -200,7 +204,7 @@ async def importer(pg: Postgres, name: str, out: Output, *, create: bool) -> Asy
         if found["powerful"] and not found["superuser"]:
             raise _refuse_owner(name, found["owner"])
         role.previous_owner = found["owner"]
-        role.owner = await _owner_role(pg, found["oid"]) if found["superuser"] else found["owner"]
+        role.owner = await database_owner_role(pg, found["oid"]) if found["superuser"] else found["owner"]
     variables = {"importer": role.role, "name": name}
     await pg.run(
         'CREATE ROLE :"importer" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS'
@@ -215,7 +219,7 @@ async def importer(pg: Postgres, name: str, out: Output, *, create: bool) -> Asy
             await pg.run('CREATE DATABASE :"name" OWNER :"importer" TEMPLATE template0;\n', variables=variables)
             made = True
             out.stdout(f"database {name} created")
-            role.owner = await _owner_role(pg, (await database_owner(pg, name))["oid"])
+            role.owner = await database_owner_role(pg, (await database_owner(pg, name))["oid"])
         else:
             await pg.run(
                 f'BEGIN;\nALTER DATABASE :"name" OWNER TO :"importer";\n{_HAND_OVER}COMMIT;\n',
