@@ -254,6 +254,9 @@ def test_user_delete_keeps_what_the_role_owned_and_hands_it_to_no_superuser(
     assert owner_of(postgres, shared) == "postgres"
     assert postgres.psql("SELECT mine_too()", shared) not in superusers(postgres)
     assert output(hosting.run("pg.user-delete", user=user).ok())["deleted"] is False
+    refused = hosting.run("pg.user-delete", user=heir)  # its objects would have nobody to go to
+    assert refused.exit_code == 1 and "own owner role" in refused.text
+    assert postgres.psql("SELECT id FROM mine", name) == "7"
 
 
 @needs_postgres
