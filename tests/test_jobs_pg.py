@@ -613,6 +613,26 @@ def test_a_plain_pg_dump_of_its_own_restores_with_its_data_and_grants(
 
 
 @needs_postgres
+def test_a_restore_after_one_the_agent_never_ended_takes_its_database_back(
+    hosting: Hosting, postgres: PostgresServer, site: str
+) -> None:
+    """An agent killed mid-restore leaves its role owning the database: the next restore hands
+    all to the database's owner role and drops the role."""
+    dead, name = f"fleetdeck_importer_{uuid.uuid4().hex[:12]}", unique("orphan")
+    hosting.run("pg.create", name=name).ok()
+    postgres.psql(f"CREATE ROLE {dead} LOGIN; ALTER DATABASE {name} OWNER TO {dead}")
+    postgres.psql(f"CREATE TABLE old (id int); ALTER TABLE old OWNER TO {dead}", name)
+    site_file(hosting, site, "after.sql", b"CREATE TABLE new (id int);\n")
+    hosting.run("pg.restore", name=name, domain=site, path="after.sql").ok()
+    owner = owner_of(postgres, name)
+    assert owner.startswith("fleetdeck_owner_")
+    tables = "SELECT string_agg(pg_get_userbyid(relowner), ',' ORDER BY relname) FROM pg_class"
+    tables += " WHERE relname IN ('new', 'old')"
+    assert postgres.psql(tables, name) == f"{owner},{owner}"
+    assert postgres.psql("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'fleetdeck_importer_%'") == "0"
+
+
+@needs_postgres
 def test_a_database_whose_owner_may_create_roles_is_not_restored_into(
     hosting: Hosting, postgres: PostgresServer, site: str
 ) -> None:

@@ -12,7 +12,8 @@ a server file, ``pg_read_file``, ``lo_import``, ``CREATE ROLE``, ``ALTER ROLE ..
 
 Once the restore is over, whatever happened, the database and everything the role owns go to the
 database's owner (``REASSIGN OWNED``), its privileges go (``DROP OWNED``), its sessions are
-ended and the role is dropped. The owner must be a role a site's SQL may run as: a superuser, or
+ended and the role is dropped (as is the role of an earlier restore the agent could not end, a
+crash's, found owning the database). The owner must be a role a site's SQL may run as: a superuser, or
 a role that may create roles, replicate, bypass row security, read or write the server's files or
 run its programs (or a member of one) would lend that power to the dump's functions and views
 (they run as their owner). A database owned by a superuser (``pg.create`` without an owner, or
@@ -204,7 +205,11 @@ async def importer(pg: Postgres, name: str, out: Output, *, create: bool) -> Asy
         if found["powerful"] and not found["superuser"]:
             raise _refuse_owner(name, found["owner"])
         role.previous_owner = found["owner"]
-        role.owner = await database_owner_role(pg, found["oid"]) if found["superuser"] else found["owner"]
+        left_over = role.previous_owner.startswith(IMPORTER_PREFIX)  # the role of a restore the agent never ended
+        if found["superuser"] or left_over:
+            role.owner = await database_owner_role(pg, found["oid"])
+        else:
+            role.owner = found["owner"]
     variables = {"importer": role.role, "name": name}
     await pg.run(
         'CREATE ROLE :"importer" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS'
@@ -239,7 +244,7 @@ async def _end(pg: Postgres, role: Importer, out: Output, *, drop_database: bool
     """The role's sessions ended, what it owns handed to the database's owner role (or the
     database dropped, with the owner role made for it), then the role dropped. A step that fails
     is said on stderr: the rest still runs."""
-    variables = {"importer": role.role, "name": role.database, "owner": role.owner}
+    variables = {"importer": role.role, "name": role.database, "owner": role.owner, "left_over": role.previous_owner}
     end = 'ALTER ROLE :"importer" NOLOGIN;\n'
     end += f"SELECT pg_catalog.pg_terminate_backend(pid, {TERMINATE_WAIT_MS}) FROM pg_catalog.pg_stat_activity"
     end += " WHERE usename = :'importer';\n"
@@ -252,6 +257,8 @@ async def _end(pg: Postgres, role: Importer, out: Output, *, drop_database: bool
         hand = 'ALTER DATABASE :"name" OWNER TO :"owner";\nREASSIGN OWNED BY :"importer" TO :"owner";\n'
         steps.append((hand + 'DROP OWNED BY :"importer";\n', role.database))
     steps.append(('DROP ROLE IF EXISTS :"importer";\n', "postgres"))
+    if role.previous_owner.startswith(IMPORTER_PREFIX):  # it owns nothing here any more
+        steps.append(('DROP ROLE IF EXISTS :"left_over";\n', "postgres"))
     for sql, database in steps:
         try:
             await pg.run(sql, database=database, variables=variables)
