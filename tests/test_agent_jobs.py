@@ -29,7 +29,7 @@ import pytest
 import trio
 
 from agent import __version__
-from agent.jobs.base import JobContext, Kind, Output
+from agent.jobs.base import JobContext, JobError, Kind, Output
 from agent.jobs.host import LayoutFile
 from agent.jobs.manager import BLOCK, RUN_LINES, Job, JobManager
 from agent.jobs.proc import LineSplitter, capture_command, pid_alive
@@ -970,3 +970,20 @@ async def test_a_cancelled_capture_stops_what_is_left_of_the_group(tmp_path: Pat
         assert live_members(os.getpgid(child))
         nursery.cancel_scope.cancel()
     await eventually(lambda: not pid_alive(child))  # it ignored TERM: the KILL after the grace period stops it
+
+
+@needs_root
+@pytest.mark.anyio
+async def test_a_tool_run_as_an_account_has_that_accounts_groups_not_roots() -> None:
+    """Popen's ``user`` alone would keep gid 0 and root's groups: `child_identity` brings the
+    account's own (or none, when the caller says so)."""
+    account = pwd.getpwnam("nobody")
+    own = sorted(os.getgrouplist("nobody", account.pw_gid))
+    code, text, _ = await capture_command(["/bin/sh", "-c", "id -u; id -g; id -G"], user="nobody")
+    uid, gid, groups = text.splitlines()
+    assert code == 0 and (int(uid), int(gid)) == (account.pw_uid, account.pw_gid)
+    assert sorted(int(g) for g in groups.split()) == own and 0 not in own
+    code, text, _ = await capture_command(["id", "-G"], user=account.pw_uid, extra_groups=[])
+    assert text.split() == [str(account.pw_gid)]
+    with pytest.raises(JobError, match="no system user"):
+        await capture_command(["id"], user="no-such-user-here")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import pwd
 import subprocess
 import time
 import uuid
@@ -436,7 +437,21 @@ def test_a_dump_with_root_as_definer_makes_objects_that_run_with_the_database_ri
     (site_home / "definer.sql").unlink()
 
 
-def test_a_cancelled_import_leaves_no_account_nor_session(hosting: Hosting, mariadb: MariaDb, site_home: Path) -> None:
+def sandboxed_clients() -> list[int]:
+    """The live processes of the mariadb client run in sandbox mode (an import's)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"--sandbox" in (entry / "cmdline").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_the_import_client_runs_as_the_site_user_and_a_cancel_leaves_no_account_nor_session(
+    hosting: Hosting, mariadb: MariaDb, site_home: Path
+) -> None:
     hosting.run("db.create", name="slow").ok()
     (site_home / "slow.sql").write_text("CREATE TABLE t (n INT);\nSELECT SLEEP(600);\n")
     started = hosting.post("db.import", name="slow", domain=SITE, path="slow.sql")
@@ -446,6 +461,11 @@ def test_a_cancelled_import_leaves_no_account_nor_session(hosting: Hosting, mari
     while "SLEEP" not in mariadb.sql("SELECT INFO FROM information_schema.PROCESSLIST;"):  # the dump is running
         assert time.monotonic() < deadline, "the import never reached its SELECT SLEEP"
         time.sleep(0.1)
+    (client,) = sandboxed_clients()
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{client}/status").read_text().splitlines())
+    account = pwd.getpwnam(SITE.replace(".", "-"))
+    assert [int(status["Uid"].split()[0]), int(status["Gid"].split()[0])] == [account.pw_uid, account.pw_gid]
+    assert {int(group) for group in status["Groups"].split()} == set(os.getgrouplist(account.pw_name, account.pw_gid))
     with hosting.http() as http:
         assert http.post(f"/v1/jobs/{job_id}/cancel").status_code == 202
     assert hosting.wait(job_id).job["status"] == "cancelled"

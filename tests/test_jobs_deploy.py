@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import uuid
@@ -291,3 +292,31 @@ def test_a_release_without_the_public_folder_is_not_switched_in(
     assert failed.exit_code == 1 and "has no folder web" in failed.text
     assert os.readlink(site / "current") == f"releases/{first['release']}"
     assert hosting.get(domain, "/").text == "first\n"
+
+
+def test_programs_the_sites_repository_names_run_as_the_site_user(
+    hosting: Hosting, domain: str, origin: tuple[Path, Path]
+) -> None:
+    """The repository's config is the site user's to edit: a hook it names (here through
+    core.hooksPath, run by git fetch on every ref it updates) runs as that user with its own
+    group only, never as root."""
+    work, bare = origin
+    site = hosting.home / domain.replace(".", "-")
+    hosting.run("deploy.init", domain=domain, repo=f"file://{bare}").ok()
+    drop = hosting.folder / f"hook-drop-{uuid.uuid4().hex[:6]}"  # anyone may write here: root too
+    drop.mkdir()
+    drop.chmod(0o1777)
+    witness = drop / "ran"
+    hooks = site / "planted-hooks"
+    hooks.mkdir()
+    (hooks / "reference-transaction").write_text(f"#!/bin/sh\ncat > /dev/null\nid -u > {witness}\nid -G >> {witness}\n")
+    (hooks / "reference-transaction").chmod(0o755)
+    give(hooks, site)
+    git(site, "--git-dir", "deploy/repo.git", "config", "core.hooksPath", str(hooks), user=site.stat().st_uid)
+    commit(work, "later.html", "later\n")
+    give(work, bare)
+    push(work, bare)
+    hosting.run("deploy.run", domain=domain).ok()
+    uid, groups = witness.read_text().splitlines()
+    assert int(uid) == site.stat().st_uid != 0
+    assert groups.split() == [str(pwd.getpwuid(int(uid)).pw_gid)]

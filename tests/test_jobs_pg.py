@@ -8,9 +8,12 @@ import gzip
 import hashlib
 import hmac
 import json
+import os
 import pwd
+import secrets
 import shutil
 import stat
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +22,9 @@ import pytest
 
 from agent.jobs.base import JobError
 from agent.jobs.pg.client import psql_message, psql_quote, saslprep, scram_verifier
-from agent.jobs.pg.dumps import dump_format
+from agent.jobs.pg.dumps import RestoreScript, ScriptRefused, dump_format, restricts
 from agent.jobs.pg.hba import BEGIN, END, HbaEntry, HbaFile
+from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting, JobRun
 from tests.helpers.postgres_server import REMOTE_ADDRESS, PostgresServer, bin_dir, has_ipv6_loopback, start_postgres
 
@@ -223,20 +227,36 @@ def test_user_password_changes_the_password_also_to_a_non_ascii_one(hosting: Hos
 
 
 @needs_postgres
-def test_user_delete_keeps_what_the_role_owned(hosting: Hosting, postgres: PostgresServer) -> None:
-    user, name = unique("gone"), unique("kept")
+def test_user_delete_keeps_what_the_role_owned_and_hands_it_to_no_superuser(
+    hosting: Hosting, postgres: PostgresServer
+) -> None:
+    """What the role made (a SECURITY DEFINER function among it) would run as a superuser if one
+    got it: its own database, and what it made in the superuser's, go to the databases' owner roles."""
+    user, name, shared = unique("gone"), unique("kept"), unique("shared")
     hosting.run("pg.user-create", user=user, password=PASSWORD).ok()
     hosting.run("pg.create", name=name, owner=user).ok()
+    hosting.run("pg.create", name=shared).ok()  # the superuser's
     hosting.run("pg.grant", user=user, name=name).ok()
-    postgres.psql(f"SET ROLE {user}; CREATE TABLE mine (id int); INSERT INTO mine VALUES (7);", name)
+    hosting.run("pg.grant", user=user, name=shared).ok()
+    made = "CREATE FUNCTION mine_too() RETURNS name LANGUAGE sql SECURITY DEFINER AS 'SELECT current_user';"
+    postgres.psql(f"SET ROLE {user}; CREATE TABLE mine (id int); INSERT INTO mine VALUES (7); {made}", name)
+    postgres.psql(f"SET ROLE {user}; {made}", shared)
 
     deleted = output(hosting.run("pg.user-delete", user=user).ok())
     assert deleted["deleted"] is True
     assert postgres.psql(f"SELECT count(*) FROM pg_roles WHERE rolname = '{user}'") == "0"
     assert postgres.login(user, PASSWORD, "postgres").returncode != 0
-    assert postgres.psql("SELECT id FROM mine", name) == "7"  # handed to the superuser, not dropped
-    assert postgres.psql(f"SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = '{name}'") == "postgres"
+    assert postgres.psql("SELECT id FROM mine", name) == "7"  # handed over, not dropped
+    heir = owner_of(postgres, name)
+    assert heir.startswith("fleetdeck_owner_") and heir not in superusers(postgres)
+    assert postgres.psql("SELECT pg_get_userbyid(relowner) FROM pg_class WHERE relname = 'mine'", name) == heir
+    assert postgres.psql("SELECT mine_too()", name) == heir
+    assert owner_of(postgres, shared) == "postgres"
+    assert postgres.psql("SELECT mine_too()", shared) not in superusers(postgres)
     assert output(hosting.run("pg.user-delete", user=user).ok())["deleted"] is False
+    refused = hosting.run("pg.user-delete", user=heir)  # its objects would have nobody to go to
+    assert refused.exit_code == 1 and "own owner role" in refused.text
+    assert postgres.psql("SELECT id FROM mine", name) == "7"
 
 
 @needs_postgres
@@ -373,6 +393,281 @@ def test_a_dump_stays_inside_the_site(hosting: Hosting, postgres: PostgresServer
     assert missing.exit_code == 1 and "no such file" in missing.text
 
 
+# --- a restore runs with the rights of the target database, nothing more ---------------------
+
+
+def site_file(hosting: Hosting, site: str, path: str, data: bytes) -> Path:
+    """A file of the site, owned by its user (as its own upload would be)."""
+    file = hosting.home / site.replace(".", "-") / path
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_bytes(data)
+    owner = pwd.getpwnam(site.replace(".", "-"))
+    os.chown(file, owner.pw_uid, owner.pw_gid)
+    return file
+
+
+def roles(postgres: PostgresServer) -> set[str]:
+    """The roles of the server (but PostgreSQL's own and the databases' owner roles)."""
+    found = postgres.psql("SELECT rolname FROM pg_roles WHERE rolname !~ '^(pg_|fleetdeck_owner_)'")
+    return set(found.split())
+
+
+def superusers(postgres: PostgresServer) -> set[str]:
+    return set(postgres.psql("SELECT rolname FROM pg_roles WHERE rolsuper").split())
+
+
+def owner_of(postgres: PostgresServer, name: str) -> str:
+    return postgres.psql(f"SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = '{name}'")
+
+
+def processes(word: str) -> list[int]:
+    """The live processes whose command line holds `word` as one of its arguments."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if word.encode() in argv:
+                found.append(int(entry.name))
+    return found
+
+
+def identity(pid: int) -> tuple[int, int, set[int]]:
+    """The real uid, gid and supplementary groups of process `pid`."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["Uid"].split()[0]), int(fields["Gid"].split()[0]), {int(g) for g in fields["Groups"].split()}
+
+
+@pytest.fixture
+def marker_folder(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A folder everyone may write in (so a command that ran would leave its file there)."""
+    folder = tmp_path_factory.mktemp("hostile")
+    folder.chmod(0o1777)
+    yield folder
+
+
+HOSTILE = {
+    "shell escape": "\\! touch {marker}",
+    "shell escape after a statement": "SELECT 1 \\! touch {marker}",
+    "unrestrict with a backquoted command": "\\unrestrict `touch {marker}`",
+    "a variable from a command": "\\set x `touch {marker}`",
+    "output to a file": "\\o {marker}\nSELECT 1;",
+    "client-side copy": "\\copy (SELECT 1) TO '{marker}'",
+    "include a file": "\\i /etc/passwd",
+    "another database": "\\connect postgres",
+    "copy to a program": "COPY (SELECT 1) TO PROGRAM 'touch {marker}';",
+    "copy from a server file": "CREATE TABLE leak (line text);\nCOPY leak FROM '/etc/passwd';",
+    "a superuser role": "CREATE ROLE evil_{tag} SUPERUSER LOGIN PASSWORD 'evil';",
+    "its own role a superuser": "ALTER ROLE current_user SUPERUSER;",
+    "read a server file": "SELECT pg_read_file('/etc/shadow');",
+    "import a server file": "SELECT lo_import('/etc/shadow');",
+    "the server's settings": "COMMIT;\nALTER SYSTEM SET log_statement = 'none';",
+    "an untrusted language": "CREATE FUNCTION run() RETURNS void LANGUAGE c AS '/bin/sh', 'main';",
+}
+
+
+@needs_postgres
+@pytest.mark.parametrize("attack", sorted(HOSTILE))
+def test_a_hostile_file_runs_nothing_and_changes_nothing(
+    hosting: Hosting, postgres: PostgresServer, site: str, marker_folder: Path, attack: str
+) -> None:
+    name, tag = unique("target"), uuid.uuid4().hex[:8]
+    marker = marker_folder / f"ran-{tag}"
+    hosting.run("pg.create", name=name).ok()
+    before = (roles(postgres), superusers(postgres), (postgres.data / "postgresql.auto.conf").read_text())
+    sql = "CREATE TABLE before_the_attack (id int);\n" + HOSTILE[attack].format(marker=marker, tag=tag) + "\n"
+    site_file(hosting, site, "hostile.sql", sql.encode())
+
+    run = hosting.run("pg.restore", name=name, domain=site, path="hostile.sql")
+    assert run.exit_code == 1, run.text
+    last = run.stderr[-1]
+    assert "hostile.sql" in last and "nothing of it was restored" in last
+    if HOSTILE[attack].startswith("\\") or " \\" in HOSTILE[attack]:
+        assert "meta-command" in last
+    else:
+        assert "permission denied" in last or "must be superuser" in last or "not allowed" in last, last
+    assert not marker.exists()
+    if "COMMIT" not in sql:  # a file that commits itself keeps what it made before: in its database alone
+        assert (
+            postgres.psql("SELECT count(*) FROM pg_tables WHERE tablename IN ('before_the_attack', 'leak')", name)
+            == "0"
+        )
+    assert (roles(postgres), superusers(postgres), (postgres.data / "postgresql.auto.conf").read_text()) == before
+    assert postgres.psql("SELECT count(*) FROM pg_largeobject_metadata", name) == "0"
+
+
+@needs_postgres
+def test_the_restore_runs_as_the_site_user_and_a_role_that_owns_the_database_alone(
+    hosting: Hosting, postgres: PostgresServer, site: str
+) -> None:
+    """Caught while it waits for an advisory lock the test holds: psql is the site's user with its
+    own group only and a small environment, logged in as a throwaway role that owns the target
+    database and nothing else; once it ends, the role is gone and the database's owner is back."""
+    app, name = unique("app"), unique("held")
+    hosting.run("pg.user-create", user=app, password=PASSWORD).ok()
+    hosting.run("pg.create", name=name, owner=app).ok()
+    postgres.psql(f"SET ROLE {app}; CREATE TABLE kept (id int); INSERT INTO kept VALUES (1);", name)
+    lock = 4200 + secrets.randbelow(1000)
+    sql = f"SELECT pg_advisory_lock({lock});\nCREATE TABLE added AS SELECT id + 1 AS id FROM kept;\n"
+    site_file(hosting, site, "held.sql", sql.encode())
+    holder = postgres.session(name, f"SELECT pg_advisory_lock({lock})")
+    job = hosting.post("pg.restore", name=name, domain=site, path="held.sql")
+    assert job.status_code == 201, job.text
+    try:
+        waiting = f"SELECT usename FROM pg_stat_activity WHERE datname = '{name}' AND wait_event_type = 'Lock'"
+        wait_until(lambda: postgres.psql(waiting).startswith("fleetdeck_importer_"))
+        importer = postgres.psql(waiting)
+        (pid,) = processes(importer)
+        account = pwd.getpwnam(site.replace(".", "-"))
+        assert identity(pid) == (account.pw_uid, account.pw_gid, {account.pw_gid})
+        environ = dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text().split("\0") if item)
+        allowed = {"PATH", "LC_ALL", "LANG", "PGPASSFILE", "PGCONNECT_TIMEOUT", "PGAPPNAME"}
+        assert set(environ) - {"PGSYSCONFDIR"} <= allowed  # Debian's psql wrapper adds PGSYSCONFDIR
+        attributes = postgres.psql(
+            "SELECT rolsuper, rolcreaterole, rolcreatedb, rolreplication, rolbypassrls, rolconnlimit,"
+            f" (SELECT count(*) FROM pg_auth_members WHERE member = r.oid) FROM pg_roles r WHERE rolname = '{importer}'"
+        )
+        assert attributes == "f|f|f|f|f|1|0"
+        assert owner_of(postgres, name) == importer
+        owned = f"SELECT count(*) FROM pg_database WHERE datdba = '{importer}'::regrole"
+        assert postgres.psql(owned) == "1"  # the target alone
+        assert postgres.psql("SELECT pg_get_userbyid(relowner) FROM pg_class WHERE relname = 'kept'", name) == importer
+    finally:
+        postgres.release(holder, name)
+        restored = hosting.wait(job.json()["id"])
+    restored.ok()
+    assert owner_of(postgres, name) == app
+    assert postgres.psql("SELECT string_agg(pg_get_userbyid(relowner), ',' ORDER BY relname) FROM pg_class"
+                         " WHERE relname IN ('added', 'kept')", name) == f"{app},{app}"  # fmt: skip
+    assert postgres.psql("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'fleetdeck_importer_%'") == "0"
+
+
+@needs_postgres
+def test_pg_dump_runs_with_the_postgres_accounts_own_groups(
+    hosting: Hosting, postgres: PostgresServer, site: str
+) -> None:
+    """Caught while it waits for a lock the test holds: not root's group nor its groups."""
+    name = unique("groups")
+    hosting.run("pg.create", name=name).ok()
+    _fill(postgres, name)
+    holder = postgres.session(name, "BEGIN", "LOCK TABLE items IN ACCESS EXCLUSIVE MODE")
+    job = hosting.post("pg.dump", name=name, domain=site, path=f"{name}.dump")
+    assert job.status_code == 201, job.text
+    try:
+        waiting = f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{name}' AND wait_event_type = 'Lock'"
+        wait_until(lambda: postgres.psql(waiting) == "1")  # pg_dump, waiting for the table
+        (pid,) = [p for p in processes(name) if Path(f"/proc/{p}/exe").resolve().name == "pg_dump"]
+        account = pwd.getpwnam("postgres")
+        groups = set(os.getgrouplist("postgres", account.pw_gid))
+        assert identity(pid) == (account.pw_uid, account.pw_gid, groups) and 0 not in groups
+    finally:
+        postgres.release(holder, name)
+        dumped = hosting.wait(job.json()["id"])
+    dumped.ok()
+
+
+@needs_postgres
+def test_a_plain_pg_dump_of_its_own_restores_with_its_data_and_grants(
+    hosting: Hosting, postgres: PostgresServer, site: str
+) -> None:
+    """Made by pg_dump itself: its ``\\restrict`` key, owners, COPY data (a value holding
+    ``\\unrestrict`` among them), an extension, grants and default privileges of pg.grant."""
+    reader, source, target = unique("reader"), unique("origin"), unique("copy")
+    hosting.run("pg.user-create", user=reader, password=PASSWORD).ok()
+    hosting.run("pg.create", name=source).ok()
+    hosting.run("pg.extension-add", name=source, extension="pg_trgm").ok()
+    postgres.psql(
+        "CREATE TABLE notes (id int PRIMARY KEY, t text);"
+        "INSERT INTO notes VALUES (1, E'\\\\unrestrict x'), (2, E'line\\nbreak\\ttab'),"
+        " (3, 'ALTER TABLE x OWNER TO y;');"
+        "CREATE INDEX notes_trgm ON notes USING gin (t gin_trgm_ops);"
+        "CREATE FUNCTION whoami() RETURNS name LANGUAGE sql SECURITY DEFINER AS 'SELECT current_user';",
+        source,
+    )
+    hosting.run("pg.grant", user=reader, name=source, privileges="read").ok()
+    dumped = subprocess.run(
+        [str(postgres.bin / "pg_dump"), "--clean", "--if-exists", "-h", str(postgres.socket_dir),
+         "-p", str(postgres.port), "-U", "postgres", source],
+        user="postgres", cwd="/", capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    assert dumped.count(b"\\restrict ") == 1 and b"OWNER TO postgres;" in dumped
+    site_file(hosting, site, "origin.sql", dumped)
+    notes = "SELECT string_agg(t, '|' ORDER BY id) FROM notes"
+
+    for name in (target, source):  # into a new database, then over the one it came from
+        run = hosting.run("pg.restore", name=name, domain=site, path="origin.sql").ok()
+        assert "ALTER DEFAULT PRIVILEGES" in run.text  # said left out
+        assert postgres.psql(notes, name) == postgres.psql(notes, source)
+        assert postgres.psql(notes, name) == "\\unrestrict x|line\nbreak\ttab|ALTER TABLE x OWNER TO y;"
+        assert postgres.psql("SELECT count(*) FROM pg_indexes WHERE indexname = 'notes_trgm'", name) == "1"
+        owner = owner_of(postgres, name)
+        assert owner.startswith("fleetdeck_owner_") and owner not in superusers(postgres)
+        assert postgres.psql("SELECT pg_get_userbyid(proowner) FROM pg_proc WHERE proname = 'whoami'", name) == owner
+        assert postgres.login(reader, PASSWORD, name, "SELECT count(*) FROM notes").stdout.strip() == "3"
+    assert postgres.psql("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'fleetdeck_importer_%'") == "0"
+    made_for_it = owner_of(postgres, target)
+    hosting.run("pg.drop", name=target).ok()
+    assert postgres.psql(f"SELECT count(*) FROM pg_roles WHERE rolname = '{made_for_it}'") == "0"  # gone with it
+
+
+@needs_postgres
+def test_a_restore_after_one_the_agent_never_ended_takes_its_database_back(
+    hosting: Hosting, postgres: PostgresServer, site: str
+) -> None:
+    """An agent killed mid-restore leaves its role owning the database: the next restore hands
+    all to the database's owner role and drops the role."""
+    dead, name = f"fleetdeck_importer_{uuid.uuid4().hex[:12]}", unique("orphan")
+    hosting.run("pg.create", name=name).ok()
+    postgres.psql(f"CREATE ROLE {dead} LOGIN; ALTER DATABASE {name} OWNER TO {dead}")
+    postgres.psql(f"CREATE TABLE old (id int); ALTER TABLE old OWNER TO {dead}", name)
+    site_file(hosting, site, "after.sql", b"CREATE TABLE new (id int);\n")
+    hosting.run("pg.restore", name=name, domain=site, path="after.sql").ok()
+    owner = owner_of(postgres, name)
+    assert owner.startswith("fleetdeck_owner_")
+    tables = "SELECT string_agg(pg_get_userbyid(relowner), ',' ORDER BY relname) FROM pg_class"
+    tables += " WHERE relname IN ('new', 'old')"
+    assert postgres.psql(tables, name) == f"{owner},{owner}"
+    assert postgres.psql("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'fleetdeck_importer_%'") == "0"
+
+
+@needs_postgres
+def test_a_database_whose_owner_may_create_roles_is_not_restored_into(
+    hosting: Hosting, postgres: PostgresServer, site: str
+) -> None:
+    admin, name = unique("admin"), unique("guarded")
+    postgres.psql(f"CREATE ROLE {admin} LOGIN CREATEROLE")
+    hosting.run("pg.create", name=name, owner=admin).ok()
+    site_file(hosting, site, "plain.sql", b"CREATE TABLE t (id int);\n")
+    run = hosting.run("pg.restore", name=name, domain=site, path="plain.sql")
+    assert run.exit_code == 1 and "may create roles" in run.text and "nothing was restored" in run.text
+    assert owner_of(postgres, name) == admin
+    assert postgres.psql("SELECT count(*) FROM pg_tables WHERE tablename = 't'", name) == "0"
+
+
+@needs_postgres
+def test_the_agents_statements_ignore_a_search_path_the_database_sets(
+    hosting: Hosting, postgres: PostgresServer
+) -> None:
+    """A database's owner may set its search_path and plant a function there: the agent's
+    superuser sessions in that database never call it."""
+    app, name = unique("planter"), unique("planted")
+    hosting.run("pg.user-create", user=app, password=PASSWORD).ok()
+    hosting.run("pg.create", name=name, owner=app).ok()
+    postgres.psql(
+        f"SET ROLE {app}; CREATE TABLE bait (id int);"
+        "CREATE FUNCTION public.pg_get_userbyid(oid) RETURNS name LANGUAGE plpgsql AS"
+        f" $$ BEGIN EXECUTE 'ALTER ROLE {app} SUPERUSER'; RETURN 'x'; END $$;"
+        f"ALTER DATABASE {name} SET search_path = public, pg_catalog;",
+        name,
+    )
+    tables = hosting.run("pg.table-list", name=name).ok().result["tables"]
+    assert [t["owner"] for t in tables] == [app]
+    hosting.run("pg.grant", user=app, name=name).ok()
+    assert app not in superusers(postgres)
+
+
 # --- the remote allowlist --------------------------------------------------------------------
 
 
@@ -480,3 +775,48 @@ def test_psql_quoting_and_messages() -> None:
     ) == ('connection to server on socket "/r/.s.PGSQL.5" failed: No such file Is it')
     assert dump_format(b"PGDMP") == "custom" and dump_format(b"\x1f\x8b\x08") == "gzip"
     assert dump_format(b"--\n-- ") == "plain"
+
+
+def test_restore_script_strips_the_dumps_own_restrict_pair_and_refuses_any_other_unrestrict() -> None:
+    dump = (
+        b"--\n-- PostgreSQL database dump\n--\n\n\\restrict Key123\n\nSET x = 1;\n"
+        b"COPY public.t (a) FROM stdin;\n\\\\unrestrict in the data\n\\.\n\n\\unrestrict Key123\n"
+    )
+    script = RestoreScript(frozenset())
+    out = b"".join(script.feed(dump[i : i + 7]) for i in range(0, len(dump), 7)) + script.close()
+    assert b"restrict Key123" not in out and b"\\\\unrestrict in the data" in out
+    assert out.count(b"\n") == dump.count(b"\n")  # lines left out are emptied: psql's line numbers hold
+    for hostile in (
+        b"\\unrestrict `touch /tmp/x`\n",
+        b"SELECT 1; \\unrestrict Key123\n",  # not alone on its line
+        b"\\\\\\unrestrict x\n",  # an odd run of backslashes
+        b"\\unrestrict Other\n",  # not the head's key
+    ):
+        with pytest.raises(ScriptRefused, match="unrestrict"):
+            RestoreScript(frozenset()).feed(b"--\n\\restrict Key123\nSELECT 1;\n" + hostile)
+
+
+def test_restore_script_leaves_out_owners_default_privileges_and_the_databases_extensions() -> None:
+    dump = (
+        b"ALTER TABLE public.items OWNER TO postgres;\n"
+        b"ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT SELECT ON TABLES TO app;\n"
+        b"DROP EXTENSION IF EXISTS pg_trgm;\n"
+        b"COMMENT ON EXTENSION pg_trgm IS 'text similarity';\n"
+        b"COMMENT ON EXTENSION hstore IS 'key/value';\n"
+        b"COPY public.items (t) FROM stdin;\n"
+        b"ALTER TABLE x OWNER TO y;\n"
+        b"\\.\n"
+        b"ALTER FUNCTION public.f(integer) OWNER TO app;\n"
+    )
+    script = RestoreScript(frozenset({"pg_trgm"}))
+    lines = (script.feed(dump) + script.close()).split(b"\n")
+    assert lines == [
+        b"", b"", b"", b"", b"COMMENT ON EXTENSION hstore IS 'key/value';", b"COPY public.items (t) FROM stdin;",
+        b"ALTER TABLE x OWNER TO y;", b"\\.", b"", b"",
+    ]  # fmt: skip
+    assert script.left_out == 1
+
+
+def test_psql_has_its_restricted_mode_from_the_august_2025_releases() -> None:
+    assert restricts((15, 14)) and restricts((15, 18)) and restricts((16, 10)) and restricts((18, 0))
+    assert not restricts((15, 13)) and not restricts((17, 5)) and not restricts((12, 99))

@@ -18,8 +18,9 @@ DDL is not transactional: this is how a failed import leaves the database as it 
 dump (``mariadb-dump --no-create-info``: rows for tables it does not create) goes instead into the
 database's own tables, in one transaction that a failure rolls back.
 
-A dump is the site's text, so its statements never run as the agent's account: they run as a
-throwaway account made for the import (`importer`), granted all the privileges on the scratch
+A dump is the site's text, so its statements never run as the agent's account, nor does the
+client that reads them run as root (it runs as the site's user, with that account's own groups):
+they run as a throwaway account made for the import (`importer`), granted all the privileges on the scratch
 database and nothing else (for a data-only dump: reading and writing rows of the database's
 tables, nothing else) -- no FILE, no SUPER, nothing of ``mysql.*`` or of another database, so
 the server itself refuses what would reach further. The agent's account runs only statements
@@ -49,9 +50,9 @@ import orjson
 import trio
 
 from agent.jobs.base import STDERR, STDOUT, JobContext, JobError, Output, handler
-from agent.jobs.common import find_site
+from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.host import MariaDbLayout
-from agent.jobs.proc import LineSplitter, capture_command, require, tool_env
+from agent.jobs.proc import LineSplitter, capture_command, child_identity, require, tool_env
 from agent.jobs.site_files import SiteOutput, open_site_input
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.data import (
@@ -230,18 +231,32 @@ async def need_account(ctx: JobContext, user: str, host: str) -> None:
         raise JobError(f"no database account {user}@{host} on this server")
 
 
+@dataclass(frozen=True)
+class Login:
+    """How a client connects as an `importer` account: its `options` (argv) and, in `child`, the
+    identity it runs as (`subprocess.Popen`'s ``user``; empty: the agent's own)."""
+
+    options: list[str]
+    child: dict[str, Any]
+
+
 @asynccontextmanager
-async def importer(ctx: JobContext, grants: Sequence[str], *, role: str | None = None) -> AsyncIterator[list[str]]:
+async def importer(
+    ctx: JobContext, grants: Sequence[str], *, role: str | None = None, client: Account | None = None
+) -> AsyncIterator[Login]:
     """A throwaway account for a dump's statements, with only `grants` (each ``PRIVILEGES ON
-    object``) and `role`, if any: yields the options that connect a client as it. Its random
-    password goes by an option file of mode 0600 (never argv); on the way out, whatever happened
-    (a failure, a cancelled job), the account is dropped and its sessions killed, then the file
-    removed."""
+    object``) and `role`, if any: yields how a client connects as it, run as `client` (the
+    site's user: the client parses the site's text, so not as root) when given. Its random
+    password goes by an option file of mode 0600, the client's own (never argv); on the way out,
+    whatever happened (a failure, a cancelled job), the account is dropped and its sessions
+    killed, then the file removed."""
     user = f"{IMPORTER_PREFIX}{secrets.token_hex(6)}"
     password = secrets.token_hex(24)
     who = account(user, "localhost")
     fd, options = tempfile.mkstemp(prefix="fleetdeck-importer-", suffix=".cnf")  # mode 0600
     try:
+        if client is not None:
+            os.fchown(fd, client.uid, client.gid)  # the client reads it as itself
         with os.fdopen(fd, "w") as file:
             file.write(f"[client]\nuser={user}\npassword={password}\n")
         sql = f"CREATE USER {who} IDENTIFIED BY {literal(password)};\n"
@@ -251,7 +266,8 @@ async def importer(ctx: JobContext, grants: Sequence[str], *, role: str | None =
         try:
             await run_sql(ctx, sql, hidden=[password])
             layout = ctx.host.mariadb
-            yield [f"--defaults-file={options}", "--protocol=socket", f"--socket={layout.socket}"]
+            child = {} if client is None else {"user": client.uid}
+            yield Login([f"--defaults-file={options}", "--protocol=socket", f"--socket={layout.socket}"], child)
         finally:
             with trio.CancelScope(shield=True):  # no new session, then none left running
                 await run_sql(ctx, f"DROP USER IF EXISTS {who};\nKILL HARD USER {who};\n")
@@ -647,13 +663,14 @@ async def _import(args: DbImport, ctx: JobContext, out: Output) -> int:
             os.close(fd)
             raise
 
+    client = site_account(ctx, site) if ctx.is_root else None  # who runs the client that parses the dump
     source = await trio.to_thread.run_sync(open_file)
     try:
         dump = await trio.to_thread.run_sync(survey, source)
         if dump.filled and not dump.creates_tables:
-            said = await _import_rows(ctx, args, source, dump, out)
+            said = await _import_rows(ctx, args, source, dump, out, client)
         else:
-            said = await _import_through_scratch(ctx, args, source, out)
+            said = await _import_through_scratch(ctx, args, source, out, client)
     finally:
         await trio.to_thread.run_sync(source.close)
     out.stdout(f"imported {args.path} into database {args.name} ({said})")
@@ -667,13 +684,13 @@ def _not_imported(args: DbImport, code: int) -> JobError:
     )
 
 
-def _import_argv(login: Sequence[str], database: str) -> list[str]:
-    """The client that runs a dump's statements, connected as `login` (an `importer`'s options).
+def _import_argv(login: Login, database: str) -> list[str]:
+    """The client that runs a dump's statements, connected as `login` (an `importer`'s).
     --sandbox: the file is the site's; a client command in it (\\! shell, source, tee...) would
-    run as the agent. --local-infile=0: no LOAD DATA LOCAL of the agent's files."""
+    run as the client's user. --local-infile=0: no LOAD DATA LOCAL of that user's files."""
     mariadb = require("mariadb", "run statements on the MariaDB server")
     options = ["--default-character-set=utf8mb4", "--batch", "--sandbox", "--local-infile=0"]
-    return [mariadb, *login, *options, f"--database={database}"]
+    return [mariadb, *login.options, *options, f"--database={database}"]
 
 
 def _on_database(name: str) -> str:
@@ -681,7 +698,9 @@ def _on_database(name: str) -> str:
     return f"{ident(grant_pattern(name))}.*"
 
 
-async def _import_through_scratch(ctx: JobContext, args: DbImport, source: DumpReader, out: Output) -> str:
+async def _import_through_scratch(
+    ctx: JobContext, args: DbImport, source: DumpReader, out: Output, client: Account | None
+) -> str:
     scratch = f"{SCRATCH_PREFIX}{secrets.token_hex(6)}"
     found = await rows(
         ctx,
@@ -692,17 +711,19 @@ async def _import_through_scratch(ctx: JobContext, args: DbImport, source: DumpR
     await run_sql(ctx, f"CREATE DATABASE {ident(scratch)} CHARACTER SET {charset} COLLATE {collation};")
     try:
         # the importer lives until the swap: it defines the scratch's views, which mariadb-dump reads
-        async with importer(ctx, [f"ALL PRIVILEGES ON {_on_database(scratch)}"]) as login:
-            code = await _feed(_import_argv(login, scratch), source, out, args.path)
+        async with importer(ctx, [f"ALL PRIVILEGES ON {_on_database(scratch)}"], client=client) as login:
+            code = await _feed(_import_argv(login, scratch), source, out, args.path, child=login.child)
             if code != 0:
                 raise _not_imported(args, code)
-            return await _move_into(ctx, scratch, args.name, drop_existing=args.drop_existing)
+            return await _move_into(ctx, scratch, args.name, drop_existing=args.drop_existing, client=client)
     finally:
         with trio.CancelScope(shield=True):
             await run_sql(ctx, f"DROP DATABASE IF EXISTS {ident(scratch)};")
 
 
-async def _import_rows(ctx: JobContext, args: DbImport, source: DumpReader, dump: DumpSurvey, out: Output) -> str:
+async def _import_rows(
+    ctx: JobContext, args: DbImport, source: DumpReader, dump: DumpSurvey, out: Output, client: Account | None
+) -> str:
     """A data-only dump into the database's own tables, in one transaction (the client leaving
     without its COMMIT, on an error, rolls it back): so the tables it fills must exist, and be of
     an engine that can roll back. With `drop_existing` every table is emptied first, in the same
@@ -744,16 +765,16 @@ async def _import_rows(ctx: JobContext, args: DbImport, source: DumpReader, dump
         head += "SET SESSION foreign_key_checks = 1;\n"
     source.in_place = True
     grants = [f"SELECT, INSERT, UPDATE, DELETE ON {ident(args.name)}.{ident(table)}" for table in sorted(tables)]
-    async with importer(ctx, grants) as login:
+    async with importer(ctx, grants, client=client) as login:
         argv = _import_argv(login, args.name)
-        code = await _feed(argv, source, out, args.path, head=head.encode(), tail=b"\nCOMMIT;\n")
+        code = await _feed(argv, source, out, args.path, head=head.encode(), tail=b"\nCOMMIT;\n", child=login.child)
     if code != 0:
         raise _not_imported(args, code)
     emptied = f", after emptying all {len(touched)} tables" if args.drop_existing else ""
     return f"rows for {len(dump.filled)} tables in one transaction{emptied}"
 
 
-async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing: bool) -> str:
+async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing: bool, client: Account | None) -> str:
     """The scratch database's tables into `name` in one ``RENAME TABLE`` (the tables and views
     they replace, and with `drop_existing` all the others, renamed aside in the same statement,
     then dropped); what was done, in words. Views, triggers, routines and events are bound to
@@ -825,7 +846,7 @@ async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing:
         with trio.CancelScope(shield=True):
             await run_sql(ctx, f"SET SESSION foreign_key_checks = 0; DROP DATABASE IF EXISTS {ident(old)};")
     if remake is not None:
-        code, text, err = await _remake(ctx, name, remake)
+        code, text, err = await _remake(ctx, name, remake, client)
         if code != 0:
             raise JobError(
                 f"the tables of the dump are in database {name}, but its views, triggers, routines and events"
@@ -836,15 +857,15 @@ async def _move_into(ctx: JobContext, scratch: str, name: str, *, drop_existing:
     return f"{len(new)} tables{others}, {len(doomed)} replaced or dropped, {kept} kept"
 
 
-async def _remake(ctx: JobContext, name: str, remake: bytes) -> tuple[int, str, str]:
+async def _remake(ctx: JobContext, name: str, remake: bytes, client: Account | None) -> tuple[int, str, str]:
     """Run `remake` (the scratch's views, triggers, routines and events, as mariadb-dump wrote
-    them) in `name`, as a throwaway account with rights on `name` alone: each object is defined
-    by the database's owner role (its DEFINER clause rewritten), so whatever runs as its definer
-    has the rights of the database's own, never more."""
+    them) in `name`, as a throwaway account with rights on `name` alone (the client run as
+    `client`): each object is defined by the database's owner role (its DEFINER clause
+    rewritten), so whatever runs as its definer has the rights of the database's own, never more."""
     role = await owner_role(ctx, name)
     sql = f"SET ROLE {literal(role)};\n".encode() + DEFINER_CLAUSE.sub(rb"\1DEFINER=CURRENT_ROLE", remake)
-    async with importer(ctx, [f"ALL PRIVILEGES ON {_on_database(name)}"], role=role) as login:
-        return await capture_command(_import_argv(login, name), stdin=sql)
+    async with importer(ctx, [f"ALL PRIVILEGES ON {_on_database(name)}"], role=role, client=client) as login:
+        return await capture_command(_import_argv(login, name), stdin=sql, **login.child)
 
 
 async def _keys_pointed_back(
@@ -938,13 +959,21 @@ async def _drop_bound(ctx: JobContext, name: str) -> str:
 
 
 async def _feed(
-    argv: list[str], source: DumpReader, out: Output, path: str, *, head: bytes = b"", tail: bytes = b""
+    argv: list[str],
+    source: DumpReader,
+    out: Output,
+    path: str,
+    *,
+    head: bytes = b"",
+    tail: bytes = b"",
+    child: dict[str, Any] | None = None,
 ) -> int:
-    """Run the client with the dump on its stdin (after `head`, before `tail`), a progress line
-    every tenth of the file; its exit code."""
+    """Run the client (as `child` says, `Login.child`) with the dump on its stdin (after `head`,
+    before `tail`), a progress line every tenth of the file; its exit code."""
+    identity = child_identity(child or {})
     async with trio.open_nursery() as nursery:
         process: trio.Process = await nursery.start(
-            partial(trio.run_process, argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, **CHILD)
+            partial(trio.run_process, argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, **CHILD, **identity)
         )
         assert process.stdin is not None and process.stdout is not None and process.stderr is not None
         nursery.start_soon(_pump_lines, process.stdout, out, _to(STDOUT))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import shutil
 import signal
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,29 @@ def tool_env(**extra: str) -> dict[str, str]:
     env = {"PATH": SYSTEM_PATH, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
     env.update(extra)
     return env
+
+
+def child_identity(options: Mapping[str, Any]) -> dict[str, Any]:
+    """`options` of a child (`subprocess.Popen`'s) with the groups of the account it runs as.
+
+    Popen's ``user`` alone changes the uid only: the child would keep root's group and
+    supplementary groups. So a ``user`` (a name or a uid) brings its account's primary group and
+    that account's own supplementary groups (``/etc/group``), unless ``group`` or
+    ``extra_groups`` say otherwise (``extra_groups=[]``: none at all). Options without a
+    ``user`` are returned as they are.
+
+    Raises:
+        JobError: the ``user`` is no account of this system.
+    """
+    user = options.get("user")
+    if user is None:
+        return dict(options)
+    try:
+        account = pwd.getpwuid(user) if isinstance(user, int) else pwd.getpwnam(user)
+    except KeyError:
+        raise JobError(f"there is no system user {user} to run the tool as") from None
+    identity = {"group": account.pw_gid, "extra_groups": os.getgrouplist(account.pw_name, account.pw_gid)}
+    return {**identity, **options}
 
 
 def which(tool: str, first_in: str | None = None) -> str | None:
@@ -245,8 +269,9 @@ async def stream_command(
 
     `stdin` and `stdout` may be descriptors the child reads its input from and writes its output
     to (a dump going to a file, a restore reading one): then only its stderr is streamed.
-    `options` go to `subprocess.Popen` (``user``, ``group``, ``extra_groups``). A missing
-    program raises `FileNotFoundError`.
+    `options` go to `subprocess.Popen` (``user``, ``group``, ``extra_groups``, ``pass_fds``): a
+    ``user`` runs it with that account's own groups (`child_identity`). A missing program raises
+    `FileNotFoundError`.
     """
     stopper = _GroupStopper()
     try:
@@ -263,7 +288,7 @@ async def stream_command(
                     env=dict(env) if env is not None else tool_env(),
                     start_new_session=True,
                     deliver_cancel=stopper,
-                    **options,
+                    **child_identity(options),
                 )
             )
             assert process.stderr is not None
@@ -284,7 +309,8 @@ async def capture_command(
     env: Mapping[str, str] | None = None,
     **options: Any,
 ) -> tuple[int, str, str]:
-    """Run `argv` to its end: (exit code, stdout, stderr), decoded with ``errors="replace"``."""
+    """Run `argv` to its end: (exit code, stdout, stderr), decoded with ``errors="replace"``.
+    `options` are `stream_command`'s (a ``user`` with its own groups)."""
     stopper = _GroupStopper()
     try:
         done = await trio.run_process(
@@ -296,7 +322,7 @@ async def capture_command(
             env=dict(env) if env is not None else tool_env(),
             start_new_session=True,
             deliver_cancel=stopper,
-            **options,
+            **child_identity(options),
         )
     except BaseException:
         await stopper.stop_leftovers()

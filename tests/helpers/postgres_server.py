@@ -96,19 +96,28 @@ class PostgresServer:
             capture_output=True, text=True, env=env, check=False,
         )  # fmt: skip
 
-    def session(self, database: str) -> subprocess.Popen[str]:
-        """A superuser session held open in `database` (until the caller kills it), once the
-        server counts it."""
+    def session(self, database: str, *first: str) -> subprocess.Popen[str]:
+        """A superuser session held open in `database` (until the caller kills it), once the server
+        counts it asleep: after the statements `first`, each its own command (a lock it then holds)."""
         from tests.helpers import wait_until
 
+        commands = [arg for statement in (*first, "SELECT pg_sleep(600)") for arg in ("-c", statement)]
         held = subprocess.Popen(
             [str(self.bin / "psql"), "-X", "-q", "-h", str(self.socket_dir), "-p", str(self.port), "-U", SUPERUSER,
-             "-d", database, "-c", "SELECT pg_sleep(600)"],
+             "-d", database, *commands],
             user=OS_USER, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
         )  # fmt: skip
-        count = f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{database}' AND query LIKE '%pg_sleep%'"
+        count = f"SELECT count(*) FROM pg_stat_activity WHERE datname = '{database}' AND wait_event = 'PgSleep'"
         wait_until(lambda: self.psql(count) == "1")
         return held
+
+    def release(self, held: subprocess.Popen[str], database: str) -> None:
+        """End a `session` of `database`: its client, and its backend (which sleeps on, holding its
+        locks, after its client died)."""
+        held.kill()
+        held.wait()
+        self.psql(f"SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity WHERE datname = '{database}'"
+                  " AND wait_event = 'PgSleep'")  # fmt: skip
 
     def as_postgres(self, *argv: str) -> None:
         subprocess.run([str(self.bin / argv[0]), *argv[1:]], user=OS_USER, cwd="/", check=True, capture_output=True)

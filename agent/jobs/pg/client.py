@@ -1,7 +1,10 @@
 """Talking to PostgreSQL: ``psql`` (and its sibling tools) as the layout's OS user, over the
 layout's socket folder or address, as its superuser (peer authentication on Debian).
 
-SQL always goes on stdin, never in the argv. Names reach it as psql variables (``-v name=app``,
+SQL always goes on stdin, never in the argv. The session's ``search_path`` is empty
+(``PGOPTIONS``): the superuser's statements in a database whose owner is a site's (or a restored
+dump's) resolve every name in ``pg_catalog``, never in a function planted in ``public`` nor in
+a ``search_path`` set with ``ALTER DATABASE ... SET``. Names reach it as psql variables (``-v name=app``,
 used as ``:"name"`` for an identifier and ``:'name'`` for a literal: psql quotes them); a secret
 is set on stdin (``\\set pw '...'``), so it is in no argv. A password is sent as its SCRAM-SHA-256
 verifier, computed here as libpq's ``PQencryptPasswordConn`` does, so the plain text reaches
@@ -31,6 +34,9 @@ PSQL_EXIT_CONNECTION = 2  # psql: the connection failed (or went bad)
 SCRIPT_HEAD = "\\set ON_ERROR_STOP on\n\\set VERBOSITY terse\n"
 SCRAM_ITERATIONS = 4096  # libpq's default
 CONNECT_TIMEOUT_S = "10"
+# Startup options of every session: no schema of the database's owner is searched (pg_catalog
+# always is), whatever the database's own settings say.
+SESSION_OPTIONS = "-c search_path="
 
 
 class PgUnreachable(JobError):
@@ -60,7 +66,7 @@ class Postgres:
 
     def options(self) -> dict[str, Any]:
         """How the tools run: as the layout's OS user when the agent is root (peer authentication)."""
-        env = tool_env(PGCONNECT_TIMEOUT=CONNECT_TIMEOUT_S, PGAPPNAME="fleetdeck-agent")
+        env = tool_env(PGCONNECT_TIMEOUT=CONNECT_TIMEOUT_S, PGAPPNAME="fleetdeck-agent", PGOPTIONS=SESSION_OPTIONS)
         options: dict[str, Any] = {"env": env, "cwd": "/"}
         if self.as_root:
             options["user"] = self.layout.os_user

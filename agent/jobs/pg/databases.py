@@ -6,6 +6,7 @@ from typing import Any
 
 from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler
 from agent.jobs.pg.client import PgUnreachable, Postgres
+from agent.jobs.pg.importer import OWNER_ROLE_PREFIX
 from agent.jobs.proc import require, stream_command
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.data import PgCreate, PgDrop, PgExtensionAdd, PgNameArgs, PgSize, PgVacuum
@@ -125,7 +126,10 @@ async def _drop(args: PgDrop, ctx: JobContext, out: Output) -> int:
                    as_json=ctx.as_json)  # fmt: skip
         return 0
     force = " WITH (FORCE)" if args.force else ""  # FORCE: its open connections are terminated first
+    owner = (await _database(pg, args.name))["owner"]
     await pg.run(f'DROP DATABASE IF EXISTS :"name"{force};\n', variables={"name": args.name})
+    if owner.startswith(OWNER_ROLE_PREFIX):  # the database's own owner role (a restore made it) goes with it
+        await pg.run('DROP ROLE IF EXISTS :"owner";\n', variables={"owner": owner})
     out.result({"message": f"database {args.name} dropped", "name": args.name, "dropped": True}, as_json=ctx.as_json)
     return 0
 
@@ -151,7 +155,10 @@ async def _extension_add(args: PgExtensionAdd, ctx: JobContext, out: Output) -> 
         message = f"extension {args.extension} is already enabled in {args.name}"
         out.result({"message": message, "added": False, **facts}, as_json=ctx.as_json)
         return 0
-    await pg.run('CREATE EXTENSION IF NOT EXISTS :"extension";\n', database=args.name, variables=variables)
+    # SCHEMA public: the sessions' search_path is empty (see agent.jobs.pg.client), so the schema is named
+    await pg.run(
+        'CREATE EXTENSION IF NOT EXISTS :"extension" SCHEMA public;\n', database=args.name, variables=variables
+    )
     (row,) = await pg.rows(
         "SELECT extversion AS version FROM pg_extension WHERE extname = :'extension'",
         database=args.name,

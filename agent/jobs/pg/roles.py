@@ -4,8 +4,11 @@ privileges on a database.
 A grant covers the database (CONNECT, and TEMPORARY/CREATE as the level asks), every schema of it
 that is not the system's, the tables and sequences in them now, and those the database's owner
 creates later (default privileges). A revoke takes all of it back. Deleting a role hands what it
-owns in each database to the superuser and drops its privileges there first (``REASSIGN OWNED`` +
-``DROP OWNED``, PostgreSQL's own recipe), so the data stays.
+owns in each database to another role and drops its privileges there first (``REASSIGN OWNED`` +
+``DROP OWNED``, PostgreSQL's own recipe), so the data stays: to the database's owner, never to a
+superuser (a SECURITY DEFINER function or a view runs as its owner): where the
+owner is a superuser (or the deleted role itself), to the database's own owner role
+(`agent.jobs.pg.importer.database_owner_role`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from pydantic import SecretStr
 from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.pg.client import Postgres, scram_verifier
 from agent.jobs.pg.databases import require_database
+from agent.jobs.pg.importer import OWNER_ROLE_PREFIX, database_owner, database_owner_role
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.data import PgGrant, PgRevoke, PgUser, PgUserCreate, PgUserPassword
 
@@ -94,22 +98,38 @@ async def _user_delete(args: PgUser, ctx: JobContext, out: Output) -> int:
     superuser = pg.layout.superuser
     if args.user == superuser:
         raise JobError(f"role {args.user} is the one the agent acts as: it is not deleted")
+    if args.user.startswith(OWNER_ROLE_PREFIX):  # what it owns would have nobody else to go to
+        raise JobError(f"role {args.user} is a database's own owner role: pg.drop removes it with its database")
     facts = {"name": args.user}
     if not await role_exists(pg, args.user):
         out.result({"message": f"no role {args.user}: nothing to delete", "deleted": False, **facts},
                    as_json=ctx.as_json)  # fmt: skip
         return 0
-    variables = {"user": args.user, "superuser": superuser}
     databases = await pg.rows("SELECT datname AS name FROM pg_database WHERE datallowconn ORDER BY 1")
     for database in databases:
+        heir = await _heir(pg, database["name"], args.user)
         await pg.run(
-            'REASSIGN OWNED BY :"user" TO :"superuser";\nDROP OWNED BY :"user";\n',
+            'REASSIGN OWNED BY :"user" TO :"heir";\nDROP OWNED BY :"user";\n',
             database=database["name"],
-            variables=variables,
+            variables={"user": args.user, "heir": heir},
         )
-    await pg.run('DROP ROLE :"user";\n', variables=variables)
+    await pg.run('DROP ROLE :"user";\n', variables={"user": args.user})
     out.result({"message": f"role {args.user} deleted", "deleted": True, **facts}, as_json=ctx.as_json)
     return 0
+
+
+async def _heir(pg: Postgres, name: str, leaving: str) -> str:
+    """Who gets what `leaving` owns in database `name`: the database's owner, unless that is
+    `leaving` itself or a role with powers (a superuser...): then the database's own owner role.
+    Never a superuser: what a role made (a SECURITY DEFINER function, a view) runs as its owner."""
+    found = await database_owner(pg, name)
+    if found["owner"] != leaving and not found["powerful"]:
+        heir: str = found["owner"]
+        return heir
+    heir = await database_owner_role(pg, found["oid"])
+    if found["owner"] == leaving:  # its database goes to the heir first: REASSIGN would give it to the first heir
+        await pg.run('ALTER DATABASE :"name" OWNER TO :"heir";\n', variables={"name": name, "heir": heir})
+    return heir
 
 
 def grant_sql(privileges: str) -> str:
