@@ -10,6 +10,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import tempfile
 import uuid
 import warnings
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from agent.jobs.users import (
     fingerprint,
     install_checked,
     key_of_line,
+    measure_keys,
     parse_keygen_list,
     parse_lastlog,
     parse_passwd_status,
@@ -325,3 +327,21 @@ def test_parse_keygen_list_and_the_fingerprint_agree_with_ssh_keygen(tmp_path: P
     assert key_of_line("# a comment") is None and key_of_line("ssh-rsa not!base64") is None
     assert fingerprint("%%%") is None
     assert weak_reason("ssh-dss", 1024) is not None and weak_reason("ssh-rsa", 2048) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root (the agent's identity that must not parse keys)")
+def test_keys_a_user_wrote_are_parsed_by_an_account_without_privileges(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ssh-keygen parsed authorized_keys (which a login user writes) as root; it runs as nobody now.
+    A stand-in for ssh-keygen prints the identity it ran with in a key's line."""
+    folder = Path(tempfile.mkdtemp(prefix="fleetdeck-keygen-"))  # outside pytest's 0700 folder: nobody runs it
+    try:
+        folder.chmod(0o755)
+        stand_in = folder / "ssh-keygen"
+        stand_in.write_text('#!/bin/sh\nprintf "256 SHA256:%043d x (%s)\\n" "$(id -u)" "$(id -G | tr " " -)"\n')
+        stand_in.chmod(0o755)
+        monkeypatch.setattr("agent.jobs.users.require", lambda *_args, **_kw: str(stand_in))
+        measured = trio.run(measure_keys, "ssh-ed25519 AAAA x\n")
+    finally:
+        shutil.rmtree(folder)
+    nobody = pwd.getpwnam("nobody")
+    assert measured == {f"SHA256:{nobody.pw_uid:043d}": {"bits": 256, "type": str(nobody.pw_gid)}}

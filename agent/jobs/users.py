@@ -58,6 +58,7 @@ SITE_COMMENT = "fleetdeck site "  # the comment site.create gives its users
 KEYS_FILE = "ssh-keys.json"
 SHELLS = {"bash": "/bin/bash", "sh": "/bin/sh", "zsh": "/bin/zsh", "nologin": "/usr/sbin/nologin"}
 MIN_RSA_BITS = 2048
+PARSER_ACCOUNT = "nobody"  # who ssh-keygen reads untrusted keys as, when the agent is root
 KEY_LINE = re.compile(
     r"(?:^|\s)(?P<type>ssh-ed25519|ssh-rsa|ssh-dss|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com"
     r"|sk-ecdsa-sha2-nistp256@openssh\.com)\s+(?P<blob>[A-Za-z0-9+/]+={0,3})(?:\s+(?P<comment>.*))?$"
@@ -236,7 +237,9 @@ async def measure_keys(text: str) -> dict[str, dict[str, Any]]:
     if not text.strip():
         return {}
     keygen = require("ssh-keygen", "read SSH keys")
-    code, listed, _ = await capture_command([keygen, "-l", "-f", "-"], stdin=text.encode())
+    # The keys are text a login user (or the caller) wrote: parsed with no privilege at all.
+    unprivileged = {"user": PARSER_ACCOUNT, "extra_groups": []} if os.geteuid() == 0 else {}
+    code, listed, _ = await capture_command([keygen, "-l", "-f", "-"], stdin=text.encode(), **unprivileged)
     return parse_keygen_list(listed) if code == 0 else {}
 
 
