@@ -54,6 +54,7 @@ from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.host import MariaDbLayout
 from agent.jobs.proc import LineSplitter, capture_command, child_identity, require, tool_env
 from agent.jobs.site_files import SiteOutput, open_site_input
+from api_client.job_kinds.argtypes import AGENT_DB_ROLE_PREFIX
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.data import (
     DbCreate,
@@ -81,7 +82,7 @@ CHUNK = 256 * 1024
 CHILD: dict[str, Any] = {"check": False, "env": tool_env(), "start_new_session": True}
 PROGRESS_STEPS = 10  # an import reports its progress every tenth of the file
 SCRATCH_PREFIX = "fleetdeck_import_"  # the database an import goes into first
-IMPORTER_PREFIX = "fleetdeck_importer_"  # the throwaway account a dump's statements run as
+IMPORTER_PREFIX = f"{AGENT_DB_ROLE_PREFIX}importer_"  # the throwaway account a dump's statements run as
 OWNER_ROLE = "fleetdeck_owner.{}"  # the role that owns a database's imported views, triggers, routines, events
 OLD_PREFIX = "fleetdeck_old_"  # where the tables an import replaces go aside (a database, or a name), then dropped
 # What RENAME TABLE cannot move to another database (kind, information_schema table, schema column, name).

@@ -386,9 +386,16 @@ def _not_reserved_db(value: str) -> str:
     return value
 
 
+AGENT_DB_ROLE_PREFIX = "fleetdeck_"
+"""The agent's own database accounts (a restore's throw-away importer, a database's owner role)
+start with it: no job names one, so none can be made, granted or dropped by hand."""
+
+
 def _not_reserved_db_user(value: str) -> str:
     if value.lower() in _RESERVED_DB_USERS:
         raise ValueError(f"{value!r} is a system database account")
+    if value.lower().startswith(AGENT_DB_ROLE_PREFIX):
+        raise ValueError(f"{value!r} starts with {AGENT_DB_ROLE_PREFIX!r}, kept for the agent's own accounts")
     return value
 
 
@@ -405,7 +412,7 @@ DbUser = Annotated[
     str,
     shaped(
         r"^[A-Za-z_][A-Za-z0-9_]{0,31}$",
-        "a database account name (not a system account)",
+        "a database account name (not a system account, not starting with fleetdeck_)",
         check=_not_reserved_db_user,
     ),
 ]

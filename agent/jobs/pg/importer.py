@@ -42,9 +42,10 @@ import trio
 from agent.jobs.base import JobError, Output
 from agent.jobs.pg.client import CONNECT_TIMEOUT_S, Postgres, scram_verifier
 from agent.jobs.proc import tool_env
+from api_client.job_kinds.argtypes import AGENT_DB_ROLE_PREFIX
 
-IMPORTER_PREFIX = "fleetdeck_importer_"
-OWNER_ROLE_PREFIX = "fleetdeck_owner_"
+IMPORTER_PREFIX = f"{AGENT_DB_ROLE_PREFIX}importer_"
+OWNER_ROLE_PREFIX = f"{AGENT_DB_ROLE_PREFIX}owner_"
 OWNER_ROLE = OWNER_ROLE_PREFIX + "{oid}"  # a database's own owner role, named after its oid
 LOCAL_ADDRESS = "127.0.0.1"  # where the role logs in when the layout names a socket folder
 TERMINATE_WAIT_MS = 5000
