@@ -18,6 +18,7 @@ from agent.jobs.host import LayoutFile
 from agent.jobs.manager import JobManager
 from agent.jobs.metrics import SAMPLE_EVERY_S, keep_sampling
 from agent.jobs.php.ini import sweep_global_ini
+from agent.jobs.site_web import sweep_site_pools
 from agent.jobs.ssl import keep_sites_renewed
 from agent.link.call import Handler
 from agent.link.client import AgentLink
@@ -94,6 +95,7 @@ async def _serve(config: AgentConfig, jobs: JobManager, task_status: trio.TaskSt
         await nursery.start(jobs.ctx.lb.run)  # the ACME responder and the health monitor
         nursery.start_soon(keep_sites_renewed, jobs.ctx)  # the sites' certificates whose auto-renew is on
         nursery.start_soon(sweep_global_ini, jobs.ctx)  # php.ini directives written before the allow-list
+        nursery.start_soon(sweep_site_pools, jobs.ctx)  # the same in the sites' pools
         if config.metrics_every_s > 0:
             nursery.start_soon(keep_sampling, jobs.ctx, config.metrics_every_s)
         files = FileHandlers(config.home, jobs.ctx.sites)

@@ -667,3 +667,25 @@ def test_a_file_trial_puts_files_links_and_absences_back(tmp_path: Path) -> None
     assert (tmp_path / "kept.ini").read_text() == "a = 1\n"
     assert os.readlink(tmp_path / "link.ini") == "/etc/target.ini"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.ini", "link.ini"]
+
+
+def test_site_settings_written_before_the_allow_lists_go_when_the_agent_starts(
+    hosting: Hosting, pool: ProbePool, site: PhpSite
+) -> None:
+    """A site whose registry entry (and pool, rendered by an older agent) holds what the
+    allow-lists refuse loses it when the agent starts: it does not wait for the site's next change."""
+    registry = hosting.state / "sites.json"
+    hosting.agent.kill()
+    sites = json.loads(registry.read_text())
+    entry = next(entry for entry in sites["sites"] if entry["domain"] == site.domain)
+    entry["php_ini"] = {"auto_prepend_file": "/etc/passwd", "max_input_vars": "2003"}
+    entry["env"] = {"HOME_OF_THE_MASTER": {"value": "$HOME", "secret": False}}
+    registry.write_text(json.dumps(sites))
+    site.pool_file.write_text(site.pool_file.read_text() + "php_admin_value[auto_prepend_file] = /etc/passwd\n")
+    hosting.agent.restart()
+    wait_until(lambda: "auto_prepend_file" not in site.pool_file.read_text())
+    assert 'php_admin_value[max_input_vars] = "2003"' in site.pool_file.read_text()
+    assert "HOME_OF_THE_MASTER" not in site.pool_file.read_text()
+    wait_until(lambda: pool.ask("max_input_vars", socket=site.socket)["ini"]["max_input_vars"] == "2003")
+    log = Path(hosting.agent.log_file).read_text()
+    assert f"site {site.domain}: left out of its pool (not on the allow-list): php_ini auto_prepend_file" in log

@@ -501,6 +501,21 @@ async def apply_site_web(ctx: JobContext, site: Site) -> None:
         await _apply(ctx, site)
 
 
+async def sweep_site_pools(ctx: JobContext) -> None:
+    """At the agent's start: each site whose registry entry holds PHP settings the allow-lists do
+    not take (stored before them: an ``auto_prepend_file``, an environment value PHP-FPM expands)
+    gets its pool rendered again without them, so none waits for the site's next change. Never
+    fails the agent: a site it cannot render is one line in its log."""
+    for site in await trio.to_thread.run_sync(ctx.sites.sites):
+        entry = await trio.to_thread.run_sync(ctx.sites.entry, site.domain)
+        if entry is None or not settings_of(entry, ctx.site_home(site.slug)).left_out:
+            continue
+        try:
+            await apply_site_web(ctx, site)
+        except Exception as exc:  # one site's trouble is no reason to stop the agent
+            log.warning("site %s: its pool still holds settings off the allow-lists: %s", site.domain, exc)
+
+
 async def _apply(ctx: JobContext, site: Site) -> None:
     layout = ctx.host
     entry = await trio.to_thread.run_sync(ctx.sites.entry, site.domain)
