@@ -23,7 +23,7 @@ import anyio
 import orjson
 import trio
 
-from agent.jobs.host import HostLayout
+from agent.jobs.host import HostLayout, SystemLayout
 from agent.load_balancers.settings import LbSettings
 from agent.runner import AgentConfig, run_agent
 from agent.sites import write_atomically
@@ -63,7 +63,7 @@ async def run_local(
     activity = RequestActivity()
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         home, agent_state = layout.home, layout.agent_state
-        await anyio.to_thread.run_sync(ensure_workspace, home, agent_state)
+        await anyio.to_thread.run_sync(ensure_workspace, home, agent_state, layout.site_logs)
         db_url = db_url or layout.db_url
         fleet = build_fleet(settings.for_control_plane(db_url, default_server=LOCAL_SERVER))
         account = ensure_account(fleet.db, layout)
@@ -129,7 +129,8 @@ def _prepare_services(layout: StackLayout) -> list[Child]:
     nginx, web = local_nginx.prepare(layout.nginx, *free_ports(2))
     php, fpms = local_php.prepare(layout.php)
     mariadb, databases = local_mariadb.prepare(layout.mariadb)
-    host = HostLayout(nginx=nginx, php=php, mariadb=mariadb)
+    system = SystemLayout(sites_log_dir=str(layout.site_logs))  # never the machine's /var/log
+    host = HostLayout(nginx=nginx, php=php, mariadb=mariadb, system=system)
     write_atomically(str(layout.host_layout), host.model_dump_json(indent=2).encode())
     return [*databases, *fpms, *web]
 
