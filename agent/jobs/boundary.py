@@ -62,7 +62,7 @@ T = TypeVar("T")
 OwnerMap = Callable[[os.stat_result], tuple[int, int]]
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 STOP_WAIT_S = 15.0  # how long `stop_user_processes` keeps killing before it gives up
-REAP_WAIT_S = 5.0  # how long it then waits for the killed ones to be reaped (userdel counts zombies)
+REAP_WAIT_S = 10.0  # how long it then waits for the killed ones to be reaped (userdel counts zombies)
 _POLL_S = 0.05
 
 
