@@ -62,7 +62,7 @@ T = TypeVar("T")
 OwnerMap = Callable[[os.stat_result], tuple[int, int]]
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 STOP_WAIT_S = 15.0  # how long `stop_user_processes` keeps killing before it gives up
-REAP_WAIT_S = 10.0  # how long it then waits for the killed ones to be reaped (userdel counts zombies)
+QUIET_S = 0.5  # how long no process of the user may be seen before they count as stopped
 _POLL_S = 0.05
 
 
@@ -362,22 +362,28 @@ def processes_of(uid: int) -> tuple[list[int], list[int]]:
 async def stop_user_processes(account: Account) -> None:
     """Stop every process of `account` for good: ``kill -KILL -1`` run as the user, which the
     kernel delivers to all of the user's processes at once (a process forking meanwhile cannot
-    escape it), again until none is left alive; then wait (bounded) until they are reaped.
-    Run it once the account is locked, so nothing starts new ones.
+    escape it), again until none has been seen alive for `QUIET_S` (a killed one may stay a
+    zombie until its parent reaps it: it holds no file, and userdel does not count it). Run it
+    once the account is locked and whatever of root's starts processes as the user (cron, a pool)
+    is gone, so nothing starts new ones.
 
     Raises:
-        JobError: processes are still alive after `STOP_WAIT_S`.
+        JobError: processes are still alive after `STOP_WAIT_S` (something of root's keeps
+            starting them).
     """
     kill = require("kill", "stop the site user's processes")
     deadline = time.monotonic() + STOP_WAIT_S
+    quiet_since: float | None = None
     while True:
         live, _ = await trio.to_thread.run_sync(processes_of, account.uid)
+        now = time.monotonic()
         if not live:
-            break
-        if time.monotonic() > deadline:
-            raise JobError(f"{len(live)} process(es) of {account.name} are still running (pids {live[:10]})")
-        await capture_command([kill, "-KILL", "--", "-1"], **as_user(account))
+            quiet_since = quiet_since or now
+            if now - quiet_since >= QUIET_S:
+                return
+        else:
+            quiet_since = None
+            if now > deadline:
+                raise JobError(f"{len(live)} process(es) of {account.name} are still running (pids {live[:10]})")
+            await capture_command([kill, "-KILL", "--", "-1"], **as_user(account))
         await trio.sleep(_POLL_S)
-    with trio.move_on_after(REAP_WAIT_S):
-        while (await trio.to_thread.run_sync(processes_of, account.uid))[1]:  # noqa: ASYNC110 (no event)
-            await trio.sleep(_POLL_S)

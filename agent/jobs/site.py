@@ -60,6 +60,7 @@ from agent.jobs.php.versions import version_for_new_site
 from agent.jobs.proc import capture_command, require, which
 from agent.jobs.site_web import apply_site_web, remove_site_web, settings_of, vhost_path
 from agent.jobs.storage import measure_path
+from agent.link.protocol import RpcError
 from agent.sites import SLUG_RE, Site
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.web import DomainArgs, SiteClone, SiteCreate, SiteDelete, SiteProfile
@@ -482,12 +483,29 @@ async def _own_account(ctx: JobContext, site: Site) -> Account | None:
     return account
 
 
+AGAIN = "the site stays listed: run site.delete again to finish"
+
+
 async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
+    site = await find_site(ctx, args.domain)
+    try:
+        result = await _take_down(ctx, site, keep_files=args.keep_files, out=out)
+    except JobError as exc:
+        raise JobError(f"{exc}; {AGAIN}", exc.exit_code) from None
+    except RpcError as exc:  # the files kept changing while they were removed
+        raise JobError(f"{exc.message}; {AGAIN}") from None
+    except OSError as exc:  # a file that cannot be removed (read-only, immutable...)
+        raise JobError(f"{exc.filename or 'a file'}: {exc.strerror}; {AGAIN}") from None
+    out.result(result, as_json=ctx.as_json)
+    return 0
+
+
+async def _take_down(ctx: JobContext, site: Site, *, keep_files: bool, out: Output) -> dict[str, Any]:
+    """Each step of a delete, in the order that leaves the site's user no way to stop it; every
+    step does nothing when it is done already, and the registry entry goes last."""
     from agent.jobs import cron, daemon  # both import this family's helpers
     from agent.jobs.ssl import forget_site_certificates  # ssl renders through this family's server block
 
-    site = await find_site(ctx, args.domain)
-    home = ctx.site_home(site.slug)
     account = await _own_account(ctx, site)
     if account is not None:
         await _lock(account)  # first: nothing of the user's starts again while the rest goes
@@ -497,17 +515,17 @@ async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
     if account is not None:
         await stop_user_processes(account)
     certificates_removed = await trio.to_thread.run_sync(forget_site_certificates, ctx, site)
-    files_removed = False if args.keep_files else await _remove_site_files(ctx, site.slug)
+    files_removed = False if keep_files else await _remove_site_files(ctx, site.slug)
     user_removed = None
     if account is not None:
         error = await _delete_user(account.name)
         if error:
-            raise JobError(f"{error}; the site stays listed: run site.delete again to finish")
+            raise JobError(error)
         user_removed = account.name
     await trio.to_thread.run_sync(ctx.sites.remove, site.domain)  # last: a half-done delete is run again
-    result = {
+    return {
         "deleted": site.domain,
-        "home": home,
+        "home": ctx.site_home(site.slug),
         "files_removed": files_removed,
         "user_removed": user_removed,
         "cron_entries_removed": cron_removed,
@@ -515,8 +533,6 @@ async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
         "web_files_removed": web_removed,
         "certificates_removed": certificates_removed,
     }
-    out.result(result, as_json=ctx.as_json)
-    return 0
 
 
 KINDS = [
