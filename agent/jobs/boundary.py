@@ -56,6 +56,7 @@ from agent.files.transfer import Copier
 from agent.jobs.base import JobContext, JobError
 from agent.jobs.common import Account
 from agent.jobs.proc import capture_command, require
+from agent.jobs.storage import scope_jail
 
 T = TypeVar("T")
 
@@ -76,9 +77,8 @@ def home_jail(ctx: JobContext) -> Jail:
 
 def site_jail(ctx: JobContext, slug: str) -> Jail:
     """The jail of a site's folder, resolved in the home's jail (a site folder that is a link
-    cannot lead out of the home). Blocking; the caller closes it."""
-    with home_jail(ctx) as home:
-        return home.subjail(slug)
+    cannot lead out of the home): `agent.jobs.storage.scope_jail`. Blocking; the caller closes it."""
+    return scope_jail(ctx.home, slug)
 
 
 async def in_thread(work: Callable[[CancelToken], T]) -> T:

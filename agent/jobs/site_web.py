@@ -490,6 +490,17 @@ def _plan(ctx: JobContext, site: Site, s: WebSettings, version: str | None) -> l
     return changes
 
 
+def _log_reader(ctx: JobContext, site: Site) -> Account | None:
+    """The account whose group may read the site's logs: its own user (as root), else None (not
+    root, or a site of root's own, without a user: its logs stay root's alone)."""
+    if not ctx.is_root:
+        return None
+    try:
+        return site_account(ctx, site)
+    except JobError:
+        return None
+
+
 def _pool_paths(layout: HostLayout, slug: str) -> list[str]:
     """Where a pool of the site may be, once each (a layout without ``{version}`` has one folder)."""
     paths = [pool_path(layout.php, v, slug) for v in php_fpm_versions() if os.path.isdir(pool_dir(layout.php, v))]
@@ -522,8 +533,9 @@ async def _apply(ctx: JobContext, site: Site) -> None:
     nginx = require_nginx(layout)
     fpm, version = require_fpm(layout, s.php) if s.uses_php else (None, None)
     changes = await trio.to_thread.run_sync(_plan, ctx, site, s, version)
-    owner = site_account(ctx, site) if ctx.is_root else None
-    await trio.to_thread.run_sync(partial(ensure_log_dir, layout, s.slug, owner, php=version is not None))
+    await trio.to_thread.run_sync(
+        partial(ensure_log_dir, layout, s.slug, _log_reader(ctx, site), php=version is not None)
+    )
     pool = next((c for c in changes[1:] if c.text is not None), None)  # changes[0]: the server block
     if fpm is not None and pool is not None and pool.text is not None:
         await check_pool(fpm, pool.text)
