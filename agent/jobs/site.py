@@ -4,10 +4,10 @@ A site ``example.com`` lives in ``<home>/example-com`` (dots become dashes). As 
 gets a system user named after its folder (``useradd --system``, no login shell), owning the
 folder with ``public_html/`` (the profile's index file) and ``logs/`` (its own: cron's run
 histories, written as the site's user) inside. Its web server's and PHP's logs are not in its
-folder: they are in a folder of root's (`agent.jobs.site_web.site_log_dir`). The registry entry is written
-before the web server's files (`agent.jobs.site_web` renders them from it), and a create (or a
-clone) that fails half-way undoes what it made, its files removed through the boundary
-(`agent.jobs.boundary`).
+folder: they are in a folder of root's (`agent.jobs.site_web.site_log_dir`). The registry entry
+is written before the web server's files (`agent.jobs.site_web` renders them from it), and a
+create (or a clone) that fails half-way undoes what it made, its files removed through the
+boundary (`agent.jobs.boundary`).
 
 Who reaches a site's files: its folder is ``<site user>:<group of nginx's user>`` (www-data),
 mode 0750. nginx's workers are in that group, so they enter and read ``public_html`` (0755); no
