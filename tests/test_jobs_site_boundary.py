@@ -174,13 +174,40 @@ def _comm(pid: int) -> str:
         return ""
 
 
+# The site's user exchanges its folders with a link to root's folder, in a loop, in a process of its own.
+USER_RACER = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+pairs = [(os.fsencode(v), os.fsencode(v + ".mine")) for v in sys.argv[2:]]
+for victim, link in pairs:
+    os.symlink(sys.argv[1], link)
+while True:
+    for victim, link in pairs:
+        libc.renameat2(-100, victim, -100, link, 2)
+"""
+
+
 def test_a_delete_removes_the_files_while_a_folder_is_exchanged_with_a_link(hosting: Hosting, outside: Outside) -> None:
+    """The site's user races the delete with exchanges of its own (its process is stopped with
+    the others), and so does a thread of root's here, which no delete stops: whichever moment a
+    swap lands at, the removal never follows the link, and ends."""
     domain = unique_domain("race")
     hosting.run("site.create", domain=domain).ok()
     victims = race_tree(hosting, domain, n=20)
+    user = pwd.getpwnam(slug(domain))
+    racer = subprocess.Popen(
+        ["python3", "-c", USER_RACER, str(outside.folder), *map(str, victims[10:])],
+        user=user.pw_uid, group=user.pw_gid, extra_groups=[], cwd="/",
+    )  # fmt: skip
     before = outside.state()
-    with Flipper(victims, outside.folder) as flipper:
-        deleted = reported(hosting.run("site.delete", domain=domain))
+    try:
+        wait_until(lambda: all(Path(f"{v}.mine").is_symlink() or v.is_symlink() for v in victims[10:]))
+        with Flipper(victims[:10], outside.folder) as flipper:
+            deleted = reported(hosting.run("site.delete", domain=domain))
+        assert racer.wait(timeout=30) == -signal.SIGKILL  # stopped by the delete
+    finally:
+        racer.kill()
+        racer.wait()
     assert flipper.flips > 0
     assert deleted["files_removed"] is True and not (hosting.home / slug(domain)).exists()
     assert outside.state() == before
