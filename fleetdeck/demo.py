@@ -59,11 +59,11 @@ document.addEventListener('DOMContentLoaded', () => {
 });
 """,
     "example-com/.env": "APP_ENV=production\nDB_PASSWORD=change-me\nMAIL_HOST=smtp.example.com\n",
-    "example-com/logs/access.log": "".join(
+    "logs/example-com/access.log": "".join(
         f'203.0.113.{i % 250} - - [22/Nov/2026:10:{i % 60:02d}:00 +0000] "GET /?p={i} HTTP/1.1" 200 {512 + i}\n'
         for i in range(400)
     ),
-    "example-com/logs/error.log": "[22/Nov/2026:10:00:01] PHP Notice: Undefined index: page in index.php on line 4\n",
+    "logs/example-com/error.log": "[22/Nov/2026:10:00:01] PHP Notice: Undefined index: page in index.php on line 4\n",
     "shop-example-org/app/main.py": '''"""The shop's API."""
 
 from fastapi import FastAPI
@@ -91,8 +91,9 @@ def health() -> dict[str, str]:
 }
 
 
-def ensure_workspace(home: Path, agent_state: Path) -> None:
-    """Create the demo tree under `home` and register its sites with the agent, unless they exist."""
+def ensure_workspace(home: Path, agent_state: Path, site_logs: Path) -> None:
+    """Create the demo tree under `home` (its sites' logs in `site_logs`, the agent's
+    ``system.sites_log_dir``) and register its sites with the agent, unless they exist."""
     home.mkdir(parents=True, exist_ok=True)
     prepare_state_dir(str(agent_state))
     registry = SiteRegistry(str(agent_state))
@@ -102,9 +103,10 @@ def ensure_workspace(home: Path, agent_state: Path) -> None:
     if (home / MARKER).exists():
         return
     for relative, text in _FILES.items():
-        target = home / relative
+        target = site_logs / relative.removeprefix("logs/") if relative.startswith("logs/") else home / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text)
+    (home / "example-com/logs").mkdir(exist_ok=True)  # the site's own (cron's run histories)
     (home / "shop-example-org/deploy.sh").chmod(0o755)
     (home / "example-com/public_html/wp-content/uploads").mkdir(parents=True, exist_ok=True)
     (home / "example-com/public_html/favicon.ico").write_bytes(bytes(range(256)) * 4)

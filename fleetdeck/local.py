@@ -24,7 +24,7 @@ import orjson
 import trio
 
 from agent import unix_sockets
-from agent.jobs.host import HostLayout
+from agent.jobs.host import HostLayout, SystemLayout
 from agent.load_balancers.settings import LbSettings
 from agent.runner import AgentConfig, run_agent
 from agent.sites import write_atomically
@@ -64,7 +64,7 @@ async def run_local(
     activity = RequestActivity()
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         home, agent_state = layout.home, layout.agent_state
-        await anyio.to_thread.run_sync(ensure_workspace, home, agent_state)
+        await anyio.to_thread.run_sync(ensure_workspace, home, agent_state, layout.site_logs)
         stack_dir(home)  # as root, its sites' users pass through it to their own folders
         sockets = await anyio.to_thread.run_sync(unix_sockets.runtime_dir, layout.root)
         db_url = db_url or layout.db_url
@@ -133,7 +133,8 @@ def _prepare_services(layout: StackLayout, sockets: Path) -> list[Child]:
     nginx, web = local_nginx.prepare(layout.nginx, *free_ports(2))
     php, fpms = local_php.prepare(private_dir(layout.php), sockets)
     mariadb, databases = local_mariadb.prepare(private_dir(layout.mariadb), sockets)
-    host = HostLayout(nginx=nginx, php=php, mariadb=mariadb)
+    system = SystemLayout(sites_log_dir=str(layout.site_logs))  # never the machine's /var/log
+    host = HostLayout(nginx=nginx, php=php, mariadb=mariadb, system=system)
     write_atomically(str(layout.host_layout), host.model_dump_json(indent=2).encode())
     return [*databases, *fpms, *web]
 

@@ -114,6 +114,11 @@ class StackLayout:
         return self.root / "nginx"
 
     @property
+    def site_logs(self) -> Path:
+        """The sites' web and PHP logs, one folder per site (the agent's ``system.sites_log_dir``)."""
+        return self.root / "site-logs"
+
+    @property
     def php(self) -> Path:
         """The stack's own PHP-FPM: per version its configuration, pools, ini, PID file and log; the sockets."""
         return self.root / "php"

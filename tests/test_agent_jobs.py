@@ -72,13 +72,16 @@ class Env:
     home: Path
     state: Path
     ctx: JobContext
+    layout: Path  # the host layout file
+    logs: Path  # the sites' log folders (root's, outside the sites)
     users: list[str] = field(default_factory=list)  # system users a test may leave behind
 
     def add_site(self, domain: str, *, owner: pwd.struct_passwd | None = None) -> Path:
-        """A site written straight into the registry (no system user of its own)."""
+        """A site written straight into the registry (no system user of its own), with its log folder."""
         slug = domain.replace(".", "-")
         folder = self.home / slug
-        (folder / "logs").mkdir(parents=True)
+        (folder / "logs").mkdir(parents=True)  # the site's own (cron's run histories)
+        self.site_logs(folder).mkdir(parents=True)
         registry = self.state / "sites.json"
         document = json.loads(registry.read_text()) if registry.exists() else {"sites": []}
         document["sites"].append({"domain": domain, "slug": slug})
@@ -87,6 +90,10 @@ class Env:
             for path in (folder, folder / "logs"):
                 os.chown(path, owner.pw_uid, owner.pw_gid)
         return folder
+
+    def site_logs(self, folder: Path) -> Path:
+        """The log folder of the site whose folder is `folder`."""
+        return self.logs / folder.name
 
     def add_cron_entry(self, entry_id: str, domain: str, command: str) -> None:
         path = self.state / "cron.json"
@@ -108,9 +115,10 @@ def env(tmp_path: Path) -> Iterator[Env]:
     # files, users and registry entries only (tests/test_jobs_sites.py serves them for real).
     layout = tmp_path / "host-layout.json"
     no_web = {"nginx": {"sites_dir": str(tmp_path / "no-nginx")}, "php": {"pool_dir": str(tmp_path / "no-php")}}
-    layout.write_text(json.dumps(no_web))
+    logs = tmp_path / "site-logs"
+    layout.write_text(json.dumps({**no_web, "system": {"sites_log_dir": str(logs)}}))
     ctx = JobContext(str(home), str(state), SiteRegistry(str(state)), __version__, layout=LayoutFile(str(layout)))
-    made = Env(home, state, ctx)
+    made = Env(home, state, ctx, layout, logs)
     yield made
     for name in made.users:  # whatever a failed test left behind
         if shutil.which("crontab"):
@@ -223,7 +231,7 @@ def write_log(path: Path, count: int) -> None:
 async def test_200k_lines_arrive_complete_and_in_order(env: Env) -> None:
     count = 200_000
     folder = env.add_site("logs.example.com")
-    write_log(folder / "logs/access.log", count)
+    write_log(env.site_logs(folder) / "access.log", count)
     async with linked(env) as agent:
         outcome = await agent.run("logs", "tail", "logs.example.com", "--log", "access", "--lines", str(count))
     assert outcome.exit_code == 0
@@ -265,7 +273,7 @@ def test_line_splitter_handles_chunk_boundaries() -> None:
 async def test_attach_after_a_dropped_stream_resumes_without_loss_or_repeat(env: Env) -> None:
     count = 300_000
     folder = env.add_site("logs.example.com")
-    write_log(folder / "logs/error.log", count)
+    write_log(env.site_logs(folder) / "error.log", count)
     argv = ["logs", "tail", "logs.example.com", "--log", "error", "--lines", str(count)]
     async with linked(env) as agent:
         # A small window: the reader falls behind, then leaves mid-way; the job goes on.
@@ -348,7 +356,7 @@ async def test_the_journal_keeps_at_most_max_jobs_and_hands_back_secrets(env: En
 async def test_runs_over_the_link_resume_without_loss_or_repeat(env: Env) -> None:
     count = 50_000
     folder = env.add_site("logs.example.com")
-    write_log(folder / "logs/access.log", count)
+    write_log(env.site_logs(folder) / "access.log", count)
     argv = ["logs", "tail", "logs.example.com", "--lines", str(count)]
     params = {"job_id": "runs", "kind": "logs.tail", "argv": argv, "secrets": {}, "runs": True}
     async with linked(env) as agent:
@@ -450,7 +458,7 @@ async def test_a_handler_crash_is_one_line_and_a_logged_traceback(env: Env, capl
 @pytest.mark.anyio
 async def test_the_buffer_keeps_the_last_lines_unless_a_reader_is_live(env: Env) -> None:
     folder = env.add_site("logs.example.com")
-    write_log(folder / "logs/access.log", 20_000)
+    write_log(env.site_logs(folder) / "access.log", 20_000)
     async with linked(env, max_lines=1000) as agent:
         job = agent.jobs.start("small", "logs.tail", ["logs", "tail", "logs.example.com", "--lines", "20000"])
         with trio.fail_after(5):
@@ -488,7 +496,7 @@ async def test_site_lifecycle(env: Env) -> None:
         st = folder.stat()
         assert stat.S_IMODE(st.st_mode) == 0o750
         assert (folder / "public_html/index.html").read_text().count(domain) >= 1
-        assert (folder / "logs").is_dir()
+        assert (folder / "logs").is_dir() and not list((folder / "logs").iterdir())  # the web's logs are root's
         if IS_ROOT:
             user = pwd.getpwnam(slug)
             assert (user.pw_dir, user.pw_shell) == (str(folder), "/usr/sbin/nologin")
@@ -505,7 +513,7 @@ async def test_site_lifecycle(env: Env) -> None:
         assert other_profile.stderr == [f"site {domain} already exists on this server, with the static profile"]
 
         inspected = (await agent.run("site", "inspect", domain, "--json")).json()
-        assert inspected["profile"] == "static" and inspected["files"] == 3 and inspected["created_at"]
+        assert inspected["profile"] == "static" and inspected["files"] == 1 and inspected["created_at"]  # the index
         assert inspected["size_bytes"] > 0 and inspected["exists"] is True
         listed = (await agent.run("site", "list", "--json")).json()["sites"]
         assert [(s["domain"], s["home"]) for s in listed] == [(domain, str(folder))]
@@ -593,7 +601,7 @@ def crontab_of(user: str) -> str:
 
 
 def run_cli(*args: str, env: Env | None = None) -> subprocess.CompletedProcess[str]:
-    options = ["--home", str(env.home), "--state-dir", str(env.state)] if env else []
+    options = ["--home", str(env.home), "--state-dir", str(env.state), "--host-layout", str(env.layout)] if env else []
     environ = {**os.environ, "PYTHONPATH": str(ROOT)}
     command = [sys.executable, "-m", "fleetdeck", "agent", "run", *options, *args]
     return subprocess.run(command, capture_output=True, text=True, env=environ, timeout=60, check=False)
@@ -602,14 +610,14 @@ def run_cli(*args: str, env: Env | None = None) -> subprocess.CompletedProcess[s
 def test_logs_tail_of_a_million_lines_counts_right(env: Env) -> None:
     folder = env.add_site("big.example.com")
     count = 1_000_000
-    write_log(folder / "logs/access.log", count + 500)
+    write_log(env.site_logs(folder) / "access.log", count + 500)
     done = run_cli("logs", "tail", "big.example.com", "--log", "access", "--lines", str(count), env=env)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.split("\n")
     assert lines[-1] == "" and len(lines) - 1 == count
     assert (lines[0], lines[-2]) == ("line 501", f"line {count + 500}")
     # Fewer lines than asked, and a last line without newline.
-    (folder / "logs/error.log").write_bytes(b"a\nb\nc")
+    (env.site_logs(folder) / "error.log").write_bytes(b"a\nb\nc")
     done = run_cli("logs", "tail", "big.example.com", "--log", "error", "--lines", "2", env=env)
     assert (done.returncode, done.stdout) == (0, "b\nc\n")
     done = run_cli("logs", "tail", "big.example.com", "--log", "error", "--lines", "10", env=env)
@@ -845,7 +853,7 @@ async def test_lines_the_journal_no_longer_holds_are_said_lost_where_they_were(e
     already dropped: the stored output says which lines were lost, at their place, then goes on."""
     count = 5 * BLOCK
     folder = env.add_site("lost.example.com")
-    write_log(folder / "logs/access.log", count)
+    write_log(env.site_logs(folder) / "access.log", count)
     db = Database(f"sqlite:///{tmp_path / 'cp.db'}")
     db.migrate()
     with db.engine.begin() as conn:

@@ -22,6 +22,7 @@ from tests.conftest import AgentProcess, Stack, start_agent, start_local
 from tests.helpers import wait_until
 from tests.helpers.control_planes import OwnControlPlane
 from tests.helpers.databases import is_postgres, query
+from tests.helpers.site_logs import logs_layout, write_site_log
 
 pytestmark = pytest.mark.stack_variants("sqlite", "postgresql", "uvicorn")
 
@@ -260,9 +261,9 @@ BIG = 200_000
 
 @pytest.fixture(scope="module")
 def big_log(stack: Stack) -> int:
-    log = stack.data_dir / "home" / "example-com" / "logs" / "big.log"
+    log = stack.data_dir / "site-logs" / "example-com" / "access.log"  # the stack's sites_log_dir
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(stack.data_dir / "home" / "example-com" / "logs" / "access.log", "w") as handle:
+    with open(log, "w") as handle:
         for i in range(BIG):
             handle.write(f'203.0.113.{i % 250} - - [22/Nov/2026] "GET /item/{i} HTTP/1.1" 200 {i}\n')
     return BIG
@@ -351,13 +352,14 @@ def own_agent(stack: Stack, tmp_path: Path) -> Any:
     with stack.http() as http:
         created = http.post("/v1/servers", json={"name": f"jobs-{tmp_path.name[-8:]}", "kind": "full"}).json()
     home, state = tmp_path / "home", tmp_path / "state"
-    (home / "site-a" / "logs").mkdir(parents=True)
-    (home / "site-a" / "logs" / "access.log").write_text("".join(f"line {i}\n" for i in range(100)))
+    (home / "site-a").mkdir(parents=True)
+    layout, logs = logs_layout(tmp_path)
+    write_site_log(logs, "site-a", "access.log", "".join(f"line {i}\n" for i in range(100)))
     state.mkdir()
     (state / "sites.json").write_text('{"sites": [{"domain": "a.example.com", "slug": "site-a"}]}')
     server_id, token = created["server"]["id"], created["agent_token"]
 
-    agent = AgentProcess(stack, server_id, token, home, state)
+    agent = AgentProcess(stack, server_id, token, home, state, "--host-layout", str(layout))
     yield agent
     agent.stop()
 
@@ -627,7 +629,8 @@ def capped_stack(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def test_the_output_a_job_keeps_is_capped_and_ends_with_what_was_left_out(capped_stack: Stack) -> None:
     texts = [f'203.0.113.{i % 250} - - [22/Nov/2026] "GET /item/{i} HTTP/1.1" 200 {i} é' for i in range(20_000)]
-    log = capped_stack.data_dir / "home" / "example-com" / "logs" / "access.log"
+    log = capped_stack.data_dir / "site-logs" / "example-com" / "access.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("".join(f"{text}\n" for text in texts))
     with capped_stack.http() as http:
         job = run(http, capped_stack.server_id, "logs.tail", {"domain": "example.com", "lines": len(texts)}).json()

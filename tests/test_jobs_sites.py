@@ -83,8 +83,9 @@ def test_a_static_site_answers_through_nginx(hosting: Hosting) -> None:
     assert hosting.get("other.example.test").status_code == 404  # the default server: not this site
     again = hosting.run("site.create", domain=domain).ok()
     assert again.stdout[0] == f"site {domain} already exists on this server"
-    access_log = home_of(hosting, domain) / "logs" / "access.log"
+    access_log = hosting.site_logs(domain) / "access.log"  # root's folder, never in the site
     wait_until(lambda: "GET / HTTP/1.1" in access_log.read_text())
+    assert access_log.parent.stat().st_uid == 0 and not (home_of(hosting, domain) / "logs" / "access.log").exists()
 
 
 def test_a_php_site_runs_as_its_own_user(hosting: Hosting, php_site: str) -> None:
@@ -303,8 +304,8 @@ def test_a_clone_answers_under_its_new_domain_as_another_user(hosting: Hosting, 
     assert answers(hosting, target, "/", 200, php_site).text == original  # the same files
     copied = home_of(hosting, target) / "public_html" / "whoami.php"
     assert pwd.getpwuid(copied.stat().st_uid).pw_name == user
-    assert "/before-the-clone" in (home_of(hosting, php_site) / "logs" / "access.log").read_text()
-    assert "/before-the-clone" not in (home_of(hosting, target) / "logs" / "access.log").read_text()  # its own logs
+    assert "/before-the-clone" in (hosting.site_logs(php_site) / "access.log").read_text()
+    assert "/before-the-clone" not in (hosting.site_logs(target) / "access.log").read_text()  # its own logs
 
 
 def test_delete_removes_everything(hosting: Hosting) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import socket
 import ssl
 import uuid
@@ -255,4 +256,7 @@ def test_install_reads_only_inside_the_site(hosting: Hosting, site: str) -> None
     link.symlink_to(outside)  # a link out of the site: the jail does not follow it
     escaped = hosting.run("ssl.install", domain=site, cert_path="uploads/link.crt", key_path="uploads/site.key")
     assert escaped.exit_code == 1 and "uploads/link.crt" in escaped.text
+    os.mkfifo(link.with_name("fifo.crt"))  # read as root, a FIFO would hold the job forever
+    fifo = hosting.run("ssl.install", domain=site, cert_path="uploads/fifo.crt", key_path="uploads/site.key")
+    assert fifo.exit_code == 1 and "uploads/fifo.crt" in fifo.text and "not a regular file" in fifo.text
     assert hosting.run("ssl.inspect", domain=site).exit_code == 1

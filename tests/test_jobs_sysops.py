@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import time
 import uuid
 from collections.abc import Iterator
@@ -77,7 +78,7 @@ def test_usage_drills_down_and_largest_finds_the_biggest_files(hosting: Hosting,
         ("public_html/uploads/2026/big.bin", 300_000),
         ("public_html/uploads/2026/mid.bin", 100_000),
     ]
-    assert largest["scanned"] >= 6  # the index, the two logs and the three files
+    assert largest["scanned"] == 4  # the index and the three files (its logs are not in its folder)
 
 
 def test_disks_and_inodes_match_statvfs(hosting: Hosting) -> None:
@@ -98,18 +99,20 @@ def test_findmnt_trees_are_flattened() -> None:
 def test_cleanup_removes_only_old_rotated_logs_and_the_package_cache(
     hosting: Hosting, system_folders: dict[str, Path], site: tuple[str, Path]
 ) -> None:
-    _, folder = site
+    domain, folder = site
     logs, archives = system_folders["log_dir"], system_folders["apt_archives"]
+    site_logs = hosting.site_logs(domain)  # root's folder: the cleanup never goes into the site's own
     (logs / "nginx").mkdir(exist_ok=True)
     doomed = [
         aged(logs / "syslog.1", "a" * 100, 10),
         aged(logs / "nginx/access.log.2.gz", "b" * 200, 10),
-        aged(folder / "logs/access.log.1", "c" * 300, 10),
+        aged(site_logs / "access.log.1", "c" * 300, 10),
     ]
     kept = [
         aged(logs / "syslog", "live", 10),
         aged(logs / "syslog.2.gz", "recent", 1),
-        aged(folder / "logs/error.log", "live", 10),
+        aged(site_logs / "error.log", "live", 10),
+        aged(folder / "logs/access.log.1", "the site's own file", 10),
     ]
     package = archives / "tool_1.0_all.deb"
     package.write_bytes(b"d" * 400)
@@ -148,7 +151,7 @@ def test_list_search_and_rotate_a_site_log(
         access_line(now - 30, "POST /login"),
         access_line(now - 10, "POST /login?again"),
     ]
-    access = folder / "logs/access.log"
+    access = hosting.site_logs(domain) / "access.log"  # root's folder, outside the site
     access.write_text("\n".join(lines) + "\n")
     (system_folders["log_dir"] / "kern.log").write_text("boot\n")
 
@@ -166,10 +169,11 @@ def test_list_search_and_rotate_a_site_log(
     assert limited.stdout == [lines[0]] and "stopped at 1" in limited.text
 
     hosting.run("logs.rotate", domain=domain).ok()
-    rotated = folder / "logs/access.log.1"
+    rotated = access.parent / "access.log.1"
     assert rotated.read_text() == "\n".join(lines) + "\n"
     assert access.read_text() == ""  # copytruncate: nginx keeps its descriptor
-    assert rotated.stat().st_uid == folder.stat().st_uid != 0
+    owner = access.parent.stat()  # root's folder, which the site's group may read
+    assert (owner.st_uid, owner.st_gid, rotated.stat().st_uid) == (0, pwd.getpwnam(folder.name).pw_gid, 0)
 
 
 def test_the_journal_needs_systemd(hosting: Hosting) -> None:

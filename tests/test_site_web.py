@@ -61,7 +61,7 @@ def test_settings_stored_before_the_allow_lists_are_left_out_of_the_pool() -> No
 
 def test_the_docroot_is_a_plain_folder_of_the_site_whose_links_stay_with_their_owner() -> None:
     served = settings_of({"domain": "a.test", "slug": "a-test", "docroot": "current/public"}, "/home/a-test")
-    text = render_vhost(served, NginxLayout(listen="8080"), "/acme", None, None)
+    text = render_vhost(served, NginxLayout(listen="8080"), "/acme", None, None, logs="/logs/a-test")
     assert "root /home/a-test/current/public;" in text
     assert "disable_symlinks if_not_owner from=/home/a-test;" in text
     for bad in ("../b-test", "/etc", "a;b", "a b", "a/./b", ".git", "", "a//b", "$uri"):
@@ -73,7 +73,7 @@ def test_the_www_redirect_block_names_the_other_host() -> None:
     s = settings_of(
         {"domain": "www.a.test", "slug": "www-a-test", "www_redirect": "remove", "aliases": ["c.test"]}, "/h"
     )
-    text = render_vhost(s, NginxLayout(listen="8080"), "/acme", None, None)
+    text = render_vhost(s, NginxLayout(listen="8080"), "/acme", None, None, logs="/logs/www-a-test")
     assert "server_name a.test c.test;" in text and "server_name www.a.test;" in text
     assert "return 301 $scheme://a.test$request_uri;" in text
     assert text.count("location ^~ /.well-known/acme-challenge/") == 2

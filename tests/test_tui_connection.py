@@ -57,7 +57,8 @@ def test_a_lost_control_plane_is_said_everywhere_and_the_tui_comes_back_by_itsel
     stack = own_stack[0]
     port = int(stack.base_url.rsplit(":", 1)[1])
     log = [f"line {i}" for i in range(LOG_LINES)]
-    (stack.data_dir / "home" / "example-com" / "logs" / "access.log").write_text("".join(f"{x}\n" for x in log))
+    (stack.data_dir / "site-logs" / "example-com").mkdir(parents=True, exist_ok=True)
+    (stack.data_dir / "site-logs" / "example-com" / "access.log").write_text("".join(f"{x}\n" for x in log))
     with stack.http() as http:
         server = Server.model_validate(http.get(f"/v1/servers/{stack.server_id}").json())
         args = {"domain": "example.com", "lines": LOG_LINES}

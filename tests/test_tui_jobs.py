@@ -31,6 +31,7 @@ from api_client.models import Job, JobKindInfo, Server
 from tests.conftest import Stack, start_agent
 from tests.helpers import soon, wait_for, wait_until
 from tests.helpers.jobs import finished_job
+from tests.helpers.site_logs import logs_layout, write_site_log
 from tests.helpers.tui import highlight_server, open_form, open_jobs_of, pick_kind, real_app_and_wire, run
 from themes import register_themes
 from tui.app import FleetdeckApp
@@ -537,7 +538,8 @@ def member_token(stack: Stack) -> str:
 def big_log(stack: Stack) -> list[str]:
     """The demo site's access log, 200,000 lines (the same file tests/test_jobs.py plants)."""
     lines = [f'203.0.113.{i % 250} - - [22/Nov/2026] "GET /item/{i} HTTP/1.1" 200 {i}' for i in range(BIG)]
-    log = stack.data_dir / "home" / "example-com" / "logs" / "access.log"
+    log = stack.data_dir / "site-logs" / "example-com" / "access.log"  # the stack's sites_log_dir
+    log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("".join(f"{line}\n" for line in lines))
     return lines
 
@@ -552,11 +554,14 @@ class OwnAgent:
             created = http.post("/v1/servers", json={"name": self.name, "kind": "full"}).json()
         self.server_id, self._token = created["server"]["id"], created["agent_token"]
         self._home, self._state = root / "home", root / "state"
-        (self._home / "site-a" / "logs").mkdir(parents=True)
-        (self._home / "site-a" / "logs" / "access.log").write_text("".join(f"line {i}\n" for i in range(100)))
+        (self._home / "site-a").mkdir(parents=True)
+        self._layout, logs = logs_layout(root)
+        write_site_log(logs, "site-a", "access.log", "".join(f"line {i}\n" for i in range(100)))
         self._state.mkdir()
         (self._state / "sites.json").write_text('{"sites": [{"domain": "a.example.com", "slug": "site-a"}]}')
-        self.process = start_agent(stack.base_url, self._token, self._home, self._state)
+        self.process = start_agent(
+            stack.base_url, self._token, self._home, self._state, "--host-layout", str(self._layout)
+        )
         wait_until(self.online, timeout=20)
 
     def online(self) -> bool:
@@ -569,7 +574,9 @@ class OwnAgent:
         wait_until(lambda: not self.online(), timeout=10)
 
     def restart(self) -> None:
-        self.process = start_agent(self.stack.base_url, self._token, self._home, self._state)
+        self.process = start_agent(
+            self.stack.base_url, self._token, self._home, self._state, "--host-layout", str(self._layout)
+        )
         wait_until(self.online, timeout=20)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -207,18 +208,34 @@ def copy(
 class Copier:
     """A recursive copy through descriptors (see the module docstring)."""
 
-    def __init__(self, token: CancelToken, owner: tuple[int, int] | None, keep_owner: bool, *, source: Jail) -> None:
+    def __init__(
+        self,
+        token: CancelToken,
+        owner: tuple[int, int] | None,
+        keep_owner: bool,
+        *,
+        source: Jail,
+        owner_of: Callable[[os.stat_result], tuple[int, int]] | None = None,
+    ) -> None:
         self.token = token
         self.owner = owner
         self.keep_owner = keep_owner
         self.source = source  # whose foreign hard links are never copied (see `Jail.refuse_foreign_link`)
+        self.owner_of = owner_of  # the owner of each copy from its source's lstat (a clone's mapping), first
         self.skipped: list[str] = []
 
-    def _chown(self, fd: int, st: os.stat_result) -> None:
+    def _owner(self, st: os.stat_result) -> tuple[int, int] | None:
+        """The (uid, gid) a copy of `st` is given, or None to leave it the agent's."""
+        if self.owner_of is not None:
+            return self.owner_of(st)
         if self.owner is not None:
-            os.fchown(fd, *self.owner)
-        elif self.keep_owner:
-            os.fchown(fd, st.st_uid, st.st_gid)
+            return self.owner
+        return (st.st_uid, st.st_gid) if self.keep_owner else None
+
+    def _chown(self, fd: int, st: os.stat_result) -> None:
+        owner = self._owner(st)
+        if owner is not None:
+            os.fchown(fd, *owner)
 
     def copy(
         self, src_dir: int, src_name: str, dst_dir: int, dst_name: str, rel: str, *, top: bool = False, depth: int = 0
@@ -243,9 +260,9 @@ class Copier:
                             raise _Swapped() from None
                         raise
                     os.symlink(target, dst_name, dir_fd=dst_dir)
-                    if self.owner is not None or self.keep_owner:
-                        uid, gid = self.owner or (st.st_uid, st.st_gid)
-                        os.chown(dst_name, uid, gid, dir_fd=dst_dir, follow_symlinks=False)
+                    owner = self._owner(st)
+                    if owner is not None:
+                        os.chown(dst_name, *owner, dir_fd=dst_dir, follow_symlinks=False)
                 else:
                     self.skipped.append(rel)
                 return

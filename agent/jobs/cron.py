@@ -40,6 +40,7 @@ import orjson
 import trio
 
 from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.boundary import as_user
 from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
 from agent.sites import Site, write_atomically
@@ -311,9 +312,7 @@ class _Runner:
             "SHELL": "/bin/sh",
             "LANG": "C.UTF-8",
         }
-        self.options: dict[str, Any] = {}
-        if ctx.is_root:
-            self.options = {"user": self.account.uid, "group": self.account.gid, "extra_groups": []}
+        self.options: dict[str, Any] = as_user(self.account)
 
     async def stream(self, out: Output, argv: list[str]) -> int:
         return await stream_command(out, argv, cwd=self.folder, env=self.env, **self.options)

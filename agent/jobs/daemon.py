@@ -20,17 +20,22 @@ from __future__ import annotations
 
 import glob
 import os
+import posixpath
 import re
-from collections.abc import Iterator
+import stat
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
 import trio
 
+from agent.files.jail import Jail, normalize
 from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
+from agent.jobs.boundary import site_jail
 from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.host import SupervisorLayout
 from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
+from agent.link.protocol import RpcError
 from agent.sites import Site, write_atomically
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.system import DaemonCreate, DaemonLogs, NameArgs
@@ -193,21 +198,44 @@ async def _reread(layout: SupervisorLayout) -> str | None:
 # --- create -----------------------------------------------------------------------------------------
 
 
-def _resolve(args: DaemonCreate, folder: str) -> tuple[str, list[str]]:
+def _resolve(args: DaemonCreate, ctx: JobContext, site: Site) -> tuple[str, list[str]]:
     """The working folder and the command with its program as a path, or a JobError (exit 78)
-    saying what is wrong with them: checked before anything is written."""
-    workdir = os.path.realpath(os.path.join(folder, args.directory))
-    if os.path.commonpath([workdir, os.path.realpath(folder)]) != os.path.realpath(folder):
-        raise JobError(f"the daemon's directory {args.directory} leads out of the site", EXIT_REFUSED)
-    if not os.path.isdir(workdir):
-        raise JobError(f"the daemon's directory {args.directory or '.'} is not a folder of the site", EXIT_REFUSED)
+    saying what is wrong with them: checked before anything is written. A folder or program of
+    the site is looked at through its jail (a link may lead elsewhere in the site, never out);
+    supervisord then enters the folder and runs the program as the site's user."""
+    folder = ctx.site_home(site.slug)
     argv = args.command.split(" ")
     name = argv[0]
-    path = os.path.normpath(os.path.join(workdir, name)) if "/" in name else which(name)
-    if path is None or not os.path.isfile(path) or not os.access(path, os.X_OK):
+    with site_jail(ctx, site.slug) as jail:
+        directory = _inside(jail, args.directory, stat.S_ISDIR)
+        if directory is None:
+            raise JobError(f"the daemon's directory {args.directory or '.'} is not a folder of the site", EXIT_REFUSED)
+        workdir = posixpath.join(folder, directory) if directory else folder
+        if "/" in name and not name.startswith("/"):
+            program = _inside(jail, posixpath.join(directory, name), _executable)
+            path = posixpath.join(folder, program) if program is not None else None
+        else:
+            path = name if name.startswith("/") else which(name)
+            if path is not None and not (os.path.isfile(path) and os.access(path, os.X_OK)):
+                path = None
+    if path is None:
         where = f"in {workdir}" if "/" in name and not name.startswith("/") else "on this server"
         raise JobError(f"{name}: no such executable program {where}: the daemon was not written", EXIT_REFUSED)
     return workdir, [path, *argv[1:]]
+
+
+def _inside(jail: Jail, path: str, wanted: Callable[[int], bool]) -> str | None:
+    """`path` spelt plainly when it names, in the site, an entry whose mode is `wanted` (an in-site
+    link is followed); else None (missing, leading out, ``..``)."""
+    try:
+        rel = normalize(path)
+        return rel if wanted(jail.stat(rel).st_mode) else None
+    except RpcError:
+        return None
+
+
+def _executable(mode: int) -> bool:
+    return stat.S_ISREG(mode) and bool(mode & 0o111)
 
 
 def _write_or_restore(path: str, text: str | None) -> None:
@@ -226,7 +254,7 @@ async def _create(args: DaemonCreate, ctx: JobContext, out: Output) -> int:
     site = await find_site(ctx, args.domain)
     account = site_account(ctx, site)
     folder = ctx.site_home(site.slug)
-    workdir, argv = await trio.to_thread.run_sync(_resolve, args, folder)
+    workdir, argv = await trio.to_thread.run_sync(_resolve, args, ctx, site)
     definition = args.model_dump(include=set(DEFINITION_FIELDS))
     path = conf_path(layout, args.name)
     existing = await trio.to_thread.run_sync(read_definition, path)

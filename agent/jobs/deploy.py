@@ -45,6 +45,7 @@ import trio
 
 from agent.files.jail import Jail
 from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.boundary import as_user
 from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
 from agent.jobs.site_settings import change_site
@@ -121,9 +122,7 @@ class SiteGit:
         return env
 
     def options(self) -> dict[str, Any]:
-        if not self.ctx.is_root:
-            return {}
-        return {"user": self.account.uid, "group": self.account.gid, "extra_groups": []}
+        return as_user(self.account)
 
     async def stream(
         self, out: Output, argv: Sequence[str], *, cwd: str | None = None, token: str | None = None

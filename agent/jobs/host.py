@@ -144,6 +144,9 @@ class SystemLayout(_Section):
     apt_conf_dir: str = "/etc/apt/apt.conf.d"
     apt_archives: str = "/var/cache/apt/archives"  # what `apt-get clean` empties (storage.cleanup)
     log_dir: str = "/var/log"  # the system's logs (logs.list, storage.cleanup of rotated logs)
+    # The sites' web and PHP logs, <sites_log_dir>/<slug>/: root's folders, never in a site's own
+    # tree (the web server's root master opens them; see agent.jobs.site_web.site_log_dir).
+    sites_log_dir: str = "/var/log/fleetdeck/sites"
     # Without systemd, system.timezone-set/hostname-set/locale-set write these files themselves.
     zoneinfo_dir: str = "/usr/share/zoneinfo"
     timezone_file: str = "/etc/timezone"

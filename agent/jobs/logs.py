@@ -1,14 +1,15 @@
 """``logs tail|search|list|rotate|journal``: the sites' logs and the system's.
 
-``tail <domain> --log access|error --lines N``: the file is ``<site>/logs/<log>.log``, opened
-inside the site's jail. The start of the last N lines is found by reading blocks backwards from
+``tail <domain> --log access|error --lines N``: the file is ``<log>.log`` in the site's log
+folder (`agent.jobs.site_web.site_log_dir`: root's, outside the site's tree), opened beneath it
+without following a link. The start of the last N lines is found by reading blocks backwards from
 the end (counting newlines per block, so a million lines cost a few hundred reads), then the
 lines are streamed forwards block by block up to the size the file had when the job started.
 ``search`` reads the same file forwards and streams the lines holding a fixed text (``--since``
 keeps the lines stamped within that time). ``rotate`` runs logrotate with a configuration made
-for the sites' logs (as each site's user, ``copytruncate``: nginx keeps writing to the same
-file). ``journal`` reads systemd's journal; a server whose PID 1 is not systemd has none and the
-job says so (exit 69).
+for the sites' log folders (as root: they are root's folders; ``copytruncate``: nginx keeps
+writing to the same file, and is never asked to reopen it). ``journal`` reads systemd's
+journal; a server whose PID 1 is not systemd has none and the job says so (exit 69).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from typing import Any
 
 import trio
 
+from agent.files.fdops import listdir, lstat_at
 from agent.files.jail import Jail
 from agent.jobs.base import EXIT_MISSING, STDOUT, JobContext, JobError, Output, handler, rfc3339
-from agent.jobs.common import find_site, site_account
+from agent.jobs.common import find_site
 from agent.jobs.proc import LineSplitter, require, stream_command
+from agent.jobs.site_web import site_log_dir
 from agent.link.protocol import RpcError
 from agent.sites import Site
 from api_client.job_kinds.system import LogsJournal, LogsSearch, LogsTail, OptionalDomain
@@ -84,12 +87,23 @@ async def tail(fd: int, n: int, out: Output) -> int:
     return sent
 
 
-def _open_log(home: str, slug: str, name: str) -> int:
-    with Jail(home) as jail, jail.subjail(slug) as site:
-        fd = site.open(f"logs/{name}", os.O_RDONLY | os.O_NONBLOCK, follow_last=True)
+def open_log(folder: str, name: str) -> int:
+    """A readable descriptor of the log `name` of a site's log folder `folder` (blocking): the
+    name is opened beneath the folder, never through a link, and must be a regular file.
+
+    Raises:
+        RpcError: ``not_found`` (no such log, or no log folder yet).
+        JobError: it is not a regular file.
+    """
+    try:
+        jail = Jail(folder)
+    except FileNotFoundError:
+        raise RpcError("not_found", "no such file or directory", {"path": name}) from None
+    with jail:
+        fd = jail.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY, follow_last=False)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise JobError(f"logs/{name} is not a regular file")
+        raise JobError(f"{name} is not a regular file")
     return fd
 
 
@@ -97,13 +111,10 @@ async def open_site_log(ctx: JobContext, domain: str, log: str) -> int:
     site = await find_site(ctx, domain)
     name = f"{log}.log"
     try:
-        return await trio.to_thread.run_sync(_open_log, ctx.home, site.slug, name)
-    except JobError:
-        raise
-    except Exception as exc:
-        code = getattr(exc, "code", None)
-        if code == "not_found":
-            raise JobError(f"site {site.domain} has no {log} log (logs/{name})") from None
+        return await trio.to_thread.run_sync(open_log, site_log_dir(ctx.host, site.slug), name)
+    except RpcError as exc:
+        if exc.code == "not_found":
+            raise JobError(f"site {site.domain} has no {log} log yet ({name})") from None
         raise
 
 
@@ -199,23 +210,22 @@ async def _search(args: LogsSearch, ctx: JobContext, out: Output) -> int:
 # --- list ----------------------------------------------------------------------------------
 
 
-def site_logs(home: str, site: Site) -> list[dict[str, Any]]:
-    """The files in a site's ``logs/`` folder (through its jail)."""
-    with Jail(home) as jail, jail.subjail(site.slug) as scope:
-        try:
-            fd = scope.open("logs", os.O_RDONLY | os.O_DIRECTORY, follow_last=False)
-        except RpcError:
-            return []
-        try:
-            found = []
-            for name in sorted(os.listdir(fd)):
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                if stat.S_ISREG(st.st_mode):
-                    path = os.path.join(home, site.slug, "logs", name)
-                    found.append({"scope": "site", "domain": site.domain, "path": path, **_figures(st)})
-            return found
-        finally:
-            os.close(fd)
+def site_logs(folder: str, site: Site) -> list[dict[str, Any]]:
+    """The files of a site's log folder `folder` (root's; none when it is not made yet)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    try:
+        found = []
+        for name in listdir(fd):
+            st = lstat_at(fd, name)
+            if st is not None and stat.S_ISREG(st.st_mode):
+                path = os.path.join(folder, name)
+                found.append({"scope": "site", "domain": site.domain, "path": path, **_figures(st)})
+        return found
+    finally:
+        os.close(fd)
 
 
 def system_logs(root: str, max_depth: int = 1) -> list[dict[str, Any]]:
@@ -243,7 +253,7 @@ async def _list(args: OptionalDomain, ctx: JobContext, out: Output) -> int:
     sites = [await find_site(ctx, args.domain)] if args.domain else await trio.to_thread.run_sync(ctx.sites.sites)
     logs: list[dict[str, Any]] = []
     for site in sites:
-        logs += await trio.to_thread.run_sync(site_logs, ctx.home, site)
+        logs += await trio.to_thread.run_sync(site_logs, site_log_dir(ctx.host, site.slug), site)
     if not args.domain:
         logs += await trio.to_thread.run_sync(system_logs, ctx.host.system.log_dir)
     out.result({"logs": logs}, as_json=ctx.as_json)
@@ -255,13 +265,12 @@ async def _list(args: OptionalDomain, ctx: JobContext, out: Output) -> int:
 KEEP_ROTATIONS = 14
 
 
-def logrotate_config(sites: list[tuple[str, str, str]]) -> str:
-    """A logrotate configuration for the sites' logs: (logs folder, user, group) each."""
+def logrotate_config(folders: list[str]) -> str:
+    """A logrotate configuration for the sites' log folders (root's: no ``su``)."""
     blocks = []
-    for folder, user, group in sites:
+    for folder in folders:
         blocks.append(
             f'"{folder}/*.log" {{\n'
-            f"    su {user} {group}\n"
             f"    rotate {KEEP_ROTATIONS}\n"
             "    compress\n    delaycompress\n    missingok\n    notifempty\n    copytruncate\n"
             "}\n"
@@ -272,11 +281,7 @@ def logrotate_config(sites: list[tuple[str, str, str]]) -> str:
 async def _rotate(args: OptionalDomain, ctx: JobContext, out: Output) -> int:
     logrotate = require("logrotate", "rotate the logs")
     sites = [await find_site(ctx, args.domain)] if args.domain else await trio.to_thread.run_sync(ctx.sites.sites)
-    entries = []
-    for site in sites:
-        account = site_account(ctx, site)
-        group = account.name if ctx.is_root else str(account.gid)
-        entries.append((os.path.join(ctx.site_home(site.slug), "logs"), account.name, group))
+    entries = [site_log_dir(ctx.host, site.slug) for site in sites]
     if not entries:
         out.stdout("no site logs to rotate")
         return 0

@@ -84,6 +84,7 @@ PACKAGES = {
     "hostname": "hostname",
     "hostnamectl": "systemd",
     "journalctl": "systemd",
+    "kill": "procps",
     "locale": "libc-bin",
     "localectl": "systemd",
     "logrotate": "logrotate",

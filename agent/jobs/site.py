@@ -2,15 +2,27 @@
 
 A site ``example.com`` lives in ``<home>/example-com`` (dots become dashes). As root, each site
 gets a system user named after its folder (``useradd --system``, no login shell), owning the
-folder with ``public_html/`` (the profile's index file) and ``logs/`` inside. The registry entry
+folder with ``public_html/`` (the profile's index file) and ``logs/`` (its own: cron's run
+histories, written as the site's user) inside. Its web server's and PHP's logs are not in its
+folder: they are in a folder of root's (`agent.jobs.site_web.site_log_dir`). The registry entry
 is written before the web server's files (`agent.jobs.site_web` renders them from it), and a
-create that fails half-way undoes what it made.
+create (or a clone) that fails half-way undoes what it made, its files removed through the
+boundary (`agent.jobs.boundary`).
 
 Who reaches a site's files: its folder is ``<site user>:<group of nginx's user>`` (www-data),
 mode 0750. nginx's workers are in that group, so they enter and read ``public_html`` (0755); no
 other site's user is (their PHP runs as themselves), so they cannot even enter it. No ACL, no
 change to www-data's groups, and the site's user stays free to ``chmod`` its own files.
-``logs/`` (0750, the site's own group) is written by nginx's master (root) and PHP-FPM.
+Sites made before the web logs moved out keep the old ``access.log`` and ``error.log`` in their
+``logs/`` folder, as their own files (nginx writes to the new folder once the site's web files are
+written again).
+
+``site.delete`` works so that a site's user cannot stop it: it locks the account (no new login,
+cron job or su), removes its cron entries, daemons, server block and pool, kills every process of
+the user (`agent.jobs.boundary.stop_user_processes`), removes the files through descriptors
+(`agent.jobs.boundary.remove_tree`: a folder exchanged with a link is never followed), then the
+user, and only then the registry entry: a delete that stopped half-way (cancelled, or a step that
+failed) is finished by running it again.
 
 Without nginx (not installed, or no sites folder), ``site.create`` still makes the site's user,
 files and registry entry, says on stderr that nothing serves it and why (naming the Debian
@@ -25,21 +37,30 @@ import html
 import logging
 import os
 import re
-import shutil
-import stat
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, get_args
 
 import trio
 
+from agent.files.fdops import CancelToken
 from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.boundary import (
+    copy_tree,
+    home_jail,
+    in_thread,
+    remove_root_folder,
+    remove_site_tree,
+    stop_user_processes,
+)
 from agent.jobs.common import Account, account_by_name, account_by_uid, current_account, find_site, user_name_of
 from agent.jobs.php.fpm import php_paths
 from agent.jobs.php.versions import version_for_new_site
 from agent.jobs.proc import capture_command, require, which
 from agent.jobs.site_web import apply_site_web, remove_site_web, settings_of, vhost_path
 from agent.jobs.storage import measure_path
+from agent.link.protocol import RpcError
 from agent.sites import SLUG_RE, Site
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.web import DomainArgs, SiteClone, SiteCreate, SiteDelete, SiteProfile
@@ -47,7 +68,6 @@ from api_client.job_kinds.web import DomainArgs, SiteClone, SiteCreate, SiteDele
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 _O_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_USER_NAME = 32
-PROCESS_WAIT_S = 15.0
 log = logging.getLogger("fleetdeck.agent.jobs")
 
 _STATIC_INDEX = """<!doctype html>
@@ -74,7 +94,6 @@ PROFILES = {
 }
 if set(PROFILES) != set(get_args(SiteProfile)):  # the catalog's list is the truth: one template each
     raise ImportError(f"site profiles: the agent has {sorted(PROFILES)}, the catalog {get_args(SiteProfile)}")
-LOG_FILES = ("access.log", "error.log")
 
 
 def slug_of(domain: str) -> str:
@@ -164,11 +183,10 @@ def _make_tree(home: str, slug: str, domain: str, profile: str, uid: int, gid: i
     finally:
         os.close(home_fd)
     try:
-        folders = (("public_html", 0o755), ("logs", 0o750))
+        folders = (("public_html", 0o755), ("logs", 0o750))  # logs/: the site's own (cron's run histories)
         for folder, mode in folders:
             os.mkdir(folder, mode, dir_fd=site_fd)
         files = [("public_html", index_name, template.format(domain=html.escape(domain)), 0o644)]
-        files += [("logs", name, "", 0o640) for name in LOG_FILES]
         for folder, name, text, mode in files:
             dir_fd = os.open(folder, _O_DIR, dir_fd=site_fd)
             try:
@@ -205,12 +223,11 @@ def _check_free(sites_folder: str, home: str) -> None:
         raise JobError(f"{home} already exists: move it away or choose another domain")
 
 
-def _remove_tree(home: str, slug: str) -> None:
-    home_fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        shutil.rmtree(slug, dir_fd=home_fd)
-    finally:
-        os.close(home_fd)
+async def _remove_site_files(ctx: JobContext, slug: str) -> bool:
+    """The site's folder and its log folder removed through the boundary; whether its folder was there."""
+    removed = await in_thread(lambda token: remove_site_tree(ctx, slug, token))
+    await in_thread(lambda token: remove_root_folder(ctx.host.system.sites_log_dir, slug, token))
+    return removed
 
 
 async def _site_user(ctx: JobContext, slug: str, domain: str) -> tuple[Account, bool]:
@@ -234,6 +251,14 @@ async def _site_user(ctx: JobContext, slug: str, domain: str) -> tuple[Account, 
     if account is None:
         raise JobError(f"useradd {name} succeeded but the user cannot be found")
     return account, True
+
+
+async def _lock(account: Account) -> None:
+    """Lock the account and make it expired: no new login, cron job or su for it from now on."""
+    usermod = require("usermod", "lock the site's system user")
+    code, _, err = await capture_command([usermod, "--lock", "--expiredate", "1", account.name])
+    if code != 0:
+        raise JobError(f"usermod --lock {account.name} failed (exit {code}): {' '.join(err.split())}")
 
 
 async def _delete_user(name: str) -> str | None:
@@ -302,7 +327,7 @@ async def _create(args: SiteCreate, ctx: JobContext, out: Output) -> int:
         "php": php,
         "created_at": rfc3339(time.time()),
     }
-    site, served = await _provision(ctx, entry, out, lambda account: _make_tree_for(ctx, entry, account))
+    site, served = await _provision(ctx, entry, out, partial(_make_tree_for, ctx, entry))
     out.result(
         {"site": await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True)), "served": served},
         as_json=ctx.as_json,
@@ -330,7 +355,7 @@ async def _quietly(step: Awaitable[Any]) -> None:
         log.exception("undoing a failed site job")
 
 
-def _make_tree_for(ctx: JobContext, entry: dict[str, Any], account: Account) -> None:
+def _make_tree_for(ctx: JobContext, entry: dict[str, Any], account: Account, _token: CancelToken) -> None:
     profile = entry["profile"]
     web_gid = _web_gid(ctx, account)
     _make_tree(ctx.home, entry["slug"], entry["domain"], profile, account.uid, account.gid, web_gid)
@@ -347,15 +372,16 @@ async def _php_for(ctx: JobContext, args: SiteCreate) -> str | None:
 
 
 async def _provision(
-    ctx: JobContext, entry: dict[str, Any], out: Output, make_tree: Callable[[Account], None]
+    ctx: JobContext, entry: dict[str, Any], out: Output, make_tree: Callable[[Account, CancelToken], None]
 ) -> tuple[Site, bool]:
-    """A new site from its registry `entry`: its user, its folder (`make_tree(account)`, in a
-    thread), the entry, its server block and pool. Whatever fails undoes what was made."""
+    """A new site from its registry `entry`: its user, its folder (`make_tree(account, token)`, in a
+    thread that a cancellation stops), the entry, its server block and pool. Whatever fails (or a
+    cancellation) undoes what was made: no folder, user, entry or web file is left."""
     domain, slug = entry["domain"], entry["slug"]
     account, made_user = await _site_user(ctx, slug, domain)
     made_tree = added = False
     try:
-        await trio.to_thread.run_sync(make_tree, account)
+        await in_thread(lambda token: make_tree(account, token))
         made_tree = True
         site = await trio.to_thread.run_sync(ctx.sites.add, {**entry, "user": account.name if ctx.is_root else None})
         added = True
@@ -365,8 +391,8 @@ async def _provision(
             if added:
                 await _quietly(remove_site_web(ctx, site))
                 await trio.to_thread.run_sync(ctx.sites.remove, domain)
-            if made_tree:
-                await trio.to_thread.run_sync(_remove_tree, ctx.home, slug)
+            if made_tree or added:
+                await _quietly(_remove_site_files(ctx, slug))
             if made_user:
                 await _delete_user(account.name)
         raise
@@ -390,44 +416,25 @@ CLONED_FIELDS = (
 """What a clone takes from its source's entry (not its aliases: those names belong to the source)."""
 
 
-def _plain_entries(folder: str, names: list[str]) -> set[str]:
-    """copytree's `ignore`: what is neither a folder, a regular file nor a symbolic link (a FIFO
-    would block the copy), and the logs' contents (a clone starts with empty logs)."""
-    skipped = {n for n in names if not _is_plain(os.path.join(folder, n))}
-    if os.path.basename(folder) == "logs":
-        skipped.update(names)
-    return skipped
+def _copy_tree(ctx: JobContext, source: str, target: str, account: Account, token: CancelToken) -> list[str]:
+    """``<home>/<source>`` copied to ``<home>/<target>`` through the boundary
+    (`agent.jobs.boundary.copy_tree`: links as links, modes kept; FIFOs, sockets, devices and hard
+    links to other users' files left out): what the source's user (and its group) owned is the new
+    user's, the rest keeps its owner (a file of root's stays root's). What was left out."""
+    with home_jail(ctx) as home, home.subjail(source) as tree:
+        top = os.fstat(tree.fileno())
+        own_gid = _own_gid(top.st_uid)
 
+        def owner_of(st: os.stat_result) -> tuple[int, int]:
+            uid = account.uid if st.st_uid == top.st_uid else st.st_uid
+            gid = account.gid if st.st_gid in (top.st_gid, own_gid) else st.st_gid
+            return uid, gid
 
-def _is_plain(path: str) -> bool:
-    mode = os.lstat(path).st_mode
-    return stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)
+        def finish(folder: int) -> None:
+            os.fchown(folder, account.uid, _web_gid(ctx, account))
+            os.fchmod(folder, 0o750)
 
-
-def _copy_tree(ctx: JobContext, source: str, target: str, account: Account) -> None:
-    """``<home>/<source>`` copied to ``<home>/<target>`` (links as links, modes kept); what the
-    source's user owned is the new user's, the rest keeps its owner; empty logs."""
-    src, dst = ctx.site_home(source), ctx.site_home(target)
-    top = os.lstat(src)
-    if not stat.S_ISDIR(top.st_mode):
-        raise JobError(f"{src} is not a folder")
-    shutil.copytree(src, dst, symlinks=True, ignore=_plain_entries)
-    for folder, dirs, files in os.walk(dst):
-        for name in (*dirs, *files):
-            made = os.path.join(folder, name)
-            was = os.lstat(os.path.join(src, os.path.relpath(made, dst)))
-            uid = account.uid if was.st_uid == top.st_uid else was.st_uid
-            gid = account.gid if was.st_gid in (top.st_gid, _own_gid(top.st_uid)) else was.st_gid
-            os.lchown(made, uid, gid)
-    logs = os.path.join(dst, "logs")
-    if os.path.isdir(logs) and not os.path.islink(logs):
-        for name in LOG_FILES:
-            path = os.path.join(logs, name)
-            fd = os.open(path, _O_NEW_FILE, 0o640)
-            os.fchown(fd, account.uid, account.gid)
-            os.close(fd)
-    os.lchown(dst, account.uid, _web_gid(ctx, account))
-    os.chmod(dst, 0o750)
+        return copy_tree(tree, home.fileno(), target, owner_of, token, finish=finish)
 
 
 def _own_gid(uid: int) -> int | None:
@@ -446,7 +453,15 @@ async def _clone(args: SiteClone, ctx: JobContext, out: Output) -> int:
         "created_at": rfc3339(time.time()),
         "cloned_from": source.domain,
     }
-    site, served = await _provision(ctx, cloned, out, lambda account: _copy_tree(ctx, source.slug, slug, account))
+    skipped: list[str] = []
+
+    def make_tree(account: Account, token: CancelToken) -> None:
+        skipped.extend(_copy_tree(ctx, source.slug, slug, account, token))
+
+    site, served = await _provision(ctx, cloned, out, make_tree)
+    if skipped:
+        shown = ", ".join(skipped[:20]) + (f" and {len(skipped) - 20} more" if len(skipped) > 20 else "")
+        out.stderr(f"note: not copied (FIFOs, sockets, devices, hard links to other users' files): {shown}")
     described = await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True))
     out.result({"site": described, "cloned_from": source.domain, "served": served}, as_json=ctx.as_json)
     return 0
@@ -455,56 +470,62 @@ async def _clone(args: SiteClone, ctx: JobContext, out: Output) -> int:
 # --- delete --------------------------------------------------------------------------------
 
 
-def _processes_of(uid: int) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if os.stat(f"/proc/{name}").st_uid == uid:
-                    found.append(int(name))
-            except FileNotFoundError:
-                pass
-    return found
+async def _own_account(ctx: JobContext, site: Site) -> Account | None:
+    """The site's own system user, when the agent runs as root and no other site shares it."""
+    if not ctx.is_root or not site.user:
+        return None
+    account = account_by_name(site.user)
+    if account is None or not same_path(account.home, ctx.site_home(site.slug)):
+        return None
+    sites = await trio.to_thread.run_sync(ctx.sites.sites)
+    if any(other.user == site.user and other.domain != site.domain for other in sites):
+        return None
+    return account
 
 
-async def _wait_for_no_processes(uid: int) -> None:
-    """userdel refuses a user with processes: give the old pool's children (bounded) time to end."""
-    with trio.move_on_after(PROCESS_WAIT_S):
-        while await trio.to_thread.run_sync(_processes_of, uid):  # noqa: ASYNC110 (no event to wait on)
-            await trio.sleep(0.05)
+AGAIN = "the site stays listed: run site.delete again to finish"
 
 
 async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
+    site = await find_site(ctx, args.domain)
+    try:
+        result = await _take_down(ctx, site, keep_files=args.keep_files, out=out)
+    except JobError as exc:
+        raise JobError(f"{exc}; {AGAIN}", exc.exit_code) from None
+    except RpcError as exc:  # the files kept changing while they were removed
+        raise JobError(f"{exc.message}; {AGAIN}") from None
+    except OSError as exc:  # a file that cannot be removed (read-only, immutable...)
+        raise JobError(f"{exc.filename or 'a file'}: {exc.strerror}; {AGAIN}") from None
+    out.result(result, as_json=ctx.as_json)
+    return 0
+
+
+async def _take_down(ctx: JobContext, site: Site, *, keep_files: bool, out: Output) -> dict[str, Any]:
+    """Each step of a delete, in the order that leaves the site's user no way to stop it; every
+    step does nothing when it is done already, and the registry entry goes last."""
     from agent.jobs import cron, daemon  # both import this family's helpers
     from agent.jobs.ssl import forget_site_certificates  # ssl renders through this family's server block
 
-    site = await find_site(ctx, args.domain)
-    home = ctx.site_home(site.slug)
-    exit_code = 0
+    account = await _own_account(ctx, site)
+    if account is not None:
+        await _lock(account)  # first: nothing of the user's starts again while the rest goes
     cron_removed = await cron.forget_site(ctx, site, out)
-    daemons_removed = await daemon.forget_site(ctx, site, out)  # their processes hold the site's user
-    web_removed = await remove_site_web(ctx, site)
-    await trio.to_thread.run_sync(ctx.sites.remove, site.domain)
+    daemons_removed = await daemon.forget_site(ctx, site, out)
+    web_removed = await remove_site_web(ctx, site)  # its pool: PHP-FPM starts no more workers as the user
+    if account is not None:
+        await stop_user_processes(account)
     certificates_removed = await trio.to_thread.run_sync(forget_site_certificates, ctx, site)
-    files_removed = False
-    if not args.keep_files and await trio.to_thread.run_sync(os.path.lexists, home):
-        await trio.to_thread.run_sync(_remove_tree, ctx.home, site.slug)
-        files_removed = True
+    files_removed = False if keep_files else await _remove_site_files(ctx, site.slug)
     user_removed = None
-    if ctx.is_root and site.user:
-        account = account_by_name(site.user)
-        others = [s for s in await trio.to_thread.run_sync(ctx.sites.sites) if s.user == site.user]
-        if account is not None and same_path(account.home, home) and not others:
-            await _wait_for_no_processes(account.uid)  # the pool's children end with PHP-FPM's reload
-            error = await _delete_user(account.name)
-            if error:
-                out.stderr(error)
-                exit_code = 1
-            else:
-                user_removed = account.name
-    result = {
+    if account is not None:
+        error = await _delete_user(account.name)
+        if error:
+            raise JobError(error)
+        user_removed = account.name
+    await trio.to_thread.run_sync(ctx.sites.remove, site.domain)  # last: a half-done delete is run again
+    return {
         "deleted": site.domain,
-        "home": home,
+        "home": ctx.site_home(site.slug),
         "files_removed": files_removed,
         "user_removed": user_removed,
         "cron_entries_removed": cron_removed,
@@ -512,8 +533,6 @@ async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
         "web_files_removed": web_removed,
         "certificates_removed": certificates_removed,
     }
-    out.result(result, as_json=ctx.as_json)
-    return exit_code
 
 
 KINDS = [

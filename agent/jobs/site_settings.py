@@ -18,9 +18,9 @@ import trio
 
 from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.common import find_site
-from agent.jobs.logs import _open_log as open_site_log
-from agent.jobs.logs import start_of_last_lines
-from agent.jobs.site_web import apply_site_web, mapping, settings_of, tls_files
+from agent.jobs.logs import open_log, start_of_last_lines
+from agent.jobs.site_web import apply_site_web, mapping, settings_of, site_log_dir, tls_files
+from agent.link.protocol import RpcError
 from agent.sites import Site
 from api_client.job_kinds.web import (
     DomainArgs,
@@ -219,11 +219,12 @@ async def _limits(args: SiteLimits, ctx: JobContext, out: Output) -> int:
 # --- logs --------------------------------------------------------------------------------------
 
 
-def _last_lines(home: str, slug: str, name: str, count: int) -> list[str]:
+def _last_lines(folder: str, name: str, count: int) -> list[str]:
+    """The last `count` lines of the log `name` in the site's log folder `folder` ([] when none yet)."""
     try:
-        fd = open_site_log(home, slug, name)
-    except Exception as exc:
-        if getattr(exc, "code", None) == "not_found":
+        fd = open_log(folder, name)
+    except RpcError as exc:
+        if exc.code == "not_found":
             return []
         raise
     try:
@@ -240,7 +241,8 @@ async def _logs(args: SiteLogs, ctx: JobContext, out: Output) -> int:
     names = ("access", "error") if args.log == "both" else (args.log,)
     result: dict[str, Any] = {"domain": site.domain}
     for name in names:
-        result[name] = await trio.to_thread.run_sync(_last_lines, ctx.home, site.slug, f"{name}.log", args.lines)
+        folder = site_log_dir(ctx.host, site.slug)
+        result[name] = await trio.to_thread.run_sync(_last_lines, folder, f"{name}.log", args.lines)
     out.result(result, as_json=ctx.as_json)
     return 0
 

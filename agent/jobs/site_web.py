@@ -27,7 +27,10 @@ nginx's user, mode 0660: only nginx's workers and the site connect). TLS: when
 ``<state_dir>/ssl/<slug>/fullchain.pem`` and ``privkey.pem`` both exist, a second server block
 listens on ``nginx.tls_listen`` with them. ACME HTTP-01: ``/.well-known/acme-challenge/`` of every
 name is served from `acme_challenge_dir` (``nginx.acme_dir``), a folder nginx's workers can read
-(the agent's state folder is private: 0700).
+(the agent's state folder is private: 0700). Logs: ``access.log`` and ``error.log`` (opened by
+nginx's master, as root) and a PHP site's ``php-error.log`` (written by its pool's workers, as the
+site's user) are in `site_log_dir`, ``<system.sites_log_dir>/<slug>``: a folder of root's, which
+the site's user may read but not change, never one in the site's tree.
 
 Validation comes first: the pool is checked alone with ``php-fpm<version> -t -y`` before it is put
 in place, then nginx's whole configuration with ``nginx -t -c`` with the new server block in place;
@@ -46,18 +49,20 @@ package (``nginx``); a PHP site without ``php-fpm<version>`` or its pool folder 
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import logging
 import os
 import re
 import tempfile
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import trio
 
 from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError
-from agent.jobs.common import account_by_name, site_account
+from agent.jobs.common import Account, account_by_name, site_account
 from agent.jobs.host import HostLayout, NginxLayout, PhpLayout, control_service, php_fpm_versions, reload_nginx
 from agent.jobs.proc import capture_command, require, which
 from agent.sites import Site, write_atomically
@@ -72,6 +77,7 @@ DEFAULT_PM = "ondemand"
 DEFAULT_MAX_CHILDREN = 5
 SOCKET_WAIT_S = 15.0
 CONF_NAME = "fleetdeck-{slug}.conf"
+PHP_ERROR_LOG = "php-error.log"
 PARKED_PAGE = (
     "<!doctype html><html><head><title>Site disabled</title></head>"
     "<body><h1>This site is disabled</h1><p>It will be back soon.</p></body></html>"
@@ -199,6 +205,42 @@ def socket_path(php: PhpLayout, slug: str, version: str) -> str:
         raise JobError(f"{exc} (the host layout's php.run_dir)") from None
 
 
+def site_log_dir(layout: HostLayout, slug: str) -> str:
+    """The folder of a site's logs, ``<system.sites_log_dir>/<slug>``: root's (mode 0750, the site's
+    group may read it), never in the site's own tree, since nginx's master opens them as root and a
+    link the site's user planted there would lead it anywhere (the pattern of CVE-2016-1247)."""
+    return os.path.join(layout.system.sites_log_dir, slug)
+
+
+def ensure_log_dir(layout: HostLayout, slug: str, account: Account | None, *, php: bool) -> None:
+    """Make the site's log folder (and the sites' log folder above it) when missing, root's with
+    the site's group (`account`'s; None: the agent's own, not root). A PHP site's ``php-error.log``
+    is made there for its user: the pool's workers write it as that user, and cannot create files
+    in root's folder."""
+    top = layout.system.sites_log_dir
+    os.makedirs(top, 0o755, exist_ok=True)
+    parent = os.open(top, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(slug, 0o700, dir_fd=parent)
+        folder = os.open(slug, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    finally:
+        os.close(parent)
+    try:
+        if account is not None:
+            os.fchown(folder, 0, account.gid)
+        os.fchmod(folder, 0o750)
+        if php:
+            fd = os.open(PHP_ERROR_LOG, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640, dir_fd=folder)
+            try:
+                if account is not None:
+                    os.fchown(fd, account.uid, account.gid)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(folder)
+
+
 def acme_challenge_dir(ctx: JobContext) -> str:
     """Where HTTP-01 challenge files go (``<dir>/<token>``); every site's server block serves them.
     The folder is made with the first challenge (`agent.load_balancers.acme.FileChallenges`), not
@@ -263,13 +305,13 @@ def _site_body(s: WebSettings, nginx: NginxLayout, socket: str | None) -> list[s
 
 
 def render_vhost(
-    s: WebSettings, nginx: NginxLayout, acme_dir: str, socket: str | None, tls: tuple[str, str] | None
+    s: WebSettings, nginx: NginxLayout, acme_dir: str, socket: str | None, tls: tuple[str, str] | None, *, logs: str
 ) -> str:
     """The site's nginx configuration: its server block on `nginx.listen` (and `nginx.tls_listen`
-    with a certificate), plus one redirecting block when a www redirect is set."""
+    with a certificate), plus one redirecting block when a www redirect is set. Its logs go to
+    the folder `logs` (`site_log_dir`: root's, outside the site)."""
     served, redirected, canonical = _names(s)
     public = os.path.join(s.home, s.docroot)
-    logs = os.path.join(s.home, "logs")
     lines = [f"# fleetdeck site {s.domain}: written by the agent from its settings; edits are overwritten", ""]
     listeners: list[tuple[str, bool]] = [(nginx.listen, False)]
     if tls is not None:
@@ -308,8 +350,10 @@ def ini_quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
 
 
-def render_pool(s: WebSettings, user: str, group: str, socket: str, listen_group: str) -> str:
-    """The site's PHP-FPM pool: its processes run as the site's user; its socket is for nginx."""
+def render_pool(s: WebSettings, user: str, group: str, socket: str, listen_group: str, *, logs: str) -> str:
+    """The site's PHP-FPM pool: its processes run as the site's user; its socket is for nginx;
+    PHP's errors go to ``php-error.log`` in the folder `logs` (written by the workers, as the
+    site's user: the file is the user's, the folder root's)."""
     lines = [
         f"; fleetdeck site {s.domain}: written by the agent from its settings; edits are overwritten",
         f"[fleetdeck-{s.slug}]",
@@ -331,7 +375,7 @@ def render_pool(s: WebSettings, user: str, group: str, socket: str, listen_group
         lines.append(f"pm.max_requests = {s.max_requests}")
     lines += [
         "chdir = /",
-        f"php_admin_value[error_log] = {os.path.join(s.home, 'logs', 'php-error.log')}",
+        f"php_admin_value[error_log] = {os.path.join(logs, PHP_ERROR_LOG)}",
         "php_admin_flag[log_errors] = on",
     ]
     admin = dict(s.php_ini)
@@ -464,7 +508,8 @@ def _plan(ctx: JobContext, site: Site, s: WebSettings, version: str | None) -> l
     layout = ctx.host
     socket = socket_path(layout.php, s.slug, version) if version is not None else None
     tls = tls_files(ctx.state_dir, s.slug)
-    vhost = render_vhost(s, layout.nginx, acme_challenge_dir(ctx), socket, tls)
+    logs = site_log_dir(layout, s.slug)
+    vhost = render_vhost(s, layout.nginx, acme_challenge_dir(ctx), socket, tls, logs=logs)
     changes = [Change(vhost_path(layout.nginx, s.slug), vhost, 0o644)]
     kept = pool_path(layout.php, version, s.slug) if version is not None else None
     for path in _pool_paths(layout, s.slug):
@@ -473,9 +518,20 @@ def _plan(ctx: JobContext, site: Site, s: WebSettings, version: str | None) -> l
     if version is not None and socket is not None:
         account = site_account(ctx, site)
         group = _group_name(account.gid)
-        text = render_pool(s, account.name, group, socket, nginx_group(layout))
+        text = render_pool(s, account.name, group, socket, nginx_group(layout), logs=logs)
         changes.append(Change(pool_path(layout.php, version, s.slug), text, 0o600))
     return changes
+
+
+def _log_reader(ctx: JobContext, site: Site) -> Account | None:
+    """The account whose group may read the site's logs: its own user (as root), else None (not
+    root, or a site of root's own, without a user: its logs stay root's alone)."""
+    if not ctx.is_root:
+        return None
+    try:
+        return site_account(ctx, site)
+    except JobError:
+        return None
 
 
 def _pool_paths(layout: HostLayout, slug: str) -> list[str]:
@@ -527,6 +583,9 @@ async def _apply(ctx: JobContext, site: Site) -> None:
     nginx = require_nginx(layout)
     fpm, version = require_fpm(layout, s.php) if s.uses_php else (None, None)
     changes = await trio.to_thread.run_sync(_plan, ctx, site, s, version)
+    await trio.to_thread.run_sync(
+        partial(ensure_log_dir, layout, s.slug, _log_reader(ctx, site), php=version is not None)
+    )
     pool = next((c for c in changes[1:] if c.text is not None), None)  # changes[0]: the server block
     if fpm is not None and pool is not None and pool.text is not None:
         await check_pool(fpm, pool.text)

@@ -37,12 +37,11 @@ import trio
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from agent.files.jail import Jail
 from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import find_site
 from agent.jobs.host import reload_nginx
 from agent.jobs.proc import capture_command, require
-from agent.link.protocol import RpcError
+from agent.jobs.site_files import open_site_input
 from agent.load_balancers.acme import (
     LETS_ENCRYPT_DIRECTORY,
     RENEWAL_CHECK_S,
@@ -340,14 +339,16 @@ async def _auto_renew(args: SslAutoRenew, ctx: JobContext, out: Output) -> int:
 
 
 def _read_in_site(ctx: JobContext, site: Site, path: str) -> bytes:
-    """A file of the site, through the jail (no way out of the site's folder, by link or ``..``)."""
+    """A file of the site, through the boundary (`open_site_input`: no way out of the site's
+    folder by link or ``..``; a FIFO, a device or a hard link to another user's file refused)."""
     try:
-        with Jail(ctx.site_home(site.slug)) as jail, jail.opened(path, os.O_RDONLY, follow_last=True) as fd:
-            data = os.read(fd, MAX_PEM_BYTES + 1)
-    except RpcError as exc:
-        raise JobError(f"{path}: {exc.message}") from exc
+        fd = open_site_input(ctx, site, path)
     except OSError as exc:
         raise JobError(f"{path}: {exc.strerror}") from exc
+    try:
+        data = os.read(fd, MAX_PEM_BYTES + 1)
+    finally:
+        os.close(fd)
     if len(data) > MAX_PEM_BYTES:
         raise JobError(f"{path} is larger than {MAX_PEM_BYTES} bytes: not a PEM certificate or key")
     return data

@@ -1,11 +1,13 @@
 """``storage usage|largest|disks|inodes|cleanup``: what takes the space, and safe ways to free some.
 
 ``usage`` drills down under a site or the home (each entry to ``--depth`` levels with its
-totals), ``largest`` lists the biggest files there. Their walk is the file workspace's own
+totals), ``largest`` lists the biggest files there. Both go through the site's (or the home's) jail, and
+their walk is the file workspace's own
 (`agent.files.fdops.walk`: directory descriptors, never a symlink followed), counting like
 ``du``: allocated blocks beside apparent sizes, a hard-linked file once, and a folder it cannot
 read as an error rather than a stop. ``disks`` and ``inodes`` list the real file systems
-(``findmnt``); ``cleanup`` does only what cannot hurt: ``apt-get clean`` and rotated logs.
+(``findmnt``); ``cleanup`` does only what cannot hurt: ``apt-get clean`` and rotated logs (the
+system's, and the sites' in their root-owned log folder: nothing in a site's own tree).
 """
 
 from __future__ import annotations
@@ -301,6 +303,13 @@ def rotated_logs(root: str, older_than_s: float, remove: bool) -> tuple[list[dic
     return files, errors
 
 
+def _beneath(path: str, folder: str) -> bool:
+    """`path` is `folder` or lies in it (spelt so: both are the layout's own paths)."""
+    return os.path.normpath(path) == os.path.normpath(folder) or os.path.normpath(path).startswith(
+        os.path.normpath(folder).rstrip("/") + "/"
+    )
+
+
 def apt_archives(folder: str) -> list[dict[str, Any]]:
     """The downloaded packages ``apt-get clean`` would remove."""
     found = []
@@ -330,10 +339,8 @@ async def _cleanup(args: StorageCleanup, ctx: JobContext, out: Output) -> int:
                 raise JobError(f"apt-get clean failed (exit {code}): {' '.join(err.split())}")
         result["targets"]["cache"] = {"folder": folder, "files": files, "bytes": sum(f["bytes"] for f in files)}
     if "logs" in args.targets:
-        roots = [ctx.host.system.log_dir]
-        roots += [
-            os.path.join(ctx.site_home(site.slug), "logs") for site in await trio.to_thread.run_sync(ctx.sites.sites)
-        ]
+        roots = [ctx.host.system.log_dir, ctx.host.system.sites_log_dir]  # the sites' logs are root's
+        roots = [root for i, root in enumerate(roots) if not any(_beneath(root, other) for other in roots[:i])]
         files, errors = [], 0
         for root in roots:
             found, failed = await trio.to_thread.run_sync(

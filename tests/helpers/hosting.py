@@ -79,6 +79,10 @@ class Hosting:
     php_versions: dict[str, PhpFpm] = field(default_factory=dict)  # every installed version's, oldest first
     layout: dict[str, Any] = field(default_factory=dict)
 
+    def site_logs(self, domain: str) -> Path:
+        """The folder of a site's logs (the layout's ``system.sites_log_dir``: root's, outside the site)."""
+        return Path(self.layout["system"]["sites_log_dir"]) / domain.replace(".", "-")
+
     def http(self) -> httpx.Client:
         return self.stack.http(self.token)
 
@@ -168,10 +172,13 @@ def start_server(stack: Stack, folder: Path, layout: dict[str, Any] | None = Non
     for made in (home, state, services):
         made.mkdir(parents=True)
     home.chmod(0o755)  # the sites' users and the web server's workers go through it
+    services.chmod(0o755)  # the sites' users reach their log folders beneath it
+    layout = dict(layout or {})  # the sites' logs in the session's folder, never in /var/log
+    layout["system"] = {"sites_log_dir": str(services / "site-logs"), **layout.get("system", {})}
     layout_file = folder / "host-layout.json"
-    layout_file.write_text(json.dumps(layout or {}, indent=2))
+    layout_file.write_text(json.dumps(layout, indent=2))
     agent = AgentProcess(stack, server_id, agent_token, home, state, "--host-layout", str(layout_file), api_token=token)
-    return Hosting(stack, token, server_id, home, state, services, layout_file, agent, layout=dict(layout or {}))
+    return Hosting(stack, token, server_id, home, state, services, layout_file, agent, layout=layout)
 
 
 def stop_hosting(hosting: Hosting) -> None:
