@@ -125,8 +125,10 @@ TREE_LISTINGS = frozenset({"parse_clamscan"})
 # handler goes through the boundary; an anchor's own metadata is allowed by the rule (ANCHOR_SAFE).
 ALLOWED: dict[tuple[str, str, str], str] = {}
 
-# Where privileges are dropped for a site user's commands (the one helper).
-PRIVILEGE_DROPPER = "agent/jobs/boundary.py"
+# Where privileges are dropped for a site user's commands: the one helper (`boundary.as_user`), and
+# the runner of every child, which gives a child run as an account that account's groups alone
+# (`proc.child_identity`: a `user` without them would keep root's).
+PRIVILEGE_DROPPERS = frozenset({"agent/jobs/boundary.py", "agent/jobs/proc.py"})
 RUNNERS = frozenset({"stream_command", "capture_command", "run_process", "open_process", "Popen", "run"})
 
 ANCHOR, BENEATH, DESCRIPTOR = 1, 2, 3  # how a value is tainted (0: not at all)
@@ -498,7 +500,7 @@ def analyse(root: Path = JOBS, base: Path = ROOT) -> list[Finding]:
 def _privilege_drops() -> Iterator[str]:
     for path in sorted(JOBS.rglob("*.py")):
         rel = str(path.relative_to(ROOT))
-        if rel == PRIVILEGE_DROPPER:
+        if rel in PRIVILEGE_DROPPERS:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and (dotted(node.func) or "").rpartition(".")[2] in RUNNERS:

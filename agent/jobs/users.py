@@ -39,6 +39,8 @@ import orjson
 import trio
 
 from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
+from agent.jobs.boundary import as_user
+from agent.jobs.common import account_by_name
 from agent.jobs.proc import capture_command, require, which
 from agent.sites import write_atomically
 from agent.state import open_lock_file
@@ -238,7 +240,8 @@ async def measure_keys(text: str) -> dict[str, dict[str, Any]]:
         return {}
     keygen = require("ssh-keygen", "read SSH keys")
     # The keys are text a login user (or the caller) wrote: parsed with no privilege at all.
-    unprivileged = {"user": PARSER_ACCOUNT, "extra_groups": []} if os.geteuid() == 0 else {}
+    parser = account_by_name(PARSER_ACCOUNT)
+    unprivileged = as_user(parser) if parser is not None else {}
     code, listed, _ = await capture_command([keygen, "-l", "-f", "-"], stdin=text.encode(), **unprivileged)
     return parse_keygen_list(listed) if code == 0 else {}
 
