@@ -37,12 +37,11 @@ import trio
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from agent.files.jail import Jail
 from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import find_site
 from agent.jobs.host import reload_nginx
 from agent.jobs.proc import capture_command, require
-from agent.link.protocol import RpcError
+from agent.jobs.site_files import open_site_input
 from agent.load_balancers.acme import (
     LETS_ENCRYPT_DIRECTORY,
     RENEWAL_CHECK_S,
@@ -340,14 +339,15 @@ async def _auto_renew(args: SslAutoRenew, ctx: JobContext, out: Output) -> int:
 
 
 def _read_in_site(ctx: JobContext, site: Site, path: str) -> bytes:
-    """A file of the site, through the jail (no way out of the site's folder, by link or ``..``)."""
+    """A regular file of the site, through its jail (`open_site_input`: no way out of the site's
+    folder by a link or ``..``; a FIFO or a hard link to another user's file is refused)."""
+    fd = open_site_input(ctx, site, path)
     try:
-        with Jail(ctx.site_home(site.slug)) as jail, jail.opened(path, os.O_RDONLY, follow_last=True) as fd:
-            data = os.read(fd, MAX_PEM_BYTES + 1)
-    except RpcError as exc:
-        raise JobError(f"{path}: {exc.message}") from exc
+        data = os.read(fd, MAX_PEM_BYTES + 1)
     except OSError as exc:
         raise JobError(f"{path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
     if len(data) > MAX_PEM_BYTES:
         raise JobError(f"{path} is larger than {MAX_PEM_BYTES} bytes: not a PEM certificate or key")
     return data
