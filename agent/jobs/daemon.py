@@ -20,17 +20,22 @@ from __future__ import annotations
 
 import glob
 import os
+import posixpath
 import re
+import stat
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 import trio
 
+from agent.files.jail import Jail
 from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
 from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.host import SupervisorLayout
 from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
+from agent.jobs.storage import scope_jail
+from agent.link.protocol import RpcError
 from agent.sites import Site, write_atomically
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.system import DaemonCreate, DaemonLogs, NameArgs
@@ -193,21 +198,54 @@ async def _reread(layout: SupervisorLayout) -> str | None:
 # --- create -----------------------------------------------------------------------------------------
 
 
-def _resolve(args: DaemonCreate, folder: str) -> tuple[str, list[str]]:
+def _resolve(args: DaemonCreate, home: str, slug: str) -> tuple[str, list[str]]:
     """The working folder and the command with its program as a path, or a JobError (exit 78)
-    saying what is wrong with them: checked before anything is written."""
-    workdir = os.path.realpath(os.path.join(folder, args.directory))
-    if os.path.commonpath([workdir, os.path.realpath(folder)]) != os.path.realpath(folder):
-        raise JobError(f"the daemon's directory {args.directory} leads out of the site", EXIT_REFUSED)
-    if not os.path.isdir(workdir):
-        raise JobError(f"the daemon's directory {args.directory or '.'} is not a folder of the site", EXIT_REFUSED)
+    saying what is wrong with them: checked before anything is written.
+
+    The folder and a program inside the site are looked at through the site's jail (the site's
+    user may swap a folder for a link meanwhile: a link out of the site is refused, never
+    followed by root); supervisord enters the folder as the site's user, who could go there anyway."""
+    folder = os.path.join(home, slug)
+    directory = posixpath.normpath(args.directory or ".")
     argv = args.command.split(" ")
     name = argv[0]
-    path = os.path.normpath(os.path.join(workdir, name)) if "/" in name else which(name)
-    if path is None or not os.path.isfile(path) or not os.access(path, os.X_OK):
-        where = f"in {workdir}" if "/" in name and not name.startswith("/") else "on this server"
+    inside = "/" in name and not name.startswith("/")
+    program = posixpath.normpath(posixpath.join(directory, name)) if inside else name
+    with scope_jail(home, slug) as jail:
+        if not _in_site(jail, directory, stat.S_IFDIR, f"the daemon's directory {args.directory}"):
+            raise JobError(f"the daemon's directory {args.directory or '.'} is not a folder of the site", EXIT_REFUSED)
+        workdir = os.path.normpath(os.path.join(folder, directory))
+        if inside:
+            found = _in_site(jail, program, stat.S_IFREG, f"the program {name}")
+            path: str | None = os.path.join(folder, program) if found else None
+        else:
+            path = name if name.startswith("/") else which(name)
+            path = path if path is not None and os.path.isfile(path) and os.access(path, os.X_OK) else None
+    if path is None:
+        where = f"in {workdir}" if inside else "on this server"
         raise JobError(f"{name}: no such executable program {where}: the daemon was not written", EXIT_REFUSED)
     return workdir, [path, *argv[1:]]
+
+
+def _in_site(jail: Jail, path: str, kind: int, what: str) -> bool:
+    """Whether `path` (relative to the site) is a folder (`kind` S_IFDIR) or an executable
+    regular file (S_IFREG) of the site, a link inside it followed; a JobError (78) when it leads
+    out of the site."""
+    leads_out = JobError(f"{what} leads out of the site: the daemon was not written", EXIT_REFUSED)
+    if path == ".." or path.startswith("../"):
+        raise leads_out
+    try:
+        with jail.opened(path, os.O_PATH, follow_last=True) as fd:
+            st = os.fstat(fd)
+    except RpcError as exc:
+        if exc.code == "path_outside_scope":
+            raise leads_out from None
+        return False
+    except OSError:
+        return False
+    if stat.S_IFMT(st.st_mode) != kind:
+        return False
+    return kind == stat.S_IFDIR or bool(st.st_mode & 0o111)
 
 
 def _write_or_restore(path: str, text: str | None) -> None:
@@ -226,7 +264,7 @@ async def _create(args: DaemonCreate, ctx: JobContext, out: Output) -> int:
     site = await find_site(ctx, args.domain)
     account = site_account(ctx, site)
     folder = ctx.site_home(site.slug)
-    workdir, argv = await trio.to_thread.run_sync(_resolve, args, folder)
+    workdir, argv = await trio.to_thread.run_sync(_resolve, args, ctx.home, site.slug)
     definition = args.model_dump(include=set(DEFINITION_FIELDS))
     path = conf_path(layout, args.name)
     existing = await trio.to_thread.run_sync(read_definition, path)
