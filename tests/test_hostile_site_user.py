@@ -622,7 +622,7 @@ BOUNDARY_RACES: dict[tuple[str, str], str] = {
     ("site.clone", "race"): "copytree follows a folder exchanged for a link as root",
     ("ssl.install", "race"): "nginx's root master creates its logs in the folder exchanged for <site>/logs",
     ("security.scan", "race"): "the quarantine renames a hit by its path again, a parent exchanged for a link",
-    ("site.delete", "race"): "the removal meets a folder exchanged for a link, the site user's racer holds the user",
+    ("site.delete", "race"): "shutil.rmtree meets a folder exchanged for a link: an unhandled error, half deleted",
     ("logs.rotate", "race"): "logrotate (root) lists the folder exchanged for <site>/logs before it becomes the user",
 }  # fmt: skip
 

@@ -29,6 +29,7 @@ import secrets
 import shutil
 import stat
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,9 @@ class Racer:
             stderr=subprocess.PIPE,
             text=True,
         )
+        # Reaped as soon as it ends (the folder gone: site.delete), not at `stop`: the site user's
+        # zombie would count as a process of the user the kind is waiting to remove.
+        threading.Thread(target=self.process.wait, daemon=True).start()
         assert self.process.stdout is not None
         ready = self.process.stdout.readline().strip()
         assert ready == "ready", (
