@@ -90,8 +90,8 @@ class Touch:
 
 
 NGINX_LOGS = (Touch("logs/access.log", writes=True, by=NGINX), Touch("logs/error.log", writes=True, by=NGINX))
-FPM = "PHP-FPM master (root)"
-PHP_LOGS = (*NGINX_LOGS, Touch("logs/php-error.log", writes=True, by=FPM))
+FPM_WORKERS = "PHP-FPM workers (site user)"  # the pool's error_log: its master (root) never opens it
+PHP_LOGS = (*NGINX_LOGS, Touch("logs/php-error.log", writes=True, by=FPM_WORKERS))
 
 
 @dataclass
