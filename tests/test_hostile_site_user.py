@@ -313,12 +313,18 @@ AS_USER = "runs as the site user (uid, gid, no other groups)"
 WALK = "jail descriptors (a walk from directory descriptors, links never followed)"
 KEYS = "descriptors from the home (O_NOFOLLOW, O_NONBLOCK), the user's own regular file only"
 NGINX_ROOT = "none yet: nginx's root master opens <site>/logs/*.log (branch boundary moves them out)"
+# What the kinds the branch boundary reworks do today (their attacks are marked in BOUNDARY*).
+LOG_READ = "jail descriptors, O_NONBLOCK; another user's hard-linked file is still read (branch boundary)"
+LOGROTATE = "logrotate as root, su to the site user; it lists the folder as root first (branch boundary)"
+CLAMSCAN = "clamscan as root, links not followed; a hard link to root's file is scanned (branch boundary)"
+COPYTREE = "none yet: shutil.copytree by path as root (branch boundary)"
+RMTREE = "shutil.rmtree from the home's descriptor; a race leaves it half done (branch boundary)"
 
 SCENARIOS: dict[str, Scenario] = {
     # -- the site's files, read by the agent itself
     "site.inspect": Scenario(WALKED, DOMAIN, WALK),
     "site.list": Scenario(WALKED, lambda h, s: {}, WALK),
-    "site.logs": Scenario(LOGS, lambda h, s: {"domain": s.domain, "lines": 10, "log": "both"}, JAIL),
+    "site.logs": Scenario(LOGS, lambda h, s: {"domain": s.domain, "lines": 10, "log": "both"}, LOG_READ),
     "storage.usage": Scenario(WALKED, lambda h, s: {"domain": s.domain, "path": "public_html", "depth": 2}, WALK),
     "storage.largest": Scenario(WALKED, lambda h, s: {"domain": s.domain, "path": "public_html"}, WALK),
     "storage.cleanup": Scenario(
@@ -327,23 +333,23 @@ SCENARIOS: dict[str, Scenario] = {
         WALK,
         before=put_rotated_log,
     ),
-    "logs.tail": Scenario(LOGS[:1], lambda h, s: {"domain": s.domain, "log": "access", "lines": 10}, JAIL),
-    "logs.search": Scenario(LOGS[:1], lambda h, s: {"domain": s.domain, "text": "GET", "log": "access"}, JAIL),
+    "logs.tail": Scenario(LOGS[:1], lambda h, s: {"domain": s.domain, "log": "access", "lines": 10}, LOG_READ),
+    "logs.search": Scenario(LOGS[:1], lambda h, s: {"domain": s.domain, "text": "GET", "log": "access"}, LOG_READ),
     "logs.list": Scenario(LOGS, DOMAIN, JAIL),
     "logs.rotate": Scenario(
         (Touch("logs/access.log", writes=True, by=SITE_USER), Touch("logs/error.log", writes=True, by=SITE_USER)),
         DOMAIN,
-        AS_USER,
+        LOGROTATE,
     ),
     "security.scan": Scenario(
         (Touch("public_html", folder=True), Touch("public_html/infected.php", writes=True)),
         lambda h, s: {"domain": s.domain, "quarantine": True},
-        WALK,
+        CLAMSCAN,
         needs=("clamav",),
         before=put_infected,
     ),
-    "site.clone": Scenario((*WALKED, Touch("logs", folder=True)), clone_args, WALK, serves=False, after=drop_clone),
-    "site.delete": Scenario((*WALKED, Touch("logs", folder=True)), DOMAIN, WALK, fresh_site=True),
+    "site.clone": Scenario((*WALKED, Touch("logs", folder=True)), clone_args, COPYTREE, after=drop_clone),
+    "site.delete": Scenario((*WALKED, Touch("logs", folder=True)), DOMAIN, RMTREE, fresh_site=True),
     "ssl.install": Scenario(
         (Touch("certs/cert.pem"), Touch("certs/key.pem"), Touch("certs/chain.pem"), *NGINX_LOGS),
         lambda h, s: {
