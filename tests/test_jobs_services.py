@@ -12,7 +12,6 @@ import json
 import os
 import pwd
 import secrets
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,8 +23,8 @@ import pytest
 from agent.jobs.host import rc_links, systemd_running, sysv_enabled
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting
+from tests.helpers.supervisor import SUPERVISORD, Supervisor, start_supervisor
 
-SUPERVISORD = shutil.which("supervisord")
 needs_supervisor = pytest.mark.skipif(SUPERVISORD is None, reason="needs supervisor (Debian package supervisor)")
 
 WORKER = """#!/bin/sh
@@ -42,55 +41,14 @@ def unique(prefix: str) -> str:
 # --- the session's supervisord ------------------------------------------------------------------------
 
 
-@dataclass
-class Supervisor:
-    conf: Path
-    conf_dir: Path
-    log_dir: Path
-
-    def ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["supervisorctl", "-c", str(self.conf), *args], capture_output=True, text=True)
-
-
-SUPERVISORD_CONF = """[unix_http_server]
-file={folder}/supervisor.sock
-chmod=0700
-
-[supervisord]
-logfile={folder}/supervisord.log
-pidfile={folder}/supervisord.pid
-childlogdir={folder}/log
-
-[rpcinterface:supervisor]
-supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
-
-[supervisorctl]
-serverurl=unix://{folder}/supervisor.sock
-
-[include]
-files = {folder}/conf.d/*.conf
-"""
-
-
 @pytest.fixture(scope="session")
 def supervisor(hosting: Hosting) -> Iterator[Supervisor]:
     if SUPERVISORD is None:
         pytest.skip("needs supervisor (Debian package supervisor)")
-    folder = hosting.folder / "supervisor"
-    started = Supervisor(folder / "supervisord.conf", folder / "conf.d", folder / "log")
-    for made in (started.conf_dir, started.log_dir):
-        made.mkdir(parents=True)
-    started.conf.write_text(SUPERVISORD_CONF.format(folder=folder))
-    subprocess.run([SUPERVISORD, "-c", str(started.conf)], check=True)
-    wait_until(lambda: started.ctl("status").returncode in (0, 3))  # 3: some program is not running
-    pid = int((folder / "supervisord.pid").read_text())
-    hosting.configure(
-        "supervisor",
-        {"conf_dir": str(started.conf_dir), "supervisord_conf": str(started.conf), "log_dir": str(started.log_dir)},
-    )
+    started = start_supervisor(hosting.folder / "supervisor")
+    hosting.configure("supervisor", started.layout())
     yield started
-    started.ctl("shutdown")
-    wait_until(lambda: not Path(f"/proc/{pid}").exists(), timeout=30)
+    started.stop()
 
 
 @dataclass

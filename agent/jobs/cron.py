@@ -18,11 +18,13 @@ executes it now, without a shell, as the site user, in the site's folder.
 Runs are recorded in ``<site>/logs/cron-<id>.history``, one line when a run starts and one when it
 ends: ``start KEY EPOCH`` and ``end KEY EPOCH EXIT``. A scheduled run writes them itself: its
 crontab line wraps the command in ``echo``/``date`` (cron runs the line with ``/bin/sh`` anyway),
-KEY being the shell's pid; ``run`` appends them with ``tee -a`` as the site user, KEY
-``run-<random>``. Both write as the site user, so the agent never writes (nor, for ``history``,
-reads: ``tail`` does, as the user) a file in a folder the site user controls. A line keeps the
-file under `HISTORY_MAX_BYTES` (``tail -n`` into a new file, renamed over it). ``history`` pairs
-the lines by KEY: a start without its end is ``running`` while its pid lives, else ``interrupted``.
+KEY being the shell's pid; ``run`` appends them with ``dd`` as the site user (``oflag=nonblock``:
+a FIFO planted there fails at once instead of holding the job), KEY ``run-<random>``. Both write
+as the site user, so the agent never writes a file in a folder the site user controls. A line
+keeps the file under `HISTORY_MAX_BYTES` (``tail -n`` into a new file, renamed over it).
+``history`` reads the file's end through the site's jail (`agent.jobs.site_files`: a link out of
+the site, a FIFO or another user's file hard-linked there is refused) and pairs the lines by KEY:
+a start without its end is ``running`` while its pid lives, else ``interrupted``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ import trio
 from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.boundary import as_user
 from agent.jobs.common import Account, find_site, site_account
+from agent.jobs.logs import start_of_last_lines
 from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
+from agent.jobs.site_files import open_site_input_if_there
 from agent.sites import Site, write_atomically
 from agent.state import open_lock_file
 from api_client.job_kinds.system import CronAdd, CronEdit, CronHistory, IdArgs, OptionalDomain
@@ -99,6 +103,7 @@ def _find(entries: list[dict[str, Any]], entry_id: str) -> dict[str, Any]:
 
 HISTORY_MAX_BYTES = 256 * 1024  # past this, a scheduled run keeps the last HISTORY_KEEP_LINES
 HISTORY_KEEP_LINES = 2000  # about 1000 runs: cron.history's limit tops at 1000
+HISTORY_READ_BYTES = 4 * 1024 * 1024  # what cron.history reads back from a history's end, at most
 
 
 def history_file(entry_id: str) -> str:
@@ -321,9 +326,10 @@ class _Runner:
         return await capture_command(argv, stdin=stdin, cwd=self.folder, env=self.env, **self.options)
 
     async def record(self, entry_id: str, line: str, out: Output) -> None:
-        """Append `line` to the entry's history (``tee -a``, as the site user)."""
-        tee = require("tee", "record the run")
-        code, _, err = await self.capture([tee, "-a", history_file(entry_id)], stdin=f"{line}\n".encode())
+        """Append `line` to the entry's history, as the site user (see the module docstring)."""
+        dd = require("dd", "record the run")
+        argv = [dd, f"of={history_file(entry_id)}", "oflag=append,nonblock", "conv=notrunc", "status=none"]
+        code, _, err = await self.capture(argv, stdin=f"{line}\n".encode())
         if code != 0:
             out.stderr(f"warning: the run was not recorded in {history_file(entry_id)}: {' '.join(err.split())}")
 
@@ -394,6 +400,20 @@ def parse_history(text: str, alive: Callable[[int], bool]) -> list[dict[str, Any
     return runs[::-1]
 
 
+def _last_history_lines(ctx: JobContext, site: Site, entry_id: str, count: int) -> str:
+    """The last `count` lines of an entry's history ("" when it has none), read through the site's
+    jail, at most `HISTORY_READ_BYTES` of them."""
+    fd = open_site_input_if_there(ctx, site, history_file(entry_id))
+    if fd is None:
+        return ""
+    try:
+        size = os.fstat(fd).st_size
+        start = max(start_of_last_lines(fd, size, count), size - HISTORY_READ_BYTES)
+        return os.pread(fd, size - start, start).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
 def _pid_alive(pid: int) -> bool:
     return os.path.exists(f"/proc/{pid}")
 
@@ -401,19 +421,16 @@ def _pid_alive(pid: int) -> bool:
 async def _history(args: CronHistory, ctx: JobContext, out: Output) -> int:
     entry = _find(await trio.to_thread.run_sync(CronStore(ctx.state_dir).entries), args.id)
     site = await find_site(ctx, str(entry.get("domain")))
-    runner = _Runner(ctx, site)
-    lines = str(2 * args.limit + 100)  # a start and an end each, and room for runs of other keys in between
-    code, text, err = await runner.capture([require("tail", "read the history"), "-n", lines, history_file(args.id)])
-    if code != 0 and "No such file" not in err:
-        raise JobError(f"the history of cron entry {args.id} cannot be read: {' '.join(err.split())}")
-    runs = await trio.to_thread.run_sync(parse_history, text if code == 0 else "", _pid_alive)
+    lines = 2 * args.limit + 100  # a start and an end each, and room for runs of other keys in between
+    text = await trio.to_thread.run_sync(_last_history_lines, ctx, site, args.id, lines)
+    runs = await trio.to_thread.run_sync(parse_history, text, _pid_alive)
     result = {
         "id": args.id,
         "domain": site.domain,
         "schedule": entry.get("schedule"),
         "command": entry.get("command"),
         "paused": entry.get("paused", False),
-        "history_file": os.path.join(runner.folder, history_file(args.id)),
+        "history_file": os.path.join(ctx.site_home(site.slug), history_file(args.id)),
         "runs": runs[: args.limit],
     }
     out.result(result, as_json=ctx.as_json)

@@ -216,7 +216,8 @@ class SiteReader:
         return sorted(names, key=release_order)
 
     def text(self, rel: str, limit: int = MAX_META_BYTES) -> str | None:
-        """A small regular file's text, or None."""
+        """A small regular file's text, or None (also for a hard link to another user's file: it
+        may be root's, from outside the site)."""
         with self._jail() as jail:
             try:
                 fd = jail.open(rel, os.O_RDONLY | os.O_NONBLOCK, follow_last=False)
@@ -224,7 +225,7 @@ class SiteReader:
                 return None
             try:
                 st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+                if not stat.S_ISREG(st.st_mode) or st.st_size > limit or jail.is_foreign_link(st, rel):
                     return None
                 return os.read(fd, limit).decode("utf-8", "replace")
             finally:

@@ -75,6 +75,7 @@ PACKAGES = {
     "chpasswd": "passwd",
     "chronyc": "chrony",
     "crontab": "cron",
+    "dd": "coreutils",
     "dig": "bind9-dnsutils",
     "fail2ban-client": "fail2ban",
     "fail2ban-server": "fail2ban",

@@ -1,5 +1,6 @@
 """Files a job writes into a site's folder or reads from it: the dumps of ``db.export`` and
-``pg.dump``, the files ``db.import`` and ``pg.restore`` read (the one way jobs do it).
+``pg.dump``, the files ``db.import``, ``pg.restore``, ``ssl.install`` and ``cron.history`` read
+(the one way jobs do it).
 
 The path is relative to the site's folder and resolves inside its jail (`agent.files.jail`), as
 the file workspace resolves it: ``..``, an absolute path or a symlink leading out is refused. A
@@ -119,9 +120,25 @@ class SiteOutput:
 
 def open_site_input(ctx: JobContext, site: Site, path: str) -> int:
     """A readable descriptor of the regular file `path` inside a site (blocking; the caller
-    closes it). A hard link to another user's file is refused, as the workspace refuses it."""
+    closes it). A FIFO (opened O_NONBLOCK, it never waits for a writer) or a hard link to another
+    user's file is refused, as the workspace refuses it."""
     with _refusals(site, path):
-        jail, _ = _site_jail(ctx, site)
-        with jail:
-            fd, _st = open_regular(jail, path)
+        return _open_input(ctx, site, path)
+
+
+def open_site_input_if_there(ctx: JobContext, site: Site, path: str) -> int | None:
+    """`open_site_input`, or None when nothing is at `path`."""
+    with _refusals(site, path):
+        try:
+            return _open_input(ctx, site, path)
+        except RpcError as exc:
+            if exc.code == "not_found":
+                return None
+            raise
+
+
+def _open_input(ctx: JobContext, site: Site, path: str) -> int:
+    jail, _ = _site_jail(ctx, site)
+    with jail:
+        fd, _st = open_regular(jail, path)
     return fd

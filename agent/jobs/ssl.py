@@ -347,6 +347,8 @@ def _read_in_site(ctx: JobContext, site: Site, path: str) -> bytes:
         raise JobError(f"{path}: {exc.strerror}") from exc
     try:
         data = os.read(fd, MAX_PEM_BYTES + 1)
+    except OSError as exc:
+        raise JobError(f"{path}: {exc.strerror}") from exc
     finally:
         os.close(fd)
     if len(data) > MAX_PEM_BYTES:

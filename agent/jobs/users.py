@@ -29,6 +29,7 @@ import os
 import pwd
 import re
 import secrets
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -285,18 +286,33 @@ def _ssh_dir(user: User, create: bool) -> Iterator[int | None]:
 
 
 def read_authorized_keys(user: User) -> str:
+    """The user's authorized_keys ("" when there is none). Its folder and the user may be hostile
+    (a site's user writes its own home): a link, a FIFO (O_NONBLOCK: the open never waits for a
+    writer) or a hard link to another user's file (``/etc/shadow`` where the kernel does not
+    protect hard links) is refused, never read."""
     with _ssh_dir(user, create=False) as folder:
         if folder is None:
             return ""
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
         try:
-            fd = os.open("authorized_keys", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+            fd = os.open("authorized_keys", flags, dir_fd=folder)
         except FileNotFoundError:
             return ""
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise JobError(f"{user.home}/.ssh/authorized_keys is a link: it is left alone") from None
+            if exc.errno in (errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP):  # a socket, a device
+                raise JobError(f"{user.home}/.ssh/authorized_keys is not a regular file: it is left alone") from None
             raise
         with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise JobError(f"{user.home}/.ssh/authorized_keys is not a regular file: it is left alone")
+            if st.st_nlink > 1 and st.st_uid != user.uid:
+                raise JobError(
+                    f"{user.home}/.ssh/authorized_keys has other hard links and is not {user.name}'s own file:"
+                    " it is left alone"
+                )
             return f.read()
 
 
