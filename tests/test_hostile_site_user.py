@@ -75,7 +75,7 @@ UNHANDLED = re.compile(r"^error: \S+ failed: \w+: ")  # run_kind's line for an e
 
 # Who opens a touched path: the agent's handler itself (as root), a root daemon from the
 # configuration the kind renders, or commands the agent runs as the site's own user.
-AGENT, NGINX, SITE_USER = "agent (root)", "nginx master (root)", "site user"
+AGENT, SITE_USER = "agent (root)", "site user"
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,12 @@ class Touch:
     by: str = AGENT
 
 
-NGINX_LOGS = (Touch("logs/access.log", writes=True, by=NGINX), Touch("logs/error.log", writes=True, by=NGINX))
-FPM_WORKERS = "PHP-FPM workers (site user)"  # the pool's error_log: its master (root) never opens it
-PHP_LOGS = (*NGINX_LOGS, Touch("logs/php-error.log", writes=True, by=FPM_WORKERS))
+# Where the web server's logs were before they left the site for root's own folder: attacked still,
+# so that nothing of root's opens them again.
+WAS_NGINX = "none now (nginx's root master, before its logs left the site)"
+WAS_FPM = "none now (PHP-FPM workers as the site user, before)"  # the pool's error_log: never its master
+NGINX_LOGS = (Touch("logs/access.log", writes=True, by=WAS_NGINX), Touch("logs/error.log", writes=True, by=WAS_NGINX))
+PHP_LOGS = (*NGINX_LOGS, Touch("logs/php-error.log", writes=True, by=WAS_FPM))
 
 
 @dataclass
@@ -312,13 +315,12 @@ JAIL = "jail descriptors (openat2 beneath the site, O_NOFOLLOW, O_NONBLOCK, fore
 AS_USER = "runs as the site user (uid, gid, no other groups)"
 WALK = "jail descriptors (a walk from directory descriptors, links never followed)"
 KEYS = "descriptors from the home (O_NOFOLLOW, O_NONBLOCK), the user's own regular file only"
-NGINX_ROOT = "none yet: nginx's root master opens <site>/logs/*.log (branch boundary moves them out)"
-# What the kinds the branch boundary reworks do today (their attacks are marked in BOUNDARY*).
-LOG_READ = "jail descriptors, O_NONBLOCK; another user's hard-linked file is still read (branch boundary)"
-LOGROTATE = "logrotate as root, su to the site user; it lists the folder as root first (branch boundary)"
-CLAMSCAN = "clamscan as root, links not followed; a hard link to root's file is scanned (branch boundary)"
-COPYTREE = "none yet: shutil.copytree by path as root (branch boundary)"
-RMTREE = "shutil.rmtree from the home's descriptor; a race leaves it half done (branch boundary)"
+NGINX_ROOT = "nginx's root master opens the site's logs in root's own folder for it, nothing in the site"
+LOG_READ = "root's log folder for the site, opened beneath it, no link followed, O_NONBLOCK"
+LOGROTATE = "logrotate as root over root's own log folders; nothing in the site"
+CLAMSCAN = "clamscan as root, links not followed; hits moved out through descriptors (boundary.move_out)"
+COPYTREE = "boundary.copy_tree: descriptors, links copied as links, another user's hard links left out"
+RMTREE = "account locked, its processes stopped, then boundary.remove_tree through descriptors"
 
 SCENARIOS: dict[str, Scenario] = {
     # -- the site's files, read by the agent itself
@@ -575,6 +577,7 @@ NOT_IN_A_SITE: dict[str, str] = {
     "user.unlock": "the account database (passwd, usermod)",
     "user.password-set": "the account database (chpasswd)",
     "user.sudo-set": "a root-owned sudoers drop-in (checked by visudo)",
+    "php.ini-global-set": "the version's root-owned fleetdeck ini (checked by php-fpm -t); names no site",
     **{k: _DATABASE for k in ("db.create", "db.drop", "db.list", "db.size", "db.status", "db.table-list")},
     **{k: _DATABASE for k in ("db.user-create", "db.user-delete", "db.user-grant", "db.user-list")},
     **{k: _DATABASE for k in ("db.user-password", "db.user-revoke")},
@@ -603,39 +606,20 @@ NOT_IN_A_SITE: dict[str, str] = {
     **{k: _SERVICE for k in ("updates.security", "updates.status", "updates.unhold")},
 }
 
-# Attacks that fail today in what the branch boundary is reworking: (kind, variant) -> what fails.
-_NGINX_LINK = "nginx's root master creates a file through a link planted at <site>/logs/*.log"
-_NGINX_FIFO = "nginx -t (root) waits forever opening a FIFO planted at <site>/logs/*.log"
-_NGINX_HARDLINK = "nginx's root master appends the site's requests to root's file hard-linked at <site>/logs/*.log"
-_NGINX_KINDS = [kind for kind, scenario in SCENARIOS.items() if scenario.boundary == NGINX_ROOT]
-_RELOADING = ["site.alias-add", "site.alias-remove", "site.redirect-set", "site.limits", "php.set", "ssl.renew",
-              "ssl.revoke", "ssl.delete"]  # fmt: skip
-BOUNDARY: dict[tuple[str, str], str] = {
-    **{(kind, "symlink"): _NGINX_LINK for kind in _NGINX_KINDS},
-    **{(kind, "fifo"): _NGINX_FIFO for kind in _NGINX_KINDS},
-    **{(kind, "hardlink"): _NGINX_HARDLINK for kind in _RELOADING},
-    ("site.logs", "hardlink"): "site.logs reads <site>/logs/*.log as root and follows a hard link to root's file",
-    ("logs.tail", "hardlink"): "logs.tail reads <site>/logs/*.log as root and follows a hard link to root's file",
-    ("logs.search", "hardlink"): "logs.search reads <site>/logs/*.log as root and follows a hard link to root's file",
-    ("security.scan", "hardlink"): "clamscan reads the site as root, a hard link to root's file too",
-    ("site.clone", "symlink"): "the clone's logs are the copied link: nginx creates files through it as root",
-    ("site.clone", "hardlink"): "copytree reads and copies root's file hard-linked in the site into the clone",
+# Attacks that get through by design, each a stated limit (docs/security-boundary.md): an xfail
+# that fails the day the attack is stopped.
+KNOWN_LIMITS: dict[tuple[str, str], str] = {
+    ("security.scan", "hardlink"): (
+        "clamscan reads, as root, root's file hard-linked into the site (only where fs.protected_hardlinks"
+        " is off, which the agent reports): a per-site scan as the site's user would load the signature"
+        " database once per site"
+    ),
 }
-# Races that the branch boundary's rework fixes, seen failing here but not on every run (a race may miss).
-BOUNDARY_RACES: dict[tuple[str, str], str] = {
-    **{(kind, "race"): "nginx's root master creates its logs in the folder exchanged for <site>/logs"
-       for kind in _NGINX_KINDS},
-    ("site.clone", "race"): "copytree follows a folder exchanged for a link as root",
-    ("ssl.install", "race"): "nginx's root master creates its logs in the folder exchanged for <site>/logs",
-    ("security.scan", "race"): "the quarantine renames a hit by its path again, a parent exchanged for a link",
-    ("site.delete", "race"): "shutil.rmtree meets a folder exchanged for a link: an unhandled error, half deleted",
-    ("logs.rotate", "race"): "logrotate (root) lists the folder exchanged for <site>/logs before it becomes the user",
-}  # fmt: skip
 
 
 class LedOut(AssertionError):
-    """The verdict of an attack that got through (what an xfail of the boundary branch expects;
-    any other error of the harness still fails the test)."""
+    """The verdict of an attack that got through (what a known limit's xfail expects; any other
+    error of the harness still fails the test)."""
 
 
 def attack_params() -> list[Any]:
@@ -643,12 +627,8 @@ def attack_params() -> list[Any]:
     for kind, scenario in SCENARIOS.items():
         for variant in scenario.variants():
             marks: list[pytest.MarkDecorator] = []
-            if (kind, variant) in BOUNDARY:
-                reason = f"fixed on branch boundary: {BOUNDARY[kind, variant]}"
-                marks.append(pytest.mark.xfail(strict=True, raises=LedOut, reason=reason))
-            elif (kind, variant) in BOUNDARY_RACES:
-                reason = f"fixed on branch boundary: {BOUNDARY_RACES[kind, variant]} (a race does not hit every run)"
-                marks.append(pytest.mark.xfail(strict=False, raises=LedOut, reason=reason))
+            if (kind, variant) in KNOWN_LIMITS:
+                marks.append(pytest.mark.xfail(strict=True, raises=LedOut, reason=KNOWN_LIMITS[kind, variant]))
             params.append(pytest.param(kind, variant, id=f"{kind}-{variant}", marks=marks))
     return params
 
