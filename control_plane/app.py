@@ -19,6 +19,7 @@ from api_client.job_kinds import lookup
 from control_plane import __version__, errors
 from control_plane.audit.routes import router as audit_router
 from control_plane.auth.routes import router as auth_router
+from control_plane.auth.throttle import LoginThrottle
 from control_plane.bus import Bus
 from control_plane.clock import now_iso
 from control_plane.files.direct import DirectUploads
@@ -106,6 +107,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         operations=FileOperations(hub),
         direct_uploads=direct,
         lb_reports=lb_reports,
+        login_throttle=LoginThrottle(db),
         replicas=replicas,
     )
     if replicas is not None:
