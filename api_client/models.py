@@ -312,11 +312,19 @@ MAX_INTEGER = 2**63 - 1
 
 # --- file workspace: writes ------------------------------------------------------------------
 
+# The largest JSON request body a route takes (413 `too_large` past it, before it is parsed);
+# the routes that take more say so in the OpenAPI document (`x-body-limit`).
+JSON_BODY_LIMIT = 1024 * 1024
 RELAY_UPLOAD_LIMIT = 64 * 1024 * 1024  # bytes through the control plane in one request body
 DIRECT_UPLOAD_LIMIT = 2 * 1024**3  # bytes in one PUT on an agent's ingress (fs/upload/direct)
 READ_LIMIT = 10 * 1024 * 1024  # the editor's read and write limit
 MAX_PATHS = 10_000  # paths in one move, copy, delete or chmod request (clients send more in batches)
 MAX_ARCHIVE_PATHS = 100_000  # paths in one archive: one compress is one operation, it cannot be batched
+# `fs/write`: the largest JSON a text of READ_LIMIT bytes can take (each byte a control character,
+# escaped as \u00XX), and room for the other fields.
+FS_WRITE_BODY_LIMIT = 6 * READ_LIMIT + JSON_BODY_LIMIT
+# Requests that carry lists of paths (up to MAX_PATHS, MAX_ARCHIVE_PATHS for an archive).
+PATH_LIST_BODY_LIMIT = 16 * 1024 * 1024
 
 
 class FsRequest(RequestModel):

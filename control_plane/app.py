@@ -26,6 +26,7 @@ from control_plane.files.direct import DirectUploads
 from control_plane.files.operations import FileOperations
 from control_plane.files.routes import DIRECT_UPLOAD_METHOD, answer_relayed_direct_upload
 from control_plane.files.routes import router as files_router
+from control_plane.frontdoor import BodyGuard
 from control_plane.hub import AgentHub, AgentSession
 from control_plane.jobs import store as job_store
 from control_plane.jobs.routes import router as jobs_router
@@ -177,5 +178,7 @@ def create_app(fleet: Fleet) -> FastAPI:
     app.include_router(jobs_router)
     app.include_router(audit_router)
     app.include_router(load_balancers_router)
+    # Around every route: request bodies over their cap, or stalled, are refused before a route reads them.
+    app.add_middleware(BodyGuard)
 
     return app

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Query, Request, Response, WebSocket
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
+from starlette.types import Message
 
 from api_client.errors import (
     AgentError,
@@ -25,12 +26,15 @@ from api_client.errors import (
     BadRequest,
     LiteServer,
     NotFound,
+    Timeout,
     TooLarge,
     ValidationFailed,
 )
 from api_client.models import (
     DIRECT_UPLOAD_LIMIT,
+    FS_WRITE_BODY_LIMIT,
     MAX_INTEGER,
+    PATH_LIST_BODY_LIMIT,
     RELAY_UPLOAD_LIMIT,
     TRASH_FOLDER,
     WINDOW_LIMIT,
@@ -71,6 +75,7 @@ from control_plane.auth.principal import Principal
 from control_plane.errors import ResponseCut, error_response
 from control_plane.files import remote_copy
 from control_plane.files.operations import Operation
+from control_plane.frontdoor import BODY_IDLE_TIMEOUT_S, body_limit, refusal
 from control_plane.hub import AgentSession, ReplyStream
 from control_plane.servers.routes import server_row
 from control_plane.state import Caller, Fleet, FleetDep, agent_errors, authenticate
@@ -293,7 +298,7 @@ async def _write_target(fleet: Fleet, caller: Principal, server_id: str, body: F
     return await resolve_target(fleet, caller, server_id, body.scope, body.domain, write=True)
 
 
-@router.put("/write", response_model=FsWriteResult)
+@router.put("/write", response_model=FsWriteResult, openapi_extra=body_limit(FS_WRITE_BODY_LIMIT))
 async def write(server_id: str, body: FsWrite, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = body.model_dump(include={"path", "content", "if_match", "create_only"})
@@ -375,17 +380,17 @@ async def _cross_scope(fleet: Fleet, caller: Principal, source: FsTarget, to: Fs
     return {"scope": scope, "domain": domain}
 
 
-@router.post("/move", response_model=FsMoveResult)
+@router.post("/move", response_model=FsMoveResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))
 async def move(server_id: str, body: FsMoveCopy, caller: Caller, fleet: FleetDep) -> Response:
     return _checked(FsMoveResult, await _move_or_copy(server_id, body, caller, fleet, "fs.move"), "fs.move")
 
 
-@router.post("/copy", response_model=FsCopyResult)
+@router.post("/copy", response_model=FsCopyResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))
 async def copy(server_id: str, body: FsMoveCopy, caller: Caller, fleet: FleetDep) -> Response:
     return _checked(FsCopyResult, await _move_or_copy(server_id, body, caller, fleet, "fs.copy"), "fs.copy")
 
 
-@router.post("/delete", response_model=FsDeleteResult)
+@router.post("/delete", response_model=FsDeleteResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))
 async def delete(server_id: str, body: FsDelete, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = {"paths": body.paths, "permanent": body.permanent}
@@ -406,7 +411,7 @@ def _mode(value: int | str) -> int:
     return mode
 
 
-@router.post("/chmod", response_model=FsChmodResult)
+@router.post("/chmod", response_model=FsChmodResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))
 async def chmod(server_id: str, body: FsChmod, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = {"paths": body.paths, "mode": _mode(body.mode), "recursive": body.recursive, "only": body.only}
@@ -453,7 +458,7 @@ async def trash(
     return _checked(FsTrashList, await fleet.call_agent(server_id, "fs.trash.list", target.params()), "fs.trash.list")
 
 
-@router.post("/trash/restore", response_model=FsRestoreResult)
+@router.post("/trash/restore", response_model=FsRestoreResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))
 async def trash_restore(server_id: str, body: FsTrashRestore, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = {"ids": body.ids, "overwrite": body.overwrite}
@@ -484,7 +489,9 @@ async def _start_operation(
     return Response(orjson.dumps({"operation_id": operation_id}), status_code=202, media_type="application/json")
 
 
-@router.post("/compress", status_code=202, response_model=OperationStarted)
+@router.post(
+    "/compress", status_code=202, response_model=OperationStarted, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT)
+)
 async def compress(server_id: str, body: FsArchive, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = {"paths": body.paths, "format": body.format, "destination": body.destination}
@@ -559,13 +566,8 @@ async def cancel_operation(operation_id: str, server_id: str, caller: Caller, fl
 # --- transfers --------------------------------------------------------------------------------
 
 
-# A relay upload must keep up this pace (after a grace period), or it is refused and its
-# connection closed: a stalled or trickling client would hold it, and an agent call, for ever.
-RELAY_BODY_GRACE_S = 10.0
-RELAY_BODY_MIN_RATE = 16 * 1024  # bytes per second
-
-
-@router.put("/upload", response_model=FsEntryResult)
+# A raw body, not JSON: up to RELAY_UPLOAD_LIMIT, checked here with its own message.
+@router.put("/upload", response_model=FsEntryResult, openapi_extra=body_limit(None))
 async def upload(
     server_id: str,
     request: Request,
@@ -594,7 +596,7 @@ async def upload(
     try:
         async with fleet.agent_upload(server_id, "fs.upload", params) as sending:
             received = 0
-            async for chunk in _paced_body(request):
+            async for chunk in _body(request):
                 received += len(chunk)
                 if received > RELAY_UPLOAD_LIMIT:
                     raise _too_large(received)  # leaving the upload unfinished cancels it
@@ -634,7 +636,7 @@ async def upload_stream(websocket: WebSocket, server_id: str) -> None:
         async with fleet.agent_upload(server_id, "fs.upload", params) as sending:
             received = 0
             while True:
-                message = await websocket.receive()
+                message = await _next_frame(websocket)
                 if message["type"] == "websocket.disconnect":
                     raise BadRequest("the client went away before the upload was done")
                 if message.get("bytes"):
@@ -659,6 +661,14 @@ async def upload_stream(websocket: WebSocket, server_id: str) -> None:
     await websocket.close()
 
 
+async def _next_frame(websocket: WebSocket) -> Message:
+    """An upload stream's next frame: one must come every `BODY_IDLE_TIMEOUT_S` (a stalled client
+    would hold the agent's upload open for ever); no limit on the whole, so a slow link still works."""
+    with anyio.move_on_after(BODY_IDLE_TIMEOUT_S):
+        return await websocket.receive()
+    raise Timeout(f"the upload stalled: no data for {BODY_IDLE_TIMEOUT_S:g} s", details={"idle_s": BODY_IDLE_TIMEOUT_S})
+
+
 def _query_size(text: str | None) -> int:
     if text is None or not (text.isascii() and text.isdigit()) or int(text) > MAX_INTEGER:
         raise ValidationFailed(
@@ -681,31 +691,14 @@ def _is_done(text: str) -> bool:
 
 
 async def _body(request: Request) -> AsyncIterator[bytes]:
-    """The request body as it arrives; a client that goes away is an error of the upload."""
+    """The request body as it arrives (at the front door's pace, `control_plane.frontdoor`); a
+    client that goes away is an error of the upload."""
     try:
         async for chunk in request.stream():
             yield chunk
     except ClientDisconnect:
-        raise BadRequest("the client went away before the upload was done") from None
-
-
-async def _paced_body(request: Request) -> AsyncIterator[bytes]:
-    """The body, refused (400) once it falls behind `RELAY_BODY_MIN_RATE` after a grace period:
-    a client that stalls or trickles its bytes must not hold a connection (and an agent call)
-    open for ever."""
-    started, received = anyio.current_time(), 0
-    chunks = _body(request).__aiter__()
-    while True:
-        chunk: bytes | None = None
-        with anyio.move_on_after(started + RELAY_BODY_GRACE_S + received / RELAY_BODY_MIN_RATE - anyio.current_time()):
-            try:
-                chunk = await anext(chunks)
-            except StopAsyncIteration:
-                return
-        if chunk is None:
-            raise BadRequest(f"the upload's bytes came too slowly (under {RELAY_BODY_MIN_RATE // 1024} KiB/s)")
-        received += len(chunk)
-        yield chunk
+        # The front door cut it (too slow), or the client went away.
+        raise refusal(request.scope) or BadRequest("the client went away before the upload was done") from None
 
 
 def _unread_body_error(exc: ApiError) -> Response:
