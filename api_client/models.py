@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import base64
 from datetime import datetime
-from typing import Any, Literal, TypeAlias
+from functools import cache
+from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
 
 Plan = Literal["free", "plus", "pro", "max"]
 Role = Literal["owner", "admin", "operator", "member"]
@@ -134,10 +135,36 @@ class ServerList(WireModel):
     servers: list[Server]
 
 
+@cache
+def _host_adapter() -> TypeAdapter[str]:
+    # Imported here, not at the top: the job kinds' package imports this module.
+    from api_client.job_kinds.argtypes import Host
+
+    return TypeAdapter(Host)
+
+
+def server_address(value: str) -> str:
+    """`value` as a server's address: an IP address literal (normalised) or a lowercase RFC 1123
+    host name, the rule of a load balancer's backend address (`job_kinds.argtypes.Host`); so
+    never an option (`-oProxyCommand=...`) where it reaches a command line. ValueError otherwise."""
+    try:
+        return _host_adapter().validate_python(value)
+    except ValidationError:
+        raise ValueError("an IP address or a lowercase RFC 1123 host name (e.g. 10.0.0.11, web1.example.com)") from None
+
+
+ServerAddress = Annotated[
+    str,
+    StringConstraints(max_length=253),
+    AfterValidator(server_address),
+    Field(description="an IP address or a lowercase RFC 1123 host name"),
+]
+
+
 class ServerCreate(RequestModel):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     kind: ServerKind = "full"
-    address: str | None = Field(default=None, max_length=255)
+    address: ServerAddress | None = None
 
 
 class ServerCreated(WireModel):

@@ -256,6 +256,35 @@ def test_server_crud_and_roles(stack: Stack) -> None:
         assert http.get(f"/v1/servers/{stack.server_id}/fs/list", params=SITE).status_code == 200
 
 
+@pytest.mark.parametrize(
+    "address", ["-oProxyCommand=id", "10.0.0.1 -p 2", "web1.example.com;id", "http://web1", "Web1.Example.com", "1.2.3"]
+)
+def test_a_server_address_is_an_ip_address_or_a_host_name(stack: Stack, address: str) -> None:
+    with stack.http() as http:
+        refused = http.post("/v1/servers", json={"name": f"addr-{uuid.uuid4().hex[:6]}", "address": address})
+    assert refused.status_code == 422 and error_code(refused) == "validation_error", refused.text
+    assert refused.json()["error"]["details"]["errors"][0]["loc"] == ["body", "address"]
+
+
+def test_server_addresses_are_kept_normalised(stack: Stack) -> None:
+    with stack.http() as http:
+        for given, kept in (("fd00:0:0::12", "fd00::12"), ("web-1.example.com", "web-1.example.com"), ("web1", "web1")):
+            created = http.post("/v1/servers", json={"name": f"addr-{uuid.uuid4().hex[:6]}", "address": given})
+            assert created.status_code == 201, created.text
+            assert created.json()["server"]["address"] == kept
+            assert http.delete(f"/v1/servers/{created.json()['server']['id']}").status_code == 204
+
+
+def test_admin_create_server_takes_the_same_addresses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fleetdeck.cli import main
+
+    db = f"sqlite:///{tmp_path / 'admin.db'}"
+    assert main(["admin", "create-org", "acme", "--plan", "max", "--db", db]) == 0
+    assert main(["admin", "create-server", "web", "--org", "acme", "--address=-oProxyCommand=id", "--db", db]) == 1
+    assert "--address '-oProxyCommand=id': an IP address or a lowercase RFC 1123 host name" in capsys.readouterr().err
+    assert main(["admin", "create-server", "web", "--org", "acme", "--address", "10.0.0.11", "--db", db]) == 0
+
+
 def test_audit_rows_have_no_secrets(stack: Stack) -> None:
     stack.login(stack.email, stack.password)  # an auth.login entry, whichever tests ran before
     with stack.http() as http:
