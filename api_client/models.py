@@ -12,7 +12,17 @@ from datetime import datetime
 from functools import cache
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    with_config,
+)
+from typing_extensions import TypedDict  # pydantic needs this one's on Python 3.11
 
 Plan = Literal["free", "plus", "pro", "max"]
 Role = Literal["owner", "admin", "operator", "member"]
@@ -20,6 +30,10 @@ Capability = Literal["observe", "content", "infra", "sysadmin", "file_write", "r
 ServerKind = Literal["full", "lite"]
 ScopeName = Literal["site", "root"]
 EntryType = Literal["file", "dir", "symlink", "other"]
+
+# The largest whole number the API takes anywhere (a signed 64-bit integer: what SQLite and
+# PostgreSQL store); larger ones are 422, never an overflow further in.
+MAX_INTEGER = 2**63 - 1
 
 PLANS: tuple[Plan, ...] = ("free", "plus", "pro", "max")
 ROLES: tuple[Role, ...] = ("owner", "admin", "operator", "member")
@@ -185,23 +199,67 @@ class PresenceEvent(WireModel):
 # --- file workspace -------------------------------------------------------------------------
 
 
+# What an agent may say of a file (`Entry`, `TrashItem`, ...): the control plane refuses any other
+# value before a client sees it (502 agent_error). A name is carried as the file system has it:
+# control characters are legal in a Linux file name (clients draw them escaped); NUL and "/" are not.
+FileName = Annotated[str, Field(max_length=255, pattern=r"^[^/\x00]*$")]
+ScopePath = Annotated[str, Field(max_length=32768, pattern=r"^[^\x00]*$")]  # relative to the scope root
+FileSize = Annotated[int, Field(ge=0, le=MAX_INTEGER)]
+Count = Annotated[int, Field(ge=0, le=MAX_INTEGER)]
+FileMode = Annotated[int, Field(ge=0, le=0o177777)]  # `st_mode`: the file type's bits and the permission bits
+Permissions = Annotated[str, Field(pattern=r"^[r-][w-][xsS-][r-][w-][xsS-][r-][w-][xtT-]$")]
+# A user or group name, or its number when it has none: printable.
+AccountName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]
+# What a user reads of a site (its domain, its slug): printable.
+Label = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]
+
+
 class Entry(WireModel):
-    name: str
-    path: str
+    name: FileName
+    path: ScopePath
     type: EntryType
-    size: int
-    mode: int
-    permissions: str
-    owner: str
-    group: str
+    size: FileSize
+    mode: FileMode
+    permissions: Permissions
+    owner: AccountName
+    group: AccountName
     mtime: datetime
-    link_target: str | None = None
+    link_target: ScopePath | None = None
+
+
+@with_config(ConfigDict(strict=True))
+class EntryFields(TypedDict):
+    """`Entry` as the plain dict a listing carries (see the module note), to validate a listing's
+    50,000 entries without building a model each: the same fields, the same rules, and strict
+    (the control plane passes a listing's bytes on as the agent encoded them)."""
+
+    name: FileName
+    path: ScopePath
+    type: EntryType
+    size: FileSize
+    mode: FileMode
+    permissions: Permissions
+    owner: AccountName
+    group: AccountName
+    mtime: datetime
+    link_target: ScopePath | None
+
+
+@with_config(ConfigDict(strict=True))
+class ListingPage(TypedDict):
+    """`Listing` with its entries checked (`EntryFields`): what the control plane validates the
+    agent's encoded page against, as it comes."""
+
+    path: ScopePath
+    entries: list[EntryFields]
+    next_cursor: Annotated[str, Field(max_length=1024, pattern=r"^[A-Za-z0-9_-]*$")] | None
+    total: Count
 
 
 class Scope(WireModel):
     scope: ScopeName
-    domain: str | None = None
-    slug: str | None = None
+    domain: Label | None = None
+    slug: Label | None = None
 
 
 class ScopeList(WireModel):
@@ -218,10 +276,10 @@ class Listing(WireModel):
 
 
 class FileContent(WireModel):
-    path: str
+    path: ScopePath
     content: str
     encoding: Literal["utf-8"] = "utf-8"
-    size: int
+    size: FileSize
     mtime: datetime
     etag: str
 
@@ -233,10 +291,10 @@ class FileWindow(WireModel):
     """A ranged `fs/read`: `length` bytes of any file from `offset` (empty past the end); `eof`
     says nothing follows; `size` is the file's size when it was read (a log grows)."""
 
-    path: str
-    offset: int
-    length: int
-    size: int
+    path: ScopePath
+    offset: FileSize
+    length: FileSize
+    size: FileSize
     mtime: datetime
     data_base64: str
     eof: bool
@@ -330,11 +388,6 @@ class AuditEntry(WireModel):
 
 class AuditList(WireModel):
     entries: list[AuditEntry]
-
-
-# The largest whole number the API takes anywhere (a signed 64-bit integer: what SQLite and
-# PostgreSQL store); larger ones are 422, never an overflow further in.
-MAX_INTEGER = 2**63 - 1
 
 
 # --- file workspace: writes ------------------------------------------------------------------
@@ -440,10 +493,10 @@ items (see `TrashItem`); file panels leave it out of their listings, the trash d
 
 class TrashItem(WireModel):
     id: str
-    name: str
-    original_path: str
+    name: FileName
+    original_path: ScopePath
     deleted_at: datetime
-    size: int
+    size: FileSize
     type: EntryType
 
 
@@ -481,16 +534,16 @@ FsDeleteResult: TypeAlias = FsTrashed | FsDeleted
 
 
 class FsChmodResult(WireModel):
-    changed: int
+    changed: Count
 
 
 class FsDirSize(WireModel):
     """`fs/dirsize`: a folder's total, walked on the server (a file counts itself)."""
 
     path: str
-    bytes: int
-    files: int
-    dirs: int
+    bytes: Count
+    files: Count
+    dirs: Count
 
 
 class FsExtractCheck(WireModel):
@@ -498,11 +551,11 @@ class FsExtractCheck(WireModel):
     One name in `roots` is a single-root archive; `conflicts` (the first 500 of
     `conflicts_total`) exist already, `clashes` are those where a folder meets a file."""
 
-    entries: int
-    bytes: int
+    entries: Count
+    bytes: Count
     roots: list[str]
     conflicts: list[str]
-    conflicts_total: int
+    conflicts_total: Count
     clashes: list[str]
 
 
@@ -510,7 +563,7 @@ class FsSearchMatch(WireModel):
     """One match of `fs/search`: the entry; a content search adds the line number and its text."""
 
     entry: Entry
-    line: int | None = None
+    line: Count | None = None
     text: str | None = None
 
 
@@ -523,7 +576,7 @@ class FsTrashList(WireModel):
     """`fs/trash`: the scope's trash, and how many items older than 30 days opening it purged."""
 
     items: list[TrashItem]
-    purged: int
+    purged: Count
 
 
 class FsRestoreResult(WireModel):
@@ -531,7 +584,7 @@ class FsRestoreResult(WireModel):
 
 
 class FsEmptyTrashResult(WireModel):
-    removed: int
+    removed: Count
 
 
 class OperationStarted(WireModel):
