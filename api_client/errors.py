@@ -99,7 +99,16 @@ class NotRunning(ApiError):
     status = 409
 
 
+class Timeout(ApiError):
+    """A request's head or body stalled past the documented time (the control plane's front door)."""
+
+    code = "timeout"
+    status = 408
+
+
 class TooLarge(ApiError):
+    """Over a size limit; for a request body over its route's cap, `details: {limit, size}`."""
+
     code = "too_large"
     status = 413
 
@@ -188,6 +197,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         Conflict,
         AgentOffline,
         NotRunning,
+        Timeout,
         TooLarge,
         BinaryFile,
         ValidationFailed,

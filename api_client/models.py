@@ -9,9 +9,20 @@ from __future__ import annotations
 
 import base64
 from datetime import datetime
-from typing import Any, Literal, TypeAlias
+from functools import cache
+from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    with_config,
+)
+from typing_extensions import TypedDict  # pydantic needs this one's on Python 3.11
 
 Plan = Literal["free", "plus", "pro", "max"]
 Role = Literal["owner", "admin", "operator", "member"]
@@ -19,6 +30,10 @@ Capability = Literal["observe", "content", "infra", "sysadmin", "file_write", "r
 ServerKind = Literal["full", "lite"]
 ScopeName = Literal["site", "root"]
 EntryType = Literal["file", "dir", "symlink", "other"]
+
+# The largest whole number the API takes anywhere (a signed 64-bit integer: what SQLite and
+# PostgreSQL store); larger ones are 422, never an overflow further in.
+MAX_INTEGER = 2**63 - 1
 
 PLANS: tuple[Plan, ...] = ("free", "plus", "pro", "max")
 ROLES: tuple[Role, ...] = ("owner", "admin", "operator", "member")
@@ -144,10 +159,36 @@ class ServerList(WireModel):
     servers: list[Server]
 
 
+@cache
+def _host_adapter() -> TypeAdapter[str]:
+    # Imported here, not at the top: the job kinds' package imports this module.
+    from api_client.job_kinds.argtypes import Host
+
+    return TypeAdapter(Host)
+
+
+def server_address(value: str) -> str:
+    """`value` as a server's address: an IP address literal (normalised) or a lowercase RFC 1123
+    host name, the rule of a load balancer's backend address (`job_kinds.argtypes.Host`); so
+    never an option (`-oProxyCommand=...`) where it reaches a command line. ValueError otherwise."""
+    try:
+        return _host_adapter().validate_python(value)
+    except ValidationError:
+        raise ValueError("an IP address or a lowercase RFC 1123 host name (e.g. 10.0.0.11, web1.example.com)") from None
+
+
+ServerAddress = Annotated[
+    str,
+    StringConstraints(max_length=253),
+    AfterValidator(server_address),
+    Field(description="an IP address or a lowercase RFC 1123 host name"),
+]
+
+
 class ServerCreate(RequestModel):
     name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     kind: ServerKind = "full"
-    address: str | None = Field(default=None, max_length=255)
+    address: ServerAddress | None = None
 
 
 class ServerCreated(WireModel):
@@ -168,23 +209,67 @@ class PresenceEvent(WireModel):
 # --- file workspace -------------------------------------------------------------------------
 
 
+# What an agent may say of a file (`Entry`, `TrashItem`, ...): the control plane refuses any other
+# value before a client sees it (502 agent_error). A name is carried as the file system has it:
+# control characters are legal in a Linux file name (clients draw them escaped); NUL and "/" are not.
+FileName = Annotated[str, Field(max_length=255, pattern=r"^[^/\x00]*$")]
+ScopePath = Annotated[str, Field(max_length=32768, pattern=r"^[^\x00]*$")]  # relative to the scope root
+FileSize = Annotated[int, Field(ge=0, le=MAX_INTEGER)]
+Count = Annotated[int, Field(ge=0, le=MAX_INTEGER)]
+FileMode = Annotated[int, Field(ge=0, le=0o177777)]  # `st_mode`: the file type's bits and the permission bits
+Permissions = Annotated[str, Field(pattern=r"^[r-][w-][xsS-][r-][w-][xsS-][r-][w-][xtT-]$")]
+# A user or group name, or its number when it has none: printable.
+AccountName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]
+# What a user reads of a site (its domain, its slug): printable.
+Label = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")]
+
+
 class Entry(WireModel):
-    name: str
-    path: str
+    name: FileName
+    path: ScopePath
     type: EntryType
-    size: int
-    mode: int
-    permissions: str
-    owner: str
-    group: str
+    size: FileSize
+    mode: FileMode
+    permissions: Permissions
+    owner: AccountName
+    group: AccountName
     mtime: datetime
-    link_target: str | None = None
+    link_target: ScopePath | None = None
+
+
+@with_config(ConfigDict(strict=True))
+class EntryFields(TypedDict):
+    """`Entry` as the plain dict a listing carries (see the module note), to validate a listing's
+    50,000 entries without building a model each: the same fields, the same rules, and strict
+    (the control plane passes a listing's bytes on as the agent encoded them)."""
+
+    name: FileName
+    path: ScopePath
+    type: EntryType
+    size: FileSize
+    mode: FileMode
+    permissions: Permissions
+    owner: AccountName
+    group: AccountName
+    mtime: datetime
+    link_target: ScopePath | None
+
+
+@with_config(ConfigDict(strict=True))
+class ListingPage(TypedDict):
+    """`Listing` with its entries checked (`EntryFields`): what the control plane validates the
+    agent's encoded page against, as it comes."""
+
+    path: ScopePath
+    entries: list[EntryFields]
+    next_cursor: Annotated[str, Field(max_length=1024, pattern=r"^[A-Za-z0-9_-]*$")] | None
+    total: Count
 
 
 class Scope(WireModel):
     scope: ScopeName
-    domain: str | None = None
-    slug: str | None = None
+    domain: Label | None = None
+    slug: Label | None = None
 
 
 class ScopeList(WireModel):
@@ -201,10 +286,10 @@ class Listing(WireModel):
 
 
 class FileContent(WireModel):
-    path: str
+    path: ScopePath
     content: str
     encoding: Literal["utf-8"] = "utf-8"
-    size: int
+    size: FileSize
     mtime: datetime
     etag: str
 
@@ -216,10 +301,10 @@ class FileWindow(WireModel):
     """A ranged `fs/read`: `length` bytes of any file from `offset` (empty past the end); `eof`
     says nothing follows; `size` is the file's size when it was read (a log grows)."""
 
-    path: str
-    offset: int
-    length: int
-    size: int
+    path: ScopePath
+    offset: FileSize
+    length: FileSize
+    size: FileSize
     mtime: datetime
     data_base64: str
     eof: bool
@@ -316,18 +401,21 @@ class AuditList(WireModel):
     entries: list[AuditEntry]
 
 
-# The largest whole number the API takes anywhere (a signed 64-bit integer: what SQLite and
-# PostgreSQL store); larger ones are 422, never an overflow further in.
-MAX_INTEGER = 2**63 - 1
-
-
 # --- file workspace: writes ------------------------------------------------------------------
 
+# The largest JSON request body a route takes (413 `too_large` past it, before it is parsed);
+# the routes that take more say so in the OpenAPI document (`x-body-limit`).
+JSON_BODY_LIMIT = 1024 * 1024
 RELAY_UPLOAD_LIMIT = 64 * 1024 * 1024  # bytes through the control plane in one request body
 DIRECT_UPLOAD_LIMIT = 2 * 1024**3  # bytes in one PUT on an agent's ingress (fs/upload/direct)
 READ_LIMIT = 10 * 1024 * 1024  # the editor's read and write limit
 MAX_PATHS = 10_000  # paths in one move, copy, delete or chmod request (clients send more in batches)
 MAX_ARCHIVE_PATHS = 100_000  # paths in one archive: one compress is one operation, it cannot be batched
+# `fs/write`: the largest JSON a text of READ_LIMIT bytes can take (each byte a control character,
+# escaped as \u00XX), and room for the other fields.
+FS_WRITE_BODY_LIMIT = 6 * READ_LIMIT + JSON_BODY_LIMIT
+# Requests that carry lists of paths (up to MAX_PATHS, MAX_ARCHIVE_PATHS for an archive).
+PATH_LIST_BODY_LIMIT = 16 * 1024 * 1024
 
 
 class FsRequest(RequestModel):
@@ -416,10 +504,10 @@ items (see `TrashItem`); file panels leave it out of their listings, the trash d
 
 class TrashItem(WireModel):
     id: str
-    name: str
-    original_path: str
+    name: FileName
+    original_path: ScopePath
     deleted_at: datetime
-    size: int
+    size: FileSize
     type: EntryType
 
 
@@ -457,16 +545,16 @@ FsDeleteResult: TypeAlias = FsTrashed | FsDeleted
 
 
 class FsChmodResult(WireModel):
-    changed: int
+    changed: Count
 
 
 class FsDirSize(WireModel):
     """`fs/dirsize`: a folder's total, walked on the server (a file counts itself)."""
 
     path: str
-    bytes: int
-    files: int
-    dirs: int
+    bytes: Count
+    files: Count
+    dirs: Count
 
 
 class FsExtractCheck(WireModel):
@@ -474,11 +562,11 @@ class FsExtractCheck(WireModel):
     One name in `roots` is a single-root archive; `conflicts` (the first 500 of
     `conflicts_total`) exist already, `clashes` are those where a folder meets a file."""
 
-    entries: int
-    bytes: int
+    entries: Count
+    bytes: Count
     roots: list[str]
     conflicts: list[str]
-    conflicts_total: int
+    conflicts_total: Count
     clashes: list[str]
 
 
@@ -486,7 +574,7 @@ class FsSearchMatch(WireModel):
     """One match of `fs/search`: the entry; a content search adds the line number and its text."""
 
     entry: Entry
-    line: int | None = None
+    line: Count | None = None
     text: str | None = None
 
 
@@ -499,7 +587,7 @@ class FsTrashList(WireModel):
     """`fs/trash`: the scope's trash, and how many items older than 30 days opening it purged."""
 
     items: list[TrashItem]
-    purged: int
+    purged: Count
 
 
 class FsRestoreResult(WireModel):
@@ -507,7 +595,7 @@ class FsRestoreResult(WireModel):
 
 
 class FsEmptyTrashResult(WireModel):
-    removed: int
+    removed: Count
 
 
 class OperationStarted(WireModel):

@@ -19,12 +19,14 @@ from api_client.job_kinds import lookup
 from control_plane import __version__, errors
 from control_plane.audit.routes import router as audit_router
 from control_plane.auth.routes import router as auth_router
+from control_plane.auth.throttle import LoginThrottle
 from control_plane.bus import Bus
 from control_plane.clock import now_iso
 from control_plane.files.direct import DirectUploads
 from control_plane.files.operations import FileOperations
 from control_plane.files.routes import DIRECT_UPLOAD_METHOD, answer_relayed_direct_upload
 from control_plane.files.routes import router as files_router
+from control_plane.frontdoor import BodyGuard
 from control_plane.hub import AgentHub, AgentSession
 from control_plane.jobs import store as job_store
 from control_plane.jobs.routes import router as jobs_router
@@ -106,6 +108,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         operations=FileOperations(hub),
         direct_uploads=direct,
         lb_reports=lb_reports,
+        login_throttle=LoginThrottle(db),
         replicas=replicas,
     )
     if replicas is not None:
@@ -175,5 +178,7 @@ def create_app(fleet: Fleet) -> FastAPI:
     app.include_router(jobs_router)
     app.include_router(audit_router)
     app.include_router(load_balancers_router)
+    # Around every route: request bodies over their cap, or stalled, are refused before a route reads them.
+    app.add_middleware(BodyGuard)
 
     return app

@@ -16,8 +16,9 @@ from functools import partial
 from typing import Any, get_args
 
 import anyio
+from pydantic import ValidationError
 
-from api_client.models import PLANS, Role, ServerKind
+from api_client.models import PLANS, Role, ServerCreate, ServerKind
 from control_plane.auth import store as accounts
 from control_plane.auth.passwords import hash_password
 from control_plane.servers import store as server_store
@@ -68,7 +69,7 @@ def _parser(defaults: Settings) -> argparse.ArgumentParser:
     server.add_argument("name")
     server.add_argument("--org", required=True)
     server.add_argument("--kind", choices=get_args(ServerKind), default="full")
-    server.add_argument("--address")
+    server.add_argument("--address", help="an IP address or a host name: where load balancers and servers reach it")
 
     plan = admin_command("set-plan", "change an organisation's plan")
     plan.add_argument("name")
@@ -172,9 +173,15 @@ def _create_user(db: Database, args: argparse.Namespace) -> dict[str, Any]:
 
 def _create_server(db: Database, args: argparse.Namespace) -> dict[str, Any]:
     org = _org(db, args.org)
-    if db.run_sync(server_store.server_by_name, org["id"], args.name):
-        raise CommandError(f"a server named {args.name!r} exists already in {args.org}")
-    row, token = db.run_sync(server_store.create_server, org["id"], args.name, args.kind, args.address)
+    try:  # the rules of `POST /v1/servers`
+        server = ServerCreate(name=args.name, kind=args.kind, address=args.address)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field, problem = str(error["loc"][0]), error["msg"].removeprefix("Value error, ")
+        raise CommandError(f"{field if field == 'name' else '--' + field} {error['input']!r}: {problem}") from None
+    if db.run_sync(server_store.server_by_name, org["id"], server.name):
+        raise CommandError(f"a server named {server.name!r} exists already in {args.org}")
+    row, token = db.run_sync(server_store.create_server, org["id"], server.name, server.kind, server.address)
     return {"id": row["id"], "name": row["name"], "kind": row["kind"], "org_id": org["id"], "agent_token": token}
 
 

@@ -34,6 +34,7 @@ request is one warning line and a 400, a WebSocket upgrade of a plain route a 40
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -53,9 +54,11 @@ from hypercorn.protocol.events import Body, Event, StreamClosed
 from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
 from hypercorn.trio import serve
 from hypercorn.trio.tcp_server import TCPServer
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from control_plane.app import create_app
 from control_plane.errors import cut_by_error
+from control_plane.frontdoor import REQUEST_HEAD_TIMEOUT_S, head_timeout_answer
 from control_plane.settings import ServerName
 from control_plane.state import Fleet
 
@@ -168,6 +171,34 @@ def _close_answered_requests() -> None:
     HTTPStream.handle = handle  # type: ignore[method-assign]
 
 
+def _head_begun(connection: h11.Connection) -> bool:
+    """An HTTP/1.1 connection waiting for a request's head, of which some bytes came."""
+    return connection.their_state is h11.IDLE and bool(connection.trailing_data[0])
+
+
+def _answer_stalled_heads() -> None:
+    """Answer a request head that did not arrive in time with 408, not only a closed connection.
+
+    hypercorn's idle timer (`keep_alive_timeout`, set to `REQUEST_HEAD_TIMEOUT_S`) runs from a
+    connection's start, or the end of its previous answer, until a request's head is complete,
+    whatever bytes come meanwhile: it already cuts slow headers. It closes the connection without
+    a word; here, when part of a head had come, the client is told why first.
+    """
+    if getattr(TCPServer._initiate_server_close, "_fleetdeck_head_timeout", False):
+        return
+    original = TCPServer._initiate_server_close
+
+    async def initiate_server_close(self: TCPServer) -> None:
+        connection = getattr(getattr(self.protocol, "protocol", None), "connection", None)
+        if isinstance(connection, h11.Connection) and _head_begun(connection):
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
+                await self.stream.send_all(head_timeout_answer())
+        await original(self)
+
+    initiate_server_close._fleetdeck_head_timeout = True  # type: ignore[attr-defined]
+    TCPServer._initiate_server_close = initiate_server_close  # type: ignore[method-assign]
+
+
 class _BrokenProtocolFilter(logging.Filter):
     """hypercorn logs "Error in ASGI Framework" with a traceback when the app answers on a
     connection whose client broke HTTP (h11 is in its ERROR state: a stray byte after a WebSocket
@@ -207,6 +238,7 @@ def install_server_fixes() -> None:
     _contain_connection_failures()
     _sending_while_closing_is_closed()
     _close_answered_requests()
+    _answer_stalled_heads()
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -269,8 +301,54 @@ async def _serve_hypercorn(
     config.accesslog = None
     config.backlog = LISTEN_BACKLOG
     config.graceful_timeout = GRACEFUL_TIMEOUT_S
+    config.keep_alive_timeout = REQUEST_HEAD_TIMEOUT_S  # also the time a head may take (`_answer_stalled_heads`)
     config.websocket_max_message_size = WEBSOCKET_MAX_MESSAGE_SIZE
     await serve(app, config, shutdown_trigger=trigger, task_status=task_status)
+
+
+class _HeadTimedH11(H11Protocol):
+    """uvicorn's h11 protocol with a time limit on each request's head (`REQUEST_HEAD_TIMEOUT_S`),
+    from the connection's start or the end of the previous answer on it. uvicorn has none (its
+    keep-alive timer stops at a new request's first byte), so a client that sent its headers a
+    byte at a time held a connection for ever. A head begun and not finished is answered 408; a
+    connection with no byte of a new request is closed, as an idle keep-alive one is. A request's
+    body is the app's (`control_plane.frontdoor`)."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._arm_head_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_head_timer()
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        self._disarm_head_timer()
+        super().handle_websocket_upgrade(event)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        self._disarm_head_timer()
+        if not self.transport.is_closing():
+            self._head_timer = self.loop.call_later(REQUEST_HEAD_TIMEOUT_S, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return  # a head came in time
+        if _head_begun(self.conn):
+            self.transport.write(head_timeout_answer())
+        self.transport.close()
 
 
 class _Uvicorn(uvicorn.Server):
@@ -298,7 +376,8 @@ async def _serve_uvicorn(
     config = uvicorn.Config(
         app,
         lifespan="on",  # the app's task group (jobs, file operations) lives in its lifespan
-        http="h11",  # see the module docstring for httptools
+        http=_HeadTimedH11,  # uvicorn's h11 (see the module docstring for httptools), with a head timeout
+        timeout_keep_alive=int(REQUEST_HEAD_TIMEOUT_S),
         ws="websockets-sansio",  # websockets' own protocol, not its deprecated legacy server
         ws_max_size=WEBSOCKET_MAX_MESSAGE_SIZE,
         ws_ping_interval=None,  # the agent link has heartbeats of its own (`Settings.heartbeat_s`)

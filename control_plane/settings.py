@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from ipaddress import IPv4Network, IPv6Network
 from typing import Literal, get_args
 
 # The HTTP server that serves the app (`control_plane.serving`): hypercorn's trio worker, or
 # uvicorn on asyncio.
 ServerName = Literal["hypercorn", "uvicorn"]
 SERVERS: tuple[ServerName, ...] = get_args(ServerName)
+Network = IPv4Network | IPv6Network
 
 
 @dataclass(frozen=True)
@@ -37,3 +39,7 @@ class Settings:
     job_output_cap_bytes: int = 16 * 1024 * 1024
     # The NATS server replicas on one database talk through (None: this process is the only one).
     bus_url: str | None = None
+    # Proxies in front of this process (the project's HAProxy load balancer): a request from one of
+    # these is the client's as their X-Forwarded-For says (`auth.throttle.source_address`). None
+    # by default: the header is then never read, since any client can write it.
+    trusted_proxies: tuple[Network, ...] = ()

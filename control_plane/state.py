@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends
@@ -37,9 +37,9 @@ class Fleet:
     operations: FileOperations
     direct_uploads: DirectUploads
     lb_reports: LbReports
+    login_throttle: LoginThrottle
     # Other control-plane processes on the same database, over the bus (None: this one alone).
     replicas: Replicas | None = None
-    login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
 
     async def agent_online(self, server_id: str) -> bool:
         """Linked here, or to another live replica."""

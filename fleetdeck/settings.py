@@ -16,6 +16,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -74,6 +75,16 @@ def _server(value: str) -> ServerName:
     raise ValueError(f"not a server (one of {', '.join(SERVERS)})")
 
 
+def _networks(value: str) -> tuple[IPv4Network | IPv6Network, ...]:
+    networks = []
+    for part in value.split(","):
+        try:
+            networks.append(ip_network(part.strip(), strict=False))
+        except ValueError:
+            raise ValueError(f"{part.strip()!r} is not an IP address or network (comma-separated)") from None
+    return tuple(networks)
+
+
 def _port(value: str) -> int:
     if not value.isdigit() or not 1 <= int(value) <= 65535:
         raise ValueError("not a TCP port (1 to 65535)")
@@ -99,6 +110,7 @@ class Settings:
     local_idle_minutes: float = 10.0
     server: ServerName | None = None
     bus_url: str | None = None
+    trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = ()
 
     def log_level(self, default: LogLevel) -> LogLevel:
         """`FLEETDECK_LOG`, else the command's own default."""
@@ -117,6 +129,7 @@ class Settings:
             transfer_timeout_s=self.transfer_timeout_s,
             job_output_cap_bytes=max(1, int(self.job_output_cap_mb * 1024 * 1024)),
             bus_url=self.bus_url,
+            trusted_proxies=self.trusted_proxies,
         )
 
 
@@ -137,6 +150,7 @@ VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "bus_url": ("FLEETDECK_BUS_URL", _text),
     "local_idle_minutes": ("FLEETDECK_LOCAL_IDLE_MINUTES", _amount("minutes", minimum=0, inclusive=True)),
     "server": ("FLEETDECK_SERVER", _server),
+    "trusted_proxies": ("FLEETDECK_TRUSTED_PROXIES", _networks),
 }
 
 

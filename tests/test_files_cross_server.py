@@ -457,6 +457,26 @@ def test_a_server_with_another_host_key_is_refused(sshd: Sshd, pair: Pair, tmp_p
     trio.run(main)
 
 
+@pytest.mark.parametrize("host", ["-oProxyCommand=touch /tmp/fleetdeck-pwned", "127.0.0.1 -v", "", "a;b"])
+def test_a_push_to_an_address_that_is_not_one_is_refused_before_ssh(sshd: Sshd, pair: Pair, host: str) -> None:
+    """Whatever the control plane sends as the destination's address: an IP address or a host
+    name, or nothing reaches ssh's command line (the address also goes after `--`)."""
+
+    async def main() -> None:
+        tid, _ = await _prepare_and_accept(pair)
+        push: dict[str, Any] = {"transfer_id": tid, "scope": "root", "paths": ["note.txt"], "host": host}
+        push |= {"port": sshd.port, "user": "root", "host_keys": pair.dest.ssh.public_host_keys()}
+        with pytest.raises(RpcError) as refused:
+            await pair.source.push(Call(3, "fs.xfer.push", push))
+        assert refused.value.code == "validation_error" and "host must be" in refused.value.message
+        assert not (Path(pair.dest.files.home) / "note.txt").exists()
+        await pair.dest.close(Call(4, "fs.xfer.close", {"transfer_id": tid}))
+        await pair.source.close(Call(5, "fs.xfer.close", {"transfer_id": tid}))
+
+    trio.run(main)
+    assert not Path("/tmp/fleetdeck-pwned").exists()
+
+
 def test_a_cancelled_push_leaves_nothing_on_either_side(sshd: Sshd, pair: Pair) -> None:
     """Cancelled mid-stream (as when the control plane's call is cancelled or times out): ssh is
     killed, the receiver finds the stream cut short and removes its temporary folder, the keys go."""

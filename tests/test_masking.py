@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from control_plane.masking import MASK, Masker, mask_fields
+from control_plane.masking import MASK, Masker, mask_command_line, mask_command_output, mask_fields
 
 SECRET = 'hunter2+Pa/ss=w"rd'
 
@@ -90,3 +90,41 @@ def test_audit_details_lose_secret_keyed_fields_and_every_form_of_a_named_secret
     }
     assert MASK in note and note != f"sent Basic {basic}" and len(note) < len(basic)
     assert mask_fields(details, Masker([]))["urls"] == details["urls"]  # no secrets: keyed fields only
+
+
+# --- command lines (`system.processes`, as a caller without sysadmin sees it) -----------------
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        ("app --password=hunter2 --port 80", "app --password=*** --port 80"),
+        ("app --db-token hunter2 -v", "app --db-token *** -v"),
+        ("env PGPASSWORD=hunter2 MYSQL_PWD=hunter2 psql", "env PGPASSWORD=*** MYSQL_PWD=*** psql"),
+        ("mysql -uroot -phunter2 shop", "mysql -uroot -p*** shop"),
+        ("/usr/bin/mariadb-dump -phunter2", "/usr/bin/mariadb-dump -p***"),
+        ("mysql -p shop", "mysql -p shop"),  # -p alone asks for the password: shop is the database
+        ("sshpass -p hunter2 ssh web1", "sshpass -p *** ssh web1"),
+        ("git clone https://bob:hunter2@example.com/x.git", "git clone https://bob:***@example.com/x.git"),
+        ("curl -u bob:hunter2 https://x", "curl -u bob:*** https://x"),
+        ("curl --user=bob:hunter2 https://x", "curl --user=bob:*** https://x"),
+        ("curl -H Authorization: Bearer hunter2 https://x", "curl -H Authorization: Bearer *** https://x"),
+        ("worker ghp_abcdefghijklmnopqrstuvwxyz0123456789", "worker ***"),
+        ("agent --url http://cp --token fdg_abcdefghijklmnopqrstuvwx", "agent --url http://cp --token ***"),
+        ("agent fdg_abcdefghijklmnopqrstuvwx", "agent ***"),
+        # Nothing secret-looking: as it was (a -p of another program is no password).
+        ("find / -print -name x", "find / -print -name x"),
+        ("sudo -u www-data php artisan", "sudo -u www-data php artisan"),
+        ("nginx: master process /usr/sbin/nginx -g daemon on;", "nginx: master process /usr/sbin/nginx -g daemon on;"),
+    ],
+)
+def test_secret_looking_arguments_of_a_command_line_are_masked(command: str, shown: str) -> None:
+    assert mask_command_line(command) == shown
+
+
+def test_output_lines_of_a_read_are_masked_inside_their_json() -> None:
+    result = {"sort": "cpu", "processes": [{"pid": 7, "command": 'app --password=hun"ter2 --x'}]}
+    line = json.dumps(result, separators=(",", ":"))
+    [masked] = mask_command_output([line])
+    assert json.loads(masked) == {"sort": "cpu", "processes": [{"pid": 7, "command": "app --password=*** --x"}]}
+    assert mask_command_output(["app --token hunter2"]) == ["app --token ***"]

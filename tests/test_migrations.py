@@ -160,3 +160,33 @@ def test_the_newest_revision_read_from_file_names_is_alembics_head(database_url:
         assert current_revision(db.engine) == newest_revision()
     finally:
         db.dispose()
+
+
+def test_server_addresses_written_as_free_text_become_addresses_or_none(database_url: str) -> None:
+    """Revision 0009: an address stored before the rule is normalised when it is one (a host name
+    lowercased, an IPv6 address in its short form) and removed when it is not (an option for ssh)."""
+    from alembic import command
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    db = Database(database_url)
+    try:
+        with db.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, "0008")
+        stored = {"a": "10.0.0.11", "b": " Web1.Example.COM ", "c": "fd00:0::12", "d": "-oProxyCommand=id", "e": None}
+        with db.engine.begin() as conn:
+            org = create_org(conn, "addresses", "max")
+            ids = {key: create_server(conn, org["id"], key, "full", value)[0]["id"] for key, value in stored.items()}
+        db.migrate()
+        with db.engine.connect() as conn:
+            rows = dict(conn.execute(sa.text("SELECT id, address FROM servers")).all())
+        assert {key: rows[server_id] for key, server_id in ids.items()} == {
+            "a": "10.0.0.11",
+            "b": "web1.example.com",
+            "c": "fd00::12",
+            "d": None,
+            "e": None,
+        }
+    finally:
+        db.dispose()

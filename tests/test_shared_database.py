@@ -40,13 +40,19 @@ from tests.helpers.postgres_server import PostgresDatabases
 from tests.helpers.replicas import start_nats
 
 OWNER, PASSWORD = "owner@replicas.example", "pw-replicas-1"
+PROXY = "127.0.0.9"
 
 
 class Replicas:
     """Two control planes on one PostgreSQL database (and `env`: a bus), an org with an owner, and its token."""
 
     def __init__(self, folder: Path, db_url: str, env: dict[str, str] | None = None) -> None:
-        self.planes = [OwnControlPlane(folder, db_url, name, env) for name in ("first", "second")]
+        # The second is behind a proxy at PROXY (its X-Forwarded-For is believed there, only).
+        proxied = {**(env or {}), "FLEETDECK_TRUSTED_PROXIES": PROXY}
+        self.planes = [
+            OwnControlPlane(folder, db_url, "first", env),
+            OwnControlPlane(folder, db_url, "second", proxied),
+        ]
         for plane in self.planes:
             plane.start()  # one after the other: the first migrates, the second finds it done
         first = self.planes[0]
@@ -171,6 +177,34 @@ def test_load_balancer_changes_on_two_replicas_at_once_each_get_a_revision(repli
     queued = [job["args"]["revision"] for job in applies if job["status"] == "queued"]
     assert queued == [changes + 1]  # the older applies were superseded, whichever replica took them
     assert len(applies) == changes + 1
+
+
+def _login(plane: OwnControlPlane, email: str, password: str, source: str, forwarded: str | None = None) -> int:
+    """A login's status, sent from `source` (any of 127.0.0.0/8), with `forwarded` as its X-Forwarded-For."""
+    headers = {"X-Forwarded-For": forwarded} if forwarded else {}
+    with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=30) as http:
+        body = {"email": email, "password": password}
+        return http.post(f"{plane.base_url}/v1/auth/login", json=body, headers=headers).status_code
+
+
+def test_login_failures_count_on_every_replica_and_through_the_proxy(replicas: Replicas) -> None:
+    """The failures are counted in the database: ten on one replica throttle that source on the
+    other. Behind the trusted proxy, the source is the address it forwards (the rightmost one:
+    what a client writes left of it proves nothing); elsewhere the header is never believed."""
+    first, second = replicas.planes
+    email, password = f"door-{uuid.uuid4().hex[:8]}@replicas.example", "pw-door-1"
+    first.admin("create-user", email, "--org", "replicas", "--role", "member", "--password", password)
+    attacker, owner = "127.0.0.20", "127.0.0.21"
+    assert [_login(first, email, "guess", attacker) for _ in range(10)] == [401] * 10
+    assert _login(second, email, password, attacker) == 429
+    assert _login(second, email, password, owner) == 200
+    assert _login(second, email, password, PROXY, forwarded=attacker) == 429
+    assert _login(second, email, password, PROXY, forwarded=f"{attacker}, {owner}") == 200
+    assert _login(first, email, password, attacker, forwarded=owner) == 429  # not a proxy: not believed
+    assert _login(first, email, password, "127.0.0.22", forwarded=attacker) == 200
+    with replicas.http(1) as http:
+        entries = http.get("/v1/audit", params={"action": "auth.throttled"}).json()["entries"]
+    assert [e["details"]["source"] for e in entries if e["target"] == email] == [attacker]
 
 
 # --- job output: one row per seq, whoever writes ---------------------------------------------

@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
 
 from themes.palettes import THEMES, automatic_theme_name, default_theme_name, register_themes
 from tui.connection import ConnectError, Connection, PendingConnection
 from tui.starting import StartingScreen
+from tui.text import printable
 
 if TYPE_CHECKING:
     from api_client import Client, Me, Server
@@ -82,6 +84,21 @@ class FleetdeckApp(App[None]):
         footer reads the same whichever screen declared its keys."""
         shown = super().get_key_display(binding)
         return re.sub(r"(?<![a-z])f(\d{1,2})$", r"F\1", shown)  # shift+f6 too
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Every notification as plain text, its control characters as `?`: messages carry names,
+        paths and errors from servers, where a file name may hold escape sequences (or brackets
+        that would read as markup). Screens' and widgets' `notify` come here too."""
+        del markup  # never: no message of this app is markup
+        super().notify(printable(message), title=printable(title), severity=severity, timeout=timeout, markup=False)
 
     @property
     def client(self) -> Client:

@@ -8,6 +8,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from rich.cells import cell_len
+from rich.highlighter import Highlighter
+from rich.text import Text
 
 # C0 and C1 control characters (and DEL): a file name or file content must never be able to
 # send escape sequences to the user's terminal.
@@ -19,6 +21,20 @@ def printable(text: str) -> str:
     if not _CONTROL.search(text) and "\t" not in text:
         return text
     return _CONTROL.sub("?", text).replace("\t", " ")
+
+
+class PrintableHighlighter(Highlighter):
+    """An `Input`'s highlighter that draws its control characters as `?` while its value keeps
+    them: a path it is given (the other panel's folder, a file's) may hold any character, and the
+    operation needs it as it is. Each is replaced by one character, so the cursor keeps its place."""
+
+    def highlight(self, text: Text) -> None:
+        shown = printable(text.plain)
+        if shown != text.plain:
+            text.plain = shown
+
+
+PRINTABLE = PrintableHighlighter()
 
 
 def printable_line(line: str, tab_size: int = 4) -> str:

@@ -72,6 +72,7 @@ from agent.files.jail import Jail, normalize, split_path, storage_refusal
 from agent.link.call import Call, Handler
 from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
+from api_client.models import server_address
 
 log = logging.getLogger("fleetdeck.agent")
 
@@ -338,7 +339,7 @@ class RemoteCopy:
     async def push(self, call: Call) -> dict[str, Any]:
         params = call.params
         tid, paths = transfer_id(params), _paths(params)
-        host, user = _word(params, "host"), _word(params, "user")
+        host, user = _host(params), _word(params, "user")
         port = params.get("port")
         if type(port) is not int or not 0 < port < 65536:
             raise RpcError("validation_error", "port must be a TCP port")
@@ -512,6 +513,16 @@ class RemoteCopy:
         keys_file = self.ssh.keys_file()
         if os.path.exists(keys_file):
             _edit_keys(keys_file, _expired_lines_remover(now), None)
+
+
+def _host(params: dict[str, Any]) -> str:
+    """The destination's address: an IP address or a host name, never an option of ssh's (it is
+    also passed after ``--``)."""
+    value = params.get("host")
+    try:
+        return server_address(value) if isinstance(value, str) else server_address("")
+    except ValueError:
+        raise RpcError("validation_error", "host must be an IP address or a host name") from None
 
 
 def _word(params: dict[str, Any], key: str) -> str:

@@ -23,6 +23,7 @@ from control_plane import __version__
 from control_plane.auth import store as accounts
 from control_plane.auth.passwords import verify_password
 from control_plane.auth.principal import Principal
+from control_plane.auth.throttle import Limit, source_address
 from control_plane.clock import parse
 from control_plane.state import Caller, Fleet, FleetDep
 
@@ -36,18 +37,19 @@ async def health(fleet: FleetDep) -> Health:
 
 @router.post("/auth/login", response_model=LoginResponse, tags=["auth"])
 async def login(body: LoginRequest, request: Request, fleet: FleetDep) -> LoginResponse:
-    address = request.client.host if request.client else "unknown"
+    source = source_address(request, fleet.settings.trusted_proxies)
     throttle = fleet.login_throttle
-    if (wait := throttle.retry_after(body.email, address)) is not None:
+    if (wait := await throttle.retry_after(body.email, source)) is not None:
         raise RateLimited(f"too many failed logins: try again in {wait} s", details={"retry_after_s": wait})
     user = await fleet.db.run(accounts.user_by_email, body.email)
     # Verify even for an unknown email: both failures take the same time and say the same thing.
     if not verify_password(user["password_hash"] if user else None, body.password) or user is None:
-        await fleet.audit(None, "auth.login", outcome="error", error_code="unauthenticated", target=body.email)
-        if throttle.failed(body.email, address):
-            await _audit_lock(fleet, user, body.email, address)
+        # Counted, not audited one by one (a flood of guesses would flood the log): the failure
+        # that reaches a limit writes one entry.
+        for limit in await throttle.failed(body.email, source):
+            await _audit_throttled(fleet, user, source, limit)
         raise Unauthenticated("wrong email or password")
-    throttle.succeeded(body.email)
+    await throttle.succeeded(body.email, source)
     membership = await fleet.db.run(accounts.first_membership, user["id"])
     if membership is None:
         raise Forbidden("this user belongs to no organisation")
@@ -62,18 +64,22 @@ async def login(body: LoginRequest, request: Request, fleet: FleetDep) -> LoginR
     )
 
 
-async def _audit_lock(fleet: Fleet, user: dict[str, Any] | None, email: str, address: str) -> None:
-    """Failures reached a limit: an entry in the audit log of the account's org (when the email
-    is one of a user), so its owners see the attack."""
+async def _audit_throttled(fleet: Fleet, user: dict[str, Any] | None, source: str, limit: Limit) -> None:
+    """Failures reached a limit: one entry, in the audit log of the account's org when the email is
+    a user's (so its owners see the attack), else in no org's. The actor is unknown (no user, no
+    email); the target is the account's email, but only a user's: an email that is no account's
+    is not kept (people type passwords into that field). Never the password."""
     membership = await fleet.db.run(accounts.first_membership, user["id"]) if user else None
+    policy = fleet.login_throttle.policy
+    failures = policy.per_account_source if limit == "account_source" else policy.per_source
     await fleet.audit(
         None,
         "auth.throttled",
         org_id=membership["org_id"] if membership else None,
         outcome="error",
         error_code="rate_limited",
-        target=email,
-        details={"address": address, "window_s": fleet.login_throttle.policy.window_s},
+        target=user["email"] if user else None,
+        details={"source": source, "limit": limit, "failures": failures, "window_s": policy.window_s},
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from fastapi import APIRouter, Query, Request, Response, WebSocket
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
+from starlette.types import Message
 
 from api_client.errors import (
     AgentError,
@@ -25,12 +27,15 @@ from api_client.errors import (
     BadRequest,
     LiteServer,
     NotFound,
+    Timeout,
     TooLarge,
     ValidationFailed,
 )
 from api_client.models import (
     DIRECT_UPLOAD_LIMIT,
+    FS_WRITE_BODY_LIMIT,
     MAX_INTEGER,
+    PATH_LIST_BODY_LIMIT,
     RELAY_UPLOAD_LIMIT,
     TRASH_FOLDER,
     WINDOW_LIMIT,
@@ -61,7 +66,9 @@ from api_client.models import (
     FsUploadDirect,
     FsWrite,
     FsWriteResult,
+    Label,
     Listing,
+    ListingPage,
     OperationStarted,
     Scope,
     ScopeList,
@@ -71,13 +78,19 @@ from control_plane.auth.principal import Principal
 from control_plane.errors import ResponseCut, error_response
 from control_plane.files import remote_copy
 from control_plane.files.operations import Operation
+from control_plane.frontdoor import BODY_IDLE_TIMEOUT_S, body_limit, refusal
 from control_plane.hub import AgentSession, ReplyStream
 from control_plane.servers.routes import server_row
 from control_plane.state import Caller, Fleet, FleetDep, agent_errors, authenticate
 
 router = APIRouter(prefix="/v1/servers/{server_id}/fs", tags=["files"])
+log = logging.getLogger("fleetdeck.files")
 
 MAX_LIST_LIMIT = 50000
+# The largest listing page an agent may send (50,000 entries with long names and paths).
+MAX_LISTING_BYTES = 128 * 1024 * 1024
+# A listing page as the agent encoded it, checked before it is passed on.
+_LISTING_PAGE: TypeAdapter[ListingPage] = TypeAdapter(ListingPage)
 
 
 @dataclass(frozen=True)
@@ -118,30 +131,71 @@ async def resolve_target(
     return FsTarget(server_id, scope, domain)
 
 
-def _json(body: Any) -> Response:
-    # Listings can hold 50,000 entries: encode with orjson straight from the agent's dicts.
-    return Response(orjson.dumps(body), media_type="application/json")
-
-
 _DELETE_RESULT: TypeAdapter[FsDeleteResult] = TypeAdapter(FsDeleteResult)
 
 
-def _checked(shape: type[BaseModel] | TypeAdapter[Any], answer: Any, method: str) -> Response:
+def _checked(shape: type[BaseModel] | TypeAdapter[Any], answer: Any, method: str, server_id: str) -> Response:
     """The agent's answer validated through its wire model, then sent as that model says (an
-    answer of another shape is the agent's fault: 502, never passed on)."""
-    try:
-        model = shape.validate_python(answer) if isinstance(shape, TypeAdapter) else shape.model_validate(answer)
-    except ValidationError as exc:
-        raise AgentError(f"agent error: {method} answered an unexpected shape") from exc
+    answer of another shape, or with a value the model refuses, is the agent's fault: 502, never
+    passed on)."""
+    model = _model(shape, answer, method, server_id)
     return Response(model.model_dump_json(), media_type="application/json")
+
+
+def _model(shape: type[BaseModel] | TypeAdapter[Any], answer: Any, method: str, server_id: str) -> Any:
+    """The agent's answer as `shape`, strictly: as JSON (as it came over the link), so a time is
+    its RFC 3339 text but a number is never a string."""
+    try:
+        data = orjson.dumps(answer)
+    except orjson.JSONEncodeError:  # a whole number past 64 bits
+        problem = f"agent error: {method} answered a number the API refuses"
+        raise AgentError(problem, details={"method": method}) from None
+    try:
+        if isinstance(shape, TypeAdapter):
+            return shape.validate_json(data, strict=True)
+        return shape.model_validate_json(data, strict=True)
+    except ValidationError as exc:
+        raise _refused(exc, method, server_id) from exc
+
+
+def _refused(exc: ValidationError, method: str, server_id: str) -> AgentError:
+    """The 502 of an agent answer its wire model refuses, naming where (never the value: it may be
+    anything, escape sequences included); logged here, once."""
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"]) or "the answer"
+    log.warning("server %s: %s answered a value its model refuses, at %s: %s", server_id, method, where, first["msg"])
+    return AgentError(
+        f"agent error: {method} answered a value the API refuses, at {where}: {first['msg']}",
+        details={"method": method, "at": where},
+    )
+
+
+async def _checked_listing(data: bytes, method: str, server_id: str) -> None:
+    """A listing page as the agent encoded it, checked entry by entry (`ListingPage`) in a worker
+    thread: 50,000 entries take tens of milliseconds, which the event loop must not wait."""
+    try:
+        await anyio.to_thread.run_sync(_LISTING_PAGE.validate_json, data)
+    except ValidationError as exc:
+        raise _refused(exc, method, server_id) from exc
+
+
+class _Site(BaseModel):
+    domain: Label
+    slug: Label
+
+
+class _AgentSites(BaseModel):
+    """`fs.scopes` as the agent answers it."""
+
+    sites: list[_Site]
 
 
 @router.get("/scopes", response_model=ScopeList)
 async def scopes(server_id: str, caller: Caller, fleet: FleetDep) -> ScopeList:
     await _full_server(fleet, caller, server_id)
     caller.require("observe")
-    answer = await fleet.call_agent(server_id, "fs.scopes", {})
-    listed = [Scope(scope="site", domain=s["domain"], slug=s["slug"]) for s in answer["sites"]]
+    answer = _model(_AgentSites, await fleet.call_agent(server_id, "fs.scopes", {}), "fs.scopes", server_id)
+    listed = [Scope(scope="site", domain=site.domain, slug=site.slug) for site in answer.sites]
     if "root_scope" in caller.capabilities:
         listed.append(Scope(scope="root"))
     return ScopeList(scopes=listed)
@@ -163,10 +217,12 @@ async def list_dir(
     time_limit = fleet.settings.agent_call_timeout_s
     head, stream, stack = await _open_agent_stream(fleet, server_id, "fs.list", params, time_limit=time_limit)
     if head is None:  # an agent that answers with the page itself
-        return _json(stream.result)
-    return StreamingResponse(
-        _bytes_of(stream, stack), media_type="application/json", headers={"Content-Length": str(int(head["size"]))}
-    )
+        data = orjson.dumps(stream.result)
+    else:
+        data = await _whole(stream, stack, head.get("size"), MAX_LISTING_BYTES, "fs.list")
+    # Checked before a byte is passed on, then passed on as the agent encoded it (never re-encoded).
+    await _checked_listing(data, "fs.list", server_id)
+    return Response(data, media_type="application/json")
 
 
 async def _open_agent_stream(
@@ -196,6 +252,27 @@ async def _open_agent_stream(
     return first[0], stream, stack
 
 
+def _declared_size(size: Any, limit: int, method: str) -> int:
+    """The byte count a streamed answer's head announces: a whole number up to `limit`."""
+    if type(size) is not int or not 0 <= size <= limit:
+        raise AgentError(f"agent error: {method} announced a size the API refuses", details={"method": method})
+    return size
+
+
+async def _whole(stream: ReplyStream, stack: AsyncExitStack, announced: Any, limit: int, method: str) -> bytes:
+    """All the bytes of a streamed agent call whose head `announced` their count (up to `limit`;
+    more than announced is refused). Closes the call."""
+    data = bytearray()
+    async with stack:
+        size = _declared_size(announced, limit, method)
+        async for chunk in stream:
+            if isinstance(chunk, bytes):
+                data += chunk
+                if len(data) > size:
+                    raise AgentError("agent error: the answer is longer than it announced")
+    return bytes(data)
+
+
 async def _bytes_of(stream: ReplyStream, stack: AsyncExitStack) -> AsyncIterator[bytes]:
     """The binary frames of a streamed agent call, as they come (credit goes back as they are
     taken, so a slow HTTP client slows the agent down); closes the call at the end. The answer
@@ -214,7 +291,7 @@ async def stat(
     server_id: str, caller: Caller, fleet: FleetDep, scope: str = "site", domain: str | None = None, path: str = ""
 ) -> Response:
     target = await resolve_target(fleet, caller, server_id, scope, domain)
-    return _json(await fleet.call_agent(server_id, "fs.stat", target.params(path=path)))
+    return _checked(Entry, await fleet.call_agent(server_id, "fs.stat", target.params(path=path)), "fs.stat", server_id)
 
 
 @router.get("/read", response_model=FileContent | FileWindow)
@@ -232,10 +309,11 @@ async def read(
     of up to 1 MiB of any file (the viewer's read): never 413 or 415."""
     target = await resolve_target(fleet, caller, server_id, scope, domain)
     if offset is None and length is None:
-        return _json(await fleet.call_agent(server_id, "fs.read", target.params(path=path)))
+        answer = await fleet.call_agent(server_id, "fs.read", target.params(path=path))
+        return _checked(FileContent, answer, "fs.read", server_id)
     window = {"offset": offset or 0, "length": WINDOW_LIMIT if length is None else length}
     answer = await fleet.call_agent(server_id, "fs.read", target.params(path=path, **window))
-    return _checked(FileWindow, answer, "fs.read")
+    return _checked(FileWindow, answer, "fs.read", server_id)
 
 
 # --- writes -----------------------------------------------------------------------------------
@@ -293,19 +371,23 @@ async def _write_target(fleet: Fleet, caller: Principal, server_id: str, body: F
     return await resolve_target(fleet, caller, server_id, body.scope, body.domain, write=True)
 
 
-@router.put("/write", response_model=FsWriteResult)
+@router.put("/write", response_model=FsWriteResult, openapi_extra=body_limit(FS_WRITE_BODY_LIMIT))
 async def write(server_id: str, body: FsWrite, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = body.model_dump(include={"path", "content", "if_match", "create_only"})
     details = {"path": body.path, "bytes": len(body.content.encode()), "create_only": body.create_only}
-    return _json(await _audited(fleet, caller, target, "fs.write", params, details))
+    return _checked(
+        FsWriteResult, await _audited(fleet, caller, target, "fs.write", params, details), "fs.write", server_id
+    )
 
 
 @router.post("/mkdir", response_model=FsEntryResult)
 async def mkdir(server_id: str, body: FsMkdir, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = {"path": body.path, "parents": body.parents}
-    return _json(await _audited(fleet, caller, target, "fs.mkdir", params, params))
+    return _checked(
+        FsEntryResult, await _audited(fleet, caller, target, "fs.mkdir", params, params), "fs.mkdir", server_id
+    )
 
 
 async def _move_or_copy(server_id: str, body: FsMoveCopy, caller: Principal, fleet: Fleet, method: str) -> Any:
@@ -375,21 +457,23 @@ async def _cross_scope(fleet: Fleet, caller: Principal, source: FsTarget, to: Fs
     return {"scope": scope, "domain": domain}
 
 
-@router.post("/move", response_model=FsMoveResult)
+@router.post("/move", response_model=FsMoveResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))
 async def move(server_id: str, body: FsMoveCopy, caller: Caller, fleet: FleetDep) -> Response:
-    return _checked(FsMoveResult, await _move_or_copy(server_id, body, caller, fleet, "fs.move"), "fs.move")
+    return _checked(FsMoveResult, await _move_or_copy(server_id, body, caller, fleet, "fs.move"), "fs.move", server_id)
 
 
-@router.post("/copy", response_model=FsCopyResult)
+@router.post("/copy", response_model=FsCopyResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))
 async def copy(server_id: str, body: FsMoveCopy, caller: Caller, fleet: FleetDep) -> Response:
-    return _checked(FsCopyResult, await _move_or_copy(server_id, body, caller, fleet, "fs.copy"), "fs.copy")
+    return _checked(FsCopyResult, await _move_or_copy(server_id, body, caller, fleet, "fs.copy"), "fs.copy", server_id)
 
 
-@router.post("/delete", response_model=FsDeleteResult)
+@router.post("/delete", response_model=FsDeleteResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))
 async def delete(server_id: str, body: FsDelete, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = {"paths": body.paths, "permanent": body.permanent}
-    return _checked(_DELETE_RESULT, await _audited(fleet, caller, target, "fs.delete", params, params), "fs.delete")
+    return _checked(
+        _DELETE_RESULT, await _audited(fleet, caller, target, "fs.delete", params, params), "fs.delete", server_id
+    )
 
 
 def _mode(value: int | str) -> int:
@@ -406,11 +490,13 @@ def _mode(value: int | str) -> int:
     return mode
 
 
-@router.post("/chmod", response_model=FsChmodResult)
+@router.post("/chmod", response_model=FsChmodResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))
 async def chmod(server_id: str, body: FsChmod, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = {"paths": body.paths, "mode": _mode(body.mode), "recursive": body.recursive, "only": body.only}
-    return _checked(FsChmodResult, await _audited(fleet, caller, target, "fs.chmod", params, params), "fs.chmod")
+    return _checked(
+        FsChmodResult, await _audited(fleet, caller, target, "fs.chmod", params, params), "fs.chmod", server_id
+    )
 
 
 @router.get("/dirsize", response_model=FsDirSize)
@@ -418,7 +504,9 @@ async def dirsize(
     server_id: str, caller: Caller, fleet: FleetDep, scope: str = "site", domain: str | None = None, path: str = ""
 ) -> Response:
     target = await resolve_target(fleet, caller, server_id, scope, domain)
-    return _checked(FsDirSize, await fleet.call_agent(server_id, "fs.dirsize", target.params(path=path)), "fs.dirsize")
+    return _checked(
+        FsDirSize, await fleet.call_agent(server_id, "fs.dirsize", target.params(path=path)), "fs.dirsize", server_id
+    )
 
 
 @router.get("/search", response_model=FsSearchResult)
@@ -438,7 +526,7 @@ async def search(
     # A content search reads every file, big logs included: the deadline of a tree operation.
     timeout = fleet.settings.transfer_timeout_s if content else None
     answer = await fleet.call_agent(server_id, "fs.search", params, timeout=timeout)
-    return _checked(FsSearchResult, answer, "fs.search")
+    return _checked(FsSearchResult, answer, "fs.search", server_id)
 
 
 # --- trash ------------------------------------------------------------------------------------
@@ -450,22 +538,24 @@ async def trash(
 ) -> Response:
     # Opening the trash purges what is older than 30 days: a write, so it needs write access.
     target = await resolve_target(fleet, caller, server_id, scope, domain, write=True)
-    return _checked(FsTrashList, await fleet.call_agent(server_id, "fs.trash.list", target.params()), "fs.trash.list")
+    return _checked(
+        FsTrashList, await fleet.call_agent(server_id, "fs.trash.list", target.params()), "fs.trash.list", server_id
+    )
 
 
-@router.post("/trash/restore", response_model=FsRestoreResult)
+@router.post("/trash/restore", response_model=FsRestoreResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))
 async def trash_restore(server_id: str, body: FsTrashRestore, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = {"ids": body.ids, "overwrite": body.overwrite}
     answer = await _audited(fleet, caller, target, "fs.trash.restore", params, {"paths": body.ids, **params})
-    return _checked(FsRestoreResult, answer, "fs.trash.restore")
+    return _checked(FsRestoreResult, answer, "fs.trash.restore", server_id)
 
 
 @router.post("/trash/empty", response_model=FsEmptyTrashResult)
 async def trash_empty(server_id: str, body: FsRequest, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     answer = await _audited(fleet, caller, target, "fs.trash.empty", {}, {"path": TRASH_FOLDER})
-    return _checked(FsEmptyTrashResult, answer, "fs.trash.empty")
+    return _checked(FsEmptyTrashResult, answer, "fs.trash.empty", server_id)
 
 
 # --- archives ---------------------------------------------------------------------------------
@@ -484,7 +574,9 @@ async def _start_operation(
     return Response(orjson.dumps({"operation_id": operation_id}), status_code=202, media_type="application/json")
 
 
-@router.post("/compress", status_code=202, response_model=OperationStarted)
+@router.post(
+    "/compress", status_code=202, response_model=OperationStarted, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT)
+)
 async def compress(server_id: str, body: FsArchive, caller: Caller, fleet: FleetDep) -> Response:
     target = await _write_target(fleet, caller, server_id, body)
     params = {"paths": body.paths, "format": body.format, "destination": body.destination}
@@ -517,7 +609,9 @@ async def extract_check(
     target = await resolve_target(fleet, caller, server_id, scope, domain)
     _require_archive(path, "query")
     params = target.params(path=path, destination=destination)
-    return _checked(FsExtractCheck, await fleet.call_agent(server_id, "fs.extract.check", params), "fs.extract.check")
+    return _checked(
+        FsExtractCheck, await fleet.call_agent(server_id, "fs.extract.check", params), "fs.extract.check", server_id
+    )
 
 
 def _require_archive(path: str, where: str) -> None:
@@ -559,13 +653,8 @@ async def cancel_operation(operation_id: str, server_id: str, caller: Caller, fl
 # --- transfers --------------------------------------------------------------------------------
 
 
-# A relay upload must keep up this pace (after a grace period), or it is refused and its
-# connection closed: a stalled or trickling client would hold it, and an agent call, for ever.
-RELAY_BODY_GRACE_S = 10.0
-RELAY_BODY_MIN_RATE = 16 * 1024  # bytes per second
-
-
-@router.put("/upload", response_model=FsEntryResult)
+# A raw body, not JSON: up to RELAY_UPLOAD_LIMIT, checked here with its own message.
+@router.put("/upload", response_model=FsEntryResult, openapi_extra=body_limit(None))
 async def upload(
     server_id: str,
     request: Request,
@@ -594,7 +683,7 @@ async def upload(
     try:
         async with fleet.agent_upload(server_id, "fs.upload", params) as sending:
             received = 0
-            async for chunk in _paced_body(request):
+            async for chunk in _body(request):
                 received += len(chunk)
                 if received > RELAY_UPLOAD_LIMIT:
                     raise _too_large(received)  # leaving the upload unfinished cancels it
@@ -608,7 +697,7 @@ async def upload(
             return _unread_body_error(exc)
         raise
     await _audit(fleet, caller, target, "fs.upload", {**details, "bytes": received})
-    return _json(result)
+    return _checked(FsEntryResult, result, "fs.upload", server_id)
 
 
 @router.websocket("/upload/stream")
@@ -634,7 +723,7 @@ async def upload_stream(websocket: WebSocket, server_id: str) -> None:
         async with fleet.agent_upload(server_id, "fs.upload", params) as sending:
             received = 0
             while True:
-                message = await websocket.receive()
+                message = await _next_frame(websocket)
                 if message["type"] == "websocket.disconnect":
                     raise BadRequest("the client went away before the upload was done")
                 if message.get("bytes"):
@@ -644,7 +733,7 @@ async def upload_stream(websocket: WebSocket, server_id: str) -> None:
                     await sending.send(message["bytes"])
                 elif message.get("text") is not None and _is_done(message["text"]):
                     break
-            result = await sending.finish()
+            result = _model(FsEntryResult, await sending.finish(), "fs.upload", server_id).model_dump(mode="json")
     except ApiError as exc:
         if caller is not None and target is not None:
             await _audit(fleet, caller, target, "fs.upload", details, outcome="error", error_code=exc.error_code)
@@ -657,6 +746,14 @@ async def upload_stream(websocket: WebSocket, server_id: str) -> None:
     await _audit(fleet, caller, target, "fs.upload", details)
     await websocket.send_text(orjson.dumps(result).decode())
     await websocket.close()
+
+
+async def _next_frame(websocket: WebSocket) -> Message:
+    """An upload stream's next frame: one must come every `BODY_IDLE_TIMEOUT_S` (a stalled client
+    would hold the agent's upload open for ever); no limit on the whole, so a slow link still works."""
+    with anyio.move_on_after(BODY_IDLE_TIMEOUT_S):
+        return await websocket.receive()
+    raise Timeout(f"the upload stalled: no data for {BODY_IDLE_TIMEOUT_S:g} s", details={"idle_s": BODY_IDLE_TIMEOUT_S})
 
 
 def _query_size(text: str | None) -> int:
@@ -681,31 +778,14 @@ def _is_done(text: str) -> bool:
 
 
 async def _body(request: Request) -> AsyncIterator[bytes]:
-    """The request body as it arrives; a client that goes away is an error of the upload."""
+    """The request body as it arrives (at the front door's pace, `control_plane.frontdoor`); a
+    client that goes away is an error of the upload."""
     try:
         async for chunk in request.stream():
             yield chunk
     except ClientDisconnect:
-        raise BadRequest("the client went away before the upload was done") from None
-
-
-async def _paced_body(request: Request) -> AsyncIterator[bytes]:
-    """The body, refused (400) once it falls behind `RELAY_BODY_MIN_RATE` after a grace period:
-    a client that stalls or trickles its bytes must not hold a connection (and an agent call)
-    open for ever."""
-    started, received = anyio.current_time(), 0
-    chunks = _body(request).__aiter__()
-    while True:
-        chunk: bytes | None = None
-        with anyio.move_on_after(started + RELAY_BODY_GRACE_S + received / RELAY_BODY_MIN_RATE - anyio.current_time()):
-            try:
-                chunk = await anext(chunks)
-            except StopAsyncIteration:
-                return
-        if chunk is None:
-            raise BadRequest(f"the upload's bytes came too slowly (under {RELAY_BODY_MIN_RATE // 1024} KiB/s)")
-        received += len(chunk)
-        yield chunk
+        # The front door cut it (too slow), or the client went away.
+        raise refusal(request.scope) or BadRequest("the client went away before the upload was done") from None
 
 
 def _unread_body_error(exc: ApiError) -> Response:
@@ -792,8 +872,10 @@ async def download(
     if head is None:
         raise AgentError("agent error: fs.download answered without the file's size")
     name = path.rstrip("/").rsplit("/", 1)[-1] or "download"
-    headers = {
-        "Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}",
-        "Content-Length": str(int(head["size"])),
-    }
+    try:
+        size = _declared_size(head.get("size"), MAX_INTEGER, "fs.download")
+    except ApiError:
+        await stack.aclose()
+        raise
+    headers = {"Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}", "Content-Length": str(size)}
     return StreamingResponse(_bytes_of(stream, stack), media_type="application/octet-stream", headers=headers)

@@ -32,15 +32,28 @@ from control_plane import sse
 from control_plane.auth.principal import Principal
 from control_plane.clock import parse
 from control_plane.jobs import store
+from control_plane.masking import mask_command_lines, mask_command_output
 from control_plane.servers.routes import server_row
 from control_plane.state import Caller, Fleet, FleetDep
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
 MASK = "***"
+# Kinds whose output shows other processes' command lines, secrets in their argv included: a
+# caller without `sysadmin` sees their secret-looking arguments masked, in the result and in the
+# output (`masking.mask_command_line`); the stored job keeps them as the agent said them.
+COMMAND_LINE_KINDS = frozenset({"system.processes"})
 
 
-def job_model(row: dict[str, Any]) -> Job:
+def _masks_command_lines(caller: Principal, kind: str) -> bool:
+    return kind in COMMAND_LINE_KINDS and "sysadmin" not in caller.capabilities
+
+
+def job_model(row: dict[str, Any], caller: Principal) -> Job:
+    """The wire `Job` of a stored row, as `caller` may see it."""
+    result = orjson.loads(row["result"]) if row["result"] else None
+    if result is not None and _masks_command_lines(caller, row["kind"]):
+        result = mask_command_lines(result)
     return Job(
         id=row["id"],
         server_id=row["server_id"],
@@ -51,7 +64,7 @@ def job_model(row: dict[str, Any]) -> Job:
         created_at=parse(row["created_at"]),
         started_at=parse(row["started_at"]) if row["started_at"] else None,
         finished_at=parse(row["finished_at"]) if row["finished_at"] else None,
-        result=orjson.loads(row["result"]) if row["result"] else None,
+        result=result,
         cached=bool(row["cached"]),
         cached_at=parse(row["cached_at"]) if row["cached_at"] else None,
         created_by=row["created_by"],
@@ -134,7 +147,7 @@ async def create_job(
         if idempotency_key and (earlier := await _earlier_job(fleet, caller, server_id, idempotency_key, kind, args)):
             return earlier
         raise
-    return _json(job_model(row), 201)
+    return _json(job_model(row, caller), 201)
 
 
 async def submit_job(
@@ -189,7 +202,7 @@ async def _earlier_job(
         raise IdempotencyMismatch(
             "this Idempotency-Key was used for another job request", details={"job_id": earlier["id"]}
         )
-    return _json(job_model(earlier), 201)
+    return _json(job_model(earlier, caller), 201)
 
 
 async def _cached_answer(
@@ -202,7 +215,7 @@ async def _cached_answer(
     original = await fleet.db.run(store.get_job, caller.org_id, cached["job_id"])
     if original is None:
         raise AgentOffline("the server's agent is not connected, and this read has no earlier result")
-    answer = job_model(original).model_copy(update={"cached": True, "cached_at": parse(cached["at"])})
+    answer = job_model(original, caller).model_copy(update={"cached": True, "cached_at": parse(cached["at"])})
     return _json(answer, 200)
 
 
@@ -210,7 +223,7 @@ async def _cached_answer(
 async def list_jobs(server_id: str, caller: Caller, fleet: FleetDep, limit: int = Query(50, ge=1, le=500)) -> JobList:
     await server_row(fleet, caller.org_id, server_id)
     rows = await fleet.db.run(store.list_jobs, caller.org_id, server_id, limit)
-    return JobList(jobs=[job_model(r) for r in rows])
+    return JobList(jobs=[job_model(r, caller) for r in rows])
 
 
 async def _job_row(fleet: Fleet, caller: Principal, job_id: str) -> dict[str, Any]:
@@ -222,14 +235,15 @@ async def _job_row(fleet: Fleet, caller: Principal, job_id: str) -> dict[str, An
 
 @router.get("/jobs/{job_id}", response_model=Job)
 async def get_job(job_id: str, caller: Caller, fleet: FleetDep) -> Response:
-    return _json(job_model(await _job_row(fleet, caller, job_id)))
+    return _json(job_model(await _job_row(fleet, caller, job_id), caller))
 
 
 @router.get("/jobs/{job_id}/stream", response_class=Response, responses={200: {"content": {"text/event-stream": {}}}})
 async def stream_job(job_id: str, request: Request, caller: Caller, fleet: FleetDep) -> Response:
     """SSE: `line` events (id = seq) as they come, then `exit`; resumes after `Last-Event-ID`."""
-    await _job_row(fleet, caller, job_id)
-    return sse.response(fleet.jobs.events(caller.org_id, job_id, sse.resume_seq(request)))
+    row = await _job_row(fleet, caller, job_id)
+    view = mask_command_output if _masks_command_lines(caller, row["kind"]) else None
+    return sse.response(fleet.jobs.events(caller.org_id, job_id, sse.resume_seq(request), view=view))
 
 
 # Who may cancel a job of a kind that left the catalog: those who may change the server.
@@ -276,4 +290,4 @@ async def _cancelled(fleet: Fleet, caller: Principal, job_id: str, *, was: str) 
     await fleet.audit(
         caller, "jobs.cancel", server_id=row["server_id"], target=row["kind"], details={"job_id": job_id, "was": was}
     )
-    return _json(job_model(row), 202)
+    return _json(job_model(row, caller), 202)

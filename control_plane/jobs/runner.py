@@ -70,6 +70,8 @@ class JobEnd:
 
 
 FinishHook = Callable[[JobEnd], Awaitable[None]]
+# How a caller sees a job's output lines (`JobRunner.events`): their texts, changed.
+OutputView = Callable[[list[str]], list[str]]
 # With replicas: whether a server's agent is linked to another live replica.
 LinkedElsewhere = Callable[[str], Awaitable[bool]]
 # How often a job whose link dropped asks whether it came back on another replica.
@@ -171,9 +173,9 @@ class LiveJob:
         self._changed.set()
         self._changed = anyio.Event()
 
-    async def follow(self, after: int) -> AsyncIterator[bytes]:
+    async def follow(self, after: int, view: OutputView | None = None) -> AsyncIterator[bytes]:
         """Chunks of SSE bytes: every line after `after` (at least `from_seq`) as it comes, then
-        the `exit` event."""
+        the `exit` event; `view` changes the lines' texts on their way out (as a caller may see them)."""
         while True:
             start = bisect.bisect_right(self._ends, after)
             if start < len(self.runs):
@@ -185,7 +187,7 @@ class LiveJob:
                     count += len(run.texts)
                     if count >= EVENTS_PER_WRITE:
                         break
-                yield output.sse(batch)
+                yield output.sse(_viewed(batch, view))
                 continue
             if self.exit is not None:
                 yield exit_event(self.exit[0], self.exit[1], after)
@@ -486,18 +488,21 @@ class JobRunner:
                 live.stored_seq = pending[-1].last_seq
                 self._tell_stored(live.job_id)
 
-    async def events(self, org_id: str, job_id: str, after: int) -> AsyncIterator[bytes]:
-        """The SSE body of a job stream: its lines after `after` (stored, then live), then `exit`."""
+    async def events(
+        self, org_id: str, job_id: str, after: int, *, view: OutputView | None = None
+    ) -> AsyncIterator[bytes]:
+        """The SSE body of a job stream: its lines after `after` (stored, then live), then `exit`;
+        `view` as in `LiveJob.follow`."""
         while True:
             live = self.live.get(job_id)
             if live is not None and after >= live.from_seq:
-                async for chunk in live.follow(after):
+                async for chunk in live.follow(after, view):
                     yield chunk
                 return
             runs = await self._db.run(store.lines_after, job_id, after, DB_PAGE)
             if runs:
                 after = runs[-1].last_seq
-                yield output.sse(runs)
+                yield output.sse(_viewed(runs, view))
                 continue
             job = await self._db.run(store.get_job, org_id, job_id)
             if job is None:
@@ -507,7 +512,7 @@ class JobRunner:
                 runs = await self._db.run(store.lines_after, job_id, after, DB_PAGE)
                 if runs:
                     after = runs[-1].last_seq
-                    yield output.sse(runs)
+                    yield output.sse(_viewed(runs, view))
                     continue
                 self._stored.pop(job_id, None)  # ended: no word of it is to come
                 yield exit_event(job["exit_code"], job["status"], after)
@@ -527,6 +532,10 @@ class JobRunner:
         waiting = self._stored.pop(job_id, None)
         if waiting is not None:
             waiting.set()
+
+
+def _viewed(runs: list[Run], view: OutputView | None) -> list[Run]:
+    return runs if view is None else [run.masked(view) for run in runs]
 
 
 def _stdout_text(runs: list[Run]) -> str:

@@ -59,6 +59,20 @@ tokens = sa.Table(
     sa.Column("expires_at", sa.String, nullable=True),
 )
 
+# Failed logins within the login throttle's window (`auth.throttle`), one row per failure and key,
+# so that every replica on this database counts the same failures. A key is a SHA-256 of what it
+# counts (an account and a source address, or a source address): nothing typed is kept. Rows older
+# than the window are deleted as new ones come.
+login_failures = sa.Table(
+    "login_failures",
+    metadata,
+    sa.Column("id", BIG_ID, primary_key=True, autoincrement=True),
+    sa.Column("key", sa.String, nullable=False),
+    sa.Column("at", sa.Float, nullable=False),  # seconds since the epoch: every replica's clock
+    sa.Index("ix_login_failures_key_at", "key", "at"),
+    sa.Index("ix_login_failures_at", "at"),
+)
+
 servers = sa.Table(
     "servers",
     metadata,

@@ -579,7 +579,8 @@ class CommanderScreen(FleetScreen):
                 on_error=lambda exc: self._action_failed(exc, server.name, panel),
             )
 
-        self.app.push_screen(NameDialog("Rename", old, hint=f"in {panel.location}"), rename)
+        # Offered as drawn: a name's control characters as `?` (the new name may not hold any).
+        self.app.push_screen(NameDialog("Rename", printable(old), hint=f"in {panel.location}"), rename)
 
     def action_delete(self) -> None:
         panel = self.active
@@ -656,7 +657,7 @@ class CommanderScreen(FleetScreen):
             if local is not None:
                 self.app.push_screen(TransferDialog.download(server, scope, remote, local))
 
-        initial = str(Path(os.getcwd()) / name)
+        initial = str(Path(os.getcwd()) / printable(name))  # a file made here: no control characters
         self.app.push_screen(LocalPathDialog("Download to", initial), chosen)
 
     def action_upload(self) -> None:

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from tui.text import load_tcss, printable
+from tui.text import PRINTABLE, load_tcss, printable
 
 ConflictChoice = Literal["reload", "overwrite", "copy"]
 CloseChoice = Literal["save", "discard"]
@@ -90,7 +90,7 @@ class CopyNameDialog(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="copy-name-box", classes="editor-dialog"):
             yield Static("Save a copy as", classes="editor-dialog--title")
-            yield Input(self.default_path, id="copy-name")
+            yield Input(self.default_path, id="copy-name", highlighter=PRINTABLE)
             yield Static("Enter: save (never replaces a file) · Esc: cancel", classes="editor-dialog--hint")
 
     def on_mount(self) -> None:

@@ -26,7 +26,7 @@ from api_client.sse import Event
 from tui.bridge import TaskHandle
 from tui.errors import describe_error, format_size
 from tui.files.dialogs.base import FileDialog, describe_items, name_problem, plural
-from tui.text import join_path, load_tcss, printable
+from tui.text import PRINTABLE, join_path, load_tcss, printable
 
 ArchiveKind = Literal["compress", "extract"]
 ArchiveFormat = Literal["zip", "tar.gz"]
@@ -55,7 +55,7 @@ def proposed_destination(directory: str, archive_name: str, roots: Sequence[str]
 def default_archive_name(paths: Sequence[str], fmt: ArchiveFormat) -> str:
     """`public_html.zip` for one path, `archive.zip` for several."""
     base = paths[0].rstrip("/").rpartition("/")[2] if len(paths) == 1 else ""
-    return (base or "archive") + FORMAT_SUFFIXES[fmt]
+    return printable(base or "archive") + FORMAT_SUFFIXES[fmt]
 
 
 class ArchiveDialog(FileDialog[bool]):
@@ -112,7 +112,11 @@ class ArchiveDialog(FileDialog[bool]):
                 if self.kind == "compress":
                     yield Label(printable(f"Archive name (in /{self.directory})"), classes="file-dialog--label")
                     yield Input(
-                        default_archive_name(self.paths, "zip"), id="archive-name", compact=True, select_on_focus=False
+                        default_archive_name(self.paths, "zip"),
+                        id="archive-name",
+                        compact=True,
+                        select_on_focus=False,
+                        highlighter=PRINTABLE,
                     )
                     yield Label("Format", classes="file-dialog--label")
                     formats: list[tuple[str, ArchiveFormat]] = [("zip", "zip"), ("tar.gz", "tar.gz")]
@@ -125,6 +129,7 @@ class ArchiveDialog(FileDialog[bool]):
                         id="archive-destination",
                         compact=True,
                         select_on_focus=False,
+                        highlighter=PRINTABLE,
                     )
             with Vertical(id="archive-conflicts"):
                 yield Static("", id="archive-conflicts-title", classes="file-dialog--note", markup=False)

@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Label, Static
 
 from tui.files.dialogs.base import FileDialog, describe_items
-from tui.text import printable
+from tui.text import PRINTABLE, printable
 from tui.widgets.toggles import Checkbox
 
 Operation = Literal["copy", "move"]
@@ -65,7 +65,13 @@ class CopyDialog(FileDialog[tuple[str, bool] | None]):
             if self.cross in CROSS_NOTES:
                 yield Static(CROSS_NOTES[self.cross], id="copy-cross", classes="file-dialog--note", markup=False)
             yield Label("To the folder", classes="file-dialog--label")
-            yield Input(self.destination, placeholder="/ (the scope root)", id="copy-destination", compact=True)
+            yield Input(
+                self.destination,
+                placeholder="/ (the scope root)",
+                id="copy-destination",
+                compact=True,
+                highlighter=PRINTABLE,
+            )
             yield Checkbox("Overwrite what is already there (ctrl+o)", False, id="copy-overwrite", compact=True)
             yield Static("", id="status", markup=False)
             with Horizontal(classes="file-dialog--buttons"):

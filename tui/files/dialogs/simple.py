@@ -13,7 +13,7 @@ from textual.widgets import Button, Input, Static
 from textual.widgets.input import Selection
 
 from tui.files.dialogs.base import FileDialog, folder_path_problem, name_problem, plural
-from tui.text import printable
+from tui.text import PRINTABLE, printable
 
 DeleteChoice = Literal["trash", "permanent"]
 
@@ -147,7 +147,14 @@ class NameDialog(FileDialog[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="name-box", classes="file-dialog"):
             yield Static(printable(self.title_text), classes="file-dialog--title", markup=False)
-            yield Input(self.initial, placeholder="name", id="name-input", compact=True, select_on_focus=False)
+            yield Input(
+                self.initial,
+                placeholder="name",
+                id="name-input",
+                compact=True,
+                select_on_focus=False,
+                highlighter=PRINTABLE,
+            )
             yield Static(printable(self.hint), id="status", markup=False)
             yield Static("Enter: OK · Esc: cancel", classes="file-dialog--hint")
 

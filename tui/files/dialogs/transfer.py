@@ -31,7 +31,7 @@ from api_client import errors as api_errors
 from tui.errors import format_size
 from tui.files.dialogs.base import FileDialog, format_duration
 from tui.files.dialogs.simple import ConfirmDialog
-from tui.text import printable
+from tui.text import PRINTABLE, printable
 
 Direction = Literal["download", "upload"]
 
@@ -362,7 +362,13 @@ class LocalPathDialog(FileDialog[Path | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="local-path-box", classes="file-dialog"):
             yield Static(printable(self.title_text), classes="file-dialog--title", markup=False)
-            yield Input(self.initial, placeholder="a path on this computer (~ works)", id="local-path", compact=True)
+            yield Input(
+                self.initial,
+                placeholder="a path on this computer (~ works)",
+                id="local-path",
+                compact=True,
+                highlighter=PRINTABLE,
+            )
             yield Static("", id="status", markup=False)
             yield Static("Enter: OK · Esc: cancel", classes="file-dialog--hint")
 
