@@ -131,6 +131,31 @@ def test_delete_removes_the_account_its_home_and_its_sudo(hosting: Hosting, crea
     assert "nothing to delete" in hosting.run("user.delete", username=created).ok().text
 
 
+def test_delete_stops_the_users_processes_and_removes_its_home_through_descriptors(
+    hosting: Hosting, created: str
+) -> None:
+    """Before, userdel refused a user with a process still running (the job failed, the user could
+    keep itself), and --remove walked the home by path as root."""
+    account = pwd.getpwnam(created)
+    outside = Path(tempfile.mkdtemp(prefix="fleetdeck-outside-"))
+    try:
+        (outside / "kept").write_text("root's")
+        os.symlink(outside, Path(account.pw_dir) / "link-out")  # removed as a link, never followed
+        setpriv = ["setpriv", f"--reuid={account.pw_uid}", f"--regid={account.pw_gid}", "--clear-groups"]
+        sleeper = subprocess.Popen([*setpriv, "sleep", "600"])
+        try:
+            hosting.run("user.delete", username=created).ok()
+            assert sleeper.wait(timeout=10) == -9  # stopped by the delete
+        finally:
+            sleeper.kill()
+        with pytest.raises(KeyError):
+            pwd.getpwnam(created)
+        assert not os.path.lexists(account.pw_dir)
+        assert (outside / "kept").read_text() == "root's"
+    finally:
+        shutil.rmtree(outside)
+
+
 def test_lock_and_unlock(hosting: Hosting, created: str) -> None:
     hosting.run("user.password-set", username=created, password="another-pass-42").ok()
     hosting.run("user.lock", username=created).ok()

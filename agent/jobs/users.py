@@ -39,9 +39,10 @@ from typing import Any
 import orjson
 import trio
 
+from agent.files.fdops import CancelToken
 from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
-from agent.jobs.boundary import as_user
-from agent.jobs.common import account_by_name
+from agent.jobs.boundary import as_user, in_thread, remove_root_folder, stop_user_processes
+from agent.jobs.common import Account, account_by_name
 from agent.jobs.proc import capture_command, require, which
 from agent.sites import write_atomically
 from agent.state import open_lock_file
@@ -543,11 +544,14 @@ async def _delete(args: UserDelete, ctx: JobContext, out: Output) -> int:
         out.result({"username": args.username, "deleted": False, "message": message}, as_json=ctx.as_json)
         return 0
     user = login_user(args.username, "be deleted")
+    await _lock_account(args.username)  # no new login, cron run or su while it goes
     crontab = which("crontab")
     if crontab is not None:  # userdel leaves the user's crontab behind
         await capture_command([crontab, "-u", args.username, "-r"])
-    userdel = require("userdel", "delete the user")
-    await _run_tool([userdel, *([] if args.keep_home else ["--remove"]), args.username])
+    await stop_user_processes(Account(user.name, user.uid, user.gid, user.home))
+    if not args.keep_home:
+        await in_thread(lambda token: _remove_home(user, token))
+    await _run_tool([require("userdel", "delete the user"), args.username])
     await set_sudo(ctx, args.username, False)
     await trio.to_thread.run_sync(lambda: KeyRecord(ctx.state_dir).change(args.username, forget=True))
     message = f"user {args.username} deleted" + (f" ({user.home} kept)" if args.keep_home else "")
@@ -555,11 +559,31 @@ async def _delete(args: UserDelete, ctx: JobContext, out: Output) -> int:
     return 0
 
 
+async def _lock_account(name: str) -> None:
+    """Lock the password and expire the account: no login of any kind (keys too), no cron run."""
+    await _run_tool([require("passwd", "lock the password"), "-l", name])
+    await _run_tool([require("usermod", "expire the account"), "--expiredate", "1", name])
+
+
+def _remove_home(user: User, token: CancelToken) -> None:
+    """The user's home and all it holds, through descriptors beneath its parent (userdel
+    --remove walks it by path, as root, where another account the user let write in it could
+    exchange a folder for a link meanwhile). Only beneath a parent of root's that nobody else
+    may change (``/home``); another home is kept, and said so."""
+    parent, name = os.path.split(os.path.normpath(user.home))
+    st = os.stat(parent)
+    if not name or st.st_uid != 0 or st.st_mode & 0o022:
+        raise JobError(
+            f"the home {user.home} is not in a folder of root's alone: the account is locked, nothing else"
+            " changed (delete it with keep_home, or move its home first)"
+        )
+    remove_root_folder(parent, name, token)
+
+
 async def _lock(args: UserArgs, ctx: JobContext, out: Output) -> int:
     _require_root(ctx)
     existing_user(args.username)
-    await _run_tool([require("passwd", "lock the password"), "-l", args.username])
-    await _run_tool([require("usermod", "expire the account"), "--expiredate", "1", args.username])
+    await _lock_account(args.username)
     out.stdout(f"user {args.username} locked (password locked, account expired: key logins refused too)")
     return 0
 
