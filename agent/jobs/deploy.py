@@ -13,6 +13,12 @@ site's jail (a link out of the site is refused). The folder holds::
     shared/<folder>/                folders kept across releases, linked into each one
     current -> releases/<name>      switched atomically: a new link renamed over the old one
 
+A token (a private https repository) never reaches a process of the site's user: ``init`` and
+``git`` record the repository's URL in the site's registry entry (``deploy_remote``), the one URL
+the token may go to (never ``origin`` of the repository's config, the site user's to edit), and
+with a token the site's git reads it through the agent's one-job URL (`token_url`,
+`agent.jobs.git_proxy`), which adds the token on its way.
+
 The branch to deploy, the shared folders and the release's public folder are kept in the
 repository's own git config (``fleetdeck.branch``, ``fleetdeck.shared``, ``fleetdeck.public``). A
 release is named after its UTC time (``20261123-204500``; ``-2``... when two land in the same
