@@ -178,6 +178,7 @@ def test_a_token_clones_and_fetches_through_the_agent_and_the_remote_gets_it(
 
     wrong = hosting.run("deploy.run", domain=domain, token=f"{token}-wrong")
     assert wrong.exit_code == 1 and "answered 401 with the token" in wrong.text
+    assert wrong.stderr[-1].endswith("failed (exit 128)")  # git's failure, as one line
 
     second = publish(remote, "second.html", "second\n")
     released = outcome(hosting.run("deploy.git", domain=domain, repo=url, token=token))

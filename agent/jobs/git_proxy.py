@@ -132,10 +132,19 @@ class GitProxy:
         self._limiter = trio.CapacityLimiter(MAX_CONNECTIONS)
 
     async def connection(self, stream: trio.SocketStream) -> None:
-        async with self._limiter, stream:
+        async with stream:
             conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
             try:
-                await self._exchange(stream, conn)
+                client, server = stream.socket.getpeername(), stream.socket.getsockname()
+                owner = await trio.to_thread.run_sync(socket_owner, client, server)
+                with trio.fail_after(HEAD_TIMEOUT_S):
+                    request = await _read_head(stream, conn)
+                if request is None:
+                    return
+                if owner != self.uid:  # before the limiter: another user cannot crowd the site's git out
+                    raise Refused(403, "only the site's own git may use this URL")
+                async with self._limiter:
+                    await self._exchange(stream, conn, request)
             except Refused as refused:
                 await _refuse(stream, conn, refused)
             except httpx.HTTPError as exc:  # the remote's answer was cut half-way: so is git's
@@ -147,15 +156,8 @@ class GitProxy:
             except Exception:  # never the job's failure: git's own error says the fetch failed
                 log.exception("deploy token door: request failed")
 
-    async def _exchange(self, stream: trio.SocketStream, conn: h11.Connection) -> None:
-        with trio.fail_after(HEAD_TIMEOUT_S):
-            request = await _read_head(stream, conn)
-        if request is None:
-            return
-        client, server = stream.socket.getpeername(), stream.socket.getsockname()
-        owner = await trio.to_thread.run_sync(socket_owner, client, server)
-        if owner != self.uid:
-            raise Refused(403, "only the site's own git may use this URL")
+    async def _exchange(self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request) -> None:
+        """One request of the site's git: forwarded, or Refused."""
         method, what = self._route(request)
         if what == INFO_REFS:
             upstream = await self._advertisement(request)
