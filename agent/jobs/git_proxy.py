@@ -34,7 +34,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import SplitResult, urljoin, urlsplit
 
 import h11
 import httpx
@@ -119,9 +119,6 @@ class GitProxy:
     """The forwarding of one job: git's requests under `prefix` to `remote` with `token`."""
 
     def __init__(self, remote: str, token: str, *, uid: int, client: httpx.AsyncClient, out: Output) -> None:
-        problem = https_remote_problem(remote)
-        if problem is not None:
-            raise JobError(problem, exit_code=2)
         self.base = remote.rstrip("/")
         self.origin = urlsplit(self.base)
         self.authorization = "Basic " + base64.b64encode(f"x-access-token:{token}".encode()).decode()
@@ -202,7 +199,7 @@ class GitProxy:
             await upstream.aclose()
             target = urljoin(url, upstream.headers.get("location", ""))
             parts = urlsplit(target)
-            if parts.scheme != "https" or parts.netloc.lower() != self.origin.netloc.lower():
+            if not self._same_host(parts):
                 raise self._refusal(
                     f"the remote redirected to {parts.scheme}://{parts.netloc}: the token goes only to"
                     f" {self.origin.netloc} (give deploy.init the repository's new URL)"
@@ -211,6 +208,18 @@ class GitProxy:
                 raise self._refusal(f"the remote redirected to {target}, which is not a git repository's URL")
             url, self.base = target, target[: -len(suffix)]
         raise self._refusal(f"the remote redirected more than {MAX_REDIRECTS} times")
+
+    def _same_host(self, parts: SplitResult) -> bool:
+        """`parts` is an https URL of the recorded host and port, with no credentials."""
+        try:
+            port = parts.port or 443
+        except ValueError:
+            return False
+        return (
+            parts.scheme == "https"
+            and parts.username is None
+            and (parts.hostname, port) == (self.origin.hostname, self.origin.port or 443)
+        )
 
     async def _send(
         self, method: str, url: str, request: h11.Request, body: AsyncIterator[bytes] | None
@@ -232,7 +241,8 @@ class GitProxy:
         return Refused(502, reason)
 
     async def _relay(self, stream: trio.SocketStream, conn: h11.Connection, upstream: httpx.Response) -> None:
-        """The remote's answer to git as it comes (chunked: its length may change with nothing)."""
+        """The remote's answer to git as it comes: its status, a few headers, its bytes as they were
+        sent (still compressed), chunked to git whatever framing the remote used."""
         headers = [(name, value) for name, value in upstream.headers.items() if name in RESPONSE_HEADERS]
         await _send(stream, conn, h11.Response(status_code=upstream.status_code, headers=[*headers, _CLOSE]))
         async for chunk in upstream.aiter_raw(CHUNK):
@@ -300,9 +310,15 @@ async def one_job_url(remote: str, token: str, *, uid: int, ca_bundle: str | Non
         out: the job's output, where a refusal of the door is said.
 
     Raises:
-        JobError: `remote` is not an https URL (exit 2).
+        JobError: `remote` is not an https URL (exit 2), or `ca_bundle` cannot be read.
     """
-    verify = await trio.to_thread.run_sync(tls_context, ca_bundle)
+    problem = https_remote_problem(remote)
+    if problem is not None:
+        raise JobError(problem, exit_code=2)
+    try:
+        verify = await trio.to_thread.run_sync(tls_context, ca_bundle)
+    except OSError as exc:  # ssl.SSLError too
+        raise JobError(f"the layout's git.ca_bundle {ca_bundle} cannot be used: {exc}") from None
     async with httpx.AsyncClient(
         verify=verify, trust_env=False, follow_redirects=False, timeout=UPSTREAM_TIMEOUT
     ) as client:
