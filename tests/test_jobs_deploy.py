@@ -3,43 +3,18 @@ with two commits, releases unpacked as the site user, ``current`` switched and r
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
 import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agent.jobs.deploy import release_name, release_order
-from tests.helpers.hosting import Hosting, JobRun
-
-GIT_ENV = {
-    "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-    "HOME": "/nonexistent",
-    "GIT_AUTHOR_NAME": "Test",
-    "GIT_AUTHOR_EMAIL": "test@example.com",
-    "GIT_COMMITTER_NAME": "Test",
-    "GIT_COMMITTER_EMAIL": "test@example.com",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
-
-
-def git(cwd: Path, *args: str, **options: object) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, env=GIT_ENV, capture_output=True, text=True, check=False, **options)  # type: ignore[call-overload]
-    assert done.returncode == 0, f"git {args}: {done.stderr}"
-    return str(done.stdout)
-
-
-def commit(work: Path, name: str, text: str) -> str:
-    (work / name).write_text(text)
-    git(work, "add", "-A")
-    git(work, "commit", "-q", "-m", f"add {name}")
-    return git(work, "rev-parse", "HEAD").strip()
+from tests.helpers.git_repos import commit, git, give, new_origin, outcome, push
+from tests.helpers.hosting import Hosting
 
 
 @pytest.fixture
@@ -50,43 +25,9 @@ def domain(hosting: Hosting) -> Iterator[str]:
     hosting.run("site.delete", domain=name).ok()
 
 
-def outcome(run: JobRun) -> Any:
-    """A change's JSON result: the last line of its stdout (its progress lines come before)."""
-    return json.loads(run.ok().stdout[-1])
-
-
-def give(path: Path, owner: Path) -> None:
-    """`path` and all it holds to the owner of `owner`."""
-    uid, gid = owner.stat().st_uid, owner.stat().st_gid
-    for item in [path, *path.rglob("*")]:
-        os.lchown(item, uid, gid)
-
-
 @pytest.fixture
 def origin(hosting: Hosting, domain: str) -> tuple[Path, Path]:
     return new_origin(hosting, domain, {"index.html": "first\n"})
-
-
-def new_origin(hosting: Hosting, domain: str, files: dict[str, str]) -> tuple[Path, Path]:
-    """(a work tree, its bare origin) with one commit of `files` on main; the origin belongs to
-    the site's user (git reads a local repository only as its owner)."""
-    folder = hosting.folder / f"git-{uuid.uuid4().hex[:6]}"
-    work, bare = folder / "work", folder / "origin.git"
-    work.mkdir(parents=True)
-    git(work, "init", "-q", "-b", "main")
-    for name, text in files.items():
-        (work / name).parent.mkdir(parents=True, exist_ok=True)
-        (work / name).write_text(text)
-    git(work, "add", "-A")
-    git(work, "commit", "-q", "-m", "first")
-    git(folder, "init", "-q", "--bare", str(bare))
-    git(work, "push", "-q", str(bare), "main")
-    give(bare, hosting.home / domain.replace(".", "-"))
-    return work, bare
-
-
-def push(work: Path, bare: Path) -> None:
-    git(work, "push", "-q", str(bare), "main", user=bare.stat().st_uid, group=bare.stat().st_gid)
 
 
 def test_run_unpacks_a_release_switches_current_and_rollback_goes_back(

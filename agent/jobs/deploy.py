@@ -13,6 +13,12 @@ site's jail (a link out of the site is refused). The folder holds::
     shared/<folder>/                folders kept across releases, linked into each one
     current -> releases/<name>      switched atomically: a new link renamed over the old one
 
+A token (a private https repository) never reaches a process of the site's user: ``init`` and
+``git`` record the repository's URL in the site's registry entry (``deploy_remote``), the one URL
+the token may go to (never ``origin`` of the repository's config, the site user's to edit), and
+with a token the site's git reads it through the agent's one-job URL (`token_url`,
+`agent.jobs.git_proxy`), which adds the token on its way.
+
 The branch to deploy, the shared folders and the release's public folder are kept in the
 repository's own git config (``fleetdeck.branch``, ``fleetdeck.shared``, ``fleetdeck.public``). A
 release is named after its UTC time (``20261123-204500``; ``-2``... when two land in the same
@@ -29,14 +35,14 @@ could edit, so it is checked again (`docroot_error`) every time it is used.
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import os
 import posixpath
 import re
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +53,7 @@ from agent.files.jail import Jail
 from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.boundary import as_user
 from agent.jobs.common import Account, find_site, site_account
+from agent.jobs.git_proxy import one_job_url
 from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
 from agent.jobs.site_settings import change_site
 from agent.jobs.site_web import docroot_error
@@ -72,6 +79,9 @@ CURRENT = "current"
 RELEASE_RE = re.compile(r"^\d{8}-\d{6}(?:-\d+)?$")
 MAX_META_BYTES = 64 * 1024
 ALLOWED_PROTOCOLS = "file:https:ssh"  # git refuses ext::, fd::, ... even in submodules or a changed config
+TOKEN_PROTOCOLS = "http"  # with a token, git talks to the agent's one-job URL alone (`agent.jobs.git_proxy`)
+MIRROR_REFSPEC = "+refs/*:refs/*"  # what `git clone --mirror` fetches
+REMOTE_FIELD = "deploy_remote"  # in the site's registry entry: the repository URL a token may go to
 
 # The post-receive hook of a push repository: it records each push, nothing more.
 POST_RECEIVE = """#!/bin/sh
@@ -101,34 +111,29 @@ class SiteGit:
     def path(self, rel: str) -> str:
         return os.path.join(self.folder, rel)
 
-    def env(self, token: str | None = None) -> dict[str, str]:
-        env = {
+    def env(self, protocols: str = ALLOWED_PROTOCOLS) -> dict[str, str]:
+        return {
             "PATH": SYSTEM_PATH,
             "HOME": self.folder,
             "USER": self.account.name,
             "LOGNAME": self.account.name,
             "LANG": "C.UTF-8",
-            "GIT_ALLOW_PROTOCOL": ALLOWED_PROTOCOLS,
+            "GIT_ALLOW_PROTOCOL": protocols,
             "GIT_TERMINAL_PROMPT": "0",
             "GIT_SSH_COMMAND": (
                 f"ssh -i {self.path(KEY)} -o IdentitiesOnly=yes -o BatchMode=yes"
                 f" -o StrictHostKeyChecking=accept-new -o UserKnownHostsFile={self.path('deploy/known_hosts')}"
             ),
         }
-        if token:  # in the environment, never in argv or in the repository's config
-            basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
-            env.update(GIT_CONFIG_COUNT="1", GIT_CONFIG_KEY_0="http.extraHeader")
-            env["GIT_CONFIG_VALUE_0"] = f"Authorization: Basic {basic}"
-        return env
 
     def options(self) -> dict[str, Any]:
         return as_user(self.account)
 
     async def stream(
-        self, out: Output, argv: Sequence[str], *, cwd: str | None = None, token: str | None = None
+        self, out: Output, argv: Sequence[str], *, cwd: str | None = None, protocols: str = ALLOWED_PROTOCOLS
     ) -> None:
         """Run `argv` as the site user, its lines to the job; a JobError when it fails."""
-        code = await stream_command(out, argv, cwd=cwd or self.folder, env=self.env(token), **self.options())
+        code = await stream_command(out, argv, cwd=cwd or self.folder, env=self.env(protocols), **self.options())
         if code != 0:
             raise JobError(f"{' '.join(argv[:3])} failed (exit {code})")
 
@@ -292,9 +297,10 @@ async def initialise(work: SiteGit, args: DeployInit | DeployGit, out: Output) -
     existed = await read(work, "exists", REPO)
     await work.capture(["mkdir", "-p", "--", META, RELEASES, SHARED])
     if not existed:
+        await record_remote(work, repo)
         if repo:
             out.stdout(f"cloning {repo} into {REPO}")
-            await work.stream(out, [git, "clone", "--mirror", "--quiet", "--", repo, REPO], token=token)
+            await clone(work, repo, token, out)
         else:
             await work.capture([git, "init", "--bare", "--quiet", "--", REPO])
             await work.write(f"{REPO}/hooks/post-receive", POST_RECEIVE.encode())
@@ -307,6 +313,8 @@ async def initialise(work: SiteGit, args: DeployInit | DeployGit, out: Output) -
                 raise JobError(f"the deploy of {work.domain} receives pushes; it cannot switch to {repo}")
             await work.git("remote", "set-url", "origin", repo)
             out.stdout(f"the repository now follows {repo}")
+        if repo:
+            await record_remote(work, repo)
         out.stdout(f"the deploy of {work.domain} was already initialised; its settings are updated")
     await work.git("config", "fleetdeck.branch", args.branch)
     shared = list(getattr(args, "shared", None) or [])
@@ -331,6 +339,53 @@ async def initialise(work: SiteGit, args: DeployInit | DeployGit, out: Output) -
         "public": public,
         "created": not existed,
     }
+
+
+async def clone(work: SiteGit, repo: str, token: str | None, out: Output) -> None:
+    """`repo` mirrored into the site's repository, by the site's git; with a token, through the
+    agent's one-job URL (`token_url`), then origin is set to `repo` itself."""
+    git = require("git", "deploy from git")
+    if token is None:
+        await work.stream(out, [git, "clone", "--mirror", "--quiet", "--", repo, REPO])
+        return
+    async with token_url(work, token, out) as url:
+        await work.stream(out, [git, "clone", "--mirror", "--quiet", "--", url, REPO], protocols=TOKEN_PROTOCOLS)
+    await work.git("remote", "set-url", "origin", repo)
+
+
+async def record_remote(work: SiteGit, repo: str | None) -> None:
+    """Keep `repo` in the site's registry entry (root's, in the agent's state) as the one URL a
+    token of this deploy goes to: never the repository's own config, which the site's user edits.
+    None: the deploy receives pushes, and no token goes anywhere."""
+
+    def change(entry: dict[str, Any]) -> None:
+        if repo is None:
+            entry.pop(REMOTE_FIELD, None)
+        else:
+            entry[REMOTE_FIELD] = repo
+
+    await trio.to_thread.run_sync(work.ctx.sites.update, work.domain, change)
+
+
+@asynccontextmanager
+async def token_url(work: SiteGit, token: str, out: Output) -> AsyncIterator[str]:
+    """The URL through which the site's git reads the recorded repository with `token`, valid
+    inside the block only; the token stays in the agent (`agent.jobs.git_proxy`).
+
+    Raises:
+        JobError: no repository is recorded, or it is no https one (exit 2).
+    """
+    entry = await trio.to_thread.run_sync(work.ctx.sites.entry, work.domain)
+    remote = (entry or {}).get(REMOTE_FIELD)
+    if not isinstance(remote, str):
+        raise JobError(
+            f"the deploy of {work.domain} has no repository recorded for a token:"
+            " run deploy.init with its https repo first",
+            exit_code=2,
+        )
+    uid = work.account.uid if work.ctx.is_root else os.geteuid()  # whose git runs
+    async with one_job_url(remote, token, uid=uid, ca_bundle=work.ctx.host.git.ca_bundle, out=out) as url:
+        yield url
 
 
 def public_folder(public: str) -> str:
@@ -364,11 +419,14 @@ async def deploy(work: SiteGit, branch: str | None, token: str | None, out: Outp
         raise JobError(f"site {work.domain} has no deploy yet: run deploy init first")
     branch = branch or next(iter(await work.config("fleetdeck.branch")), "main")
     public = await public_of(work)
-    if await work.config("remote.origin.url"):
+    if token is not None:
+        out.stdout("fetching the recorded repository with the token")
+        async with token_url(work, token, out) as url:
+            fetch = [git, "--git-dir", work.path(REPO), "fetch", "--prune", "--quiet", url, MIRROR_REFSPEC]
+            await work.stream(out, fetch, protocols=TOKEN_PROTOCOLS)
+    elif await work.config("remote.origin.url"):
         out.stdout("fetching origin")
-        await work.stream(
-            out, [git, "--git-dir", work.path(REPO), "fetch", "--prune", "--quiet", "origin"], token=token
-        )
+        await work.stream(out, [git, "--git-dir", work.path(REPO), "fetch", "--prune", "--quiet", "origin"])
     code, commit = await work.git("rev-parse", "--verify", "--quiet", f"refs/heads/{branch}^{{commit}}", check=False)
     if code != 0:
         raise JobError(f"the repository of {work.domain} has no branch {branch}")

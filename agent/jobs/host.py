@@ -171,6 +171,13 @@ class AcmeLayout(_Section):
     ca_bundle: str | None = None
 
 
+class GitLayout(_Section):
+    """The CA certificates the agent trusts when it reads a deploy token's https repository for
+    the site's git (`agent.jobs.git_proxy`; None: the system's)."""
+
+    ca_bundle: str | None = None
+
+
 class InitLayout(_Section):
     """What drives the services: ``auto`` asks the machine (systemd where PID 1 is systemd, what
     ``sd_booted()`` checks; the Debian init scripts otherwise), ``systemd`` or ``sysv`` says it.
@@ -202,6 +209,7 @@ class HostLayout(_Section):
     ssh: SshLayout = SshLayout()
     system: SystemLayout = SystemLayout()
     acme: AcmeLayout = AcmeLayout()
+    git: GitLayout = GitLayout()
     clamav: ClamavLayout = ClamavLayout()
 
 

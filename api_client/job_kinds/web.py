@@ -6,7 +6,7 @@ import ipaddress
 import re
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from api_client.job_kinds.allowlists import PHP_INI, PHP_INI_PER_SITE, allowed_values, check_setting
 from api_client.job_kinds.argtypes import (
@@ -608,7 +608,12 @@ class DeployGit(Args):
     branch: GitRef = "main"
     path: RelativePath = ""  # the folder of the site to deploy into
     public: RelativePath = ""  # as in DeployInit (kept when the deploy was initialised before)
-    token: Secret | None = None  # an access token for a private https repository
+    token: Secret | None = None  # an access token for a private https repository (never reaches the site's user)
+
+    @model_validator(mode="after")
+    def _token_only_over_https(self) -> DeployGit:
+        _token_over_https(self.token, self.repo)
+        return self
 
 
 class DeployInit(Args):
@@ -618,6 +623,17 @@ class DeployInit(Args):
     shared: list[RelativePath] = Field(default_factory=list, max_length=20)  # folders kept across releases
     public: RelativePath = ""  # the release's folder the site serves ("public"; "": the release itself)
     token: Secret | None = None  # as in DeployGit
+
+    @model_validator(mode="after")
+    def _token_only_over_https(self) -> DeployInit:
+        _token_over_https(self.token, self.repo)
+        return self
+
+
+def _token_over_https(token: SecretStr | None, repo: str | None) -> None:
+    """A token goes only to an https repository (the agent sends it there, never the site's git)."""
+    if token is not None and repo is not None and not repo.startswith("https://"):
+        raise ValueError("a token is sent only to an https:// repository: give its https URL, or no token")
 
 
 class DeployRun(Args):
