@@ -181,7 +181,7 @@ class Ingress:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         try:
             with trio.fail_after(HEAD_TIMEOUT_S):
-                request = await _read_head(stream, conn)
+                request = await read_head(stream, conn)
         except (h11.RemoteProtocolError, trio.TooSlowError) as exc:
             await _answer(stream, 400, _error("bad_request", f"not a usable HTTP request: {exc}"), linger=True)
             return
@@ -292,7 +292,9 @@ class Ingress:
         )
 
 
-async def _read_head(stream: trio.SocketStream, conn: h11.Connection) -> h11.Request | None:
+async def read_head(stream: trio.SocketStream, conn: h11.Connection) -> h11.Request | None:
+    """The next request's head on `conn` (the ingress's and `agent.jobs.git_proxy`'s), or None
+    when the client closed before one."""
     while True:
         event = conn.next_event()
         if isinstance(event, h11.Request):

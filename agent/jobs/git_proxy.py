@@ -40,7 +40,7 @@ import h11
 import httpx
 import trio
 
-from agent.files.ingress import HEAD_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_HEAD, _read_head
+from agent.files.ingress import HEAD_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_HEAD, read_head
 from agent.jobs.base import JobError, Output
 
 log = logging.getLogger("fleetdeck.agent.jobs")
@@ -135,7 +135,7 @@ class GitProxy:
                 client, server = stream.socket.getpeername(), stream.socket.getsockname()
                 owner = await trio.to_thread.run_sync(socket_owner, client, server)
                 with trio.fail_after(HEAD_TIMEOUT_S):
-                    request = await _read_head(stream, conn)
+                    request = await read_head(stream, conn)
                 if request is None:
                     return
                 if owner != self.uid:  # before the limiter: another user cannot crowd the site's git out
