@@ -145,6 +145,7 @@ async def _lifespan(fleet: Fleet) -> AsyncIterator[None]:
     async with anyio.create_task_group() as group:
         if fleet.replicas is not None:
             await group.start(fleet.replicas.run)
+        fleet.hub.bind(group)
         fleet.jobs.bind(group)
         fleet.operations.bind(group)
         fleet.lb_reports.bind(group)

@@ -30,6 +30,10 @@ def describe_error(exc: BaseException, *, server: str | None = None, path: str |
             return f"This needs the {required} plan." if required else exc.message
         case api_errors.NotFound():
             return f"Not found: {exc.message}"
+        case api_errors.Unavailable():
+            part = exc.details.get("part")
+            away = f"The control plane's {part}" if part in ("database", "bus") else "The control plane"
+            return f"{away} is away, retrying: nothing was done; try again in a few seconds."
         case api_errors.ApiError():
             return exc.message
         case api_errors.FleetdeckError():
