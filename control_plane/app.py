@@ -63,8 +63,9 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         newer_elsewhere = False
         if replicas is not None and session is not None:
             claimed[server_id] = await replicas.claim(server_id, session.peer)
-        elif replicas is not None and (link_id := claimed.pop(server_id, None)) is not None:
+        elif replicas is not None and (link_id := claimed.get(server_id)) is not None:
             newer_elsewhere = not await replicas.release(server_id, link_id)
+            del claimed[server_id]  # once released: a report the database failed is made again
         if row is not None and not newer_elsewhere:
             event = {
                 "server_id": server_id,

@@ -44,8 +44,10 @@ def _loc(loc: Any) -> list[str | int]:
 async def _api_error(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
     response = error_response(exc.status_code, exc.error_code, exc.message, exc.details)
-    if isinstance(exc, RateLimited | Unavailable):
+    if isinstance(exc, RateLimited):
         response.headers["Retry-After"] = str(exc.details["retry_after_s"])
+    elif isinstance(exc, Unavailable):
+        response.headers["Retry-After"] = str(exc.details.get("retry_after_s", RETRY_AFTER_S))
     return response
 
 

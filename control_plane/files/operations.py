@@ -18,9 +18,10 @@ import anyio
 from anyio.abc import TaskGroup
 
 from api_client.backoff import full_jitter
-from api_client.errors import AgentOffline, AgentTimeout
+from api_client.errors import AgentOffline, AgentTimeout, Unavailable
 from control_plane import sse
 from control_plane.auth.secrets import new_id
+from control_plane.bus import BusAway
 from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError
 from control_plane.storage.outage import is_outage
 
@@ -111,6 +112,9 @@ class FileOperations:
             except AgentCallError as exc:
                 error_code = exc.public_code
                 operation.push("error", {"code": error_code, "message": exc.message})
+            except BusAway:
+                error_code = Unavailable.code
+                operation.push("error", {"code": error_code, "message": "the bus to the agent's replica is away"})
             except AgentOfflineError:
                 error_code = AgentOffline.code
                 operation.push("error", {"code": error_code, "message": "the server's agent went away"})
