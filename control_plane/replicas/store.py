@@ -94,7 +94,9 @@ def reap_dead_links(conn: Connection, stale_after_s: float) -> int:
     a list of dead replicas read before the delete would release the links of one that beat in
     between, and it would never know."""
     threshold = time.time() - stale_after_s
-    stale = conn.execute(sa.select(replicas.c.id).where(replicas.c.heartbeat_at <= threshold)).scalars().all()
+    # In one order on every reaper: two reaping the same dead replicas never wait on each other in a cycle.
+    query = sa.select(replicas.c.id).where(replicas.c.heartbeat_at <= threshold).order_by(replicas.c.id)
+    stale = conn.execute(query).scalars().all()
     dead = [
         replica_id
         for replica_id in stale
