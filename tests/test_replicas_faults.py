@@ -620,6 +620,17 @@ def _created_with(cluster: Cluster, key: str) -> int:
         return int(db.execute(query, {"key": key}).scalar_one())
 
 
+def _through_the_load_balancer(cluster: Cluster) -> str:
+    """`/v1/health` through the load balancer: "serving" (a replica's 200), "unavailable" (a
+    replica's own 503, sent before the checks noticed), or "out" (the load balancer's own 503:
+    its checks took every replica out of rotation)."""
+    answer = httpx.get(f"{cluster.lb_url}/v1/health", timeout=30)
+    if answer.status_code == 200:
+        return "serving"
+    assert answer.status_code == 503, answer.text
+    return "unavailable" if answer.headers.get("content-type") == "application/json" else "out"
+
+
 def _database_away(cluster: Cluster, refused_key: str) -> None:
     """PostgreSQL stopped for OUTAGE_S (`pg_ctl stop -m fast`), then started on the same port and
     data: meanwhile every replica says so on `/v1/health` (503), a job request answers 503 and
@@ -629,6 +640,9 @@ def _database_away(cluster: Cluster, refused_key: str) -> None:
     try:
         for replica in cluster.replicas:
             wait_until(lambda: _health(replica.base_url) == (503, "unavailable", "unavailable", "ok"), timeout=30)  # noqa: B023
+        # The load balancer's checks (the README's, on /v1/health) took every replica out: it
+        # answers in its own words that no server is available.
+        wait_until(lambda: _through_the_load_balancer(cluster) == "out", timeout=30)
         web = cluster.agents["web-1"]
         with cluster.replicas[0].http(cluster.token) as http:
             request = {"kind": "system.info", "args": {}}
@@ -668,6 +682,7 @@ def test_a_postgres_restart_under_load_loses_no_job_and_needs_no_restart(cluster
         streams = anyio.run(_follow_on_every_replica, cluster.lb_url, cluster.token, job_id, outage)
         for replica in cluster.replicas:  # back in service by itself
             wait_until(lambda: _health(replica.base_url) == (200, "ok", "ok", "ok"), timeout=RELINK_TIMEOUT_S)  # noqa: B023
+        wait_until(lambda: _through_the_load_balancer(cluster) == "serving", timeout=RELINK_TIMEOUT_S)  # in again
     assert load.refused_by() == {"database"} and load.answers[-1] == (200, None), load.answers[-20:]
 
     # The job ran on through the outage: every stream has each line once and its exit.
