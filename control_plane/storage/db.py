@@ -33,8 +33,15 @@ T = TypeVar("T")
 MIGRATIONS = Path(__file__).parent / "migrations"
 POSTGRES_DRIVER = "postgresql+psycopg"
 # A PostgreSQL server that does not answer a new connection within this is away: without it, a
-# connection to a host that went silent waits for the system's TCP timeout (minutes).
-CONNECT_TIMEOUT_S = 5
+# connection to a host that went silent waits for the system's TCP timeout (minutes). Likewise an
+# open connection whose server went silent is given up after about 11 s of TCP keepalives.
+POSTGRES_CONNECT_ARGS = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+}
 # Tries of a long-running task during an outage wait full_jitter(attempt, base, cap) seconds.
 RETRY_BASE_S = 0.25
 RETRY_CAP_S = 5.0
@@ -63,7 +70,7 @@ def create_engine(url: str) -> Engine:
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     try:
-        return sa.create_engine(parsed, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+        return sa.create_engine(parsed, pool_pre_ping=True, connect_args=POSTGRES_CONNECT_ARGS)
     except ImportError as exc:  # the dialect imports its driver here
         if parsed.get_backend_name() == "postgresql":
             raise DriverMissing(
