@@ -133,6 +133,8 @@ async def create_job(
         return await _cached_answer(fleet, caller, server_id, kind, args)
     if not online and kind.kind not in QUEUEABLE_KINDS:
         raise AgentOffline("the server's agent is not connected")
+    if not fleet.hub.is_online(server_id) and fleet.replicas is not None and not fleet.replicas.bus.connected:
+        raise unavailable("bus", BUS_AWAY)  # its agent is on another replica: refused now, not queued unseen
     try:
         row = await submit_job(fleet, caller, server_id, kind, built, idempotency_key=idempotency_key)
     except IntegrityError:
@@ -155,12 +157,10 @@ async def submit_job(
     """The one way a job comes to be, once its checks passed: the row (args masked) and its
     audit entry in one transaction (a database lost between the two would leave a job that no
     request created), and its start when the agent is online (else it stays `queued` for its
-    return). An agent on another replica while the bus is away: 503, nothing created."""
+    return). Handed to another replica, it waits for a bus that is away (`Replicas.dispatch`)."""
     args = masked_args(kind, built.args)
     here = fleet.hub.is_online(server_id)
     online = await fleet.agent_online(server_id)
-    if online and not here and fleet.replicas is not None and not fleet.replicas.bus.connected:
-        raise unavailable("bus", BUS_AWAY)
     row = await fleet.db.run(
         _create_job,
         org_id=caller.org_id,
