@@ -133,7 +133,7 @@ async def create_job(
         return await _cached_answer(fleet, caller, server_id, kind, args)
     if not online and kind.kind not in QUEUEABLE_KINDS:
         raise AgentOffline("the server's agent is not connected")
-    if not fleet.hub.is_online(server_id) and fleet.replicas is not None and not fleet.replicas.bus.connected:
+    if online and not fleet.hub.is_online(server_id) and fleet.replicas and not fleet.replicas.bus.connected:
         raise unavailable("bus", BUS_AWAY)  # its agent is on another replica: refused now, not queued unseen
     try:
         row = await submit_job(fleet, caller, server_id, kind, built, idempotency_key=idempotency_key)
