@@ -15,9 +15,12 @@ bus as lines are stored; a link that moves takes its running jobs along (`JobRun
 deleted on one replica has its link cut on the one that holds it.
 
 Outages: every loop here rides out one of the database (`Database.run_retrying`, or a turn
-skipped) and of the bus (nats-py reconnects; a call that needs the bus while it is away fails at
-once with `BusAway`). A job handed to another replica is handed again until it starts, so a
-message the bus lost leaves no job queued for good. A replica that could not reach the database
+skipped) and of the bus (nats-py reconnects). Each replica says on the bus every second that it is
+there (`BEACON_SUBJECT`), so a replica knows which others it can reach now: a call for an agent
+linked to one it cannot reach (its own bus away, the other's, or the other not yet subscribed
+again after NATS came back) fails at once with `BusAway`, rather than being published into the
+void and waiting for its timeout. A job handed to another replica is handed again until it
+starts, so a message the bus lost leaves no job queued for good. A replica that could not reach the database
 takes nobody for dead until it has beaten for `STALE_AFTER_S` again: after an outage every
 heartbeat is stale, and the others need that long to beat once more.
 """
@@ -30,6 +33,7 @@ import time
 from typing import Any
 
 import anyio
+import orjson
 from anyio.abc import TaskStatus
 
 from control_plane.auth.secrets import new_id
@@ -53,6 +57,13 @@ PRESENCE_SUBJECT = "fleetdeck.presence"
 JOBS_SUBJECT = "fleetdeck.jobs"
 # A server was deleted: whichever replica holds its agent's link cuts it.
 DELETED_SUBJECT = "fleetdeck.servers.deleted"
+# Every replica says it is on the bus this often; one not heard from for UNHEARD_AFTER_S cannot be
+# reached over it (calls for its agents fail at once). A replica that starts, or whose bus comes
+# back, asks the others to say so at once; it waits up to HEAR_AT_START_S for the live ones.
+BEACON_SUBJECT = "fleetdeck.replicas.beacon"
+BEACON_S = 1.0
+UNHEARD_AFTER_S = 5.0
+HEAR_AT_START_S = 2.0
 # A job handed to another replica is handed again this often until its row says it started.
 DISPATCH_AGAIN_S = 2.0
 NOT_STARTED_NOTE = "fleetdeck: its agent went away before the job started"
@@ -74,6 +85,8 @@ class Replicas:
         self._presence_lock = anyio.Lock()
         self._beating_since: float | None = None  # time.monotonic() since its beats succeed
         self._group: anyio.abc.TaskGroup | None = None
+        self._heard: dict[str, float] = {}  # replica id -> time.monotonic() of its last beacon
+        self._heard_more = anyio.Event()
         hub.elsewhere = self.path_to
         runner.linked_elsewhere = self.is_linked_elsewhere
         runner.on_stored = lambda job_id: self.bus.publish(JOBS_SUBJECT, job_id.encode())
@@ -87,9 +100,15 @@ class Replicas:
         holder = holders.get(server_id)
         if holder is None or holder == self.id or holder not in self.live:
             return None
-        if not self.bus.connected:
-            raise BusAway(f"server {server_id}: its agent is linked to another replica, and the bus is away")
+        if not self.reachable(holder):
+            raise BusAway(f"server {server_id}: its agent is linked to a replica the bus cannot reach now")
         return RemoteLink(self.calls, holder, server_id)
+
+    def reachable(self, replica_id: str) -> bool:
+        """Whether a call published for `replica_id` reaches it: the bus is here, and it said on
+        it lately that it is there (and so subscribed: its subscriptions come before its beacon)."""
+        heard = self._heard.get(replica_id)
+        return self.bus.connected and heard is not None and time.monotonic() - heard < UNHEARD_AFTER_S
 
     async def is_linked_elsewhere(self, server_id: str) -> bool:
         return bool(await self.linked_elsewhere([server_id]))
@@ -135,7 +154,7 @@ class Replicas:
                 return
             if holder is not None and holder in self.live:
                 unlinked_since = None
-                if self.bus.connected:
+                if self.reachable(holder):
                     self.bus.publish(subject(holder), message(header))
             elif unlinked_since is None:
                 unlinked_since = time.monotonic()
@@ -205,6 +224,7 @@ class Replicas:
             presence = await self.bus.subscribe(PRESENCE_SUBJECT)
             stored = await self.bus.subscribe(JOBS_SUBJECT)
             deleted = await self.bus.subscribe(DELETED_SUBJECT)
+            beacons = await self.bus.subscribe(BEACON_SUBJECT)
             async with anyio.create_task_group() as group:
                 self.calls.task_group = self._group = group
                 group.start_soon(self._beat)
@@ -215,6 +235,9 @@ class Replicas:
                 group.start_soon(self._follow_deletes, deleted)
                 assert self.bus.changes is not None
                 group.start_soon(self._follow_bus, self.bus.changes)
+                group.start_soon(self._follow_beacons, beacons)
+                group.start_soon(self._send_beacons)
+                await self._hear_the_others()
                 log.info("replica %s on the bus at %s", self.id, self.bus.url)
                 task_status.started()
         finally:
@@ -252,10 +275,49 @@ class Replicas:
                 self._hub.disconnect(server_id.decode())
 
     async def _follow_bus(self, changes: Inbox[bool]) -> None:
-        """The bus went away: the calls waiting on other replicas fail now, not at their timeout."""
+        """The bus went away: the calls waiting on other replicas fail now, not at their timeout,
+        and no other replica counts as reachable until it is heard from again. It came back: the
+        others are asked to say at once that they are there."""
         while True:
-            if not (await changes.take())[-1]:
+            if (await changes.take())[-1]:
+                self._beacon(ask=True)
+            else:
+                self._heard.clear()
                 self.calls.bus_lost()
+
+    def _beacon(self, *, ask: bool = False) -> None:
+        self.bus.publish(BEACON_SUBJECT, orjson.dumps({"from": self.id, "ask": ask}))
+
+    async def _send_beacons(self) -> None:
+        self._beacon(ask=True)
+        while True:
+            await anyio.sleep(BEACON_S)
+            if self.bus.connected:
+                self._beacon()
+
+    async def _follow_beacons(self, inbox: Inbox[bytes]) -> None:
+        while True:
+            for data in await inbox.take():
+                try:
+                    beacon = orjson.loads(data)
+                    sender, ask = str(beacon["from"]), beacon.get("ask") is True
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    log.warning("a bad beacon on the bus")
+                    continue
+                if sender == self.id:
+                    continue
+                self._heard[sender] = time.monotonic()
+                if ask:
+                    self._beacon()
+            self._heard_more.set()
+            self._heard_more = anyio.Event()
+
+    async def _hear_the_others(self) -> None:
+        """At start, until every live replica (by its heartbeat) said it is there, for a while at most."""
+        self.live = await self._db.run(store.live_replicas, STALE_AFTER_S) | {self.id}
+        with anyio.move_on_after(HEAR_AT_START_S):
+            while not all(self.reachable(replica) for replica in self.live - {self.id}):
+                await self._heard_more.wait()
 
     async def _beat(self) -> None:
         """The heartbeat alone, so that slow housekeeping (below) never makes it late, on a
