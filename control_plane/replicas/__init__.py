@@ -289,11 +289,14 @@ class Replicas:
         self.bus.publish(BEACON_SUBJECT, orjson.dumps({"from": self.id, "ask": ask}))
 
     async def _send_beacons(self) -> None:
+        """Say so every second; and fail the calls relayed to (or for) replicas gone unheard:
+        their own bus is away, so nothing they send or are sent arrives."""
         self._beacon(ask=True)
         while True:
             await anyio.sleep(BEACON_S)
             if self.bus.connected:
                 self._beacon()
+                self.calls.replicas_gone({self.id} | {replica for replica in self._heard if self.reachable(replica)})
 
     async def _follow_beacons(self, inbox: Inbox[bytes]) -> None:
         while True:

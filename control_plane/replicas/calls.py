@@ -360,8 +360,8 @@ class RelayedCalls:
             del self._outboxes[link]
 
     def replicas_gone(self, live: set[str]) -> None:
-        """Replicas whose heartbeat went stale: our calls on them fail (their agents' links went
-        with them), and their calls here are cancelled on the agents."""
+        """Replicas not in `live` (their heartbeat went stale, or the bus no longer reaches them):
+        our calls on them fail, and their calls here are cancelled on the agents."""
         for call_id, replica_id in list(self._serving.items()):
             if replica_id not in live and (pending := self.forget(call_id)) is not None:
                 pending.fail(AgentOfflineError("the replica holding the agent's link is gone"))
