@@ -38,6 +38,8 @@ _CLEANUP_TIMEOUT_S = 10.0
 # A presence report the database could not take is made again after full_jitter(attempt, base, cap).
 PRESENCE_RETRY_BASE_S = 0.5
 PRESENCE_RETRY_CAP_S = 5.0
+# What a report that failed on an outage leaves as reported: equal to no link nor to any.
+UNSURE = object()
 _MAX_HELLO_FIELD = 1024
 _MAX_HANDLERS = 1000
 # What users see of an agent: its version is a short token, its ingress URL printable ASCII.
@@ -148,7 +150,8 @@ class AgentHub:
         # Presence reports of one server are serialised and always report the current state,
         # so a late "offline" of a replaced link never hides the link that replaced it.
         self._presence_locks: dict[str, anyio.Lock] = {}
-        self._reported: dict[str, AgentSession] = {}
+        # The link last reported of each server (none: its absence), or UNSURE.
+        self._reported: dict[str, AgentSession | object] = {}
         # Servers deleted while this process ran: a link authenticated just before the delete
         # (its hello still on the way) is refused when it would register, not left linked.
         self._deleted: set[str] = set()
@@ -378,26 +381,29 @@ class AgentHub:
         while True:
             async with lock:
                 current = self.session(server_id)
-                reported = self._reported.get(server_id)
-                if current is reported:
+                if current is self._reported.get(server_id):
                     return
-                if current is None:
-                    del self._reported[server_id]
-                else:
-                    self._reported[server_id] = current
                 try:
                     await self._on_presence(server_id, current)
-                    return
                 except Exception as exc:
-                    if not is_outage(exc):
-                        log.exception("presence callback failed for server %s", server_id)
-                        return
-                    if reported is None:  # not reported after all: the next try compares with that
-                        self._reported.pop(server_id, None)
+                    if is_outage(exc):
+                        # Part of it may be stored: whatever is current then is reported again.
+                        self._reported[server_id] = UNSURE
                     else:
-                        self._reported[server_id] = reported
+                        log.exception("presence callback failed for server %s", server_id)
+                        self._reported_now(server_id, current)
+                        return
+                else:
+                    self._reported_now(server_id, current)
+                    return
             await anyio.sleep(full_jitter(attempt, PRESENCE_RETRY_BASE_S, PRESENCE_RETRY_CAP_S))
             attempt += 1
+
+    def _reported_now(self, server_id: str, current: AgentSession | None) -> None:
+        if current is None:
+            self._reported.pop(server_id, None)
+        else:
+            self._reported[server_id] = current
 
 
 def _deadline(timeout: float | None) -> float:
