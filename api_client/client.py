@@ -22,7 +22,7 @@ import orjson
 from httpx_ws import AsyncWebSocketSession, WebSocketDisconnect, WebSocketNetworkError, aconnect_ws
 from pydantic import TypeAdapter
 
-from api_client.errors import ApiError, FleetdeckError, TransportError
+from api_client.errors import ApiError, FleetdeckError, TransportError, Unavailable
 from api_client.load_balancers import (
     ApplyStarted,
     Backend,
@@ -205,7 +205,24 @@ class Client:
         return self._ingress_http
 
     async def health(self) -> Health:
-        return Health.model_validate(await self.request("GET", "/v1/health"))
+        """`GET /v1/health`. Raises `Unavailable` while the control plane cannot serve (its 503:
+        `details.part` names what is away, "database" or "bus")."""
+        try:
+            response = await self._http.get("/v1/health")
+        except httpx.TransportError as exc:
+            raise TransportError(f"cannot reach {self.base_url}: {exc}") from exc
+        try:
+            body = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            body = None
+        if response.status_code == Unavailable.status and isinstance(body, dict) and "database" in body:
+            part = "database" if body.get("database") != "ok" else "bus"
+            raise Unavailable(f"the control plane's {part} is away", details={"part": part})
+        if not response.is_success:
+            raise ApiError.from_body(response.status_code, body)
+        if body is None:
+            raise TransportError("GET /v1/health: answer is not JSON")
+        return Health.model_validate(body)
 
     async def request(
         self,

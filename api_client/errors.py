@@ -174,6 +174,15 @@ class AgentError(ApiError):
     status = 502
 
 
+class Unavailable(ApiError):
+    """The control plane cannot serve for now (its database or its bus is away): nothing was
+    done; `details.retry_after_s` (and the `Retry-After` header) say when to try again, and
+    `details.part` names what is away ("database" or "bus")."""
+
+    code = "unavailable"
+    status = 503
+
+
 class AgentTimeout(ApiError):
     code = "agent_timeout"
     status = 504
@@ -210,6 +219,7 @@ _BY_CODE: dict[str, type[ApiError]] = {
         RateLimited,
         InternalError,
         AgentError,
+        Unavailable,
         AgentTimeout,
         InsufficientStorage,
     )

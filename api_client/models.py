@@ -68,9 +68,14 @@ class ErrorBody(WireModel):
 
 
 class Health(WireModel):
-    status: Literal["ok"]
+    """`GET /v1/health`: `status` "unavailable" (HTTP 503) while the database or the bus is away;
+    `bus` is None for a control plane without replicas."""
+
+    status: Literal["ok", "unavailable"]
     version: str
     agents_online: int
+    database: Literal["ok", "unavailable"] = "ok"
+    bus: Literal["ok", "unavailable"] | None = None
 
 
 class User(WireModel):

@@ -28,7 +28,7 @@ import orjson
 from httpx_sse import SSEError, aconnect_sse
 
 from api_client.backoff import full_jitter
-from api_client.errors import ApiError, TransportError
+from api_client.errors import ApiError, TransportError, Unavailable
 
 
 @dataclass(slots=True)
@@ -240,6 +240,8 @@ class EventStream:
                 body = _json_or_none(response.content)
                 if response.status_code in GATEWAY_STATUSES and not _is_api_error(body):
                     raise _GatewayError(f"{response.status_code} from a gateway in front of the control plane")
+                if _is_api_error(body) and body["error"].get("code") == Unavailable.code:
+                    raise _GatewayError("the control plane's database or bus is away")  # for now: try again
                 raise ApiError.from_body(response.status_code, body)
             parser = SSEParser()
             parser.last_event_id = self.last_event_id
@@ -254,7 +256,8 @@ class EventStream:
 # A load balancer in front of the replicas answers these, in its own words (not the API's error
 # shape), while the replica it chose has just gone and its health checks have not said so yet:
 # a reconnect tries again, as after a drop. The API's own 502/504 (`agent_error`,
-# `agent_timeout`) carry an error code and end the stream.
+# `agent_timeout`) carry an error code and end the stream; its 503 (`unavailable`: its database
+# or bus is away for now) is tried again too.
 GATEWAY_STATUSES = frozenset({502, 503, 504})
 
 

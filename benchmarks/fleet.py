@@ -32,13 +32,17 @@ What it prints per N, each beside its goal:
   backoff spreads the storm), and how many had not come back by `--relink-timeout` ("gave up":
   the link code never stops retrying, so any is a failure). The API then confirms all N online.
   With replicas, `--kill one` kills the first replica (its agents move on to the others at once)
-  and `--kill all` kills all of them (every agent relinks, as with one control plane).
+  and `--kill all` kills all of them (every agent relinks, as with one control plane);
+* presence after the relink: every control plane (each replica) must list all N servers online
+  within `--presence-timeout` of the last agent's new welcome; the time it took is printed.
 
 Limits, said plainly: the control plane, the simulators and this script share this machine's
 cores (and other people's work on it), so CPU figures are what was measured under that load.
 The simulators' own RSS and CPU are printed too, as context. Our packages' bytecode is made
 first (`compile_bytecode`), as an installed control plane has it, so that a restart does not
-compile them from source where PYTHONDONTWRITEBYTECODE is set. It asserts nothing.
+compile them from source where PYTHONDONTWRITEBYTECODE is set. It asserts one thing, the
+presence after the relink: it exits non-zero when a control plane lists fewer than N servers
+online (or a size could not be measured at all); the other figures are printed beside their goals.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ GOAL_MEMORY_BYTES = 1024**3  # for 10,000 idle agents
 GOAL_FLEET = 10_000
 GOAL_CPU_PERCENT = 10.0
 GOAL_RELINK_S = 60.0
+GOAL_PRESENCE_S = 10.0  # from the last relink until every replica lists every agent online
 START_TIMEOUT_S = 60.0
 POLL_S = 0.25
 ORG = "fleet-bench"
@@ -277,7 +282,8 @@ class Figures:
     relink_s: float | None  # None: not all came back
     relink_cpu_s: float  # the new control plane's CPU seconds until then (its start included)
     gave_up: int  # agents not welcomed again by the relink timeout
-    online_after_relink: int  # as the API lists them
+    online_after_relink: list[int]  # as the API of each control plane lists them
+    presence_s: float | None  # from the last new welcome until all listed all N online (None: never)
     link_events: Counter[str]  # what the link code logged while the fleet first linked
     relink_events: Counter[str]
     replicas: int = 1  # control planes (memory and CPU are their sums)
@@ -375,7 +381,7 @@ def measure(n: int, args: argparse.Namespace) -> Figures:
         relinked = wait_welcomed(simulators, expected, killed, args.relink_timeout)
         relink_cpu_s = sum(cpu_seconds(cp.pid) for cp in control_planes) - cpu_before_kill
         relink_s = relinked.last_welcome - killed if relinked.welcomed >= expected else None
-        online = wait_online(apis[-1], n, 0.0 if relink_s is None else args.relink_timeout)
+        online, presence_s = wait_all_online(apis, n, relinked.last_welcome, args.presence_timeout)
         return Figures(
             n=n,
             simulators=count,
@@ -393,6 +399,7 @@ def measure(n: int, args: argparse.Namespace) -> Figures:
             relink_cpu_s=relink_cpu_s,
             gave_up=max(0, expected - relinked.welcomed),
             online_after_relink=online,
+            presence_s=presence_s,
             link_events=linked.events,
             relink_events=relinked.events - linked.events,
             replicas=replicas,
@@ -425,6 +432,21 @@ def start_cluster_services(folder: Path, running: ExitStack) -> tuple[str, str]:
     nats = start_nats()
     running.callback(nats.stop)
     return db_url, nats.url
+
+
+def wait_all_online(
+    apis: Sequence[httpx.Client], n: int, since: float, timeout: float
+) -> tuple[list[int], float | None]:
+    """How many servers each API lists online, once every one lists all `n` or `timeout` passed
+    since `since` (time.monotonic()); and how long after `since` they all did (None: not all)."""
+    deadline = since + timeout
+    while True:
+        online = [wait_online(api, n, 0.0) for api in apis]
+        if min(online) >= n:
+            return online, time.monotonic() - since
+        if time.monotonic() > deadline:
+            return online, None
+        time.sleep(1.0)
 
 
 def wait_online(api: httpx.Client, n: int, timeout: float) -> int:
@@ -524,7 +546,13 @@ def report(rows: Sequence[Figures], args: argparse.Namespace) -> None:
         scaled = row.rss_before + row.bytes_per_link * GOAL_FLEET
         print(
             f"N={row.n:,}: RSS {_mib(row.rss_before)} before the first link; all linked in {row.link_s:.1f} s;"
-            f" at 10,000 this would be {_mib(scaled)}; API lists {row.online_after_relink:,} online after the relink"
+            f" at 10,000 this would be {_mib(scaled)}"
+        )
+        lists = " and ".join(f"{online:,}" for online in row.online_after_relink)
+        took = f"{row.presence_s:.1f} s after the last relink" if row.presence_s is not None else "never"
+        print(
+            f"  after the relink the API of each control plane lists {lists} online: all {row.n:,} on every one"
+            f" {took} (goal: within {GOAL_PRESENCE_S:g} s)" + ("" if presence_complete(row) else "  << WRONG")
         )
         print(
             f"  control plane CPU: {1000 * row.link_cpu_s / row.n:.1f} ms a link while the fleet first linked;"
@@ -548,6 +576,11 @@ def report(rows: Sequence[Figures], args: argparse.Namespace) -> None:
                 "  during the relink the link code logged: "
                 + ", ".join(f"{n} x {what!r}" for what, n in row.relink_events.most_common())
             )
+
+
+def presence_complete(row: Figures) -> bool:
+    """Every control plane lists every agent online after the relink (what the run asserts)."""
+    return min(row.online_after_relink) >= row.n
 
 
 def heartbeat_s(args: argparse.Namespace) -> float:
@@ -664,6 +697,9 @@ def main() -> None:
     parser.add_argument("--rpcs", type=int, default=300)
     parser.add_argument("--ramp", type=float, default=1000.0, help="agents started per second, in all (0: at once)")
     parser.add_argument("--relink-timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--presence-timeout", type=float, default=60.0, help="after the relink, until every API lists all online"
+    )
     parser.add_argument("--replicas", type=int, default=1, help="control planes on one PostgreSQL database, with NATS")
     parser.add_argument("--kill", choices=("one", "all"), default="all", help="replicas killed for the relink")
     parser.add_argument("--heartbeat", type=float, help="the control planes' FLEETDECK_HEARTBEAT_S (default: serve's)")
@@ -679,18 +715,23 @@ def main() -> None:
     sizes = [int(size) for size in args.sizes.split(",")]
     compile_bytecode()  # a restarted control plane imports from bytecode, as an installed one does
     rows = []
+    failed = []
     try:
         for n in sizes:
             try:
                 rows.append(measure(n, args))
             except RuntimeError as exc:  # one size failed: say so, and measure the others
                 print(f"N={n}: {exc}", flush=True)
+                failed.append(f"N={n} could not be measured")
                 continue
             report(rows[-1:], args)  # each row as soon as it is measured (a long run may be cut short)
     except KeyboardInterrupt:
         raise SystemExit("interrupted: the processes this run started are stopped") from None
     print("\nall sizes:")
     report(rows, args)
+    failed += [f"N={row.n}: listed online {row.online_after_relink}" for row in rows if not presence_complete(row)]
+    if failed:
+        raise SystemExit("FAILED: " + "; ".join(failed))
 
 
 if __name__ == "__main__":

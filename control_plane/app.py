@@ -65,8 +65,9 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         newer_elsewhere = False
         if replicas is not None and session is not None:
             claimed[server_id] = await replicas.claim(server_id, session.peer)
-        elif replicas is not None and (link_id := claimed.pop(server_id, None)) is not None:
+        elif replicas is not None and (link_id := claimed.get(server_id)) is not None:
             newer_elsewhere = not await replicas.release(server_id, link_id)
+            del claimed[server_id]  # once released: a report the database failed is made again
         if row is not None and not newer_elsewhere:
             event = {
                 "server_id": server_id,
@@ -148,6 +149,7 @@ async def _lifespan(fleet: Fleet) -> AsyncIterator[None]:
     async with anyio.create_task_group() as group:
         if fleet.replicas is not None:
             await group.start(fleet.replicas.run)
+        fleet.hub.bind(group)
         fleet.jobs.bind(group)
         fleet.operations.bind(group)
         fleet.lb_reports.bind(group)

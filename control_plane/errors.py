@@ -17,8 +17,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from api_client.errors import ApiError, RateLimited
+from api_client.errors import ApiError, RateLimited, Unavailable
 from api_client.models import ErrorBody
+from control_plane.storage.outage import RETRY_AFTER_S, is_outage
 
 log = logging.getLogger("fleetdeck.control_plane")
 
@@ -45,7 +46,17 @@ async def _api_error(_request: Request, exc: Exception) -> Response:
     response = error_response(exc.status_code, exc.error_code, exc.message, exc.details)
     if isinstance(exc, RateLimited):
         response.headers["Retry-After"] = str(exc.details["retry_after_s"])
+    elif isinstance(exc, Unavailable):
+        response.headers["Retry-After"] = str(exc.details.get("retry_after_s", RETRY_AFTER_S))
     return response
+
+
+BUS_AWAY = "the server's agent is linked to another replica, and the bus between them is away: try again shortly"
+
+
+def unavailable(part: str, message: str) -> Unavailable:
+    """The 503 of a request made while the database or the bus (`part`) is away."""
+    return Unavailable(message, details={"part": part, "retry_after_s": RETRY_AFTER_S})
 
 
 async def _validation_error(_request: Request, exc: Exception) -> Response:
@@ -94,6 +105,14 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return error_response(500, "internal", "internal error; see the control plane's log")
 
 
+async def _database_error(request: Request, exc: Exception) -> Response:
+    """An outage of the database (`control_plane.storage.outage`) is no bug: 503, nothing done.
+    Other database errors are bugs."""
+    if not is_outage(exc):
+        return await _unexpected(request, exc)
+    return await _api_error(request, unavailable("database", "the control plane's database is away: try again shortly"))
+
+
 async def _data_error(request: Request, exc: Exception) -> Response:
     """PostgreSQL's text cannot hold NUL (SQLite's can): a name, email, id or filter with one is
     refused in words wherever a query would carry it, not a 500."""
@@ -108,4 +127,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(sa.exc.DataError, _data_error)
+    app.add_exception_handler(sa.exc.DBAPIError, _database_error)
+    app.add_exception_handler(sa.exc.TimeoutError, _database_error)
     app.add_exception_handler(Exception, _unexpected)

@@ -15,7 +15,9 @@ from control_plane.audit import store as audit
 from control_plane.auth.principal import Principal, capabilities_for
 from control_plane.auth.store import identity_for_token
 from control_plane.auth.throttle import LoginThrottle
+from control_plane.bus import BusAway
 from control_plane.clock import parse, utcnow
+from control_plane.errors import BUS_AWAY, unavailable
 from control_plane.files.direct import DirectUploads
 from control_plane.files.operations import FileOperations
 from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError, ReplyStream, UploadStream
@@ -95,10 +97,14 @@ class Fleet:
                 yield upload
 
     async def audit(self, principal: Principal | None, action: str, **fields: Any) -> None:
-        identity: dict[str, Any] = {}
-        if principal is not None:
-            identity = {"org_id": principal.org_id, "user_id": principal.user_id, "actor_email": principal.email}
-        await self.db.run(audit.record, action=action, **identity, **fields)
+        await self.db.run(audit.record, action=action, **self.audit_identity(principal), **fields)
+
+    @staticmethod
+    def audit_identity(principal: Principal | None) -> dict[str, Any]:
+        """Who an audit entry names: `audit.record`'s org, user and email of `principal`."""
+        if principal is None:
+            return {}
+        return {"org_id": principal.org_id, "user_id": principal.user_id, "actor_email": principal.email}
 
 
 @contextmanager
@@ -106,6 +112,8 @@ def agent_errors() -> Iterator[None]:
     """Turn the hub's failures into the contract's errors."""
     try:
         yield
+    except BusAway as exc:
+        raise unavailable("bus", BUS_AWAY) from exc
     except AgentOfflineError as exc:
         raise AgentOffline("the server's agent is not connected") from exc
     except AgentTimeoutError as exc:

@@ -32,6 +32,7 @@ def test_health_needs_no_token(stack: Stack) -> None:
     assert answer.status_code == 200
     body = answer.json()
     assert body["status"] == "ok" and body["agents_online"] >= 1 and body["version"]
+    assert (body["database"], body["bus"]) == ("ok", None)  # one control plane: no bus
 
 
 def _login(stack: Stack, email: str, password: str, address: str = "127.0.0.1") -> httpx.Response:

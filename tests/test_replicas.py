@@ -149,6 +149,8 @@ def test_health_counts_the_agents_of_every_replica(fleet: Fleet) -> None:
     """The one agent, linked to A, is counted on B too (the fleet's count, not the replica's)."""
     _linked(fleet)
     wait_until(lambda: _agents_online(fleet.a) == _agents_online(fleet.b) == 1, timeout=30)
+    health = httpx.get(f"{fleet.b.base_url}/v1/health").json()
+    assert (health["status"], health["database"], health["bus"]) == ("ok", "ok", "ok")
 
 
 def test_files_list_and_read_on_b(fleet: Fleet) -> None:

@@ -1,6 +1,7 @@
 """Faults of a cluster: three `fleetdeck serve` replicas on one PostgreSQL database with NATS as
 their bus, behind the project's own HAProxy load balancer (area B), all started by the README's
 "Running at scale" commands (`tests/helpers/scale_readme.py`: a README that drifts fails here).
+The PostgreSQL server is the module's own, so that it can be stopped and started again.
 
 The load balancer's node links to the replicas directly; three more agents and the test's clients
 go through the load balancer. Each test kills (SIGKILL) the replica holding the link of the agent
@@ -8,6 +9,12 @@ it works with, in the middle of a download, a job's output stream or an upload, 
 again: the agents relink to the others, the job runs on and its output reaches the client
 complete and once, a cut transfer fails with an error and its retry succeeds, and the database
 holds each thing once.
+
+Then the services under them: PostgreSQL and NATS are stopped for five seconds and started
+again while jobs stream, agents are linked and file calls cross the replicas. Nothing is
+restarted by hand, nothing answers 500, the job loses and repeats no line, and requests made
+meanwhile answer `503 unavailable` (nothing done). A single `serve` on PostgreSQL rides out the
+same restart with a job running.
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,19 +42,27 @@ import pytest
 import sqlalchemy as sa
 
 from api_client import Client
-from api_client.sse import Event
-from fleetdeck.launcher import child_environment, free_port
+from api_client.errors import Unavailable
+from api_client.sse import Event, SSEParser
+from fleetdeck.launcher import child_environment, free_port, start_agent
 from tests.helpers import wait_until
-from tests.helpers.control_planes import DEFAULT_ENV
-from tests.helpers.postgres_server import PostgresDatabases
+from tests.helpers.control_planes import DEFAULT_ENV, OwnControlPlane
+from tests.helpers.postgres_server import PostgresDatabases, PostgresServer, start_postgres
 from tests.helpers.scale_readme import CommandReplica, command, exported, scale_section, substitute
 
 RELINK_TIMEOUT_S = 60.0  # generous: a dead replica is noticed after 5 s without its heartbeat
 # What a call answers when its agent's link is lost under it (CONTRACT: errors).
 AGENT_LOST = {(409, "agent_offline"), (504, "agent_timeout")}
 WEB_AGENTS = ("web-1", "web-2", "web-3")
-# Prints a line every 0.1 s for about 8 s, as the site's user: long enough to outlive a kill.
-COUNT_SCRIPT = 'i=1\nwhile [ $i -le 80 ]; do echo "line $i"; i=$((i+1)); sleep 0.1; done\n'
+# How long the database or the bus is away in the outage tests ("a 5-second PostgreSQL restart").
+OUTAGE_S = 5.0
+
+
+def count_script(lines: int) -> str:
+    """Prints `lines` lines, one every 0.1 s, as the site's user: 80 outlive a kill, 200 an outage."""
+    return f'i=1\nwhile [ $i -le {lines} ]; do echo "line $i"; i=$((i+1)); sleep 0.1; done\n'
+
+
 needs_cron_as_root = pytest.mark.skipif(
     shutil.which("crontab") is None or os.geteuid() != 0,
     reason="needs crontab (Debian: cron) and root, for a real site user's long-running cron job",
@@ -56,10 +74,35 @@ class Agent:
     server_id: str
     home: Path
     process: subprocess.Popen[str]
+    launch: Callable[[], subprocess.Popen[str]] | None = None  # starts it again as it was started
 
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(15)
+
+    def restart(self) -> None:
+        assert self.launch is not None
+        self.stop()
+        self.process = self.launch()
+
+
+@dataclass
+class Nats:
+    """The cluster's bus, started by the README's line; stopped and started again on its port."""
+
+    line: str
+    folder: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        _, argv = command(self.line)
+        with open(self.folder / "nats.log", "ab") as log:
+            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(15)
 
 
 @dataclass
@@ -70,6 +113,8 @@ class Cluster:
     token: str
     lb_id: str
     node: Agent
+    postgres: PostgresServer
+    nats: Nats
     agents: dict[str, Agent] = field(default_factory=dict)
 
     def http(self) -> httpx.Client:
@@ -117,31 +162,29 @@ def _run_admin(line: str, env: dict[str, str]) -> dict[str, Any]:
     return result
 
 
-def _start_nats(line: str, folder: Path) -> subprocess.Popen[bytes]:
-    _, argv = command(line)
-    with open(folder / "nats.log", "ab") as log:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-
-
 def _start_agent(
     line: str, token_name: str, token: str, folder: Path, *extra: str
-) -> tuple[Path, subprocess.Popen[str]]:
+) -> tuple[Path, Callable[[], subprocess.Popen[str]]]:
+    """The agent of a README line, in `folder`: its home, and how to start it (again)."""
     env, argv = command(line)
     assert env == {"FLEETDECK_AGENT_TOKEN": token_name}, line
     home, state = folder / "home", folder / "state"
     home.mkdir(parents=True)
     # Where this machine's folders would be on a real server: given here, one per agent.
     argv += ["--home", str(home), "--state-dir", str(state), *extra]
-    with open(folder / "agent.log", "a") as log:
-        process = subprocess.Popen(
-            argv,
-            env=child_environment({"FLEETDECK_AGENT_TOKEN": token}),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-            text=True,
-        )
-    return home, process
+
+    def launch() -> subprocess.Popen[str]:
+        with open(folder / "agent.log", "a") as log:
+            return subprocess.Popen(
+                argv,
+                env=child_environment({"FLEETDECK_AGENT_TOKEN": token}),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                text=True,
+            )
+
+    return home, launch
 
 
 def _listening(port: int) -> bool:
@@ -156,9 +199,23 @@ def _lb_ready(http: httpx.Client, lb_id: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, control_plane_postgres: PostgresDatabases) -> Iterator[Cluster]:
+def cluster_postgres() -> Iterator[PostgresDatabases]:
+    """A PostgreSQL server of this module's own (its tests stop it), in a folder the `postgres`
+    user can reach (pytest's own is private to root)."""
+    folder = Path(tempfile.mkdtemp(prefix="fleetdeck-faults-pg-"))
+    folder.chmod(0o755)
+    server = start_postgres(folder / "server", log_statements=False)
+    try:
+        yield PostgresDatabases(server)
+    finally:
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, cluster_postgres: PostgresDatabases) -> Iterator[Cluster]:
     folder = tmp_path_factory.mktemp("faults")
-    db_url = control_plane_postgres.create("faults")
+    db_url = cluster_postgres.create("faults")
     section = scale_section()
     nats_port, lb_port, lb_tls_port = free_port(), free_port(), free_port()
     replica_ports = [free_port() for _ in range(3)]
@@ -174,8 +231,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, control_plane_postgres: Po
     assert lines[0].startswith("nats-server ") and lines[1].startswith("pip install 'fleetdeck[postgres,replicas]'")
     env = exported(lines)
     assert set(env) == {"FLEETDECK_DB", "FLEETDECK_BUS_URL"}, env
-    started: list[Any] = [_start_nats(lines[0], folder)]
-    db = sa.create_engine(db_url)
+    nats = Nats(lines[0], folder)
+    nats.start()
+    started: list[Any] = [nats]
+    db = sa.create_engine(db_url, pool_pre_ping=True)  # the tests restart its server
     try:
         wait_until(lambda: _listening(nats_port), timeout=RELINK_TIMEOUT_S)
         replicas = []
@@ -200,11 +259,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, control_plane_postgres: Po
         # it runs: while that is not applied yet, or broken by a bad revision, its agent could not
         # reach a control plane to apply a good one. Its HAProxy listens on a port of the test's
         # own on 127.0.0.1, as the README's port 80 of lb-1.
-        node_home, node_process = _start_agent(
+        node_home, node_launch = _start_agent(
             node_line, "LB_1_TOKEN", made["lb-1"]["agent_token"], folder / "lb-1",
             "--lb-bind", "127.0.0.1", "--lb-port-map", f"80:{lb_port},443:{lb_tls_port}",
         )  # fmt: skip
-        node = Agent(str(made["lb-1"]["id"]), node_home, node_process)
+        node = Agent(str(made["lb-1"]["id"]), node_home, node_launch(), node_launch)
         started.append(node)
 
         body = json.dumps(section.lb_body)
@@ -224,13 +283,15 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, control_plane_postgres: Po
         )  # fmt: skip
         assert posted.returncode == 0, posted.stderr
         lb_id = json.loads(posted.stdout)["id"]
-        cluster = Cluster(replicas, db, f"http://127.0.0.1:{lb_port}", token, lb_id, node)
+        cluster = Cluster(
+            replicas, db, f"http://127.0.0.1:{lb_port}", token, lb_id, node, cluster_postgres.server, nats
+        )
         with replicas[0].http(token) as http:
             wait_until(lambda: _lb_ready(http, lb_id), timeout=RELINK_TIMEOUT_S)
 
         for name in WEB_AGENTS:
-            home, process = _start_agent(web_line, "WEB_1_TOKEN", made[name]["agent_token"], folder / name)
-            agent = cluster.agents[name] = Agent(str(made[name]["id"]), home, process)
+            home, launch = _start_agent(web_line, "WEB_1_TOKEN", made[name]["agent_token"], folder / name)
+            agent = cluster.agents[name] = Agent(str(made[name]["id"]), home, launch(), launch)
             started.append(agent)
             # One link at a time, and no other request through the load balancer meanwhile (the
             # database is asked): round robin gives each agent the next replica.
@@ -385,8 +446,8 @@ async def _follow_on_every_replica(lb_url: str, token: str, job_id: str, kill: C
     """The job's stream read by three clients through the load balancer, as the product's client
     reads it (`api_client` resumes with Last-Event-ID after a drop). Opened one after the other
     with nothing else through the load balancer, round robin puts one on each replica: whichever
-    replica `kill` kills, one of them is cut and resumes on another. `kill` is called once line 5
-    is in; each stream is read to its exit event."""
+    replica `kill` kills, one of them is cut and resumes on another. `kill` (or another fault) is
+    called once line 5 is in, in a thread; each stream is read to its exit event."""
     seen: list[list[Event]] = [[], [], []]
     opened = [anyio.Event() for _ in seen]
     fifth_line = anyio.Event()
@@ -405,8 +466,19 @@ async def _follow_on_every_replica(lb_url: str, token: str, job_id: str, kill: C
                 streams.start_soon(follow, n)
                 await opened[n].wait()
             await fifth_line.wait()
-            kill()
+            await anyio.to_thread.run_sync(kill)  # the streams are read meanwhile
     return seen
+
+
+def _counting_request(http: httpx.Client, agent: Agent, site: str, lines: int) -> dict[str, Any]:
+    """The body of a job request that runs `count_script(lines)` in `site` (a cron entry run now)."""
+    script = agent.home / site.replace(".", "-") / "count.sh"
+    script.write_text(count_script(lines))
+    script.chmod(0o644)  # the site's user reads it
+    cron = {"domain": site, "schedule": "@daily", "command": "/bin/sh count.sh"}
+    assert _run(http, agent.server_id, "cron.add", cron)["status"] == "succeeded"
+    entry = _run(http, agent.server_id, "cron.list", {"domain": site})["result"]["entries"][-1]["id"]
+    return {"kind": "cron.run", "args": {"id": entry}}
 
 
 @pytest.fixture
@@ -420,14 +492,17 @@ def site(cluster: Cluster) -> Iterator[str]:
     try:
         yield domain
     finally:
-        # On the agent's machine, as its job would (a broken cluster must not leave the site's
-        # nginx server block behind: it would fail every later `nginx -t` on this machine).
-        subprocess.run(["pkill", "-KILL", "-u", domain.replace(".", "-")], check=False)
-        agent = cluster.agents["web-3"]
-        argv = [str(Path(sys.executable).parent / "fleetdeck"), "agent", "run", "--home", str(agent.home)]
-        argv += ["--state-dir", str(agent.home.parent / "state"), "site", "delete", domain]
-        deleted = subprocess.run(argv, env=child_environment(), capture_output=True, text=True, timeout=120)
+        deleted = _delete_site_offline(cluster.agents["web-3"].home, domain)
         assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+
+
+def _delete_site_offline(home: Path, domain: str) -> subprocess.CompletedProcess[str]:
+    """On the agent's machine, as its job would (a broken cluster must not leave the site's nginx
+    server block behind: it would fail every later `nginx -t` on this machine)."""
+    subprocess.run(["pkill", "-KILL", "-u", domain.replace(".", "-")], check=False)
+    argv = [str(Path(sys.executable).parent / "fleetdeck"), "agent", "run", "--home", str(home)]
+    argv += ["--state-dir", str(home.parent / "state"), "site", "delete", domain]
+    return subprocess.run(argv, env=child_environment(), capture_output=True, text=True, timeout=120)
 
 
 @needs_cron_as_root
@@ -435,13 +510,7 @@ def test_a_replica_killed_during_a_job_stream_loses_and_repeats_no_output(cluste
     agent = cluster.agents["web-3"]
     key = uuid.uuid4().hex
     with cluster.http() as http:
-        script = agent.home / site.replace(".", "-") / "count.sh"
-        script.write_text(COUNT_SCRIPT)
-        script.chmod(0o644)  # the site's user reads it
-        cron = {"domain": site, "schedule": "@daily", "command": "/bin/sh count.sh"}
-        assert _run(http, agent.server_id, "cron.add", cron)["status"] == "succeeded"
-        entry = _run(http, agent.server_id, "cron.list", {"domain": site})["result"]["entries"][-1]["id"]
-        request = {"kind": "cron.run", "args": {"id": entry}}
+        request = _counting_request(http, agent, site, 80)
         created = http.post(f"/v1/servers/{agent.server_id}/jobs", json=request, headers={"Idempotency-Key": key})
         assert created.status_code == 201, created.text
         job_id = created.json()["id"]
@@ -473,3 +542,290 @@ def test_a_replica_killed_during_a_job_stream_loses_and_repeats_no_output(cluste
     assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) >= 80, stored  # contiguous, each once
     assert (runs, audited) == (1, 1)
     cluster.restart(holder)
+
+
+# --- outages of the database and the bus ------------------------------------------------------
+
+
+def _health(url: str) -> tuple[int, str, str, str | None]:
+    """`/v1/health` of one replica: its status code, `status`, `database`, `bus`."""
+    answer = httpx.get(f"{url}/v1/health", timeout=30)
+    body = answer.json()
+    return answer.status_code, body["status"], body["database"], body["bus"]
+
+
+def _refused_for_now(answer: httpx.Response, part: str) -> bool:
+    """The contract's 503 while the database or the bus (`part`) is away, with its Retry-After."""
+    if answer.status_code != 503 or answer.headers.get("content-type") != "application/json":
+        return False
+    error = answer.json()["error"]
+    return (error["code"], error["details"]["part"]) == ("unavailable", part) and answer.headers[
+        "Retry-After"
+    ].isdigit()
+
+
+class CrossCalls(threading.Thread):
+    """Load: file calls (`fs/stat`) to every web agent through every replica, round after round,
+    until stopped; most cross the bus to the replica holding the agent's link. Keeps each answer:
+    the agent's name, its status, and what a 503 of the contract said was away."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.answers: list[tuple[str, int, str | None]] = []
+        self.stopping = threading.Event()
+        for agent in cluster.agents.values():
+            (agent.home / "probe.txt").write_text("probed\n")
+
+    def run(self) -> None:
+        clients = [replica.http(self.cluster.token) for replica in self.cluster.replicas]
+        try:
+            while not self.stopping.is_set():
+                for http in clients:
+                    for name, agent in self.cluster.agents.items():
+                        params = {"scope": "root", "path": "probe.txt"}
+                        answer = http.get(f"/v1/servers/{agent.server_id}/fs/stat", params=params)
+                        part = next((p for p in ("database", "bus") if _refused_for_now(answer, p)), None)
+                        self.answers.append((name, answer.status_code, part))
+        finally:
+            for http in clients:
+                http.close()
+
+    def __enter__(self) -> CrossCalls:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stopping.set()
+        self.join(60)
+
+    def refused_by(self, restarted: str | None = None) -> set[str | None]:
+        """What the 503s said was away; every other answer was a 200 (never a 500), or, for the
+        agent `restarted` meanwhile, a 409 agent_offline; the last round all 200."""
+        allowed = {(name, 409) for name in [restarted] if name}
+        assert all(status in (200, 503) or (name, status) in allowed for name, status, _ in self.answers), self.answers
+        assert all(status == 200 for _, status, _ in self.answers[-len(self.cluster.agents) :]), self.answers[-20:]
+        return {part for _, status, part in self.answers if status == 503}
+
+
+def _log_marks(cluster: Cluster) -> list[int]:
+    return [len(replica.log()) for replica in cluster.replicas]
+
+
+def _logged_since(cluster: Cluster, marks: list[int], text: str) -> list[int]:
+    """How many lines with `text` each replica logged since `marks`."""
+    return [replica.log()[mark:].count(text) for replica, mark in zip(cluster.replicas, marks, strict=True)]
+
+
+def _every_agent_online_on_every_replica(cluster: Cluster) -> bool:
+    wanted = {agent.server_id for agent in [cluster.node, *cluster.agents.values()]}
+    for replica in cluster.replicas:
+        with replica.http(cluster.token) as http:
+            servers = http.get("/v1/servers").json()["servers"]
+        if not wanted <= {server["id"] for server in servers if server["agent"]["online"]}:
+            return False
+    return True
+
+
+def _created_with(cluster: Cluster, key: str) -> int:
+    with cluster.db.connect() as db:
+        query = sa.text("SELECT count(*) FROM jobs WHERE idempotency_key = :key")
+        return int(db.execute(query, {"key": key}).scalar_one())
+
+
+def _through_the_load_balancer(cluster: Cluster) -> str:
+    """`/v1/health` through the load balancer: "serving" (a replica's 200), "unavailable" (a
+    replica's own 503, sent before the checks noticed), or "out" (the load balancer's own 503:
+    its checks took every replica out of rotation)."""
+    answer = httpx.get(f"{cluster.lb_url}/v1/health", timeout=30)
+    if answer.status_code == 200:
+        return "serving"
+    assert answer.status_code == 503, answer.text
+    return "unavailable" if answer.headers.get("content-type") == "application/json" else "out"
+
+
+def _database_away(cluster: Cluster, refused_key: str) -> None:
+    """PostgreSQL stopped for OUTAGE_S (`pg_ctl stop -m fast`), then started on the same port and
+    data: meanwhile every replica says so on `/v1/health` (503), a job request answers 503 and
+    makes nothing, and the client's `health()` names the database."""
+    cluster.postgres.stop()
+    stopped = time.monotonic()
+    try:
+        for replica in cluster.replicas:
+            wait_until(lambda: _health(replica.base_url) == (503, "unavailable", "unavailable", "ok"), timeout=30)  # noqa: B023
+        # The load balancer's checks (the README's, on /v1/health) took every replica out: it
+        # answers in its own words that no server is available.
+        wait_until(lambda: _through_the_load_balancer(cluster) == "out", timeout=30)
+        web = cluster.agents["web-1"]
+        with cluster.replicas[0].http(cluster.token) as http:
+            request = {"kind": "system.info", "args": {}}
+            refused = http.post(
+                f"/v1/servers/{web.server_id}/jobs", json=request, headers={"Idempotency-Key": refused_key}
+            )
+        assert _refused_for_now(refused, "database"), (refused.status_code, refused.text)
+
+        async def said_by_the_client() -> None:
+            async with Client(cluster.replicas[1].base_url, token=cluster.token) as client:
+                with pytest.raises(Unavailable) as away:
+                    await client.health()
+                assert away.value.details["part"] == "database"
+
+        anyio.run(said_by_the_client)
+        # An agent restarted meanwhile: its old link's end and its new link are stored once the
+        # database is back (the new link is told to come back until its token can be checked).
+        cluster.agents["web-1"].restart()
+        time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - stopped)))  # the outage itself, not a wait
+    finally:
+        cluster.postgres.start()
+
+
+@needs_cron_as_root
+def test_a_postgres_restart_under_load_loses_no_job_and_needs_no_restart(cluster: Cluster, site: str) -> None:
+    agent = cluster.agents["web-3"]
+    processes = [replica.process for replica in cluster.replicas]
+    holders = {name: cluster.holder(a.server_id) for name, a in cluster.agents.items()}
+    marks = _log_marks(cluster)
+    refused_key = uuid.uuid4().hex
+    with cluster.http() as http:
+        created = http.post(f"/v1/servers/{agent.server_id}/jobs", json=_counting_request(http, agent, site, 200))
+    assert created.status_code == 201, created.text
+    job_id = created.json()["id"]
+    with CrossCalls(cluster) as load:
+
+        def outage() -> None:
+            _database_away(cluster, refused_key)
+
+        streams = anyio.run(_follow_on_every_replica, cluster.lb_url, cluster.token, job_id, outage)
+        for replica in cluster.replicas:  # back in service by itself
+            wait_until(lambda: _health(replica.base_url) == (200, "ok", "ok", "ok"), timeout=RELINK_TIMEOUT_S)  # noqa: B023
+        wait_until(lambda: _through_the_load_balancer(cluster) == "serving", timeout=RELINK_TIMEOUT_S)  # in again
+        wait_until(lambda: _every_agent_online_on_every_replica(cluster), timeout=RELINK_TIMEOUT_S)
+    assert load.refused_by(restarted="web-1") == {"database"}
+
+    # The job ran on through the outage: every stream has each line once and its exit.
+    for events in streams:
+        lines = [e.data["text"] for e in events if e.event == "line"]
+        assert lines == [f"line {i}" for i in range(1, 201)]
+        assert [(e.event, e.data["exit_code"]) for e in events if e.event == "exit"] == [("exit", 0)], events[-3:]
+    with cluster.http() as http:
+        done = _finished(http, job_id)
+    assert (done["status"], done["exit_code"]) == ("succeeded", 0), done
+    assert _created_with(cluster, refused_key) == 0  # the request refused during the outage made nothing
+
+    # Nothing was restarted, no link moved but the restarted agent's, and every replica serves: a
+    # job through each one on each agent runs (none stuck queued), whichever replica holds its link.
+    assert [replica.process for replica in cluster.replicas] == processes
+    assert all(process is not None and process.poll() is None for process in processes)
+    del holders["web-1"]
+    assert {name: cluster.holder(a.server_id) for name, a in cluster.agents.items() if name in holders} == holders
+    for replica in cluster.replicas:
+        with replica.http(cluster.token) as http:
+            for web in cluster.agents.values():
+                job = _run(http, web.server_id, "system.info", {})
+                assert job["status"] == "succeeded", job
+    # One line when the outage began and one when it ended, on each replica: not one per retry.
+    assert _logged_since(cluster, marks, "the database is away") == [1, 1, 1]
+    assert _logged_since(cluster, marks, "the database is back") == [1, 1, 1]
+    assert _logged_since(cluster, marks, "Traceback") == [0, 0, 0]
+
+
+def test_a_nats_restart_fails_calls_across_replicas_at_once_and_they_work_again(cluster: Cluster) -> None:
+    agent = cluster.agents["web-1"]
+    holder = cluster.replica_holding(agent.server_id)
+    other = next(replica for replica in cluster.replicas if replica is not holder)
+    holders = {name: cluster.holder(a.server_id) for name, a in cluster.agents.items()}
+    marks = _log_marks(cluster)
+    (agent.home / "large.bin").write_bytes(os.urandom(32 * 1024 * 1024))
+    stat = {"scope": "root", "path": "large.bin"}
+    refused_key = uuid.uuid4().hex
+    with CrossCalls(cluster) as load:
+        with other.http(cluster.token) as http:
+            with http.stream("GET", f"/v1/servers/{agent.server_id}/fs/download", params=stat) as download:
+                assert download.status_code == 200
+                chunks = download.iter_bytes()
+                assert next(chunks)  # relayed over the bus from the replica holding the link
+                cluster.nats.stop()
+                with pytest.raises(httpx.HTTPError):  # cut when the bus went, never a short file
+                    received = sum(len(chunk) for chunk in chunks)
+                    pytest.fail(f"the download ended normally after {received} more bytes")
+            stopped = time.monotonic()
+            for replica in cluster.replicas:
+                wait_until(lambda: _health(replica.base_url) == (503, "unavailable", "ok", "unavailable"), timeout=30)  # noqa: B023
+            # A call that needs the bus fails at once (not at its 30 s timeout); the replica holding
+            # the link still serves it; a job request that needs the bus makes nothing.
+            asked = time.monotonic()
+            across = http.get(f"/v1/servers/{agent.server_id}/fs/stat", params=stat)
+            assert _refused_for_now(across, "bus") and time.monotonic() - asked < 10, across.text
+            request = {"kind": "system.info", "args": {}}
+            refused = http.post(
+                f"/v1/servers/{agent.server_id}/jobs", json=request, headers={"Idempotency-Key": refused_key}
+            )
+            assert _refused_for_now(refused, "bus"), refused.text
+        with holder.http(cluster.token) as http:
+            assert http.get(f"/v1/servers/{agent.server_id}/fs/stat", params=stat).status_code == 200
+        time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - stopped)))  # the outage itself, not a wait
+        cluster.nats.start()
+        for replica in cluster.replicas:
+            wait_until(lambda: _health(replica.base_url) == (200, "ok", "ok", "ok"), timeout=RELINK_TIMEOUT_S)  # noqa: B023
+    assert load.refused_by() == {"bus"}
+    assert _created_with(cluster, refused_key) == 0
+
+    with other.http(cluster.token) as http:
+        assert http.get(f"/v1/servers/{agent.server_id}/fs/stat", params=stat).status_code == 200
+        job = _run(http, agent.server_id, "system.info", {})  # handed over the bus again
+    assert job["status"] == "succeeded", job
+    assert {name: cluster.holder(a.server_id) for name, a in cluster.agents.items()} == holders
+    assert _logged_since(cluster, marks, "bus: disconnected") == [1, 1, 1]
+    assert _logged_since(cluster, marks, "bus: connected again") == [1, 1, 1]
+    assert _logged_since(cluster, marks, "Traceback") == [0, 0, 0]
+
+
+@needs_cron_as_root
+def test_a_single_serve_on_postgres_rides_out_a_restart_with_a_job_running(
+    cluster: Cluster, cluster_postgres: PostgresDatabases, tmp_path: Path
+) -> None:
+    """One `fleetdeck serve` (no bus) on the same PostgreSQL server, its own agent and site: the
+    same restart while a job runs. (The cluster above rides it out too.)"""
+    cp = OwnControlPlane(tmp_path, cluster_postgres.create("single"))
+    cp.start()
+    home, state = tmp_path / "home", tmp_path / "state"
+    home.mkdir()
+    state.mkdir()
+    domain = f"single-{uuid.uuid4().hex[:6]}.example.com"
+    cp.admin("create-org", "single", "--plan", "max")
+    cp.admin("create-user", "o@single.example", "--org", "single", "--role", "owner", "--password", "pw-single-1")
+    made = cp.admin("create-server", "web", "--org", "single")
+    server_id = str(made["id"])
+    login = {"email": "o@single.example", "password": "pw-single-1"}
+    token = httpx.post(f"{cp.base_url}/v1/auth/login", json=login).json()["token"]
+    with open(tmp_path / "agent.log", "a") as log:
+        agent = Agent(server_id, home, start_agent(cp.base_url, str(made["agent_token"]), home, state, stderr=log))
+    try:
+        with cp.http(token) as http:
+            wait_until(lambda: http.get(f"/v1/servers/{server_id}").json()["agent"]["online"], timeout=30)
+            assert _run(http, server_id, "site.create", {"domain": domain})["status"] == "succeeded"
+            job_id = http.post(
+                f"/v1/servers/{server_id}/jobs", json=_counting_request(http, agent, domain, 100)
+            ).json()["id"]
+            wait_until(lambda: http.get(f"/v1/jobs/{job_id}").json()["status"] == "running", timeout=30)
+        cluster_postgres.server.stop()
+        try:
+            wait_until(lambda: _health(cp.base_url) == (503, "unavailable", "unavailable", None), timeout=30)
+            with cp.http(token) as http:
+                assert _refused_for_now(http.get(f"/v1/jobs/{job_id}"), "database")
+            time.sleep(OUTAGE_S)  # the outage itself, not a wait
+        finally:
+            cluster_postgres.server.start()
+        wait_until(lambda: _health(cp.base_url) == (200, "ok", "ok", None), timeout=RELINK_TIMEOUT_S)
+        with cp.http(token) as http:
+            done = _finished(http, job_id)
+            assert (done["status"], done["exit_code"]) == ("succeeded", 0), done
+            events = SSEParser().feed(http.get(f"/v1/jobs/{job_id}/stream").content)
+            assert [e.data["text"] for e in events if e.event == "line"] == [f"line {i}" for i in range(1, 101)]
+            assert _run(http, server_id, "system.info", {})["status"] == "succeeded"  # and the next one runs
+        assert cp.process is not None and cp.process.poll() is None
+        assert "Traceback" not in cp.log() and cp.log().count("the database is away") == 1
+    finally:
+        _delete_site_offline(home, domain)
+        agent.stop()
+        cp.stop()

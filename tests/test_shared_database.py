@@ -16,6 +16,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,7 @@ from control_plane.jobs.lines import Run
 from control_plane.replicas import store as replica_store
 from control_plane.storage import Database
 from control_plane.storage.schema import job_output, orgs, servers
+from control_plane.storage.schema import replicas as replica_rows
 from tests.conftest import AgentProcess, python_env
 from tests.helpers import wait_until
 from tests.helpers.control_planes import OwnControlPlane
@@ -357,3 +359,47 @@ def test_a_presence_event_waits_for_the_one_before_it_to_commit(control_plane_po
         assert [payload["n"] for _id, _org, payload in events] == [1, 3]
     finally:
         db.dispose()
+
+
+def test_a_replica_beating_while_another_takes_it_for_dead_keeps_its_links(
+    control_plane_postgres: PostgresDatabases,
+) -> None:
+    """A replica late with its heartbeat (starved in a relink storm) beats just as another takes it
+    for dead. Either its row and its links stay, or both go and its next beat says so (it claims
+    its links again): never its links released while its row stays, which left its agents offline
+    on every other replica for good. Here its beat holds the row when the reaper comes: the reaper
+    waits, sees the fresh heartbeat, and releases nothing. Late for real, it is reaped in full."""
+    db = Database(control_plane_postgres.create("reap"))
+    db.migrate()
+    try:
+        with db.engine.begin() as conn:
+            conn.execute(orgs.insert().values(id="org_1", name="one", plan="max", created_at=now_iso()))
+            conn.execute(
+                servers.insert().values(id="srv_1", org_id="org_1", name="s", kind="full", created_at=now_iso())
+            )
+            stale = time.time() - 60
+            conn.execute(replica_rows.insert().values(id="rpl_late", started_at=now_iso(), heartbeat_at=stale))
+            replica_store.claim_link(conn, "srv_1", "rpl_late", "rpl_late.1")
+        with ThreadPoolExecutor(1) as pool:
+            with db.engine.begin() as beating:
+                assert replica_store.beat(beating, "rpl_late")  # the row is its own until it commits
+                reaped = pool.submit(db.run_sync, replica_store.reap_dead_links, 5.0)
+                wait_until(lambda: db.run_sync(_waiting_for_a_lock) > 0)
+            assert reaped.result(timeout=30) == 0
+        assert db.run_sync(replica_store.link_holders, ["srv_1"]) == {"srv_1": "rpl_late"}
+
+        with db.engine.begin() as conn:
+            conn.execute(replica_rows.update().where(replica_rows.c.id == "rpl_late").values(heartbeat_at=stale))
+        last = db.run_sync(replica_store.last_presence_event)
+        assert db.run_sync(replica_store.reap_dead_links, 5.0) == 1
+        assert db.run_sync(replica_store.link_holders, ["srv_1"]) == {}
+        events = db.run_sync(replica_store.presence_events_after, last)
+        assert [(org, event["server_id"], event["online"]) for _id, org, event in events] == [("org_1", "srv_1", False)]
+        assert db.run_sync(replica_store.beat, "rpl_late") is False  # back: told to claim its links again
+    finally:
+        db.dispose()
+
+
+def _waiting_for_a_lock(conn: sa.engine.Connection) -> int:
+    query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    return int(conn.execute(sa.text(query)).scalar_one())

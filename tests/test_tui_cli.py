@@ -91,6 +91,10 @@ def test_errors_read_like_sentences() -> None:
         "dump.sql is too large to edit (12 MiB, the limit is 10 MiB): F3 views it."
     )
     assert describe_error(ExceptionGroup("x", [offline]), server="db") == "The agent of db is offline."
+    away = api_errors.Unavailable("the control plane's database is away", details={"part": "database"})
+    assert describe_error(away) == (
+        "The control plane's database is away, retrying: nothing was done; try again in a few seconds."
+    )
     full = api_errors.ApiError.from_body(
         507,
         {"error": {"code": "insufficient_storage", "message": "the disk is full", "details": {"path": "logs/a.log"}}},

@@ -6,7 +6,9 @@ the same port; an agent of its own going offline shows in the files panel."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from api_client import Client
 from api_client.models import Job, Server
 from tests.conftest import AgentProcess, Stack, start_local
 from tests.helpers import soon, wait_for, wait_until
+from tests.helpers.postgres_server import PostgresDatabases, start_postgres
 from tests.helpers.tui import highlight_server, real_app, run
 from tui.app import FleetdeckApp
 from tui.connection import Connection
@@ -158,3 +161,40 @@ def test_the_header_calls_the_embedded_control_plane_local_and_any_other_by_its_
     assert LinkState("connected").describe() == "connected"
     assert LinkState("reconnecting").describe() == "lost · reconnecting…"
     assert LinkState("reconnecting", time.monotonic() + 3.2).describe() == "lost · retry in 3 s"
+    # It answers, but says it cannot serve (its 503): the header says what is away, not "lost".
+    assert LinkState("reconnecting", away="database").describe() == "database away · retrying…"
+    assert LinkState("reconnecting", time.monotonic() + 3.2, "bus").describe() == "bus away · retry in 3 s"
+
+
+def test_a_control_plane_whose_database_is_away_is_said_so_and_the_tui_carries_on(tmp_path: Path) -> None:
+    """The control plane answers, but its database (a PostgreSQL server of this test's own) is
+    stopped: the header says the database is away and that it retries, not that the control plane
+    is lost, nothing crashes, and once the database is back the TUI is connected again by itself,
+    with its live presence (a 503 `unavailable` is not a refusal of the stream)."""
+    folder = Path(tempfile.mkdtemp(prefix="fleetdeck-tui-pg-"))
+    folder.chmod(0o755)  # the postgres user reaches its folder
+    server = start_postgres(folder / "server", log_statements=False)
+    try:
+        stack = start_local(tmp_path / "local", env={"FLEETDECK_LOCAL_DB": PostgresDatabases(server).create("tui")})
+        try:
+            app = FleetdeckApp(
+                Connection(stack.base_url, stack.token, "local demo", local=True),
+                client=Client(stack.base_url, token=stack.token),
+            )
+
+            async def scenario(pilot: Pilot[None]) -> None:
+                await highlight_server(pilot, "local")
+                await wait_for(pilot, lambda: badge(app) == "local ● connected")
+                await asyncio.to_thread(server.stop)
+                await wait_for(pilot, lambda: "database away" in badge(app))
+                assert badge(app).startswith("local ○ database away · ")
+                await asyncio.to_thread(server.start)
+                await wait_for(pilot, lambda: badge(app) == "local ● connected", seconds=40)
+                assert app.monitor is not None and app.monitor.live_presence
+
+            run(app, scenario)
+        finally:
+            stack.stop()
+    finally:
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -37,6 +37,10 @@ def describe_error(exc: BaseException, *, server: str | None = None, path: str |
             at = f" at {printable(place)}" if place else ""
             quota = "quota" in exc.message
             return f"The {'disk quota' if quota else 'disk'} of {server_name} is full{at}: nothing was written."
+        case api_errors.Unavailable():
+            part = exc.details.get("part")
+            away = f"The control plane's {part}" if part in ("database", "bus") else "The control plane"
+            return f"{away} is away, retrying: nothing was done; try again in a few seconds."
         case api_errors.ApiError():
             return exc.message
         case api_errors.FleetdeckError():

@@ -53,22 +53,25 @@ Status = Literal["connected", "reconnecting"]
 @dataclass(frozen=True)
 class LinkState:
     """The connection as the header shows it; `retry_at` (monotonic) is the next attempt's time
-    while reconnecting, None while an attempt is under way."""
+    while reconnecting, None while an attempt is under way; `away` names what the control plane
+    said it is missing ("database", "bus": it answers, but cannot serve), None when it did not answer."""
 
     status: Status
     retry_at: float | None = None
+    away: str | None = None
 
     @property
     def connected(self) -> bool:
         return self.status == "connected"
 
     def describe(self) -> str:
-        """`connected`, `lost · retry in 3 s`, `lost · reconnecting…`."""
+        """`connected`, `lost · retry in 3 s`, `lost · reconnecting…`, `database away · retrying…`."""
         if self.connected:
             return "connected"
+        lost = "lost" if self.away is None else f"{self.away} away"
         if self.retry_at is None:
-            return "lost · reconnecting…"
-        return f"lost · retry in {max(1, round(self.retry_at - time.monotonic()))} s"
+            return f"{lost} · {'reconnecting' if self.away is None else 'retrying'}…"
+        return f"{lost} · retry in {max(1, round(self.retry_at - time.monotonic()))} s"
 
 
 def control_plane_name(base_url: str, *, local: bool) -> str:
@@ -93,6 +96,7 @@ class ConnectionMonitor:
         self._bridge = bridge
         self._online: dict[str, bool] = {}
         self._presence_id: str | None = None  # where the next presence stream resumes
+        self._away: str | None = None  # what the control plane last said it is missing (its 503)
 
     def start(self) -> None:
         self._bridge.run(self.app, self._watch, name="connection monitor")
@@ -134,7 +138,7 @@ class ConnectionMonitor:
         """Connected until a probe or the presence stream fails; then reconnect; forever."""
         while True:
             await self._until_lost()
-            self._post(self._set_state, LinkState("reconnecting", time.monotonic()))
+            self._post(self._set_state, LinkState("reconnecting", time.monotonic(), self._away))
             await self._reconnect()
             self._post(self._set_state, LinkState("connected"))
 
@@ -144,8 +148,8 @@ class ConnectionMonitor:
             async def until_fails(watch: Callable[[], Awaitable[None]]) -> None:
                 try:
                     await watch()
-                except (api_errors.FleetdeckError, trio.TooSlowError):  # a proxy's 502 counts too
-                    pass
+                except (api_errors.FleetdeckError, trio.TooSlowError) as exc:  # a proxy's 502 counts too
+                    self._away = _away(exc)
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(until_fails, self._follow_presence)
@@ -178,12 +182,22 @@ class ConnectionMonitor:
         attempt = 0
         while True:
             delay = full_jitter(attempt, base=RETRY_BASE_S, cap=RETRY_CAP_S)
-            self._post(self._set_state, LinkState("reconnecting", time.monotonic() + delay))
+            self._post(self._set_state, LinkState("reconnecting", time.monotonic() + delay, self._away))
             await trio.sleep(delay)
-            self._post(self._set_state, LinkState("reconnecting"))
+            self._post(self._set_state, LinkState("reconnecting", away=self._away))
             try:
                 with trio.fail_after(RECONNECT_PROBE_TIMEOUT_S):
                     await self._client.health()
+                self._away = None
                 return
-            except (api_errors.FleetdeckError, trio.TooSlowError):
+            except (api_errors.FleetdeckError, trio.TooSlowError) as exc:
+                self._away = _away(exc)
                 attempt += 1
+
+
+def _away(exc: BaseException) -> str | None:
+    """What a control plane that answered 503 `unavailable` said it is missing (None: another failure)."""
+    if isinstance(exc, api_errors.Unavailable):
+        part = exc.details.get("part")
+        return part if part in ("database", "bus") else "service"
+    return None

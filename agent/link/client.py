@@ -251,7 +251,10 @@ class AgentLink:
                 raise LinkAuthRefused(status=exc.status_code) from None
             if exc.status_code == 503:  # a gateway's has no Retry-After: a failed dial, as before
                 self._turn = _retry_after(exc.headers)
-            log.warning("link handshake rejected with HTTP %s", exc.status_code)
+            if self._turn is not None:  # a refusal by design (busy, or its database away): no fault
+                log.info("the control plane at %s said to come back in %d s", self.url, self._turn)
+            else:
+                log.warning("link handshake rejected with HTTP %s", exc.status_code)
         except ConnectionClosed as exc:
             code = exc.reason.code if exc.reason is not None else None
             if code == protocol.CLOSE_AUTH_REFUSED:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response
 
@@ -26,13 +26,33 @@ from control_plane.auth.principal import Principal
 from control_plane.auth.throttle import Limit, source_address
 from control_plane.clock import parse
 from control_plane.state import Caller, Fleet, FleetDep
+from control_plane.storage.outage import is_outage
 
 router = APIRouter(prefix="/v1")
 
 
-@router.get("/health", response_model=Health, tags=["health"])
-async def health(fleet: FleetDep) -> Health:
-    return Health(status="ok", version=__version__, agents_online=await fleet.agents_online())
+@router.get("/health", response_model=Health, tags=["health"], responses={503: {"model": Health}})
+async def health(fleet: FleetDep) -> Response:
+    """Whether this process can serve: 503 while its database or its bus is away, so that a load
+    balancer takes it out of rotation. Cheap: the database's state comes from the latest
+    transaction when it is recent (`Database.health`), the bus's from its client."""
+    database = await fleet.db.health()
+    bus: Literal["ok", "unavailable"] | None = None
+    if fleet.replicas is not None:
+        bus = "ok" if fleet.replicas.bus.connected else "unavailable"
+    agents = fleet.hub.online_count  # those linked here; with the others' when the database says
+    if database == "ok":
+        try:
+            agents = await fleet.agents_online()
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            database = "unavailable"
+    serving = database == "ok" and bus != "unavailable"
+    body = Health(
+        status="ok" if serving else "unavailable", version=__version__, agents_online=agents, database=database, bus=bus
+    )
+    return Response(body.model_dump_json(), status_code=200 if serving else 503, media_type="application/json")
 
 
 @router.post("/auth/login", response_model=LoginResponse, tags=["auth"])

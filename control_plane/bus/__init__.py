@@ -27,22 +27,36 @@ every message costs a transaction.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from control_plane.bus.loop_thread import Inbox, LoopThread
+from control_plane.hub.errors import AgentOfflineError
 
 log = logging.getLogger("fleetdeck.bus")
 
-__all__ = ["Bus", "Inbox"]
+__all__ = ["Bus", "BusAway", "Inbox"]
+
+
+class BusAway(AgentOfflineError):
+    """The bus is disconnected: an agent linked to another replica cannot be reached from here
+    until it is back. To a client, `503 unavailable` (not `agent_offline`: the agent is fine)."""
 
 
 class Bus:
-    """One replica's connection to NATS, on a loop thread of its own (nats-py is asyncio only)."""
+    """One replica's connection to NATS, on a loop thread of its own (nats-py is asyncio only).
+
+    nats-py reconnects by itself (and subscribes again); `connected` says whether it is connected
+    now, and `changes` receives True or False as that changes, for the replica to act on (a
+    call that waits on another replica fails at once instead of at its timeout)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self._thread = LoopThread("fleetdeck-bus")
         self._nc: Any = None
+        self.connected = False
+        self._away_since: float | None = None
+        self.changes: Inbox[bool] | None = None
 
     async def connect(self) -> None:
         try:
@@ -56,12 +70,39 @@ class Bus:
                 name="fleetdeck-control-plane",
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,
-                error_cb=_log_error,
-                disconnected_cb=_log_disconnected,
+                error_cb=self._on_error,
+                disconnected_cb=self._on_disconnected,
+                reconnected_cb=self._on_reconnected,
             )
 
+        self.changes = Inbox()
         self._thread.start()
         self._nc = await self._thread.run(connect())
+        self.connected = True
+
+    # nats-py's callbacks, on the loop thread. One line when the bus goes and one when it comes
+    # back, not one per failed reconnect (every half second).
+
+    async def _on_error(self, error: Exception) -> None:
+        if self._away_since is None:
+            log.warning("bus: %s", error)
+
+    async def _on_disconnected(self) -> None:
+        if self._away_since is not None:
+            return
+        self._away_since = time.monotonic()
+        self.connected = False
+        log.warning("bus: disconnected from %s; reconnecting (calls to other replicas fail meanwhile)", self.url)
+        if self.changes is not None:
+            self.changes.put(False)
+
+    async def _on_reconnected(self) -> None:
+        away_s = time.monotonic() - self._away_since if self._away_since is not None else 0.0
+        self._away_since = None
+        self.connected = True
+        log.warning("bus: connected again to %s after %.1f s", self.url, away_s)
+        if self.changes is not None:
+            self.changes.put(True)
 
     async def subscribe(self, subject: str) -> Inbox[bytes]:
         """Messages on `subject` from now on (the server has the subscription when this returns)."""
@@ -86,11 +127,3 @@ class Bus:
         if self._nc is not None:
             await self._thread.run(self._nc.drain())
         self._thread.stop()
-
-
-async def _log_error(error: Exception) -> None:
-    log.warning("bus: %s", error)
-
-
-async def _log_disconnected() -> None:
-    log.warning("bus: disconnected, reconnecting")

@@ -95,7 +95,7 @@ class DirectUploads:
         else:
             # Not (or no longer) known here: the agent's report echoes the signed grant.
             claims = {key: _short(message.get(key)) for key in ("scope", "domain", "path", "size", "overwrite")}
-            org_id = await self.db.run(server_store.org_of_server, server_id)
+            org_id = await self.db.run_retrying(server_store.org_of_server, server_id)
             identity = {"org_id": org_id, "user_id": _short(message.get("user_id"))}
         outcome = "ok" if message.get("outcome") == "ok" else "error"
         received = message.get("bytes")
@@ -108,7 +108,7 @@ class DirectUploads:
             "size": claims["size"],
             "via": "direct",
         }
-        await self.db.run(
+        await self.db.run_retrying(  # through an outage: the audit entry is kept, if late
             audit.record,
             action="fs.upload",
             server_id=server_id,

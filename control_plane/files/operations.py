@@ -17,12 +17,17 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from api_client.errors import AgentOffline, AgentTimeout, InsufficientStorage
+from api_client.backoff import full_jitter
+from api_client.errors import AgentOffline, AgentTimeout, InsufficientStorage, Unavailable
 from control_plane import sse
 from control_plane.auth.secrets import new_id
+from control_plane.bus import BusAway
 from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentTimeoutError
+from control_plane.storage.outage import is_outage
 
 KEEP_S = 600.0
+# How long an operation's audit entry waits for a database that is away (the app's stop included).
+FINISH_RETRY_S = 60.0
 PROGRESS_WINDOW = 1024 * 1024
 
 Finished = Callable[["Operation", str | None], Awaitable[None]]
@@ -110,6 +115,9 @@ class FileOperations:
                 if error_code == InsufficientStorage.code:  # where the disk is full
                     failed["details"] = {"path": str(exc.details.get("path", ""))}
                 operation.push("error", failed)
+            except BusAway:
+                error_code = Unavailable.code
+                operation.push("error", {"code": error_code, "message": "the bus to the agent's replica is away"})
             except AgentOfflineError:
                 error_code = AgentOffline.code
                 operation.push("error", {"code": error_code, "message": "the server's agent went away"})
@@ -120,10 +128,19 @@ class FileOperations:
             error_code = "cancelled"
             operation.push("error", {"code": error_code, "message": "cancelled; the partial result was removed"})
         operation.finish()
-        with anyio.CancelScope(shield=True):
-            try:
-                await on_finish(operation, error_code)
-            except Exception:
-                # A bug, but one of this operation's: the app's task group (every job, every
-                # operation, the server itself) must not end with it.
-                log.exception("fs operation %s: its finish hook (the audit) failed", operation.id)
+        with anyio.CancelScope(shield=True), anyio.move_on_after(FINISH_RETRY_S) as retrying:
+            attempt = 0
+            while True:
+                try:
+                    await on_finish(operation, error_code)
+                    break
+                except Exception as exc:
+                    if not is_outage(exc):
+                        # A bug, but one of this operation's: the app's task group (every job,
+                        # every operation, the server itself) must not end with it.
+                        log.exception("fs operation %s: its finish hook (the audit) failed", operation.id)
+                        break
+                await anyio.sleep(full_jitter(attempt, 0.5, 5.0))  # the database is away (logged once)
+                attempt += 1
+        if retrying.cancelled_caught:
+            log.warning("fs operation %s: its audit entry is lost: the database was away too long", operation.id)

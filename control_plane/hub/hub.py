@@ -14,15 +14,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+from anyio.abc import TaskGroup
 from starlette.responses import PlainTextResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from agent.link import grant, protocol
 from agent.link.protocol import ProtocolError
+from api_client.backoff import full_jitter
 from api_client.job_kinds.base import KIND_RE
 from control_plane.hub.admission import MAX_PENDING_LINKS, Admission
 from control_plane.hub.errors import AgentOfflineError, AgentTimeoutError
 from control_plane.hub.link import AgentSession, CallPath, Link, OnReport, Pending
+from control_plane.storage.outage import RETRY_AFTER_S, is_outage
 
 log = logging.getLogger("fleetdeck.hub")
 
@@ -32,6 +35,11 @@ Elsewhere = Callable[[str], Awaitable[CallPath | None]]
 OnPresence = Callable[[str, AgentSession | None], Awaitable[None]]
 
 _CLEANUP_TIMEOUT_S = 10.0
+# A presence report the database could not take is made again after full_jitter(attempt, base, cap).
+PRESENCE_RETRY_BASE_S = 0.5
+PRESENCE_RETRY_CAP_S = 5.0
+# What a report that failed on an outage leaves as reported: equal to no link nor to any.
+UNSURE = object()
 _MAX_HELLO_FIELD = 1024
 _MAX_HANDLERS = 1000
 # What users see of an agent: its version is a short token, its ingress URL printable ASCII.
@@ -142,12 +150,19 @@ class AgentHub:
         # Presence reports of one server are serialised and always report the current state,
         # so a late "offline" of a replaced link never hides the link that replaced it.
         self._presence_locks: dict[str, anyio.Lock] = {}
-        self._reported: dict[str, AgentSession] = {}
+        # The link last reported of each server (none: its absence), or UNSURE.
+        self._reported: dict[str, AgentSession | object] = {}
         # Servers deleted while this process ran: a link authenticated just before the delete
         # (its hello still on the way) is refused when it would register, not left linked.
         self._deleted: set[str] = set()
         # Set by the replicas of a control plane on one database (`control_plane.replicas`).
         self.elsewhere: Elsewhere | None = None
+        # Where a report that outlives its link runs (the app's lifespan task group; `bind`).
+        self._group: TaskGroup | None = None
+
+    def bind(self, group: TaskGroup) -> None:
+        """Give the hub the task group its late presence reports run in (the app's lifespan owns it)."""
+        self._group = group
 
     # --- queries --------------------------------------------------------------------------
 
@@ -270,7 +285,14 @@ class AgentHub:
     async def _set_up(self, websocket: WebSocket) -> Link | None:
         """Authenticate, hello, welcome, register: the link, or None when it was refused."""
         token = _bearer_token(websocket.headers.get("authorization"))
-        server_id = await self._authenticate(token) if token else None
+        try:
+            server_id = await self._authenticate(token) if token else None
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            # The token cannot be checked while the database is away: come back, as when busy.
+            await _turn_away(websocket, RETRY_AFTER_S)
+            return None
         await websocket.accept()
         if server_id is None:
             client = websocket.client.host if websocket.client else "?"
@@ -328,7 +350,19 @@ class AgentHub:
                     del self._links[server_id]
                     log.info("agent of server %s offline", server_id)
                 await _close(link.websocket, link.close_code)
-                await self._report_presence(server_id)
+                if not self._report_later(server_id):
+                    await self._report_presence(server_id)
+
+    def _report_later(self, server_id: str) -> bool:
+        """Report in the app's task group, beyond the link's end (through an outage of the
+        database, as long as it lasts); False when there is none (tests, or the app stopping)."""
+        if self._group is None:
+            return False
+        try:
+            self._group.start_soon(self._report_presence, server_id)
+        except RuntimeError:  # the task group has ended: the app is stopping
+            return False
+        return True
 
     async def report_all_again(self) -> None:
         """Report every link held here as new (what was stored of them was lost meanwhile)."""
@@ -337,21 +371,39 @@ class AgentHub:
             await self._report_presence(server_id)
 
     async def _report_presence(self, server_id: str) -> None:
+        """Report the server's current link (or none) if it is not what was reported last. An
+        outage of the database does not lose the report: it is made again, with whatever is
+        current by then, until it goes through (the agent stays linked meanwhile)."""
         if self._on_presence is None:
             return
         lock = self._presence_locks.setdefault(server_id, anyio.Lock())
-        async with lock:
-            current = self.session(server_id)
-            if current is self._reported.get(server_id):
-                return
-            if current is None:
-                del self._reported[server_id]
-            else:
-                self._reported[server_id] = current
-            try:
-                await self._on_presence(server_id, current)
-            except Exception:
-                log.exception("presence callback failed for server %s", server_id)
+        attempt = 0
+        while True:
+            async with lock:
+                current = self.session(server_id)
+                if current is self._reported.get(server_id):
+                    return
+                try:
+                    await self._on_presence(server_id, current)
+                except Exception as exc:
+                    if is_outage(exc):
+                        # Part of it may be stored: whatever is current then is reported again.
+                        self._reported[server_id] = UNSURE
+                    else:
+                        log.exception("presence callback failed for server %s", server_id)
+                        self._reported_now(server_id, current)
+                        return
+                else:
+                    self._reported_now(server_id, current)
+                    return
+            await anyio.sleep(full_jitter(attempt, PRESENCE_RETRY_BASE_S, PRESENCE_RETRY_CAP_S))
+            attempt += 1
+
+    def _reported_now(self, server_id: str, current: AgentSession | None) -> None:
+        if current is None:
+            self._reported.pop(server_id, None)
+        else:
+            self._reported[server_id] = current
 
 
 def _deadline(timeout: float | None) -> float:

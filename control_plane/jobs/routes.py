@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Header, Query, Request, Response
 from pydantic import ValidationError
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from agent.link import protocol
@@ -29,8 +30,10 @@ from api_client.errors import (
 from api_client.job_kinds import BuiltJob, JobKind, json_schemas, lookup
 from api_client.models import Capability, Job, JobCreate, JobKindList, JobList
 from control_plane import sse
+from control_plane.audit import store as audit
 from control_plane.auth.principal import Principal
 from control_plane.clock import parse
+from control_plane.errors import BUS_AWAY, unavailable
 from control_plane.jobs import store
 from control_plane.masking import mask_command_lines, mask_command_output
 from control_plane.servers.routes import server_row
@@ -140,6 +143,8 @@ async def create_job(
         return await _cached_answer(fleet, caller, server_id, kind, args)
     if not online:
         raise AgentOffline("the server's agent is not connected")
+    if online and not fleet.hub.is_online(server_id) and fleet.replicas and not fleet.replicas.bus.connected:
+        raise unavailable("bus", BUS_AWAY)  # its agent is on another replica: refused now, not queued unseen
     try:
         row = await submit_job(fleet, caller, server_id, kind, built, idempotency_key=idempotency_key)
     except IntegrityError:
@@ -159,13 +164,15 @@ async def submit_job(
     *,
     idempotency_key: str | None = None,
 ) -> dict[str, Any]:
-    """The one way a job comes to be, once its checks passed: the row (args masked), the audit
-    entry, and its start when the agent is online (else it stays `queued` for its return)."""
+    """The one way a job comes to be, once its checks passed: the row (args masked) and its
+    audit entry in one transaction (a database lost between the two would leave a job that no
+    request created), and its start when the agent is online (else it stays `queued` for its
+    return). Handed to another replica, it waits for a bus that is away (`Replicas.dispatch`)."""
     args = masked_args(kind, built.args)
     here = fleet.hub.is_online(server_id)
     online = await fleet.agent_online(server_id)
     row = await fleet.db.run(
-        store.create_job,
+        _create_job,
         org_id=caller.org_id,
         server_id=server_id,
         kind=kind.kind,
@@ -173,20 +180,28 @@ async def submit_job(
         argv=built.argv,
         created_by=caller.user_id,
         idempotency_key=idempotency_key,
-    )
-    await fleet.audit(
-        caller,
-        "jobs.create",
-        server_id=server_id,
-        target=kind.kind,
-        details={"job_id": row["id"], "args": args, "queued": not online},
-        secrets=built.secrets.values(),
+        audit_entry={**fleet.audit_identity(caller), "queued": not online, "secrets": built.secrets.values()},
     )
     if here:
         fleet.jobs.start(row, secrets=built.secrets, read=kind.read)
     elif online and fleet.replicas is not None:
         # The replica holding the agent's link runs it; it stays queued until that one starts it.
-        await fleet.replicas.dispatch(row, built.secrets, read=kind.read)
+        fleet.replicas.dispatch(row, built.secrets, read=kind.read)
+    return row
+
+
+def _create_job(conn: Connection, /, *, audit_entry: dict[str, Any], **job: Any) -> dict[str, Any]:
+    row = store.create_job(conn, **job)
+    queued, secrets = audit_entry.pop("queued"), audit_entry.pop("secrets")
+    audit.record(
+        conn,
+        action="jobs.create",
+        server_id=row["server_id"],
+        target=row["kind"],
+        details={"job_id": row["id"], "args": job["args"], "queued": queued},
+        secrets=secrets,
+        **audit_entry,
+    )
     return row
 
 

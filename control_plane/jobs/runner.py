@@ -8,6 +8,10 @@ the last stored line and finishes the job with its real exit code. It ends `inte
 agent does not link within the grace period, has restarted since (another ``boot_id``) or no
 longer has it. A job is never run twice.
 
+An outage of the database does not end a job: its agent keeps running it, its start, lines and
+end are written once the database is back (`Database.run_retrying`: the lines wait in memory,
+and the agent, told what is stored, keeps them too), and its streams wait for it.
+
 What one job keeps, in memory and in the database, is capped (`output_cap` bytes of output,
 counted as UTF-8 text and a newline per line): the lines past the cap are counted, not kept, and
 the stored output ends with one line that says how many lines and bytes were left out.
@@ -41,6 +45,7 @@ from control_plane.jobs import store
 from control_plane.jobs.lines import BadOutput, Run
 from control_plane.masking import Masker
 from control_plane.storage import Database
+from control_plane.storage.outage import is_outage
 
 log = logging.getLogger("fleetdeck.jobs")
 
@@ -211,7 +216,7 @@ class JobRunner:
     def __init__(self, db: Database, hub: AgentHub, *, grace_s: float, output_cap: int = DEFAULT_OUTPUT_CAP) -> None:
         self._db = db
         self._hub = hub
-        self._grace_s = grace_s
+        self.grace_s = grace_s
         self._output_cap = output_cap
         self._group: TaskGroup | None = None
         self._finish_hooks: dict[str, list[FinishHook]] = {}
@@ -247,7 +252,7 @@ class JobRunner:
 
     async def resume_unfinished(self, is_read: Any) -> None:
         """At start-up: take back the jobs a previous process left running, from their agents."""
-        await self._take_back_jobs(await self._db.run(store.running_jobs), is_read)
+        await self._take_back_jobs(await self._db.run_retrying(store.running_jobs), is_read)
 
     def take_back_soon(self, server_id: str, is_read: Any) -> None:
         """With replicas: the server's agent linked here, so its running jobs are this replica's
@@ -257,7 +262,7 @@ class JobRunner:
 
     async def _take_back_server(self, server_id: str, is_read: Any) -> None:
         await anyio.sleep(HANDOVER_S)
-        await self._take_back_jobs(await self._db.run(store.running_jobs, server_id), is_read)
+        await self._take_back_jobs(await self._db.run_retrying(store.running_jobs, server_id), is_read)
 
     async def _take_back_jobs(self, jobs: list[dict[str, Any]], is_read: Any) -> None:
         if self._group is None:
@@ -265,7 +270,7 @@ class JobRunner:
         for job in jobs:
             if job["id"] in self.live:
                 continue
-            from_seq, kept_bytes = await self._db.run(store.stored_output, job["id"])
+            from_seq, kept_bytes = await self._db.run_retrying(store.stored_output, job["id"])
             self.live[job["id"]] = LiveJob(job["id"], cap=self._output_cap, from_seq=from_seq, kept_bytes=kept_bytes)
             # A read's result is its whole output: not known when part of it came before the restart.
             read = bool(is_read(job["kind"])) and from_seq == 0
@@ -304,7 +309,7 @@ class JobRunner:
 
     async def _finish(self, job: dict[str, Any], live: LiveJob, exit_code: int | None, status: str, read: bool) -> None:
         result = _read_result(live) if read and status == "succeeded" else None
-        await self._db.run(
+        await self._db.run_retrying(
             store.update_job,
             job["id"],
             status=status,
@@ -314,14 +319,14 @@ class JobRunner:
         )
         if read and status == "succeeded":
             key = store.args_key(orjson.loads(job["args"]))
-            await self._db.run(store.remember_read, job["server_id"], job["kind"], key, job["id"], result)
+            await self._db.run_retrying(store.remember_read, job["server_id"], job["kind"], key, job["id"], result)
         live.finish(exit_code, status)
         self._tell_stored(job["id"])
         hooks = self._finish_hooks.get(job["kind"], [])
         if hooks:
             runs = live.runs
             if live.from_seq:  # taken back after a restart: the lines before are in the database only
-                runs = await self._db.run(store.lines_through, job["id"], live.from_seq) + runs
+                runs = await self._db.run_retrying(store.lines_through, job["id"], live.from_seq) + runs
             end = JobEnd(job, exit_code, status, _stdout_text(runs), _last_stderr(runs))
             for hook in hooks:
                 try:
@@ -340,7 +345,7 @@ class JobRunner:
         session = self._hub.session(job["server_id"])
         if session is None:
             return None, "interrupted"
-        if not await self._db.run(store.start_job, job["id"], session.boot_id):
+        if not await self._db.run_retrying(store.start_job, job["id"], session.boot_id, now_iso()):
             return None, "cancelled"  # it ended while it waited (superseded): never run it
         params: dict[str, Any] = {
             "job_id": job["id"],
@@ -458,17 +463,27 @@ class JobRunner:
         runner would re-attach to a dead link in a loop that never yields.
         """
         asked_at = -math.inf
-        with anyio.move_on_after(self._grace_s):
+        with anyio.move_on_after(self.grace_s):
             while True:
                 session = self._hub.session(server_id)
                 if session is not None and (after is None or session.connected_at > after.connected_at):
                     return session
                 if self.linked_elsewhere is not None and anyio.current_time() - asked_at >= ELSEWHERE_POLL_S:
                     asked_at = anyio.current_time()
-                    if await self.linked_elsewhere(server_id):
+                    if await self._linked_elsewhere(server_id):
                         raise JobMoved(server_id)
                 await anyio.sleep(0.1)
         return None
+
+    async def _linked_elsewhere(self, server_id: str) -> bool:
+        """Whether the agent linked to another replica; not known (False) while the database is away."""
+        assert self.linked_elsewhere is not None
+        try:
+            return await self.linked_elsewhere(server_id)
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            return False
 
     async def _store_lines(self, live: LiveJob, batches: MemoryObjectReceiveStream[list[Run]]) -> None:
         """Write lines in few transactions: gather up to a chunk's worth, or what came in 50 ms."""
@@ -484,7 +499,8 @@ class JobRunner:
                             break
                         pending.extend(more)
                         count += output.line_count(more)
-                await self._db.run(store.insert_lines, live.job_id, pending)
+                # Through an outage: the job runs on, its lines wait here (and on the agent).
+                await self._db.run_retrying(store.insert_lines, live.job_id, pending)
                 live.stored_seq = pending[-1].last_seq
                 self._tell_stored(live.job_id)
 
@@ -499,17 +515,18 @@ class JobRunner:
                 async for chunk in live.follow(after, view):
                     yield chunk
                 return
-            runs = await self._db.run(store.lines_after, job_id, after, DB_PAGE)
+            # Through an outage the stream waits for the database, rather than end without `exit`.
+            runs = await self._db.run_retrying(store.lines_after, job_id, after, DB_PAGE)
             if runs:
                 after = runs[-1].last_seq
                 yield output.sse(_viewed(runs, view))
                 continue
-            job = await self._db.run(store.get_job, org_id, job_id)
+            job = await self._db.run_retrying(store.get_job, org_id, job_id)
             if job is None:
                 return
             if job["status"] not in store.RUNNING_STATUSES:
                 # Lines stored between the read above and the row's end come first.
-                runs = await self._db.run(store.lines_after, job_id, after, DB_PAGE)
+                runs = await self._db.run_retrying(store.lines_after, job_id, after, DB_PAGE)
                 if runs:
                     after = runs[-1].last_seq
                     yield output.sse(_viewed(runs, view))

@@ -93,14 +93,24 @@ def update_job(conn: Connection, /, job_id: str, **values: Any) -> None:
     conn.execute(jobs.update().where(jobs.c.id == job_id).values(**values))
 
 
-def start_job(conn: Connection, job_id: str, agent_boot_id: str) -> bool:
-    """Mark a queued job running; False when it is no longer queued (ended while it waited)."""
+def start_job(conn: Connection, job_id: str, agent_boot_id: str, started_at: str) -> bool:
+    """Mark a queued job running; False when it is no longer queued (ended while it waited).
+    Safe to run again (the database lost between its commit and its answer): the job this very
+    call started (`started_at`, `agent_boot_id`) answers True again."""
     started = conn.execute(
         jobs.update()
         .where(jobs.c.id == job_id, jobs.c.status == "queued")
-        .values(status="running", started_at=now_iso(), agent_boot_id=agent_boot_id)
+        .values(status="running", started_at=started_at, agent_boot_id=agent_boot_id)
     )
-    return started.rowcount > 0
+    if started.rowcount > 0:
+        return True
+    query = sa.select(jobs.c.id).where(
+        jobs.c.id == job_id,
+        jobs.c.status == "running",
+        jobs.c.started_at == started_at,
+        jobs.c.agent_boot_id == agent_boot_id,
+    )
+    return conn.execute(query).first() is not None
 
 
 def end_queued(conn: Connection, job_id: str, status: str, note: str) -> bool:

@@ -70,7 +70,8 @@ class LbReports:
         except ValidationError as exc:
             log.warning("server %s sent a malformed health report: %s", server_id, exc)
             return
-        await self._db.run(store.record_health, server_id, report)
+        # Through an outage: the agent's stream waits meanwhile (its credit is not granted back).
+        await self._db.run_retrying(store.record_health, server_id, report)
 
     # --- apply outcomes ---------------------------------------------------------------------
 
@@ -81,10 +82,10 @@ class LbReports:
         args = orjson.loads(end.job["args"])
         outcome = _outcome(end.stdout)
         if outcome is not None and outcome.id == args["id"]:
-            await self._db.run(store.record_outcome, outcome.id, outcome)
+            await self._db.run_retrying(store.record_outcome, outcome.id, outcome)
         else:
             error = end.last_stderr or f"lb.apply ended {end.status} (exit code {end.exit_code}) without an outcome"
-            await self._db.run(store.record_failed_apply, args["id"], args["revision"], error)
+            await self._db.run_retrying(store.record_failed_apply, args["id"], args["revision"], error)
         self.watch(end.job["server_id"])
 
 

@@ -13,20 +13,31 @@ A job runs on the replica holding its agent's link (one created elsewhere is han
 its secrets with it, never stored); its streams on the others read the database, woken by the
 bus as lines are stored; a link that moves takes its running jobs along (`JobRunner`). A server
 deleted on one replica has its link cut on the one that holds it.
+
+Outages: every loop here rides out one of the database (`Database.run_retrying`, or a turn
+skipped) and of the bus (nats-py reconnects). Each replica says on the bus every second that it is
+there (`BEACON_SUBJECT`), so a replica knows which others it can reach now: a call for an agent
+linked to one it cannot reach (its own bus away, the other's, or the other not yet subscribed
+again after NATS came back) fails at once with `BusAway`, rather than being published into the
+void and waiting for its timeout. A job handed to another replica is handed again until it
+starts, so a message the bus lost leaves no job queued for good. A replica that could not reach the database
+takes nobody for dead until it has beaten for `STALE_AFTER_S` again: after an outage every
+heartbeat is stale, and the others need that long to beat once more.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import time
 from typing import Any
 
 import anyio
+import orjson
 from anyio.abc import TaskStatus
 
 from control_plane.auth.secrets import new_id
-from control_plane.bus import Bus
-from control_plane.clock import now_iso
+from control_plane.bus import Bus, BusAway, Inbox
 from control_plane.hub import AgentHub
 from control_plane.jobs import store as jobs_store
 from control_plane.jobs.runner import JobRunner
@@ -34,6 +45,7 @@ from control_plane.replicas import store
 from control_plane.replicas.calls import RelayedCalls, RemoteLink, message, subject
 from control_plane.servers.presence import PresenceFeed
 from control_plane.storage import Database
+from control_plane.storage.outage import is_outage
 
 log = logging.getLogger("fleetdeck.replicas")
 
@@ -45,6 +57,16 @@ PRESENCE_SUBJECT = "fleetdeck.presence"
 JOBS_SUBJECT = "fleetdeck.jobs"
 # A server was deleted: whichever replica holds its agent's link cuts it.
 DELETED_SUBJECT = "fleetdeck.servers.deleted"
+# Every replica says it is on the bus this often; one not heard from for UNHEARD_AFTER_S cannot be
+# reached over it (calls for its agents fail at once). A replica that starts, or whose bus comes
+# back, asks the others to say so at once; it waits up to HEAR_AT_START_S for the live ones.
+BEACON_SUBJECT = "fleetdeck.replicas.beacon"
+BEACON_S = 1.0
+UNHEARD_AFTER_S = 5.0
+HEAR_AT_START_S = 2.0
+# A job handed to another replica is handed again this often until its row says it started.
+DISPATCH_AGAIN_S = 2.0
+NOT_STARTED_NOTE = "fleetdeck: its agent went away before the job started"
 
 
 class Replicas:
@@ -61,6 +83,10 @@ class Replicas:
         self._link_ids = itertools.count(1)
         self.live: set[str] = {self.id}
         self._presence_lock = anyio.Lock()
+        self._beating_since: float | None = None  # time.monotonic() since its beats succeed
+        self._group: anyio.abc.TaskGroup | None = None
+        self._heard: dict[str, float] = {}  # replica id -> time.monotonic() of its last beacon
+        self._heard_more = anyio.Event()
         hub.elsewhere = self.path_to
         runner.linked_elsewhere = self.is_linked_elsewhere
         runner.on_stored = lambda job_id: self.bus.publish(JOBS_SUBJECT, job_id.encode())
@@ -68,12 +94,21 @@ class Replicas:
     # --- where agents are ------------------------------------------------------------------
 
     async def path_to(self, server_id: str) -> RemoteLink | None:
-        """The way to a server's agent linked to another live replica (None: it is not)."""
+        """The way to a server's agent linked to another live replica (None: it is not).
+        Raises `BusAway` when there is one but the bus to it is down."""
         holders = await self._db.run(store.link_holders, [server_id])
         holder = holders.get(server_id)
         if holder is None or holder == self.id or holder not in self.live:
             return None
+        if not self.reachable(holder):
+            raise BusAway(f"server {server_id}: its agent is linked to a replica the bus cannot reach now")
         return RemoteLink(self.calls, holder, server_id)
+
+    def reachable(self, replica_id: str) -> bool:
+        """Whether a call published for `replica_id` reaches it: the bus is here, and it said on
+        it lately that it is there (and so subscribed: its subscriptions come before its beacon)."""
+        heard = self._heard.get(replica_id)
+        return self.bus.connected and heard is not None and time.monotonic() - heard < UNHEARD_AFTER_S
 
     async def is_linked_elsewhere(self, server_id: str) -> bool:
         return bool(await self.linked_elsewhere([server_id]))
@@ -99,19 +134,48 @@ class Replicas:
 
     # --- jobs ------------------------------------------------------------------------------
 
-    async def dispatch(self, job: dict[str, Any], secrets: dict[str, str], *, read: bool) -> bool:
-        """Ask the replica holding the job's agent link to run it (False: no live replica holds
-        it). Its secrets go along: they are never stored, and only the runner needs them."""
-        holders = await self._db.run(store.link_holders, [job["server_id"]])
-        holder = holders.get(job["server_id"])
-        if holder is None or holder == self.id or holder not in self.live:
-            return False
+    def dispatch(self, job: dict[str, Any], secrets: dict[str, str], *, read: bool) -> None:
+        """Have the job run by the replica holding its agent's link, handed over the bus (its
+        secrets along: they are never stored, and only the runner needs them), and handed again
+        until its row says it started: a message the bus lost (away, or the holder restarting)
+        must not leave it queued. The handing runs in the replica's task group."""
+        if self._group is None:
+            raise RuntimeError("jobs are handed over only while the replica runs")
+        self._group.start_soon(self._dispatch, job, secrets, read, name=f"dispatch {job['id']}")
+
+    async def _dispatch(self, job: dict[str, Any], secrets: dict[str, str], read: bool) -> None:
         header = {"t": "job", "job_id": job["id"], "org_id": job["org_id"], "secrets": secrets, "read": read}
-        self.bus.publish(subject(holder), message(header))
-        return True
+        unlinked_since: float | None = None
+        while True:
+            holders = await self._db.run_retrying(store.link_holders, [job["server_id"]])
+            holder = holders.get(job["server_id"])
+            if holder == self.id:
+                self._runner.start(job, secrets=secrets, read=read)  # the link moved here
+                return
+            if holder is not None and holder in self.live:
+                unlinked_since = None
+                if self.reachable(holder):
+                    self.bus.publish(subject(holder), message(header))
+            elif unlinked_since is None:
+                unlinked_since = time.monotonic()
+            elif time.monotonic() - unlinked_since > self._runner.grace_s:
+                # As a job whose agent left between its creation and its start (`JobRunner`).
+                await self._db.run_retrying(jobs_store.end_queued, job["id"], "interrupted", NOT_STARTED_NOTE)
+                self._runner.stored(job["id"])
+                self.bus.publish(JOBS_SUBJECT, job["id"].encode())
+                return
+            await anyio.sleep(DISPATCH_AGAIN_S)
+            row = await self._db.run_retrying(jobs_store.get_job, job["org_id"], job["id"])
+            if row is None or row["status"] != "queued":
+                return
 
     async def _start_job(self, request: dict[str, Any]) -> None:
-        job = await self._db.run(jobs_store.get_job, str(request["org_id"]), str(request["job_id"]))
+        try:
+            job = await self._db.run(jobs_store.get_job, str(request["org_id"]), str(request["job_id"]))
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            return  # its dispatcher hands it again (`dispatch`)
         secrets = request.get("secrets")
         if job is None or job["status"] != "queued" or not isinstance(secrets, dict):
             return
@@ -150,6 +214,7 @@ class Replicas:
         await self.bus.connect()
         try:
             await self._db.run(store.beat, self.id)
+            self._beating_since = time.monotonic()
             # The feed starts with the newest events already stored: a client resuming here
             # with an id another replica gave it gets what followed.
             last = await self._db.run(store.last_presence_event)
@@ -159,62 +224,150 @@ class Replicas:
             presence = await self.bus.subscribe(PRESENCE_SUBJECT)
             stored = await self.bus.subscribe(JOBS_SUBJECT)
             deleted = await self.bus.subscribe(DELETED_SUBJECT)
+            beacons = await self.bus.subscribe(BEACON_SUBJECT)
             async with anyio.create_task_group() as group:
-                self.calls.task_group = group
+                self.calls.task_group = self._group = group
                 group.start_soon(self._beat)
                 group.start_soon(self._keep_house)
                 group.start_soon(self._serve_calls, calls)
                 group.start_soon(self._follow_presence, presence)
                 group.start_soon(self._follow_jobs, stored)
                 group.start_soon(self._follow_deletes, deleted)
+                assert self.bus.changes is not None
+                group.start_soon(self._follow_bus, self.bus.changes)
+                group.start_soon(self._follow_beacons, beacons)
+                group.start_soon(self._send_beacons)
+                await self._hear_the_others()
                 log.info("replica %s on the bus at %s", self.id, self.bus.url)
                 task_status.started()
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(10):
-                await self._db.run(store.leave, self.id)
+                try:
+                    await self._db.run(store.leave, self.id)
+                except Exception as exc:
+                    if not is_outage(exc):
+                        raise
+                    log.warning("replica %s: the database is away: the others see it dead by its heartbeat", self.id)
                 await self.bus.close()
 
-    async def _serve_calls(self, inbox: Any) -> None:
+    async def _serve_calls(self, inbox: Inbox[bytes]) -> None:
         while True:
             for data in await inbox.take():
                 await self.calls.on_message(data)
 
-    async def _follow_presence(self, inbox: Any) -> None:
+    async def _follow_presence(self, inbox: Inbox[bytes]) -> None:
         while True:
             await inbox.take()  # one load for however many wake-ups came meanwhile
-            await self._load_presence()
+            try:
+                await self._load_presence()
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise  # during an outage, housekeeping loads them once the database is back
 
-    async def _follow_jobs(self, inbox: Any) -> None:
+    async def _follow_jobs(self, inbox: Inbox[bytes]) -> None:
         while True:
             for job_id in set(await inbox.take()):
                 self._runner.stored(job_id.decode())
 
-    async def _follow_deletes(self, inbox: Any) -> None:
+    async def _follow_deletes(self, inbox: Inbox[bytes]) -> None:
         while True:
             for server_id in await inbox.take():
                 self._hub.disconnect(server_id.decode())
 
-    async def _beat(self) -> None:
-        """The heartbeat alone, so that slow housekeeping (below) never makes it late. A replica
-        late all the same (stopped, starved of CPU or database) is taken for dead by the others,
-        who release its links: once it beats again, it says again that it holds them."""
+    async def _follow_bus(self, changes: Inbox[bool]) -> None:
+        """The bus went away: the calls waiting on other replicas fail now, not at their timeout,
+        and no other replica counts as reachable until it is heard from again. It came back: the
+        others are asked to say at once that they are there."""
         while True:
-            if not await self._db.run(store.beat, self.id):
-                log.warning("replica %s: taken for dead while it ran; claiming its links again", self.id)
-                await self._hub.report_all_again()
+            if (await changes.take())[-1]:
+                self._beacon(ask=True)
+            else:
+                self._heard.clear()
+                self.calls.bus_lost()
+
+    def _beacon(self, *, ask: bool = False) -> None:
+        self.bus.publish(BEACON_SUBJECT, orjson.dumps({"from": self.id, "ask": ask}))
+
+    async def _send_beacons(self) -> None:
+        """Say so every second; and fail the calls relayed to (or for) replicas gone unheard:
+        their own bus is away, so nothing they send or are sent arrives."""
+        self._beacon(ask=True)
+        while True:
+            await anyio.sleep(BEACON_S)
+            if self.bus.connected:
+                self._beacon()
+                self.calls.replicas_gone({self.id} | {replica for replica in self._heard if self.reachable(replica)})
+
+    async def _follow_beacons(self, inbox: Inbox[bytes]) -> None:
+        while True:
+            for data in await inbox.take():
+                try:
+                    beacon = orjson.loads(data)
+                    sender, ask = str(beacon["from"]), beacon.get("ask") is True
+                except (orjson.JSONDecodeError, KeyError, TypeError):
+                    log.warning("a bad beacon on the bus")
+                    continue
+                if sender == self.id:
+                    continue
+                self._heard[sender] = time.monotonic()
+                if ask:
+                    self._beacon()
+            self._heard_more.set()
+            self._heard_more = anyio.Event()
+
+    async def _hear_the_others(self) -> None:
+        """At start, until every live replica (by its heartbeat) said it is there, for a while at most."""
+        self.live = await self._db.run(store.live_replicas, STALE_AFTER_S) | {self.id}
+        with anyio.move_on_after(HEAR_AT_START_S):
+            while not all(self.reachable(replica) for replica in self.live - {self.id}):
+                await self._heard_more.wait()
+
+    async def _beat(self) -> None:
+        """The heartbeat alone, so that slow housekeeping (below) never makes it late, on a
+        database thread of its own (`Database.run_first`) for the same reason. A replica late
+        all the same (stopped, starved of CPU or database) is taken for dead by the others, who
+        release its links: once it beats again, it says again that it holds them."""
+        while True:
+            try:
+                beaten = await self._db.run_first(store.beat, self.id)
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+                self._beating_since = None
+            else:
+                if self._beating_since is None:
+                    self._beating_since = time.monotonic()
+                if not beaten:
+                    log.warning("replica %s: taken for dead while it ran; claiming its links again", self.id)
+                    await self._hub.report_all_again()
             await anyio.sleep(HEARTBEAT_S)
+
+    def _steady(self) -> bool:
+        """Whether this replica's beats have succeeded for long enough to judge the others'."""
+        return self._beating_since is not None and time.monotonic() - self._beating_since >= STALE_AFTER_S
 
     async def _keep_house(self) -> None:
         while True:
-            await self._db.run(store.prune_presence_events, self._presence.capacity)
-            await self._load_presence()  # also what a lost wake-up did not bring
-            live = await self._db.run(store.live_replicas, STALE_AFTER_S)
-            self.live = live | {self.id}
-            self.calls.replicas_gone(self.live)
-            for server_id, org_id, version, kinds in await self._db.run(store.reap_dead_links, STALE_AFTER_S):
-                log.info("server %s: its link's replica is gone, so is its link", server_id)
-                await self.publish_presence(
-                    org_id,
-                    {"server_id": server_id, "online": False, "version": version, "job_kinds": kinds, "at": now_iso()},
-                )
+            try:
+                await self._house_turn()
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise  # an outage: the next turn does it all again
             await anyio.sleep(HEARTBEAT_S)
+
+    async def _house_turn(self) -> None:
+        await self._db.run(store.prune_presence_events, self._presence.capacity)
+        await self._load_presence()  # also what a lost wake-up did not bring
+        live = await self._db.run(store.live_replicas, STALE_AFTER_S) | {self.id}
+        if not self._steady():
+            # Just back from an outage: the others' heartbeats are stale because the database
+            # was away, not because they are. Nobody is taken for dead (or their calls failed).
+            self.live |= live
+            return
+        self.live = live
+        self.calls.replicas_gone(self.live)
+        released = await self._db.run(store.reap_dead_links, STALE_AFTER_S)
+        if released:
+            log.info("%d servers: their links' replica is gone, so are their links", released)
+            await self._load_presence()
+            self.bus.publish(PRESENCE_SUBJECT, b"{}")

@@ -34,7 +34,7 @@ import orjson
 from agent.link import protocol
 from agent.link.protocol import ProtocolError
 from api_client.errors import ApiError
-from control_plane.bus import Bus
+from control_plane.bus import Bus, BusAway
 from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentSession
 from control_plane.hub.link import Link, Pending
 
@@ -360,12 +360,23 @@ class RelayedCalls:
             del self._outboxes[link]
 
     def replicas_gone(self, live: set[str]) -> None:
-        """Replicas whose heartbeat went stale: our calls on them fail (their agents' links went
-        with them), and their calls here are cancelled on the agents."""
+        """Replicas not in `live` (their heartbeat went stale, or the bus no longer reaches them):
+        our calls on them fail, and their calls here are cancelled on the agents."""
         for call_id, replica_id in list(self._serving.items()):
             if replica_id not in live and (pending := self.forget(call_id)) is not None:
                 pending.fail(AgentOfflineError("the replica holding the agent's link is gone"))
         self._requesters_gone(live)
+
+    def bus_lost(self) -> None:
+        """The bus is away: every call relayed either way is cut (its frames cannot pass). Ours
+        fail now with `BusAway`, rather than at their timeout; those served here are cancelled
+        on their agents (their requesters fail theirs alike)."""
+        for call_id in list(self._serving):
+            pending = self.forget(call_id)
+            if pending is not None:
+                pending.fail(BusAway("the bus to the replica holding the agent's link is away"))
+        for relay in list(self.relays.values()):
+            relay.cancel()
 
     def _requesters_gone(self, live: set[str]) -> None:
         """Cancel the calls of replicas whose heartbeat went stale."""

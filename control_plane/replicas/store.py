@@ -83,17 +83,35 @@ def release_link(conn: Connection, server_id: str, link_id: str) -> bool:
     return released.rowcount > 0
 
 
-def reap_dead_links(conn: Connection, stale_after_s: float) -> list[tuple[str, str, str | None, list[str] | None]]:
-    """Release the links of replicas whose heartbeat is stale, and forget those replicas: the
-    servers released here (id, org, agent version, job kinds), each by one replica only."""
+def reap_dead_links(conn: Connection, stale_after_s: float) -> int:
+    """Forget the replicas whose heartbeat is stale and release their links, each with an
+    "offline" presence event, in one transaction: how many servers were released (each by one
+    replica only).
+
+    A replica's row is deleted first, and only its links are released: one that beats again
+    meanwhile (late, not dead: starved of CPU in a relink storm) either keeps its row, and its
+    links, or finds its row gone on that beat and claims its links again (`beat`). Releasing by
+    a list of dead replicas read before the delete would release the links of one that beat in
+    between, and it would never know."""
     threshold = time.time() - stale_after_s
-    dead = sa.select(replicas.c.id).where(replicas.c.heartbeat_at <= threshold)
+    # In one order on every reaper: two reaping the same dead replicas never wait on each other in a cycle.
+    query = sa.select(replicas.c.id).where(replicas.c.heartbeat_at <= threshold).order_by(replicas.c.id)
+    stale = conn.execute(query).scalars().all()
+    dead = [
+        replica_id
+        for replica_id in stale
+        if conn.execute(
+            replicas.delete().where(replicas.c.id == replica_id, replicas.c.heartbeat_at <= threshold)
+        ).rowcount
+    ]
+    if not dead:
+        return 0
     rows = conn.execute(
         sa.select(
             servers.c.id, servers.c.org_id, servers.c.agent_version, servers.c.agent_job_kinds, servers.c.agent_link_id
         ).where(servers.c.agent_replica_id.in_(dead))
     ).all()
-    released = []
+    released = 0
     for row in rows:
         done = conn.execute(
             servers.update()
@@ -102,8 +120,9 @@ def reap_dead_links(conn: Connection, stale_after_s: float) -> list[tuple[str, s
         )
         if done.rowcount:
             kinds = orjson.loads(row.agent_job_kinds) if row.agent_job_kinds is not None else None
-            released.append((row.id, row.org_id, row.agent_version, kinds))
-    conn.execute(replicas.delete().where(replicas.c.heartbeat_at <= threshold))
+            event = {"server_id": row.id, "online": False, "version": row.agent_version, "job_kinds": kinds}
+            add_presence_event(conn, row.org_id, {**event, "at": now_iso()})
+            released += 1
     return released
 
 

@@ -2,7 +2,8 @@
 
 SQLAlchemy Core is synchronous. Route handlers call `await db.run(fn, ...)`, which runs
 `fn(conn, ...)` inside one transaction on a worker thread, so a slow disk never stalls the event
-loop (and with it every agent link and stream of the control plane).
+loop (and with it every agent link and stream of the control plane). Long-running tasks call
+`run_retrying`, which rides out an outage of the database (`control_plane.storage.outage`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -20,6 +22,9 @@ import anyio.to_thread
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from api_client.backoff import full_jitter
+from control_plane.storage.outage import DatabaseState, Health, is_outage
+
 log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
@@ -27,6 +32,22 @@ T = TypeVar("T")
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 POSTGRES_DRIVER = "postgresql+psycopg"
+# A PostgreSQL server that does not answer a new connection within this is away: without it, a
+# connection to a host that went silent waits for the system's TCP timeout (minutes). Likewise an
+# open connection whose server went silent is given up after about 11 s of TCP keepalives.
+POSTGRES_CONNECT_ARGS = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+}
+# Tries of a long-running task during an outage wait full_jitter(attempt, base, cap) seconds.
+RETRY_BASE_S = 0.25
+RETRY_CAP_S = 5.0
+# How old the state `/v1/health` reports may be before it asks the database itself.
+HEALTH_MAX_AGE_S = 1.0
+HEALTH_PROBE_TIMEOUT_S = 3.0
 
 
 class DriverMissing(Exception):
@@ -49,7 +70,7 @@ def create_engine(url: str) -> Engine:
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     try:
-        return sa.create_engine(parsed, pool_pre_ping=True)
+        return sa.create_engine(parsed, pool_pre_ping=True, connect_args=POSTGRES_CONNECT_ARGS)
     except ImportError as exc:  # the dialect imports its driver here
         if parsed.get_backend_name() == "postgresql":
             raise DriverMissing(
@@ -131,7 +152,10 @@ class Database:
         prepare_sqlite_file(url)
         self.url = url
         self.engine = create_engine(url)
+        self.state = DatabaseState()
         self._limiter: anyio.CapacityLimiter | None = None
+        self._first_limiter: anyio.CapacityLimiter | None = None
+        self._probe: anyio.Lock | None = None
         self._threads = threads
 
     def migrate(self) -> None:
@@ -139,8 +163,15 @@ class Database:
 
     def run_sync(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `fn(conn, ...)` in one transaction, on the calling thread (for CLI commands)."""
-        with self.engine.begin() as conn:
-            return fn(conn, *args, **kwargs)
+        try:
+            with self.engine.begin() as conn:
+                result = fn(conn, *args, **kwargs)
+        except Exception as exc:
+            if is_outage(exc):
+                self.state.failed(exc)
+            raise
+        self.state.answered()
+        return result
 
     async def run(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run `fn(conn, ...)` in one transaction on a worker thread."""
@@ -149,5 +180,51 @@ class Database:
         call = partial(self.run_sync, fn, *args, **kwargs)
         return await anyio.to_thread.run_sync(call, limiter=self._limiter)
 
+    async def run_first(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`run`, on a thread of its own rather than after the transactions waiting for the
+        others: for the replica's heartbeat, which a relink storm's thousands of presence writes
+        must not make late (late, the other replicas take it for dead)."""
+        if self._first_limiter is None:
+            self._first_limiter = anyio.CapacityLimiter(1)
+        call = partial(self.run_sync, fn, *args, **kwargs)
+        return await anyio.to_thread.run_sync(call, limiter=self._first_limiter)
+
+    async def run_retrying(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`run`, tried again through an outage of the database until it succeeds: for tasks that
+        outlive any request (a job's output writer, presence, the heartbeat's housekeeping).
+        `fn` must be safe to run again after a failure, also one whose commit did go through.
+        The outage is logged once (`DatabaseState`); any other error is raised at once."""
+        attempt = 0
+        while True:
+            try:
+                return await self.run(fn, *args, **kwargs)
+            except Exception as exc:
+                if not is_outage(exc):
+                    raise
+            await anyio.sleep(full_jitter(attempt, RETRY_BASE_S, RETRY_CAP_S))
+            attempt += 1
+
+    async def health(self) -> Health:
+        """Whether the database answers: the outcome of the latest transaction if it is recent
+        (`HEALTH_MAX_AGE_S`), else of a `SELECT 1` of its own, one at a time and given up after
+        `HEALTH_PROBE_TIMEOUT_S`. Cheap enough for a load balancer's checks every second."""
+        if self._probe is None:
+            self._probe = anyio.Lock()
+        async with self._probe:
+            if time.monotonic() - self.state.checked_at < HEALTH_MAX_AGE_S:
+                return self.state.health
+            with anyio.move_on_after(HEALTH_PROBE_TIMEOUT_S) as probe:
+                try:
+                    # Abandoned on timeout: a silent server holds its thread until the connect timeout.
+                    await anyio.to_thread.run_sync(partial(self.run_sync, _select_one), abandon_on_cancel=True)
+                except Exception as exc:
+                    if not is_outage(exc):
+                        raise
+            return "unavailable" if probe.cancelled_caught else self.state.health
+
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _select_one(conn: Connection) -> None:
+    conn.execute(sa.text("SELECT 1"))

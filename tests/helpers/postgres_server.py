@@ -122,7 +122,14 @@ class PostgresServer:
     def as_postgres(self, *argv: str) -> None:
         subprocess.run([str(self.bin / argv[0]), *argv[1:]], user=OS_USER, cwd="/", check=True, capture_output=True)
 
+    def start(self) -> None:
+        """Start the server (again: on the same port and data folder), once it takes connections."""
+        self.as_postgres(
+            "pg_ctl", "start", "-D", str(self.data), "-l", str(self.log_file), "-w", "-t", str(START_TIMEOUT_S)
+        )
+
     def stop(self) -> None:
+        """Stop it as an operator restarting it would (`-m fast`: sessions are cut, not waited for)."""
         if (self.data / "postmaster.pid").exists():
             self.as_postgres("pg_ctl", "stop", "-D", str(self.data), "-m", "fast", "-w")
 
@@ -173,7 +180,5 @@ def start_postgres(folder: Path, *, log_statements: bool = True) -> PostgresServ
     with open(server.data / "postgresql.conf", "a") as conf:
         conf.write("".join(f"{name} = {value}\n" for name, value in settings.items()))
     server.hba_file.write_text(BASE_HBA)
-    server.as_postgres(
-        "pg_ctl", "start", "-D", str(server.data), "-l", str(server.log_file), "-w", "-t", str(START_TIMEOUT_S)
-    )
+    server.start()
     return server
