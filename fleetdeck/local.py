@@ -64,8 +64,8 @@ async def run_local(
     activity = RequestActivity()
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         home, agent_state = layout.home, layout.agent_state
-        await anyio.to_thread.run_sync(ensure_workspace, home, agent_state, layout.site_logs)
         stack_dir(home)  # as root, its sites' users pass through it to their own folders
+        await anyio.to_thread.run_sync(ensure_workspace, home, agent_state, layout.site_logs)
         sockets = await anyio.to_thread.run_sync(unix_sockets.runtime_dir, layout.root)
         db_url = db_url or layout.db_url
         fleet = build_fleet(settings.for_control_plane(db_url, default_server=LOCAL_SERVER))
