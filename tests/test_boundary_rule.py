@@ -1,7 +1,7 @@
 """The boundary rule, read from the job handlers' code: no root code in ``agent/jobs`` opens,
 copies, moves, chmods, lists or deletes a path inside a tree a site user can write by its name.
 
-The rule, precisely (docs/security-boundary.md says why):
+The rule, precisely (docs/security.md says why):
 
 - **Anchors** are the folders of those trees themselves: ``<ctx>.home`` (any attribute named
   ``home``: the agent's home, a site's or a user's home) and ``<ctx>.site_home(...)``. An anchor is

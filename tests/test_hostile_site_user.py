@@ -12,7 +12,7 @@ clean failure (1, 2, 69, 78 and one stderr line, no traceback in the agent's log
 `SCENARIOS` is the list of kinds that touch a site, as data: the paths each touches (relative to
 the site's folder), who opens them and the arguments that run it; `NOT_IN_A_SITE` says, for every
 other kind with a handler, why it touches no file a site user can write. A test fails when a kind
-is in neither, and another when ``docs/security-hostile.md``'s table and this list disagree.
+is in neither, and another when ``docs/security.md``'s table and this list disagree.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from tests.helpers.web_services import stop_nginx, stop_php_fpm
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the site users' attacks need root to set up")
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "security-hostile.md"
+DOC = ROOT / "docs" / "security.md"
 CLEAN_EXITS = {0, 1, 2, 69, 78}
 ENDED = {"succeeded", "failed", "cancelled", "interrupted"}
 JOB_BOUND_S = 120.0  # a backstop: a FIFO wait is seen at once, this catches any other hang
@@ -606,7 +606,7 @@ NOT_IN_A_SITE: dict[str, str] = {
     **{k: _SERVICE for k in ("updates.security", "updates.status", "updates.unhold")},
 }
 
-# Attacks that get through by design, each a stated limit (docs/security-boundary.md): an xfail
+# Attacks that get through by design, each a stated limit (docs/security.md): an xfail
 # that fails the day the attack is stopped.
 KNOWN_LIMITS: dict[tuple[str, str], str] = {
     ("security.scan", "hardlink"): (
@@ -979,7 +979,7 @@ def table_rows() -> dict[str, tuple[str, ...]]:
 
 
 def table_markdown() -> str:
-    """The two tables of ``docs/security-hostile.md``, as the harness sees them."""
+    """The two tables of ``docs/security.md``, as the harness sees them."""
     lines = [
         "| kind | touches in the site (r: reads, w: writes) | opened by | boundary | test |",
         "|---|---|---|---|---|",
@@ -992,6 +992,6 @@ def table_markdown() -> str:
 
 
 def test_the_security_table_lists_each_kind_as_the_harness_attacks_it() -> None:
-    """docs/security-hostile.md holds `table_markdown` as it is: a kind added, a path or a
+    """docs/security.md holds `table_markdown` as it is: a kind added, a path or a
     boundary changed here shows there (print `table_markdown()` to write it)."""
     assert table_markdown() in DOC.read_text()

@@ -11,7 +11,7 @@ goes through descriptors held beneath the tree's root (`agent.files.jail`: ``ope
 groups only), which the kernel checks like any of the user's processes. The tree's root itself
 (the site's folder, an entry of the root-owned home) is an anchor that may be named.
 
-One helper per operation (docs/security-boundary.md lists them with their tests):
+One helper per operation (docs/security.md lists them with their tests):
 
 - read a file: `agent.jobs.site_files.open_site_input`; write one: `agent.jobs.site_files.SiteOutput`;
 - list or measure a tree: `site_jail` and `agent.files.fdops.walk`;
