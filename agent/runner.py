@@ -49,8 +49,7 @@ def build_handlers(
     config: AgentConfig, jobs: JobManager | None = None, files: FileHandlers | None = None
 ) -> dict[str, Handler]:
     """Every RPC method this agent serves, by name (``job.*`` when given its job manager)."""
-    sites = jobs.ctx.sites if jobs is not None else SiteRegistry(config.state_dir)
-    files = files or FileHandlers(config.home, sites)
+    files = files or file_handlers(config, jobs)
     handlers = files.handlers()
     handlers.update(RemoteCopy(files, config.state_dir, config.ssh).handlers())
     if jobs is not None:
@@ -58,6 +57,17 @@ def build_handlers(
         if isinstance(jobs.ctx.lb, LbNode):
             handlers.update(jobs.ctx.lb.monitor.handlers())
     return handlers
+
+
+def file_handlers(config: AgentConfig, jobs: JobManager | None = None) -> FileHandlers:
+    """The file workspace: the home's sites (the job manager's registry), and their logs in the
+    host layout's sites' log folder."""
+    if jobs is None:
+        sites, host = SiteRegistry(config.state_dir), LayoutFile(config.host_layout).current
+    else:
+        ctx = jobs.ctx
+        sites, host = ctx.sites, lambda: ctx.host
+    return FileHandlers(config.home, sites, site_logs=lambda: host().system.sites_log_dir)
 
 
 def job_manager(config: AgentConfig) -> JobManager:
@@ -98,7 +108,7 @@ async def _serve(config: AgentConfig, jobs: JobManager, task_status: trio.TaskSt
         nursery.start_soon(sweep_site_pools, jobs.ctx)  # the same in the sites' pools
         if config.metrics_every_s > 0:
             nursery.start_soon(keep_sampling, jobs.ctx, config.metrics_every_s)
-        files = FileHandlers(config.home, jobs.ctx.sites)
+        files = file_handlers(config, jobs)
         ingress = Ingress(files, config.ingress, public_url=config.ingress_url) if config.ingress else None
         ingress_url: str | None = None
         if ingress is not None:

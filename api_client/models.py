@@ -28,7 +28,7 @@ Plan = Literal["free", "plus", "pro", "max"]
 Role = Literal["owner", "admin", "operator", "member"]
 Capability = Literal["observe", "content", "infra", "sysadmin", "file_write", "root_scope"]
 ServerKind = Literal["full", "lite"]
-ScopeName = Literal["site", "root"]
+ScopeName = Literal["site", "logs", "root"]
 EntryType = Literal["file", "dir", "symlink", "other"]
 
 # The largest whole number the API takes anywhere (a signed 64-bit integer: what SQLite and
@@ -271,10 +271,25 @@ class ListingPage(TypedDict):
     total: Count
 
 
+LOGS_READ_ONLY = "the site's logs are read-only: copy a log into the site to keep or change it"
+
+
 class Scope(WireModel):
+    """Where a file path starts: a site's folder (`site`), that site's web server and PHP logs
+    (`logs`, read-only: root's folder outside the site), or the server's `/home` (`root`)."""
+
     scope: ScopeName
     domain: Label | None = None
     slug: Label | None = None
+
+    @property
+    def read_only(self) -> bool:
+        """Whether every write here is refused (`403 forbidden`): a site's logs."""
+        return self.scope == "logs"
+
+    def logs(self) -> Scope:
+        """The logs scope of this site scope (the same site's web server and PHP logs)."""
+        return Scope(scope="logs", domain=self.domain, slug=self.slug)
 
 
 class ScopeList(WireModel):

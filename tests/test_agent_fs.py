@@ -77,7 +77,8 @@ SITE = {"scope": "site", "domain": "example.com"}
 async def test_scopes(fs: FileHandlers) -> None:
     result = await call(fs.fs_scopes)
     assert result == {
-        "sites": [{"domain": "example.com", "slug": "example-com"}, {"domain": "other.org", "slug": "other-site"}]
+        "sites": [{"domain": "example.com", "slug": "example-com"}, {"domain": "other.org", "slug": "other-site"}],
+        "logs": [],  # the sites with a log folder: none without the sites' log folder (`test_agent_files_logs`)
     }
 
 
@@ -230,7 +231,7 @@ async def test_a_site_folder_symlinked_out_of_home_is_refused(fs: FileHandlers, 
     os.utime(state_dir / "sites.json", ns=(1, 1))  # a changed mtime is what triggers a reload
     assert (await error(fs.fs_list, scope="site", domain="evil.com", path="")).code == "path_outside_scope"
     assert (await error(fs.fs_list, **SITE, path="")).code == "not_found"  # no longer listed
-    assert await call(fs.fs_scopes) == {"sites": [{"domain": "evil.com", "slug": "evil-site"}]}
+    assert (await call(fs.fs_scopes))["sites"] == [{"domain": "evil.com", "slug": "evil-site"}]
 
 
 def test_site_registry_validation(tmp_path: Path) -> None:

@@ -26,10 +26,12 @@ from agent.files.remote_copy import RESULT_PREFIX, RemoteCopy, SshSettings
 from agent.link.call import Call
 from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
+from api_client.models import LOGS_READ_ONLY
 from fleetdeck.launcher import free_port
 from tests.conftest import Stack, start_agent
 from tests.helpers import eventually, wait_for, wait_until
 from tests.helpers.copy_sshd import MISSING, ORIGINAL_KEYS, Sshd, copy_sshd
+from tests.helpers.site_logs import logs_layout, write_site_log
 from tests.helpers.tui import highlight, highlight_server, names, real_app, run, show_location
 from tui.files.commander import CommanderScreen
 from tui.files.dialogs import CopyDialog
@@ -80,12 +82,17 @@ def _agent(stack: Stack, folder: Path, token: str, server_id: str, *options: str
 
 @pytest.fixture(scope="module")
 def agents(stack: Stack, sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Agent, Agent]]:
-    """Server A (no address: the link's address is its source IP; reached at --ssh-host) and
-    server B (address 127.0.0.1), both of the demo org, both pointing at the test sshd."""
+    """Server A (no address: the link's address is its source IP; reached at --ssh-host; its site
+    has web logs) and server B (address 127.0.0.1), both of the demo org, both pointing at the
+    test sshd."""
     tag = uuid.uuid4().hex[:6]
     a_id, a_token = _server(stack, f"xa-{tag}")
     b_id, b_token = _server(stack, f"xb-{tag}", "127.0.0.1")
-    a = _agent(stack, tmp_path_factory.mktemp("xa"), a_token, a_id, *sshd.agent_options(), "--ssh-host", "127.0.0.1")
+    a_folder = tmp_path_factory.mktemp("xa")
+    layout, logs = logs_layout(a_folder)
+    write_site_log(logs, "example-com", "access.log", "".join(f"10.0.0.{n} GET /x/{n} 200\n" for n in range(200)))
+    a_options = [*sshd.agent_options(), "--ssh-host", "127.0.0.1", "--host-layout", str(layout)]
+    a = _agent(stack, a_folder, a_token, a_id, *a_options)
     b = _agent(stack, tmp_path_factory.mktemp("xb"), b_token, b_id, *sshd.agent_options())
     try:
         wait_until(lambda: _online(stack, a_id) and _online(stack, b_id), timeout=30)
@@ -236,6 +243,29 @@ def test_move_removes_the_source_only_on_success(stack: Stack, sshd: Sshd, agent
     assert leftovers(a) == [] and leftovers(b) == []
     errors = [e for e in audit(stack, b.server_id, "fs.move") if e["outcome"] == "error"]
     assert errors and errors[0]["error_code"] == "conflict"
+
+
+def test_a_log_is_copied_to_another_server_and_never_moved(
+    sshd: Sshd, stack: Stack, agents: tuple[Agent, Agent]
+) -> None:
+    """A site's logs (read-only) are a copy's source across servers too: the copy only reads them,
+    a move would change them (403, nothing travels)."""
+    a, b = agents
+    log = a.home.parent / "site-logs" / "example-com" / "access.log"
+    before = log.read_bytes()
+    folder = f"logs-{uuid.uuid4().hex[:6]}"
+    (site_dir(b) / folder).mkdir()
+    to = to_server(b, scope="site", domain=SITE)
+    body = {"scope": "logs", "domain": SITE, "paths": ["access.log"], "destination": folder, "to": to}
+    with stack.http() as http:
+        copied = fs(stack, http, a.server_id, "copy", body)
+        moved = fs(stack, http, a.server_id, "move", {**body, "destination": f"{folder}/moved"})
+    assert copied.status_code == 200 and copied.json()["copied"] == [f"{folder}/access.log"], copied.text
+    assert (site_dir(b) / folder / "access.log").read_bytes() == before
+    assert (moved.status_code, moved.json()["error"]["message"]) == (403, LOGS_READ_ONLY)
+    assert log.read_bytes() == before and sorted(os.listdir(site_dir(b) / folder)) == ["access.log"]
+    assert sshd.authorized_keys.read_bytes() == ORIGINAL_KEYS
+    assert leftovers(a) == [] and leftovers(b) == []
 
 
 def test_a_failed_push_keeps_the_source_and_removes_the_key(

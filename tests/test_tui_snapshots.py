@@ -24,8 +24,9 @@ from api_client import Client
 from api_client.models import Job
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_for
+from tests.helpers.site_logs import logs_layout, write_site_log
 from tests.helpers.snapshots import assert_snapshot, screen_text
-from tests.helpers.tui import highlight, run
+from tests.helpers.tui import highlight, run, show_location
 from tui.app import FleetdeckApp
 from tui.audit.screen import AuditScreen
 from tui.command_line import CommandLine
@@ -79,6 +80,17 @@ def make_site(home: Path) -> None:
         os.utime(path, (FIXED_TIME, FIXED_TIME))
 
 
+def make_site_logs(folder: Path) -> Path:
+    """The site's web server logs in the sites' log folder (outside the site), at `FIXED_TIME`, which
+    `logs.tail` reads (the job log's snapshot): the host layout file that names the folder."""
+    layout, logs = logs_layout(folder)
+    write_site_log(logs, "example-com", "access.log", "".join(f"127.0.0.1 GET /page/{n} 200\n" for n in range(40)))
+    write_site_log(logs, "example-com", "error.log", "[error] upstream timed out\n")
+    for path in logs.rglob("*"):
+        os.utime(path, (FIXED_TIME, FIXED_TIME))
+    return layout
+
+
 @pytest.fixture(scope="module")
 def snap_org(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SnapOrg]:
     stack.admin("create-org", ORG, "--plan", "max")
@@ -92,9 +104,11 @@ def snap_org(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     base = tmp_path_factory.mktemp("snapshots")
     home, state = base / "home", base / "state"
     make_site(home)
+    layout = make_site_logs(base)
     state.mkdir()
     (state / "sites.json").write_text('{"sites": [{"domain": "example.com", "slug": "example-com"}]}')
-    agent = AgentProcess(stack, created["server"]["id"], created["agent_token"], home, state, api_token=token)
+    server_id, agent_token = created["server"]["id"], created["agent_token"]
+    agent = AgentProcess(stack, server_id, agent_token, home, state, "--host-layout", str(layout), api_token=token)
     yield SnapOrg(stack, token, created["server"]["id"])
     agent.stop()
 
@@ -228,6 +242,17 @@ def test_files_dialog(
         await wait_for(pilot, lambda: pilot.app.screen is not commander)
 
     snapshot_after(snap_org, f"files_{name}_80x24", reach, lambda text: shown in text)
+
+
+def test_files_on_the_site_logs(snap_org: SnapOrg) -> None:
+    """A panel on a site's logs, picked with `s`: its title names them, its status says read-only."""
+
+    async def reach(pilot: Pilot[Any]) -> None:
+        commander = await files(pilot)
+        await show_location(pilot, commander, "web-1 · example.com logs")
+        await highlight(pilot, commander.active, "access.log")
+
+    snapshot_after(snap_org, "files_logs_80x24", reach, lambda text: "read-only · 1/2 · access.log" in text)
 
 
 def test_files_copy_dialog(snap_org: SnapOrg) -> None:

@@ -15,6 +15,12 @@ bytes), ``fs.upload`` (an upload call), ``fs.upload.check`` (would an upload to 
 accepted now: the scope, the jail, the folder, a name taken without ``overwrite``). ``fs.list``
 called as a stream with ``encoded: true`` answers like a download, with the bytes of the page's
 JSON document.
+
+Scopes: ``site`` (a site's folder beneath the home), ``root`` (the home) and ``logs``, a site's web
+server and PHP logs in ``<sites' log folder>/<slug>`` (root's folder, outside the site: see
+`agent.jobs.site_web.site_log_dir`), resolved through a jail beneath that folder like any scope and
+read-only: a scope is opened for a write unless the work says it only reads, and a write there is
+``forbidden`` whatever the control plane let through.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import functools
 import logging
 import os
 import re
+import stat
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -37,7 +44,7 @@ from agent.files.jail import Jail, refusal
 from agent.link.call import Call, Handler
 from agent.link.protocol import RpcError, single_error
 from agent.sites import SiteRegistry
-from api_client.models import MAX_ARCHIVE_PATHS, MAX_INTEGER, MAX_PATHS, WINDOW_LIMIT
+from api_client.models import LOGS_READ_ONLY, MAX_ARCHIVE_PATHS, MAX_INTEGER, MAX_PATHS, WINDOW_LIMIT
 
 T = TypeVar("T")
 log = logging.getLogger("fleetdeck.agent.files")
@@ -56,12 +63,23 @@ class FileHandlers:
     The root scope is `home` itself; a site scope is ``home/<slug>``, itself resolved inside
     the home jail (a site folder that is a symlink cannot lead out of the home). When the agent
     runs as root, what it creates in a site scope is given to the owner of the site folder.
+    A logs scope is ``<site_logs()>/<slug>``, resolved inside the jail of `site_logs()` (the host
+    layout's ``system.sites_log_dir``, asked at each call: the layout file may change); without
+    `site_logs` this agent has no logs scope.
     """
 
-    def __init__(self, home: str, sites: SiteRegistry, *, use_openat2: bool | None = None) -> None:
+    def __init__(
+        self,
+        home: str,
+        sites: SiteRegistry,
+        *,
+        use_openat2: bool | None = None,
+        site_logs: Callable[[], str] | None = None,
+    ) -> None:
         self.home = home
         self.sites = sites
         self._use_openat2 = use_openat2
+        self._site_logs = site_logs
         self._swept: set[str] = set()  # the scopes whose leftovers were looked for (`sweep.scope`)
 
     def handlers(self) -> dict[str, Handler]:
@@ -93,8 +111,16 @@ class FileHandlers:
         }
 
     async def fs_scopes(self, call: Call) -> dict[str, Any]:
-        sites = await trio.to_thread.run_sync(self.sites.sites)
-        return {"sites": [site.to_wire() for site in sites]}
+        """The sites, and the domains of those whose log folder exists (`logs`: their logs scope;
+        an agent that does not send it has none)."""
+
+        def scopes() -> dict[str, Any]:
+            sites = self.sites.sites()
+            top = self._site_logs() if self._site_logs is not None else None
+            logs = [site.domain for site in sites if top is not None and _is_folder(top, site.slug)]
+            return {"sites": [site.to_wire() for site in sites], "logs": logs}
+
+        return await trio.to_thread.run_sync(scopes)
 
     async def fs_list(self, call: Call) -> dict[str, Any]:
         """A page as the result; or, streamed with ``"encoded": true``, as the bytes of its JSON
@@ -103,15 +129,19 @@ class FileHandlers:
         params = call.params
         path, cursor, limit = _path(params), _cursor(params), _limit(params)
         if not (call.streaming and _flag(params, "encoded")):
-            return await self._in_scope(params, lambda jail: read.list_dir(jail, path, cursor=cursor, limit=limit))
-        data = await self._in_scope(params, lambda jail: read.list_dir_json(jail, path, cursor=cursor, limit=limit))
+            return await self._in_scope(
+                params, lambda jail: read.list_dir(jail, path, cursor=cursor, limit=limit), read_only=True
+            )
+        data = await self._in_scope(
+            params, lambda jail: read.list_dir_json(jail, path, cursor=cursor, limit=limit), read_only=True
+        )
         await call.send_items([{"size": len(data)}])
         await call.send_bytes(data)
         return {"size": len(data)}
 
     async def fs_stat(self, call: Call) -> dict[str, Any]:
         path = _path(call.params)
-        return await self._in_scope(call.params, lambda jail: read.stat_entry(jail, path))
+        return await self._in_scope(call.params, lambda jail: read.stat_entry(jail, path), read_only=True)
 
     async def fs_read(self, call: Call) -> dict[str, Any]:
         """The whole text file (the editor's read); with ``offset`` or ``length``, a window of
@@ -119,10 +149,10 @@ class FileHandlers:
         params = call.params
         path = _path(params)
         if params.get("offset") is None and params.get("length") is None:
-            return await self._in_scope(params, lambda jail: read.read_text(jail, path))
+            return await self._in_scope(params, lambda jail: read.read_text(jail, path), read_only=True)
         offset = _bounded(params, "offset", 0, MAX_INTEGER, default=0)
         length = _bounded(params, "length", 0, WINDOW_LIMIT, default=WINDOW_LIMIT)
-        return await self._in_scope(params, lambda jail: read.read_window(jail, path, offset, length))
+        return await self._in_scope(params, lambda jail: read.read_window(jail, path, offset, length), read_only=True)
 
     # --- writes ---------------------------------------------------------------------------
 
@@ -164,7 +194,9 @@ class FileHandlers:
             with self.open_scope(target) as other:
                 return operation(jail, other, paths, destination, overwrite=overwrite, token=token)
 
-        return await self._cancellable(params, work)
+        # A copy into another scope only reads its source (a log copied out of the logs scope).
+        reads_source = operation is transfer.copy and target is not None
+        return await self._cancellable(params, work, read_only=reads_source)
 
     async def fs_delete(self, call: Call) -> dict[str, Any]:
         params = call.params
@@ -205,7 +237,9 @@ class FileHandlers:
 
     async def fs_dirsize(self, call: Call) -> dict[str, Any]:
         path = _path(call.params)
-        return await self._cancellable(call.params, lambda jail, token: tree.dirsize(jail, path, token=token))
+        return await self._cancellable(
+            call.params, lambda jail, token: tree.dirsize(jail, path, token=token), read_only=True
+        )
 
     async def fs_search(self, call: Call) -> dict[str, Any]:
         params = call.params
@@ -221,7 +255,7 @@ class FileHandlers:
         def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
             return tree.search(jail, path, query, content=content, limit=limit, token=token)
 
-        return await self._cancellable(params, work)
+        return await self._cancellable(params, work, read_only=True)
 
     # --- archives -------------------------------------------------------------------------
 
@@ -260,7 +294,7 @@ class FileHandlers:
         def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
             return archives.extract_check(jail, path, destination, token=token)
 
-        return await self._cancellable(params, work)
+        return await self._cancellable(params, work, read_only=True)
 
     # --- transfers ------------------------------------------------------------------------
 
@@ -271,7 +305,7 @@ class FileHandlers:
         if not call.streaming:
             raise RpcError("validation_error", "fs.download must be called as a streamed call")
         path = _path(call.params)
-        fd, st = await self._in_scope(call.params, lambda jail: read.open_regular(jail, path))
+        fd, st = await self._in_scope(call.params, lambda jail: read.open_regular(jail, path), read_only=True)
         try:
             await call.send_items([{"size": st.st_size, "mtime": rfc3339(st.st_mtime)}])
             sent = 0
@@ -339,9 +373,11 @@ class FileHandlers:
         *,
         call: Call | None = None,
         progress: Progress | None = None,
+        read_only: bool = False,
     ) -> T:
         """`work` in a thread with a token that a cancellation of this task sets; progress (if
-        any) goes out as items while it runs, and once more at the end."""
+        any) goes out as items while it runs, and once more at the end. `read_only`: the work
+        only reads the scope (see `open_scope`)."""
         token = CancelToken()
         finished = trio.Event()
         watch_scope = trio.CancelScope()
@@ -357,7 +393,7 @@ class FileHandlers:
                     token.cancel()
 
         def run() -> T:
-            with self.open_scope(params) as jail:
+            with self.open_scope(params, read_only=read_only) as jail:
                 return work(jail, token)
 
         async with trio.open_nursery() as nursery:
@@ -382,23 +418,28 @@ class FileHandlers:
         result: T = outcome[0]
         return result
 
-    async def _in_scope(self, params: dict[str, Any], work: Callable[[Jail], T]) -> T:
-        return await trio.to_thread.run_sync(partial(self._run_in_scope, params, work))
+    async def _in_scope(self, params: dict[str, Any], work: Callable[[Jail], T], *, read_only: bool = False) -> T:
+        return await trio.to_thread.run_sync(partial(self._run_in_scope, params, work, read_only))
 
-    def _run_in_scope(self, params: dict[str, Any], work: Callable[[Jail], T]) -> T:
-        with self.open_scope(params) as jail:
+    def _run_in_scope(self, params: dict[str, Any], work: Callable[[Jail], T], read_only: bool = False) -> T:
+        with self.open_scope(params, read_only=read_only) as jail:
             return work(jail)
 
-    def open_scope(self, params: dict[str, Any]) -> Jail:
-        """The jail of the request's scope (blocking; the caller closes it)."""
+    def open_scope(self, params: dict[str, Any], *, read_only: bool = False) -> Jail:
+        """The jail of the request's scope (blocking; the caller closes it). `read_only`: the
+        caller only reads through it; otherwise a read-only scope (a site's logs) is refused."""
         scope = params.get("scope")
         if scope == "root":
             self._sweep_once("")
             jail = Jail(self.home, use_openat2=self._use_openat2)
             jail.sites_beneath = True
             return jail
+        if scope == "logs":
+            if not read_only:
+                raise RpcError("forbidden", LOGS_READ_ONLY, {"scope": "logs"})
+            return self._open_logs(params.get("domain"))
         if scope != "site":
-            raise RpcError("validation_error", "scope must be 'site' or 'root'")
+            raise RpcError("validation_error", "scope must be 'site', 'logs' or 'root'")
         site = self.sites.lookup(params.get("domain"))
         self._sweep_once(site.slug)
         with Jail(self.home, use_openat2=self._use_openat2) as home:
@@ -412,6 +453,25 @@ class FileHandlers:
             st = os.fstat(jail.fileno())
             jail.owner = (st.st_uid, st.st_gid)
         return jail
+
+    def _open_logs(self, domain: Any) -> Jail:
+        """The jail of a site's log folder, beneath the sites' log folder's own jail: links in it
+        (nginx writes there as root) never lead out. Nothing is ever created there: no owner."""
+        site = self.sites.lookup(domain)
+        missing = RpcError("not_found", f"site {site.domain} has no log folder", {"domain": site.domain})
+        if self._site_logs is None:
+            raise missing
+        try:
+            top = Jail(self._site_logs(), use_openat2=self._use_openat2)
+        except (FileNotFoundError, NotADirectoryError):
+            raise missing from None
+        with top:
+            try:
+                return top.subjail(site.slug)
+            except RpcError as exc:
+                if exc.code == "not_found":
+                    raise missing from None
+                raise
 
     def _sweep_once(self, prefix: str) -> None:
         """The first touch of a scope settles the leftovers a dead process left in it."""
@@ -440,6 +500,14 @@ def _refusals_named(handler: Handler) -> Handler:
             raise named from None
 
     return named
+
+
+def _is_folder(parent: str, name: str) -> bool:
+    """Whether `name` in `parent` (root's folder) is a folder itself, not a link to one."""
+    try:
+        return stat.S_ISDIR(os.lstat(os.path.join(parent, name)).st_mode)
+    except OSError:
+        return False
 
 
 def request_path(params: dict[str, Any]) -> str:

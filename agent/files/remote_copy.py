@@ -318,7 +318,7 @@ class RemoteCopy:
                 names.append(name)
             return names
 
-        names = await self.files._in_scope(params, check)
+        names = await self.files._in_scope(params, check, read_only=True)  # the push says if it moves
         await trio.to_thread.run_sync(self._sweep)
         key_dir = _key_dir(self.state_dir, tid)
         await trio.to_thread.run_sync(os.mkdir, key_dir, 0o700)
@@ -354,7 +354,7 @@ class RemoteCopy:
             return _push(jail, paths, command, token, remove_sources=remove_sources)
 
         try:
-            return await self.files._cancellable(params, work)
+            return await self.files._cancellable(params, work, read_only=not remove_sources)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(shutil.rmtree, key_dir, True)

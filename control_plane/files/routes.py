@@ -9,7 +9,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import quote
 
 import anyio
@@ -25,6 +25,7 @@ from api_client.errors import (
     AgentOffline,
     ApiError,
     BadRequest,
+    Forbidden,
     LiteServer,
     NotFound,
     Timeout,
@@ -34,6 +35,7 @@ from api_client.errors import (
 from api_client.models import (
     DIRECT_UPLOAD_LIMIT,
     FS_WRITE_BODY_LIMIT,
+    LOGS_READ_ONLY,
     MAX_INTEGER,
     PATH_LIST_BODY_LIMIT,
     RELAY_UPLOAD_LIMIT,
@@ -72,6 +74,7 @@ from api_client.models import (
     OperationStarted,
     Scope,
     ScopeList,
+    ScopeName,
 )
 from control_plane import sse
 from control_plane.auth.principal import Principal
@@ -111,20 +114,26 @@ async def _full_server(fleet: Fleet, caller: Principal, server_id: str) -> None:
         raise LiteServer("this is a lite server: it has no agent to run file operations")
 
 
+SCOPES: tuple[str, ...] = get_args(ScopeName)
+
+
 async def resolve_target(
     fleet: Fleet, caller: Principal, server_id: str, scope: str, domain: str | None, *, write: bool = False
 ) -> FsTarget:
     """Check the server and the scope for this caller: site reads for any member, site writes
-    for operators and above, the server-root scope for owners and super-admins."""
+    for operators and above, a site's logs for whoever may read the site and never written,
+    the server-root scope for owners and super-admins."""
     await _full_server(fleet, caller, server_id)
-    if scope not in ("site", "root"):
-        raise BadRequest(f"unknown scope {scope!r}: use site or root", details={"allowed": ["site", "root"]})
-    if scope == "site":
-        caller.require("file_write" if write else "observe")
+    if scope not in SCOPES:
+        raise BadRequest(f"unknown scope {scope!r}: use site, logs or root", details={"allowed": list(SCOPES)})
+    if scope in ("site", "logs"):
         if not domain:
             raise ValidationFailed(
-                "scope=site needs a domain", details={"errors": [{"loc": ["query", "domain"], "msg": "required"}]}
+                f"scope={scope} needs a domain", details={"errors": [{"loc": ["query", "domain"], "msg": "required"}]}
             )
+        if scope == "logs" and write:
+            raise Forbidden(LOGS_READ_ONLY, details={"scope": "logs"})
+        caller.require("file_write" if write else "observe")
     else:
         caller.require("root_scope")
         domain = None
@@ -185,9 +194,10 @@ class _Site(BaseModel):
 
 
 class _AgentSites(BaseModel):
-    """`fs.scopes` as the agent answers it."""
+    """`fs.scopes` as the agent answers it (`logs`: the sites whose log folder it has)."""
 
     sites: list[_Site]
+    logs: list[Label] = []
 
 
 @router.get("/scopes", response_model=ScopeList)
@@ -195,7 +205,12 @@ async def scopes(server_id: str, caller: Caller, fleet: FleetDep) -> ScopeList:
     await _full_server(fleet, caller, server_id)
     caller.require("observe")
     answer = _model(_AgentSites, await fleet.call_agent(server_id, "fs.scopes", {}), "fs.scopes", server_id)
-    listed = [Scope(scope="site", domain=site.domain, slug=site.slug) for site in answer.sites]
+    with_logs = set(answer.logs)  # an agent that does not send it has no logs scope
+    listed: list[Scope] = []
+    for site in answer.sites:
+        listed.append(Scope(scope="site", domain=site.domain, slug=site.slug))
+        if site.domain in with_logs:
+            listed.append(Scope(scope="logs", domain=site.domain, slug=site.slug))
     if "root_scope" in caller.capabilities:
         listed.append(Scope(scope="root"))
     return ScopeList(scopes=listed)
@@ -391,7 +406,9 @@ async def mkdir(server_id: str, body: FsMkdir, caller: Caller, fleet: FleetDep) 
 
 
 async def _move_or_copy(server_id: str, body: FsMoveCopy, caller: Principal, fleet: Fleet, method: str) -> Any:
-    target = await _write_target(fleet, caller, server_id, body)
+    # A copy out of a site's logs into another scope reads them (`_cross_scope` checks where it goes).
+    copies_out = method == "fs.copy" and body.scope == "logs" and body.to is not None
+    target = await resolve_target(fleet, caller, server_id, body.scope, body.domain, write=not copies_out)
     params: dict[str, Any] = {"paths": body.paths, "destination": body.destination, "overwrite": body.overwrite}
     if body.to is not None and body.to.server_id not in (None, server_id):
         return await _across_servers(fleet, caller, target, body, body.to, method, params)
@@ -414,7 +431,7 @@ async def _across_servers(
     assert to.server_id is not None
     caller.require_role("owner")
     scope = to.scope or source.scope
-    domain = (to.domain or source.domain) if scope == "site" else None
+    domain = (to.domain or source.domain) if scope in ("site", "logs") else None
     dest = await resolve_target(fleet, caller, to.server_id, scope, domain, write=True)
     transfer_id = remote_copy.new_transfer_id()
     source_details = {**params, "to": {"server_id": dest.server_id, "scope": dest.scope, "domain": dest.domain}}
@@ -448,13 +465,23 @@ async def _across_servers(
 
 
 async def _cross_scope(fleet: Fleet, caller: Principal, source: FsTarget, to: FsDestination) -> dict[str, Any]:
-    """The destination scope of a cross-site move or copy: owners and super-admins only."""
+    """The destination scope of a cross-site move or copy: owners and super-admins only; a copy
+    from a site's logs into the same site needs the site's writes only. Nothing goes into logs."""
     scope = to.scope or source.scope
-    domain = to.domain if scope == "site" else None
+    domain = to.domain if scope in ("site", "logs") else None
+    if scope == "logs":
+        raise Forbidden(LOGS_READ_ONLY, details={"scope": "logs"})
     if (scope, domain) != (source.scope, source.domain):
-        caller.require("root_scope")
+        if not _own_logs(source, scope, domain):
+            caller.require("root_scope")
         await resolve_target(fleet, caller, source.server_id, scope, domain, write=True)
     return {"scope": scope, "domain": domain}
+
+
+def _own_logs(source: FsTarget, scope: str, domain: str | None) -> bool:
+    """Whether `source` is the logs of the site (`scope`, `domain`): a user saving a log into it."""
+    same_site = domain is not None and source.domain is not None and domain.lower() == source.domain.lower()
+    return source.scope == "logs" and scope == "site" and same_site
 
 
 @router.post("/move", response_model=FsMoveResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))

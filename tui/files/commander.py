@@ -1,7 +1,9 @@
 """The two-pane file browser, in the style of Midnight Commander.
 
 Each panel shows its own server and scope, so F5 (copy) and F6 (move) from one panel to the other
-are same-folder, cross-site or cross-server transfers; the server decides who may do which. F-keys
+are same-folder, cross-site or cross-server transfers; the server decides who may do which. A panel
+on a site's logs is read-only: the keys that would write there say so without asking the server,
+and F5 copies a log out into the other panel. F-keys
 that do not reach through SSH or tmux have a fallback: Esc, then a digit (Esc 5 is F5, Esc 0 F10);
 Esc first clears an active name filter.
 """
@@ -44,7 +46,7 @@ from tui.files.dialogs import (
 from tui.files.directory_pane import SORT_KEYS
 from tui.files.editor_screen import EditorScreen
 from tui.files.location_picker import LocationPicker
-from tui.files.panel import FilePanel, scope_key
+from tui.files.panel import READ_ONLY, FilePanel, scope_key
 from tui.files.places import PanelPlace, places_of
 from tui.files.viewer import ViewerScreen
 from tui.screen import FleetScreen
@@ -55,7 +57,7 @@ from tui.widgets.header import SafeHeader
 ESCAPE_DIGIT_WINDOW_S = 1.5
 """How long after Esc a digit still counts as an F-key (Esc 1 … Esc 0 = F1 … F10)."""
 
-Cross = Literal["site", "server"]
+Cross = Literal["site", "server", "logs"]
 
 
 class CommanderScreen(FleetScreen):
@@ -320,7 +322,8 @@ class CommanderScreen(FleetScreen):
         self._open_highlighted(edit=False)
 
     def action_edit(self) -> None:
-        self._open_highlighted(edit=True)
+        if self._writable(self.active):
+            self._open_highlighted(edit=True)
 
     def _open_highlighted(self, *, edit: bool) -> None:
         panel = self.active
@@ -381,9 +384,13 @@ class CommanderScreen(FleetScreen):
         if target.server is None or target.scope is None:
             self.notify("The other panel shows no folder yet.", severity="warning")
             return
+        if not self._writable(target) or (operation == "move" and not self._writable(source)):
+            return
         cross: Cross | None = None
         if target.server.id != source.server.id:
             cross = "server"
+        elif source.read_only and target.scope.domain == source.scope.domain:
+            cross = "logs"  # a log saved into its own site: the site's writes are enough
         elif target.scope != source.scope:
             cross = "site"
         if cross is None and target.path == source.path:
@@ -521,7 +528,7 @@ class CommanderScreen(FleetScreen):
 
     def action_mkdir(self) -> None:
         panel = self.active
-        if panel.place is None:
+        if panel.place is None or not self._writable(panel):
             return
         (server, scope), where = panel.place, panel.path
 
@@ -545,7 +552,7 @@ class CommanderScreen(FleetScreen):
     def action_new_file(self) -> None:
         """`n`: a file from a template, then straight into the editor (as mc's shift+F4)."""
         panel = self.active
-        if panel.place is None:
+        if panel.place is None or not self._writable(panel):
             return
 
         def created(path: str | None) -> None:
@@ -558,7 +565,7 @@ class CommanderScreen(FleetScreen):
     def action_rename(self) -> None:
         panel = self.active
         entry = panel.pane.highlighted
-        if entry is None or panel.place is None:
+        if entry is None or panel.place is None or not self._writable(panel):
             return
         (server, scope), old = panel.place, str(entry.get("name", ""))
 
@@ -585,7 +592,7 @@ class CommanderScreen(FleetScreen):
     def action_delete(self) -> None:
         panel = self.active
         paths = panel.selected_paths()
-        if not paths or panel.place is None:
+        if not paths or panel.place is None or not self._writable(panel):
             return
         server, scope = panel.place
 
@@ -618,7 +625,7 @@ class CommanderScreen(FleetScreen):
     def action_permissions(self) -> None:
         panel = self.active
         selection = panel.pane.selection
-        if not selection or panel.place is None:
+        if not selection or panel.place is None or not self._writable(panel):
             return
         mode = int(selection[0].get("mode", 0o644)) & 0o777
         has_dirs = any(entry.get("type") == "dir" for entry in selection)
@@ -639,7 +646,7 @@ class CommanderScreen(FleetScreen):
 
     def action_trash(self) -> None:
         panel = self.active
-        if panel.place is not None:
+        if panel.place is not None and self._writable(panel):
             self.app.push_screen(TrashDialog(*panel.place), self._reload_after(panel))
 
     def action_download(self) -> None:
@@ -662,7 +669,7 @@ class CommanderScreen(FleetScreen):
 
     def action_upload(self) -> None:
         panel = self.active
-        if panel.place is None:
+        if panel.place is None or not self._writable(panel):
             return
         (server, scope), where = panel.place, panel.path
 
@@ -678,15 +685,23 @@ class CommanderScreen(FleetScreen):
     def action_compress(self) -> None:
         panel = self.active
         paths = panel.selected_paths()
-        if paths and panel.place is not None:
+        if paths and panel.place is not None and self._writable(panel):
             dialog = ArchiveDialog.compress(*panel.place, paths, panel.path)
             self.app.push_screen(dialog, self._reload_after(panel))
 
     def action_extract(self) -> None:
         panel = self.active
-        if panel.place is not None and panel.highlighted_path is not None:
+        if panel.place is not None and panel.highlighted_path is not None and self._writable(panel):
             dialog = ArchiveDialog.extract(*panel.place, panel.highlighted_path, panel.path)
             self.app.push_screen(dialog, self._reload_after(panel))
+
+    def _writable(self, panel: FilePanel) -> bool:
+        """Whether `panel` may be written to; on a site's logs, says they are read-only instead
+        (without asking the server, which would refuse)."""
+        if panel.read_only:
+            self.notify(READ_ONLY, severity="warning")
+            return False
+        return True
 
     def _reload_after(self, panel: FilePanel, select: str | None = None) -> Callable[[Any], None]:
         """A dialog's callback: list the panel's folder again whatever the dialog did."""

@@ -39,11 +39,16 @@ CANNOT_REFRESH = "Connection lost: cannot refresh"
 CONNECTION_LOST_MARK = "○ lost · "
 
 
+READ_ONLY = "The logs are read-only."
+
+
 def scope_label(scope: Scope) -> str:
-    """`example.com` for a site scope, `/home (server root)` for the root scope."""
+    """`example.com` for a site scope, `example.com logs` for its logs, `/home (server root)` for
+    the root scope."""
     if scope.scope == "root":
         return "/home (server root)"
-    return scope.domain or scope.slug or "site"
+    site = scope.domain or scope.slug or "site"
+    return f"{site} logs" if scope.scope == "logs" else site
 
 
 def scope_key(scope: Scope) -> str:
@@ -123,6 +128,11 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
     def selected_paths(self) -> list[str]:
         """The scope-relative paths an action applies to: the marked entries, else the highlighted."""
         return [join_path(self.path, str(entry.get("name", ""))) for entry in self.pane.selection]
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the panel shows a scope nothing may be written to (a site's logs)."""
+        return self.scope is not None and self.scope.read_only
 
     def same_place(self, other: FilePanel) -> bool:
         return (
@@ -334,6 +344,8 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         pane = self.pane
         shown, total = len(pane.entries), len(pane.all_entries)
         parts = [CANNOT_REFRESH] if self.has_class("-connection-lost") else []
+        if self.read_only:
+            parts.append("read-only")
         marked = pane.marked
         if marked:
             files = [entry for entry in marked if entry.get("type") != "dir"]

@@ -180,7 +180,8 @@ class ViewerScreen(FleetScreen):
         if not self._opened:
             self._opened = True
             self.pager.width, self.pager.height = max(1, size.width), max(1, size.height)
-            self._ask(self.pager.open, at_end=is_log(self.path))
+            at_end = is_log(self.path) or self.scope.read_only  # every file of a site's logs scope is a log
+            self._ask(self.pager.open, at_end=at_end)
         else:
             self._ask(self.pager.show, size.width, size.height)
 

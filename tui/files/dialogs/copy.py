@@ -17,11 +17,12 @@ from tui.text import PRINTABLE, printable
 from tui.widgets.toggles import Checkbox
 
 Operation = Literal["copy", "move"]
-Cross = Literal["site", "server"]
+Cross = Literal["site", "server", "logs"]
 
 CROSS_NOTES = {
     "site": "Cross-site: the destination is another site of this server (owners only).",
     "server": "Cross-server: the bytes go from server to server; this needs the owner role and both agents online.",
+    "logs": "Out of the site's logs into its files: the logs stay as they are.",
 }
 
 
