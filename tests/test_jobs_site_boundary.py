@@ -21,28 +21,19 @@ import pytest
 
 from agent.jobs.boundary import processes_of
 from tests.helpers import wait_until
-from tests.helpers.hosting import Hosting, JobRun
+from tests.helpers.hosting import Hosting, JobRun, ModuleSites
 from tests.helpers.races import Flipper
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs the root agent's system users")
 
-CREATED: list[str] = []  # the module's sites, deleted (users and all) at its end
-
-
-def unique_domain(prefix: str) -> str:
-    domain = f"{prefix}{secrets.token_hex(4)}.example.test"
-    CREATED.append(domain)
-    return domain
+SITES = ModuleSites()
+unique_domain = SITES.domain
 
 
 @pytest.fixture(scope="module", autouse=True)
 def no_site_left_behind(hosting: Hosting) -> Iterator[None]:
     yield
-    left = {site["domain"] for site in hosting.run("site.list").ok().result["sites"]}
-    for domain in CREATED:
-        if domain in left:
-            hosting.run("site.delete", domain=domain)
-        subprocess.run(["userdel", domain.replace(".", "-")], capture_output=True, check=False)
+    SITES.delete_left(hosting, strict=False)
 
 
 def reported(run: JobRun) -> Any:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import secrets
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 
 from agent.load_balancers.acme import FileChallenges
 from tests.helpers import wait_until
-from tests.helpers.hosting import Hosting, JobRun
+from tests.helpers.hosting import Hosting, JobRun, ModuleSites
 
 PHP_USER_PAGE = "<?php echo posix_getpwuid(posix_geteuid())['name'];\n"
 
@@ -27,23 +26,14 @@ def reported(run: JobRun) -> Any:
     return json.loads(run.ok().stdout[-1])
 
 
-CREATED: list[str] = []  # the module's sites, deleted (users and all) at its end
-
-
-def unique_domain(prefix: str = "s") -> str:
-    domain = f"{prefix}{secrets.token_hex(4)}.example.test"
-    CREATED.append(domain)
-    return domain
+SITES = ModuleSites()
+unique_domain = SITES.domain
 
 
 @pytest.fixture(scope="module", autouse=True)
 def no_site_left_behind(hosting: Hosting) -> Iterator[None]:
     yield
-    left = {site["domain"] for site in hosting.run("site.list").ok().result["sites"]}
-    for domain in CREATED:
-        if domain in left:
-            hosting.run("site.delete", domain=domain).ok()
-        subprocess.run(["userdel", domain.replace(".", "-")], capture_output=True, check=False)
+    SITES.delete_left(hosting, strict=True)
 
 
 def answers(hosting: Hosting, host: str, path: str, status: int, text: str) -> httpx.Response:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import secrets
 import subprocess
 import uuid
 from dataclasses import dataclass, field
@@ -199,3 +200,27 @@ def remove_site_users(home: Path) -> list[str]:
         subprocess.run(["crontab", "-u", name, "-r"], capture_output=True, check=False)
         subprocess.run(["userdel", name], capture_output=True, check=False)
     return found
+
+
+class ModuleSites:
+    """The sites a test module makes (`domain`), deleted with their users at the module's end
+    (`delete_left`): the ones a test left, because it failed half-way or on purpose."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+
+    def domain(self, prefix: str = "s") -> str:
+        """A new domain, of a site this module will make."""
+        made = f"{prefix}{secrets.token_hex(4)}.example.test"
+        self.created.append(made)
+        return made
+
+    def delete_left(self, hosting: Hosting, *, strict: bool) -> None:
+        """Delete what is left of the module's sites (each delete must succeed when `strict`)."""
+        left = {site["domain"] for site in hosting.run("site.list").ok().result["sites"]}
+        for domain in self.created:
+            if domain in left:
+                run = hosting.run("site.delete", domain=domain)
+                if strict:
+                    run.ok()
+            subprocess.run(["userdel", domain.replace(".", "-")], capture_output=True, check=False)
