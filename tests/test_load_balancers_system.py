@@ -135,6 +135,9 @@ def private_system() -> Path:
         options = f"lowerdir=/{top},upperdir={upper},workdir={work}"
         run("mount", "-t", "overlay", "overlay", "-o", options, f"/{top}")
     run("mount", "-t", "tmpfs", "tmpfs", "/run")
+    # A container image's policy-rc.d (Docker's exits 101) keeps dpkg from stopping and starting
+    # services, which a server's does; only the copy's goes.
+    Path("/usr/sbin/policy-rc.d").unlink(missing_ok=True)
     as_debian_installs_them()
     return scratch
 

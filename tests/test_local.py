@@ -120,7 +120,13 @@ def test_serve_alone_starts_and_stops(tmp_path: Path, server: str) -> None:
         answer = httpx.get(f"http://127.0.0.1:{port}/v1/health")
         assert answer.headers["server"] == SERVER_HEADERS[server]
         health = answer.json()
-        assert health == {"status": "ok", "version": health["version"], "agents_online": 0}
+        assert health == {
+            "status": "ok",
+            "version": health["version"],
+            "agents_online": 0,
+            "database": "ok",
+            "bus": None,
+        }
         assert _mode(tmp_path / "data") == 0o700
         assert {path.name: _mode(path) for path in (tmp_path / "data").iterdir()} == {
             "cp.db": 0o600,

@@ -54,7 +54,7 @@ def test_settings_stored_before_the_allow_lists_are_left_out_of_the_pool() -> No
         "limits memory_limit", "php_ini auto_prepend_file", "php_ini opcache.preload",
         "php_ini opcache.memory_consumption", "php_ini max_execution_time", "env HOME_COPY", "env NAME",
     ]  # fmt: skip
-    pool = render_pool(s, "a-test", "a-test", "/run/a.sock", "www-data")
+    pool = render_pool(s, "a-test", "a-test", "/run/a.sock", "www-data", logs="/var/log/fleetdeck/sites/a-test")
     assert "preload" not in pool and "auto_prepend" not in pool and "999999G" not in pool
     assert 'php_admin_value[max_input_vars] = "3000"' in pool and 'env[OK] = "x \\$HOME"' in pool
 

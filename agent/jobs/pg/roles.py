@@ -18,7 +18,7 @@ from pydantic import SecretStr
 from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.pg.client import Postgres, scram_verifier
 from agent.jobs.pg.databases import require_database
-from agent.jobs.pg.importer import OWNER_ROLE_PREFIX, database_owner, database_owner_role
+from agent.jobs.pg.importer import database_owner, database_owner_role
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.data import PgGrant, PgRevoke, PgUser, PgUserCreate, PgUserPassword
 
@@ -98,8 +98,6 @@ async def _user_delete(args: PgUser, ctx: JobContext, out: Output) -> int:
     superuser = pg.layout.superuser
     if args.user == superuser:
         raise JobError(f"role {args.user} is the one the agent acts as: it is not deleted")
-    if args.user.startswith(OWNER_ROLE_PREFIX):  # what it owns would have nobody else to go to
-        raise JobError(f"role {args.user} is a database's own owner role: pg.drop removes it with its database")
     facts = {"name": args.user}
     if not await role_exists(pg, args.user):
         out.result({"message": f"no role {args.user}: nothing to delete", "deleted": False, **facts},
