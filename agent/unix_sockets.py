@@ -30,9 +30,9 @@ class SocketPathError(ValueError):
     """A folder so long that not even a digest-named socket in it fits the kernel's limit."""
 
 
-def fits(path: str | Path) -> bool:
-    """Whether `path` can be bound as a unix socket."""
-    return len(os.fsencode(str(path))) <= MAX_SOCKET_PATH
+def fits(path: str | Path, limit: int = MAX_SOCKET_PATH) -> bool:
+    """Whether `path` can be bound as a unix socket (by a program that takes `limit` bytes at most)."""
+    return len(os.fsencode(str(path))) <= limit
 
 
 def digest(text: str) -> str:

@@ -119,7 +119,9 @@ async def test_a_chunked_body_is_cut_once_past_the_cap(stack: Stack) -> None:
     status, error, headers = error_of(answer)
     assert (status, error["code"]) == (413, "too_large") and headers["connection"] == "close"
     assert error["details"]["limit"] == JSON_BODY_LIMIT
-    assert JSON_BODY_LIMIT < error["details"]["size"] <= JSON_BODY_LIMIT + len(piece)
+    # Cut at the first message past the cap, of the 64 MiB sent: a server may hand the app what
+    # it read of several chunks in one message (uvicorn did 128 KiB on a loaded machine).
+    assert JSON_BODY_LIMIT < error["details"]["size"] <= JSON_BODY_LIMIT + 4 * len(piece)
 
 
 @pytest.mark.anyio

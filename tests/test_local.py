@@ -262,6 +262,16 @@ def _finished(http: httpx.Client, job_id: str) -> dict[str, Any]:
     return job
 
 
+def _system_pools() -> dict[str, tuple[int, int, int]]:
+    """The machine's own PHP-FPM pools (``/etc/php/<v>/fpm/pool.d``), which a stack leaves alone.
+    Only there: another test may install a PHP extension meanwhile, which writes in /etc/php."""
+    return {
+        f"{folder}/{name}": stat
+        for folder in Path("/etc/php").glob("*/fpm/pool.d")
+        for name, stat in _listing(folder).items()
+    }
+
+
 def _host_layout(data_dir: Path) -> dict[str, Any]:
     """The host layout the stack gave its agent: where its services keep their files and sockets."""
     layout: dict[str, Any] = json.loads((data_dir / "host-layout.json").read_text())
@@ -327,7 +337,7 @@ def test_a_php_site_of_the_local_stack_gets_its_pool_on_the_stacks_own_php_fpm_a
     """Before, its pool went to /etc/php/<v>/fpm/pool.d and the system's PHP-FPM was reloaded."""
     domain = f"php-{uuid.uuid4().hex[:6]}.test"
     slug = domain.replace(".", "-")
-    before = _listing(Path("/etc/php"))
+    before = _system_pools()
     with stack.http() as http:
         jobs = f"/v1/servers/{stack.server_id}/jobs"
         created = http.post(jobs, json={"kind": "site.create", "args": {"domain": domain, "profile": "php"}})
@@ -341,12 +351,12 @@ def test_a_php_site_of_the_local_stack_gets_its_pool_on_the_stacks_own_php_fpm_a
             assert socket_file.is_socket()  # opened by the stack's PHP-FPM, reloaded by the agent
             block = (stack.data_dir / "nginx" / "sites-enabled" / f"fleetdeck-{slug}.conf").read_text()
             assert f"fastcgi_pass unix:{socket_file};" in block
-            assert _listing(Path("/etc/php")) == before
+            assert _system_pools() == before
         finally:
             deleted = http.post(jobs, json={"kind": "site.delete", "args": {"domain": domain}})
             assert _finished(http, deleted.json()["id"])["status"] == "succeeded"
     assert list((stack.data_dir / "php").glob(f"*/fpm/pool.d/fleetdeck-{slug}.conf")) == []
-    assert _listing(Path("/etc/php")) == before
+    assert _system_pools() == before
 
 
 @pytest.mark.skipif(not MARIADB_INSTALLED, reason="needs MariaDB (Debian package mariadb-server)")
@@ -391,7 +401,7 @@ def test_a_php_site_of_an_unprivileged_local_stack_answers_a_php_page_run_by_its
     folder.chmod(0o755)
     os.chown(folder, account.pw_uid, account.pw_gid)
     data_dir = folder / "local"
-    before = _listing(Path("/etc/php"))
+    before = _system_pools()
     process = _launch_as(account, data_dir, folder / "stack.log")
     try:
         _wait_for_url(process)
@@ -416,7 +426,7 @@ def test_a_php_site_of_an_unprivileged_local_stack_answers_a_php_page_run_by_its
             assert f"<h1>{domain}</h1><p>PHP {version}." in page.text  # the profile's index.php, run
             pools = workers(fpm_processes(), masters[version])
             assert f"fleetdeck-{slug}" in pools  # run by a worker of the stack's own master
-        assert _listing(Path("/etc/php")) == before
+        assert _system_pools() == before
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=20) == 0
         assert not any(_alive(pid) for pid in masters.values())  # no PHP-FPM of the stack is left

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import tarfile
+import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from api_client.models import Job
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_for
 from tests.helpers.site_logs import logs_layout, write_site_log
-from tests.helpers.snapshots import assert_snapshot, screen_text
+from tests.helpers.snapshots import SNAPSHOT_FOLDER_PREFIX, assert_snapshot, screen_text
 from tests.helpers.tui import highlight, run, show_location
 from tui.app import FleetdeckApp
 from tui.audit.screen import AuditScreen
@@ -101,7 +103,9 @@ def snap_org(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         for name, kind, address in [("db-1", "full", "10.0.0.2"), ("cdn-1", "lite", "10.0.0.3")]:
             assert http.post("/v1/servers", json={"name": name, "kind": kind, "address": address}).status_code == 201
         created = http.post("/v1/servers", json={"name": "web-1", "kind": "full", "address": "10.0.0.1"}).json()
-    base = tmp_path_factory.mktemp("snapshots")
+    # A folder of one length on every run (pytest-xdist puts pytest's own a level deeper): a
+    # picker shows the site's home, cut at the screen's edge.
+    base = Path(tempfile.mkdtemp(prefix=SNAPSHOT_FOLDER_PREFIX))
     home, state = base / "home", base / "state"
     make_site(home)
     layout = make_site_logs(base)
@@ -111,6 +115,7 @@ def snap_org(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     agent = AgentProcess(stack, server_id, agent_token, home, state, "--host-layout", str(layout), api_token=token)
     yield SnapOrg(stack, token, created["server"]["id"])
     agent.stop()
+    shutil.rmtree(base, ignore_errors=True)
 
 
 Scenario = Callable[[Pilot[Any]], Awaitable[None]]

@@ -65,6 +65,10 @@ def which(tool: str, first_in: str | None = None) -> str | None:
     return shutil.which(tool, path=SYSTEM_PATH if first_in is None else f"{first_in}{os.pathsep}{SYSTEM_PATH}")
 
 
+# apt-get's options that wait (up to 2 minutes) for dpkg's lock rather than fail at once while
+# another apt holds it (unattended-upgrades at work, another job).
+APT_WAITS_FOR_ITS_LOCK = ("-o", "DPkg::Lock::Timeout=120")
+
 # The Debian package of each tool a handler may need (the missing-software line names it).
 PACKAGES = {
     "apt": "apt",

@@ -29,7 +29,7 @@ from typing import Any
 import trio
 
 from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler, rfc3339
-from agent.jobs.proc import capture_command, require, stream_command, tool_env, which
+from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, require, stream_command, tool_env, which
 from agent.sites import write_atomically
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.system import Package, UpdatesApply, UpdatesAuto, UpdatesHistory, UpdatesSecurity
@@ -197,7 +197,7 @@ def apt_env() -> dict[str, str]:
 async def apt_get(out: Output, command: list[str], *, simulate: bool) -> None:
     """Stream ``apt-get -y <command>``: configuration files kept as they are, apt's lock waited for."""
     tool = require("apt-get", "install updates (only apt-based systems are supported)")
-    options = ["-o", "DPkg::Lock::Timeout=120", "-o", "Dpkg::Options::=--force-confdef"]
+    options = [*APT_WAITS_FOR_ITS_LOCK, "-o", "Dpkg::Options::=--force-confdef"]
     options += ["-o", "Dpkg::Options::=--force-confold"]
     argv = [tool, "-y", *options, *(["--simulate"] if simulate else []), *command]
     code = await stream_command(out, argv, env=apt_env())

@@ -18,7 +18,7 @@ from pathlib import Path
 import trio
 
 from agent.jobs.base import Output
-from agent.jobs.proc import capture_command, which
+from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, which
 from agent.jobs.updates import apt_env
 from agent.load_balancers.acme import CertFiles
 from agent.load_balancers.settings import LbSettings
@@ -28,7 +28,6 @@ log = logging.getLogger("fleetdeck.agent.lb")
 
 RELOAD_TIMEOUT_S = 15.0
 POLL_S = 0.05
-APT_LOCK_WAIT_S = 120
 EXIT_INSTALL_FAILED = 3  # the apply is degraded: the engine could not be installed (documented in jobs.py)
 
 
@@ -103,7 +102,7 @@ class Engine(ABC):
         if found:
             return found
         out.stderr(f"{self.binary} is not installed: installing the {self.package} package with apt-get (first use)")
-        lock = ["-o", f"DPkg::Lock::Timeout={APT_LOCK_WAIT_S}"]  # e.g. unattended-upgrades at work
+        lock = APT_WAITS_FOR_ITS_LOCK
         install = ["apt-get", "install", "-y", "-q", *lock, self.package]
         code, _, err = await capture_command(install, env=apt_env())
         if code != 0:  # a fresh image has no package lists, an old node stale ones: refreshed once

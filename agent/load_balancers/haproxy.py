@@ -46,6 +46,9 @@ SYSTEM_MASTER_SOCKET = Path("/run/haproxy-master.sock")
 SYSTEM_STATS_SOCKET = Path("/run/haproxy/admin.sock")
 SYSTEM_PIDFILE = Path("/run/haproxy.pid")  # Debian's init script and unit
 SYSTEM_DEFAULTS = Path("/etc/default/haproxy")
+# HAProxy 2.6 refuses a socket path over 97 bytes ("too long (max 97)"): it binds a temporary
+# name beside the path first, then renames it into place.
+HAPROXY_MAX_SOCKET_PATH = 97
 
 
 class Haproxy(Engine):
@@ -70,7 +73,8 @@ class Haproxy(Engine):
     @functools.cached_property
     def _sockets(self) -> Path:
         """The engine's folder, or a short one of its own where a socket path in it would not fit."""
-        return self.root if unix_sockets.fits(self.root / "master.sock") else unix_sockets.runtime_dir(self.root)
+        fits = unix_sockets.fits(self.root / "master.sock", HAPROXY_MAX_SOCKET_PATH)
+        return self.root if fits else unix_sockets.runtime_dir(self.root)
 
     @property
     def pidfile(self) -> Path:
@@ -279,6 +283,10 @@ class Haproxy(Engine):
         if self._process is not None:
             self._process.wait(timeout=5)
             self._process = None
+        if self._sockets != self.root:  # a short folder of its own: it goes with its HAProxy
+            for left in (self.master_socket, self.stats_socket):
+                left.unlink(missing_ok=True)
+            unix_sockets.remove_runtime_dir(self._sockets)
 
     async def show_stat(self) -> list[dict[str, str]]:
         return parse_show_stat(await master_command(self.stats_socket, "show stat"))

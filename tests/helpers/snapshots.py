@@ -26,7 +26,9 @@ VOLATILE = [
     re.compile(r"\b\d+(\.\d+)? ?(ms|s|min|h) ago\b"),  # ages
     re.compile(r"\bj-[0-9a-f]{6,}\b|\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]{4,}\b"),  # ids
     re.compile(r"127\.0\.0\.1:\d+"),  # the test stack's port
+    re.compile(r"/tmp/fleetdeck-snapshots-\w{8}"),  # the snapshot org's folder (`tempfile.mkdtemp`)
 ]
+SNAPSHOT_FOLDER_PREFIX = "fleetdeck-snapshots-"
 # The tests' own folder, and the padding after the path it starts: pytest numbers its folders on
 # (pytest-999, then pytest-1000), so the folder becomes one mask of a fixed width, and the padding
 # after the path gives back or takes what that changed, so the cell keeps its width.

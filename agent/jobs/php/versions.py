@@ -23,7 +23,7 @@ from agent.jobs.php.fpm import (
     workers,
 )
 from agent.jobs.php.modules import enable_module
-from agent.jobs.proc import capture_command, require, stream_command, tool_env, which
+from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, require, stream_command, tool_env, which
 from api_client.job_kinds.base import NoArgs
 from api_client.job_kinds.web import PhpModuleArgs, PhpVersionArgs
 
@@ -89,7 +89,8 @@ async def _known_packages(packages: list[str]) -> None:
 
 async def _apt(out: Output, action: str, packages: list[str]) -> int:
     apt_get = require("apt-get", f"{action} {' '.join(packages)}")
-    argv = [apt_get, action, "-y", "-q", *(["--no-install-recommends"] if action == "install" else []), *packages]
+    recommends = ["--no-install-recommends"] if action == "install" else []
+    argv = [apt_get, action, "-y", "-q", *APT_WAITS_FOR_ITS_LOCK, *recommends, *packages]
     return await stream_command(out, argv, env=_apt_env())
 
 
