@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from annotated_types import GroupedMetadata
-from pydantic import AfterValidator, Field, Strict, StringConstraints
+from pydantic import AfterValidator, Field, Strict, StringConstraints, ValidationInfo, field_validator
 from pydantic.config import JsonValue
 
 _INT = re.compile(r"^(?:0|[1-9][0-9]{0,18})$")
@@ -375,6 +375,17 @@ def setting_problem(settings: Mapping[str, Setting], key: object, value: object)
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def value_of_its_key(settings: Mapping[str, Setting]) -> Any:
+    """The validator of a model's ``value`` field, checked by `check_setting` as the setting named
+    by the model's ``key`` field (declared before it) takes it: ``_value = value_of_its_key(...)``."""
+
+    def check(cls: type, value: str, info: ValidationInfo) -> str:
+        key = info.data.get("key")
+        return value if key is None else check_setting(settings, key, value)
+
+    return field_validator("value")(classmethod(check))
 
 
 def allowed_values(settings: Mapping[str, Setting]) -> dict[str, Any]:

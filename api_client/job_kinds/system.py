@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from api_client.job_kinds.allowlists import SYSCTL, allowed_values, check_setting
+from api_client.job_kinds.allowlists import SYSCTL, allowed_values, value_of_its_key
 from api_client.job_kinds.argtypes import (
     Bool,
     CommandLine,
@@ -654,11 +654,7 @@ class SysctlSet(Args):
     key: SysctlKey
     value: SysctlValue = Field(json_schema_extra=allowed_values(SYSCTL))
 
-    @field_validator("value")
-    @classmethod
-    def _allowed_value(cls, value: str, info: ValidationInfo) -> str:
-        key = info.data.get("key")
-        return value if key is None else check_setting(SYSCTL, key, value)
+    _allowed_value = value_of_its_key(SYSCTL)
 
 
 TUNING = [

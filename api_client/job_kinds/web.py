@@ -6,9 +6,9 @@ import ipaddress
 import re
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SecretStr, model_validator
 
-from api_client.job_kinds.allowlists import PHP_INI, PHP_INI_PER_SITE, allowed_values, check_setting
+from api_client.job_kinds.allowlists import PHP_INI, PHP_INI_PER_SITE, allowed_values, value_of_its_key
 from api_client.job_kinds.argtypes import (
     Bool,
     CommandLine,
@@ -305,11 +305,7 @@ class PhpIniSet(Args):
     value: IniValue = Field(json_schema_extra=allowed_values(PHP_INI_PER_SITE))
     domain: DomainName
 
-    @field_validator("value")
-    @classmethod
-    def _allowed_value(cls, value: str, info: ValidationInfo) -> str:
-        key = info.data.get("key")
-        return value if key is None else check_setting(PHP_INI_PER_SITE, key, value)
+    _allowed_value = value_of_its_key(PHP_INI_PER_SITE)
 
 
 class PhpIniGlobalSet(Args):
@@ -319,11 +315,7 @@ class PhpIniGlobalSet(Args):
     key: PhpDirective
     value: IniValue = Field(json_schema_extra=allowed_values(PHP_INI))
 
-    @field_validator("value")
-    @classmethod
-    def _allowed_value(cls, value: str, info: ValidationInfo) -> str:
-        key = info.data.get("key")
-        return value if key is None else check_setting(PHP_INI, key, value)
+    _allowed_value = value_of_its_key(PHP_INI)
 
 
 class PhpModuleArgs(Args):
