@@ -118,8 +118,6 @@ PATH_BUILDERS = frozenset(
 )
 # Methods whose result carries the taint of their receiver (a mapping of homes, a string of a path).
 CARRIERS = frozenset({"items", "values", "get", "pop", "copy", "strip", "rstrip", "removeprefix", "removesuffix"})
-# Functions whose result lists paths found in a user's tree (a tool that walked it printed them).
-TREE_LISTINGS = frozenset({"parse_clamscan"})
 
 # (file relative to the repository, function, call) -> why the call is safe. Empty today: every
 # handler goes through the boundary; an anchor's own metadata is allowed by the rule (ANCHOR_SAFE).
@@ -318,8 +316,6 @@ class Analysis(ast.NodeVisitor):
             return BENEATH if base in (ANCHOR, BENEATH) else 0
         if isinstance(node.func, ast.Attribute) and node.func.attr in CARRIERS:
             return self.taint(node.func.value)
-        if (name or "").rpartition(".")[2] in TREE_LISTINGS:
-            return BENEATH
         if isinstance(node.func, ast.Attribute) and node.func.attr == "format":
             return BENEATH if any(a in (ANCHOR, BENEATH) for a in args) else 0
         target = self.program.resolve(self.module, node.func, self.cls)

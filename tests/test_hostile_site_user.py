@@ -18,7 +18,6 @@ is in neither, and another when ``docs/security.md``'s table and this list disag
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import pwd
@@ -40,6 +39,7 @@ from agent.jobs.host import php_fpm_versions
 from agent.jobs.kinds import all_kinds
 from agent.jobs.proc import read_pid
 from tests.conftest import Stack
+from tests.helpers.clamd import CLAMD, EICAR, eicar_database, run_clamd
 from tests.helpers.hostile import (
     Canaries,
     Racer,
@@ -300,7 +300,6 @@ def clone_args(h: Hostile, s: Site) -> dict[str, Any]:
     return {"domain": s.domain, "target": s.state["clone"]}
 
 
-EICAR = b"X5O!P%@AP[4\\PZX54(P^)7CC)7}$" + b"EICAR-STANDARD-ANTIVIRUS-" + b"TEST-FILE!$H+H*"
 JSON_CANARY = '{{"commit": "{token}", "subject": "{token}", "branch": "{token}", "created_at": "{token}"}}\n'
 KEY_CANARY = "{key} {token}\n"  # an authorized_keys line whose comment is the token
 DOMAIN: Args = lambda h, s: {"domain": s.domain}  # noqa: E731
@@ -318,7 +317,10 @@ KEYS = "descriptors from the home (O_NOFOLLOW, O_NONBLOCK), the user's own regul
 NGINX_ROOT = "nginx's root master opens the site's logs in root's own folder for it, nothing in the site"
 LOG_READ = "root's log folder for the site, opened beneath it, no link followed, O_NONBLOCK"
 LOGROTATE = "logrotate as root over root's own log folders; nothing in the site"
-CLAMSCAN = "clamscan as root, links not followed; hits moved out through descriptors (boundary.move_out)"
+STREAMED = (
+    "jail descriptors (a walk, links never followed, another user's hard links not read), each file's bytes"
+    " streamed to clamd; hits moved out through descriptors (boundary.move_out)"
+)
 COPYTREE = "boundary.copy_tree: descriptors, links copied as links, another user's hard links left out"
 RMTREE = "account locked, its processes stopped, then boundary.remove_tree through descriptors"
 
@@ -346,7 +348,7 @@ SCENARIOS: dict[str, Scenario] = {
     "security.scan": Scenario(
         (Touch("public_html", folder=True), Touch("public_html/infected.php", writes=True)),
         lambda h, s: {"domain": s.domain, "quarantine": True},
-        CLAMSCAN,
+        STREAMED,
         needs=("clamav",),
         before=put_infected,
     ),
@@ -608,13 +610,7 @@ NOT_IN_A_SITE: dict[str, str] = {
 
 # Attacks that get through by design, each a stated limit (docs/security.md): an xfail
 # that fails the day the attack is stopped.
-KNOWN_LIMITS: dict[tuple[str, str], str] = {
-    ("security.scan", "hardlink"): (
-        "clamscan reads, as root, root's file hard-linked into the site (only where fs.protected_hardlinks"
-        " is off, which the agent reports): a per-site scan as the site's user would load the signature"
-        " database once per site"
-    ),
-}
+KNOWN_LIMITS: dict[tuple[str, str], str] = {}
 
 
 class LedOut(AssertionError):
@@ -699,12 +695,12 @@ class Hostile:
             server = self.exits.enter_context(run_pebble(folder / "pebble", http_port=self.hosting.nginx.port))
             self.hosting.configure("acme", {"directory_url": server.directory_url, "ca_bundle": str(server.ca_bundle)})
         elif service == "clamav":
-            if shutil.which("clamscan") is None:
-                pytest.skip("needs ClamAV (Debian package clamav)")
-            server = folder / "clamav"
-            server.mkdir()
-            (server / "hostile.hdb").write_text(f"{hashlib.md5(EICAR).hexdigest()}:{len(EICAR)}:Fleetdeck-Test-EICAR\n")
-            self.hosting.configure("clamav", {"database_dir": str(server)})
+            if CLAMD is None:
+                pytest.skip("needs clamd (Debian package clamav-daemon)")
+            (folder / "clamav").mkdir()
+            database = eicar_database(folder / "clamav" / "db")
+            server = self.exits.enter_context(run_clamd(folder / "clamav" / "clamd", database))
+            self.hosting.configure("clamav", server.layout())
         elif service == "php2":
             if len(self.php_versions) < 2:
                 pytest.skip("php.set needs two PHP-FPM versions (scripts/test installs 7.4 beside 8.2)")

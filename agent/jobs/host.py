@@ -160,7 +160,10 @@ class SystemLayout(_Section):
 
 
 class ClamavLayout(_Section):
-    database_dir: str = "/var/lib/clamav"  # the signatures clamscan reads (freshclam keeps them current)
+    # clamd's LocalSocket (Debian package clamav-daemon): the scan streams each file to it
+    socket: str = "/run/clamav/clamd.ctl"
+    # clamd's DatabaseDirectory (freshclam keeps it current): named when no clamd answers
+    database_dir: str = "/var/lib/clamav"
 
 
 class AcmeLayout(_Section):
