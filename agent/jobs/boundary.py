@@ -170,8 +170,8 @@ def _never_cancelled() -> CancelToken:
 def open_folder_beneath(jail: Jail, parts: tuple[str, ...]) -> int:
     """A readable descriptor of the folder `parts` beneath the jail's root, reached one component
     at a time with ``O_NOFOLLOW``: a link anywhere on the way (even one leading inside) is refused
-    with OSError ELOOP or ENOTDIR. For a path a tool printed as it walked the tree without
-    following links: a link there now means the tree changed since."""
+    with OSError ELOOP or ENOTDIR. For a path an earlier walk found without following links: a
+    link there now means the tree changed since."""
     fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=jail.fileno())
     try:
         for part in parts:
