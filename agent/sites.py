@@ -30,8 +30,8 @@ from typing import Any
 
 import orjson
 
-from agent.link.protocol import RpcError
 from agent.state import open_lock_file
+from contract.link.protocol import RpcError
 
 log = logging.getLogger("fleetdeck.agent")
 

@@ -28,8 +28,8 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api_client import Client
-from api_client.models import Scope
 from benchmarks._stack import LocalStack, Ssh, local_stack, loopback_sshd
+from contract.models import Scope
 
 ENTRIES = 100_000
 TRANSFER = 256 * 1024 * 1024

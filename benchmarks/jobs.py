@@ -44,7 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.jobs.kinds import all_kinds
-from api_client.job_kinds import CATALOG
+from contract.job_kinds import CATALOG
 from tests.conftest import Stack, start_local
 from tests.helpers.hosting import Hosting, start_hosting, stop_hosting
 from tests.helpers.mariadb import MariaDb, mariadb_installed, run_mariadb

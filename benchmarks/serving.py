@@ -40,9 +40,9 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api_client import Client
-from api_client.models import Scope
 from benchmarks._stack import LocalStack, cpu_seconds, local_stack
 from benchmarks.job_stream import through_api, write_log
+from contract.models import Scope
 
 SERVERS = ("hypercorn", "uvicorn")
 SSE_LINES = 100_000

@@ -25,8 +25,8 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api_client import Client
-from api_client.models import FileWindow, Scope
 from benchmarks._stack import local_stack
+from contract.models import FileWindow, Scope
 from tui.files.pager import Pager
 
 LOG_SIZE = 100 * 1000 * 1000

@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from sqlalchemy.engine import Connection
 from starlette.routing import WebSocketRoute
 
-from api_client.job_kinds import lookup
+from contract.job_kinds import lookup
 from control_plane import __version__, errors
 from control_plane.audit.routes import router as audit_router
 from control_plane.auth.routes import router as auth_router

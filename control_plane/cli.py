@@ -18,7 +18,7 @@ from typing import Any, get_args
 import anyio
 from pydantic import ValidationError
 
-from api_client.models import PLANS, Role, ServerCreate, ServerKind
+from contract.models import PLANS, Role, ServerCreate, ServerKind
 from control_plane.auth import store as accounts
 from control_plane.auth.passwords import hash_password
 from control_plane.servers import store as server_store

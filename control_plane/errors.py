@@ -1,6 +1,6 @@
 """Every error answer in the contract's shape: `{"error": {"code", "message", "details"}}`.
 
-Handlers raise the `api_client.errors` class of the code (`NotFound(...)`), so the client and the
+Handlers raise the `contract.errors` class of the code (`NotFound(...)`), so the client and the
 server share one list of codes. Framework errors (unknown route, failed validation, malformed
 JSON) are translated here too, so no answer ever leaves in another shape.
 """
@@ -17,8 +17,8 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from api_client.errors import ApiError, RateLimited, Unavailable
-from api_client.models import ErrorBody
+from contract.errors import ApiError, RateLimited, Unavailable
+from contract.models import ErrorBody
 from control_plane.storage.outage import RETRY_AFTER_S, is_outage
 
 log = logging.getLogger("fleetdeck.control_plane")

@@ -32,8 +32,8 @@ import anyio
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api_client.errors import ApiError, Timeout, TooLarge
-from api_client.models import JSON_BODY_LIMIT
+from contract.errors import ApiError, Timeout, TooLarge
+from contract.models import JSON_BODY_LIMIT
 
 # A request body's pace: bytes at least every BODY_IDLE_TIMEOUT_S; and, after BODY_GRACE_S, at
 # least BODY_MIN_RATE on average (a 1 MiB JSON body within 74 s, a 64 MiB relay upload within

@@ -13,8 +13,8 @@ import orjson
 from starlette.requests import HTTPConnection
 from starlette.responses import StreamingResponse
 
-from api_client.errors import ValidationFailed
-from api_client.models import MAX_INTEGER
+from contract.errors import ValidationFailed
+from contract.models import MAX_INTEGER
 
 KEEPALIVE = b": keep-alive\n\n"
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import Depends
 from starlette.requests import HTTPConnection
 
-from api_client.errors import AgentError, AgentOffline, AgentTimeout, ApiError, TierRequired, Unauthenticated
+from contract.errors import AgentError, AgentOffline, AgentTimeout, ApiError, TierRequired, Unauthenticated
 from control_plane.audit import store as audit
 from control_plane.auth.principal import Principal, capabilities_for
 from control_plane.auth.store import identity_for_token

@@ -17,7 +17,7 @@ import trio
 from agent.files import archives, handlers
 from agent.files.handlers import FileHandlers
 from agent.link.call import Call
-from agent.link.protocol import RpcError
+from contract.link.protocol import RpcError
 from tests.helpers import eventually
 from tests.helpers.agent_files import (
     SERVER_ID,

@@ -39,9 +39,9 @@ from agent.files.jail import refusal
 from agent.jobs.base import JobContext, Kind, Output, run_kind
 from agent.sites import SiteRegistry
 from api_client import Client
-from api_client.errors import ApiError, Forbidden, InsufficientStorage
-from api_client.job_kinds import lookup
-from api_client.models import RELAY_UPLOAD_LIMIT, Scope
+from contract.errors import ApiError, Forbidden, InsufficientStorage
+from contract.job_kinds import lookup
+from contract.models import RELAY_UPLOAD_LIMIT, Scope
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_until
 

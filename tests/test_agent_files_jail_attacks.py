@@ -25,8 +25,8 @@ from agent.files.fdops import CancelToken
 from agent.files.handlers import FileHandlers
 from agent.files.jail import Jail
 from agent.link.call import Call
-from agent.link.protocol import RpcError
-from api_client.models import TRASH_FOLDER
+from contract.link.protocol import RpcError
+from contract.models import TRASH_FOLDER
 from tests.helpers.agent_files import (
     SERVER_ID,
     SITE,

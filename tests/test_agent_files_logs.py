@@ -14,9 +14,9 @@ import pytest
 
 from agent.files.handlers import FileHandlers
 from agent.link.call import Call
-from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
-from api_client.models import LOGS_READ_ONLY
+from contract.link.protocol import RpcError
+from contract.models import LOGS_READ_ONLY
 from tests.helpers.agent_files import Home, call, error, make_home, snapshot
 
 LOGS = {"scope": "logs", "domain": "example.com"}

@@ -28,8 +28,8 @@ from agent.files.fdops import CancelToken, Progress
 from agent.files.handlers import FileHandlers
 from agent.files.jail import Jail
 from agent.files.read import READ_LIMIT, content_etag
-from agent.link.protocol import CLOSE_INTERNAL_ERROR, RpcError
-from api_client.models import TRASH_FOLDER, Entry, TrashItem
+from contract.link.protocol import CLOSE_INTERNAL_ERROR, RpcError
+from contract.models import TRASH_FOLDER, Entry, TrashItem
 from tests.helpers import eventually
 from tests.helpers.agent_files import (
     SERVER_ID,

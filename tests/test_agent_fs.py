@@ -16,9 +16,9 @@ import pytest
 from agent.files.handlers import FileHandlers
 from agent.files.read import READ_LIMIT, content_etag
 from agent.link.call import Call
-from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
-from api_client.models import Entry, FileContent, Listing
+from contract.link.protocol import RpcError
+from contract.models import Entry, FileContent, Listing
 
 
 @pytest.fixture

@@ -33,13 +33,13 @@ from agent.jobs.base import JobContext, JobError, Kind, Output
 from agent.jobs.host import LayoutFile
 from agent.jobs.manager import BLOCK, RUN_LINES, Job, JobManager
 from agent.jobs.proc import LineSplitter, capture_command, pid_alive
-from agent.link import protocol
 from agent.link.client import AgentLink
 from agent.runner import AgentConfig, build_handlers
 from agent.sites import SiteRegistry
-from api_client.job_kinds import JobKind, argtypes
-from api_client.job_kinds.base import Args
-from api_client.sse import SSEParser
+from api_client import SSEParser
+from contract.job_kinds import JobKind, argtypes
+from contract.job_kinds.base import Args
+from contract.link import protocol
 from control_plane.hub import AgentCallError, AgentHub
 from control_plane.jobs import store
 from control_plane.jobs.runner import JobRunner

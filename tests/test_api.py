@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from api_client import Client
-from api_client.errors import NotFound, TierRequired, Unauthenticated
-from api_client.models import Scope
+from contract.errors import NotFound, TierRequired, Unauthenticated
+from contract.models import Scope
 from tests.conftest import Stack
 from tests.helpers.databases import query
 

@@ -20,8 +20,8 @@ from fastapi import FastAPI
 from fastapi.routing import APIWebSocketRoute
 from starlette.routing import BaseRoute, WebSocketRoute
 
-from agent.link import protocol
 from api_client import errors
+from contract.link import protocol
 from control_plane.app import build_fleet, create_app
 from control_plane.settings import Settings
 from tests.conftest import ROOT
@@ -107,7 +107,7 @@ def error_table(text: str) -> dict[str, set[str]]:
 
 
 def exception_classes() -> list[type[errors.ApiError]]:
-    """The contract's codes: one `api_client.errors` class each (the base class has none)."""
+    """The contract's codes: one `contract.errors` class each (the base class has none)."""
     return [
         value
         for value in vars(errors).values()
@@ -162,13 +162,13 @@ def literal_codes(path: Path) -> set[str]:
 
 def codes_in_the_code() -> dict[str, str]:
     """Every code the control plane can answer, with where it comes from."""
-    where = {cls.code: f"api_client.errors.{cls.__name__}" for cls in exception_classes()}
+    where = {cls.code: f"contract.errors.{cls.__name__}" for cls in exception_classes()}
     for path in sorted(CONTROL_PLANE.rglob("*.py")):
         for code in literal_codes(path):
             where.setdefault(code, str(path.relative_to(ROOT)))
     # A file operation's `error` event passes on the agent's code: the link's own codes too.
     for code in (protocol.INTERNAL, protocol.TIMEOUT, protocol.CANCELLED, protocol.UNKNOWN_METHOD):
-        where.setdefault(code, "agent/link/protocol.py")
+        where.setdefault(code, "contract/link/protocol.py")
     return where
 
 

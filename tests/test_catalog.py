@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from api_client.job_kinds import CATALOG, BuiltJob, JobKind, argtypes, json_schemas, lookup
-from api_client.job_kinds.base import Args, Argv, kind
+from contract.job_kinds import CATALOG, BuiltJob, JobKind, argtypes, json_schemas, lookup
+from contract.job_kinds.base import Args, Argv, kind
 
 REQUIRED_DOMAINS = [
     "site",

@@ -30,12 +30,11 @@ import trio
 
 from agent.files.handlers import FileHandlers
 from agent.files.ingress import Ingress
-from agent.link import grant
 from agent.sites import SiteRegistry
-from api_client import Client
-from api_client.client import DIRECT_THRESHOLD
-from api_client.errors import Conflict, PathOutsideScope
-from api_client.models import DIRECT_UPLOAD_LIMIT, Scope
+from api_client import DIRECT_THRESHOLD, Client
+from contract.errors import Conflict, PathOutsideScope
+from contract.link import grant
+from contract.models import DIRECT_UPLOAD_LIMIT, Scope
 from tests.conftest import Stack, start_agent
 from tests.helpers import wait_until
 
@@ -173,7 +172,7 @@ async def test_direct_upload_lands_byte_exact(stack: Stack, direct: IngressServe
 
 
 def _entry(answer: httpx.Response) -> Any:
-    from api_client.models import FsEntryResult
+    from contract.models import FsEntryResult
 
     return FsEntryResult.model_validate(answer.json()).entry
 

@@ -16,10 +16,9 @@ import orjson
 import pytest
 import trio
 
-from api_client import Client
-from api_client.client import TooManyPaths
-from api_client.errors import Conflict
-from api_client.models import MAX_ARCHIVE_PATHS, MAX_PATHS, RELAY_UPLOAD_LIMIT, FsDirSize, FsSearchResult, Scope
+from api_client import Client, TooManyPaths
+from contract.errors import Conflict
+from contract.models import MAX_ARCHIVE_PATHS, MAX_PATHS, RELAY_UPLOAD_LIMIT, FsDirSize, FsSearchResult, Scope
 from tests.conftest import Stack
 from tests.helpers import eventually, wait_until
 

@@ -24,9 +24,9 @@ from textual.pilot import Pilot
 from agent.files.handlers import FileHandlers
 from agent.files.remote_copy import RESULT_PREFIX, RemoteCopy, SshSettings
 from agent.link.call import Call
-from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
-from api_client.models import LOGS_READ_ONLY
+from contract.link.protocol import RpcError
+from contract.models import LOGS_READ_ONLY
 from fleetdeck.launcher import free_port
 from tests.conftest import Stack, start_agent
 from tests.helpers import eventually, wait_for, wait_until

@@ -26,7 +26,7 @@ from agent.link.call import Call
 from agent.link.client import AgentLink, Backoff
 from agent.sites import SiteRegistry
 from api_client import Client
-from api_client.models import Entry, Listing, Scope
+from contract.models import Entry, Listing, Scope
 from tests.conftest import Stack
 
 pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")

@@ -22,8 +22,8 @@ import pytest
 import trio
 
 from api_client import Client
-from api_client.errors import Forbidden
-from api_client.models import LOGS_READ_ONLY, FsDestination, Scope
+from contract.errors import Forbidden
+from contract.models import LOGS_READ_ONLY, FsDestination, Scope
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting
 

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from api_client import Client
-from api_client.models import WINDOW_LIMIT, Scope
+from contract.models import WINDOW_LIMIT, Scope
 from tests.conftest import Stack
 
 pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")

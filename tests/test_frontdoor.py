@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from api_client import Client
-from api_client.models import JSON_BODY_LIMIT, READ_LIMIT, Scope
+from contract.models import JSON_BODY_LIMIT, READ_LIMIT, Scope
 from control_plane.auth.throttle import source_key
 from control_plane.frontdoor import BODY_GRACE_S, BODY_IDLE_TIMEOUT_S, REQUEST_HEAD_TIMEOUT_S
 from fleetdeck.launcher import start_agent

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.files.jail import Jail, openat2_supported, split_path
-from agent.link.protocol import RpcError
+from contract.link.protocol import RpcError
 
 IMPLEMENTATIONS = [
     pytest.param(True, id="openat2", marks=pytest.mark.skipif(not openat2_supported(), reason="no openat2")),

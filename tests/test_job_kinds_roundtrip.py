@@ -24,8 +24,8 @@ from pydantic.fields import FieldInfo
 from agent.jobs.base import JobContext, Kind, Output, run_kind
 from agent.jobs.kinds import all_kinds
 from agent.sites import SiteRegistry
-from api_client.job_kinds import CATALOG, JobKind
-from api_client.job_kinds.argtypes import Timezone, shaped
+from contract.job_kinds import CATALOG, JobKind
+from contract.job_kinds.argtypes import Timezone, shaped
 
 KINDS = sorted(CATALOG)
 HANDLED = sorted(all_kinds())

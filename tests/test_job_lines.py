@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api_client.sse import SSEParser
+from api_client import SSEParser
 from control_plane.jobs import lines, store
 from control_plane.jobs.lines import BadOutput, Run
 from control_plane.jobs.runner import LiveJob, output_size

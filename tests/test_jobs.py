@@ -15,9 +15,8 @@ import pytest
 import sqlalchemy as sa
 import trio
 
-from api_client import Client
-from api_client.errors import AgentOffline
-from api_client.sse import SSEParser
+from api_client import Client, SSEParser
+from contract.errors import AgentOffline
 from tests.conftest import AgentProcess, Stack, start_agent, start_local
 from tests.helpers import wait_until
 from tests.helpers.control_planes import OwnControlPlane

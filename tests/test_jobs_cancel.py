@@ -21,9 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api_client import Client
-from api_client.errors import NotRunning
-from api_client.sse import SSEParser
+from api_client import Client, SSEParser
+from contract.errors import NotRunning
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting

@@ -9,17 +9,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("fleetdeck", "tui", "api_client", "themes", "control_plane", "agent")
+PACKAGES = ("fleetdeck", "tui", "api_client", "contract", "themes", "control_plane", "agent")
 
-# What each package may import of the project's packages (itself always). `control_plane` reaches
-# agents only through the link protocol (and the transfer grants it signs).
+# What each package may import of the project's packages (itself always). Everything both sides of
+# a wire need is `contract`'s: the agent and the control plane never import the client, nor each other.
 ALLOWED: dict[str, tuple[str, ...]] = {
-    "api_client": (),
+    "contract": (),
+    "api_client": ("contract",),
     "themes": (),
-    "tui": ("api_client", "themes"),
-    "agent": ("api_client",),
-    "control_plane": ("api_client", "agent.link"),
-    "fleetdeck": ("tui", "api_client", "themes", "control_plane", "agent"),
+    "tui": ("api_client", "contract", "themes"),
+    "agent": ("contract",),
+    "control_plane": ("contract",),
+    "fleetdeck": ("tui", "api_client", "contract", "themes", "control_plane", "agent"),
 }
 
 

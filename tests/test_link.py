@@ -21,10 +21,10 @@ from hypercorn.config import Config
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 
-from agent.link import protocol
 from agent.link.call import Call, Handler
 from agent.link.client import AgentLink, Backoff, LinkAuthRefused, link_url
-from agent.link.protocol import RpcError
+from contract.link import protocol
+from contract.link.protocol import RpcError
 from control_plane.hub import (
     AgentCallError,
     AgentHub,

@@ -2,7 +2,7 @@
 observe, content and infra) that names a file, a user, a directive or a program is checked against
 its allow-list, over the whole catalog (pure, fast).
 
-Each string argument is identified by its type (the shapes of `api_client.job_kinds.argtypes`, an
+Each string argument is identified by its type (the shapes of `contract.job_kinds.argtypes`, an
 enum, a secret) and classified by that type and by its name: a path, an account, a directive (a
 configuration key) or a program (a command, a package, an image, a URL...). A classified argument
 must have a type approved for its class (`APPROVED`, each with the reason it cannot reach root), a
@@ -26,7 +26,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from api_client.job_kinds import CATALOG, JobKind, argtypes
+from contract.job_kinds import CATALOG, JobKind, argtypes
 
 OPERATOR_GROUPS = frozenset({"observe", "content", "infra"})
 

@@ -12,8 +12,8 @@ import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
 from agent.jobs.kinds import all_kinds
-from agent.link import protocol
 from api_client import Client
+from contract.link import protocol
 from tests.conftest import Stack, start_agent, start_local
 from tests.helpers import wait_until
 

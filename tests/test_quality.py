@@ -1,4 +1,5 @@
-"""The code checks are part of the suite: `ruff check`, `ruff format --check` and `mypy` (strict for `api_client`)."""
+"""The code checks are part of the suite: `ruff check`, `ruff format --check` and `mypy` (strict for
+`api_client` and `contract`)."""
 
 from __future__ import annotations
 
@@ -23,5 +24,5 @@ def test_ruff_format() -> None:
 
 
 def test_mypy() -> None:
-    done = _run("mypy")  # files and the strict api_client override come from pyproject.toml
+    done = _run("mypy")  # files and the strict api_client and contract override come from pyproject.toml
     assert done.returncode == 0, done.stdout + done.stderr

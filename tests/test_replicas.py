@@ -27,7 +27,7 @@ import trio
 
 from agent.link.call import Call
 from agent.link.client import AgentLink, Backoff
-from api_client.sse import SSEParser
+from api_client import SSEParser
 from control_plane.bus import Bus
 from control_plane.storage.schema import servers
 from fleetdeck.launcher import start_agent

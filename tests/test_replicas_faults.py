@@ -41,9 +41,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 
-from api_client import Client
-from api_client.errors import Unavailable
-from api_client.sse import Event, SSEParser
+from api_client import Client, Event, SSEParser
+from contract.errors import Unavailable
 from fleetdeck.launcher import child_environment, free_port, start_agent
 from tests.helpers import wait_until
 from tests.helpers.control_planes import DEFAULT_ENV, OwnControlPlane

@@ -15,7 +15,7 @@ import pytest
 from fleetdeck.settings import SettingsError, load_settings, variable_names
 from tests.conftest import ROOT, python_env
 
-SOURCE_PACKAGES = ("agent", "api_client", "control_plane", "fleetdeck", "themes", "tui")
+SOURCE_PACKAGES = ("agent", "api_client", "contract", "control_plane", "fleetdeck", "themes", "tui")
 VARIABLE = re.compile(r"\bFLEETDECK_[A-Z0-9_]*[A-Z0-9]\b")
 SETTINGS_MODULE = ROOT / "fleetdeck" / "settings.py"
 PATHS_MODULE = ROOT / "fleetdeck" / "paths.py"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api_client.sse import Event, SSEParser
+from api_client import Event, SSEParser
 
 STREAM = (
     b"retry: 2000\nid: e:0\nevent: ready\ndata: {}\n\n"

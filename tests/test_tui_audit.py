@@ -14,7 +14,7 @@ from textual.pilot import Pilot
 from textual.widgets import Select, Static
 
 from api_client import Client
-from api_client.models import AuditEntry
+from contract.models import AuditEntry
 from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.tui import run

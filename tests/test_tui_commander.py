@@ -13,7 +13,7 @@ from pathlib import Path
 from textual.pilot import Pilot
 from textual.widgets import Input, SelectionList, Static
 
-from api_client.client import MAX_PATHS_PER_REQUEST, PATHS_PER_BATCH
+from api_client import MAX_PATHS_PER_REQUEST, PATHS_PER_BATCH
 from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.tui import highlight, names, open_commander, real_app, run, show_location, site_dir

@@ -17,8 +17,8 @@ import pytest
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 
-from api_client.job_kinds import json_schemas
-from api_client.models import TRASH_FOLDER
+from contract.job_kinds import json_schemas
+from contract.models import TRASH_FOLDER
 from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.tui import highlight, names, open_commander, real_app, run, show_location, site_dir

@@ -18,7 +18,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
 from api_client import Client
-from api_client.models import Job, Server
+from contract.models import Job, Server
 from tests.conftest import AgentProcess, Stack, start_local
 from tests.helpers import soon, wait_for, wait_until
 from tests.helpers.postgres_server import PostgresDatabases, start_postgres

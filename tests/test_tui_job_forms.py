@@ -8,8 +8,8 @@ from typing import Any
 from textual.pilot import Pilot
 from textual.widgets import Input, Label, OptionList, Select
 
-from api_client.job_kinds import json_schemas
-from api_client.models import JobKindInfo
+from contract.job_kinds import json_schemas
+from contract.models import JobKindInfo
 from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.tui import open_form, open_jobs_of, real_app_and_wire, run

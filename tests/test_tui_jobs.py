@@ -26,8 +26,8 @@ from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, DataTable, Input, OptionList, Select, SelectionList, Static, Tree
 
-from api_client.job_kinds import json_schemas
-from api_client.models import Job, JobKindInfo, Server
+from contract.job_kinds import json_schemas
+from contract.models import Job, JobKindInfo, Server
 from tests.conftest import Stack, start_agent
 from tests.helpers import soon, wait_for, wait_until
 from tests.helpers.jobs import finished_job

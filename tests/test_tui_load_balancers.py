@@ -17,7 +17,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input, OptionList, Select, Static
 
-from api_client.load_balancers import (
+from contract.load_balancers import (
     Backend,
     BackendReport,
     BackendStats,

@@ -23,7 +23,7 @@ import pytest
 from textual.pilot import Pilot
 
 from api_client import Client
-from api_client.models import Job
+from contract.models import Job
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_for
 from tests.helpers.site_logs import logs_layout, write_site_log

@@ -6,7 +6,7 @@ So a cheap probe of `GET /v1/health` runs every `PROBE_INTERVAL_S`: a refused co
 at once, and so is `SILENCE_LIMIT_S` without an answer (a black hole), so a loss is seen within
 `SILENCE_LIMIT_S` (under 5 s) whatever the cause, while a control plane slow to answer on a busy
 machine is not taken for a lost one. Then the monitor
-probes again after a full-jitter backoff (`api_client.backoff`, so a fleet of TUIs does not come
+probes again after a full-jitter backoff (`contract.backoff`, so a fleet of TUIs does not come
 back in lockstep) until the control plane answers, and says so: the screens refresh what they show.
 
 The monitor also follows the presence stream for the whole app, so that the server list and the
@@ -31,8 +31,8 @@ from textual import events
 from textual.signal import Signal
 
 from api_client import errors as api_errors
-from api_client.backoff import full_jitter
-from api_client.models import PresenceEvent
+from contract.backoff import full_jitter
+from contract.models import PresenceEvent
 
 if TYPE_CHECKING:
     from textual.app import App

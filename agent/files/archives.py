@@ -76,8 +76,8 @@ from agent.files.fdops import (
 from agent.files.jail import Jail, normalize, split_path
 from agent.files.read import open_regular
 from agent.files.write import ensure_dirs
-from agent.link.protocol import RpcError
-from api_client.models import TRASH_FOLDER
+from contract.link.protocol import RpcError
+from contract.models import TRASH_FOLDER
 
 FORMATS = ("zip", "tar.gz")
 MAX_EXTRACT_BYTES = 10 * 1024**3

@@ -25,7 +25,7 @@ from typing import Any, cast
 from agent.files import inflight
 from agent.files.entries import join
 from agent.files.inflight import temp_name as temp_name  # the one spelling of a temporary name
-from agent.link.protocol import RpcError
+from contract.link.protocol import RpcError
 
 O_DIR_READ = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 O_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -42,9 +42,9 @@ from agent.files.entries import rfc3339
 from agent.files.fdops import CancelToken, OperationCancelled, Progress
 from agent.files.jail import Jail, refusal
 from agent.link.call import Call, Handler
-from agent.link.protocol import RpcError, single_error
 from agent.sites import SiteRegistry
-from api_client.models import LOGS_READ_ONLY, MAX_ARCHIVE_PATHS, MAX_INTEGER, MAX_PATHS, WINDOW_LIMIT
+from contract.link.protocol import RpcError, single_error
+from contract.models import LOGS_READ_ONLY, MAX_ARCHIVE_PATHS, MAX_INTEGER, MAX_PATHS, WINDOW_LIMIT
 
 T = TypeVar("T")
 log = logging.getLogger("fleetdeck.agent.files")

@@ -1,7 +1,7 @@
 """The agent's HTTP ingress: direct uploads that skip the control plane.
 
 ``fleetdeck agent --ingress HOST:PORT`` serves one route, ``PUT <prefix>/upload/<token>``, where
-the token is a grant the control plane signed (`agent.link.grant`) with the key it gave this
+the token is a grant the control plane signed (`contract.link.grant`) with the key it gave this
 agent's link in ``welcome``. The ingress checks the signature, the expiry (in the control plane's
 clock), that the grant names this server, that its nonce was never presented before, and that
 ``Content-Length`` is exactly the signed size (at most 2 GiB). Then the bytes go through the same
@@ -38,8 +38,8 @@ from agent.files.fdops import CancelToken, OperationCancelled
 from agent.files.handlers import FileHandlers
 from agent.files.jail import refusal
 from agent.files.write import Upload
-from agent.link import grant
-from agent.link.protocol import RpcError
+from contract.link import grant
+from contract.link.protocol import RpcError
 
 log = logging.getLogger("fleetdeck.agent.files.ingress")
 

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import cast
 
-from agent.link.protocol import KERNEL_PROTECTIONS, RpcError
+from contract.link.protocol import KERNEL_PROTECTIONS, RpcError
 
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_BENEATH = 0x08

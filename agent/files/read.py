@@ -18,7 +18,7 @@ import orjson
 
 from agent.files.entries import entries, entry, rfc3339, wire_name
 from agent.files.jail import Jail, normalize, split_path
-from agent.link.protocol import RpcError
+from contract.link.protocol import RpcError
 
 READ_LIMIT = 10 * 1024 * 1024
 BINARY_SNIFF = 8192

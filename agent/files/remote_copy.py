@@ -70,9 +70,9 @@ from agent.files.fdops import (
 from agent.files.handlers import FileHandlers, _paths
 from agent.files.jail import Jail, normalize, split_path, storage_refusal
 from agent.link.call import Call, Handler
-from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
-from api_client.models import server_address
+from contract.link.protocol import RpcError
+from contract.models import server_address
 
 log = logging.getLogger("fleetdeck.agent")
 

@@ -20,7 +20,7 @@ import os
 from agent.files import inflight
 from agent.files.fdops import lstat_at, never, remove_entry, rename_noreplace
 from agent.files.jail import Jail
-from agent.link.protocol import RpcError
+from contract.link.protocol import RpcError
 
 log = logging.getLogger("fleetdeck.agent.files")
 

@@ -45,7 +45,7 @@ from agent.files.fdops import (
     walk,
 )
 from agent.files.jail import Jail, is_foreign_to, normalize
-from agent.link.protocol import RpcError
+from contract.link.protocol import RpcError
 
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY
 _KEPT_BITS = 0o1777  # permission bits and sticky; never setuid or setgid on a copy

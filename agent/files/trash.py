@@ -46,8 +46,8 @@ from agent.files.fdops import (
 )
 from agent.files.jail import Jail, normalize, split_path
 from agent.files.write import ensure_dirs, make_dir_at
-from agent.link.protocol import RpcError
-from api_client.models import TRASH_FOLDER
+from contract.link.protocol import RpcError
+from contract.models import TRASH_FOLDER
 
 RETENTION = timedelta(days=30)
 SIDECAR = ".json"

@@ -26,8 +26,8 @@ from agent.files.fdops import (
 )
 from agent.files.jail import Jail, normalize
 from agent.files.read import BINARY_SNIFF
-from agent.link.protocol import RpcError
-from api_client.models import TRASH_FOLDER
+from contract.link.protocol import RpcError
+from contract.models import TRASH_FOLDER
 
 SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 MAX_SEARCH_LIMIT = 10_000

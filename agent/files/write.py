@@ -32,7 +32,7 @@ from agent.files.fdops import (
 )
 from agent.files.jail import Jail, normalize, split_path
 from agent.files.read import READ_LIMIT, content_etag
-from agent.link.protocol import RpcError
+from contract.link.protocol import RpcError
 
 WRITE_LIMIT = READ_LIMIT
 # A conditional save checks the etag, then renames: two saves with the same etag must not both pass

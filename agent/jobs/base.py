@@ -1,6 +1,6 @@
 """What every job handler shares: its context, its `Output`, its argv parser and the dispatcher.
 
-A handler (`Kind`) implements one kind of the job catalog (`api_client.job_kinds`): the argv the
+A handler (`Kind`) implements one kind of the job catalog (`contract.job_kinds`): the argv the
 control plane built with ``JobKind.build`` is validated back into the SAME model by
 ``JobKind.parse``, and the async run function ``run(args, ctx, out) -> exit code`` receives that
 model. `run_kind` is the one way a job runs, whether the job manager started it for the control
@@ -26,9 +26,9 @@ from pydantic import ValidationError
 
 from agent.files.entries import rfc3339 as rfc3339  # the one formatter, here for the job kinds
 from agent.files.jail import storage_refusal
-from agent.link.protocol import RpcError, single_error
 from agent.sites import SiteRegistry
-from api_client.job_kinds import JobKind, lookup
+from contract.job_kinds import JobKind, lookup
+from contract.link.protocol import RpcError, single_error
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 

@@ -35,10 +35,10 @@ from agent.jobs.boundary import site_jail
 from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.host import SupervisorLayout
 from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
-from agent.link.protocol import RpcError
 from agent.sites import Site, write_atomically
-from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.system import DaemonCreate, DaemonLogs, NameArgs
+from contract.job_kinds.base import NoArgs
+from contract.job_kinds.system import DaemonCreate, DaemonLogs, NameArgs
+from contract.link.protocol import RpcError
 
 PREFIX = "fleetdeck-"
 HEADER = "; fleetdeck daemon "  # then the definition as JSON, on the file's first line

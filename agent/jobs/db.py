@@ -54,9 +54,9 @@ from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.host import MariaDbLayout
 from agent.jobs.proc import LineSplitter, capture_command, child_identity, require, tool_env
 from agent.jobs.site_files import SiteOutput, open_site_input
-from api_client.job_kinds.argtypes import AGENT_DB_ROLE_PREFIX
-from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.data import (
+from contract.job_kinds.argtypes import AGENT_DB_ROLE_PREFIX
+from contract.job_kinds.base import NoArgs
+from contract.job_kinds.data import (
     DbCreate,
     DbExport,
     DbGrant,

@@ -57,9 +57,8 @@ from agent.jobs.git_proxy import one_job_url
 from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
 from agent.jobs.site_settings import change_site
 from agent.jobs.site_web import docroot_error
-from agent.link.protocol import RpcError
 from agent.state import open_lock_file
-from api_client.job_kinds.web import (
+from contract.job_kinds.web import (
     DeployGit,
     DeployInit,
     DeployPrune,
@@ -68,6 +67,7 @@ from api_client.job_kinds.web import (
     DeployRun,
     DomainArgs,
 )
+from contract.link.protocol import RpcError
 
 REPO = "deploy/repo.git"
 META = "deploy/releases"

@@ -34,8 +34,8 @@ from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
 from agent.jobs.host import BindLayout
 from agent.jobs.proc import capture_command, require
 from agent.sites import write_atomically
-from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.web import DnsLookup, Dnssec, RecordAdd, RecordDelete, RecordList, Zone, ZoneAdd
+from contract.job_kinds.base import NoArgs
+from contract.job_kinds.web import DnsLookup, Dnssec, RecordAdd, RecordDelete, RecordList, Zone, ZoneAdd
 
 ZONE_SUFFIX = ".zone"
 DEFAULT_TTL = 3600

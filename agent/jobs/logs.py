@@ -31,9 +31,9 @@ from agent.jobs.base import EXIT_MISSING, STDOUT, JobContext, JobError, Output, 
 from agent.jobs.common import find_site
 from agent.jobs.proc import LineSplitter, require, stream_command
 from agent.jobs.site_web import site_log_dir
-from agent.link.protocol import RpcError
 from agent.sites import Site
-from api_client.job_kinds.system import LogsJournal, LogsSearch, LogsTail, OptionalDomain
+from contract.job_kinds.system import LogsJournal, LogsSearch, LogsTail, OptionalDomain
+from contract.link.protocol import RpcError
 
 BACK_BLOCK = 1024 * 1024
 FORWARD_BLOCK = 256 * 1024

@@ -50,7 +50,7 @@ import trio
 from agent.jobs.base import JobContext, Kind, Output, now_at, run_kind
 from agent.jobs.kinds import all_kinds
 from agent.link.call import Call, Handler
-from agent.link.protocol import RpcError
+from contract.link.protocol import RpcError
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 

@@ -60,10 +60,10 @@ from agent.jobs.php.versions import version_for_new_site
 from agent.jobs.proc import capture_command, require, which
 from agent.jobs.site_web import apply_site_web, remove_site_web, settings_of, vhost_path
 from agent.jobs.storage import measure_path
-from agent.link.protocol import RpcError
 from agent.sites import SLUG_RE, Site
-from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.web import DomainArgs, SiteClone, SiteCreate, SiteDelete, SiteProfile
+from contract.job_kinds.base import NoArgs
+from contract.job_kinds.web import DomainArgs, SiteClone, SiteCreate, SiteDelete, SiteProfile
+from contract.link.protocol import RpcError
 
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 _O_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -22,8 +22,8 @@ from agent.files.write import ensure_dirs, file_target
 from agent.jobs.base import JobContext, JobError
 from agent.jobs.common import site_account
 from agent.jobs.storage import scope_jail
-from agent.link.protocol import RpcError
 from agent.sites import Site
+from contract.link.protocol import RpcError
 
 OUTPUT_MODE = 0o600  # a dump holds the data: the site's user alone reads it
 

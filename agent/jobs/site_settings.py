@@ -20,9 +20,8 @@ from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.common import find_site
 from agent.jobs.logs import open_log, start_of_last_lines
 from agent.jobs.site_web import apply_site_web, mapping, settings_of, site_log_dir, tls_files
-from agent.link.protocol import RpcError
 from agent.sites import Site
-from api_client.job_kinds.web import (
+from contract.job_kinds.web import (
     DomainArgs,
     SiteAlias,
     SiteEnvKey,
@@ -31,6 +30,7 @@ from api_client.job_kinds.web import (
     SiteLogs,
     SiteRedirect,
 )
+from contract.link.protocol import RpcError
 
 MASK = "********"
 MAX_LOG_BYTES = 4 * 1024 * 1024  # what `site logs` reads back from the end of one log, at most

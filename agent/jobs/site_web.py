@@ -67,8 +67,8 @@ from agent.jobs.host import HostLayout, NginxLayout, PhpLayout, control_service,
 from agent.jobs.proc import capture_command, require, which
 from agent.sites import Site, write_atomically
 from agent.unix_sockets import SocketPathError, socket_name
-from api_client.job_kinds.allowlists import PHP_INI_PER_SITE, setting_problem
-from api_client.job_kinds.argtypes import fpm_env_problem
+from contract.job_kinds.allowlists import PHP_INI_PER_SITE, setting_problem
+from contract.job_kinds.argtypes import fpm_env_problem
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 

@@ -30,9 +30,9 @@ from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.common import find_site
 from agent.jobs.metrics import disk
 from agent.jobs.proc import capture_command, require
-from agent.link.protocol import RpcError
-from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.system import StorageCleanup, StorageLargest, StorageUsage
+from contract.job_kinds.base import NoArgs
+from contract.job_kinds.system import StorageCleanup, StorageLargest, StorageUsage
+from contract.link.protocol import RpcError
 
 MAX_ENTRIES = 5000
 

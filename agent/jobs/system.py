@@ -22,8 +22,8 @@ from agent.jobs.host import SystemLayout
 from agent.jobs.metrics import meminfo, uptime_s
 from agent.jobs.proc import capture_command, require, stream_command, which
 from agent.sites import write_atomically
-from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.system import HostnameSet, LocaleSet, Processes, Reboot, SwapSet, TimezoneSet
+from contract.job_kinds.base import NoArgs
+from contract.job_kinds.system import HostnameSet, LocaleSet, Processes, Reboot, SwapSet, TimezoneSet
 
 
 def os_release(path: str = "/etc/os-release") -> dict[str, str]:

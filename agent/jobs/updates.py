@@ -31,8 +31,8 @@ import trio
 from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler, rfc3339
 from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, require, stream_command, tool_env, which
 from agent.sites import write_atomically
-from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.system import Package, UpdatesApply, UpdatesAuto, UpdatesHistory, UpdatesSecurity
+from contract.job_kinds.base import NoArgs
+from contract.job_kinds.system import Package, UpdatesApply, UpdatesAuto, UpdatesHistory, UpdatesSecurity
 
 REBOOT_REQUIRED = "/run/reboot-required"
 AUTO_FILE = "20auto-upgrades"

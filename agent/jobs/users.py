@@ -46,8 +46,8 @@ from agent.jobs.common import Account, account_by_name
 from agent.jobs.proc import capture_command, require, which
 from agent.sites import write_atomically
 from agent.state import open_lock_file
-from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.system import (
+from contract.job_kinds.base import NoArgs
+from contract.job_kinds.system import (
     KeyAudit,
     PasswordSet,
     SshKeyAdd,

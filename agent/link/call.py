@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import orjson
 import trio
 
-from agent.link import protocol
+from contract.link import protocol
 
 
 class Outbound(Protocol):

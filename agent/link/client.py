@@ -27,10 +27,11 @@ from trio_websocket import (
     open_websocket_url,
 )
 
-from agent.link import fastmask, protocol
+from agent.link import fastmask
 from agent.link.call import Call, Handler
-from agent.link.protocol import ProtocolError, RpcError
-from api_client.backoff import full_jitter
+from contract.backoff import full_jitter
+from contract.link import protocol
+from contract.link.protocol import ProtocolError, RpcError
 
 log = logging.getLogger("fleetdeck.agent")
 
@@ -40,7 +41,7 @@ BOOT_ID = uuid.uuid4().hex
 
 @dataclass(frozen=True)
 class Backoff:
-    """Full-jitter exponential backoff (`api_client.backoff.full_jitter`) with its base and cap."""
+    """Full-jitter exponential backoff (`contract.backoff.full_jitter`) with its base and cap."""
 
     base: float
     cap: float

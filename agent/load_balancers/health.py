@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from agent.link.call import Call, Handler
-from agent.link.protocol import RpcError
-from api_client.job_kinds.load_balancers import LbApply, LbBackend
-from api_client.load_balancers import BackendHealth as BackendHealthName
-from api_client.load_balancers import BackendReport, BackendStats, LbHealthReport
+from contract.job_kinds.load_balancers import LbApply, LbBackend
+from contract.link.protocol import RpcError
+from contract.load_balancers import BackendHealth as BackendHealthName
+from contract.load_balancers import BackendReport, BackendStats, LbHealthReport
 
 if TYPE_CHECKING:
     from agent.load_balancers.node import LbNode

@@ -10,7 +10,7 @@ from typing import Literal
 
 from fastapi import APIRouter, Query
 
-from api_client.models import MAX_INTEGER, AuditList
+from contract.models import MAX_INTEGER, AuditList
 from control_plane.audit import store as audit
 from control_plane.state import Caller, FleetDep
 

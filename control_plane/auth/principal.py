@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import get_args
 
-from api_client.errors import Forbidden, TierRequired
-from api_client.models import PLANS, Capability, Plan, Role
+from contract.errors import Forbidden, TierRequired
+from contract.models import PLANS, Capability, Plan, Role
 
 ALL_CAPABILITIES: frozenset[Capability] = frozenset(get_args(Capability))
 

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response
 
-from api_client.errors import Forbidden, NotFound, RateLimited, Unauthenticated
-from api_client.models import (
+from contract.errors import Forbidden, NotFound, RateLimited, Unauthenticated
+from contract.models import (
     ApiToken,
     ApiTokenCreated,
     Health,

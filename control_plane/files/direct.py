@@ -2,7 +2,7 @@
 ingress, and audits the outcome the agent reports over its link. No byte passes through here.
 
 The signing key is the one this control plane made for the agent's current link and sent it in
-``welcome`` (see `agent.link.grant`). The grant binds the server, scope, site, path, size,
+``welcome`` (see `contract.link.grant`). The grant binds the server, scope, site, path, size,
 overwrite flag, an expiry (`grant.DEFAULT_TTL_S`) and a nonce the agent accepts once.
 """
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from agent.link import grant
-from agent.link.grant import UploadGrant
-from api_client.models import DirectUpload
+from contract.link import grant
+from contract.link.grant import UploadGrant
+from contract.models import DirectUpload
 from control_plane.audit import store as audit
 from control_plane.auth.principal import Principal
 from control_plane.hub import AgentSession

@@ -17,8 +17,8 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from api_client.backoff import full_jitter
-from api_client.errors import AgentOffline, AgentTimeout, InsufficientStorage, Unavailable
+from contract.backoff import full_jitter
+from contract.errors import AgentOffline, AgentTimeout, InsufficientStorage, Unavailable
 from control_plane import sse
 from control_plane.auth.secrets import new_id
 from control_plane.bus import BusAway

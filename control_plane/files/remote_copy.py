@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import anyio
 
-from api_client.errors import AgentOffline, ApiError, ValidationFailed
+from contract.errors import AgentOffline, ApiError, ValidationFailed
 from control_plane.servers.routes import server_row
 from control_plane.state import Fleet
 

@@ -20,7 +20,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
 from starlette.types import Message
 
-from api_client.errors import (
+from contract.errors import (
     AgentError,
     AgentOffline,
     ApiError,
@@ -32,7 +32,7 @@ from api_client.errors import (
     TooLarge,
     ValidationFailed,
 )
-from api_client.models import (
+from contract.models import (
     DIRECT_UPLOAD_LIMIT,
     FS_WRITE_BODY_LIMIT,
     LOGS_READ_ONLY,

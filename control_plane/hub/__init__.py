@@ -2,7 +2,7 @@
 
 `AgentHub.handle` is the body of the WebSocket route ``/v1/agent/link``; everything else in the
 control plane reaches agents through `AgentHub.call`, `open_stream` and `open_upload`. The wire
-protocol is `agent.link.protocol`.
+protocol is `contract.link.protocol`.
 """
 
 from control_plane.hub.errors import AgentCallError, AgentOfflineError, AgentTimeoutError

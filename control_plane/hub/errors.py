@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from agent.link import protocol
+from contract.link import protocol
 
 # The codes an agent's answer may pass on: the contract's codes its file handlers and jobs can
 # name, and the link's `unknown_method` (an older agent; file operations' events say so). Any

@@ -18,10 +18,10 @@ from anyio.abc import TaskGroup
 from starlette.responses import PlainTextResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from agent.link import grant, protocol
-from agent.link.protocol import ProtocolError
-from api_client.backoff import full_jitter
-from api_client.job_kinds.base import KIND_RE
+from contract.backoff import full_jitter
+from contract.job_kinds.base import KIND_RE
+from contract.link import grant, protocol
+from contract.link.protocol import ProtocolError
 from control_plane.hub.admission import MAX_PENDING_LINKS, Admission
 from control_plane.hub.errors import AgentOfflineError, AgentTimeoutError
 from control_plane.hub.link import AgentSession, CallPath, Link, OnReport, Pending
@@ -314,7 +314,7 @@ class AgentHub:
             "now": time.time(),
         }
         if session.direct_ingress_url is not None:
-            # A fresh signing key per link: URLs signed for a link die with it (agent.link.grant).
+            # A fresh signing key per link: URLs signed for a link die with it (contract.link.grant).
             key = grant.new_key()
             session = dataclasses.replace(session, ingress_key=key)
             welcome["ingress_key"] = grant.encode_key(key)

@@ -17,8 +17,8 @@ import anyio
 from anyio.abc import TaskGroup
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from agent.link import protocol
-from agent.link.protocol import ProtocolError
+from contract.link import protocol
+from contract.link.protocol import ProtocolError
 from control_plane.hub.errors import AgentCallError, AgentOfflineError, AgentTimeoutError
 
 log = logging.getLogger("fleetdeck.hub")

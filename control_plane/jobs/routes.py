@@ -15,8 +15,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from agent.link import protocol
-from api_client.errors import (
+from contract.errors import (
     AgentError,
     AgentOffline,
     IdempotencyMismatch,
@@ -27,8 +26,9 @@ from api_client.errors import (
     UnknownKind,
     ValidationFailed,
 )
-from api_client.job_kinds import BuiltJob, JobKind, json_schemas, lookup
-from api_client.models import Capability, Job, JobCreate, JobKindList, JobList
+from contract.job_kinds import BuiltJob, JobKind, json_schemas, lookup
+from contract.link import protocol
+from contract.models import Capability, Job, JobCreate, JobKindList, JobList
 from control_plane import sse
 from control_plane.audit import store as audit
 from control_plane.auth.principal import Principal

@@ -17,10 +17,10 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
-from api_client.errors import Conflict, ImmutableField, LiteServer, NotFound, ValidationFailed
-from api_client.job_kinds import JobKind, lookup
-from api_client.job_kinds.load_balancers import LbApply, LbHealthCheck, LbRemove
-from api_client.load_balancers import (
+from contract.errors import Conflict, ImmutableField, LiteServer, NotFound, ValidationFailed
+from contract.job_kinds import JobKind, lookup
+from contract.job_kinds.load_balancers import LbApply, LbHealthCheck, LbRemove
+from contract.load_balancers import (
     ApplyStarted,
     Backend,
     BackendCreate,

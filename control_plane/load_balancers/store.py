@@ -9,8 +9,8 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from api_client.job_kinds.load_balancers import LbApply, LbBackend
-from api_client.load_balancers import LbApplyOutcome, LbHealthReport
+from contract.job_kinds.load_balancers import LbApply, LbBackend
+from contract.load_balancers import LbApplyOutcome, LbHealthReport
 from control_plane.auth.secrets import new_id
 from control_plane.clock import now_iso
 from control_plane.storage.schema import lb_backends, load_balancers, servers

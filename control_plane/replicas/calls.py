@@ -1,6 +1,6 @@
 """Calls to an agent linked to another replica, relayed over the bus.
 
-The relay speaks the agent link protocol itself (`agent.link.protocol`), so nothing is
+The relay speaks the agent link protocol itself (`contract.link.protocol`), so nothing is
 translated twice:
 
 * the requesting replica gets a `RemoteLink` where the hub would have a `Link`: the hub's own
@@ -31,9 +31,9 @@ from typing import Any
 import anyio.abc
 import orjson
 
-from agent.link import protocol
-from agent.link.protocol import ProtocolError
-from api_client.errors import ApiError
+from contract.errors import ApiError
+from contract.link import protocol
+from contract.link.protocol import ProtocolError
 from control_plane.bus import Bus, BusAway
 from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentSession
 from control_plane.hub.link import Link, Pending

@@ -9,8 +9,8 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from sqlalchemy.exc import IntegrityError
 
-from api_client.errors import Conflict, NotFound
-from api_client.models import AgentInfo, KernelProtections, Server, ServerCreate, ServerCreated, ServerList
+from contract.errors import Conflict, NotFound
+from contract.models import AgentInfo, KernelProtections, Server, ServerCreate, ServerCreated, ServerList
 from control_plane import sse
 from control_plane.clock import parse, utcnow
 from control_plane.hub import AgentSession

@@ -22,7 +22,7 @@ import anyio.to_thread
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from api_client.backoff import full_jitter
+from contract.backoff import full_jitter
 from control_plane.storage.outage import DatabaseState, Health, is_outage
 
 log = logging.getLogger(__name__)

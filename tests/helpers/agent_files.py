@@ -18,8 +18,8 @@ import trio
 from agent.files.handlers import FileHandlers
 from agent.link.call import Call
 from agent.link.client import AgentLink
-from agent.link.protocol import RpcError
 from agent.sites import SiteRegistry
+from contract.link.protocol import RpcError
 from control_plane.hub import AgentHub
 from tests.helpers.link import FAST, NEVER, SERVER_ID, TOKEN, make_control_plane, serving
 

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from agent.jobs.host import php_fpm_versions
-from api_client.sse import SSEParser
+from api_client import SSEParser
 from tests.conftest import AgentProcess, Stack
 from tests.helpers.web_services import (
     Nginx,

@@ -16,8 +16,8 @@ from hypercorn.config import Config
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 
-from agent.link import protocol
 from agent.link.client import Backoff
+from contract.link import protocol
 from control_plane.hub import AgentHub, AgentSession
 from control_plane.hub.admission import MAX_PENDING_LINKS
 

@@ -23,9 +23,9 @@ from agent.jobs.base import STDERR, STDOUT, JobContext, Output, run_kind
 from agent.jobs.kinds import all_kinds
 from agent.load_balancers.node import LbNode
 from api_client import Client
-from api_client.job_kinds import lookup
-from api_client.load_balancers import Backend as LbBackend
-from api_client.load_balancers import LoadBalancer
+from contract.job_kinds import lookup
+from contract.load_balancers import Backend as LbBackend
+from contract.load_balancers import LoadBalancer
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_until
 from tests.helpers.http_backends import Backend

@@ -12,7 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from api_client.models import AuditEntry
+from contract.models import AuditEntry
 from tui.jobs.run import local_time
 from tui.text import load_tcss, printable
 

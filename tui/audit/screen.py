@@ -29,7 +29,7 @@ from textual.widgets import DataTable, Static
 
 from api_client import Server
 from api_client import errors as api_errors
-from api_client.models import AuditEntry
+from contract.models import AuditEntry
 from tui.audit.entry import AuditEntryScreen, actor_name, outcome_text
 from tui.audit.filters import AuditFilterDialog, AuditFilters
 from tui.bridge import TaskHandle

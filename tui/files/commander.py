@@ -23,9 +23,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widget import Widget
 
-from api_client import FileContent, Listing, Scope, Server
-from api_client.client import PATHS_PER_BATCH, BatchProgress, KeepGoing
-from api_client.models import FsDestination
+from api_client import PATHS_PER_BATCH, BatchProgress, FileContent, KeepGoing, Listing, Scope, Server
+from contract.models import FsDestination
 from tui.bridge import TaskHandle
 from tui.files.dialogs import (
     ArchiveDialog,

@@ -16,7 +16,7 @@ from textual.widgets import Input, Static
 
 from api_client import FileContent, Scope, Server
 from api_client import errors as api_errors
-from api_client.models import FsWriteResult
+from contract.models import FsWriteResult
 from tui.files.editor import Editor
 from tui.files.save_conflict import (
     CloseChoice,

@@ -19,7 +19,7 @@ from typing import Literal
 import trio
 from rich.cells import chop_cells
 
-from api_client.models import WINDOW_LIMIT, FileWindow
+from contract.models import WINDOW_LIMIT, FileWindow
 from tui.text import printable_line
 
 CHUNK = 256 * 1024  # one cached window: the end of a log is one small read

@@ -23,7 +23,7 @@ from textual.widgets import Static
 
 from api_client import Listing, Scope, Server
 from api_client import errors as api_errors
-from api_client.models import TRASH_FOLDER, PresenceEvent
+from contract.models import TRASH_FOLDER, PresenceEvent
 from tui.bridge import BridgedMixin, TaskHandle
 from tui.errors import describe_error, format_size, unwrap
 from tui.files.directory_pane import DirectoryPane, EntryDict

@@ -26,7 +26,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from api_client import Scope, Server
-from api_client.models import FileWindow
+from contract.models import FileWindow
 from tui.bridge import TaskHandle
 from tui.errors import format_size
 from tui.files.highlight import LEXER_OPTIONS, LazyHighlighter, lexer_for_path, themed_segments

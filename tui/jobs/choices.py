@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api_client import Client
-from api_client.models import JobKindInfo
+from contract.models import JobKindInfo
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from textual.widgets import Button, Input, OptionList, Select, Static
 from textual.widgets.option_list import Option
 
 from api_client import Server
-from api_client.models import PLANS, Job, JobKindInfo
+from contract.models import PLANS, Job, JobKindInfo
 from tui.errors import describe_error
 from tui.jobs.choices import Choice, ChoiceCache, ChoicesUnavailable, Source, fetch_choices, sources_of
 from tui.jobs.errors import describe_job_error, validation_errors

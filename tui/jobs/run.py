@@ -12,8 +12,8 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Static, TabbedContent, TabPane, Tree
 
 from api_client import Server
-from api_client.errors import NotRunning, TransportError
-from api_client.models import FINISHED_STATUSES, Job, JobKindInfo
+from contract.errors import NotRunning, TransportError
+from contract.models import FINISHED_STATUSES, Job, JobKindInfo
 from tui.bridge import TaskHandle
 from tui.errors import unwrap
 from tui.jobs.dialogs import ConfirmCancel

@@ -19,7 +19,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Static
 
 from api_client import Client, Server
-from api_client.models import FINISHED_STATUSES, Job, JobKindInfo
+from contract.models import FINISHED_STATUSES, Job, JobKindInfo
 from tui.bridge import TaskHandle
 from tui.jobs.choices import ChoiceCache
 from tui.jobs.dialogs import Access, ConfirmRun, JobFormScreen, KindPicker, takes_arguments

@@ -23,8 +23,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Input, Label, Select, Static
 
 from api_client import Server
-from api_client.job_kinds.load_balancers import LbHealthCheck
-from api_client.load_balancers import (
+from contract.job_kinds.load_balancers import LbHealthCheck
+from contract.load_balancers import (
     DEFAULT_BACKEND_PORT,
     BackendCreate,
     HealthCheckPatch,

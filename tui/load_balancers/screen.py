@@ -28,7 +28,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Static
 
 from api_client import Server
-from api_client.load_balancers import MAX_WEIGHT, MIN_WEIGHT, Backend, BackendPatch, LoadBalancer, LoadBalancerList
+from contract.load_balancers import MAX_WEIGHT, MIN_WEIGHT, Backend, BackendPatch, LoadBalancer, LoadBalancerList
 from tui.bridge import TaskHandle
 from tui.files.dialogs.simple import ConfirmDialog
 from tui.load_balancers.form import LbFormDialog

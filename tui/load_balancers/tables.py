@@ -16,7 +16,7 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
-from api_client.load_balancers import Backend, LoadBalancer
+from contract.load_balancers import Backend, LoadBalancer
 from tui.text import printable
 
 DASH = "—"

@@ -16,7 +16,7 @@ from textual.theme import Theme
 from textual.widgets import DataTable, Static
 
 from api_client import Server
-from api_client.models import PresenceEvent
+from contract.models import PresenceEvent
 from tui.monitor import LinkState
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable

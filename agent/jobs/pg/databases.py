@@ -8,8 +8,8 @@ from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler
 from agent.jobs.pg.client import PgUnreachable, Postgres
 from agent.jobs.pg.importer import OWNER_ROLE_PREFIX
 from agent.jobs.proc import require, stream_command
-from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.data import PgCreate, PgDrop, PgExtensionAdd, PgNameArgs, PgSize, PgVacuum
+from contract.job_kinds.base import NoArgs
+from contract.job_kinds.data import PgCreate, PgDrop, PgExtensionAdd, PgNameArgs, PgSize, PgVacuum
 
 _STATUS = """
 SELECT current_setting('server_version') AS version,

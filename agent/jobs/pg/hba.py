@@ -28,8 +28,8 @@ from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
 from agent.jobs.pg.client import Postgres
 from agent.sites import write_atomically
 from agent.state import open_lock_file
-from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.data import PgAllow
+from contract.job_kinds.base import NoArgs
+from contract.job_kinds.data import PgAllow
 
 BEGIN = "# BEGIN fleetdeck: remote logins allowed by the fleetdeck agent (pg allow-add); edits inside are overwritten"
 END = "# END fleetdeck"

@@ -42,7 +42,7 @@ import trio
 from agent.jobs.base import JobError, Output
 from agent.jobs.pg.client import CONNECT_TIMEOUT_S, Postgres, scram_verifier
 from agent.jobs.proc import tool_env
-from api_client.job_kinds.argtypes import AGENT_DB_ROLE_PREFIX
+from contract.job_kinds.argtypes import AGENT_DB_ROLE_PREFIX
 
 IMPORTER_PREFIX = f"{AGENT_DB_ROLE_PREFIX}importer_"
 OWNER_ROLE_PREFIX = f"{AGENT_DB_ROLE_PREFIX}owner_"

@@ -1,6 +1,6 @@
 """``php ini-get|ini-set|ini-global-set``: php.ini directives, for one site or a whole version.
 
-Only directives of the allow-list (`api_client.job_kinds.allowlists.PHP_INI`) with values in their
+Only directives of the allow-list (`contract.job_kinds.allowlists.PHP_INI`) with values in their
 bounds: the job's argv is parsed into the catalog's model, which refuses anything else (exit 2).
 For a site (``ini-set``) a directive is a ``php_admin_value[KEY]`` line of the site's FPM pool (the
 site's code cannot override it), kept in its registry entry (``php_ini``) from which
@@ -43,8 +43,8 @@ from agent.jobs.php.fpm import (
 )
 from agent.jobs.php.pools import set_site_ini, site_pool
 from agent.jobs.proc import capture_command
-from api_client.job_kinds.allowlists import PHP_INI, setting_problem
-from api_client.job_kinds.web import PhpIniGet, PhpIniGlobalSet, PhpIniSet
+from contract.job_kinds.allowlists import PHP_INI, setting_problem
+from contract.job_kinds.web import PhpIniGet, PhpIniGlobalSet, PhpIniSet
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 

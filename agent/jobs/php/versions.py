@@ -24,8 +24,8 @@ from agent.jobs.php.fpm import (
 )
 from agent.jobs.php.modules import enable_module
 from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, require, stream_command, tool_env, which
-from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.web import PhpModuleArgs, PhpVersionArgs
+from contract.job_kinds.base import NoArgs
+from contract.job_kinds.web import PhpModuleArgs, PhpVersionArgs
 
 STATUS_TIMEOUT_S = 5.0
 

@@ -30,8 +30,8 @@ from agent.jobs.proc import capture_command, require, which
 from agent.jobs.security.sshd import effective
 from agent.sites import write_atomically
 from agent.state import open_lock_file
-from api_client.job_kinds.base import NoArgs
-from api_client.job_kinds.system import FirewallDelete, FirewallRule
+from contract.job_kinds.base import NoArgs
+from contract.job_kinds.system import FirewallDelete, FirewallRule
 
 RECORD = "firewall.json"
 KERNEL_REFUSALS = ("Operation not permitted", "Protocol not supported", "Address family not supported")

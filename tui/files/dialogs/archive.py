@@ -18,11 +18,9 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Label, OptionList, ProgressBar, Select, Static
 
-from api_client import Scope, Server
-from api_client.client import archive_paths_problem
-from api_client.errors import ApiError, InsufficientStorage
-from api_client.models import ExtractConflicts, FsExtractCheck
-from api_client.sse import Event
+from api_client import Event, Scope, Server, archive_paths_problem
+from contract.errors import ApiError, InsufficientStorage
+from contract.models import ExtractConflicts, FsExtractCheck
 from tui.bridge import TaskHandle
 from tui.errors import describe_error, format_size
 from tui.files.dialogs.base import FileDialog, describe_items, name_problem, plural

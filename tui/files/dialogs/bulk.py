@@ -1,5 +1,5 @@
 """A bulk action over more items than one batch (move, copy, trash, delete of thousands of marked
-items): the client sends them in batches (`api_client.client.PATHS_PER_BATCH`); this dialog shows a
+items): the client sends them in batches (`api_client.PATHS_PER_BATCH`); this dialog shows a
 bar with the counts, and Stop (Esc) ends the action after the batch in flight. A failure part way
 says in words what was done before it."""
 
@@ -14,7 +14,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, ProgressBar, Static
 
-from api_client.client import BatchInterrupted, BatchProgress, KeepGoing
+from api_client import BatchInterrupted, BatchProgress, KeepGoing
 from tui.errors import describe_error, unwrap
 from tui.files.dialogs.base import FileDialog, plural
 from tui.text import printable

@@ -14,7 +14,7 @@ from textual.widgets import Button, Input, Label, Select, Static
 
 from api_client import Scope, Server
 from api_client import errors as api_errors
-from api_client.models import FsWriteResult
+from contract.models import FsWriteResult
 from tui.files.dialogs.base import FileDialog, name_problem
 from tui.text import join_path, printable
 from tui.widgets.select import FormSelect

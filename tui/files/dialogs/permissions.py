@@ -13,8 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import Button, Input, Label, RadioSet, Static
 
-from api_client import Scope, Server
-from api_client.client import PATHS_PER_BATCH, BatchInterrupted
+from api_client import PATHS_PER_BATCH, BatchInterrupted, Scope, Server
 from tui.errors import unwrap
 from tui.files.dialogs.base import FileDialog, describe_items, octal, permission_string, plural
 from tui.files.dialogs.bulk import describe_bulk_error

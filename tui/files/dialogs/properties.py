@@ -15,7 +15,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Static
 
 from api_client import Entry, Scope, Server
-from api_client.models import FsDirSize
+from contract.models import FsDirSize
 from tui.bridge import TaskHandle
 from tui.errors import format_size
 from tui.files.dialogs.base import FileDialog, octal, permission_string, plural

@@ -13,7 +13,7 @@ from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from api_client import Scope, Server
-from api_client.models import FsSearchMatch, FsSearchResult
+from contract.models import FsSearchMatch, FsSearchResult
 from tui.bridge import TaskHandle
 from tui.files.dialogs.base import FileDialog, plural
 from tui.text import printable

@@ -16,7 +16,7 @@ from textual.widgets.selection_list import Selection
 
 from api_client import Scope, Server
 from api_client import errors as api_errors
-from api_client.models import TrashItem
+from contract.models import TrashItem
 from tui.errors import format_size
 from tui.files.dialogs.base import FileDialog, plural
 from tui.files.dialogs.simple import ConfirmDialog

@@ -1,4 +1,4 @@
-"""A server's address is an IP address or a host name (`api_client.models.ServerAddress`); it
+"""A server's address is an IP address or a host name (`contract.models.ServerAddress`); it
 was free text. Addresses written before are normalised the same way (a host name lowercased,
 an IP address in its short form); one that is neither (`-oProxyCommand=...`) is removed: the
 server then has no address, which every use of it handles already (a load balancer refuses it as
@@ -11,7 +11,7 @@ Revises: 0008
 import sqlalchemy as sa
 from alembic import op
 
-from api_client.models import server_address
+from contract.models import server_address
 
 revision = "0009"
 down_revision = "0008"

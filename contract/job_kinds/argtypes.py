@@ -31,7 +31,7 @@ from annotated_types import GroupedMetadata
 from pydantic import AfterValidator, Field, SecretStr, Strict, StringConstraints
 from pydantic.config import JsonDict
 
-from api_client.job_kinds.allowlists import (
+from contract.job_kinds.allowlists import (
     PHP_INI,
     PHP_INI_PER_SITE,
     PHP_INI_VERSION_ONLY,

@@ -31,7 +31,7 @@ Handshake
          "ingress_key": str (only when hello announced an ingress), "now": float}
 
     ``ingress_key`` is the base64url HMAC key with which the control plane signs this link's
-    direct-upload URLs (see `agent.link.grant`); ``now`` is the control plane's unix time, so the
+    direct-upload URLs (see `contract.link.grant`); ``now`` is the control plane's unix time, so the
     agent checks their expiry in the control plane's clock.
 
     ``job_kinds`` names the job kinds the agent has a handler for (at most `MAX_JOB_KINDS`, each

@@ -6,7 +6,7 @@
             listing = await client.files.list(server.id, Scope(scope="root"), "")
 
 It runs on trio (and on asyncio): httpx picks the running event loop. Every error answer is raised
-as the `api_client.errors` class of its code.
+as the `contract.errors` class of its code.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import orjson
 from httpx_ws import AsyncWebSocketSession, WebSocketDisconnect, WebSocketNetworkError, aconnect_ws
 from pydantic import TypeAdapter
 
-from api_client.errors import ApiError, FleetdeckError, TransportError, Unavailable
-from api_client.load_balancers import (
+from api_client._sse import EventStream
+from contract.errors import ApiError, FleetdeckError, TransportError, Unavailable
+from contract.load_balancers import (
     ApplyStarted,
     Backend,
     BackendCreate,
@@ -33,7 +34,7 @@ from api_client.load_balancers import (
     LoadBalancerList,
     LoadBalancerPatch,
 )
-from api_client.models import (
+from contract.models import (
     DIRECT_UPLOAD_LIMIT,
     MAX_ARCHIVE_PATHS,
     MAX_PATHS,
@@ -81,7 +82,6 @@ from api_client.models import (
     TokenList,
     TrashItem,
 )
-from api_client.sse import EventStream
 
 _DELETE_RESULT: TypeAdapter[FsDeleteResult] = TypeAdapter(FsDeleteResult)
 R = TypeVar("R")

@@ -2,7 +2,7 @@
 
 `LbApply` IS the spec a load-balancer node renders: the control plane builds it from its rows
 (backend addresses resolved, so the node looks nothing up) and the agent parses it back from the
-argv. `LbHealthCheck` is also the wire model's `health_check` (`api_client.load_balancers`)."""
+argv. `LbHealthCheck` is also the wire model's `health_check` (`contract.load_balancers`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from api_client.job_kinds.argtypes import Bool, DomainName, Host, Id, Int, Port, Slug, UrlPath
-from api_client.job_kinds.base import Args, JobKind, kind
+from contract.job_kinds.argtypes import Bool, DomainName, Host, Id, Int, Port, Slug, UrlPath
+from contract.job_kinds.base import Args, JobKind, kind
 
 
 class LbHealthCheck(Args):

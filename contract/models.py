@@ -167,7 +167,7 @@ class ServerList(WireModel):
 @cache
 def _host_adapter() -> TypeAdapter[str]:
     # Imported here, not at the top: the job kinds' package imports this module.
-    from api_client.job_kinds.argtypes import Host
+    from contract.job_kinds.argtypes import Host
 
     return TypeAdapter(Host)
 

@@ -8,8 +8,8 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from api_client.job_kinds.allowlists import PHP_INI, PHP_INI_PER_SITE, allowed_values, value_of_its_key
-from api_client.job_kinds.argtypes import (
+from contract.job_kinds.allowlists import PHP_INI, PHP_INI_PER_SITE, allowed_values, value_of_its_key
+from contract.job_kinds.argtypes import (
     Bool,
     CommandLine,
     DnsLookupName,
@@ -44,7 +44,7 @@ from api_client.job_kinds.argtypes import (
     Version,
     WpUser,
 )
-from api_client.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
+from contract.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
 
 # --- shared argument models ------------------------------------------------------------------------
 

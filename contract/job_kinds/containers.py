@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from api_client.job_kinds.argtypes import (
+from contract.job_kinds.argtypes import (
     Bool,
     Cidr,
     DockerName,
@@ -23,7 +23,7 @@ from api_client.job_kinds.argtypes import (
     Slug,
     VolumeMount,
 )
-from api_client.job_kinds.base import Args, JobKind, NoArgs, kind
+from contract.job_kinds.base import Args, JobKind, NoArgs, kind
 
 # --- docker ----------------------------------------------------------------------------------------
 

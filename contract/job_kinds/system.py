@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from api_client.job_kinds.allowlists import SYSCTL, allowed_values, value_of_its_key
-from api_client.job_kinds.argtypes import (
+from contract.job_kinds.allowlists import SYSCTL, allowed_values, value_of_its_key
+from contract.job_kinds.argtypes import (
     Bool,
     CommandLine,
     CronCommand,
@@ -40,7 +40,7 @@ from api_client.job_kinds.argtypes import (
     Timezone,
     Username,
 )
-from api_client.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
+from contract.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
 
 
 class DomainArgs(Args):

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from api_client.job_kinds.argtypes import (
+from contract.job_kinds.argtypes import (
     Bool,
     DomainName,
     EnvName,
@@ -21,7 +21,7 @@ from api_client.job_kinds.argtypes import (
     Slug,
     Version,
 )
-from api_client.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
+from contract.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
 
 
 class NameArgs(Args):

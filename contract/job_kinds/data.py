@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from api_client.job_kinds.argtypes import (
+from contract.job_kinds.argtypes import (
     AccessKeyId,
     Bool,
     BucketName,
@@ -28,7 +28,7 @@ from api_client.job_kinds.argtypes import (
     Secret,
     Slug,
 )
-from api_client.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
+from contract.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
 
 # A file in a site, for imports and exports: the site's domain and a path relative to its root.
 FilePath = RelativePath

@@ -1,7 +1,7 @@
 """The wire shapes of load balancers (CONTRACT.md § B), and what a load-balancer node reports.
 
 The definition lives in the control plane's database; what a node renders is the `lb.apply`
-spec (`api_client.job_kinds.load_balancers.LbApply`), whose health check model is also the wire
+spec (`contract.job_kinds.load_balancers.LbApply`), whose health check model is also the wire
 model's `health_check` here: one definition of each shape.
 
 What a node says back travels in two ways, both modelled here so that agent and control plane
@@ -21,9 +21,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from api_client.job_kinds.argtypes import DomainName
-from api_client.job_kinds.load_balancers import LbHealthCheck
-from api_client.models import RequestModel, WireModel
+from contract.job_kinds.argtypes import DomainName
+from contract.job_kinds.load_balancers import LbHealthCheck
+from contract.models import RequestModel, WireModel
 
 Engine = Literal["nginx", "haproxy"]
 Algorithm = Literal["round_robin", "least_conn", "ip_hash"]

@@ -28,8 +28,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from api_client.job_kinds.argtypes import value_problem
-from api_client.models import Plan
+from contract.job_kinds.argtypes import value_problem
+from contract.models import Plan
 
 Group = Literal["observe", "content", "infra", "sysadmin"]
 # content and infra are side by side (operators have both); sysadmin is above them.

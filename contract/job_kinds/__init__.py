@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from api_client.job_kinds.base import DOMAINS, BuiltJob, Group, JobKind
+from contract.job_kinds.base import DOMAINS, BuiltJob, Group, JobKind
 
 __all__ = ["CATALOG", "DOMAINS", "BuiltJob", "Group", "JobKind", "json_schemas", "lookup"]
 
@@ -47,7 +47,7 @@ CATALOG: Mapping[str, JobKind]
 
 @cache
 def _catalog() -> Mapping[str, JobKind]:
-    from api_client.job_kinds import ai, containers, data, load_balancers, system, web
+    from contract.job_kinds import ai, containers, data, load_balancers, system, web
 
     return _assemble(web.KINDS, data.KINDS, containers.KINDS, load_balancers.KINDS, system.KINDS, ai.KINDS)
 

@@ -1,5 +1,5 @@
 """Full-jitter exponential backoff, the one formula of every reconnecting loop: the agent's link
-(`agent.link.client.Backoff`) and the client's event streams (`api_client.sse.EventStream`).
+(`agent.link.client.Backoff`) and the client's event streams (`api_client._sse.EventStream`).
 
 It lives here because api_client is the lowest layer both of its users may import: the agent may
 not import the control plane or the TUI, and api_client may not import the agent (the TUI, which

@@ -27,8 +27,8 @@ import httpx
 import orjson
 from httpx_sse import SSEError, aconnect_sse
 
-from api_client.backoff import full_jitter
-from api_client.errors import ApiError, TransportError, Unavailable
+from contract.backoff import full_jitter
+from contract.errors import ApiError, TransportError, Unavailable
 
 
 @dataclass(slots=True)
