@@ -361,7 +361,8 @@ def test_load_balancer_form(snap_org: SnapOrg) -> None:
         await action(pilot, screen, "new")
         await wait_for(pilot, lambda: pilot.app.screen is not screen)
 
-    snapshot_after(snap_org, "load_balancer_form_80x24", reach, lambda text: "Name" in text)
+    # settled when the backends (the org's servers, fetched after the form opens) are listed
+    snapshot_after(snap_org, "load_balancer_form_80x24", reach, lambda text: "web-1 (10.0.0.1)" in text)
 
 
 def test_the_starting_screen_when_the_stack_does_not_start() -> None:
