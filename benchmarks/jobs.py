@@ -45,10 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.jobs.kinds import all_kinds
 from contract.job_kinds import CATALOG
-from tests.conftest import Stack, start_local
+from fleetdeck.launcher import free_port
 from tests.helpers.hosting import Hosting, start_hosting, stop_hosting
 from tests.helpers.mariadb import MariaDb, mariadb_installed, run_mariadb
-from tests.helpers.pebble import Pebble, free_port, pebble_installed, run_pebble
+from tests.helpers.pebble import Pebble, pebble_installed, run_pebble
+from tests.helpers.stacks import Stack, start_local
 
 
 def handler_table() -> list[str]:
