@@ -86,7 +86,7 @@ def measure(server: str, connections: int, seconds: float) -> Figures:
     with local_stack({"FLEETDECK_SERVER": server}) as stack:
         figures["RSS at rest (MiB)"] = memory_mib(stack.pid, "VmRSS")
         site = stack.data_dir / "home" / "example-com"
-        write_log(site / "logs" / "access.log", SSE_LINES)
+        write_log(stack.site_log("example-com", "access.log"), SSE_LINES)
         (site / "public_html" / "download.bin").write_bytes(os.urandom(DOWNLOAD))
         wrk_requests(stack, "/v1/health", connections, 1)  # warm up
         for path in ("/v1/health", "/v1/servers"):
@@ -95,7 +95,7 @@ def measure(server: str, connections: int, seconds: float) -> Figures:
             cpu = cpu_seconds(stack.pid) - cpu
             figures[f"GET {path} (requests/s)"] = requests / elapsed
             figures[f"  {path.rsplit('/', 1)[1]} per CPU-second"] = requests / cpu
-        with stack.separate_agent() as server_id:
+        with stack.separate_agent("bench-agent", "--host-layout", str(stack.host_layout)) as server_id:
             trio.run(through_api, stack.base_url, stack.token, server_id, 1000)  # warm up
             cpu = cpu_seconds(stack.pid)
             elapsed, _, received, _ = trio.run(through_api, stack.base_url, stack.token, server_id, SSE_LINES)
