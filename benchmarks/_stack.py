@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from agent.jobs.security.sshd import make_privilege_separation_dir
 from fleetdeck.launcher import PROJECT_ROOT, free_port, start_agent
 from fleetdeck.launcher import LocalStack as Launcher
 from fleetdeck.paths import StackLayout
@@ -140,7 +141,7 @@ def loopback_sshd() -> Iterator[Ssh | None]:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "client")], check=True)
         (base / "authorized_keys").write_text((base / "client.pub").read_text())
         os.chmod(base / "authorized_keys", 0o600)
-        Path("/run/sshd").mkdir(exist_ok=True)
+        make_privilege_separation_dir()
         port = free_port()
         config = base / "sshd_config"
         config.write_text(
