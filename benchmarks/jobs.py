@@ -37,7 +37,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -335,10 +335,13 @@ def hosting_server(folder: Path) -> Iterator[Hosting]:
         stack.stop()
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="one run of each: only checks that it runs")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs = 1
     print("\n".join(handler_table()))
     print()
     if os.geteuid() != 0:

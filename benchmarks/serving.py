@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from statistics import mean
 
@@ -120,13 +121,19 @@ def measure(server: str, connections: int, seconds: float) -> Figures:
     return figures
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--servers", nargs="+", choices=SERVERS, default=SERVERS)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--quick", action="store_true", help="one short round, small transfers: only checks that it runs"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        global SSE_LINES, DOWNLOAD  # the sizes every measure() uses
+        args.rounds, args.seconds, SSE_LINES, DOWNLOAD = 1, 0.5, 1_000, 1024 * 1024
     if shutil.which("wrk") is None:
         sys.exit("benchmarks/serving.py needs wrk (apt install wrk) to drive the JSON requests")
     servers: list[str] = args.servers
