@@ -11,7 +11,8 @@ It prints two tables.
    beside it the same work done by a bash script calling the same tools directly (useradd,
    php-fpm -t, nginx -t and reload; the mariadb client; certbot, built on the same `acme` library
    the agent uses; git and tar), as an administrator would. Median and range over `--runs`, after
-   one warm-up run of each side that is not counted (the ACME account, caches).
+   one warm-up run of each side that is not counted (the ACME account, caches); `--quick`: one
+   run of each, no warm-up (it only checks that every row runs).
 
 What it starts, all on 127.0.0.1 and all stopped at the end: a local stack (`fleetdeck local`),
 the hosting server the tests use (`tests.helpers.hosting`: an agent process of its own with an
@@ -181,7 +182,9 @@ def row(name: str, ours: list[float], theirs: list[float] | str) -> str:
 
 
 def measure(runs: int, make: Callable[[int], Callable[[], object]]) -> list[float]:
-    make(-1)()  # the warm-up run, not counted
+    """`runs` timed runs, after a warm-up run that is not counted (none when `runs` is 1: --quick)."""
+    if runs > 1:
+        make(-1)()
     return [timed(make(i)) for i in range(runs)]
 
 
