@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         global SSE_LINES, DOWNLOAD  # the sizes every measure() uses
-        args.rounds, args.seconds, SSE_LINES, DOWNLOAD = 1, 0.5, 1_000, 1024 * 1024
+        args.rounds, args.seconds, SSE_LINES, DOWNLOAD = 1, 1, 1_000, 1024 * 1024  # wrk takes whole seconds
     if shutil.which("wrk") is None:
         sys.exit("benchmarks/serving.py needs wrk (apt install wrk) to drive the JSON requests")
     servers: list[str] = args.servers

@@ -37,6 +37,7 @@ SAYS = {
     "bus": r"NATS \(nats-py\) +round trip p50 .*\n(.*\n)?PostgreSQL NOTIFY +round trip p50",
     "fleet": r"all sizes:",
     "jobs": r"site\.create +\d+ ms",
+    "load_balancers": r"(?m)^nginx .* \d+/20 +\d+/20$\n^HAProxy .* \d+/20 +\d+/20$",  # all the load sent
 }
 
 
