@@ -5,7 +5,6 @@ from __future__ import annotations
 import compileall
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,7 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetdeck.launcher import PROJECT_ROOT, start_agent
+from agent.jobs.security.sshd import make_privilege_separation_dir
+from fleetdeck.launcher import PROJECT_ROOT, free_port, start_agent
 from fleetdeck.launcher import LocalStack as Launcher
 from fleetdeck.paths import StackLayout
 
@@ -38,6 +38,15 @@ class LocalStack:
     server_id: str
     pid: int = 0  # the control plane's process
     agent_pid: int = 0  # the separate agent's process, while `separate_agent` runs
+
+    @property
+    def host_layout(self) -> Path:
+        """The stack's host layout file (its nginx, PHP-FPM, MariaDB and sites' log folder)."""
+        return StackLayout(self.data_dir).host_layout
+
+    def site_log(self, slug: str, name: str) -> Path:
+        """The log `name` of the site `slug`, in the stack's sites' log folder (root's, outside the site)."""
+        return StackLayout(self.data_dir).site_logs / slug / name
 
     @contextmanager
     def separate_agent(self, name: str = "bench-agent", *extra: str, ingress: bool = False) -> Iterator[str]:
@@ -102,13 +111,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @dataclass
 class Ssh:
     port: int
@@ -139,8 +141,8 @@ def loopback_sshd() -> Iterator[Ssh | None]:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(base / "client")], check=True)
         (base / "authorized_keys").write_text((base / "client.pub").read_text())
         os.chmod(base / "authorized_keys", 0o600)
-        Path("/run/sshd").mkdir(exist_ok=True)
-        port = _free_port()
+        make_privilege_separation_dir()
+        port = free_port()
         config = base / "sshd_config"
         config.write_text(
             f"Port {port}\nListenAddress 127.0.0.1\nHostKey {base / 'host'}\nPermitRootLogin prohibit-password\n"

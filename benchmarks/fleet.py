@@ -688,7 +688,7 @@ def simulate(urls: str, tokens_file: str, home: str, state: str, ramp_per_s: flo
 # --- the run --------------------------------------------------------------------------------------
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1000,5000,10000", help="comma-separated numbers of agents")
     parser.add_argument("--simulators", type=int, default=2, help="simulator processes (agents split evenly)")
@@ -708,7 +708,11 @@ def main() -> None:
     parser.add_argument("--tokens", help=argparse.SUPPRESS)
     parser.add_argument("--home", help=argparse.SUPPRESS)
     parser.add_argument("--state", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="20 agents, short windows: only checks that it runs")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.rpcs, args.ramp = "20", 10, 0.0
+        args.quiet_seconds, args.settle_seconds, args.relink_timeout = 1.0, 0.5, 120.0
     if args.simulate:
         simulate(args.simulate, args.tokens, args.home, args.state, args.ramp)
         return

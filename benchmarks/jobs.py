@@ -11,7 +11,8 @@ It prints two tables.
    beside it the same work done by a bash script calling the same tools directly (useradd,
    php-fpm -t, nginx -t and reload; the mariadb client; certbot, built on the same `acme` library
    the agent uses; git and tar), as an administrator would. Median and range over `--runs`, after
-   one warm-up run of each side that is not counted (the ACME account, caches).
+   one warm-up run of each side that is not counted (the ACME account, caches); `--quick`: one
+   run of each, no warm-up (it only checks that every row runs).
 
 What it starts, all on 127.0.0.1 and all stopped at the end: a local stack (`fleetdeck local`),
 the hosting server the tests use (`tests.helpers.hosting`: an agent process of its own with an
@@ -37,7 +38,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -45,10 +46,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from agent.jobs.kinds import all_kinds
 from contract.job_kinds import CATALOG
-from tests.conftest import Stack, start_local
+from fleetdeck.launcher import free_port
 from tests.helpers.hosting import Hosting, start_hosting, stop_hosting
 from tests.helpers.mariadb import MariaDb, mariadb_installed, run_mariadb
-from tests.helpers.pebble import Pebble, free_port, pebble_installed, run_pebble
+from tests.helpers.pebble import Pebble, pebble_installed, run_pebble
+from tests.helpers.stacks import Stack, start_local
 
 
 def handler_table() -> list[str]:
@@ -180,7 +182,9 @@ def row(name: str, ours: list[float], theirs: list[float] | str) -> str:
 
 
 def measure(runs: int, make: Callable[[int], Callable[[], object]]) -> list[float]:
-    make(-1)()  # the warm-up run, not counted
+    """`runs` timed runs, after a warm-up run that is not counted (none when `runs` is 1: --quick)."""
+    if runs > 1:
+        make(-1)()
     return [timed(make(i)) for i in range(runs)]
 
 
@@ -334,10 +338,13 @@ def hosting_server(folder: Path) -> Iterator[Hosting]:
         stack.stop()
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument("--quick", action="store_true", help="one run of each: only checks that it runs")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.runs = 1
     print("\n".join(handler_table()))
     print()
     if os.geteuid() != 0:

@@ -553,7 +553,7 @@ def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
             print(f"  {kind}: {'; '.join(details)}")
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--wrk-seconds", type=int, default=10)
     parser.add_argument("--runs", type=int, default=7, help="mutation -> active runs per engine")
@@ -561,7 +561,13 @@ def main() -> None:
     parser.add_argument("--keepalive-clients", type=int, default=16)
     parser.add_argument("--load-seconds", type=float, default=20.0)
     parser.add_argument("--reloads", type=int, default=5)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--quick", action="store_true", help="a run of each, a second of load: only checks that it runs"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.wrk_seconds, args.runs, args.rate, args.reloads = 1, 1, 20.0, 1
+        args.keepalive_clients, args.load_seconds = 2, 1.0
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (apt-get install wrk)")
     try:

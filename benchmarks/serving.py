@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from statistics import mean
 
@@ -86,7 +87,7 @@ def measure(server: str, connections: int, seconds: float) -> Figures:
     with local_stack({"FLEETDECK_SERVER": server}) as stack:
         figures["RSS at rest (MiB)"] = memory_mib(stack.pid, "VmRSS")
         site = stack.data_dir / "home" / "example-com"
-        write_log(site / "logs" / "access.log", SSE_LINES)
+        write_log(stack.site_log("example-com", "access.log"), SSE_LINES)
         (site / "public_html" / "download.bin").write_bytes(os.urandom(DOWNLOAD))
         wrk_requests(stack, "/v1/health", connections, 1)  # warm up
         for path in ("/v1/health", "/v1/servers"):
@@ -95,7 +96,7 @@ def measure(server: str, connections: int, seconds: float) -> Figures:
             cpu = cpu_seconds(stack.pid) - cpu
             figures[f"GET {path} (requests/s)"] = requests / elapsed
             figures[f"  {path.rsplit('/', 1)[1]} per CPU-second"] = requests / cpu
-        with stack.separate_agent() as server_id:
+        with stack.separate_agent("bench-agent", "--host-layout", str(stack.host_layout)) as server_id:
             trio.run(through_api, stack.base_url, stack.token, server_id, 1000)  # warm up
             cpu = cpu_seconds(stack.pid)
             elapsed, _, received, _ = trio.run(through_api, stack.base_url, stack.token, server_id, SSE_LINES)
@@ -120,13 +121,19 @@ def measure(server: str, connections: int, seconds: float) -> Figures:
     return figures
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--servers", nargs="+", choices=SERVERS, default=SERVERS)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--quick", action="store_true", help="one short round, small transfers: only checks that it runs"
+    )
+    args = parser.parse_args(argv)
+    if args.quick:
+        global SSE_LINES, DOWNLOAD  # the sizes every measure() uses
+        args.rounds, args.seconds, SSE_LINES, DOWNLOAD = 1, 1, 1_000, 1024 * 1024  # wrk takes whole seconds
     if shutil.which("wrk") is None:
         sys.exit("benchmarks/serving.py needs wrk (apt install wrk) to drive the JSON requests")
     servers: list[str] = args.servers

@@ -137,10 +137,12 @@ def summary(values: Sequence[float]) -> str:
     return f"{statistics.median(values):6.2f} s ({min(values):.2f}-{max(values):.2f})"
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
-    runs = parser.parse_args().runs
+    parser.add_argument("--quick", action="store_true", help="one run: only checks that it runs")
+    args = parser.parse_args(argv)
+    runs = 1 if args.quick else args.runs
     compile_bytecode()
 
     bare: list[float] = []

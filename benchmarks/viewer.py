@@ -10,6 +10,7 @@ It prints figures; it asserts nothing. Target: the viewer's last page of a 100 M
 
 from __future__ import annotations
 
+import argparse
 import os
 import pty
 import select
@@ -18,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import trio
@@ -88,7 +90,12 @@ def less_figure(path: Path) -> float | None:
         os.close(tty)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a 1 MB log, one run: only checks that it runs")
+    if parser.parse_args(argv).quick:
+        global LOG_SIZE, RUNS  # the sizes every part uses
+        LOG_SIZE, RUNS = 1000 * 1000, 1
     with local_stack() as stack:
         log = stack.data_dir / "home" / "example-com" / "logs" / "bench-100mb.log"
         write_log(log)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ import pytest
 from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED
 from agent.jobs.security.fail2ban import parse_status
 from agent.jobs.security.firewall import _kernel_refusal, rule_statement, ruleset
-from agent.jobs.security.sshd import parse_dropin, parse_effective, render_dropin
+from agent.jobs.security.sshd import PRIVILEGE_SEPARATION_DIR, parse_dropin, parse_effective, render_dropin
 from fleetdeck.launcher import free_port
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting
@@ -172,6 +173,25 @@ def test_an_ssh_setting_sshd_refuses_leaves_the_previous_one(hosting: Hosting, s
     finally:
         broken.unlink()
     assert sshd.effective()["root_login"] == "no"
+
+
+def test_ssh_set_makes_the_privilege_separation_folder_sshd_needs(hosting: Hosting, sshd: Sshd) -> None:
+    """/run/sshd is on a tmpfs, made by ssh's service: where it is missing (a fresh container),
+    `sshd -t` refuses every configuration, so the job makes it first, root's and 0755."""
+    other = "no" if sshd.effective()["root_login"] != "no" else "prohibit-password"
+    was_there = os.path.isdir(PRIVILEGE_SEPARATION_DIR)
+    if was_there:
+        os.rmdir(PRIVILEGE_SEPARATION_DIR)  # sshd's empty chroot: another sshd remakes nothing in it
+    try:
+        hosting.run("security.ssh-set", root_login=other).ok()  # a change: `sshd -t` runs
+        made = os.lstat(PRIVILEGE_SEPARATION_DIR)
+        assert stat.S_ISDIR(made.st_mode) and made.st_uid == 0 and stat.S_IMODE(made.st_mode) == 0o755
+        assert sshd.effective()["root_login"] == other
+    finally:
+        if was_there:
+            os.makedirs(PRIVILEGE_SEPARATION_DIR, 0o755, exist_ok=True)
+        elif os.path.isdir(PRIVILEGE_SEPARATION_DIR):
+            os.rmdir(PRIVILEGE_SEPARATION_DIR)
 
 
 # --- nftables ------------------------------------------------------------------------------

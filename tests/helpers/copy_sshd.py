@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from agent.files.remote_copy import SshSettings
+from agent.jobs.security.sshd import make_privilege_separation_dir
 from fleetdeck.launcher import free_port
 from tests.helpers import wait_until
 
@@ -78,7 +79,7 @@ def copy_sshd(folder: Path) -> Iterator[Sshd]:
         "LogLevel VERBOSE\n"
     )
     if os.geteuid() == 0:
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # its privilege separation folder
+        make_privilege_separation_dir()
     log = folder / "sshd.log"
     with log.open("w") as out:
         process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=out, stderr=subprocess.STDOUT)

@@ -24,7 +24,7 @@ import httpx
 
 from agent.jobs.host import php_fpm_versions
 from api_client import SSEParser
-from tests.conftest import AgentProcess, Stack
+from tests.helpers.stacks import AgentProcess, Stack
 from tests.helpers.web_services import (
     Nginx,
     PhpFpm,

@@ -26,9 +26,9 @@ from api_client import Client
 from contract.job_kinds import lookup
 from contract.load_balancers import Backend as LbBackend
 from contract.load_balancers import LoadBalancer
-from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_until
 from tests.helpers.http_backends import Backend
+from tests.helpers.stacks import AgentProcess, Stack
 from tui.app import FleetdeckApp
 from tui.connection import Connection
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.jobs.security.sshd import parse_effective
+from agent.jobs.security.sshd import make_privilege_separation_dir, parse_effective
 from fleetdeck.launcher import free_port
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting
@@ -66,6 +66,7 @@ def running_sshd(hosting: Hosting) -> Iterator[Sshd]:
         f"Include {dropins}/*.conf\nPort {port}\nListenAddress 127.0.0.1\nHostKey {folder / 'host_key'}\n"
         f"PidFile {pidfile}\nUsePAM yes\nKbdInteractiveAuthentication no\n"
     )
+    make_privilege_separation_dir()  # as ssh's service does before it starts sshd
     started = _run(shutil.which("sshd") or "sshd", "-f", str(config))  # sshd re-executes itself: a full path
     assert started.returncode == 0, started.stderr
     wait_until(lambda: pidfile.exists() and pidfile.read_text().strip())

@@ -15,8 +15,8 @@ from textual.pilot import Pilot
 from textual.widgets import Input, OptionList
 
 from api_client import Client
-from tests.conftest import Stack
 from tests.helpers import wait_for
+from tests.helpers.stacks import Stack
 from tui.app import FleetdeckApp
 from tui.connection import Connection
 from tui.files.commander import CommanderScreen

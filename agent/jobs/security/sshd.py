@@ -6,7 +6,9 @@ sshd keeps the FIRST value it reads for a keyword and Debian's ``sshd_config`` i
 checked with ``sshd -t -f <sshd_config>`` (the whole configuration, as sshd will read it): when
 sshd refuses it, the previous drop-in is put back and the job exits 78. Then ``sshd -T`` says
 whether the values took effect (a keyword set in ``sshd_config`` above the Include wins: a
-warning says so) and ssh is reloaded through its service control.
+warning says so) and ssh is reloaded through its service control. Both refuse to run without
+sshd's privilege separation folder, ``/run/sshd`` (a tmpfs: gone after a boot until ssh's service
+makes it), so the agent makes it first, root's and 0755, as Debian's init script does.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from contract.job_kinds.system import SshSet
 DROPIN = "00-fleetdeck.conf"
 KEYWORDS = ("Port", "PasswordAuthentication", "KbdInteractiveAuthentication", "PermitRootLogin")
 ROOT_LOGIN_ALIASES = {"without-password": "prohibit-password"}
+PRIVILEGE_SEPARATION_DIR = "/run/sshd"
 
 
 def parse_dropin(text: str) -> dict[str, str]:
@@ -59,8 +62,19 @@ def parse_effective(text: str) -> dict[str, Any]:
     return {"ports": ports, **found}
 
 
+def make_privilege_separation_dir() -> None:
+    """``/run/sshd``, root's and 0755, when missing (Debian's ``check_privsep_dir``): ``sshd -t``
+    and ``sshd -T`` refuse to run without it. A folder of /run, which only root may write."""
+    try:
+        os.mkdir(PRIVILEGE_SEPARATION_DIR, 0o755)
+    except FileExistsError:
+        return
+    os.chmod(PRIVILEGE_SEPARATION_DIR, 0o755)  # mkdir's mode passes through the umask
+
+
 async def effective(ctx: JobContext) -> dict[str, Any]:
     sshd = require("sshd", "read the SSH server's settings")
+    await trio.to_thread.run_sync(make_privilege_separation_dir)
     code, text, err = await capture_command([sshd, "-T", "-f", ctx.host.ssh.sshd_config])
     if code != 0:
         raise JobError(f"sshd -T failed (exit {code}): {' '.join(err.split())[-400:]}")
@@ -89,6 +103,7 @@ async def ssh_set(args: SshSet, ctx: JobContext, out: Output) -> int:
     path = os.path.join(layout.dropin_dir, DROPIN)
     previous = await trio.to_thread.run_sync(read_or_none, path)
     values = wanted(args, parse_dropin(previous.decode("utf-8", "replace") if previous else ""))
+    await trio.to_thread.run_sync(make_privilege_separation_dir)
     changed = await replace_checked(path, render_dropin(values), [sshd, "-t", "-f", layout.sshd_config], "sshd -t")
     if not changed:
         out.stdout(f"the SSH settings are already so ({path}): nothing changed")
