@@ -67,10 +67,11 @@ from agent.files.fdops import (
     release,
     remove_entry,
 )
-from agent.files.handlers import FileHandlers, _paths
+from agent.files.handlers import FileHandlers
 from agent.files.jail import Jail, normalize, split_path, storage_refusal
 from agent.link.call import Call, Handler
 from agent.sites import SiteRegistry
+from contract.link.params import FsPaths, params_of
 from contract.link.protocol import RpcError
 from contract.models import server_address
 
@@ -299,7 +300,7 @@ class RemoteCopy:
 
     async def prepare(self, call: Call) -> dict[str, Any]:
         params = call.params
-        tid, paths = transfer_id(params), _paths(params)
+        tid, paths = transfer_id(params), params_of(FsPaths, params).paths
 
         def check(jail: Jail) -> list[str]:
             names = []
@@ -338,7 +339,7 @@ class RemoteCopy:
 
     async def push(self, call: Call) -> dict[str, Any]:
         params = call.params
-        tid, paths = transfer_id(params), _paths(params)
+        tid, paths = transfer_id(params), params_of(FsPaths, params).paths
         host, user = _host(params), _word(params, "user")
         port = params.get("port")
         if type(port) is not int or not 0 < port < 65536:
