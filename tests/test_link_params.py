@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from agent import __version__
+from agent.files.remote_copy import RemoteCopy, SshSettings
 from agent.jobs.base import JobContext
 from agent.jobs.manager import JobManager
 from agent.link.client import AgentLink
@@ -27,6 +28,10 @@ from tests.helpers.agent_files import SITE, make_home, snapshot
 from tests.helpers.link import FAST, NEVER, SERVER_ID, TOKEN, hello_from, make_control_plane, serving
 
 JOB = {"job_id": "j1", "kind": "site.list", "argv": ["site", "list"]}
+TID = "0123456789abcdef" * 2
+PUSH = {"scope": "root", "transfer_id": TID, "paths": ["a"], "host": "10.0.0.2", "user": "root", "port": 22}
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB"
+ACCEPT = {"scope": "root", "transfer_id": TID, "destination": "", "names": ["a"], "public_key": KEY}
 
 # (the model the frame breaks, method, params, the field the answer names)
 BROKEN: list[tuple[type[LinkParams], str, dict[str, Any], str]] = [
@@ -105,6 +110,35 @@ BROKEN: list[tuple[type[LinkParams], str, dict[str, Any], str]] = [
     (link_params.FsExtract, "fs.extract.check", {**SITE, "path": "a.zip"}, "destination"),
     (link_params.FsUpload, "fs.upload", {**SITE, "path": "new.bin", "size": -1}, "size"),
     (link_params.FsUpload, "fs.upload.check", {**SITE, "path": "notes.txt", "overwrite": "no"}, "overwrite"),
+    (link_params.FsXfer, "fs.xfer.close", {"transfer_id": "../" + TID}, "transfer_id"),
+    (link_params.FsXfer, "fs.xfer.close", {}, "transfer_id"),
+    (
+        link_params.FsXferPrepare,
+        "fs.xfer.prepare",
+        {"scope": "root", "transfer_id": TID.upper(), "paths": ["a"]},
+        "transfer_id",
+    ),
+    (link_params.FsXferPrepare, "fs.xfer.prepare", {"scope": "root", "transfer_id": TID, "paths": []}, "paths"),
+    (link_params.FsXferPush, "fs.xfer.push", {**PUSH, "host": "-oProxyCommand=touch /tmp/x"}, "host"),
+    (link_params.FsXferPush, "fs.xfer.push", {**PUSH, "user": "-v"}, "user"),
+    (link_params.FsXferPush, "fs.xfer.push", {**PUSH, "port": 0}, "port"),
+    (link_params.FsXferPush, "fs.xfer.push", {**PUSH, "port": "22"}, "port"),
+    (
+        link_params.FsXferPush,
+        "fs.xfer.push",
+        {**PUSH, "host_keys": ["ssh-ed25519 AAAA\n10.0.0.9 ssh-ed25519 BBBB"]},
+        "host_keys.0",
+    ),
+    (link_params.FsXferPush, "fs.xfer.push", {**PUSH, "remove_sources": "yes"}, "remove_sources"),
+    (link_params.FsXferAccept, "fs.xfer.accept", {**ACCEPT, "source_ip": "10.0.0"}, "source_ip"),
+    (
+        link_params.FsXferAccept,
+        "fs.xfer.accept",
+        {**ACCEPT, "source_ip": "10.0.0.1", "public_key": "ssh-rsa AAAA"},
+        "public_key",
+    ),
+    (link_params.FsXferAccept, "fs.xfer.accept", {**ACCEPT, "source_ip": "10.0.0.1", "names": []}, "names"),
+    (link_params.FsXferAccept, "fs.xfer.accept", {**ACCEPT, "source_ip": "10.0.0.1", "destination": 1}, "destination"),
 ]
 
 # The models that are parts of others or bases, not a frame's params of their own.
@@ -138,7 +172,9 @@ async def test_a_call_whose_params_break_its_model_is_refused(
     home = make_home(tmp_path)
     before = snapshot(home.base)
     jobs = JobManager(JobContext(str(home.home), str(home.state), SiteRegistry(str(home.state)), __version__))
-    handlers = {**home.handlers().handlers(), **jobs.handlers()}
+    files = home.handlers()
+    transfers = RemoteCopy(files, str(home.state), SshSettings())
+    handlers = {**files.handlers(), **transfers.handlers(), **jobs.handlers()}
     cp = make_control_plane()
     async with serving(cp.hub) as url, trio.open_nursery() as nursery:
         await nursery.start(jobs.run)

@@ -13,6 +13,7 @@ job's lines) travels as plain JSON, as `contract.models` says of its bulk shapes
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Final, Literal, TypeVar, get_args
@@ -23,7 +24,7 @@ from pydantic_core import PydanticCustomError
 
 from contract.job_kinds.base import KIND_RE
 from contract.link.protocol import MAX_JOB_KINDS, RpcError
-from contract.models import MAX_ARCHIVE_PATHS, MAX_INTEGER, MAX_PATHS, WINDOW_LIMIT, ScopeName
+from contract.models import MAX_ARCHIVE_PATHS, MAX_INTEGER, MAX_PATHS, WINDOW_LIMIT, ScopeName, server_address
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -44,6 +45,8 @@ MAX_HANDLERS: Final = 1000
 VERSION_RE: Final = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_~-]{0,63}")
 PLAIN_URL_RE: Final = re.compile(r"[!-~]+")
 _OCTAL_RE: Final = re.compile(r"^0?o?[0-7]{1,4}$")
+TRANSFER_ID_RE: Final = re.compile(r"[0-9a-f]{32}")
+SSH_ED25519_RE: Final = re.compile(r"(ssh-ed25519) ([A-Za-z0-9+/]+={0,2})(?: .*)?")
 
 
 class LinkParams(BaseModel):
@@ -116,6 +119,34 @@ def _web_url(value: str) -> str:
         raise PydanticCustomError("url", "must be a URL") from None
     if parts.scheme not in ("http", "https") or not host:
         raise PydanticCustomError("url", "must be an http or https URL with a host")
+    return value
+
+
+def _address(value: str) -> str:
+    """An IP address or a host name, never an option of ssh's (see `contract.models.server_address`)."""
+    try:
+        return server_address(value)
+    except ValueError:
+        raise PydanticCustomError("address", "must be an IP address or a host name") from None
+
+
+def _ip(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        raise PydanticCustomError("ip", "must be an IP address") from None
+
+
+def _word(value: str) -> str:
+    """A user name for ssh's ``-l``: one printable word that is not an option."""
+    if not value or value.startswith("-") or not value.isprintable() or " " in value:
+        raise PydanticCustomError("word", "must be a user name")
+    return value
+
+
+def _one_line(value: str) -> str:
+    if "\n" in value:
+        raise PydanticCustomError("line", "must be one line")
     return value
 
 
@@ -297,3 +328,41 @@ class FsUpload(FsPath):
 
     overwrite: Flag = False
     size: int | None = Field(default=None, ge=0, le=MAX_INTEGER)
+
+
+# --- fs.xfer.*: a copy to another server (`agent.files.remote_copy`) --------------------------
+
+TransferId = Annotated[str, _fullmatch(TRANSFER_ID_RE, "32 hex digits")]
+
+
+class FsXfer(LinkParams):
+    """fs.xfer.close."""
+
+    transfer_id: TransferId
+
+
+class FsXferPrepare(FsPaths):
+    """fs.xfer.prepare, on the source: a key for the transfer of `paths`."""
+
+    transfer_id: TransferId
+
+
+class FsXferPush(FsXferPrepare):
+    """fs.xfer.push, on the source: send `paths` over ssh to `user`@`host`:`port`."""
+
+    host: Annotated[str, AfterValidator(_address)]
+    user: Annotated[str, AfterValidator(_word)]
+    port: int = Field(ge=1, le=65535)
+    host_keys: Annotated[list[Annotated[str, AfterValidator(_one_line)]], _none_is([])] = Field(default_factory=list)
+    remove_sources: Flag = False  # a move: the sources go once they arrived
+
+
+class FsXferAccept(FsParams):
+    """fs.xfer.accept, on the destination: let the source's key in, for `names` into `destination`."""
+
+    transfer_id: TransferId
+    destination: str
+    overwrite: Flag = False
+    names: list[str] = Field(min_length=1)  # plain names: checked by the jail's `split_path`
+    public_key: Annotated[str, _fullmatch(SSH_ED25519_RE, "an ssh-ed25519 public key")]
+    source_ip: Annotated[str, AfterValidator(_ip)]
