@@ -40,6 +40,7 @@ from tests.helpers.link import (
     SERVER_ID,
     TOKEN,
     ControlPlane,
+    hello_from,
     hypercorn_config,
     listening_socket,
     make_control_plane,
@@ -493,24 +494,6 @@ async def welcomed_link(cp: ControlPlane) -> AsyncIterator[Any]:
             assert protocol.decode(await ws.get_message())["t"] == protocol.WELCOME
             await cp.wait_presence(online=True)
             yield ws
-
-
-@asynccontextmanager
-async def hello_from(url: str, **fields: Any) -> AsyncIterator[Any]:
-    """A hand-made hello (version 1, no handlers, plus `fields`); yields the first frame back (a
-    decoded message, or the close reason) while the WebSocket is still open."""
-    from trio_websocket import ConnectionClosed, open_websocket_url
-
-    ws_url = url.replace("http", "ws") + protocol.LINK_PATH
-    hello = {"t": "hello", "version": "1", "boot_id": "b", "handlers": [], "hostname": "h", **fields}
-    async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {TOKEN}".encode())]) as ws:
-        await ws.send_message(protocol.encode(hello))
-        with trio.fail_after(5):
-            try:
-                answer = protocol.decode(await ws.get_message())
-            except ConnectionClosed as closed:
-                answer = closed.reason
-        yield answer
 
 
 @pytest.mark.anyio

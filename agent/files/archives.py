@@ -76,10 +76,11 @@ from agent.files.fdops import (
 from agent.files.jail import Jail, normalize, split_path
 from agent.files.read import open_regular
 from agent.files.write import ensure_dirs
+from contract.link.params import ARCHIVE_FORMATS as FORMATS
+from contract.link.params import ON_CONFLICT
 from contract.link.protocol import RpcError
 from contract.models import TRASH_FOLDER
 
-FORMATS = ("zip", "tar.gz")
 MAX_EXTRACT_BYTES = 10 * 1024**3
 MAX_EXTRACT_ENTRIES = 100_000
 MAX_RATIO = 250
@@ -87,7 +88,6 @@ RATIO_FLOOR = 128 * 1024**2
 CHUNK = 1024 * 1024
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY
 _DRIVE = re.compile(r"^[A-Za-z]:")
-ON_CONFLICT = ("refuse", "skip", "overwrite")
 MAX_LISTED_CONFLICTS = 500  # the paths an answer names; its total counts them all
 
 

@@ -1,5 +1,10 @@
 """The ``fs.*`` RPC handlers: validate params, pick the scope's jail, do the work in a thread.
 
+Each method's params are validated by its model in `contract.link.params` (`params_of`: a
+refusal is ``validation_error`` naming the field) before anything is opened; the scope and domain
+the model checked are then opened by `FileHandlers.open_scope`, from the call's params as they
+came (the cross-server copy and the upload ingress open scopes from theirs the same way).
+
 The blocking file work runs in `trio.to_thread.run_sync`, so the link keeps answering heartbeats
 and other calls while a big directory is listed. Long operations (copy, delete, chmod, sizes,
 search, compress, extract) run with ``abandon_on_cancel=False`` and a `CancelToken` the worker
@@ -28,7 +33,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import stat
 from collections.abc import Callable
 from functools import partial
@@ -43,18 +47,32 @@ from agent.files.fdops import CancelToken, OperationCancelled, Progress
 from agent.files.jail import Jail, refusal
 from agent.link.call import Call, Handler
 from agent.sites import SiteRegistry
+from contract.link.params import (
+    FsChmod,
+    FsCompress,
+    FsDelete,
+    FsExtract,
+    FsList,
+    FsMkdir,
+    FsParams,
+    FsPath,
+    FsRead,
+    FsSearch,
+    FsTransfer,
+    FsTrashRestore,
+    FsUpload,
+    FsWrite,
+    params_of,
+)
 from contract.link.protocol import RpcError, single_error
-from contract.models import LOGS_READ_ONLY, MAX_ARCHIVE_PATHS, MAX_INTEGER, MAX_PATHS, WINDOW_LIMIT
+from contract.models import LOGS_READ_ONLY, WINDOW_LIMIT
 
 T = TypeVar("T")
 log = logging.getLogger("fleetdeck.agent.files")
 
-_MAX_CURSOR = 1024  # base64 of a file name (at most 255 bytes)
-DEFAULT_SEARCH_LIMIT = 500
 PROGRESS_INTERVAL_S = 0.1  # at most ~10 progress items a second
 UPLOAD_BUFFER = 1024 * 1024
 DOWNLOAD_READ = 4 * 1024 * 1024  # per thread hop; the link cuts it into frames
-_OCTAL = re.compile(r"^0?o?[0-7]{1,4}$")
 
 
 class FileHandlers:
@@ -126,56 +144,51 @@ class FileHandlers:
         """A page as the result; or, streamed with ``"encoded": true``, as the bytes of its JSON
         document: one items message ``[{size}]``, the bytes, then ``{size}``. The control plane
         then answers with those bytes as they are, never decoding a 50,000-entry page."""
-        params = call.params
-        path, cursor, limit = _path(params), _cursor(params), _limit(params)
-        if not (call.streaming and _flag(params, "encoded")):
+        params = params_of(FsList, call.params)
+        path, cursor, limit = params.path, params.cursor or None, params.limit
+        if not (call.streaming and params.encoded):
             return await self._in_scope(
-                params, lambda jail: read.list_dir(jail, path, cursor=cursor, limit=limit), read_only=True
+                call.params, lambda jail: read.list_dir(jail, path, cursor=cursor, limit=limit), read_only=True
             )
         data = await self._in_scope(
-            params, lambda jail: read.list_dir_json(jail, path, cursor=cursor, limit=limit), read_only=True
+            call.params, lambda jail: read.list_dir_json(jail, path, cursor=cursor, limit=limit), read_only=True
         )
         await call.send_items([{"size": len(data)}])
         await call.send_bytes(data)
         return {"size": len(data)}
 
     async def fs_stat(self, call: Call) -> dict[str, Any]:
-        path = _path(call.params)
+        path = params_of(FsPath, call.params).path
         return await self._in_scope(call.params, lambda jail: read.stat_entry(jail, path), read_only=True)
 
     async def fs_read(self, call: Call) -> dict[str, Any]:
         """The whole text file (the editor's read); with ``offset`` or ``length``, a window of
         bytes of any file (the viewer's read)."""
-        params = call.params
-        path = _path(params)
-        if params.get("offset") is None and params.get("length") is None:
-            return await self._in_scope(params, lambda jail: read.read_text(jail, path), read_only=True)
-        offset = _bounded(params, "offset", 0, MAX_INTEGER, default=0)
-        length = _bounded(params, "length", 0, WINDOW_LIMIT, default=WINDOW_LIMIT)
-        return await self._in_scope(params, lambda jail: read.read_window(jail, path, offset, length), read_only=True)
+        params = params_of(FsRead, call.params)
+        path = params.path
+        if params.offset is None and params.length is None:
+            return await self._in_scope(call.params, lambda jail: read.read_text(jail, path), read_only=True)
+        offset = params.offset or 0
+        length = WINDOW_LIMIT if params.length is None else params.length
+        return await self._in_scope(
+            call.params, lambda jail: read.read_window(jail, path, offset, length), read_only=True
+        )
 
     # --- writes ---------------------------------------------------------------------------
 
     async def fs_write(self, call: Call) -> dict[str, Any]:
-        params = call.params
-        path = _path(params)
-        content = params.get("content")
-        if not isinstance(content, str):
-            raise RpcError("validation_error", "content must be a string")
-        if_match = params.get("if_match")
-        if if_match is not None and not isinstance(if_match, str):
-            raise RpcError("validation_error", "if_match must be a string")
-        create_only = _flag(params, "create_only")
+        params = params_of(FsWrite, call.params)
 
         def work(jail: Jail) -> dict[str, Any]:
-            return write.write_text(jail, path, content, if_match=if_match, create_only=create_only)
+            return write.write_text(
+                jail, params.path, params.content, if_match=params.if_match, create_only=params.create_only
+            )
 
-        return await self._in_scope(params, work)
+        return await self._in_scope(call.params, work)
 
     async def fs_mkdir(self, call: Call) -> dict[str, Any]:
-        params = call.params
-        path, parents = _path(params), _flag(params, "parents")
-        return await self._in_scope(params, lambda jail: write.make_dir(jail, path, parents=parents))
+        params = params_of(FsMkdir, call.params)
+        return await self._in_scope(call.params, lambda jail: write.make_dir(jail, params.path, parents=params.parents))
 
     async def fs_move(self, call: Call) -> dict[str, Any]:
         return await self._transfer(call, transfer.move)
@@ -184,9 +197,8 @@ class FileHandlers:
         return await self._transfer(call, transfer.copy)
 
     async def _transfer(self, call: Call, operation: Callable[..., dict[str, Any]]) -> dict[str, Any]:
-        params = call.params
-        paths, destination, overwrite = _paths(params), _text(params, "destination"), _flag(params, "overwrite")
-        target = _to(params)
+        params = params_of(FsTransfer, call.params)
+        paths, destination, overwrite, target = params.paths, params.destination, params.overwrite, params.target()
 
         def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
             if target is None:
@@ -196,105 +208,87 @@ class FileHandlers:
 
         # A copy into another scope only reads its source (a log copied out of the logs scope).
         reads_source = operation is transfer.copy and target is not None
-        return await self._cancellable(params, work, read_only=reads_source)
+        return await self._cancellable(call.params, work, read_only=reads_source)
 
     async def fs_delete(self, call: Call) -> dict[str, Any]:
-        params = call.params
-        paths, permanent = _paths(params), _flag(params, "permanent")
+        params = params_of(FsDelete, call.params)
         return await self._cancellable(
-            params, lambda jail, token: trash.delete(jail, paths, permanent=permanent, token=token)
+            call.params, lambda jail, token: trash.delete(jail, params.paths, permanent=params.permanent, token=token)
         )
 
     async def fs_trash_list(self, call: Call) -> dict[str, Any]:
+        params_of(FsParams, call.params)
         return await self._cancellable(call.params, lambda jail, token: trash.trash_list(jail, token=token))
 
     async def fs_trash_restore(self, call: Call) -> dict[str, Any]:
-        params = call.params
-        ids = params.get("ids")
-        if not isinstance(ids, list) or not ids or len(ids) > MAX_PATHS or not all(isinstance(i, str) for i in ids):
-            raise RpcError("validation_error", f"ids must be a list of 1 to {MAX_PATHS} strings")
-        overwrite = _flag(params, "overwrite")
+        params = params_of(FsTrashRestore, call.params)
         return await self._cancellable(
-            params, lambda jail, token: trash.restore(jail, ids, overwrite=overwrite, token=token)
+            call.params, lambda jail, token: trash.restore(jail, params.ids, overwrite=params.overwrite, token=token)
         )
 
     async def fs_trash_empty(self, call: Call) -> dict[str, Any]:
+        params_of(FsParams, call.params)
         return await self._cancellable(call.params, lambda jail, token: trash.empty(jail, token=token))
 
     async def fs_chmod(self, call: Call) -> dict[str, Any]:
-        params = call.params
-        paths, mode, recursive = _paths(params), _mode(params), _flag(params, "recursive")
-        only = params.get("only")
-        if only not in (None, "files", "dirs"):
-            raise RpcError("validation_error", "only must be 'files', 'dirs' or null")
+        params = params_of(FsChmod, call.params)
 
         def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
-            return tree.chmod(jail, paths, mode, recursive=recursive, only=only, token=token)
+            return tree.chmod(
+                jail, params.paths, params.mode, recursive=params.recursive, only=params.only, token=token
+            )
 
-        return await self._cancellable(params, work)
+        return await self._cancellable(call.params, work)
 
     # --- reads over trees -----------------------------------------------------------------
 
     async def fs_dirsize(self, call: Call) -> dict[str, Any]:
-        path = _path(call.params)
+        path = params_of(FsPath, call.params).path
         return await self._cancellable(
             call.params, lambda jail, token: tree.dirsize(jail, path, token=token), read_only=True
         )
 
     async def fs_search(self, call: Call) -> dict[str, Any]:
-        params = call.params
-        path, query, content = _path(params), _text(params, "query"), _flag(params, "content")
-        if not query:
-            raise RpcError("validation_error", "query must not be empty")
-        limit = params.get("limit", DEFAULT_SEARCH_LIMIT)
-        if limit is None:
-            limit = DEFAULT_SEARCH_LIMIT
-        if type(limit) is not int or not 1 <= limit <= tree.MAX_SEARCH_LIMIT:
-            raise RpcError("validation_error", f"limit must be an integer from 1 to {tree.MAX_SEARCH_LIMIT}")
+        params = params_of(FsSearch, call.params)
 
         def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
-            return tree.search(jail, path, query, content=content, limit=limit, token=token)
+            return tree.search(jail, params.path, params.query, content=params.content, limit=params.limit, token=token)
 
-        return await self._cancellable(params, work, read_only=True)
+        return await self._cancellable(call.params, work, read_only=True)
 
     # --- archives -------------------------------------------------------------------------
 
     async def fs_compress(self, call: Call) -> dict[str, Any]:
-        params = call.params
-        paths = _paths(params, MAX_ARCHIVE_PATHS)  # one archive is one operation: not batched
-        fmt, destination = _text(params, "format"), _text(params, "destination")
-        if fmt not in archives.FORMATS:
-            raise RpcError("validation_error", "format must be 'zip' or 'tar.gz'")
+        params = params_of(FsCompress, call.params)
         progress = Progress()
 
         def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
-            return archives.compress(jail, paths, fmt, destination, token=token, progress=progress)
+            return archives.compress(
+                jail, params.paths, params.format, params.destination, token=token, progress=progress
+            )
 
-        return await self._cancellable(params, work, call=call, progress=progress)
+        return await self._cancellable(call.params, work, call=call, progress=progress)
 
     async def fs_extract(self, call: Call) -> dict[str, Any]:
-        params = call.params
-        path, destination = _path(params), _text(params, "destination")
-        on_conflict = params.get("on_conflict") or "refuse"
-        if on_conflict not in archives.ON_CONFLICT:
-            raise RpcError("validation_error", "on_conflict must be 'refuse', 'skip' or 'overwrite'")
+        params = params_of(FsExtract, call.params)
+        path, destination, on_conflict = params.path, params.destination, params.on_conflict
         archives.archive_kind(path)
         progress = Progress()
 
         def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
             return archives.extract(jail, path, destination, token=token, progress=progress, on_conflict=on_conflict)
 
-        return await self._cancellable(params, work, call=call, progress=progress)
+        return await self._cancellable(call.params, work, call=call, progress=progress)
 
     async def fs_extract_check(self, call: Call) -> dict[str, Any]:
-        params = call.params
-        path, destination = _path(params), _text(params, "destination")
+        params = params_of(FsExtract, call.params)
+        path, destination = params.path, params.destination
         archives.archive_kind(path)
 
         def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
             return archives.extract_check(jail, path, destination, token=token)
 
-        return await self._cancellable(params, work, read_only=True)
+        return await self._cancellable(call.params, work, read_only=True)
 
     # --- transfers ------------------------------------------------------------------------
 
@@ -302,9 +296,9 @@ class FileHandlers:
         """One items message ``[{size, mtime}]``, then the bytes (frames of at most the link's
         chunk size), then ``{size}``: the bytes sent (the size at open time, or less if the file
         shrank meanwhile)."""
+        path = params_of(FsPath, call.params).path
         if not call.streaming:
             raise RpcError("validation_error", "fs.download must be called as a streamed call")
-        path = _path(call.params)
         fd, st = await self._in_scope(call.params, lambda jail: read.open_regular(jail, path), read_only=True)
         try:
             await call.send_items([{"size": st.st_size, "mtime": rfc3339(st.st_mtime)}])
@@ -323,14 +317,11 @@ class FileHandlers:
         """Bytes arrive with `Call.receive_bytes` into a temporary file beside the destination;
         it is renamed into place only once all of them did (and match ``size`` when given). A
         failure or a cancel removes it: an interrupted transfer leaves nothing at the path."""
-        params = call.params
-        path, overwrite = _path(params), _flag(params, "overwrite")
-        size = params.get("size")
-        if size is not None and (type(size) is not int or size < 0):
-            raise RpcError("validation_error", "size must be a non-negative integer")
+        params = params_of(FsUpload, call.params)
+        path, overwrite, size = params.path, params.overwrite, params.size
         if not call.upload:
             raise RpcError("validation_error", "fs.upload must be called as an upload")
-        upload = await self._in_scope(params, lambda jail: write.Upload(jail, path, overwrite=overwrite))
+        upload = await self._in_scope(call.params, lambda jail: write.Upload(jail, path, overwrite=overwrite))
         try:
             buffer = bytearray()
             while (chunk := await call.receive_bytes()) is not None:
@@ -355,14 +346,13 @@ class FileHandlers:
 
     async def fs_upload_check(self, call: Call) -> dict[str, Any]:
         """Before a direct upload is signed: refuse now what the upload itself would refuse."""
-        params = call.params
-        path, overwrite = _path(params), _flag(params, "overwrite")
+        params = params_of(FsUpload, call.params)
 
         def check(jail: Jail) -> dict[str, Any]:
-            write.file_target(jail, path, may_exist=overwrite).close()
+            write.file_target(jail, params.path, may_exist=params.overwrite).close()
             return {"ok": True}
 
-        return await self._in_scope(params, check)
+        return await self._in_scope(call.params, check)
 
     # --- plumbing -------------------------------------------------------------------------
 
@@ -541,82 +531,3 @@ async def _pump_progress(call: Call, progress: Progress, finished: trio.Event) -
                 await call.send_items([snapshot])
     except ConnectionClosed:  # the link went away: the call ends with it, the work must not
         return
-
-
-def _path(params: dict[str, Any]) -> str:
-    path = params.get("path", "")
-    if not isinstance(path, str):
-        raise RpcError("validation_error", "path must be a string")
-    return path
-
-
-def _cursor(params: dict[str, Any]) -> str | None:
-    cursor = params.get("cursor")
-    if cursor is not None and (not isinstance(cursor, str) or len(cursor) > _MAX_CURSOR):
-        raise RpcError("validation_error", "invalid cursor")
-    return cursor or None
-
-
-def _limit(params: dict[str, Any]) -> int:
-    limit = params.get("limit")
-    if limit is None:
-        return read.DEFAULT_LIMIT
-    if type(limit) is not int or not 1 <= limit <= read.MAX_LIMIT:
-        raise RpcError("validation_error", f"limit must be an integer from 1 to {read.MAX_LIMIT}")
-    return limit
-
-
-def _bounded(params: dict[str, Any], key: str, low: int, high: int, *, default: int) -> int:
-    value = params.get(key)
-    if value is None:
-        return default
-    if type(value) is not int or not low <= value <= high:
-        raise RpcError("validation_error", f"{key} must be an integer from {low} to {high}")
-    return value
-
-
-def _paths(params: dict[str, Any], bound: int = MAX_PATHS) -> list[str]:
-    paths = params.get("paths")
-    if not isinstance(paths, list) or not paths or len(paths) > bound:
-        raise RpcError("validation_error", f"paths must be a list of 1 to {bound} paths")
-    if not all(isinstance(p, str) for p in paths):
-        raise RpcError("validation_error", "paths must be strings")
-    return paths
-
-
-def _text(params: dict[str, Any], key: str) -> str:
-    value = params.get(key)
-    if not isinstance(value, str):
-        raise RpcError("validation_error", f"{key} must be a string")
-    return value
-
-
-def _flag(params: dict[str, Any], key: str) -> bool:
-    value = params.get(key)
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise RpcError("validation_error", f"{key} must be true or false")
-    return value
-
-
-def _mode(params: dict[str, Any]) -> int:
-    mode = params.get("mode")
-    if isinstance(mode, str) and _OCTAL.match(mode):
-        mode = int(mode.replace("o", ""), 8)
-    if type(mode) is not int or not 0 <= mode <= 0o7777:
-        raise RpcError("validation_error", "mode must be an integer (or an octal string) from 0 to 0o7777")
-    return mode
-
-
-def _to(params: dict[str, Any]) -> dict[str, Any] | None:
-    """The destination scope of a cross-scope move or copy, on this same server."""
-    to = params.get("to")
-    if to is None:
-        return None
-    if not isinstance(to, dict):
-        raise RpcError("validation_error", "to must be an object")
-    if to.get("server_id") is not None:
-        raise RpcError("validation_error", "a transfer to another server is not done by fs.move or fs.copy")
-    scope = to.get("scope") or ("site" if to.get("domain") else params.get("scope"))
-    return {"scope": scope, "domain": to.get("domain", params.get("domain") if scope == "site" else None)}

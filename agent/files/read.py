@@ -18,12 +18,11 @@ import orjson
 
 from agent.files.entries import entries, entry, rfc3339, wire_name
 from agent.files.jail import Jail, normalize, split_path
+from contract.link.params import DEFAULT_LIST_LIMIT as DEFAULT_LIMIT
 from contract.link.protocol import RpcError
 
 READ_LIMIT = 10 * 1024 * 1024
 BINARY_SNIFF = 8192
-DEFAULT_LIMIT = 5000
-MAX_LIMIT = 50_000
 
 
 def content_etag(data: bytes) -> str:

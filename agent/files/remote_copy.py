@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import ipaddress
 import json
 import logging
 import os
@@ -67,19 +66,17 @@ from agent.files.fdops import (
     release,
     remove_entry,
 )
-from agent.files.handlers import FileHandlers, _paths
+from agent.files.handlers import FileHandlers
 from agent.files.jail import Jail, normalize, split_path, storage_refusal
 from agent.link.call import Call, Handler
 from agent.sites import SiteRegistry
+from contract.link.params import TRANSFER_ID_RE, FsXfer, FsXferAccept, FsXferPrepare, FsXferPush, params_of
 from contract.link.protocol import RpcError
-from contract.models import server_address
 
 log = logging.getLogger("fleetdeck.agent")
 
 TRANSFERS = "transfers"
 KEY_TTL_S = 600  # the key must be used (the connection made) within this; the copy may take longer
-_ID = re.compile(r"^[0-9a-f]{32}$")
-_PUBLIC_KEY = re.compile(r"^(ssh-ed25519) ([A-Za-z0-9+/]+={0,2})(?: .*)?$")
 _MARK = "fleetdeck-xfer"
 RESULT_PREFIX = "FLEETDECK-XFER-RESULT "
 TRAILER_TAG = b"\nfleetdeck-xfer-end "
@@ -136,13 +133,6 @@ def _listdir_quietly(path: str) -> list[str]:
         return os.listdir(path)
     except OSError:
         return []
-
-
-def transfer_id(params: dict[str, Any]) -> str:
-    value = params.get("transfer_id")
-    if not isinstance(value, str) or not _ID.match(value):
-        raise RpcError("validation_error", "transfer_id must be 32 hex digits")
-    return value
 
 
 # --- the state folder ------------------------------------------------------------------------
@@ -299,7 +289,8 @@ class RemoteCopy:
 
     async def prepare(self, call: Call) -> dict[str, Any]:
         params = call.params
-        tid, paths = transfer_id(params), _paths(params)
+        prepare = params_of(FsXferPrepare, params)
+        tid, paths = prepare.transfer_id, prepare.paths
 
         def check(jail: Jail) -> list[str]:
             names = []
@@ -338,23 +329,17 @@ class RemoteCopy:
 
     async def push(self, call: Call) -> dict[str, Any]:
         params = call.params
-        tid, paths = transfer_id(params), _paths(params)
-        host, user = _host(params), _word(params, "user")
-        port = params.get("port")
-        if type(port) is not int or not 0 < port < 65536:
-            raise RpcError("validation_error", "port must be a TCP port")
-        host_keys = params.get("host_keys") or []
-        if not isinstance(host_keys, list) or not all(isinstance(k, str) and "\n" not in k for k in host_keys):
-            raise RpcError("validation_error", "host_keys must be a list of public keys")
-        remove_sources = params.get("remove_sources") is True
-        key_dir = _key_dir(self.state_dir, tid)
-        command = await trio.to_thread.run_sync(self._ssh_command, key_dir, host, port, user, host_keys)
+        push = params_of(FsXferPush, params)
+        key_dir = _key_dir(self.state_dir, push.transfer_id)
+        command = await trio.to_thread.run_sync(
+            self._ssh_command, key_dir, push.host, push.port, push.user, push.host_keys
+        )
 
         def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
-            return _push(jail, paths, command, token, remove_sources=remove_sources)
+            return _push(jail, push.paths, command, token, remove_sources=push.remove_sources)
 
         try:
-            return await self.files._cancellable(params, work, read_only=not remove_sources)
+            return await self.files._cancellable(params, work, read_only=not push.remove_sources)
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(shutil.rmtree, key_dir, True)
@@ -407,29 +392,15 @@ class RemoteCopy:
 
     async def accept(self, call: Call) -> dict[str, Any]:
         params = call.params
-        tid = transfer_id(params)
-        destination = params.get("destination")
-        if not isinstance(destination, str):
-            raise RpcError("validation_error", "destination must be a string")
-        overwrite = params.get("overwrite") is True
-        names = params.get("names")
-        if (
-            not isinstance(names, list)
-            or not names
-            or not all(isinstance(n, str) and len(split_path(n)) == 1 for n in names)
-        ):
+        accept = params_of(FsXferAccept, params)
+        tid, destination, overwrite, names = accept.transfer_id, accept.destination, accept.overwrite, accept.names
+        if not all(len(split_path(name)) == 1 for name in names):
             raise RpcError("validation_error", "names must be a list of plain names")
-        found = _PUBLIC_KEY.match(str(params.get("public_key", "")))
-        if found is None:
-            raise RpcError("validation_error", "public_key must be an ssh-ed25519 public key")
-        try:
-            source_ip = str(ipaddress.ip_address(str(params.get("source_ip", ""))))
-        except ValueError:
-            raise RpcError("validation_error", "source_ip must be an IP address") from None
-        scope = {"scope": params.get("scope"), "domain": params.get("domain")}
+        key_type, key = accept.public_key.split(" ")[:2]
+        scope = {"scope": accept.scope, "domain": accept.domain}
         await self.files._in_scope(params, lambda jail: check_destination(jail, destination, names, overwrite))
         return await trio.to_thread.run_sync(
-            self._install, tid, scope, destination, overwrite, names, found.group(1), found.group(2), source_ip
+            self._install, tid, scope, destination, overwrite, names, key_type, key, accept.source_ip
         )
 
     def _install(
@@ -480,7 +451,7 @@ class RemoteCopy:
     # --- both ----------------------------------------------------------------------------
 
     async def close(self, call: Call) -> dict[str, Any]:
-        tid = transfer_id(call.params)
+        tid = params_of(FsXfer, call.params).transfer_id
         return await trio.to_thread.run_sync(self._close, tid)
 
     def _close(self, tid: str) -> dict[str, Any]:
@@ -515,23 +486,6 @@ class RemoteCopy:
             _edit_keys(keys_file, _expired_lines_remover(now), None)
 
 
-def _host(params: dict[str, Any]) -> str:
-    """The destination's address: an IP address or a host name, never an option of ssh's (it is
-    also passed after ``--``)."""
-    value = params.get("host")
-    try:
-        return server_address(value) if isinstance(value, str) else server_address("")
-    except ValueError:
-        raise RpcError("validation_error", "host must be an IP address or a host name") from None
-
-
-def _word(params: dict[str, Any], key: str) -> str:
-    value = params.get(key)
-    if not isinstance(value, str) or not value or value.startswith("-") or not value.isprintable() or " " in value:
-        raise RpcError("validation_error", f"{key} must be a host or user name")
-    return value
-
-
 def _read_spec(path: str) -> dict[str, Any] | None:
     try:
         with open(path) as handle:
@@ -545,7 +499,7 @@ def _cleanup_spec(spec: dict[str, Any], path: str | None = None) -> None:
     """Remove a transfer's key line (if still there) and its spec files."""
     tid = spec.get("id")
     keys_file = spec.get("authorized_keys")
-    if isinstance(tid, str) and _ID.match(tid) and isinstance(keys_file, str):
+    if isinstance(tid, str) and TRANSFER_ID_RE.fullmatch(tid) and isinstance(keys_file, str):
         inserted = spec.get("inserted")
         remove_key(
             keys_file,
@@ -735,7 +689,7 @@ def receive_main(argv: list[str]) -> int:
 
 
 def receive(tid: str, state_dir: str, stream: IO[bytes]) -> dict[str, Any]:
-    if not _ID.match(tid):
+    if not TRANSFER_ID_RE.fullmatch(tid):
         raise RpcError("validation_error", "bad transfer id")
     spec_path = _spec_path(state_dir, tid)
     claimed = _spec_path(state_dir, tid, "claimed")

@@ -30,7 +30,6 @@ from contract.link.protocol import RpcError
 from contract.models import TRASH_FOLDER
 
 SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
-MAX_SEARCH_LIMIT = 10_000
 MAX_LINE_TEXT = 500
 SEARCH_BLOCK = 1024 * 1024
 MAX_LINE_BYTES = 1024 * 1024

@@ -50,6 +50,7 @@ import trio
 from agent.jobs.base import JobContext, Kind, Output, now_at, run_kind
 from agent.jobs.kinds import all_kinds
 from agent.link.call import Call, Handler
+from contract.link.params import JobAttach, JobCancel, JobJournal, JobRun, params_of
 from contract.link.protocol import RpcError
 
 log = logging.getLogger("fleetdeck.agent.jobs")
@@ -63,7 +64,6 @@ FLUSH_LINES = 1000
 FLUSH_S = 0.020
 MAX_BATCH = 8192  # lines handed to one send_items call
 RUN_LINES = 1024  # lines in one run item at most (keeps frames far below the chunk size)
-MAX_JOB_ID = 128
 EXIT_CANCELLED = -signal.SIGTERM  # a cancelled job's exit code here (as for a child TERM ended)
 
 
@@ -406,48 +406,24 @@ class JobManager:
     # --- RPC ------------------------------------------------------------------------------
 
     async def job_run(self, call: Call) -> dict[str, Any]:
-        params = call.params
-        job_id, kind, argv = params.get("job_id"), params.get("kind"), params.get("argv")
-        secrets = params.get("secrets") or {}
-        if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_JOB_ID:
-            raise RpcError("validation_error", f"job_id must be a string of 1 to {MAX_JOB_ID} characters")
-        if not isinstance(kind, str) or not kind:
-            raise RpcError("validation_error", "kind must be a non-empty string")
-        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-            raise RpcError("validation_error", "argv must be a list of strings")
-        if not isinstance(secrets, dict) or not all(isinstance(v, str) for v in secrets.values()):
-            raise RpcError("validation_error", "secrets must map names to strings")
-        job = self.start(job_id, kind, argv, secrets)
-        return await job.stream_to(call, 0, runs=params.get("runs") is True)
+        params = params_of(JobRun, call.params)
+        job = self.start(params.job_id, params.kind, params.argv, params.secrets)
+        return await job.stream_to(call, 0, runs=params.runs)
 
     async def job_attach(self, call: Call) -> dict[str, Any]:
-        job_id, after = call.params.get("job_id"), call.params.get("after", 0)
-        acked = call.params.get("acked", 0)
-        if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_JOB_ID:
-            raise RpcError("validation_error", f"job_id must be a string of 1 to {MAX_JOB_ID} characters")
-        if type(after) is not int or after < 0:
-            raise RpcError("validation_error", "after must be a non-negative integer")
-        if type(acked) is not int or not 0 <= acked <= after:
-            raise RpcError("validation_error", "acked must be an integer from 0 to after")
-        job = self.get(job_id)
+        params = params_of(JobAttach, call.params)
+        job = self.get(params.job_id)
         if job is None:
-            raise RpcError("not_found", f"this agent has no job {job_id}", {"job_id": job_id})
-        job.acknowledge(acked)
-        return await job.stream_to(call, after, runs=call.params.get("runs") is True)
+            raise RpcError("not_found", f"this agent has no job {params.job_id}", {"job_id": params.job_id})
+        job.acknowledge(params.acked)
+        return await job.stream_to(call, params.after, runs=params.runs)
 
     async def job_cancel(self, call: Call) -> dict[str, Any]:
-        job_id = call.params.get("job_id")
-        if not isinstance(job_id, str) or not 0 < len(job_id) <= MAX_JOB_ID:
-            raise RpcError("validation_error", f"job_id must be a string of 1 to {MAX_JOB_ID} characters")
-        return {"ended": not self.cancel(job_id)}
+        return {"ended": not self.cancel(params_of(JobCancel, call.params).job_id)}
 
     async def job_journal(self, call: Call) -> dict[str, Any]:
         """The jobs this agent still has, of those asked for (all without ``job_ids``)."""
-        job_ids = call.params.get("job_ids")
-        if job_ids is not None and (
-            not isinstance(job_ids, list) or not all(isinstance(j, str) and 0 < len(j) <= MAX_JOB_ID for j in job_ids)
-        ):
-            raise RpcError("validation_error", f"job_ids must be a list of strings of 1 to {MAX_JOB_ID} characters")
+        job_ids = params_of(JobJournal, call.params).job_ids
         self._forget_old()
         wanted = self._jobs.values() if job_ids is None else filter(None, map(self._jobs.get, job_ids))
         return {"jobs": [job.journal_entry() for job in wanted]}

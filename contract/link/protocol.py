@@ -155,6 +155,10 @@ Close codes
 
 Unknown frame types are ignored by both ends, so either side may add a message type without
 breaking an older peer.
+
+Params
+    What the hello and each call's ``params`` may hold is `contract.link.params`, one model each
+    (unknown fields are ignored there too); params that break it are answered ``validation_error``.
 """
 
 from __future__ import annotations

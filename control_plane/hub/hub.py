@@ -5,22 +5,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
 from anyio.abc import TaskGroup
+from pydantic import ValidationError
 from starlette.responses import PlainTextResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from contract.backoff import full_jitter
-from contract.job_kinds.base import KIND_RE
 from contract.link import grant, protocol
+from contract.link.params import Hello, refusal
 from contract.link.protocol import ProtocolError
 from control_plane.hub.admission import MAX_PENDING_LINKS, Admission
 from control_plane.hub.errors import AgentOfflineError, AgentTimeoutError
@@ -40,11 +39,6 @@ PRESENCE_RETRY_BASE_S = 0.5
 PRESENCE_RETRY_CAP_S = 5.0
 # What a report that failed on an outage leaves as reported: equal to no link nor to any.
 UNSURE = object()
-_MAX_HELLO_FIELD = 1024
-_MAX_HANDLERS = 1000
-# What users see of an agent: its version is a short token, its ingress URL printable ASCII.
-_VERSION_RE = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_~-]{0,63}")
-_PLAIN_URL_RE = re.compile(r"[!-~]+")
 
 
 class ReplyStream:
@@ -429,79 +423,30 @@ async def _receive_text(websocket: WebSocket) -> str:
 
 
 def _session_from_hello(server_id: str, frame: str, peer: str | None = None) -> AgentSession:
-    hello = protocol.decode(frame)
-    if hello["t"] != protocol.HELLO:
-        raise ProtocolError(f"expected hello, got {hello['t']!r}")
-    fields = {name: hello.get(name) for name in ("version", "boot_id", "hostname")}
-    for name, value in fields.items():
-        if not isinstance(value, str) or len(value) > _MAX_HELLO_FIELD or not value.isprintable():
-            raise ProtocolError(f"hello without a usable {name}")
-    if not _VERSION_RE.fullmatch(str(fields["version"])):
-        raise ProtocolError("hello with a bad version (a short token such as 1.4.2)")
-    handlers = hello.get("handlers")
-    if (
-        not isinstance(handlers, list)
-        or len(handlers) > _MAX_HANDLERS
-        or not all(isinstance(h, str) and len(h) <= _MAX_HELLO_FIELD for h in handlers)
-    ):
-        raise ProtocolError("hello without a usable handlers list")
-    ingress = _ingress_url(hello.get("direct_ingress_url"))
-    job_kinds = _job_kinds(hello.get("job_kinds"))
-    kernel = _kernel_protections(hello.get("kernel_protections"))
+    message = protocol.decode(frame)
+    if message["t"] != protocol.HELLO:
+        raise ProtocolError(f"expected hello, got {message['t']!r}")
+    try:
+        hello = Hello.model_validate(message)
+    except ValidationError as exc:
+        raise ProtocolError(f"hello with a bad {refusal(exc)[0]}") from None
+    kernel = None
+    if hello.kernel_protections is not None:
+        hardlinks, symlinks = (hello.kernel_protections.get(name) for name in protocol.KERNEL_PROTECTIONS)
+        kernel = (hardlinks, symlinks)
     return AgentSession(
         server_id=server_id,
-        version=str(fields["version"]),
-        boot_id=str(fields["boot_id"]),
-        hostname=str(fields["hostname"]),
-        handlers=frozenset(handlers),
-        direct_ingress_url=ingress,
+        version=hello.version,
+        boot_id=hello.boot_id,
+        hostname=hello.hostname,
+        handlers=frozenset(hello.handlers),
+        direct_ingress_url=hello.direct_ingress_url,
         connected_at=datetime.now(UTC),
         peer=peer,
-        job_kinds=job_kinds,
+        # Sorted and without repeats; None: the agent did not say (older than the field).
+        job_kinds=None if hello.job_kinds is None else tuple(sorted(set(hello.job_kinds))),
         kernel_protections=kernel,
     )
-
-
-def _ingress_url(value: Any) -> str | None:
-    """The hello's ``direct_ingress_url``: an http(s) URL with a host, or None. Clients are sent
-    to it, and it is shown to users: nothing else (``javascript:``, escape codes) gets through."""
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > _MAX_HELLO_FIELD or not _PLAIN_URL_RE.fullmatch(value):
-        raise ProtocolError("hello with a bad direct_ingress_url")
-    try:
-        parts = urlsplit(value)
-        host = parts.hostname
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        raise ProtocolError("hello with a bad direct_ingress_url") from None
-    if parts.scheme not in ("http", "https") or not host:
-        raise ProtocolError("hello with a bad direct_ingress_url (http or https, with a host)")
-    return value
-
-
-def _job_kinds(value: Any) -> tuple[str, ...] | None:
-    """The hello's ``job_kinds``, sorted and without repeats; None when the agent did not say."""
-    if value is None:
-        return None
-    if (
-        not isinstance(value, list)
-        or len(value) > protocol.MAX_JOB_KINDS
-        or not all(isinstance(k, str) and len(k) <= _MAX_HELLO_FIELD and KIND_RE.fullmatch(k) for k in value)
-    ):
-        raise ProtocolError("hello with a bad job_kinds list")
-    return tuple(sorted(set(value)))
-
-
-def _kernel_protections(value: Any) -> tuple[bool | None, bool | None] | None:
-    """The hello's ``kernel_protections`` as (protected_hardlinks, protected_symlinks); None when
-    the agent did not say. Each is true, false or null; any other shape is a malformed hello."""
-    if value is None:
-        return None
-    if not isinstance(value, dict) or not all(v is None or isinstance(v, bool) for v in value.values()):
-        raise ProtocolError("hello with a bad kernel_protections object")
-    hardlinks, symlinks = (value.get(name) for name in protocol.KERNEL_PROTECTIONS)
-    return hardlinks, symlinks
 
 
 async def _turn_away(websocket: WebSocket, retry_after: int) -> None:

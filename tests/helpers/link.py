@@ -105,6 +105,27 @@ def serving(hub: AgentHub, port: int = 0) -> AbstractAsyncContextManager[str]:
     return serving_app(Starlette(routes=[WebSocketRoute(protocol.LINK_PATH, hub.handle)]), port)
 
 
+@asynccontextmanager
+async def hello_from(url: str, *, without: tuple[str, ...] = (), **fields: Any) -> AsyncIterator[Any]:
+    """A hand-made hello (version 1, no handlers, plus `fields`, less the fields named in
+    `without`); yields the first frame back (a decoded message, or the close reason) while the
+    WebSocket is still open."""
+    from trio_websocket import ConnectionClosed, open_websocket_url
+
+    ws_url = url.replace("http", "ws") + protocol.LINK_PATH
+    hello = {"t": "hello", "version": "1", "boot_id": "b", "handlers": [], "hostname": "h", **fields}
+    for name in without:
+        del hello[name]
+    async with open_websocket_url(ws_url, extra_headers=[(b"authorization", f"Bearer {TOKEN}".encode())]) as ws:
+        await ws.send_message(protocol.encode(hello))
+        with trio.fail_after(5):
+            try:
+                answer = protocol.decode(await ws.get_message())
+            except ConnectionClosed as closed:
+                answer = closed.reason
+        yield answer
+
+
 class StalledAgent:
     """An agent that links, then reads nothing more while it goes on saying "alive": its control
     plane's sends to it pile up in the socket and wait, while the link is kept (as an agent's
