@@ -49,7 +49,8 @@ from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_comman
 from agent.jobs.site_files import open_site_input_if_there
 from agent.sites import Site, write_atomically
 from agent.state import open_lock_file
-from contract.job_kinds.system import CronAdd, CronEdit, CronHistory, IdArgs, OptionalDomain
+from contract.job_kinds.base import IdArgs, OptionalDomain
+from contract.job_kinds.cron import CronAdd, CronEdit, CronHistory
 
 CRON_FILE = "cron.json"
 BEGIN = "# BEGIN fleetdeck-agent: entries managed by the fleetdeck agent; edits inside are overwritten"

@@ -36,8 +36,8 @@ from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.host import SupervisorLayout
 from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
 from agent.sites import Site, write_atomically
-from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import DaemonCreate, DaemonLogs, NameArgs
+from contract.job_kinds.base import NameArgs, NoArgs
+from contract.job_kinds.daemon import DaemonCreate, DaemonLogs
 from contract.link.protocol import RpcError
 
 PREFIX = "fleetdeck-"

@@ -56,7 +56,7 @@ from agent.jobs.proc import LineSplitter, capture_command, child_identity, requi
 from agent.jobs.site_files import SiteOutput, open_site_input
 from contract.job_kinds.argtypes import AGENT_DB_ROLE_PREFIX
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.data import (
+from contract.job_kinds.db import (
     DbCreate,
     DbExport,
     DbGrant,

@@ -58,15 +58,8 @@ from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_comman
 from agent.jobs.site_settings import change_site
 from agent.jobs.site_web import docroot_error
 from agent.state import open_lock_file
-from contract.job_kinds.web import (
-    DeployGit,
-    DeployInit,
-    DeployPrune,
-    DeployRelease,
-    DeployRollback,
-    DeployRun,
-    DomainArgs,
-)
+from contract.job_kinds.base import DomainArgs
+from contract.job_kinds.deploy import DeployGit, DeployInit, DeployPrune, DeployRelease, DeployRollback, DeployRun
 from contract.link.protocol import RpcError
 
 REPO = "deploy/repo.git"

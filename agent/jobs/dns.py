@@ -35,7 +35,7 @@ from agent.jobs.host import BindLayout
 from agent.jobs.proc import capture_command, require
 from agent.sites import write_atomically
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.web import DnsLookup, Dnssec, RecordAdd, RecordDelete, RecordList, Zone, ZoneAdd
+from contract.job_kinds.dns import DnsLookup, Dnssec, RecordAdd, RecordDelete, RecordList, Zone, ZoneAdd
 
 ZONE_SUFFIX = ".zone"
 DEFAULT_TTL = 3600

@@ -32,7 +32,8 @@ from agent.jobs.common import find_site
 from agent.jobs.proc import LineSplitter, require, stream_command
 from agent.jobs.site_web import site_log_dir
 from agent.sites import Site
-from contract.job_kinds.system import LogsJournal, LogsSearch, LogsTail, OptionalDomain
+from contract.job_kinds.base import OptionalDomain
+from contract.job_kinds.logs import LogsJournal, LogsSearch, LogsTail
 from contract.link.protocol import RpcError
 
 BACK_BLOCK = 1024 * 1024

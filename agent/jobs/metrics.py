@@ -26,8 +26,8 @@ import trio
 from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
 from agent.sites import write_atomically
 from agent.state import open_lock_file
-from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import AlertSet, IdArgs, MetricsHistory
+from contract.job_kinds.base import IdArgs, NoArgs
+from contract.job_kinds.metrics import AlertSet, MetricsHistory
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 

@@ -26,7 +26,7 @@ from agent.jobs.base import JobContext, JobError, Output, RunFunction, handler
 from agent.jobs.host import INIT_D, InitLayout, system_argv, sysv_enabled
 from agent.jobs.proc import capture_command, require, stream_command
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import ServiceArgs, ServiceLogs, ServiceStop
+from contract.job_kinds.service import ServiceArgs, ServiceLogs, ServiceStop
 
 SHOW_PROPERTIES = "LoadState,ActiveState,SubState,Description,MainPID,UnitFileState"
 ENABLED_STATES = {"enabled": True, "enabled-runtime": True, "alias": True, "disabled": False, "masked": False}

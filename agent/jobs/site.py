@@ -61,8 +61,8 @@ from agent.jobs.proc import capture_command, require, which
 from agent.jobs.site_web import apply_site_web, remove_site_web, settings_of, vhost_path
 from agent.jobs.storage import measure_path
 from agent.sites import SLUG_RE, Site
-from contract.job_kinds.base import NoArgs
-from contract.job_kinds.web import DomainArgs, SiteClone, SiteCreate, SiteDelete, SiteProfile
+from contract.job_kinds.base import DomainArgs, NoArgs
+from contract.job_kinds.site import SiteClone, SiteCreate, SiteDelete, SiteProfile
 from contract.link.protocol import RpcError
 
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW

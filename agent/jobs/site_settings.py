@@ -21,15 +21,8 @@ from agent.jobs.common import find_site
 from agent.jobs.logs import open_log, start_of_last_lines
 from agent.jobs.site_web import apply_site_web, mapping, settings_of, site_log_dir, tls_files
 from agent.sites import Site
-from contract.job_kinds.web import (
-    DomainArgs,
-    SiteAlias,
-    SiteEnvKey,
-    SiteEnvSet,
-    SiteLimits,
-    SiteLogs,
-    SiteRedirect,
-)
+from contract.job_kinds.base import DomainArgs
+from contract.job_kinds.site import SiteAlias, SiteEnvKey, SiteEnvSet, SiteLimits, SiteLogs, SiteRedirect
 from contract.link.protocol import RpcError
 
 MASK = "********"

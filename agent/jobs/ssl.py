@@ -56,8 +56,8 @@ from agent.load_balancers.acme import (
     revoke_certificate,
 )
 from agent.sites import Site, write_atomically
-from contract.job_kinds.base import NoArgs
-from contract.job_kinds.web import DomainArgs, SslAutoRenew, SslInstall, SslIssue, SslRenew, SslRevoke
+from contract.job_kinds.base import DomainArgs, NoArgs
+from contract.job_kinds.ssl import SslAutoRenew, SslInstall, SslIssue, SslRenew, SslRevoke
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 

@@ -31,7 +31,7 @@ from agent.jobs.common import find_site
 from agent.jobs.metrics import disk
 from agent.jobs.proc import capture_command, require
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import StorageCleanup, StorageLargest, StorageUsage
+from contract.job_kinds.storage import StorageCleanup, StorageLargest, StorageUsage
 from contract.link.protocol import RpcError
 
 MAX_ENTRIES = 5000

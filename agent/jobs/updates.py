@@ -32,7 +32,7 @@ from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler,
 from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, require, stream_command, tool_env, which
 from agent.sites import write_atomically
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import Package, UpdatesApply, UpdatesAuto, UpdatesHistory, UpdatesSecurity
+from contract.job_kinds.updates import Package, UpdatesApply, UpdatesAuto, UpdatesHistory, UpdatesSecurity
 
 REBOOT_REQUIRED = "/run/reboot-required"
 AUTO_FILE = "20auto-upgrades"

@@ -46,17 +46,8 @@ from agent.jobs.common import Account, account_by_name
 from agent.jobs.proc import capture_command, require, which
 from agent.sites import write_atomically
 from agent.state import open_lock_file
-from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import (
-    KeyAudit,
-    PasswordSet,
-    SshKeyAdd,
-    SshKeyRemove,
-    SudoSet,
-    UserArgs,
-    UserCreate,
-    UserDelete,
-)
+from contract.job_kinds.base import NoArgs, UserArgs
+from contract.job_kinds.user import KeyAudit, PasswordSet, SshKeyAdd, SshKeyRemove, SudoSet, UserCreate, UserDelete
 
 SITE_COMMENT = "fleetdeck site "  # the comment site.create gives its users
 KEYS_FILE = "ssh-keys.json"

@@ -22,7 +22,7 @@ from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, which
 from agent.jobs.updates import apt_env
 from agent.load_balancers.acme import CertFiles
 from agent.load_balancers.settings import LbSettings
-from contract.job_kinds.load_balancers import LbApply
+from contract.job_kinds.lb import LbApply
 
 log = logging.getLogger("fleetdeck.agent.lb")
 

@@ -35,7 +35,7 @@ from agent.load_balancers.engine import Engine, RenderInput, host_port, ipv6_ava
 from agent.load_balancers.engine import wait_for as poll_until
 from agent.load_balancers.nginx import ACME_PATH
 from agent.sites import write_atomically
-from contract.job_kinds.load_balancers import LbApply
+from contract.job_kinds.lb import LbApply
 
 BALANCE = {"round_robin": "roundrobin", "least_conn": "leastconn", "ip_hash": "source"}
 HARD_STOP_AFTER = "30s"

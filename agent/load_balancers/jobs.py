@@ -16,7 +16,7 @@ from __future__ import annotations
 from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.load_balancers.node import LbNode
 from agent.load_balancers.settings import LbSettings
-from contract.job_kinds.load_balancers import LbApply, LbRemove
+from contract.job_kinds.lb import LbApply, LbRemove
 
 
 def node_of(ctx: JobContext) -> LbNode:

@@ -38,7 +38,7 @@ from agent.load_balancers.engine import (
     wait_for,
 )
 from agent.sites import write_atomically
-from contract.job_kinds.load_balancers import LbApply
+from contract.job_kinds.lb import LbApply
 
 ACME_PATH = "/.well-known/acme-challenge/"
 SYSTEM_CONF_DIR = Path("/etc/nginx/conf.d")

@@ -9,7 +9,7 @@ from agent.jobs.pg.client import PgUnreachable, Postgres
 from agent.jobs.pg.importer import OWNER_ROLE_PREFIX
 from agent.jobs.proc import require, stream_command
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.data import PgCreate, PgDrop, PgExtensionAdd, PgNameArgs, PgSize, PgVacuum
+from contract.job_kinds.pg import PgCreate, PgDrop, PgExtensionAdd, PgNameArgs, PgSize, PgVacuum
 
 _STATUS = """
 SELECT current_setting('server_version') AS version,

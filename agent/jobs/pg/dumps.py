@@ -46,7 +46,7 @@ from agent.jobs.pg.databases import database_exists, require_database
 from agent.jobs.pg.importer import Importer, importer
 from agent.jobs.proc import capture_command, require, stream_command
 from agent.jobs.site_files import SiteOutput, open_site_input
-from contract.job_kinds.data import PgDump, PgRestore
+from contract.job_kinds.pg import PgDump, PgRestore
 
 GZIP_LEVEL = 6
 READ_CHUNK = 1024 * 1024

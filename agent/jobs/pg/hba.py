@@ -29,7 +29,7 @@ from agent.jobs.pg.client import Postgres
 from agent.sites import write_atomically
 from agent.state import open_lock_file
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.data import PgAllow
+from contract.job_kinds.pg import PgAllow
 
 BEGIN = "# BEGIN fleetdeck: remote logins allowed by the fleetdeck agent (pg allow-add); edits inside are overwritten"
 END = "# END fleetdeck"

@@ -44,7 +44,7 @@ from agent.jobs.php.fpm import (
 from agent.jobs.php.pools import set_site_ini, site_pool
 from agent.jobs.proc import capture_command
 from contract.job_kinds.allowlists import PHP_INI, setting_problem
-from contract.job_kinds.web import PhpIniGet, PhpIniGlobalSet, PhpIniSet
+from contract.job_kinds.php import PhpIniGet, PhpIniGlobalSet, PhpIniSet
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 

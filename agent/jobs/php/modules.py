@@ -19,7 +19,7 @@ import trio
 from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler
 from agent.jobs.php.fpm import SAPIS, FileTrial, PhpPaths, change_checked, php_paths, reload_after_change
 from agent.jobs.proc import capture_command
-from contract.job_kinds.web import PhpModuleArgs, PhpVersionArgs
+from contract.job_kinds.php import PhpModuleArgs, PhpVersionArgs
 
 DEFAULT_PRIORITY = 20
 _PRIORITY = re.compile(r"^\s*;\s*priority\s*=\s*(\d+)", re.MULTILINE)

@@ -21,7 +21,8 @@ from agent.jobs.proc import capture_command, require, tool_env
 from agent.jobs.site_settings import change_site
 from agent.jobs.site_web import mapping, pool_path, socket_path
 from agent.sites import Site
-from contract.job_kinds.web import DomainArgs, PhpPool, PhpSet
+from contract.job_kinds.base import DomainArgs
+from contract.job_kinds.php import PhpPool, PhpSet
 
 OPCACHE_TIMEOUT_S = 30.0
 # The fixed script the agent runs through a site's pool to reset the opcache; it lives outside

@@ -25,7 +25,7 @@ from agent.jobs.php.fpm import (
 from agent.jobs.php.modules import enable_module
 from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, require, stream_command, tool_env, which
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.web import PhpModuleArgs, PhpVersionArgs
+from contract.job_kinds.php import PhpModuleArgs, PhpVersionArgs
 
 STATUS_TIMEOUT_S = 5.0
 

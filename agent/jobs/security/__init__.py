@@ -11,7 +11,7 @@ from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.proc import which
 from agent.jobs.security import fail2ban, firewall, malware, sshd
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import SshSet
+from contract.job_kinds.security import SshSet
 
 
 async def _part(name: str, ctx: JobContext) -> dict[str, Any]:

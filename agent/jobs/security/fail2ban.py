@@ -16,7 +16,7 @@ import trio
 from agent.jobs.base import JobContext, JobError, Output
 from agent.jobs.proc import capture_command, require
 from agent.jobs.security.checked import replace_checked
-from contract.job_kinds.system import Fail2banBan, Fail2banJail, Fail2banStatus
+from contract.job_kinds.security import Fail2banBan, Fail2banJail, Fail2banStatus
 
 NUMBERS = {
     "Currently failed": "currently_failed",

@@ -31,7 +31,7 @@ from agent.jobs.security.sshd import effective
 from agent.sites import write_atomically
 from agent.state import open_lock_file
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import FirewallDelete, FirewallRule
+from contract.job_kinds.security import FirewallDelete, FirewallRule
 
 RECORD = "firewall.json"
 KERNEL_REFUSALS = ("Operation not permitted", "Protocol not supported", "Address family not supported")
