@@ -1,5 +1,6 @@
-"""One domain, one name: the catalog's module of a domain is named as the domain, and the catalog is
-assembled by scanning `contract.job_kinds` (pure, fast)."""
+"""One domain, one name: the catalog's module of a domain and the agent's module (or package) of its
+handlers are named as the domain, and both the catalog and the handler table are assembled by
+scanning their package (pure, fast)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import importlib
 
 import pytest
 
+from agent.jobs.kinds import all_kinds
+from agent.jobs.kinds import domain_modules as agent_domain_modules
 from contract.job_kinds import CATALOG, DOMAINS, SHARED_MODULES, _assemble, domain_modules
 from contract.job_kinds.base import Args, kind
 
@@ -30,3 +33,21 @@ def test_a_kind_declared_in_another_domains_module_is_refused() -> None:
         _assemble({"site": [stray]})
     with pytest.raises(ValueError, match="declared twice"):
         _assemble({"php": [stray, stray]})
+
+
+# --- the agent: one module (or package) of agent.jobs per domain, named as the domain ---------------
+
+
+def test_each_handled_kind_is_in_the_agent_module_of_its_domain() -> None:
+    for name in agent_domain_modules():
+        handlers = importlib.import_module(f"agent.jobs.{name}").KINDS
+        assert handlers, f"agent.jobs.{name} handles no kind"
+        misplaced = sorted(h.name for h in handlers if h.name.split(".")[0] != name)
+        assert not misplaced, f"agent.jobs.{name} handles kinds of another domain: {misplaced}"
+
+
+def test_a_catalog_domain_with_handlers_has_an_agent_module_of_its_name() -> None:
+    handled_domains = {name.split(".")[0] for name in all_kinds()}
+    assert handled_domains == set(agent_domain_modules())
+    assert set(agent_domain_modules()) <= set(domain_modules()), "an agent module named as no catalog domain"
+    assert set(all_kinds()) <= set(CATALOG)

@@ -15,9 +15,9 @@ from typing import TextIO
 import trio
 
 from agent import __version__
-from agent.jobs.base import STDOUT, JobContext, Output, run_kind
-from agent.jobs.host import LayoutFile
 from agent.jobs.kinds import all_kinds
+from agent.jobs.toolkit.base import STDOUT, JobContext, Output, run_kind
+from agent.jobs.toolkit.host import LayoutFile
 from agent.sites import SiteRegistry
 
 

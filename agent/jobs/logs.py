@@ -1,7 +1,7 @@
 """``logs tail|search|list|rotate|journal``: the sites' logs and the system's.
 
 ``tail <domain> --log access|error --lines N``: the file is ``<log>.log`` in the site's log
-folder (`agent.jobs.site_web.site_log_dir`: root's, outside the site's tree), opened beneath it
+folder (`agent.jobs.toolkit.site_web.site_log_dir`: root's, outside the site's tree), opened beneath it
 without following a link. The start of the last N lines is found by reading blocks backwards from
 the end (counting newlines per block, so a million lines cost a few hundred reads), then the
 lines are streamed forwards block by block up to the size the file had when the job started.
@@ -27,10 +27,10 @@ import trio
 
 from agent.files.fdops import listdir, lstat_at
 from agent.files.jail import Jail
-from agent.jobs.base import EXIT_MISSING, STDOUT, JobContext, JobError, Output, handler, rfc3339
-from agent.jobs.common import find_site
-from agent.jobs.proc import LineSplitter, require, stream_command
-from agent.jobs.site_web import site_log_dir
+from agent.jobs.toolkit.base import EXIT_MISSING, STDOUT, JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.toolkit.common import find_site
+from agent.jobs.toolkit.proc import LineSplitter, require, stream_command
+from agent.jobs.toolkit.site_web import site_log_dir
 from agent.sites import Site
 from contract.job_kinds.base import OptionalDomain
 from contract.job_kinds.logs import LogsJournal, LogsSearch, LogsTail

@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.toolkit.base import JobContext, JobError, Output, handler, rfc3339
 from agent.sites import write_atomically
 from agent.state import open_lock_file
 from contract.job_kinds.base import IdArgs, NoArgs

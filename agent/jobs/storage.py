@@ -26,10 +26,10 @@ import trio
 from agent.files.entries import entry_type, wire_name
 from agent.files.fdops import Identity, identity, never, walk
 from agent.files.jail import Jail, normalize
-from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
-from agent.jobs.common import find_site
 from agent.jobs.metrics import disk
-from agent.jobs.proc import capture_command, require
+from agent.jobs.toolkit.base import JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.toolkit.common import find_site
+from agent.jobs.toolkit.proc import capture_command, require
 from contract.job_kinds.base import NoArgs
 from contract.job_kinds.storage import StorageCleanup, StorageLargest, StorageUsage
 from contract.link.protocol import RpcError

@@ -28,8 +28,8 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler, rfc3339
-from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, require, stream_command, tool_env, which
+from agent.jobs.toolkit.base import EXIT_REFUSED, JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.toolkit.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, require, stream_command, tool_env, which
 from agent.sites import write_atomically
 from contract.job_kinds.base import NoArgs
 from contract.job_kinds.updates import Package, UpdatesApply, UpdatesAuto, UpdatesHistory, UpdatesSecurity

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import trio
 
-from agent.jobs.base import Output
-from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, which
+from agent.jobs.toolkit.base import Output
+from agent.jobs.toolkit.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, which
 from agent.jobs.updates import apt_env
 from agent.load_balancers.acme import CertFiles
 from agent.load_balancers.settings import LbSettings

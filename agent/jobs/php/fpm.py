@@ -19,9 +19,9 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError, Output
-from agent.jobs.host import PHP_CLI_BINARY, PhpLayout, control_service, php_installed
-from agent.jobs.proc import capture_command, require, tool_env
+from agent.jobs.toolkit.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError, Output
+from agent.jobs.toolkit.host import PHP_CLI_BINARY, PhpLayout, control_service, php_installed
+from agent.jobs.toolkit.proc import capture_command, require, tool_env
 
 SAPIS = ("fpm", "cli")
 _MASTER = re.compile(r"^php-fpm: master process \((.*)\)$")

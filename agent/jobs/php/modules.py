@@ -16,9 +16,9 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler
 from agent.jobs.php.fpm import SAPIS, FileTrial, PhpPaths, change_checked, php_paths, reload_after_change
-from agent.jobs.proc import capture_command
+from agent.jobs.toolkit.base import EXIT_MISSING, JobContext, JobError, Output, handler
+from agent.jobs.toolkit.proc import capture_command
 from contract.job_kinds.php import PhpModuleArgs, PhpVersionArgs
 
 DEFAULT_PRIORITY = 20

@@ -8,9 +8,6 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output, handler
-from agent.jobs.common import user_name_of
-from agent.jobs.host import php_fpm_versions, php_installed
 from agent.jobs.php.fpm import (
     PhpPaths,
     control_fpm,
@@ -23,7 +20,10 @@ from agent.jobs.php.fpm import (
     workers,
 )
 from agent.jobs.php.modules import enable_module
-from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, require, stream_command, tool_env, which
+from agent.jobs.toolkit.base import JobContext, JobError, Output, handler
+from agent.jobs.toolkit.common import user_name_of
+from agent.jobs.toolkit.host import php_fpm_versions, php_installed
+from agent.jobs.toolkit.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, require, stream_command, tool_env, which
 from contract.job_kinds.base import NoArgs
 from contract.job_kinds.php import PhpModuleArgs, PhpVersionArgs
 

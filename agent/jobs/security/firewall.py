@@ -25,9 +25,9 @@ from typing import Any
 import orjson
 import trio
 
-from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError, Output
-from agent.jobs.proc import capture_command, require, which
 from agent.jobs.security.sshd import effective
+from agent.jobs.toolkit.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError, Output
+from agent.jobs.toolkit.proc import capture_command, require, which
 from agent.sites import write_atomically
 from agent.state import open_lock_file
 from contract.job_kinds.base import NoArgs

@@ -35,7 +35,7 @@ the site's user may read but not change, never one in the site's tree.
 Validation comes first: the pool is checked alone with ``php-fpm<version> -t -y`` before it is put
 in place, then nginx's whole configuration with ``nginx -t -c`` with the new server block in place;
 a refusal restores the previous files and raises a JobError with `EXIT_REFUSED`. Only then are
-the services reloaded (``agent.jobs.host.control_service``), each only when its file changed.
+the services reloaded (``agent.jobs.toolkit.host.control_service``), each only when its file changed.
 
 Links: the site's user may make symbolic links in its folder (``current`` is one), and nginx's
 workers read as www-data, which may enter every site. So a server block has ``disable_symlinks
@@ -61,10 +61,10 @@ from typing import Any, Literal
 
 import trio
 
-from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError
-from agent.jobs.common import Account, account_by_name, site_account
-from agent.jobs.host import HostLayout, NginxLayout, PhpLayout, control_service, php_fpm_versions, reload_nginx
-from agent.jobs.proc import capture_command, require, which
+from agent.jobs.toolkit.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError
+from agent.jobs.toolkit.common import Account, account_by_name, site_account
+from agent.jobs.toolkit.host import HostLayout, NginxLayout, PhpLayout, control_service, php_fpm_versions, reload_nginx
+from agent.jobs.toolkit.proc import capture_command, require, which
 from agent.sites import Site, write_atomically
 from agent.unix_sockets import SocketPathError, socket_name
 from contract.job_kinds.allowlists import PHP_INI_PER_SITE, setting_problem

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import EXIT_MISSING, STDERR, STDOUT, JobError, Output
+from agent.jobs.toolkit.base import EXIT_MISSING, STDERR, STDOUT, JobError, Output
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READ_SIZE = 64 * 1024

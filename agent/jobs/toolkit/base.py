@@ -33,7 +33,7 @@ from contract.link.protocol import RpcError, single_error
 log = logging.getLogger("fleetdeck.agent.jobs")
 
 if TYPE_CHECKING:
-    from agent.jobs.host import HostLayout, LayoutFile
+    from agent.jobs.toolkit.host import HostLayout, LayoutFile
 
 STDOUT = "stdout"
 
@@ -71,8 +71,8 @@ class JobContext:
 
     @property
     def host(self) -> HostLayout:
-        """Where this server's services keep their configuration, now (see `agent.jobs.host`)."""
-        from agent.jobs.host import DEFAULT_LAYOUT
+        """Where this server's services keep their configuration, now (see `agent.jobs.toolkit.host`)."""
+        from agent.jobs.toolkit.host import DEFAULT_LAYOUT
 
         return self.layout.current() if self.layout is not None else DEFAULT_LAYOUT
 

@@ -13,7 +13,7 @@ groups only), which the kernel checks like any of the user's processes. The tree
 
 One helper per operation (docs/security.md lists them with their tests):
 
-- read a file: `agent.jobs.site_files.open_site_input`; write one: `agent.jobs.site_files.SiteOutput`;
+- read a file: `agent.jobs.toolkit.site_files.open_site_input`; write one: `agent.jobs.toolkit.site_files.SiteOutput`;
 - list or measure a tree: `site_jail` and `agent.files.fdops.walk`;
 - copy a tree: `copy_tree` (``site.clone``);
 - move a file out of a tree into root's: `move_out` (``security.scan`` quarantine);
@@ -53,10 +53,10 @@ from agent.files.fdops import (
 )
 from agent.files.jail import Jail, split_path
 from agent.files.transfer import Copier
-from agent.jobs.base import JobContext, JobError
-from agent.jobs.common import Account
-from agent.jobs.proc import capture_command, require
 from agent.jobs.storage import scope_jail
+from agent.jobs.toolkit.base import JobContext, JobError
+from agent.jobs.toolkit.common import Account
+from agent.jobs.toolkit.proc import capture_command, require
 
 T = TypeVar("T")
 

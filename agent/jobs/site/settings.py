@@ -1,7 +1,7 @@
 """A site's web settings: ``site enable|disable|alias-add|alias-remove|redirect-set|env-*|limits``
 and its logs (``site logs``).
 
-Each change is a registry field (see `agent.jobs.site_web` for the list), then the server block
+Each change is a registry field (see `agent.jobs.toolkit.site_web` for the list), then the server block
 and pool are rendered again from the entry (`apply_site_web`: checked by ``php-fpm -t`` and
 ``nginx -t`` before anything serves it). A refusal (exit 78) or any failure puts the previous
 entry back; the previous files were put back by `apply_site_web`. Asking for what is already so
@@ -16,10 +16,10 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output, handler
-from agent.jobs.common import find_site
 from agent.jobs.logs import open_log, start_of_last_lines
-from agent.jobs.site_web import apply_site_web, mapping, settings_of, site_log_dir, tls_files
+from agent.jobs.toolkit.base import JobContext, JobError, Output, handler
+from agent.jobs.toolkit.common import find_site
+from agent.jobs.toolkit.site_web import apply_site_web, mapping, settings_of, site_log_dir, tls_files
 from agent.sites import Site
 from contract.job_kinds.base import DomainArgs
 from contract.job_kinds.site import SiteAlias, SiteEnvKey, SiteEnvSet, SiteLimits, SiteLogs, SiteRedirect

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import trio
 
-from agent.jobs.base import JobContext, JobError
+from agent.jobs.toolkit.base import JobContext, JobError
 from agent.sites import Site
 
 
