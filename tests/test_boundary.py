@@ -17,7 +17,6 @@ import trio
 
 from agent.files.fdops import CancelToken, OperationCancelled
 from agent.files.jail import Jail
-from agent.jobs.toolkit.base import JobError
 from agent.jobs.toolkit.boundary import (
     OwnerMap,
     as_user,
@@ -28,6 +27,7 @@ from agent.jobs.toolkit.boundary import (
     stop_user_processes,
 )
 from agent.jobs.toolkit.common import Account
+from agent.jobs.toolkit.output import JobError
 from tests.helpers import wait_until
 from tests.helpers.races import Flipper
 

@@ -23,7 +23,7 @@ import pytest
 from agent.jobs.pg.client import psql_message, psql_quote, saslprep, scram_verifier
 from agent.jobs.pg.dumps import RestoreScript, ScriptRefused, dump_format, restricts
 from agent.jobs.pg.hba import BEGIN, END, HbaEntry, HbaFile
-from agent.jobs.toolkit.base import JobError
+from agent.jobs.toolkit.output import JobError
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting, JobRun
 from tests.helpers.postgres_server import REMOTE_ADDRESS, PostgresServer, bin_dir, has_ipv6_loopback, start_postgres

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from agent.jobs.toolkit.base import EXIT_MISSING, EXIT_REFUSED, JobError
+from agent.jobs.toolkit.output import EXIT_MISSING, EXIT_REFUSED, JobError
 from agent.jobs.user import (
     fingerprint,
     install_checked,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from agent.jobs.toolkit.base import EXIT_REFUSED, JobError
 from agent.jobs.toolkit.host import NginxLayout, php_fpm_versions
+from agent.jobs.toolkit.output import EXIT_REFUSED, JobError
 from agent.jobs.toolkit.site_web import check_pool, docroot_error, ini_quote, render_pool, render_vhost, settings_of
 
 

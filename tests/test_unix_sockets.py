@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from agent import unix_sockets
-from agent.jobs.toolkit.base import JobError
 from agent.jobs.toolkit.host import PhpLayout
+from agent.jobs.toolkit.output import JobError
 from agent.jobs.toolkit.site_web import socket_path
 from agent.load_balancers.haproxy import Haproxy
 from agent.load_balancers.settings import LbSettings

@@ -41,10 +41,11 @@ from typing import Any
 import orjson
 import trio
 
-from agent.jobs.logs import start_of_last_lines
-from agent.jobs.toolkit.base import JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.toolkit.base import JobContext, handler, rfc3339
 from agent.jobs.toolkit.boundary import as_user
 from agent.jobs.toolkit.common import Account, find_site, site_account
+from agent.jobs.toolkit.logfiles import start_of_last_lines
+from agent.jobs.toolkit.output import JobError, Output
 from agent.jobs.toolkit.proc import SYSTEM_PATH, capture_command, require, stream_command, which
 from agent.jobs.toolkit.site_files import open_site_input_if_there
 from agent.sites import Site, write_atomically

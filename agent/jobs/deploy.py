@@ -50,13 +50,13 @@ import orjson
 import trio
 
 from agent.files.jail import Jail
-from agent.jobs.site.settings import change_site
-from agent.jobs.toolkit.base import EXIT_MISSING, JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.toolkit.base import JobContext, handler, rfc3339
 from agent.jobs.toolkit.boundary import as_user
 from agent.jobs.toolkit.common import Account, find_site, site_account
 from agent.jobs.toolkit.git_proxy import one_job_url
+from agent.jobs.toolkit.output import EXIT_MISSING, JobError, Output
 from agent.jobs.toolkit.proc import SYSTEM_PATH, capture_command, require, stream_command, which
-from agent.jobs.toolkit.site_web import docroot_error
+from agent.jobs.toolkit.site_web import change_site, docroot_error
 from agent.state import open_lock_file
 from contract.job_kinds.base import DomainArgs
 from contract.job_kinds.deploy import DeployGit, DeployInit, DeployPrune, DeployRelease, DeployRollback, DeployRun

@@ -30,8 +30,9 @@ from typing import Any
 
 import trio
 
-from agent.jobs.toolkit.base import EXIT_REFUSED, JobContext, JobError, Output, handler
+from agent.jobs.toolkit.base import JobContext, handler
 from agent.jobs.toolkit.host import BindLayout
+from agent.jobs.toolkit.output import EXIT_REFUSED, JobError, Output
 from agent.jobs.toolkit.proc import capture_command, require
 from agent.sites import write_atomically
 from contract.job_kinds.base import NoArgs

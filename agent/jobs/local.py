@@ -16,8 +16,9 @@ import trio
 
 from agent import __version__
 from agent.jobs.kinds import all_kinds
-from agent.jobs.toolkit.base import STDOUT, JobContext, Output, run_kind
+from agent.jobs.toolkit.base import JobContext, run_kind
 from agent.jobs.toolkit.host import LayoutFile
+from agent.jobs.toolkit.output import STDOUT, Output
 from agent.sites import SiteRegistry
 
 

@@ -48,7 +48,8 @@ from typing import Any
 import trio
 
 from agent.jobs.kinds import all_kinds
-from agent.jobs.toolkit.base import JobContext, Kind, Output, now_at, run_kind
+from agent.jobs.toolkit.base import JobContext, Kind, now_at, run_kind
+from agent.jobs.toolkit.output import Output
 from agent.link.call import Call, Handler
 from contract.link.protocol import RpcError
 

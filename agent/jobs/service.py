@@ -22,8 +22,9 @@ from typing import Any
 
 import trio
 
-from agent.jobs.toolkit.base import JobContext, JobError, Output, RunFunction, handler
+from agent.jobs.toolkit.base import JobContext, RunFunction, handler
 from agent.jobs.toolkit.host import INIT_D, InitLayout, system_argv, sysv_enabled
+from agent.jobs.toolkit.output import JobError, Output
 from agent.jobs.toolkit.proc import capture_command, require, stream_command
 from contract.job_kinds.base import NoArgs
 from contract.job_kinds.service import ServiceArgs, ServiceLogs, ServiceStop

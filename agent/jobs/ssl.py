@@ -37,9 +37,10 @@ import trio
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from agent.jobs.toolkit.base import JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.toolkit.base import JobContext, handler, rfc3339
 from agent.jobs.toolkit.common import find_site
 from agent.jobs.toolkit.host import reload_nginx
+from agent.jobs.toolkit.output import JobError, Output
 from agent.jobs.toolkit.proc import capture_command, require
 from agent.jobs.toolkit.site_files import open_site_input
 from agent.load_balancers.acme import (
@@ -316,6 +317,11 @@ def forget_site_certificates(ctx: JobContext, site: Site) -> bool:
     _write_meta(ctx, site, None)
     _remove_files(ctx, site)
     return had
+
+
+async def forget_site(ctx: JobContext, site: Site, out: Output) -> bool:
+    """`forget_site_certificates` for ``site delete`` (`agent.jobs.toolkit.site_teardown`)."""
+    return await trio.to_thread.run_sync(forget_site_certificates, ctx, site)
 
 
 async def _auto_renew(args: SslAutoRenew, ctx: JobContext, out: Output) -> int:

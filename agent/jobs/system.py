@@ -17,9 +17,10 @@ from typing import Any
 import trio
 
 from agent.files.jail import kernel_protections
-from agent.jobs.metrics import meminfo, uptime_s
-from agent.jobs.toolkit.base import JobContext, JobError, Output, handler
+from agent.jobs.toolkit.base import JobContext, handler
 from agent.jobs.toolkit.host import SystemLayout
+from agent.jobs.toolkit.machine import meminfo, uptime_s
+from agent.jobs.toolkit.output import JobError, Output
 from agent.jobs.toolkit.proc import capture_command, require, stream_command, which
 from agent.sites import write_atomically
 from contract.job_kinds.base import NoArgs

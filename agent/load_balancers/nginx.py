@@ -25,8 +25,8 @@ import os
 import signal
 from pathlib import Path
 
-from agent.jobs.toolkit.base import Output
 from agent.jobs.toolkit.host import nginx_reload_took, systemd_running
+from agent.jobs.toolkit.output import Output
 from agent.jobs.toolkit.proc import capture_command, child_pids, pid_alive, read_pid, which
 from agent.load_balancers.engine import (
     Engine,

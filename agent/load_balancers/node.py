@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import trio
 
-from agent.jobs.toolkit.base import JobError, Output
+from agent.jobs.toolkit.output import JobError, Output
 from agent.load_balancers.acme import (
     AcmeError,
     CertFiles,

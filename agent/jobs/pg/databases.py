@@ -6,7 +6,8 @@ from typing import Any
 
 from agent.jobs.pg.client import PgUnreachable, Postgres
 from agent.jobs.pg.importer import OWNER_ROLE_PREFIX
-from agent.jobs.toolkit.base import EXIT_MISSING, JobContext, JobError, Output, handler
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.output import EXIT_MISSING, JobError, Output
 from agent.jobs.toolkit.proc import require, stream_command
 from contract.job_kinds.base import NoArgs
 from contract.job_kinds.pg import PgCreate, PgDrop, PgExtensionAdd, PgNameArgs, PgSize, PgVacuum

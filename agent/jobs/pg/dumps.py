@@ -42,8 +42,9 @@ import trio
 from agent.jobs.pg.client import PSQL_EXIT_CONNECTION, SCRIPT_HEAD, Postgres, psql_message
 from agent.jobs.pg.databases import database_exists, require_database
 from agent.jobs.pg.importer import Importer, importer
-from agent.jobs.toolkit.base import STDERR, JobContext, JobError, Output, handler
+from agent.jobs.toolkit.base import JobContext, handler
 from agent.jobs.toolkit.common import Account, find_site, site_account
+from agent.jobs.toolkit.output import STDERR, JobError, Output
 from agent.jobs.toolkit.proc import capture_command, require, stream_command
 from agent.jobs.toolkit.site_files import SiteOutput, open_site_input
 from contract.job_kinds.pg import PgDump, PgRestore

@@ -40,7 +40,7 @@ from typing import Any
 import trio
 
 from agent.jobs.pg.client import CONNECT_TIMEOUT_S, Postgres, scram_verifier
-from agent.jobs.toolkit.base import JobError, Output
+from agent.jobs.toolkit.output import JobError, Output
 from agent.jobs.toolkit.proc import tool_env
 from contract.job_kinds.argtypes import AGENT_DB_ROLE_PREFIX
 

@@ -24,7 +24,12 @@ from typing import Any
 
 import trio
 
-from agent.jobs.php.fpm import (
+from agent.jobs.php.pools import set_site_ini, site_pool
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.common import find_site
+from agent.jobs.toolkit.host import php_fpm_versions
+from agent.jobs.toolkit.output import EXIT_REFUSED, JobError, Output
+from agent.jobs.toolkit.php_fpm import (
     FileTrial,
     PhpPaths,
     change_checked,
@@ -38,10 +43,6 @@ from agent.jobs.php.fpm import (
     set_directive,
     unquoted,
 )
-from agent.jobs.php.pools import set_site_ini, site_pool
-from agent.jobs.toolkit.base import EXIT_REFUSED, JobContext, JobError, Output, handler
-from agent.jobs.toolkit.common import find_site
-from agent.jobs.toolkit.host import php_fpm_versions
 from agent.jobs.toolkit.proc import capture_command
 from contract.job_kinds.allowlists import PHP_INI, setting_problem
 from contract.job_kinds.php import PhpIniGet, PhpIniGlobalSet, PhpIniSet

@@ -14,12 +14,12 @@ from typing import Any
 
 import trio
 
-from agent.jobs.php.fpm import PhpPaths, parse_fcgi_json, php_paths
-from agent.jobs.site.settings import change_site
-from agent.jobs.toolkit.base import JobContext, JobError, Output, handler
+from agent.jobs.toolkit.base import JobContext, handler
 from agent.jobs.toolkit.common import find_site
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.php_fpm import PhpPaths, parse_fcgi_json, php_paths
 from agent.jobs.toolkit.proc import capture_command, require, tool_env
-from agent.jobs.toolkit.site_web import mapping, pool_path, socket_path
+from agent.jobs.toolkit.site_web import change_site, mapping, pool_path, socket_path
 from agent.sites import Site
 from contract.job_kinds.base import DomainArgs
 from contract.job_kinds.php import PhpPool, PhpSet

@@ -8,7 +8,7 @@ import os
 
 import trio
 
-from agent.jobs.toolkit.base import EXIT_REFUSED, JobError
+from agent.jobs.toolkit.output import EXIT_REFUSED, JobError
 from agent.jobs.toolkit.proc import capture_command
 from agent.sites import write_atomically
 

@@ -14,7 +14,8 @@ from typing import Any
 import trio
 
 from agent.jobs.security.checked import replace_checked
-from agent.jobs.toolkit.base import JobContext, JobError, Output
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.output import JobError, Output
 from agent.jobs.toolkit.proc import capture_command, require
 from contract.job_kinds.security import Fail2banBan, Fail2banJail, Fail2banStatus
 

@@ -26,7 +26,8 @@ import orjson
 import trio
 
 from agent.jobs.security.sshd import effective
-from agent.jobs.toolkit.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError, Output
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.output import EXIT_MISSING, EXIT_REFUSED, JobError, Output
 from agent.jobs.toolkit.proc import capture_command, require, which
 from agent.sites import write_atomically
 from agent.state import open_lock_file

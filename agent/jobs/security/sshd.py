@@ -17,8 +17,9 @@ from typing import Any
 import trio
 
 from agent.jobs.security.checked import read_or_none, replace_checked
-from agent.jobs.toolkit.base import JobContext, JobError, Output
+from agent.jobs.toolkit.base import JobContext
 from agent.jobs.toolkit.host import control_service
+from agent.jobs.toolkit.output import JobError, Output
 from agent.jobs.toolkit.proc import capture_command, require
 from contract.job_kinds.security import SshSet
 

@@ -45,10 +45,7 @@ from typing import Any, get_args
 import trio
 
 from agent.files.fdops import CancelToken
-from agent.jobs.php.fpm import php_paths
-from agent.jobs.php.versions import version_for_new_site
-from agent.jobs.storage import measure_path
-from agent.jobs.toolkit.base import EXIT_MISSING, JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.toolkit.base import JobContext, handler, rfc3339
 from agent.jobs.toolkit.boundary import (
     copy_tree,
     home_jail,
@@ -58,7 +55,11 @@ from agent.jobs.toolkit.boundary import (
     stop_user_processes,
 )
 from agent.jobs.toolkit.common import Account, account_by_name, account_by_uid, current_account, find_site, user_name_of
+from agent.jobs.toolkit.disk_usage import measure_path
+from agent.jobs.toolkit.output import EXIT_MISSING, JobError, Output
+from agent.jobs.toolkit.php_fpm import php_paths, version_for_new_site
 from agent.jobs.toolkit.proc import capture_command, require, which
+from agent.jobs.toolkit.site_teardown import forget_site_in
 from agent.jobs.toolkit.site_web import apply_site_web, remove_site_web, settings_of, vhost_path
 from agent.sites import SLUG_RE, Site
 from contract.job_kinds.base import DomainArgs, NoArgs
@@ -503,18 +504,15 @@ async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
 async def _take_down(ctx: JobContext, site: Site, *, keep_files: bool, out: Output) -> dict[str, Any]:
     """Each step of a delete, in the order that leaves the site's user no way to stop it; every
     step does nothing when it is done already, and the registry entry goes last."""
-    from agent.jobs import cron, daemon  # both import this family's helpers
-    from agent.jobs.ssl import forget_site_certificates  # ssl renders through this family's server block
-
     account = await _own_account(ctx, site)
     if account is not None:
         await _lock(account)  # first: nothing of the user's starts again while the rest goes
-    cron_removed = await cron.forget_site(ctx, site, out)
-    daemons_removed = await daemon.forget_site(ctx, site, out)
+    cron_removed = await forget_site_in("cron", ctx, site, out)
+    daemons_removed = await forget_site_in("daemon", ctx, site, out)
     web_removed = await remove_site_web(ctx, site)  # its pool: PHP-FPM starts no more workers as the user
     if account is not None:
         await stop_user_processes(account)
-    certificates_removed = await trio.to_thread.run_sync(forget_site_certificates, ctx, site)
+    certificates_removed = await forget_site_in("ssl", ctx, site, out)
     files_removed = False if keep_files else await _remove_site_files(ctx, site.slug)
     user_removed = None
     if account is not None:

@@ -53,9 +53,9 @@ from agent.files.fdops import (
 )
 from agent.files.jail import Jail, split_path
 from agent.files.transfer import Copier
-from agent.jobs.storage import scope_jail
-from agent.jobs.toolkit.base import JobContext, JobError
+from agent.jobs.toolkit.base import JobContext
 from agent.jobs.toolkit.common import Account
+from agent.jobs.toolkit.output import JobError
 from agent.jobs.toolkit.proc import capture_command, require
 
 T = TypeVar("T")
@@ -387,3 +387,13 @@ async def stop_user_processes(account: Account) -> None:
                 raise JobError(f"{len(live)} process(es) of {account.name} are still running (pids {live[:10]})")
             await capture_command([kill, "-KILL", "--", "-1"], **as_user(account))
         await trio.sleep(_POLL_S)
+
+
+def scope_jail(home: str, site: str | None) -> Jail:
+    """The jail of the home, or of the site folder `site` (resolved in the home's jail, as the
+    file workspace resolves a site scope: a site folder that is a symlink cannot lead out)."""
+    home_jail = Jail(home)
+    if site is None:
+        return home_jail
+    with home_jail:
+        return home_jail.subjail(site)

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import trio
 
-from agent.jobs.toolkit.base import JobContext, JobError
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.output import JobError
 from agent.sites import Site
 
 

@@ -26,7 +26,7 @@ from typing import Literal
 import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.jobs.toolkit.base import JobError, Output
+from agent.jobs.toolkit.output import JobError, Output
 from agent.jobs.toolkit.proc import capture_command, child_pids, process_exiting, read_pid, require, stream_command
 
 log = logging.getLogger("fleetdeck.agent.jobs")

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from agent.jobs.toolkit.base import EXIT_MISSING, STDERR, STDOUT, JobError, Output
+from agent.jobs.toolkit.output import EXIT_MISSING, STDERR, STDOUT, JobError, Output
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READ_SIZE = 64 * 1024
@@ -392,3 +392,7 @@ def child_pids(pid: int) -> set[int]:
         if int(fields[1]) == pid and fields[0] != "Z":
             children.add(int(entry.name))
     return children
+
+
+def apt_env() -> dict[str, str]:
+    return tool_env(DEBIAN_FRONTEND="noninteractive", APT_LISTCHANGES_FRONTEND="none", NEEDRESTART_MODE="l")

@@ -55,15 +55,17 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
 import trio
 
-from agent.jobs.toolkit.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError
+from agent.jobs.toolkit.base import JobContext
 from agent.jobs.toolkit.common import Account, account_by_name, site_account
 from agent.jobs.toolkit.host import HostLayout, NginxLayout, PhpLayout, control_service, php_fpm_versions, reload_nginx
+from agent.jobs.toolkit.output import EXIT_MISSING, EXIT_REFUSED, JobError
 from agent.jobs.toolkit.proc import capture_command, require, which
 from agent.sites import Site, write_atomically
 from agent.unix_sockets import SocketPathError, socket_name
@@ -640,3 +642,27 @@ async def _remove(ctx: JobContext, site: Site) -> list[str]:
             await control_service(layout.php.control, "reload", init=layout.init, version=version)
             await trio.to_thread.run_sync(_put, socket_path(layout.php, site.slug, version), None, 0)
     return removed
+
+
+async def change_site(ctx: JobContext, site: Site, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Apply `change` to the site's registry entry and serve the result; the new entry. Any
+    failure restores the previous entry (and `apply_site_web` the previous files)."""
+    before = await trio.to_thread.run_sync(ctx.sites.entry, site.domain)
+    if before is None:
+        raise JobError(f"no site {site.domain} on this server")
+    after = await trio.to_thread.run_sync(ctx.sites.update, site.domain, change)
+    try:
+        await apply_site_web(ctx, site)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(ctx.sites.update, site.domain, _replace_with(before))
+        raise
+    return after
+
+
+def _replace_with(entry: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    def replace(current: dict[str, Any]) -> None:
+        current.clear()
+        current.update(entry)
+
+    return replace

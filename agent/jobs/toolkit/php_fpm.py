@@ -19,9 +19,10 @@ from typing import Any
 
 import trio
 
-from agent.jobs.toolkit.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError, Output
-from agent.jobs.toolkit.host import PHP_CLI_BINARY, PhpLayout, control_service, php_installed
-from agent.jobs.toolkit.proc import capture_command, require, tool_env
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.host import PHP_CLI_BINARY, PhpLayout, control_service, php_fpm_versions, php_installed
+from agent.jobs.toolkit.output import EXIT_MISSING, EXIT_REFUSED, JobError, Output
+from agent.jobs.toolkit.proc import capture_command, require, tool_env, which
 
 SAPIS = ("fpm", "cli")
 _MASTER = re.compile(r"^php-fpm: master process \((.*)\)$")
@@ -348,3 +349,23 @@ async def change_checked(paths: PhpPaths, make: Callable[[FileTrial], None]) -> 
         await trio.to_thread.run_sync(trial.undo)
         said = "; ".join(fresh or after)[:600] or f"exit {code}"
         raise JobError(f"php-fpm{paths.version} -t refused the change, nothing changed: {said}", EXIT_REFUSED)
+
+
+async def default_version() -> str | None:
+    """The version ``php`` runs (the Debian alternative), None when there is no alternative."""
+    tool = which("update-alternatives")
+    if tool is None:
+        return None
+    code, text, _err = await capture_command([tool, "--query", "php"])
+    return parse_alternatives(text) if code == 0 else None
+
+
+async def version_for_new_site() -> str | None:
+    """The PHP a new php or wordpress site runs when none is asked for: the server's default (the
+    ``php`` alternative, which its admin sets) when it has an FPM, else the newest FPM; None
+    without any."""
+    fpms = await trio.to_thread.run_sync(php_fpm_versions)
+    default = await default_version()
+    if default in fpms:
+        return default
+    return fpms[-1] if fpms else None
