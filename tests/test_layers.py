@@ -141,3 +141,23 @@ def test_the_toolkit_has_no_import_cycle() -> None:
 
     for name in sorted(graph):
         visit(name, ())
+
+
+def test_each_toolkit_function_a_domain_calls_says_what_it_does() -> None:
+    toolkit_functions = {
+        (_module_name(path), node.name): node
+        for path in (AGENT_JOBS / "toolkit").rglob("*.py")
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    undocumented = set()
+    for path in sorted(AGENT_JOBS.rglob("*.py")):
+        if _jobs_domain(_module_name(path)) is None:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agent.jobs.toolkit."):
+                for alias in node.names:
+                    function = toolkit_functions.get((node.module, alias.name))
+                    if function is not None and not ast.get_docstring(function):
+                        undocumented.add(f"{node.module}.{alias.name}")
+    assert not undocumented, "toolkit functions without a docstring:\n" + "\n".join(sorted(undocumented))

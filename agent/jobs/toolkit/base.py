@@ -93,7 +93,18 @@ class Kind:
 
 
 def handler(kind: str, run: RunFunction) -> Kind:
-    """The handler of the catalog kind `kind` (a name the catalog does not know fails at import)."""
+    """The handler of the catalog kind `kind`: what a domain module lists in its ``KINDS``.
+
+    Why: the kind's arguments are the catalog's model (`JobKind.parse` validates the argv into it),
+    so the handler never parses an argv of its own.
+
+    Args:
+        kind: ``<domain>.<action>``, a kind of the catalog.
+        run: ``run(args, ctx, out) -> exit code``.
+
+    Raises:
+        ValueError: the catalog has no such kind (at import: the agent does not start).
+    """
     spec = lookup(kind)
     if spec is None:
         raise ValueError(f"{kind} is not a job kind of the catalog")
@@ -111,6 +122,11 @@ def argv_error_lines(kind: Kind, error: ValidationError) -> list[str]:
 
 
 def kind_table(kinds: Iterable[Kind]) -> dict[str, Kind]:
+    """The handler table of `kinds`, by kind name.
+
+    Raises:
+        ValueError: two handlers for one kind.
+    """
     table: dict[str, Kind] = {}
     for kind in kinds:
         if kind.name in table:

@@ -82,8 +82,22 @@ def _record(path: str, kind: str, totals: Totals) -> dict[str, Any]:
 def measure_path(
     home: str, path: str, max_depth: int = 0, *, site: str | None = None
 ) -> tuple[Totals, list[dict[str, Any]]]:
-    """`measure` of the folder `path` inside the home's jail, or inside the jail of the site
-    folder `site` (a slug) when given: a symlink out of the scope is refused."""
+    """`measure` of the folder `path` inside the home's jail, or inside the jail of the site folder
+    `site` (a slug) when given: a symlink out of the scope is refused. Blocking.
+
+    Why: ``storage.usage`` and ``site.inspect`` count what a user's tree holds without following a
+    link the user planted.
+
+    Args:
+        home: the home.
+        path: the folder, relative to the scope ("" for the scope itself).
+        max_depth: how many levels of entries to list with their own totals (0: none).
+        site: a site's folder name, or None for the home.
+
+    Raises:
+        JobError: no such folder, or it is not a folder.
+        RpcError: the path leads out of the scope.
+    """
     with scope_jail(home, site) as jail:
         try:
             is_dir = stat.S_ISDIR(jail.stat(path).st_mode)

@@ -14,7 +14,16 @@ BACK_BLOCK = 1024 * 1024
 
 
 def start_of_last_lines(fd: int, size: int, n: int) -> int:
-    """The offset where the last `n` lines of the file begin (a final newline ends the last line)."""
+    """The offset where the last `n` lines of the file begin (a final newline ends the last line).
+
+    Why: a log's end is read from the back, a block at a time, so a tail of a huge log costs what the
+    lines cost, not the file.
+
+    Args:
+        fd: a readable descriptor of the file (`open_log`'s).
+        size: the file's size, taken once by the caller.
+        n: how many lines.
+    """
     if size == 0:
         return 0
     end = size - 1 if os.pread(fd, 1, size - 1) == b"\n" else size

@@ -18,7 +18,16 @@ MEMINFO_FIELDS = {
 
 
 def meminfo(path: str = "/proc/meminfo") -> dict[str, int]:
-    """The memory figures of /proc/meminfo, in bytes."""
+    """The memory figures of /proc/meminfo, in bytes (``total``, ``available``, ``used``...).
+
+    Why: ``system.info`` and the metrics sampler read the same figures the same way.
+
+    Args:
+        path: the file to read (a test gives its own).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
     memory: dict[str, int] = {}
     with open(path) as f:
         for line in f:
@@ -33,6 +42,16 @@ def meminfo(path: str = "/proc/meminfo") -> dict[str, int]:
 
 
 def disk(path: str) -> dict[str, Any]:
+    """The space and inodes of the file system holding `path` (statvfs), in bytes.
+
+    Why: ``storage.*`` and the metrics sampler report the same figures the same way.
+
+    Args:
+        path: any path on that file system (the home).
+
+    Raises:
+        OSError: `path` does not exist.
+    """
     st = os.statvfs(path)
     total, free, available = st.f_blocks * st.f_frsize, st.f_bfree * st.f_frsize, st.f_bavail * st.f_frsize
     used = total - free
@@ -49,5 +68,10 @@ def disk(path: str) -> dict[str, Any]:
 
 
 def uptime_s() -> float:
+    """Seconds since this machine booted (/proc/uptime).
+
+    Raises:
+        OSError: /proc is not mounted.
+    """
     with open("/proc/uptime") as f:
         return float(f.read().split()[0])

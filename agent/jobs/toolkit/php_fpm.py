@@ -95,7 +95,18 @@ class PhpPaths:
 
 
 def php_paths(ctx: JobContext, version: str) -> PhpPaths:
-    """The paths of an installed version; exit 69 naming ``php<version>-fpm`` when it is not."""
+    """The paths of an installed PHP version (from the host layout's ``php`` section).
+
+    Why: every handler that touches a version's files or its FPM starts here, so a version that is
+    not installed ends the job the same way everywhere.
+
+    Args:
+        ctx: the job's context (its host layout).
+        version: ``8.2``, as the catalog validated it.
+
+    Raises:
+        JobError: exit `EXIT_MISSING` naming ``php<version>-fpm``, it is not installed.
+    """
     if not php_installed().get(version, {}).get("fpm"):
         raise JobError(f"PHP {version} is not installed on this server (Debian package php{version}-fpm)", EXIT_MISSING)
     return PhpPaths(version, ctx.host.php)
@@ -228,11 +239,24 @@ def workers(processes: list[FpmProcess], master: int) -> dict[str, list[FpmProce
 
 
 async def running_master(paths: PhpPaths) -> int | None:
+    """The pid of the FPM master of `paths`'s version, or None when it is not running."""
     processes = await trio.to_thread.run_sync(fpm_processes)
     return master_pid(processes, paths.fpm_conf)
 
 
 async def control_fpm(ctx: JobContext, paths: PhpPaths, action: str, out: Output | None = None) -> None:
+    """`action` (start, stop, restart, reload) on the FPM service of `paths`'s version, through
+    the host layout's service control.
+
+    Args:
+        ctx: the job's context (its host layout).
+        paths: the version's paths (`php_paths`).
+        action: the service action.
+        out: where the tool's lines go (None: captured, and quoted in the error).
+
+    Raises:
+        JobError: the service control failed.
+    """
     layout = ctx.host
     await control_service(layout.php.control, action, out, init=layout.init, version=paths.version)
 
@@ -363,7 +387,10 @@ async def default_version() -> str | None:
 async def version_for_new_site() -> str | None:
     """The PHP a new php or wordpress site runs when none is asked for: the server's default (the
     ``php`` alternative, which its admin sets) when it has an FPM, else the newest FPM; None
-    without any."""
+    without any.
+
+    Why: ``site.create`` makes the site's pool with it, without knowing the php domain's code.
+    """
     fpms = await trio.to_thread.run_sync(php_fpm_versions)
     default = await default_version()
     if default in fpms:

@@ -176,6 +176,7 @@ def docroot_error(path: str) -> str | None:
 
 
 def mapping(value: Any) -> dict[str, Any]:
+    """`value` when it is a dict (a registry field), else an empty one."""
     return value if isinstance(value, dict) else {}
 
 
@@ -187,6 +188,7 @@ def _number(value: Any) -> int | None:
 
 
 def vhost_path(nginx: NginxLayout, slug: str) -> str:
+    """The path of the site `slug`'s nginx server block."""
     return os.path.join(nginx.sites_dir, CONF_NAME.format(slug=slug))
 
 
@@ -195,6 +197,7 @@ def pool_dir(php: PhpLayout, version: str) -> str:
 
 
 def pool_path(php: PhpLayout, version: str, slug: str) -> str:
+    """The path of the site `slug`'s PHP-FPM pool file of `version`."""
     return os.path.join(pool_dir(php, version), CONF_NAME.format(slug=slug))
 
 
@@ -554,7 +557,19 @@ _APPLYING = trio.Lock()  # one site's files at a time: a restore never undoes an
 
 async def apply_site_web(ctx: JobContext, site: Site) -> None:
     """Render the site's server block (and pool) from its registry entry, validate, put in place,
-    reload what changed. A refusal restores the previous files: JobError `EXIT_REFUSED`."""
+    reload what changed.
+
+    Why: the registry entry is the one truth of a site's web settings; the files are rendered from
+    it, checked by ``php-fpm -t`` and ``nginx -t`` before anything serves them.
+
+    Args:
+        ctx: the job's context (its host layout).
+        site: the site, whose entry is already written.
+
+    Raises:
+        JobError: no such site; exit `EXIT_REFUSED` when a check refused the files (the previous
+            files are back); exit `EXIT_MISSING` when nginx (or the site's PHP-FPM) is not installed.
+    """
     async with _APPLYING:
         await _apply(ctx, site)
 
@@ -622,8 +637,18 @@ def _version_of(layout: HostLayout, path: str, fallback: str | None) -> str:
 
 
 async def remove_site_web(ctx: JobContext, site: Site) -> list[str]:
-    """Take the site's server block and pools away and reload; the files removed. Without nginx
-    (or PHP-FPM) there is nothing of it to remove."""
+    """Take the site's server block and pools away and reload; the files removed.
+
+    Why: ``site.delete`` stops serving the site (and its PHP-FPM pool, which runs as its user)
+    before it stops the user's processes. Without nginx (or PHP-FPM) there is nothing to remove.
+
+    Args:
+        ctx: the job's context (its host layout).
+        site: the site being deleted.
+
+    Raises:
+        JobError: a reload failed.
+    """
     async with _APPLYING:
         return await _remove(ctx, site)
 
@@ -645,8 +670,20 @@ async def _remove(ctx: JobContext, site: Site) -> list[str]:
 
 
 async def change_site(ctx: JobContext, site: Site, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """Apply `change` to the site's registry entry and serve the result; the new entry. Any
-    failure restores the previous entry (and `apply_site_web` the previous files)."""
+    """Apply `change` to the site's registry entry and serve the result; the new entry.
+
+    Why: a site setting changed by any domain (``site.*``, ``php.pool-set``, ``deploy.*``) is one
+    registry change and one render, undone as a whole: any failure restores the previous entry (and
+    `apply_site_web` the previous files).
+
+    Args:
+        ctx: the job's context.
+        site: the site.
+        change: changes the entry (a dict) in place.
+
+    Raises:
+        JobError: no such site, or `apply_site_web`'s refusal (the previous entry is back).
+    """
     before = await trio.to_thread.run_sync(ctx.sites.entry, site.domain)
     if before is None:
         raise JobError(f"no site {site.domain} on this server")
