@@ -13,13 +13,13 @@ from agent.files.handlers import FileHandlers
 from agent.files.ingress import Ingress
 from agent.files.jail import kernel_protections
 from agent.files.remote_copy import RemoteCopy, SshSettings
-from agent.jobs.base import JobContext
-from agent.jobs.host import LayoutFile
 from agent.jobs.manager import JobManager
 from agent.jobs.metrics import SAMPLE_EVERY_S, keep_sampling
 from agent.jobs.php.ini import sweep_global_ini
-from agent.jobs.site_web import sweep_site_pools
 from agent.jobs.ssl import keep_sites_renewed
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.host import LayoutFile
+from agent.jobs.toolkit.site_web import sweep_site_pools
 from agent.link.call import Handler
 from agent.link.client import AgentLink
 from agent.load_balancers.node import LbNode

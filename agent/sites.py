@@ -7,7 +7,7 @@ they are. It is re-read whenever it changes (mtime, size or inode), so whatever 
 only has to rewrite it (atomically, by rename). Invalid entries are skipped with a warning; an
 unreadable file keeps the last good list.
 
-`update` changes the other fields of one entry (the web settings of `agent.jobs.site_web`: aliases,
+`update` changes the other fields of one entry (the web settings of `agent.jobs.toolkit.site_web`: aliases,
 redirects, limits, environment...), `entry` reads them back.
 
 `add`, `update` and `remove` rewrite the file under an exclusive lock (``sites.json.lock``, so an agent and

@@ -55,10 +55,10 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.jobs.proc import child_pids, read_pid
+from agent.jobs.toolkit.proc import child_pids, read_pid
 from api_client import Client
 from benchmarks._stack import LocalStack, cpu_seconds, local_stack
-from contract.job_kinds.load_balancers import LbHealthCheck
+from contract.job_kinds.lb import LbHealthCheck
 from contract.load_balancers import BackendCreate, BackendPatch, LoadBalancer, LoadBalancerCreate
 from fleetdeck.launcher import free_port
 

@@ -1,7 +1,7 @@
 """The wire shapes of load balancers (CONTRACT.md § B), and what a load-balancer node reports.
 
 The definition lives in the control plane's database; what a node renders is the `lb.apply`
-spec (`contract.job_kinds.load_balancers.LbApply`), whose health check model is also the wire
+spec (`contract.job_kinds.lb.LbApply`), whose health check model is also the wire
 model's `health_check` here: one definition of each shape.
 
 What a node says back travels in two ways, both modelled here so that agent and control plane
@@ -22,7 +22,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import DomainName
-from contract.job_kinds.load_balancers import LbHealthCheck
+from contract.job_kinds.lb import LbHealthCheck
 from contract.models import RequestModel, WireModel
 
 Engine = Literal["nginx", "haproxy"]

@@ -24,7 +24,7 @@ import orjson
 import trio
 
 from agent import unix_sockets
-from agent.jobs.host import HostLayout, SystemLayout
+from agent.jobs.toolkit.host import HostLayout, SystemLayout
 from agent.load_balancers.settings import LbSettings
 from agent.runner import AgentConfig, run_agent
 from agent.sites import write_atomically

@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from agent.jobs.proc import pid_alive, read_pid, which
+from agent.jobs.toolkit.proc import pid_alive, read_pid, which
 
 log = logging.getLogger("fleetdeck.local")
 

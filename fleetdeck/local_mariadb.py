@@ -20,9 +20,9 @@ import subprocess
 from functools import partial
 from pathlib import Path
 
-from agent.jobs.common import current_account
-from agent.jobs.host import MariaDbLayout, ServiceControl
-from agent.jobs.proc import which
+from agent.jobs.toolkit.common import current_account
+from agent.jobs.toolkit.host import MariaDbLayout, ServiceControl
+from agent.jobs.toolkit.proc import which
 from fleetdeck.local_children import Child
 
 log = logging.getLogger("fleetdeck.local")

@@ -3,7 +3,7 @@
 The agent's defaults are a Debian server's (server blocks in ``/etc/nginx/sites-enabled``, nginx
 reloaded through the init system): right for a node, wrong for a demo a user starts on their own
 machine, where a root stack would rewrite and reload the system's nginx. So the local stack hands
-its agent a host layout file (`agent.jobs.host.LayoutFile`) whose nginx section points into
+its agent a host layout file (`agent.jobs.toolkit.host.LayoutFile`) whose nginx section points into
 ``<data>/nginx``, and runs that nginx (``daemon off``, a child of the stack that stops with it) on
 127.0.0.1 at a free port (`fleetdeck.local_children` runs it). Its PHP sites pass to the stack's
 own PHP-FPM (`fleetdeck.local_php`), its databases are on its own MariaDB
@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agent.jobs.common import account_by_name, current_account
-from agent.jobs.host import NginxLayout, ServiceControl
-from agent.jobs.proc import which
+from agent.jobs.toolkit.common import account_by_name, current_account
+from agent.jobs.toolkit.host import NginxLayout, ServiceControl
+from agent.jobs.toolkit.proc import which
 from agent.sites import write_atomically
 from fleetdeck.local_children import Child
 from fleetdeck.paths import PASSABLE, PRIVATE, private_dir

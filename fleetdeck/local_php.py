@@ -10,7 +10,7 @@ The pools' sockets are in the stack's short runtime folder (`agent.unix_sockets.
 a data folder of any length, a socket path would not always fit the kernel's 107 bytes. The
 modules' ini files stay ``/etc/php/<version>/mods-available`` (the copied ``conf.d`` links to
 them, and the agent only reads there). One master per version
-with an FPM installed (`agent.jobs.host.php_fpm_versions`) runs as a child of the stack
+with an FPM installed (`agent.jobs.toolkit.host.php_fpm_versions`) runs as a child of the stack
 (`fleetdeck.local_children`); the agent reloads it with ``SIGUSR2`` to its PID file.
 
 A site's PHP runs as the site's account, which must reach its files: the stack's own account
@@ -25,8 +25,8 @@ import os
 import shutil
 from pathlib import Path
 
-from agent.jobs.host import PhpLayout, ServiceControl, php_fpm_versions
-from agent.jobs.proc import which
+from agent.jobs.toolkit.host import PhpLayout, ServiceControl, php_fpm_versions
+from agent.jobs.toolkit.proc import which
 from agent.sites import write_atomically
 from fleetdeck.local_children import Child
 

@@ -36,7 +36,8 @@ import trio
 
 from agent.files import inflight, sweep
 from agent.files.jail import refusal
-from agent.jobs.base import JobContext, Kind, Output, run_kind
+from agent.jobs.toolkit.base import JobContext, Kind, run_kind
+from agent.jobs.toolkit.output import Output
 from agent.sites import SiteRegistry
 from api_client import Client
 from contract.errors import ApiError, Forbidden, InsufficientStorage

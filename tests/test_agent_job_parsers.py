@@ -8,10 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.jobs.base import JobError
 from agent.jobs.cron import parse_history
 from agent.jobs.daemon import parse_status
-from agent.jobs.metrics import meminfo
 from agent.jobs.service import (
     parse_journal,
     parse_list_unit_files,
@@ -22,6 +20,8 @@ from agent.jobs.service import (
 )
 from agent.jobs.ssl import parse_x509
 from agent.jobs.system import cpu_model, os_release
+from agent.jobs.toolkit.machine import meminfo
+from agent.jobs.toolkit.output import JobError
 from agent.jobs.updates import parse_upgradable
 
 RECORDED = Path(__file__).parent / "data" / "tool_output"

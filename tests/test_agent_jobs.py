@@ -29,10 +29,11 @@ import pytest
 import trio
 
 from agent import __version__
-from agent.jobs.base import JobContext, JobError, Kind, Output
-from agent.jobs.host import LayoutFile
 from agent.jobs.manager import BLOCK, RUN_LINES, Job, JobManager
-from agent.jobs.proc import LineSplitter, capture_command, pid_alive
+from agent.jobs.toolkit.base import JobContext, Kind
+from agent.jobs.toolkit.host import LayoutFile
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.proc import LineSplitter, capture_command, pid_alive
 from agent.link.client import AgentLink
 from agent.runner import AgentConfig, build_handlers
 from agent.sites import SiteRegistry

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from agent import __version__
-from agent.jobs.base import JobContext
+from agent.jobs.toolkit.base import JobContext
 from agent.load_balancers.node import LbNode
 from agent.load_balancers.settings import LbSettings
 from agent.sites import SiteRegistry

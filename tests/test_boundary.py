@@ -1,4 +1,4 @@
-"""The boundary's helpers (agent/jobs/boundary.py) on real trees, as root, against a hostile user:
+"""The boundary's helpers (agent/jobs/toolkit/boundary.py) on real trees, as root, against a hostile user:
 folders exchanged with a link to the outside while they copy, remove or move (a racing thread,
 `tests.helpers.races`), a folder swapped for a link between the look and the move, hard links to
 outside files, FIFOs, and a user whose processes keep starting new ones."""
@@ -17,8 +17,7 @@ import trio
 
 from agent.files.fdops import CancelToken, OperationCancelled
 from agent.files.jail import Jail
-from agent.jobs.base import JobError
-from agent.jobs.boundary import (
+from agent.jobs.toolkit.boundary import (
     OwnerMap,
     as_user,
     copy_tree,
@@ -27,7 +26,8 @@ from agent.jobs.boundary import (
     remove_tree,
     stop_user_processes,
 )
-from agent.jobs.common import Account
+from agent.jobs.toolkit.common import Account
+from agent.jobs.toolkit.output import JobError
 from tests.helpers import wait_until
 from tests.helpers.races import Flipper
 

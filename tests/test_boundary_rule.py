@@ -126,7 +126,7 @@ ALLOWED: dict[tuple[str, str, str], str] = {}
 # Where privileges are dropped for a site user's commands: the one helper (`boundary.as_user`), and
 # the runner of every child, which gives a child run as an account that account's groups alone
 # (`proc.child_identity`: a `user` without them would keep root's).
-PRIVILEGE_DROPPERS = frozenset({"agent/jobs/boundary.py", "agent/jobs/proc.py"})
+PRIVILEGE_DROPPERS = frozenset({"agent/jobs/toolkit/boundary.py", "agent/jobs/toolkit/proc.py"})
 RUNNERS = frozenset({"stream_command", "capture_command", "run_process", "open_process", "Popen", "run"})
 
 ANCHOR, BENEATH, DESCRIPTOR = 1, 2, 3  # how a value is tainted (0: not at all)
@@ -134,7 +134,7 @@ ANCHOR, BENEATH, DESCRIPTOR = 1, 2, 3  # how a value is tainted (0: not at all)
 
 @dataclass
 class Function:
-    module: str  # agent.jobs.site
+    module: str  # agent.jobs.site.lifecycle
     qualname: str  # _copy_tree, SiteGit.options
     node: ast.FunctionDef | ast.AsyncFunctionDef
     cls: str | None = None
@@ -515,7 +515,7 @@ def test_no_handler_touches_a_users_tree_by_name() -> None:
     whose call went away goes with it: the list stays the proven few)."""
     found = analyse()
     findings = [f for f in found if f.key not in ALLOWED]
-    assert not findings, "go through agent.jobs.boundary instead:\n" + "\n".join(map(str, findings))
+    assert not findings, "go through agent.jobs.toolkit.boundary instead:\n" + "\n".join(map(str, findings))
     assert not set(ALLOWED) - {f.key for f in found}, sorted(set(ALLOWED) - {f.key for f in found})
 
 

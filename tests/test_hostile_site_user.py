@@ -35,9 +35,9 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.jobs.host import php_fpm_versions
 from agent.jobs.kinds import all_kinds
-from agent.jobs.proc import read_pid
+from agent.jobs.toolkit.host import php_fpm_versions
+from agent.jobs.toolkit.proc import read_pid
 from tests.conftest import Stack
 from tests.helpers.clamd import CLAMD, EICAR, eicar_database, run_clamd
 from tests.helpers.hostile import (

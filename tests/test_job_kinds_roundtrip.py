@@ -21,8 +21,9 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, SecretStr, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
-from agent.jobs.base import JobContext, Kind, Output, run_kind
 from agent.jobs.kinds import all_kinds
+from agent.jobs.toolkit.base import JobContext, Kind, run_kind
+from agent.jobs.toolkit.output import Output
 from agent.sites import SiteRegistry
 from contract.job_kinds import CATALOG, JobKind
 from contract.job_kinds.argtypes import Timezone, shaped

@@ -30,7 +30,7 @@ from agent.jobs.db import (
     scrub,
     unescape_pattern,
 )
-from agent.jobs.host import MariaDbLayout
+from agent.jobs.toolkit.host import MariaDbLayout
 from tests.helpers.hosting import JOB_TIMEOUT_S, Hosting, JobRun
 from tests.helpers.mariadb import MariaDb, mariadb_installed, run_mariadb
 
@@ -51,7 +51,7 @@ def mariadb(hosting: Hosting) -> Iterator[MariaDb]:
 @pytest.fixture(scope="session")
 def site_home(hosting: Hosting, mariadb: MariaDb) -> Iterator[Path]:
     hosting.run("site.create", domain=SITE, profile="static").ok()
-    yield hosting.home / SITE.replace(".", "-")  # the site's folder (`agent.jobs.site.slug_of`)
+    yield hosting.home / SITE.replace(".", "-")  # the site's folder (`agent.jobs.site.lifecycle.slug_of`)
     hosting.run("site.delete", domain=SITE).ok()
 
 

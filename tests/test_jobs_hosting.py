@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent.jobs.base import JobError
-from agent.jobs.host import DEFAULT_LAYOUT, LayoutFile, ServiceControl, control_argv
+from agent.jobs.toolkit.host import DEFAULT_LAYOUT, LayoutFile, ServiceControl, control_argv
+from agent.jobs.toolkit.output import JobError
 from tests.helpers.hosting import Hosting
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.jobs.base import JobError
 from agent.jobs.pg.client import psql_message, psql_quote, saslprep, scram_verifier
 from agent.jobs.pg.dumps import RestoreScript, ScriptRefused, dump_format, restricts
 from agent.jobs.pg.hba import BEGIN, END, HbaEntry, HbaFile
+from agent.jobs.toolkit.output import JobError
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting, JobRun
 from tests.helpers.postgres_server import REMOTE_ADDRESS, PostgresServer, bin_dir, has_ipv6_loopback, start_postgres

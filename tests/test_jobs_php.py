@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from agent.jobs.php.fpm import FileTrial, parse_alternatives, parse_sections, problem_lines, set_directive
 from agent.jobs.php.modules import module_priority, parse_php_m
+from agent.jobs.toolkit.php_fpm import FileTrial, parse_alternatives, parse_sections, problem_lines, set_directive
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting
 from tests.helpers.web_services import PhpFpm

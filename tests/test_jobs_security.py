@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED
 from agent.jobs.security.fail2ban import parse_status
 from agent.jobs.security.firewall import _kernel_refusal, rule_statement, ruleset
 from agent.jobs.security.sshd import PRIVILEGE_SEPARATION_DIR, parse_dropin, parse_effective, render_dropin
+from agent.jobs.toolkit.output import EXIT_MISSING, EXIT_REFUSED
 from fleetdeck.launcher import free_port
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting

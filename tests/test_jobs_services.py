@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from agent.jobs.host import rc_links, systemd_running, sysv_enabled
+from agent.jobs.toolkit.host import rc_links, systemd_running, sysv_enabled
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting
 from tests.helpers.supervisor import SUPERVISORD, Supervisor, start_supervisor

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.jobs.boundary import processes_of
+from agent.jobs.toolkit.boundary import processes_of
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting, JobRun, ModuleSites
 from tests.helpers.races import Flipper

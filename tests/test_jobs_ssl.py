@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agent.jobs.base import JobContext
-from agent.jobs.host import LayoutFile
 from agent.jobs.ssl import renew_sites_due
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.host import LayoutFile
 from agent.sites import SiteRegistry
 from fleetdeck.launcher import free_port
 from tests.helpers.hosting import Hosting, JobRun

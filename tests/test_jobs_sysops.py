@@ -18,7 +18,7 @@ import pytest
 from agent.files.entries import rfc3339
 from agent.jobs.logs import journal_argv, line_time, matcher
 from agent.jobs.storage import parse_findmnt
-from contract.job_kinds.system import LogsJournal
+from contract.job_kinds.logs import LogsJournal
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting, JobRun

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.jobs.host import InitLayout, ServiceControl, control_argv
+from agent.jobs.toolkit.host import InitLayout, ServiceControl, control_argv
 from tests.conftest import Stack
 from tests.helpers.hosting import Hosting, start_server, stop_hosting
 from tests.helpers.recorded_systemd import RECORDED, Answer, RecordedSystemd, Script

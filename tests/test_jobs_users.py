@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED, JobError
-from agent.jobs.users import (
+from agent.jobs.toolkit.output import EXIT_MISSING, EXIT_REFUSED, JobError
+from agent.jobs.user import (
     fingerprint,
     install_checked,
     key_of_line,
@@ -364,7 +364,7 @@ def test_keys_a_user_wrote_are_parsed_by_an_account_without_privileges(monkeypat
         stand_in = folder / "ssh-keygen"
         stand_in.write_text('#!/bin/sh\nprintf "256 SHA256:%043d x (%s)\\n" "$(id -u)" "$(id -G | tr " " -)"\n')
         stand_in.chmod(0o755)
-        monkeypatch.setattr("agent.jobs.users.require", lambda *_args, **_kw: str(stand_in))
+        monkeypatch.setattr("agent.jobs.user.require", lambda *_args, **_kw: str(stand_in))
         measured = trio.run(measure_keys, "ssh-ed25519 AAAA x\n")
     finally:
         shutil.rmtree(folder)

@@ -15,8 +15,8 @@ import trio
 
 from agent import __version__
 from agent.files.remote_copy import RemoteCopy, SshSettings
-from agent.jobs.base import JobContext
 from agent.jobs.manager import JobManager
+from agent.jobs.toolkit.base import JobContext
 from agent.link.client import AgentLink
 from agent.sites import SiteRegistry
 from contract.link import params as link_params

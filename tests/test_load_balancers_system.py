@@ -42,8 +42,8 @@ import trio
 from cryptography.hazmat.primitives import serialization
 
 from agent import __version__
-from agent.jobs.base import JobContext
-from agent.jobs.proc import read_pid
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.proc import read_pid
 from agent.load_balancers.acme import current_certificate
 from agent.load_balancers.engine import ipv6_available
 from agent.load_balancers.haproxy import SYSTEM_MASTER_SOCKET, SYSTEM_STATS_SOCKET, master_command, parse_show_proc

@@ -24,8 +24,8 @@ import pytest
 import trio
 
 from agent import unix_sockets
-from agent.jobs.host import php_fpm_versions
-from agent.jobs.php.fpm import fpm_processes, workers
+from agent.jobs.toolkit.host import php_fpm_versions
+from agent.jobs.toolkit.php_fpm import fpm_processes, workers
 from fleetdeck import local_mariadb
 from fleetdeck.paths import PASSABLE
 from tests.conftest import STACK_ENV, Stack, python_env, start_local

@@ -1,4 +1,4 @@
-"""When an nginx reload took (`agent.jobs.host.nginx_reload_took`, the one check behind the
+"""When an nginx reload took (`agent.jobs.toolkit.host.nginx_reload_took`, the one check behind the
 sites' reloads and the load balancers' engine): new workers under the master, and every old one
 gone or leaving. Real processes stand in for the workers, this test process for their master."""
 
@@ -8,8 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from agent.jobs.host import nginx_reload_took, worker_leaving
-from agent.jobs.proc import pid_alive
+from agent.jobs.toolkit.host import nginx_reload_took, worker_leaving
+from agent.jobs.toolkit.proc import pid_alive
 from tests.helpers import wait_until
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from agent.jobs.base import EXIT_REFUSED, JobError
-from agent.jobs.host import NginxLayout, php_fpm_versions
-from agent.jobs.site_web import check_pool, docroot_error, ini_quote, render_pool, render_vhost, settings_of
+from agent.jobs.toolkit.host import NginxLayout, php_fpm_versions
+from agent.jobs.toolkit.output import EXIT_REFUSED, JobError
+from agent.jobs.toolkit.site_web import check_pool, docroot_error, ini_quote, render_pool, render_vhost, settings_of
 
 
 def test_pool_values_are_taken_literally_by_php_fpm(tmp_path: Path) -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from agent import unix_sockets
-from agent.jobs.base import JobError
-from agent.jobs.host import PhpLayout
-from agent.jobs.site_web import socket_path
+from agent.jobs.toolkit.host import PhpLayout
+from agent.jobs.toolkit.output import JobError
+from agent.jobs.toolkit.site_web import socket_path
 from agent.load_balancers.haproxy import Haproxy
 from agent.load_balancers.settings import LbSettings
 

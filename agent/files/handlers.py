@@ -23,7 +23,7 @@ JSON document.
 
 Scopes: ``site`` (a site's folder beneath the home), ``root`` (the home) and ``logs``, a site's web
 server and PHP logs in ``<sites' log folder>/<slug>`` (root's folder, outside the site: see
-`agent.jobs.site_web.site_log_dir`), resolved through a jail beneath that folder like any scope and
+`agent.jobs.toolkit.site_web.site_log_dir`), resolved through a jail beneath that folder like any scope and
 read-only: a scope is opened for a write unless the work says it only reads, and a write there is
 ``forbidden`` whatever the control plane let through.
 """

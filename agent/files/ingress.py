@@ -293,7 +293,7 @@ class Ingress:
 
 
 async def read_head(stream: trio.SocketStream, conn: h11.Connection) -> h11.Request | None:
-    """The next request's head on `conn` (the ingress's and `agent.jobs.git_proxy`'s), or None
+    """The next request's head on `conn` (the ingress's and `agent.jobs.toolkit.git_proxy`'s), or None
     when the client closed before one."""
     while True:
         event = conn.next_event()

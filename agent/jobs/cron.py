@@ -22,7 +22,7 @@ KEY being the shell's pid; ``run`` appends them with ``dd`` as the site user (``
 a FIFO planted there fails at once instead of holding the job), KEY ``run-<random>``. Both write
 as the site user, so the agent never writes a file in a folder the site user controls. A line
 keeps the file under `HISTORY_MAX_BYTES` (``tail -n`` into a new file, renamed over it).
-``history`` reads the file's end through the site's jail (`agent.jobs.site_files`: a link out of
+``history`` reads the file's end through the site's jail (`agent.jobs.toolkit.site_files`: a link out of
 the site, a FIFO or another user's file hard-linked there is refused) and pairs the lines by KEY:
 a start without its end is ``running`` while its pid lives, else ``interrupted``.
 """
@@ -41,15 +41,17 @@ from typing import Any
 import orjson
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
-from agent.jobs.boundary import as_user
-from agent.jobs.common import Account, find_site, site_account
-from agent.jobs.logs import start_of_last_lines
-from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
-from agent.jobs.site_files import open_site_input_if_there
+from agent.jobs.toolkit.base import JobContext, handler, rfc3339
+from agent.jobs.toolkit.boundary import as_user
+from agent.jobs.toolkit.common import Account, find_site, site_account
+from agent.jobs.toolkit.logfiles import start_of_last_lines
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.proc import SYSTEM_PATH, capture_command, require, stream_command, which
+from agent.jobs.toolkit.site_files import open_site_input_if_there
 from agent.sites import Site, write_atomically
 from agent.state import open_lock_file
-from contract.job_kinds.system import CronAdd, CronEdit, CronHistory, IdArgs, OptionalDomain
+from contract.job_kinds.base import IdArgs, OptionalDomain
+from contract.job_kinds.cron import CronAdd, CronEdit, CronHistory
 
 CRON_FILE = "cron.json"
 BEGIN = "# BEGIN fleetdeck-agent: entries managed by the fleetdeck agent; edits inside are overwritten"

@@ -30,14 +30,15 @@ import orjson
 import trio
 
 from agent.files.jail import Jail, normalize
-from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
-from agent.jobs.boundary import site_jail
-from agent.jobs.common import Account, find_site, site_account
-from agent.jobs.host import SupervisorLayout
-from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.boundary import site_jail
+from agent.jobs.toolkit.common import Account, find_site, site_account
+from agent.jobs.toolkit.host import SupervisorLayout
+from agent.jobs.toolkit.output import EXIT_REFUSED, JobError, Output
+from agent.jobs.toolkit.proc import SYSTEM_PATH, capture_command, require, stream_command, which
 from agent.sites import Site, write_atomically
-from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import DaemonCreate, DaemonLogs, NameArgs
+from contract.job_kinds.base import NameArgs, NoArgs
+from contract.job_kinds.daemon import DaemonCreate, DaemonLogs
 from contract.link.protocol import RpcError
 
 PREFIX = "fleetdeck-"

@@ -49,14 +49,15 @@ from typing import Any
 import orjson
 import trio
 
-from agent.jobs.base import STDERR, STDOUT, JobContext, JobError, Output, handler
-from agent.jobs.common import Account, find_site, site_account
-from agent.jobs.host import MariaDbLayout
-from agent.jobs.proc import LineSplitter, capture_command, child_identity, require, tool_env
-from agent.jobs.site_files import SiteOutput, open_site_input
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.common import Account, find_site, site_account
+from agent.jobs.toolkit.host import MariaDbLayout
+from agent.jobs.toolkit.output import STDERR, STDOUT, JobError, Output
+from agent.jobs.toolkit.proc import LineSplitter, capture_command, child_identity, require, tool_env
+from agent.jobs.toolkit.site_files import SiteOutput, open_site_input
 from contract.job_kinds.argtypes import AGENT_DB_ROLE_PREFIX
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.data import (
+from contract.job_kinds.db import (
     DbCreate,
     DbExport,
     DbGrant,

@@ -17,7 +17,7 @@ A token (a private https repository) never reaches a process of the site's user:
 ``git`` record the repository's URL in the site's registry entry (``deploy_remote``), the one URL
 the token may go to (never ``origin`` of the repository's config, the site user's to edit), and
 with a token the site's git reads it through the agent's one-job URL (`token_url`,
-`agent.jobs.git_proxy`), which adds the token on its way.
+`agent.jobs.toolkit.git_proxy`), which adds the token on its way.
 
 The branch to deploy, the shared folders and the release's public folder are kept in the
 repository's own git config (``fleetdeck.branch``, ``fleetdeck.shared``, ``fleetdeck.public``). A
@@ -25,7 +25,7 @@ release is named after its UTC time (``20261123-204500``; ``-2``... when two lan
 second).
 
 The site serves the live release: once a release is switched in, the site's docroot (its registry
-entry's ``docroot``, `agent.jobs.site_web`) is ``current/<public folder>`` (or ``current``), and
+entry's ``docroot``, `agent.jobs.toolkit.site_web`) is ``current/<public folder>`` (or ``current``), and
 nginx follows the ``current`` link on every request, so the switches after the first one (and a
 rollback) need no reload. nginx follows a link below the site's folder only to what the link's
 owner owns (``disable_symlinks if_not_owner``): ``current`` leads into the site's own releases, never
@@ -50,23 +50,16 @@ import orjson
 import trio
 
 from agent.files.jail import Jail
-from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler, rfc3339
-from agent.jobs.boundary import as_user
-from agent.jobs.common import Account, find_site, site_account
-from agent.jobs.git_proxy import one_job_url
-from agent.jobs.proc import SYSTEM_PATH, capture_command, require, stream_command, which
-from agent.jobs.site_settings import change_site
-from agent.jobs.site_web import docroot_error
+from agent.jobs.toolkit.base import JobContext, handler, rfc3339
+from agent.jobs.toolkit.boundary import as_user
+from agent.jobs.toolkit.common import Account, find_site, site_account
+from agent.jobs.toolkit.git_proxy import one_job_url
+from agent.jobs.toolkit.output import EXIT_MISSING, JobError, Output
+from agent.jobs.toolkit.proc import SYSTEM_PATH, capture_command, require, stream_command, which
+from agent.jobs.toolkit.site_web import change_site, docroot_error
 from agent.state import open_lock_file
-from contract.job_kinds.web import (
-    DeployGit,
-    DeployInit,
-    DeployPrune,
-    DeployRelease,
-    DeployRollback,
-    DeployRun,
-    DomainArgs,
-)
+from contract.job_kinds.base import DomainArgs
+from contract.job_kinds.deploy import DeployGit, DeployInit, DeployPrune, DeployRelease, DeployRollback, DeployRun
 from contract.link.protocol import RpcError
 
 REPO = "deploy/repo.git"
@@ -79,7 +72,7 @@ CURRENT = "current"
 RELEASE_RE = re.compile(r"^\d{8}-\d{6}(?:-\d+)?$")
 MAX_META_BYTES = 64 * 1024
 ALLOWED_PROTOCOLS = "file:https:ssh"  # git refuses ext::, fd::, ... even in submodules or a changed config
-TOKEN_PROTOCOLS = "http"  # with a token, git talks to the agent's one-job URL alone (`agent.jobs.git_proxy`)
+TOKEN_PROTOCOLS = "http"  # with a token, git talks to the agent's one-job URL alone (`agent.jobs.toolkit.git_proxy`)
 MIRROR_REFSPEC = "+refs/*:refs/*"  # what `git clone --mirror` fetches
 REMOTE_FIELD = "deploy_remote"  # in the site's registry entry: the repository URL a token may go to
 
@@ -370,7 +363,7 @@ async def record_remote(work: SiteGit, repo: str | None) -> None:
 @asynccontextmanager
 async def token_url(work: SiteGit, token: str, out: Output) -> AsyncIterator[str]:
     """The URL through which the site's git reads the recorded repository with `token`, valid
-    inside the block only; the token stays in the agent (`agent.jobs.git_proxy`).
+    inside the block only; the token stays in the agent (`agent.jobs.toolkit.git_proxy`).
 
     Raises:
         JobError: no repository is recorded, or it is no https one (exit 2).

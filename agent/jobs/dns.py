@@ -30,12 +30,13 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
-from agent.jobs.host import BindLayout
-from agent.jobs.proc import capture_command, require
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.host import BindLayout
+from agent.jobs.toolkit.output import EXIT_REFUSED, JobError, Output
+from agent.jobs.toolkit.proc import capture_command, require
 from agent.sites import write_atomically
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.web import DnsLookup, Dnssec, RecordAdd, RecordDelete, RecordList, Zone, ZoneAdd
+from contract.job_kinds.dns import DnsLookup, Dnssec, RecordAdd, RecordDelete, RecordList, Zone, ZoneAdd
 
 ZONE_SUFFIX = ".zone"
 DEFAULT_TTL = 3600

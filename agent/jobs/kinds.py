@@ -1,51 +1,27 @@
-"""Every job kind this agent can run, by ``<family>.<action>``."""
+"""Every job kind this agent can run, by ``<domain>.<action>``: the handler table, found by name.
+
+Each domain of the catalog that this agent handles is one module (or package) of `agent.jobs`
+named as the domain (`agent.jobs.site` for ``site.*``, `agent.jobs.lb` for ``lb.*``), exporting
+its handlers as ``KINDS``; the table is every such module's, found by scanning the package. The
+other names of the package are not domains: `NOT_DOMAINS`.
+"""
 
 from __future__ import annotations
 
-from agent.jobs import (
-    cron,
-    daemon,
-    db,
-    deploy,
-    dns,
-    logs,
-    metrics,
-    pg,
-    php,
-    security,
-    service,
-    site,
-    site_settings,
-    ssl,
-    storage,
-    system,
-    updates,
-    users,
-)
-from agent.jobs.base import Kind, kind_table
-from agent.load_balancers import jobs as load_balancers
+import importlib
+import pkgutil
+
+import agent.jobs
+from agent.jobs.toolkit.base import Kind, kind_table
+
+# The job machinery (`manager`, `local`, this module) and the handlers' `toolkit`.
+NOT_DOMAINS = frozenset({"kinds", "local", "manager", "toolkit"})
+
+
+def domain_modules() -> list[str]:
+    """The names of the domain modules of `agent.jobs` (each named as its domain), sorted."""
+    return sorted(info.name for info in pkgutil.iter_modules(agent.jobs.__path__) if info.name not in NOT_DOMAINS)
 
 
 def all_kinds() -> dict[str, Kind]:
-    families = (
-        site,
-        site_settings,
-        php,
-        ssl,
-        db,
-        pg,
-        cron,
-        daemon,
-        service,
-        security,
-        dns,
-        updates,
-        storage,
-        system,
-        logs,
-        metrics,
-        deploy,
-        users,
-        load_balancers,
-    )
-    return kind_table(kind for family in families for kind in family.KINDS)
+    return kind_table(kind for name in domain_modules() for kind in importlib.import_module(f"agent.jobs.{name}").KINDS)

@@ -15,9 +15,10 @@ from typing import TextIO
 import trio
 
 from agent import __version__
-from agent.jobs.base import STDOUT, JobContext, Output, run_kind
-from agent.jobs.host import LayoutFile
 from agent.jobs.kinds import all_kinds
+from agent.jobs.toolkit.base import JobContext, run_kind
+from agent.jobs.toolkit.host import LayoutFile
+from agent.jobs.toolkit.output import STDOUT, Output
 from agent.sites import SiteRegistry
 
 

@@ -1,7 +1,7 @@
 """``logs tail|search|list|rotate|journal``: the sites' logs and the system's.
 
 ``tail <domain> --log access|error --lines N``: the file is ``<log>.log`` in the site's log
-folder (`agent.jobs.site_web.site_log_dir`: root's, outside the site's tree), opened beneath it
+folder (`agent.jobs.toolkit.site_web.site_log_dir`: root's, outside the site's tree), opened beneath it
 without following a link. The start of the last N lines is found by reading blocks backwards from
 the end (counting newlines per block, so a million lines cost a few hundred reads), then the
 lines are streamed forwards block by block up to the size the file had when the job started.
@@ -26,42 +26,19 @@ from typing import Any
 import trio
 
 from agent.files.fdops import listdir, lstat_at
-from agent.files.jail import Jail
-from agent.jobs.base import EXIT_MISSING, STDOUT, JobContext, JobError, Output, handler, rfc3339
-from agent.jobs.common import find_site
-from agent.jobs.proc import LineSplitter, require, stream_command
-from agent.jobs.site_web import site_log_dir
+from agent.jobs.toolkit.base import JobContext, handler, rfc3339
+from agent.jobs.toolkit.common import find_site
+from agent.jobs.toolkit.logfiles import open_log, start_of_last_lines
+from agent.jobs.toolkit.output import EXIT_MISSING, STDOUT, JobError, Output
+from agent.jobs.toolkit.proc import LineSplitter, require, stream_command
+from agent.jobs.toolkit.site_web import site_log_dir
 from agent.sites import Site
-from contract.job_kinds.system import LogsJournal, LogsSearch, LogsTail, OptionalDomain
+from contract.job_kinds.base import OptionalDomain
+from contract.job_kinds.logs import LogsJournal, LogsSearch, LogsTail
 from contract.link.protocol import RpcError
 
-BACK_BLOCK = 1024 * 1024
 FORWARD_BLOCK = 256 * 1024
 MAX_LINES = 1_000_000
-
-
-def start_of_last_lines(fd: int, size: int, n: int) -> int:
-    """The offset where the last `n` lines of the file begin (a final newline ends the last line)."""
-    if size == 0:
-        return 0
-    end = size - 1 if os.pread(fd, 1, size - 1) == b"\n" else size
-    found = 0
-    pos = end
-    while pos > 0:
-        start = max(0, pos - BACK_BLOCK)
-        chunk = os.pread(fd, pos - start, start)
-        count = chunk.count(b"\n")
-        if found + count < n:
-            found += count
-            pos = start
-            continue
-        index = len(chunk)
-        while True:
-            index = chunk.rindex(b"\n", 0, index)
-            found += 1
-            if found == n:
-                return start + index + 1
-    return 0
 
 
 async def tail(fd: int, n: int, out: Output) -> int:
@@ -85,26 +62,6 @@ async def tail(fd: int, n: int, out: Output) -> int:
         out.lines(STDOUT, last)
         sent += 1
     return sent
-
-
-def open_log(folder: str, name: str) -> int:
-    """A readable descriptor of the log `name` of a site's log folder `folder` (blocking): the
-    name is opened beneath the folder, never through a link, and must be a regular file.
-
-    Raises:
-        RpcError: ``not_found`` (no such log, or no log folder yet).
-        JobError: it is not a regular file.
-    """
-    try:
-        jail = Jail(folder)
-    except FileNotFoundError:
-        raise RpcError("not_found", "no such file or directory", {"path": name}) from None
-    with jail:
-        fd = jail.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY, follow_last=False)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise JobError(f"{name} is not a regular file")
-    return fd
 
 
 async def open_site_log(ctx: JobContext, domain: str, log: str) -> int:

@@ -6,7 +6,7 @@ is attached from the start instead: the call is idempotent) and streams its line
 Both answer ``{"exit_code": n}`` once the job is over (with ``"cancelled": true`` when
 ``job.cancel`` stopped it), and a dropped call or link never stops the job. ``job.cancel
 {job_id}`` stops one: its task is cancelled, so its child's whole process group gets TERM, then
-KILL after `agent.jobs.proc.KILL_GRACE_S` (see `stream_command`); it answers at once, ``{"ended":
+KILL after `agent.jobs.toolkit.proc.KILL_GRACE_S` (see `stream_command`); it answers at once, ``{"ended":
 true}`` when the job had already ended by itself (its exit code stands).
 
 Each job keeps its last `max_lines` lines (500,000) with seq numbers 1, 2, 3…; a line is
@@ -47,8 +47,9 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, Kind, Output, now_at, run_kind
 from agent.jobs.kinds import all_kinds
+from agent.jobs.toolkit.base import JobContext, Kind, now_at, run_kind
+from agent.jobs.toolkit.output import Output
 from agent.link.call import Call, Handler
 from contract.link.params import JobAttach, JobCancel, JobJournal, JobRun, params_of
 from contract.link.protocol import RpcError

@@ -23,59 +23,15 @@ from typing import Any
 import orjson
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
+from agent.jobs.toolkit.base import JobContext, handler, rfc3339
+from agent.jobs.toolkit.machine import disk, meminfo, uptime_s
+from agent.jobs.toolkit.output import JobError, Output
 from agent.sites import write_atomically
 from agent.state import open_lock_file
-from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import AlertSet, IdArgs, MetricsHistory
+from contract.job_kinds.base import IdArgs, NoArgs
+from contract.job_kinds.metrics import AlertSet, MetricsHistory
 
 log = logging.getLogger("fleetdeck.agent.jobs")
-
-MEMINFO_FIELDS = {
-    "MemTotal": "total",
-    "MemFree": "free",
-    "MemAvailable": "available",
-    "Buffers": "buffers",
-    "Cached": "cached",
-    "SwapTotal": "swap_total",
-    "SwapFree": "swap_free",
-}
-
-
-def meminfo(path: str = "/proc/meminfo") -> dict[str, int]:
-    """The memory figures of /proc/meminfo, in bytes."""
-    memory: dict[str, int] = {}
-    with open(path) as f:
-        for line in f:
-            key, _, rest = line.partition(":")
-            if key in MEMINFO_FIELDS:
-                parts = rest.split()
-                if parts and parts[0].isdigit():
-                    memory[MEMINFO_FIELDS[key]] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
-    if "total" in memory and "available" in memory:
-        memory["used"] = memory["total"] - memory["available"]
-    return memory
-
-
-def disk(path: str) -> dict[str, Any]:
-    st = os.statvfs(path)
-    total, free, available = st.f_blocks * st.f_frsize, st.f_bfree * st.f_frsize, st.f_bavail * st.f_frsize
-    used = total - free
-    return {
-        "path": path,
-        "total": total,
-        "used": used,
-        "free": free,
-        "available": available,
-        "used_percent": round(100 * used / (used + available), 1) if used + available else 0.0,
-        "inodes_total": st.f_files,
-        "inodes_free": st.f_ffree,
-    }
-
-
-def uptime_s() -> float:
-    with open("/proc/uptime") as f:
-        return float(f.read().split()[0])
 
 
 def cpu_times(path: str = "/proc/stat") -> tuple[int, int]:

@@ -4,7 +4,7 @@ Where PID 1 is systemd (``/run/systemd/system`` exists, what ``sd_booted()`` che
 layout's ``init`` section may say so instead) they are systemd units: ``systemctl
 list-units|show|<action>`` and ``journalctl -u``. Otherwise they are the Debian init scripts:
 ``service --status-all``, ``service <name> <action>``, ``update-rc.d`` for the boot links
-(``agent.jobs.host.system_argv`` builds every action's argv), and, without a journal, the log
+(``agent.jobs.toolkit.host.system_argv`` builds every action's argv), and, without a journal, the log
 files a service is known to write (`SYSV_LOG_FILES`).
 
 A change that is already in place says so and ends 0 (start of a running service, enable of an
@@ -22,11 +22,12 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output, RunFunction, handler
-from agent.jobs.host import INIT_D, InitLayout, system_argv, sysv_enabled
-from agent.jobs.proc import capture_command, require, stream_command
+from agent.jobs.toolkit.base import JobContext, RunFunction, handler
+from agent.jobs.toolkit.host import INIT_D, InitLayout, system_argv, sysv_enabled
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.proc import capture_command, require, stream_command
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import ServiceArgs, ServiceLogs, ServiceStop
+from contract.job_kinds.service import ServiceArgs, ServiceLogs, ServiceStop
 
 SHOW_PROPERTIES = "LoadState,ActiveState,SubState,Description,MainPID,UnitFileState"
 ENABLED_STATES = {"enabled": True, "enabled-runtime": True, "alias": True, "disabled": False, "masked": False}

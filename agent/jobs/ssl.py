@@ -12,7 +12,7 @@ On disk, in the agent's state folder::
     ssl-installed/<slug>/<n>/  a certificate installed from the site's files
     ssl-sites/<slug>.json      how the site's certificate came and whether it renews itself
 
-The site's server block (`agent.jobs.site_web`) adds its TLS listener while ``ssl/<slug>`` holds
+The site's server block (`agent.jobs.toolkit.site_web`) adds its TLS listener while ``ssl/<slug>`` holds
 both files; every change here re-renders it, and when nginx refuses the result (``nginx -t``)
 the previous link comes back and the job ends 78. Renewal: `ssl.renew` now, and the agent's
 renewal loop (`keep_sites_renewed`) for the certificates whose auto-renew is on.
@@ -37,11 +37,12 @@ import trio
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from agent.jobs.base import JobContext, JobError, Output, handler, rfc3339
-from agent.jobs.common import find_site
-from agent.jobs.host import reload_nginx
-from agent.jobs.proc import capture_command, require
-from agent.jobs.site_files import open_site_input
+from agent.jobs.toolkit.base import JobContext, handler, rfc3339
+from agent.jobs.toolkit.common import find_site
+from agent.jobs.toolkit.host import reload_nginx
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.proc import capture_command, require
+from agent.jobs.toolkit.site_files import open_site_input
 from agent.load_balancers.acme import (
     LETS_ENCRYPT_DIRECTORY,
     RENEWAL_CHECK_S,
@@ -56,8 +57,8 @@ from agent.load_balancers.acme import (
     revoke_certificate,
 )
 from agent.sites import Site, write_atomically
-from contract.job_kinds.base import NoArgs
-from contract.job_kinds.web import DomainArgs, SslAutoRenew, SslInstall, SslIssue, SslRenew, SslRevoke
+from contract.job_kinds.base import DomainArgs, NoArgs
+from contract.job_kinds.ssl import SslAutoRenew, SslInstall, SslIssue, SslRenew, SslRevoke
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 
@@ -152,7 +153,7 @@ async def _switch(
     """Make `target` the site's certificate and re-render its server block; when nginx refuses
     it, the previous certificate and record come back (and the JobError goes on). `new_files`:
     the files behind an unchanged `target` changed (a renewal), so nginx reloads to read them."""
-    from agent.jobs.site_web import apply_site_web
+    from agent.jobs.toolkit.site_web import apply_site_web
 
     before, before_meta = _pointed(ctx, site), read_site_cert(ctx, site)
     await trio.to_thread.run_sync(_point, ctx, site, target)
@@ -196,7 +197,7 @@ def acme_settings(ctx: JobContext, meta: SiteCert) -> AcmeSettings:
 
 
 def _challenges(ctx: JobContext) -> FileChallenges:
-    from agent.jobs.site_web import acme_challenge_dir
+    from agent.jobs.toolkit.site_web import acme_challenge_dir
 
     return FileChallenges(Path(acme_challenge_dir(ctx)))
 
@@ -224,7 +225,7 @@ async def _obtain(ctx: JobContext, site: Site, meta: SiteCert, out: Output, *, f
 def _served_names(ctx: JobContext, site: Site) -> set[str]:
     """The names the site's server blocks answer, each with its challenge folder: its domain, its
     aliases, and the www or bare form its www redirect adds. Blocking."""
-    from agent.jobs.site_web import settings_of
+    from agent.jobs.toolkit.site_web import settings_of
 
     web = settings_of(ctx.sites.entry(site.domain) or {}, ctx.site_home(site.slug))
     names = {web.domain, *web.aliases}
@@ -316,6 +317,11 @@ def forget_site_certificates(ctx: JobContext, site: Site) -> bool:
     _write_meta(ctx, site, None)
     _remove_files(ctx, site)
     return had
+
+
+async def forget_site(ctx: JobContext, site: Site, out: Output) -> bool:
+    """`forget_site_certificates` for ``site delete`` (`agent.jobs.toolkit.site_teardown`)."""
+    return await trio.to_thread.run_sync(forget_site_certificates, ctx, site)
 
 
 async def _auto_renew(args: SslAutoRenew, ctx: JobContext, out: Output) -> int:

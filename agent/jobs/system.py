@@ -17,10 +17,11 @@ from typing import Any
 import trio
 
 from agent.files.jail import kernel_protections
-from agent.jobs.base import JobContext, JobError, Output, handler
-from agent.jobs.host import SystemLayout
-from agent.jobs.metrics import meminfo, uptime_s
-from agent.jobs.proc import capture_command, require, stream_command, which
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.host import SystemLayout
+from agent.jobs.toolkit.machine import meminfo, uptime_s
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.proc import capture_command, require, stream_command, which
 from agent.sites import write_atomically
 from contract.job_kinds.base import NoArgs
 from contract.job_kinds.system import HostnameSet, LocaleSet, Processes, Reboot, SwapSet, TimezoneSet

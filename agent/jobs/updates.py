@@ -28,11 +28,12 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler, rfc3339
-from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, require, stream_command, tool_env, which
+from agent.jobs.toolkit.base import JobContext, handler, rfc3339
+from agent.jobs.toolkit.output import EXIT_REFUSED, JobError, Output
+from agent.jobs.toolkit.proc import APT_WAITS_FOR_ITS_LOCK, apt_env, capture_command, require, stream_command, which
 from agent.sites import write_atomically
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import Package, UpdatesApply, UpdatesAuto, UpdatesHistory, UpdatesSecurity
+from contract.job_kinds.updates import Package, UpdatesApply, UpdatesAuto, UpdatesHistory, UpdatesSecurity
 
 REBOOT_REQUIRED = "/run/reboot-required"
 AUTO_FILE = "20auto-upgrades"
@@ -188,10 +189,6 @@ async def _history(args: UpdatesHistory, ctx: JobContext, out: Output) -> int:
 
 
 # --- installing ----------------------------------------------------------------------------
-
-
-def apt_env() -> dict[str, str]:
-    return tool_env(DEBIAN_FRONTEND="noninteractive", APT_LISTCHANGES_FRONTEND="none", NEEDRESTART_MODE="l")
 
 
 async def apt_get(out: Output, command: list[str], *, simulate: bool) -> None:

@@ -17,12 +17,11 @@ from pathlib import Path
 
 import trio
 
-from agent.jobs.base import Output
-from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, which
-from agent.jobs.updates import apt_env
+from agent.jobs.toolkit.output import Output
+from agent.jobs.toolkit.proc import APT_WAITS_FOR_ITS_LOCK, apt_env, capture_command, which
 from agent.load_balancers.acme import CertFiles
 from agent.load_balancers.settings import LbSettings
-from contract.job_kinds.load_balancers import LbApply
+from contract.job_kinds.lb import LbApply
 
 log = logging.getLogger("fleetdeck.agent.lb")
 

@@ -29,13 +29,13 @@ from pathlib import Path
 import trio
 
 from agent import unix_sockets
-from agent.jobs.host import systemd_running
-from agent.jobs.proc import capture_command, pid_alive, read_pid, tool_env, which
+from agent.jobs.toolkit.host import systemd_running
+from agent.jobs.toolkit.proc import capture_command, pid_alive, read_pid, tool_env, which
 from agent.load_balancers.engine import Engine, RenderInput, host_port, ipv6_available, log_offset, log_since
 from agent.load_balancers.engine import wait_for as poll_until
 from agent.load_balancers.nginx import ACME_PATH
 from agent.sites import write_atomically
-from contract.job_kinds.load_balancers import LbApply
+from contract.job_kinds.lb import LbApply
 
 BALANCE = {"round_robin": "roundrobin", "least_conn": "leastconn", "ip_hash": "source"}
 HARD_STOP_AFTER = "30s"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from agent.link.call import Call, Handler
-from contract.job_kinds.load_balancers import LbApply, LbBackend
+from contract.job_kinds.lb import LbApply, LbBackend
 from contract.link.protocol import RpcError
 from contract.load_balancers import BackendHealth as BackendHealthName
 from contract.load_balancers import BackendReport, BackendStats, LbHealthReport

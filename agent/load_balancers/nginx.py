@@ -25,9 +25,9 @@ import os
 import signal
 from pathlib import Path
 
-from agent.jobs.base import Output
-from agent.jobs.host import nginx_reload_took, systemd_running
-from agent.jobs.proc import capture_command, child_pids, pid_alive, read_pid, which
+from agent.jobs.toolkit.host import nginx_reload_took, systemd_running
+from agent.jobs.toolkit.output import Output
+from agent.jobs.toolkit.proc import capture_command, child_pids, pid_alive, read_pid, which
 from agent.load_balancers.engine import (
     Engine,
     RenderInput,
@@ -38,7 +38,7 @@ from agent.load_balancers.engine import (
     wait_for,
 )
 from agent.sites import write_atomically
-from contract.job_kinds.load_balancers import LbApply
+from contract.job_kinds.lb import LbApply
 
 ACME_PATH = "/.well-known/acme-challenge/"
 SYSTEM_CONF_DIR = Path("/etc/nginx/conf.d")

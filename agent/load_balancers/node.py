@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 import trio
 
-from agent.jobs.base import JobError, Output
+from agent.jobs.toolkit.output import JobError, Output
 from agent.load_balancers.acme import (
     AcmeError,
     CertFiles,
@@ -37,7 +37,7 @@ from agent.load_balancers.health import HealthMonitor
 from agent.load_balancers.nginx import Nginx, restore
 from agent.load_balancers.settings import LbSettings
 from agent.sites import write_atomically
-from contract.job_kinds.load_balancers import LbApply, LbRemove
+from contract.job_kinds.lb import LbApply, LbRemove
 from contract.load_balancers import LbApplyOutcome, LbHealthReport
 
 log = logging.getLogger("fleetdeck.agent.lb")

@@ -7,9 +7,12 @@ minimum plan and its secret fields. `JobKind.build(args)` validates the argument
 every argv value against the central rule of `argtypes` and splits the secrets out: a secret never
 enters the argv, it travels beside it in `BuiltJob.secrets`.
 
-Adding a kind is adding one `kind(...)` entry in the module of its area (`web`, `data`,
-`containers`, `load_balancers`, `system`, `ai`); the rules of `base` (groups and plans per
-domain, flags from field names, `--json`, the checks) apply to it without it having to say so.
+Adding a kind is adding one `kind(...)` entry to the `KINDS` of its domain's module, which is
+named as the domain (`site.py` holds `site.*`, `lb.py` holds `lb.*`); adding a domain is adding
+that module (and its policy in `base.DOMAINS`): the catalog is every module of this package but
+the shared `argtypes`, `allowlists` and `base`, found by scanning, not listed by hand. The rules of
+`base` (groups and plans per domain, flags from field names, `--json`, the checks) apply to a kind
+without it having to say so.
 `JobKind.parse(argv, secrets)` is the inverse of `build`: the agent validates the argv it is
 given into the same model, so both sides of a job obey one definition.
 
@@ -19,6 +22,8 @@ Public API: `JobKind`, `BuiltJob`, `Group`, `CATALOG`, `lookup`, `json_schemas`.
 from __future__ import annotations
 
 import copy
+import importlib
+import pkgutil
 import types
 from collections.abc import Mapping
 from functools import cache
@@ -26,13 +31,33 @@ from typing import Any
 
 from contract.job_kinds.base import DOMAINS, BuiltJob, Group, JobKind
 
-__all__ = ["CATALOG", "DOMAINS", "BuiltJob", "Group", "JobKind", "json_schemas", "lookup"]
+__all__ = [
+    "CATALOG",
+    "DOMAINS",
+    "SHARED_MODULES",
+    "BuiltJob",
+    "Group",
+    "JobKind",
+    "domain_modules",
+    "json_schemas",
+    "lookup",
+]
+
+# The modules of this package that are not a domain: the argument types and rules every domain uses.
+SHARED_MODULES = frozenset({"argtypes", "allowlists", "base"})
 
 
-def _assemble(*groups: list[JobKind]) -> Mapping[str, JobKind]:
+def domain_modules() -> list[str]:
+    """The names of this package's domain modules (each named as its domain), sorted."""
+    return sorted(info.name for info in pkgutil.iter_modules(__path__) if info.name not in SHARED_MODULES)
+
+
+def _assemble(domains: Mapping[str, list[JobKind]]) -> Mapping[str, JobKind]:
     catalog: dict[str, JobKind] = {}
-    for group in groups:
-        for entry in group:
+    for domain, kinds in domains.items():
+        for entry in kinds:
+            if entry.domain != domain:
+                raise ValueError(f"job kind {entry.kind} is declared in module {domain}, not in {entry.domain}")
             if entry.kind in catalog:
                 raise ValueError(f"job kind {entry.kind} is declared twice")
             catalog[entry.kind] = entry
@@ -47,9 +72,7 @@ CATALOG: Mapping[str, JobKind]
 
 @cache
 def _catalog() -> Mapping[str, JobKind]:
-    from contract.job_kinds import ai, containers, data, load_balancers, system, web
-
-    return _assemble(web.KINDS, data.KINDS, containers.KINDS, load_balancers.KINDS, system.KINDS, ai.KINDS)
+    return _assemble({name: importlib.import_module(f"{__name__}.{name}").KINDS for name in domain_modules()})
 
 
 def __getattr__(name: str) -> Any:

@@ -28,7 +28,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from contract.job_kinds.argtypes import value_problem
+from contract.job_kinds.argtypes import DomainName, Id, RelativePath, Slug, Username, value_problem
 from contract.models import Plan
 
 Group = Literal["observe", "content", "infra", "sysadmin"]
@@ -44,6 +44,32 @@ class Args(BaseModel):
 
 class NoArgs(Args):
     """No arguments."""
+
+
+# --- argument models several domains share ------------------------------------------------------
+
+
+class DomainArgs(Args):
+    domain: DomainName
+
+
+class OptionalDomain(Args):
+    domain: DomainName | None = None
+
+
+class NameArgs(Args):
+    name: Slug
+
+
+class IdArgs(Args):
+    id: Id
+
+
+class UserArgs(Args):
+    username: Username
+
+
+FilePath = RelativePath  # a path relative to its scope (the site, or the home)
 
 
 @dataclass(frozen=True)

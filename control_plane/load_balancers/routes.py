@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 
 from contract.errors import Conflict, ImmutableField, LiteServer, NotFound, ValidationFailed
 from contract.job_kinds import JobKind, lookup
-from contract.job_kinds.load_balancers import LbApply, LbHealthCheck, LbRemove
+from contract.job_kinds.lb import LbApply, LbHealthCheck, LbRemove
 from contract.load_balancers import (
     ApplyStarted,
     Backend,

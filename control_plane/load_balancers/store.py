@@ -9,7 +9,7 @@ import orjson
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from contract.job_kinds.load_balancers import LbApply, LbBackend
+from contract.job_kinds.lb import LbApply, LbBackend
 from contract.load_balancers import LbApplyOutcome, LbHealthReport
 from control_plane.auth.secrets import new_id
 from control_plane.clock import now_iso

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from agent.jobs.host import php_fpm_versions
+from agent.jobs.toolkit.host import php_fpm_versions
 from api_client import SSEParser
 from tests.helpers.stacks import AgentProcess, Stack
 from tests.helpers.web_services import (
@@ -88,7 +88,7 @@ class Hosting:
         return self.stack.http(self.token)
 
     def configure(self, section: str, values: dict[str, Any]) -> None:
-        """Add (or replace) one section of the agent's host layout (`agent.jobs.host.HostLayout`)."""
+        """Add (or replace) one section of the agent's host layout (`agent.jobs.toolkit.host.HostLayout`)."""
         self.layout[section] = values
         temporary = self.layout_file.with_suffix(".tmp")
         temporary.write_text(json.dumps(self.layout, indent=2))

@@ -19,8 +19,9 @@ from typing import Any
 import httpx
 import trio
 
-from agent.jobs.base import STDERR, STDOUT, JobContext, Output, run_kind
 from agent.jobs.kinds import all_kinds
+from agent.jobs.toolkit.base import JobContext, run_kind
+from agent.jobs.toolkit.output import STDERR, STDOUT, Output
 from agent.load_balancers.node import LbNode
 from api_client import Client
 from contract.job_kinds import lookup

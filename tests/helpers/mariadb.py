@@ -59,7 +59,7 @@ class MariaDb:
         return done.stdout
 
     def layout(self) -> dict[str, Any]:
-        """This server as the agent's host layout describes it (`agent.jobs.host.MariaDbLayout`)."""
+        """This server as the agent's host layout describes it (`agent.jobs.toolkit.host.MariaDbLayout`)."""
         admin = ["mariadb-admin", "--no-defaults", f"--socket={self.socket}", "--user=root"]
         commands = {"status": [*admin, "ping"], "reload": [*admin, "reload"], "stop": [*admin, "shutdown"]}
         return {"socket": str(self.socket), "control": {"unit": "mariadb", "commands": commands}}

@@ -23,7 +23,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Input, Label, Select, Static
 
 from api_client import Server
-from contract.job_kinds.load_balancers import LbHealthCheck
+from contract.job_kinds.lb import LbHealthCheck
 from contract.load_balancers import (
     DEFAULT_BACKEND_PORT,
     BackendCreate,

@@ -26,9 +26,10 @@ from typing import Any
 
 import orjson
 
-from agent.jobs.base import JobContext, JobError
-from agent.jobs.host import PostgresLayout
-from agent.jobs.proc import capture_command, require, tool_env
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.host import PostgresLayout
+from agent.jobs.toolkit.output import JobError
+from agent.jobs.toolkit.proc import capture_command, require, tool_env
 
 PSQL_EXIT_CONNECTION = 2  # psql: the connection failed (or went bad)
 SCRIPT_HEAD = "\\set ON_ERROR_STOP on\n\\set VERBOSITY terse\n"

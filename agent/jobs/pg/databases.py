@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler
 from agent.jobs.pg.client import PgUnreachable, Postgres
 from agent.jobs.pg.importer import OWNER_ROLE_PREFIX
-from agent.jobs.proc import require, stream_command
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.output import EXIT_MISSING, JobError, Output
+from agent.jobs.toolkit.proc import require, stream_command
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.data import PgCreate, PgDrop, PgExtensionAdd, PgNameArgs, PgSize, PgVacuum
+from contract.job_kinds.pg import PgCreate, PgDrop, PgExtensionAdd, PgNameArgs, PgSize, PgVacuum
 
 _STATUS = """
 SELECT current_setting('server_version') AS version,

@@ -1,7 +1,7 @@
 """``pg dump|restore``: a database into a file of a site, and back.
 
 ``pg_dump --verbose`` runs as the layout's OS user and writes to a temporary file the agent made
-inside the site's jail (`agent.jobs.site_files`), renamed into place once pg_dump succeeded: the
+inside the site's jail (`agent.jobs.toolkit.site_files`), renamed into place once pg_dump succeeded: the
 site's user owns the dump (mode 0600), and a failed dump leaves the previous file as it was. Its
 progress (a line per table) streams as it goes. A plain dump is written with ``--clean
 --if-exists`` (restoring it replaces the objects it holds), gzipped by pg_dump itself with
@@ -39,14 +39,15 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import STDERR, JobContext, JobError, Output, handler
-from agent.jobs.common import Account, find_site, site_account
 from agent.jobs.pg.client import PSQL_EXIT_CONNECTION, SCRIPT_HEAD, Postgres, psql_message
 from agent.jobs.pg.databases import database_exists, require_database
 from agent.jobs.pg.importer import Importer, importer
-from agent.jobs.proc import capture_command, require, stream_command
-from agent.jobs.site_files import SiteOutput, open_site_input
-from contract.job_kinds.data import PgDump, PgRestore
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.common import Account, find_site, site_account
+from agent.jobs.toolkit.output import STDERR, JobError, Output
+from agent.jobs.toolkit.proc import capture_command, require, stream_command
+from agent.jobs.toolkit.site_files import SiteOutput, open_site_input
+from contract.job_kinds.pg import PgDump, PgRestore
 
 GZIP_LEVEL = 6
 READ_CHUNK = 1024 * 1024

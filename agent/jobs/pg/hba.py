@@ -24,12 +24,13 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
 from agent.jobs.pg.client import Postgres
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.output import EXIT_REFUSED, JobError, Output
 from agent.sites import write_atomically
 from agent.state import open_lock_file
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.data import PgAllow
+from contract.job_kinds.pg import PgAllow
 
 BEGIN = "# BEGIN fleetdeck: remote logins allowed by the fleetdeck agent (pg allow-add); edits inside are overwritten"
 END = "# END fleetdeck"

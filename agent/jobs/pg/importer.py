@@ -39,9 +39,9 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import JobError, Output
 from agent.jobs.pg.client import CONNECT_TIMEOUT_S, Postgres, scram_verifier
-from agent.jobs.proc import tool_env
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.proc import tool_env
 from contract.job_kinds.argtypes import AGENT_DB_ROLE_PREFIX
 
 IMPORTER_PREFIX = f"{AGENT_DB_ROLE_PREFIX}importer_"

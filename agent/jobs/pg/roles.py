@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from pydantic import SecretStr
 
-from agent.jobs.base import JobContext, JobError, Output, handler
 from agent.jobs.pg.client import Postgres, scram_verifier
 from agent.jobs.pg.databases import require_database
 from agent.jobs.pg.importer import database_owner, database_owner_role
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.output import JobError, Output
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.data import PgGrant, PgRevoke, PgUser, PgUserCreate, PgUserPassword
+from contract.job_kinds.pg import PgGrant, PgRevoke, PgUser, PgUserCreate, PgUserPassword
 
 _ROLES = """
 SELECT r.rolname AS name, r.rolcanlogin AS login, r.rolsuper AS superuser, r.rolcreatedb AS createdb,

@@ -4,7 +4,7 @@ Only directives of the allow-list (`contract.job_kinds.allowlists.PHP_INI`) with
 bounds: the job's argv is parsed into the catalog's model, which refuses anything else (exit 2).
 For a site (``ini-set``) a directive is a ``php_admin_value[KEY]`` line of the site's FPM pool (the
 site's code cannot override it), kept in its registry entry (``php_ini``) from which
-`agent.jobs.site_web` renders the pool. For a whole version (``ini-global-set``, sysadmin) it goes to
+`agent.jobs.toolkit.site_web` renders the pool. For a whole version (``ini-global-set``, sysadmin) it goes to
 ``99-fleetdeck.ini`` in the conf.d of FPM and of the CLI (read after Debian's files, so it wins, and
 ``php.ini`` itself stays the package's); that file is rewritten with allowed directives only, so
 one written before the allow-list (``opcache.preload``...) goes with the next change, and at the
@@ -24,10 +24,12 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
-from agent.jobs.common import find_site
-from agent.jobs.host import php_fpm_versions
-from agent.jobs.php.fpm import (
+from agent.jobs.php.pools import set_site_ini, site_pool
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.common import find_site
+from agent.jobs.toolkit.host import php_fpm_versions
+from agent.jobs.toolkit.output import EXIT_REFUSED, JobError, Output
+from agent.jobs.toolkit.php_fpm import (
     FileTrial,
     PhpPaths,
     change_checked,
@@ -41,10 +43,9 @@ from agent.jobs.php.fpm import (
     set_directive,
     unquoted,
 )
-from agent.jobs.php.pools import set_site_ini, site_pool
-from agent.jobs.proc import capture_command
+from agent.jobs.toolkit.proc import capture_command
 from contract.job_kinds.allowlists import PHP_INI, setting_problem
-from contract.job_kinds.web import PhpIniGet, PhpIniGlobalSet, PhpIniSet
+from contract.job_kinds.php import PhpIniGet, PhpIniGlobalSet, PhpIniSet
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 

@@ -16,10 +16,11 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler
-from agent.jobs.php.fpm import SAPIS, FileTrial, PhpPaths, change_checked, php_paths, reload_after_change
-from agent.jobs.proc import capture_command
-from contract.job_kinds.web import PhpModuleArgs, PhpVersionArgs
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.output import EXIT_MISSING, JobError, Output
+from agent.jobs.toolkit.php_fpm import SAPIS, FileTrial, PhpPaths, change_checked, php_paths, reload_after_change
+from agent.jobs.toolkit.proc import capture_command
+from contract.job_kinds.php import PhpModuleArgs, PhpVersionArgs
 
 DEFAULT_PRIORITY = 20
 _PRIORITY = re.compile(r"^\s*;\s*priority\s*=\s*(\d+)", re.MULTILINE)

@@ -1,8 +1,8 @@
 """``php set|pool-set|opcache-reset`` and the site side of ``ini-set``: a site's PHP-FPM pool.
 
 The pool (``<pool_dir>/fleetdeck-<slug>.conf``) is rendered from the site's registry entry by
-`agent.jobs.site_web.apply_site_web`, never edited in place: these kinds change the entry (``php``,
-``pool``, ``php_ini``) and render it again (`agent.jobs.site_settings.change_site`), which checks
+`agent.jobs.toolkit.site_web.apply_site_web`, never edited in place: these kinds change the entry (``php``,
+``pool``, ``php_ini``) and render it again (`agent.jobs.site.settings.change_site`), which checks
 the pool with ``php-fpm -t``, moves it to the version's pool folder, and reloads the FPMs it
 touched. A refusal there (78) puts the entry back too, so the entry and the files stay in step.
 """
@@ -14,14 +14,15 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output, handler
-from agent.jobs.common import find_site
-from agent.jobs.php.fpm import PhpPaths, parse_fcgi_json, php_paths
-from agent.jobs.proc import capture_command, require, tool_env
-from agent.jobs.site_settings import change_site
-from agent.jobs.site_web import mapping, pool_path, socket_path
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.common import find_site
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.php_fpm import PhpPaths, parse_fcgi_json, php_paths
+from agent.jobs.toolkit.proc import capture_command, require, tool_env
+from agent.jobs.toolkit.site_web import change_site, mapping, pool_path, socket_path
 from agent.sites import Site
-from contract.job_kinds.web import DomainArgs, PhpPool, PhpSet
+from contract.job_kinds.base import DomainArgs
+from contract.job_kinds.php import PhpPool, PhpSet
 
 OPCACHE_TIMEOUT_S = 30.0
 # The fixed script the agent runs through a site's pool to reset the opcache; it lives outside

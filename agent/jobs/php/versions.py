@@ -8,46 +8,27 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output, handler
-from agent.jobs.common import user_name_of
-from agent.jobs.host import php_fpm_versions, php_installed
-from agent.jobs.php.fpm import (
+from agent.jobs.php.modules import enable_module
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.common import user_name_of
+from agent.jobs.toolkit.host import php_installed
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.php_fpm import (
     PhpPaths,
     control_fpm,
+    default_version,
     fpm_pools,
     fpm_processes,
     master_pid,
-    parse_alternatives,
     parse_fcgi_json,
     php_paths,
     workers,
 )
-from agent.jobs.php.modules import enable_module
-from agent.jobs.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, require, stream_command, tool_env, which
+from agent.jobs.toolkit.proc import APT_WAITS_FOR_ITS_LOCK, capture_command, require, stream_command, tool_env, which
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.web import PhpModuleArgs, PhpVersionArgs
+from contract.job_kinds.php import PhpModuleArgs, PhpVersionArgs
 
 STATUS_TIMEOUT_S = 5.0
-
-
-async def default_version() -> str | None:
-    """The version ``php`` runs (the Debian alternative), None when there is no alternative."""
-    tool = which("update-alternatives")
-    if tool is None:
-        return None
-    code, text, _err = await capture_command([tool, "--query", "php"])
-    return parse_alternatives(text) if code == 0 else None
-
-
-async def version_for_new_site() -> str | None:
-    """The PHP a new php or wordpress site runs when none is asked for: the server's default (the
-    ``php`` alternative, which its admin sets) when it has an FPM, else the newest FPM; None
-    without any."""
-    fpms = await trio.to_thread.run_sync(php_fpm_versions)
-    default = await default_version()
-    if default in fpms:
-        return default
-    return fpms[-1] if fpms else None
 
 
 async def _versions(args: NoArgs, ctx: JobContext, out: Output) -> int:

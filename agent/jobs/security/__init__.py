@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.jobs.base import JobContext, JobError, Output, handler
-from agent.jobs.proc import which
 from agent.jobs.security import fail2ban, firewall, malware, sshd
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.proc import which
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import SshSet
+from contract.job_kinds.security import SshSet
 
 
 async def _part(name: str, ctx: JobContext) -> dict[str, Any]:

@@ -8,8 +8,8 @@ import os
 
 import trio
 
-from agent.jobs.base import EXIT_REFUSED, JobError
-from agent.jobs.proc import capture_command
+from agent.jobs.toolkit.output import EXIT_REFUSED, JobError
+from agent.jobs.toolkit.proc import capture_command
 from agent.sites import write_atomically
 
 

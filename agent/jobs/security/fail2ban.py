@@ -13,10 +13,11 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output
-from agent.jobs.proc import capture_command, require
 from agent.jobs.security.checked import replace_checked
-from contract.job_kinds.system import Fail2banBan, Fail2banJail, Fail2banStatus
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.proc import capture_command, require
+from contract.job_kinds.security import Fail2banBan, Fail2banJail, Fail2banStatus
 
 NUMBERS = {
     "Currently failed": "currently_failed",

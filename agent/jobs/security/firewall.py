@@ -25,13 +25,14 @@ from typing import Any
 import orjson
 import trio
 
-from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError, Output
-from agent.jobs.proc import capture_command, require, which
 from agent.jobs.security.sshd import effective
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.output import EXIT_MISSING, EXIT_REFUSED, JobError, Output
+from agent.jobs.toolkit.proc import capture_command, require, which
 from agent.sites import write_atomically
 from agent.state import open_lock_file
 from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import FirewallDelete, FirewallRule
+from contract.job_kinds.security import FirewallDelete, FirewallRule
 
 RECORD = "firewall.json"
 KERNEL_REFUSALS = ("Operation not permitted", "Protocol not supported", "Address family not supported")

@@ -18,11 +18,12 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output
-from agent.jobs.host import control_service
-from agent.jobs.proc import capture_command, require
 from agent.jobs.security.checked import read_or_none, replace_checked
-from contract.job_kinds.system import SshSet
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.host import control_service
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.proc import capture_command, require
+from contract.job_kinds.security import SshSet
 
 DROPIN = "00-fleetdeck.conf"
 KEYWORDS = ("Port", "PasswordAuthentication", "KbdInteractiveAuthentication", "PermitRootLogin")

@@ -19,37 +19,19 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import orjson
 from pydantic import ValidationError
 
 from agent.files.entries import rfc3339 as rfc3339  # the one formatter, here for the job kinds
 from agent.files.jail import storage_refusal
+from agent.jobs.toolkit.host import DEFAULT_LAYOUT, HostLayout, LayoutFile
+from agent.jobs.toolkit.output import STDERR, JobError, Output
 from agent.sites import SiteRegistry
 from contract.job_kinds import JobKind, lookup
 from contract.link.protocol import RpcError, single_error
 
 log = logging.getLogger("fleetdeck.agent.jobs")
-
-if TYPE_CHECKING:
-    from agent.jobs.host import HostLayout, LayoutFile
-
-STDOUT = "stdout"
-
-# Exit codes every handler shares (documented in docs/jobs.md). 1 is any other failure, 2 refused
-# arguments, 127 "this agent has no handler for the kind" (and nothing else).
-EXIT_MISSING = 69  # the software the kind drives is not installed (the stderr line names the Debian package)
-EXIT_REFUSED = 78  # the tool's own validation refused the change (nginx -t, visudo -c, ...): nothing changed
-STDERR = "stderr"
-
-
-class JobError(Exception):
-    """A handler's clean failure: its message becomes the one stderr line, with `exit_code`."""
-
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
@@ -71,9 +53,7 @@ class JobContext:
 
     @property
     def host(self) -> HostLayout:
-        """Where this server's services keep their configuration, now (see `agent.jobs.host`)."""
-        from agent.jobs.host import DEFAULT_LAYOUT
-
+        """Where this server's services keep their configuration, now (see `agent.jobs.toolkit.host`)."""
         return self.layout.current() if self.layout is not None else DEFAULT_LAYOUT
 
     def site_home(self, slug: str) -> str:
@@ -81,75 +61,6 @@ class JobContext:
 
     def with_secrets(self, secrets: Mapping[str, str]) -> JobContext:
         return replace(self, secrets=dict(secrets), as_json=False)
-
-
-# --- output ------------------------------------------------------------------------------
-
-
-class Output:
-    """Where a handler writes its lines. Writing never waits; `drain` is the one await point a
-    handler producing many lines calls between blocks (the job manager may hold it there while a
-    live reader lags far behind)."""
-
-    pretty = False
-
-    def lines(self, stream: str, texts: list[str]) -> None:
-        raise NotImplementedError
-
-    def stdout(self, text: str) -> None:
-        self.lines(STDOUT, text.split("\n"))
-
-    def stderr(self, text: str) -> None:
-        self.lines(STDERR, text.split("\n"))
-
-    def json(self, obj: Any) -> None:
-        """A read's result on stdout: compact (one line) for the control plane, pretty on a terminal."""
-        option = orjson.OPT_INDENT_2 if self.pretty else 0
-        self.stdout(orjson.dumps(obj, option=option | orjson.OPT_NON_STR_KEYS).decode())
-
-    def result(self, obj: Any, *, as_json: bool) -> None:
-        """`obj` as JSON, or (without ``--json``) as plain text for a person."""
-        if as_json:
-            self.json(obj)
-        else:
-            self.lines(STDOUT, human(obj))
-
-    async def drain(self) -> None:
-        return None
-
-
-def human(obj: Any, indent: str = "") -> list[str]:
-    """A plain-text rendering of a JSON result: ``key: value`` lines and tables of records."""
-    if isinstance(obj, dict):
-        lines: list[str] = []
-        for key, value in obj.items():
-            if isinstance(value, dict | list) and value:
-                lines.append(f"{indent}{key}:")
-                lines.extend(human(value, indent + "  "))
-            else:
-                lines.append(f"{indent}{key}: {_scalar(value)}")
-        return lines
-    if isinstance(obj, list):
-        if obj and all(isinstance(item, dict) for item in obj):
-            columns = [key for key in obj[0] if not isinstance(obj[0][key], dict | list)]
-            rows = [[_scalar(item.get(key)) for key in columns] for item in obj]
-            widths = [max(len(str(c)), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
-            table = [[c.upper() for c in columns], *rows]
-            return [
-                indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in table
-            ]
-        return [f"{indent}- {_scalar(item)}" for item in obj] or [f"{indent}(none)"]
-    return [indent + _scalar(obj)]
-
-
-def _scalar(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, dict | list):
-        return orjson.dumps(value).decode()
-    return str(value)
 
 
 # --- kinds ---------------------------------------------------------------------------------
@@ -182,7 +93,18 @@ class Kind:
 
 
 def handler(kind: str, run: RunFunction) -> Kind:
-    """The handler of the catalog kind `kind` (a name the catalog does not know fails at import)."""
+    """The handler of the catalog kind `kind`: what a domain module lists in its ``KINDS``.
+
+    Why: the kind's arguments are the catalog's model (`JobKind.parse` validates the argv into it),
+    so the handler never parses an argv of its own.
+
+    Args:
+        kind: ``<domain>.<action>``, a kind of the catalog.
+        run: ``run(args, ctx, out) -> exit code``.
+
+    Raises:
+        ValueError: the catalog has no such kind (at import: the agent does not start).
+    """
     spec = lookup(kind)
     if spec is None:
         raise ValueError(f"{kind} is not a job kind of the catalog")
@@ -200,6 +122,11 @@ def argv_error_lines(kind: Kind, error: ValidationError) -> list[str]:
 
 
 def kind_table(kinds: Iterable[Kind]) -> dict[str, Kind]:
+    """The handler table of `kinds`, by kind name.
+
+    Raises:
+        ValueError: two handlers for one kind.
+    """
     table: dict[str, Kind] = {}
     for kind in kinds:
         if kind.name in table:

@@ -4,10 +4,10 @@ A site ``example.com`` lives in ``<home>/example-com`` (dots become dashes). As 
 gets a system user named after its folder (``useradd --system``, no login shell), owning the
 folder with ``public_html/`` (the profile's index file) and ``logs/`` (its own: cron's run
 histories, written as the site's user) inside. Its web server's and PHP's logs are not in its
-folder: they are in a folder of root's (`agent.jobs.site_web.site_log_dir`). The registry entry
-is written before the web server's files (`agent.jobs.site_web` renders them from it), and a
+folder: they are in a folder of root's (`agent.jobs.toolkit.site_web.site_log_dir`). The registry entry
+is written before the web server's files (`agent.jobs.toolkit.site_web` renders them from it), and a
 create (or a clone) that fails half-way undoes what it made, its files removed through the
-boundary (`agent.jobs.boundary`).
+boundary (`agent.jobs.toolkit.boundary`).
 
 Who reaches a site's files: its folder is ``<site user>:<group of nginx's user>`` (www-data),
 mode 0750. nginx's workers are in that group, so they enter and read ``public_html`` (0755); no
@@ -19,8 +19,8 @@ written again).
 
 ``site.delete`` works so that a site's user cannot stop it: it locks the account (no new login,
 cron job or su), removes its cron entries, daemons, server block and pool, kills every process of
-the user (`agent.jobs.boundary.stop_user_processes`), removes the files through descriptors
-(`agent.jobs.boundary.remove_tree`: a folder exchanged with a link is never followed), then the
+the user (`agent.jobs.toolkit.boundary.stop_user_processes`), removes the files through descriptors
+(`agent.jobs.toolkit.boundary.remove_tree`: a folder exchanged with a link is never followed), then the
 user, and only then the registry entry: a delete that stopped half-way (cancelled, or a step that
 failed) is finished by running it again.
 
@@ -45,8 +45,8 @@ from typing import Any, get_args
 import trio
 
 from agent.files.fdops import CancelToken
-from agent.jobs.base import EXIT_MISSING, JobContext, JobError, Output, handler, rfc3339
-from agent.jobs.boundary import (
+from agent.jobs.toolkit.base import JobContext, handler, rfc3339
+from agent.jobs.toolkit.boundary import (
     copy_tree,
     home_jail,
     in_thread,
@@ -54,15 +54,16 @@ from agent.jobs.boundary import (
     remove_site_tree,
     stop_user_processes,
 )
-from agent.jobs.common import Account, account_by_name, account_by_uid, current_account, find_site, user_name_of
-from agent.jobs.php.fpm import php_paths
-from agent.jobs.php.versions import version_for_new_site
-from agent.jobs.proc import capture_command, require, which
-from agent.jobs.site_web import apply_site_web, remove_site_web, settings_of, vhost_path
-from agent.jobs.storage import measure_path
+from agent.jobs.toolkit.common import Account, account_by_name, account_by_uid, current_account, find_site, user_name_of
+from agent.jobs.toolkit.disk_usage import measure_path
+from agent.jobs.toolkit.output import EXIT_MISSING, JobError, Output
+from agent.jobs.toolkit.php_fpm import php_paths, version_for_new_site
+from agent.jobs.toolkit.proc import capture_command, require, which
+from agent.jobs.toolkit.site_teardown import forget_site_in
+from agent.jobs.toolkit.site_web import apply_site_web, remove_site_web, settings_of, vhost_path
 from agent.sites import SLUG_RE, Site
-from contract.job_kinds.base import NoArgs
-from contract.job_kinds.web import DomainArgs, SiteClone, SiteCreate, SiteDelete, SiteProfile
+from contract.job_kinds.base import DomainArgs, NoArgs
+from contract.job_kinds.site import SiteClone, SiteCreate, SiteDelete, SiteProfile
 from contract.link.protocol import RpcError
 
 _O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -418,7 +419,7 @@ CLONED_FIELDS = (
 
 def _copy_tree(ctx: JobContext, source: str, target: str, account: Account, token: CancelToken) -> list[str]:
     """``<home>/<source>`` copied to ``<home>/<target>`` through the boundary
-    (`agent.jobs.boundary.copy_tree`: links as links, modes kept; FIFOs, sockets, devices and hard
+    (`agent.jobs.toolkit.boundary.copy_tree`: links as links, modes kept; FIFOs, sockets, devices and hard
     links to other users' files left out): what the source's user (and its group) owned is the new
     user's, the rest keeps its owner (a file of root's stays root's). What was left out."""
     with home_jail(ctx) as home, home.subjail(source) as tree:
@@ -503,18 +504,15 @@ async def _delete(args: SiteDelete, ctx: JobContext, out: Output) -> int:
 async def _take_down(ctx: JobContext, site: Site, *, keep_files: bool, out: Output) -> dict[str, Any]:
     """Each step of a delete, in the order that leaves the site's user no way to stop it; every
     step does nothing when it is done already, and the registry entry goes last."""
-    from agent.jobs import cron, daemon  # both import this family's helpers
-    from agent.jobs.ssl import forget_site_certificates  # ssl renders through this family's server block
-
     account = await _own_account(ctx, site)
     if account is not None:
         await _lock(account)  # first: nothing of the user's starts again while the rest goes
-    cron_removed = await cron.forget_site(ctx, site, out)
-    daemons_removed = await daemon.forget_site(ctx, site, out)
+    cron_removed = await forget_site_in("cron", ctx, site, out)
+    daemons_removed = await forget_site_in("daemon", ctx, site, out)
     web_removed = await remove_site_web(ctx, site)  # its pool: PHP-FPM starts no more workers as the user
     if account is not None:
         await stop_user_processes(account)
-    certificates_removed = await trio.to_thread.run_sync(forget_site_certificates, ctx, site)
+    certificates_removed = await forget_site_in("ssl", ctx, site, out)
     files_removed = False if keep_files else await _remove_site_files(ctx, site.slug)
     user_removed = None
     if account is not None:

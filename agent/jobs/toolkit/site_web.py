@@ -35,7 +35,7 @@ the site's user may read but not change, never one in the site's tree.
 Validation comes first: the pool is checked alone with ``php-fpm<version> -t -y`` before it is put
 in place, then nginx's whole configuration with ``nginx -t -c`` with the new server block in place;
 a refusal restores the previous files and raises a JobError with `EXIT_REFUSED`. Only then are
-the services reloaded (``agent.jobs.host.control_service``), each only when its file changed.
+the services reloaded (``agent.jobs.toolkit.host.control_service``), each only when its file changed.
 
 Links: the site's user may make symbolic links in its folder (``current`` is one), and nginx's
 workers read as www-data, which may enter every site. So a server block has ``disable_symlinks
@@ -55,16 +55,18 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
 import trio
 
-from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError
-from agent.jobs.common import Account, account_by_name, site_account
-from agent.jobs.host import HostLayout, NginxLayout, PhpLayout, control_service, php_fpm_versions, reload_nginx
-from agent.jobs.proc import capture_command, require, which
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.common import Account, account_by_name, site_account
+from agent.jobs.toolkit.host import HostLayout, NginxLayout, PhpLayout, control_service, php_fpm_versions, reload_nginx
+from agent.jobs.toolkit.output import EXIT_MISSING, EXIT_REFUSED, JobError
+from agent.jobs.toolkit.proc import capture_command, require, which
 from agent.sites import Site, write_atomically
 from agent.unix_sockets import SocketPathError, socket_name
 from contract.job_kinds.allowlists import PHP_INI_PER_SITE, setting_problem
@@ -174,6 +176,7 @@ def docroot_error(path: str) -> str | None:
 
 
 def mapping(value: Any) -> dict[str, Any]:
+    """`value` when it is a dict (a registry field), else an empty one."""
     return value if isinstance(value, dict) else {}
 
 
@@ -185,6 +188,7 @@ def _number(value: Any) -> int | None:
 
 
 def vhost_path(nginx: NginxLayout, slug: str) -> str:
+    """The path of the site `slug`'s nginx server block."""
     return os.path.join(nginx.sites_dir, CONF_NAME.format(slug=slug))
 
 
@@ -193,6 +197,7 @@ def pool_dir(php: PhpLayout, version: str) -> str:
 
 
 def pool_path(php: PhpLayout, version: str, slug: str) -> str:
+    """The path of the site `slug`'s PHP-FPM pool file of `version`."""
     return os.path.join(pool_dir(php, version), CONF_NAME.format(slug=slug))
 
 
@@ -552,7 +557,19 @@ _APPLYING = trio.Lock()  # one site's files at a time: a restore never undoes an
 
 async def apply_site_web(ctx: JobContext, site: Site) -> None:
     """Render the site's server block (and pool) from its registry entry, validate, put in place,
-    reload what changed. A refusal restores the previous files: JobError `EXIT_REFUSED`."""
+    reload what changed.
+
+    Why: the registry entry is the one truth of a site's web settings; the files are rendered from
+    it, checked by ``php-fpm -t`` and ``nginx -t`` before anything serves them.
+
+    Args:
+        ctx: the job's context (its host layout).
+        site: the site, whose entry is already written.
+
+    Raises:
+        JobError: no such site; exit `EXIT_REFUSED` when a check refused the files (the previous
+            files are back); exit `EXIT_MISSING` when nginx (or the site's PHP-FPM) is not installed.
+    """
     async with _APPLYING:
         await _apply(ctx, site)
 
@@ -620,8 +637,18 @@ def _version_of(layout: HostLayout, path: str, fallback: str | None) -> str:
 
 
 async def remove_site_web(ctx: JobContext, site: Site) -> list[str]:
-    """Take the site's server block and pools away and reload; the files removed. Without nginx
-    (or PHP-FPM) there is nothing of it to remove."""
+    """Take the site's server block and pools away and reload; the files removed.
+
+    Why: ``site.delete`` stops serving the site (and its PHP-FPM pool, which runs as its user)
+    before it stops the user's processes. Without nginx (or PHP-FPM) there is nothing to remove.
+
+    Args:
+        ctx: the job's context (its host layout).
+        site: the site being deleted.
+
+    Raises:
+        JobError: a reload failed.
+    """
     async with _APPLYING:
         return await _remove(ctx, site)
 
@@ -640,3 +667,39 @@ async def _remove(ctx: JobContext, site: Site) -> list[str]:
             await control_service(layout.php.control, "reload", init=layout.init, version=version)
             await trio.to_thread.run_sync(_put, socket_path(layout.php, site.slug, version), None, 0)
     return removed
+
+
+async def change_site(ctx: JobContext, site: Site, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Apply `change` to the site's registry entry and serve the result; the new entry.
+
+    Why: a site setting changed by any domain (``site.*``, ``php.pool-set``, ``deploy.*``) is one
+    registry change and one render, undone as a whole: any failure restores the previous entry (and
+    `apply_site_web` the previous files).
+
+    Args:
+        ctx: the job's context.
+        site: the site.
+        change: changes the entry (a dict) in place.
+
+    Raises:
+        JobError: no such site, or `apply_site_web`'s refusal (the previous entry is back).
+    """
+    before = await trio.to_thread.run_sync(ctx.sites.entry, site.domain)
+    if before is None:
+        raise JobError(f"no site {site.domain} on this server")
+    after = await trio.to_thread.run_sync(ctx.sites.update, site.domain, change)
+    try:
+        await apply_site_web(ctx, site)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(ctx.sites.update, site.domain, _replace_with(before))
+        raise
+    return after
+
+
+def _replace_with(entry: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    def replace(current: dict[str, Any]) -> None:
+        current.clear()
+        current.update(entry)
+
+    return replace

@@ -19,9 +19,10 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import EXIT_MISSING, EXIT_REFUSED, JobContext, JobError, Output
-from agent.jobs.host import PHP_CLI_BINARY, PhpLayout, control_service, php_installed
-from agent.jobs.proc import capture_command, require, tool_env
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.host import PHP_CLI_BINARY, PhpLayout, control_service, php_fpm_versions, php_installed
+from agent.jobs.toolkit.output import EXIT_MISSING, EXIT_REFUSED, JobError, Output
+from agent.jobs.toolkit.proc import capture_command, require, tool_env, which
 
 SAPIS = ("fpm", "cli")
 _MASTER = re.compile(r"^php-fpm: master process \((.*)\)$")
@@ -94,7 +95,18 @@ class PhpPaths:
 
 
 def php_paths(ctx: JobContext, version: str) -> PhpPaths:
-    """The paths of an installed version; exit 69 naming ``php<version>-fpm`` when it is not."""
+    """The paths of an installed PHP version (from the host layout's ``php`` section).
+
+    Why: every handler that touches a version's files or its FPM starts here, so a version that is
+    not installed ends the job the same way everywhere.
+
+    Args:
+        ctx: the job's context (its host layout).
+        version: ``8.2``, as the catalog validated it.
+
+    Raises:
+        JobError: exit `EXIT_MISSING` naming ``php<version>-fpm``, it is not installed.
+    """
     if not php_installed().get(version, {}).get("fpm"):
         raise JobError(f"PHP {version} is not installed on this server (Debian package php{version}-fpm)", EXIT_MISSING)
     return PhpPaths(version, ctx.host.php)
@@ -227,11 +239,24 @@ def workers(processes: list[FpmProcess], master: int) -> dict[str, list[FpmProce
 
 
 async def running_master(paths: PhpPaths) -> int | None:
+    """The pid of the FPM master of `paths`'s version, or None when it is not running."""
     processes = await trio.to_thread.run_sync(fpm_processes)
     return master_pid(processes, paths.fpm_conf)
 
 
 async def control_fpm(ctx: JobContext, paths: PhpPaths, action: str, out: Output | None = None) -> None:
+    """`action` (start, stop, restart, reload) on the FPM service of `paths`'s version, through
+    the host layout's service control.
+
+    Args:
+        ctx: the job's context (its host layout).
+        paths: the version's paths (`php_paths`).
+        action: the service action.
+        out: where the tool's lines go (None: captured, and quoted in the error).
+
+    Raises:
+        JobError: the service control failed.
+    """
     layout = ctx.host
     await control_service(layout.php.control, action, out, init=layout.init, version=paths.version)
 
@@ -348,3 +373,26 @@ async def change_checked(paths: PhpPaths, make: Callable[[FileTrial], None]) -> 
         await trio.to_thread.run_sync(trial.undo)
         said = "; ".join(fresh or after)[:600] or f"exit {code}"
         raise JobError(f"php-fpm{paths.version} -t refused the change, nothing changed: {said}", EXIT_REFUSED)
+
+
+async def default_version() -> str | None:
+    """The version ``php`` runs (the Debian alternative), None when there is no alternative."""
+    tool = which("update-alternatives")
+    if tool is None:
+        return None
+    code, text, _err = await capture_command([tool, "--query", "php"])
+    return parse_alternatives(text) if code == 0 else None
+
+
+async def version_for_new_site() -> str | None:
+    """The PHP a new php or wordpress site runs when none is asked for: the server's default (the
+    ``php`` alternative, which its admin sets) when it has an FPM, else the newest FPM; None
+    without any.
+
+    Why: ``site.create`` makes the site's pool with it, without knowing the php domain's code.
+    """
+    fpms = await trio.to_thread.run_sync(php_fpm_versions)
+    default = await default_version()
+    if default in fpms:
+        return default
+    return fpms[-1] if fpms else None

@@ -41,7 +41,7 @@ import httpx
 import trio
 
 from agent.files.ingress import HEAD_TIMEOUT_S, IDLE_TIMEOUT_S, MAX_HEAD, read_head
-from agent.jobs.base import JobError, Output
+from agent.jobs.toolkit.output import JobError, Output
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 

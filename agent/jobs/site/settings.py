@@ -1,7 +1,7 @@
 """A site's web settings: ``site enable|disable|alias-add|alias-remove|redirect-set|env-*|limits``
 and its logs (``site logs``).
 
-Each change is a registry field (see `agent.jobs.site_web` for the list), then the server block
+Each change is a registry field (see `agent.jobs.toolkit.site_web` for the list), then the server block
 and pool are rendered again from the entry (`apply_site_web`: checked by ``php-fpm -t`` and
 ``nginx -t`` before anything serves it). A refusal (exit 78) or any failure puts the previous
 entry back; the previous files were put back by `apply_site_web`. Asking for what is already so
@@ -11,53 +11,22 @@ says so on stdout and exits 0.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 import trio
 
-from agent.jobs.base import JobContext, JobError, Output, handler
-from agent.jobs.common import find_site
-from agent.jobs.logs import open_log, start_of_last_lines
-from agent.jobs.site_web import apply_site_web, mapping, settings_of, site_log_dir, tls_files
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.common import find_site
+from agent.jobs.toolkit.logfiles import open_log, start_of_last_lines
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.site_web import change_site, mapping, settings_of, site_log_dir, tls_files
 from agent.sites import Site
-from contract.job_kinds.web import (
-    DomainArgs,
-    SiteAlias,
-    SiteEnvKey,
-    SiteEnvSet,
-    SiteLimits,
-    SiteLogs,
-    SiteRedirect,
-)
+from contract.job_kinds.base import DomainArgs
+from contract.job_kinds.site import SiteAlias, SiteEnvKey, SiteEnvSet, SiteLimits, SiteLogs, SiteRedirect
 from contract.link.protocol import RpcError
 
 MASK = "********"
 MAX_LOG_BYTES = 4 * 1024 * 1024  # what `site logs` reads back from the end of one log, at most
-
-
-async def change_site(ctx: JobContext, site: Site, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """Apply `change` to the site's registry entry and serve the result; the new entry. Any
-    failure restores the previous entry (and `apply_site_web` the previous files)."""
-    before = await trio.to_thread.run_sync(ctx.sites.entry, site.domain)
-    if before is None:
-        raise JobError(f"no site {site.domain} on this server")
-    after = await trio.to_thread.run_sync(ctx.sites.update, site.domain, change)
-    try:
-        await apply_site_web(ctx, site)
-    except BaseException:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(ctx.sites.update, site.domain, _replace_with(before))
-        raise
-    return after
-
-
-def _replace_with(entry: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
-    def replace(current: dict[str, Any]) -> None:
-        current.clear()
-        current.update(entry)
-
-    return replace
 
 
 async def _settings(ctx: JobContext, site: Site) -> Any:

@@ -40,23 +40,15 @@ import orjson
 import trio
 
 from agent.files.fdops import CancelToken
-from agent.jobs.base import EXIT_REFUSED, JobContext, JobError, Output, handler
-from agent.jobs.boundary import as_user, in_thread, remove_root_folder, stop_user_processes
-from agent.jobs.common import Account, account_by_name
-from agent.jobs.proc import capture_command, require, which
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.boundary import as_user, in_thread, remove_root_folder, stop_user_processes
+from agent.jobs.toolkit.common import Account, account_by_name
+from agent.jobs.toolkit.output import EXIT_REFUSED, JobError, Output
+from agent.jobs.toolkit.proc import capture_command, require, which
 from agent.sites import write_atomically
 from agent.state import open_lock_file
-from contract.job_kinds.base import NoArgs
-from contract.job_kinds.system import (
-    KeyAudit,
-    PasswordSet,
-    SshKeyAdd,
-    SshKeyRemove,
-    SudoSet,
-    UserArgs,
-    UserCreate,
-    UserDelete,
-)
+from contract.job_kinds.base import NoArgs, UserArgs
+from contract.job_kinds.user import KeyAudit, PasswordSet, SshKeyAdd, SshKeyRemove, SudoSet, UserCreate, UserDelete
 
 SITE_COMMENT = "fleetdeck site "  # the comment site.create gives its users
 KEYS_FILE = "ssh-keys.json"

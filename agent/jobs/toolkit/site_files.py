@@ -19,9 +19,10 @@ from agent.files.fdops import chown_fd, create_temp, fsync_dir, release, unlink_
 from agent.files.jail import Jail, split_path, storage_refusal
 from agent.files.read import open_regular
 from agent.files.write import ensure_dirs, file_target
-from agent.jobs.base import JobContext, JobError
-from agent.jobs.common import site_account
-from agent.jobs.storage import scope_jail
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.boundary import scope_jail
+from agent.jobs.toolkit.common import site_account
+from agent.jobs.toolkit.output import JobError
 from agent.sites import Site
 from contract.link.protocol import RpcError
 

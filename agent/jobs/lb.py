@@ -13,10 +13,11 @@ the `LbHealthReport` of one load balancer (exit 1 when this node does not serve 
 
 from __future__ import annotations
 
-from agent.jobs.base import JobContext, JobError, Output, handler
+from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.output import JobError, Output
 from agent.load_balancers.node import LbNode
 from agent.load_balancers.settings import LbSettings
-from contract.job_kinds.load_balancers import LbApply, LbRemove
+from contract.job_kinds.lb import LbApply, LbRemove
 
 
 def node_of(ctx: JobContext) -> LbNode:

@@ -13,7 +13,7 @@ groups only), which the kernel checks like any of the user's processes. The tree
 
 One helper per operation (docs/security.md lists them with their tests):
 
-- read a file: `agent.jobs.site_files.open_site_input`; write one: `agent.jobs.site_files.SiteOutput`;
+- read a file: `agent.jobs.toolkit.site_files.open_site_input`; write one: `agent.jobs.toolkit.site_files.SiteOutput`;
 - list or measure a tree: `site_jail` and `agent.files.fdops.walk`;
 - copy a tree: `copy_tree` (``site.clone``);
 - move a file out of a tree into root's: `move_out` (``security.scan`` quarantine);
@@ -53,10 +53,10 @@ from agent.files.fdops import (
 )
 from agent.files.jail import Jail, split_path
 from agent.files.transfer import Copier
-from agent.jobs.base import JobContext, JobError
-from agent.jobs.common import Account
-from agent.jobs.proc import capture_command, require
-from agent.jobs.storage import scope_jail
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.common import Account
+from agent.jobs.toolkit.output import JobError
+from agent.jobs.toolkit.proc import capture_command, require
 
 T = TypeVar("T")
 
@@ -76,8 +76,17 @@ def home_jail(ctx: JobContext) -> Jail:
 
 
 def site_jail(ctx: JobContext, slug: str) -> Jail:
-    """The jail of a site's folder, resolved in the home's jail (a site folder that is a link
-    cannot lead out of the home): `agent.jobs.storage.scope_jail`. Blocking; the caller closes it."""
+    """The jail of a site's folder, resolved in the home's jail. Blocking; the caller closes it.
+
+    Why: a site folder that is a link cannot lead out of the home (`scope_jail`).
+
+    Args:
+        ctx: the job's context (its home).
+        slug: the site's folder name.
+
+    Raises:
+        RpcError: the site's folder is missing (``not_found``) or leads out of the home.
+    """
     return scope_jail(ctx.home, slug)
 
 
@@ -328,9 +337,15 @@ def remove_root_folder(folder: str, name: str, token: CancelToken) -> bool:
 
 def as_user(account: Account) -> dict[str, Any]:
     """The options of `stream_command` / `capture_command` that run the child as `account`: its
-    uid, its gid and its own supplementary groups only (never root's), so the kernel grants the
-    child what it grants the user. Empty when the agent is not root (the child is the agent's own
-    account then, as every site is)."""
+    uid, its gid and its own supplementary groups only (never root's). Empty when the agent is not
+    root (the child is the agent's own account then, as every site is).
+
+    Why: a tool that reads or writes a site user's tree runs as that user, so the kernel grants the
+    child what it grants the user.
+
+    Args:
+        account: the site's account (`site_account`).
+    """
     if os.geteuid() != 0:
         return {}
     try:
@@ -387,3 +402,23 @@ async def stop_user_processes(account: Account) -> None:
                 raise JobError(f"{len(live)} process(es) of {account.name} are still running (pids {live[:10]})")
             await capture_command([kill, "-KILL", "--", "-1"], **as_user(account))
         await trio.sleep(_POLL_S)
+
+
+def scope_jail(home: str, site: str | None) -> Jail:
+    """The jail of the home, or of the site folder `site` in it. Blocking; the caller closes it.
+
+    Why: a site scope is resolved in the home's jail, as the file workspace resolves one, so a site
+    folder that is a symlink cannot lead out.
+
+    Args:
+        home: the home (``/home`` or the agent's).
+        site: a site's folder name (a slug), or None for the home itself.
+
+    Raises:
+        RpcError: the site's folder is missing (``not_found``) or leads out of the home.
+    """
+    home_jail = Jail(home)
+    if site is None:
+        return home_jail
+    with home_jail:
+        return home_jail.subjail(site)

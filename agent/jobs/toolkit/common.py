@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import trio
 
-from agent.jobs.base import JobContext, JobError
+from agent.jobs.toolkit.base import JobContext
+from agent.jobs.toolkit.output import JobError
 from agent.sites import Site
 
 
@@ -21,6 +22,17 @@ class Account:
 
 
 async def find_site(ctx: JobContext, domain: str) -> Site:
+    """The site `domain` of this server's registry.
+
+    Why: every handler that acts on a site starts here, so "no such site" reads the same everywhere.
+
+    Args:
+        ctx: the job's context (its site registry).
+        domain: the site's domain, as the catalog validated it.
+
+    Raises:
+        JobError: no site of that domain on this server.
+    """
     site = await trio.to_thread.run_sync(ctx.sites.get, domain)
     if site is None:
         raise JobError(f"no site {domain} on this server")
@@ -28,6 +40,7 @@ async def find_site(ctx: JobContext, domain: str) -> Site:
 
 
 def account_by_name(name: str) -> Account | None:
+    """The system account `name` (passwd), or None when there is none."""
     try:
         pw = pwd.getpwnam(name)
     except KeyError:
@@ -36,6 +49,7 @@ def account_by_name(name: str) -> Account | None:
 
 
 def account_by_uid(uid: int) -> Account | None:
+    """The system account of `uid` (passwd), or None when there is none."""
     try:
         pw = pwd.getpwuid(uid)
     except KeyError:
@@ -44,6 +58,7 @@ def account_by_uid(uid: int) -> Account | None:
 
 
 def current_account() -> Account:
+    """The account the agent runs as (from passwd, else its uid, gid and $HOME)."""
     uid = os.geteuid()
     return account_by_uid(uid) or Account(str(uid), uid, os.getegid(), os.environ.get("HOME", "/"))
 
@@ -56,7 +71,18 @@ def user_name_of(uid: int) -> str:
 
 def site_account(ctx: JobContext, site: Site) -> Account:
     """The account a site's commands run as: its own system user when the agent runs as root
-    (the registry's ``user``, else the owner of its folder, never root), else the agent's own."""
+    (the registry's ``user``, else the owner of its folder, never root), else the agent's own.
+
+    Why: whatever runs for a site runs as its user, so the kernel grants it what it grants the user
+    and nothing of root's.
+
+    Args:
+        ctx: the job's context.
+        site: the site.
+
+    Raises:
+        JobError: the site's folder is missing and it has no system user, or its user is root.
+    """
     if not ctx.is_root:
         return current_account()
     account = account_by_name(site.user) if site.user else None

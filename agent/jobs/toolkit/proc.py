@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from agent.jobs.base import EXIT_MISSING, STDERR, STDOUT, JobError, Output
+from agent.jobs.toolkit.output import EXIT_MISSING, STDERR, STDOUT, JobError, Output
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 READ_SIZE = 64 * 1024
@@ -31,7 +31,14 @@ KILL_GRACE_S = 5.0
 
 
 def tool_env(**extra: str) -> dict[str, str]:
-    """A small, predictable environment for the system tools (C locale, UTF-8, system PATH)."""
+    """A small, predictable environment for a system tool: the C locale in UTF-8 and the system PATH.
+
+    Why: a tool's messages and number formats must not depend on the agent's own environment (the
+    handlers parse them), and no variable of the agent's reaches a child by accident.
+
+    Args:
+        extra: more variables for this tool (``DEBIAN_FRONTEND=noninteractive``...).
+    """
     env = {"PATH": SYSTEM_PATH, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
     env.update(extra)
     return env
@@ -61,7 +68,15 @@ def child_identity(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def which(tool: str, first_in: str | None = None) -> str | None:
-    """The path of `tool` on the system PATH, or in the folder `first_in` before it."""
+    """The path of `tool` on the system PATH, or in the folder `first_in` before it; None when absent.
+
+    Why: a handler checks for an optional tool (and says what it skips) without failing; for a tool
+    it needs, `require` names the Debian package instead.
+
+    Args:
+        tool: the program's name.
+        first_in: a folder looked in before the system PATH (a service's own, from the host layout).
+    """
     return shutil.which(tool, path=SYSTEM_PATH if first_in is None else f"{first_in}{os.pathsep}{SYSTEM_PATH}")
 
 
@@ -135,9 +150,20 @@ PACKAGES = {
 
 
 def require(tool: str, purpose: str, package: str | None = None, first_in: str | None = None) -> str:
-    """The path of `tool` (looked for in `first_in` first, see `which`); a JobError with exit
-    `EXIT_MISSING` naming its Debian package when it is not installed (`package` defaults to the
-    one `PACKAGES` knows, else the tool's name)."""
+    """The path of `tool`, which the job cannot do without (looked for as `which` does).
+
+    Why: a missing tool ends the job with exit 69 and a line naming its Debian package, never with
+    a traceback or a shell's "command not found".
+
+    Args:
+        tool: the program's name.
+        purpose: what it is needed for, ending the sentence "it is needed to ...".
+        package: its Debian package (default: the one `PACKAGES` knows, else the tool's name).
+        first_in: a folder looked in before the system PATH.
+
+    Raises:
+        JobError: exit `EXIT_MISSING`, the tool is not installed.
+    """
     path = which(tool, first_in)
     if path is None:
         package = package or PACKAGES.get(tool, tool)
@@ -271,13 +297,25 @@ async def stream_command(
     stdout: int | None = None,
     **options: Any,
 ) -> int:
-    """Run `argv`, streaming its stdout and stderr lines as they come; its exit code.
+    """Run `argv`, streaming its stdout and stderr lines to `out` as they come; its exit code.
 
-    `stdin` and `stdout` may be descriptors the child reads its input from and writes its output
-    to (a dump going to a file, a restore reading one): then only its stderr is streamed.
-    `options` go to `subprocess.Popen` (``user``, ``group``, ``extra_groups``, ``pass_fds``): a
-    ``user`` runs it with that account's own groups (`child_identity`). A missing program raises
-    `FileNotFoundError`.
+    Why: long tools (apt, dumps, deploys) show their progress live, in a session of their own so a
+    cancelled job stops the whole process group (TERM, then KILL after `KILL_GRACE_S`).
+
+    Args:
+        out: where the lines go.
+        argv: the program and its arguments (never through a shell).
+        cwd: its working folder.
+        env: its whole environment (default: `tool_env()`).
+        stdin: a descriptor it reads its input from (a restore reading a file).
+        stdout: a descriptor it writes its output to (a dump going to a file): then only its stderr
+            is streamed.
+        options: `subprocess.Popen`'s (``user``, ``group``, ``extra_groups``, ``pass_fds``); a
+            ``user`` runs it with that account's own groups (`child_identity`).
+
+    Raises:
+        FileNotFoundError: the program is missing (`require` it first).
+        JobError: the ``user`` is no account of this system.
     """
     stopper = _GroupStopper()
     try:
@@ -316,7 +354,20 @@ async def capture_command(
     **options: Any,
 ) -> tuple[int, str, str]:
     """Run `argv` to its end: (exit code, stdout, stderr), decoded with ``errors="replace"``.
-    `options` are `stream_command`'s (a ``user`` with its own groups)."""
+
+    Why: for short tools whose output the handler parses or quotes (``nginx -t``, ``crontab -l``);
+    the child runs in a session of its own, stopped as a group when the job is cancelled.
+
+    Args:
+        argv: the program and its arguments (never through a shell).
+        stdin: the bytes given on its standard input.
+        env: its whole environment (default: `tool_env()`).
+        options: `stream_command`'s (a ``user`` with its own groups).
+
+    Raises:
+        FileNotFoundError: the program is missing (`require` it first).
+        JobError: the ``user`` is no account of this system.
+    """
     stopper = _GroupStopper()
     try:
         done = await trio.run_process(
@@ -392,3 +443,8 @@ def child_pids(pid: int) -> set[int]:
         if int(fields[1]) == pid and fields[0] != "Z":
             children.add(int(entry.name))
     return children
+
+
+def apt_env() -> dict[str, str]:
+    """The environment apt and dpkg run in: `tool_env` without a question or a pager, and no restart prompt."""
+    return tool_env(DEBIAN_FRONTEND="noninteractive", APT_LISTCHANGES_FRONTEND="none", NEEDRESTART_MODE="l")

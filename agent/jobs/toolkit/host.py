@@ -26,8 +26,8 @@ from typing import Literal
 import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.jobs.base import JobError, Output
-from agent.jobs.proc import capture_command, child_pids, process_exiting, read_pid, require, stream_command
+from agent.jobs.toolkit.output import JobError, Output
+from agent.jobs.toolkit.proc import capture_command, child_pids, process_exiting, read_pid, require, stream_command
 
 log = logging.getLogger("fleetdeck.agent.jobs")
 
@@ -145,7 +145,7 @@ class SystemLayout(_Section):
     apt_archives: str = "/var/cache/apt/archives"  # what `apt-get clean` empties (storage.cleanup)
     log_dir: str = "/var/log"  # the system's logs (logs.list, storage.cleanup of rotated logs)
     # The sites' web and PHP logs, <sites_log_dir>/<slug>/: root's folders, never in a site's own
-    # tree (the web server's root master opens them; see agent.jobs.site_web.site_log_dir).
+    # tree (the web server's root master opens them; see agent.jobs.toolkit.site_web.site_log_dir).
     sites_log_dir: str = "/var/log/fleetdeck/sites"
     # Without systemd, system.timezone-set/hostname-set/locale-set write these files themselves.
     zoneinfo_dir: str = "/usr/share/zoneinfo"
@@ -176,7 +176,7 @@ class AcmeLayout(_Section):
 
 class GitLayout(_Section):
     """The CA certificates the agent trusts when it reads a deploy token's https repository for
-    the site's git (`agent.jobs.git_proxy`; None: the system's)."""
+    the site's git (`agent.jobs.toolkit.git_proxy`; None: the system's)."""
 
     ca_bundle: str | None = None
 

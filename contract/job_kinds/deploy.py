@@ -1,0 +1,90 @@
+"""Job kinds of `deploy`."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, model_validator
+
+from contract.job_kinds.argtypes import DomainName, GitRef, GitUrl, Id, Int, RelativePath, Secret
+from contract.job_kinds.base import Args, DomainArgs, JobKind, ScopedPath, kind
+
+_D = {"domain": "example.com"}
+
+
+class DeployGit(Args):
+    domain: DomainName
+    repo: GitUrl
+    branch: GitRef = "main"
+    path: RelativePath = ""  # the folder of the site to deploy into
+    public: RelativePath = ""  # as in DeployInit (kept when the deploy was initialised before)
+    token: Secret | None = None  # an access token for a private https repository (never reaches the site's user)
+
+    @model_validator(mode="after")
+    def _token_only_over_https(self) -> DeployGit:
+        _token_over_https(self.token, self.repo)
+        return self
+
+
+class DeployInit(Args):
+    domain: DomainName
+    repo: GitUrl | None = None  # None: a bare repository in the site to push to
+    branch: GitRef = "main"  # what `deploy.run` deploys
+    shared: list[RelativePath] = Field(default_factory=list, max_length=20)  # folders kept across releases
+    public: RelativePath = ""  # the release's folder the site serves ("public"; "": the release itself)
+    token: Secret | None = None  # as in DeployGit
+
+    @model_validator(mode="after")
+    def _token_only_over_https(self) -> DeployInit:
+        _token_over_https(self.token, self.repo)
+        return self
+
+
+def _token_over_https(token: SecretStr | None, repo: str | None) -> None:
+    """A token goes only to an https repository (the agent sends it there, never the site's git)."""
+    if token is not None and repo is not None and not repo.startswith("https://"):
+        raise ValueError("a token is sent only to an https:// repository: give its https URL, or no token")
+
+
+class DeployRun(Args):
+    domain: DomainName
+    branch: GitRef | None = None  # None: the branch `deploy.init` chose
+    token: Secret | None = None  # as in DeployGit
+
+
+class DeployRollback(Args):
+    domain: DomainName
+    release: Id | None = None  # None: the previous release
+
+
+class DeployRelease(Args):
+    domain: DomainName
+    release: Id
+
+
+class DeployPrune(Args):
+    domain: DomainName
+    keep: Int = Field(default=5, ge=1, le=50)
+
+
+KINDS: list[JobKind] = [
+    kind("deploy.init", DeployInit, "Prepare a site for git deploys: clone a repository, or make one to push to",
+         positional=("domain",), json=True,
+         example={"domain": "example.com", "repo": "https://github.com/acme/site.git", "branch": "main",
+                  "shared": ["storage", "public/uploads"], "public": "public"},
+         paths=(ScopedPath("shared", site="domain"), ScopedPath("public", site="domain"))),
+    kind("deploy.run", DeployRun, "Deploy the newest commit of the branch as a new release", positional=("domain",),
+         json=True, example={"domain": "example.com", "branch": "main"}),
+    kind("deploy.git", DeployGit, "Deploy a git branch into a site as a new release", positional=("domain",),
+         json=True,
+         example={"domain": "example.com", "repo": "https://github.com/acme/site.git", "branch": "main",
+                  "token": "ghp_exampletoken123"},
+         paths=(ScopedPath("path", site="domain"), ScopedPath("public", site="domain"))),
+    kind("deploy.rollback", DeployRollback, "Switch a site back to an earlier release", positional=("domain",),
+         example={"domain": "example.com", "release": "20240501-1"}),
+    kind("deploy.list", DomainArgs, "List the releases of a site", read=True, positional=("domain",), example=_D),
+    kind("deploy.inspect", DeployRelease, "Show one release (commit, time, log)", read=True,
+         positional=("domain", "release"), example={"domain": "example.com", "release": "20240501-1"}),
+    kind("deploy.prune", DeployPrune, "Delete old releases, keeping the newest", positional=("domain",),
+         example={"domain": "example.com", "keep": 3}),
+    kind("deploy.key-show", DomainArgs, "Show the site's deploy key (to add to the git host)", read=True,
+         positional=("domain",), example=_D),
+]  # fmt: skip

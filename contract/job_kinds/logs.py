@@ -1,0 +1,47 @@
+"""Job kinds of `logs`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from contract.job_kinds.argtypes import DomainName, Duration, Int, SearchText, ServiceName
+from contract.job_kinds.base import Args, JobKind, OptionalDomain, kind
+
+_D = {"domain": "example.com"}
+
+LogName = Literal["access", "error"]
+
+
+class LogsTail(Args):
+    domain: DomainName
+    log: LogName = "access"
+    lines: Int = Field(default=200, ge=1, le=1_000_000)
+
+
+class LogsSearch(Args):
+    domain: DomainName
+    text: SearchText  # a fixed string, not a regular expression
+    log: LogName = "access"
+    limit: Int = Field(default=1000, ge=1, le=100_000)
+    since: Duration | None = None
+
+
+class LogsJournal(Args):
+    unit: ServiceName | None = None
+    lines: Int = Field(default=200, ge=1, le=100_000)
+    priority: Literal["emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"] | None = None
+    since: Duration | None = None
+
+
+KINDS: list[JobKind] = [
+    kind("logs.tail", LogsTail, "Show the last lines of a site's log", read=True, positional=("domain",), json=False,
+         example={"domain": "example.com", "log": "error", "lines": 500}),
+    kind("logs.search", LogsSearch, "Find log lines containing a text", read=True, positional=("domain",),
+         json=False, example={"domain": "example.com", "text": "POST /wp-login.php", "since": "24h"}),
+    kind("logs.list", OptionalDomain, "List the log files and their sizes", read=True, example=_D),
+    kind("logs.journal", LogsJournal, "Show the system journal", read=True, json=False,
+         example={"unit": "nginx.service", "priority": "err", "since": "1h"}),
+    kind("logs.rotate", OptionalDomain, "Rotate the logs now", example=_D),
+]  # fmt: skip

@@ -1,0 +1,98 @@
+"""Job kinds of `php`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from contract.job_kinds.allowlists import PHP_INI, PHP_INI_PER_SITE, allowed_values, value_of_its_key
+from contract.job_kinds.argtypes import DomainName, IniValue, Int, PhpDirective, PhpModule, PhpVersion, SitePhpDirective
+from contract.job_kinds.base import Args, DomainArgs, JobKind, NoArgs, kind
+
+_D = {"domain": "example.com"}
+
+
+class PhpVersionArgs(Args):
+    version: PhpVersion
+
+
+class PhpSet(Args):
+    domain: DomainName
+    version: PhpVersion
+
+
+class PhpIniGet(Args):
+    version: PhpVersion
+    key: PhpDirective
+    domain: DomainName | None = None  # None: the version's global php.ini
+
+
+class PhpIniSet(Args):
+    """A directive of one site's pool (``php_admin_value``): the allow-list of the site's directives."""
+
+    version: PhpVersion
+    key: SitePhpDirective
+    value: IniValue = Field(json_schema_extra=allowed_values(PHP_INI_PER_SITE))
+    domain: DomainName
+
+    _allowed_value = value_of_its_key(PHP_INI_PER_SITE)
+
+
+class PhpIniGlobalSet(Args):
+    """A directive of every site of a PHP version (``99-fleetdeck.ini``): the whole allow-list."""
+
+    version: PhpVersion
+    key: PhpDirective
+    value: IniValue = Field(json_schema_extra=allowed_values(PHP_INI))
+
+    _allowed_value = value_of_its_key(PHP_INI)
+
+
+class PhpModuleArgs(Args):
+    version: PhpVersion
+    module: PhpModule
+
+
+class PhpPool(Args):
+    domain: DomainName
+    pm: Literal["dynamic", "static", "ondemand"] = "ondemand"
+    max_children: Int = Field(default=10, ge=1, le=1000)
+    max_requests: Int | None = Field(default=None, ge=0, le=1_000_000)
+
+
+_V = {"version": "8.3"}
+
+KINDS: list[JobKind] = [
+    kind("php.versions", NoArgs, "List the installed PHP versions", read=True, example={}),
+    kind("php.install", PhpVersionArgs, "Install a PHP version", positional=("version",), example=_V),
+    kind("php.uninstall", PhpVersionArgs, "Remove a PHP version no site uses", positional=("version",), example=_V),
+    kind("php.set", PhpSet, "Switch a site to a PHP version", positional=("domain", "version"),
+         example={"domain": "example.com", "version": "8.3"}),
+    kind("php.restart", PhpVersionArgs, "Restart the FPM service of a PHP version", positional=("version",),
+         example=_V),
+    kind("php.reload", PhpVersionArgs, "Reload the FPM service of a PHP version (new workers, same master)",
+         positional=("version",), example=_V),
+    kind("php.ini-get", PhpIniGet, "Show a php.ini directive", read=True, positional=("version", "key"),
+         example={"version": "8.3", "key": "memory_limit"}),
+    kind("php.ini-set", PhpIniSet, "Set a php.ini directive of one site (from the allow-list)",
+         positional=("version", "key", "value"),
+         example={"version": "8.3", "key": "memory_limit", "value": "512M", "domain": "example.com"}),
+    kind("php.ini-global-set", PhpIniGlobalSet, "Set a php.ini directive for every site of a PHP version",
+         positional=("version", "key", "value"), group="sysadmin",
+         example={"version": "8.3", "key": "opcache.memory_consumption", "value": "256"}),
+    kind("php.module-list", PhpVersionArgs, "List the extension modules of a PHP version", read=True,
+         positional=("version",), example=_V),
+    kind("php.module-enable", PhpModuleArgs, "Enable a PHP extension module", positional=("version", "module"),
+         example={"version": "8.3", "module": "imagick"}),
+    kind("php.module-disable", PhpModuleArgs, "Disable a PHP extension module", positional=("version", "module"),
+         example={"version": "8.3", "module": "xdebug"}),
+    kind("php.extension-install", PhpModuleArgs, "Install a PHP extension from Debian (php<version>-<module>)",
+         positional=("version", "module"), example={"version": "8.3", "module": "imagick"}),
+    kind("php.fpm-status", PhpVersionArgs, "Show the FPM pools of a PHP version", read=True,
+         positional=("version",), example=_V),
+    kind("php.pool-set", PhpPool, "Size the FPM pool of a site", positional=("domain",),
+         example={"domain": "example.com", "pm": "dynamic", "max_children": 20}),
+    kind("php.opcache-reset", DomainArgs, "Empty the opcache of the FPM serving a site", positional=("domain",),
+         example=_D),
+]  # fmt: skip

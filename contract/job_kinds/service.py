@@ -1,0 +1,47 @@
+"""Job kinds of `service`."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from contract.job_kinds.argtypes import Int, ServiceName
+from contract.job_kinds.base import Args, JobKind, NoArgs, kind
+
+# Services whose loss cuts the server off from its owners: they may be restarted, never stopped.
+PROTECTED_SERVICES = frozenset({"ssh", "sshd", "fleetdeck-agent", "systemd-networkd", "networking", "NetworkManager"})
+
+
+class ServiceArgs(Args):
+    name: ServiceName
+
+
+class ServiceStop(Args):
+    name: ServiceName
+
+    @model_validator(mode="after")
+    def _not_protected(self) -> ServiceStop:
+        if self.name.removesuffix(".service") in PROTECTED_SERVICES:
+            raise ValueError(f"{self.name} keeps the server reachable: restart it instead")
+        return self
+
+
+class ServiceLogs(Args):
+    name: ServiceName
+    lines: Int = Field(default=200, ge=1, le=100_000)
+
+
+_SVC = {"name": "nginx"}
+
+KINDS: list[JobKind] = [
+    kind("service.list", NoArgs, "List the system services", read=True, example={}),
+    kind("service.status", ServiceArgs, "Show a service's state", read=True, positional=("name",), example=_SVC),
+    kind("service.start", ServiceArgs, "Start a service", positional=("name",), example=_SVC),
+    kind("service.stop", ServiceStop, "Stop a service", positional=("name",), example={"name": "memcached"}),
+    kind("service.restart", ServiceArgs, "Restart a service", positional=("name",), example=_SVC),
+    kind("service.reload", ServiceArgs, "Reload a service's configuration", positional=("name",), example=_SVC),
+    kind("service.enable", ServiceArgs, "Start a service at boot", positional=("name",), example=_SVC),
+    kind("service.disable", ServiceStop, "Do not start a service at boot", positional=("name",),
+         example={"name": "memcached"}),
+    kind("service.logs", ServiceLogs, "Show a service's last journal lines", read=True, positional=("name",),
+         json=False, example={"name": "nginx", "lines": 100}),
+]  # fmt: skip
