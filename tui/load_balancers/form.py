@@ -25,7 +25,9 @@ from textual.widgets import Button, Input, Label, Select, Static
 from api_client import Server
 from contract.job_kinds.load_balancers import LbHealthCheck
 from contract.load_balancers import (
+    ALGORITHM_NAMES,
     DEFAULT_BACKEND_PORT,
+    ENGINE_NAMES,
     BackendCreate,
     HealthCheckPatch,
     LoadBalancer,
@@ -39,9 +41,9 @@ from tui.widgets.toggles import Checkbox
 
 M = TypeVar("M", bound=BaseModel)
 
-ENGINES = [("nginx", "nginx"), ("HAProxy", "haproxy")]
+ENGINES = [(name, engine) for engine, name in ENGINE_NAMES.items()]
 PORTS = [("80 (HTTP)", 80), ("443 (HTTPS, a certificate from ACME)", 443)]
-ALGORITHMS = [("round robin", "round_robin"), ("least connections", "least_conn"), ("IP hash", "ip_hash")]
+ALGORITHMS = [(name, algorithm) for algorithm, name in ALGORITHM_NAMES.items()]
 
 
 class Invalid(ValueError):
