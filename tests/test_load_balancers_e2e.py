@@ -34,7 +34,7 @@ from tests.helpers.pebble import pebble_installed, run_pebble
 from tests.helpers.tui import open_screen, pick, run
 from tui.app import FleetdeckApp
 from tui.connection import Connection
-from tui.files.dialogs.simple import ConfirmDialog
+from tui.widgets.dialogs import ConfirmDialog
 
 ENGINES = list(get_args(Engine))
 # --- the backends, an org, a node ------------------------------------------------------------------

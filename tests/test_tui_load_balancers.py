@@ -35,13 +35,13 @@ from tests.helpers.snapshots import SNAPSHOTS, screen_text
 from tests.helpers.snapshots import UPDATE as UPDATE_SNAPSHOTS
 from tests.helpers.tui import open_screen, pick, run
 from tui.app import FleetdeckApp
-from tui.files.dialogs.simple import ConfirmDialog
 from tui.help import HelpScreen
 from tui.load_balancers.form import ALGORITHMS, ENGINES, LbFormDialog
 from tui.load_balancers.menu import ActionMenu
 from tui.load_balancers.screen import LoadBalancersScreen, drain_preview
 from tui.load_balancers.tables import LbTable, PoolTable, fit_widths
 from tui.servers.screen import ServerListScreen
+from tui.widgets.dialogs import ConfirmDialog
 
 
 @pytest.fixture
