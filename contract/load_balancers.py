@@ -22,11 +22,17 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import DomainName
-from contract.job_kinds.lb import LbHealthCheck
+from contract.job_kinds.lb import Algorithm, Engine, LbHealthCheck
 from contract.models import RequestModel, WireModel
 
-Engine = Literal["nginx", "haproxy"]
-Algorithm = Literal["round_robin", "least_conn", "ip_hash"]
+ENGINE_NAMES: dict[Engine, str] = {"nginx": "nginx", "haproxy": "HAProxy"}
+"""Each engine as a user reads it, in the order offered."""
+ALGORITHM_NAMES: dict[Algorithm, str] = {
+    "round_robin": "round robin",
+    "least_conn": "least connections",
+    "ip_hash": "IP hash",
+}
+"""Each algorithm as a user reads it, in the order offered."""
 LbState = Literal["pending_apply", "active", "degraded"]
 BackendHealth = Literal["healthy", "unhealthy", "draining"]
 

@@ -20,6 +20,7 @@ from api_client import Scope, Server
 from tui.app import FleetdeckApp
 from tui.connection import Connection
 from tui.files import dialogs as fd
+from tui.widgets.dialogs import ConfirmDialog
 
 
 def make_dialog(name: str, server: Server, scope: Scope, arg: str) -> Any:
@@ -27,7 +28,7 @@ def make_dialog(name: str, server: Server, scope: Scope, arg: str) -> Any:
     dialogs = {
         "properties": lambda: fd.PropertiesDialog(server, scope, arg),
         "permissions": lambda: fd.PermissionsDialog(server, scope, [arg], 0o644, has_dirs=True),
-        "confirm": lambda: fd.ConfirmDialog("Empty the trash?", "This cannot be undone.", confirm_label="Empty"),
+        "confirm": lambda: ConfirmDialog("Empty the trash?", "This cannot be undone.", confirm_label="Empty"),
         "delete": lambda: fd.DeleteDialog([arg, "logs", "favicon.ico"]),
         "name": lambda: fd.NameDialog("Rename", arg.rpartition("/")[2], hint="A new name in the same folder."),
     }

@@ -17,6 +17,7 @@ import anyio
 import httpx
 import pytest
 import trio
+import trio.testing
 from hypercorn.config import Config
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
@@ -34,6 +35,7 @@ from control_plane.hub import (
 )
 from fleetdeck.launcher import free_port
 from tests.conftest import Stack
+from tests.helpers import eventually
 from tests.helpers.link import (
     FAST,
     NEVER,
@@ -244,7 +246,11 @@ async def test_streamed_bytes_are_exact_and_flow_control_blocks_the_sender() -> 
             assert isinstance(first, bytes)
             digest.update(first)
             size += len(first)
-            await trio.sleep(0.3)  # the consumer stalls: the agent must stop at its credit
+            # The consumer stalls: the agent spends its credit, and once nothing is left in flight
+            # (every task of the run waits: the agent on credit), it has stopped there.
+            await eventually(lambda: agent.sent >= window)
+            with trio.fail_after(10):
+                await trio.testing.wait_all_tasks_blocked()
             assert agent.sent <= window + 64 * 1024 < len(agent.blob)
             async for chunk in stream:
                 assert isinstance(chunk, bytes)
@@ -427,9 +433,12 @@ async def test_a_newer_link_replaces_the_older_one(caplog: pytest.LogCaptureFixt
             session = cp.hub.session(SERVER_ID)
             assert session is not None and session is not first
             assert session.version == "2" and cp.hub.online_count == 1
-            await trio.sleep(0.2)  # the replaced link's end must not report the server offline
+            # The replaced link ends (its agent says so) and, once nothing is left in flight, its
+            # end has not reported the server offline.
+            await eventually(lambda: "replaced ours" in caplog.text)
+            with trio.fail_after(10):
+                await trio.testing.wait_all_tasks_blocked()
             assert cp.presence[-1][1] is session and cp.hub.session(SERVER_ID) is session
-            assert "replaced ours" in caplog.text
             nursery.cancel_scope.cancel()
 
 

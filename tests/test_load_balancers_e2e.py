@@ -16,7 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import httpx
 import pytest
@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from textual.pilot import Pilot
 
 from api_client import Client
+from contract.job_kinds.lb import Engine
 from fleetdeck.launcher import free_port
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_for, wait_until
@@ -33,9 +34,9 @@ from tests.helpers.pebble import pebble_installed, run_pebble
 from tests.helpers.tui import open_screen, pick, run
 from tui.app import FleetdeckApp
 from tui.connection import Connection
-from tui.files.dialogs.simple import ConfirmDialog
+from tui.widgets.dialogs import ConfirmDialog
 
-ENGINES = ["nginx", "haproxy"]
+ENGINES = list(get_args(Engine))
 # --- the backends, an org, a node ------------------------------------------------------------------
 
 

@@ -19,7 +19,6 @@ from tests.helpers import wait_for
 from tests.helpers.tui import highlight, names, open_commander, real_app, run, show_location, site_dir
 from tui.files.dialogs import (
     BulkDialog,
-    ConfirmDialog,
     CopyDialog,
     DeleteDialog,
     LocalPathDialog,
@@ -27,6 +26,7 @@ from tui.files.dialogs import (
     TrashDialog,
 )
 from tui.files.viewer import ViewerScreen
+from tui.widgets.dialogs import ConfirmDialog
 
 
 def test_two_panels_browse_their_own_scopes_with_the_keyboard(stack: Stack) -> None:

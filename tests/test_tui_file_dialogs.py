@@ -26,7 +26,6 @@ from tests.helpers.tui import real_app, run, site_dir
 from tui.app import FleetdeckApp
 from tui.files.dialogs import (
     ArchiveDialog,
-    ConfirmDialog,
     CopyDialog,
     DeleteDialog,
     LocalPathDialog,
@@ -38,8 +37,8 @@ from tui.files.dialogs import (
     TransferDialog,
     TrashDialog,
 )
-from tui.files.dialogs.base import FileDialog
 from tui.servers.screen import ServerListScreen
+from tui.widgets.dialogs import ConfirmDialog, Dialog
 
 SIZE = (80, 24)
 SITE = Scope(scope="site", domain="example.com")
@@ -53,7 +52,7 @@ def demo_server(stack: Stack) -> Server:
         return Server.model_validate(answer.json())
 
 
-async def push(pilot: Pilot[Any], dialog: FileDialog[Any]) -> list[Any]:
+async def push(pilot: Pilot[Any], dialog: Dialog[Any]) -> list[Any]:
     """Open `dialog` (over the server list of the real app); its result lands in the list returned."""
     app = pilot.app
     if isinstance(app, FleetdeckApp):  # its server list first, or it would open over the dialog
@@ -67,19 +66,19 @@ async def push(pilot: Pilot[Any], dialog: FileDialog[Any]) -> list[Any]:
     return results
 
 
-def assert_fits(dialog: FileDialog[Any]) -> None:
+def assert_fits(dialog: Dialog[Any]) -> None:
     """The dialog's box, buttons and hint are inside an 80x24 screen (the buttons shown: a dialog
     may swap some for others, as extract swaps Start for Skip and Overwrite)."""
-    box = dialog.query_one(".file-dialog")
+    box = dialog.query_one(".dialog")
     width, height = SIZE
     assert box.region.right <= width and box.region.bottom <= height, box.region
-    for part in dialog.query(".file-dialog--hint, .file-dialog--buttons Button"):
+    for part in dialog.query(".dialog--hint, .dialog--buttons Button"):
         if not part.display:
             continue
         assert part.region.height >= 1 and part.region.bottom <= box.region.bottom, part
 
 
-def status(dialog: FileDialog[Any]) -> str:
+def status(dialog: Dialog[Any]) -> str:
     return str(dialog.query_one("#status", Static).render())
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input, OptionList, Select, Static
 
+from contract.job_kinds.lb import Algorithm, Engine
 from contract.load_balancers import (
     Backend,
     BackendReport,
@@ -34,13 +35,13 @@ from tests.helpers.snapshots import SNAPSHOTS, screen_text
 from tests.helpers.snapshots import UPDATE as UPDATE_SNAPSHOTS
 from tests.helpers.tui import open_screen, pick, run
 from tui.app import FleetdeckApp
-from tui.files.dialogs.simple import ConfirmDialog
 from tui.help import HelpScreen
-from tui.load_balancers.form import LbFormDialog
+from tui.load_balancers.form import ALGORITHMS, ENGINES, LbFormDialog
 from tui.load_balancers.menu import ActionMenu
 from tui.load_balancers.screen import LoadBalancersScreen, drain_preview
 from tui.load_balancers.tables import LbTable, PoolTable, fit_widths
 from tui.servers.screen import ServerListScreen
+from tui.widgets.dialogs import ConfirmDialog
 
 
 @pytest.fixture
@@ -402,3 +403,8 @@ def test_column_widths_fit_the_room_and_give_the_rest_to_the_last_flexible_colum
     assert widths["backend"] >= 7 and widths["address"] >= 9
     wide = fit_widths(PoolTable.COLUMNS, {"backend": 5, "address": 9}, 199)
     assert wide["address"] == 40  # an address is never wider: the rest stays empty
+
+
+def test_the_form_offers_each_engine_and_algorithm_of_the_contract_once() -> None:
+    assert [engine for _, engine in ENGINES] == list(get_args(Engine))
+    assert [algorithm for _, algorithm in ALGORITHMS] == list(get_args(Algorithm))

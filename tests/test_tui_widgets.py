@@ -12,6 +12,7 @@ from tests.helpers.tui import run
 from tui.errors import format_size
 from tui.files.directory_pane import ColumnLayout, DirectoryPane, sort_entries
 from tui.files.highlight import BLOCK_LINES, LEAD_IN_LINES, LazyHighlighter, lexer_for_path, split_lines
+from tui.jobs.log_panel import LogLine, LogPanel
 
 ENTRY_COUNT = 100_000
 
@@ -257,3 +258,40 @@ def test_viewer_draws_tabs_and_control_characters_safely() -> None:
     highlighter = LazyHighlighter(split_lines("a\tb\x1b[2J\r\n"), lexer_for_path("x.txt"))
     text = "".join(value for _, value in highlighter.tokens(0))
     assert text == "a   b␛[2J"
+
+
+class LogApp(App[None]):
+    def compose(self) -> ComposeResult:
+        yield LogPanel()
+
+
+def test_the_vi_keys_move_the_directory_pane_and_scroll_the_job_log() -> None:
+    panes = PaneApp()
+
+    async def in_the_pane(pilot: Pilot[None]) -> None:
+        pane = panes.query_one(DirectoryPane)
+        pane.set_entries(make_entries(100))
+        pane.focus()
+        await pilot.press("j", "j", "j", "k")
+        assert pane.cursor == 2
+
+    run(panes, in_the_pane)
+    logs = LogApp()
+
+    async def in_the_log(pilot: Pilot[None]) -> None:
+        panel = logs.query_one(LogPanel)
+        panel.append_lines([LogLine(f"line {n}") for n in range(500)])
+        panel.flush_now()
+        panel.focus()
+        await pilot.pause()
+        assert panel.follow and panel.scroll_y == panel.max_scroll_y > 0
+        await pilot.press("k")  # scrolling back stops following
+        assert not panel.follow and panel.scroll_y == panel.max_scroll_y - 1
+        await pilot.press("g")
+        assert panel.scroll_y == 0
+        await pilot.press("j")
+        assert panel.scroll_y == 1
+        await pilot.press("G")  # the end follows again
+        assert panel.follow
+
+    run(logs, in_the_log)

@@ -27,7 +27,6 @@ log = logging.getLogger("fleetdeck.agent.lb")
 
 RELOAD_TIMEOUT_S = 15.0
 POLL_S = 0.05
-EXIT_INSTALL_FAILED = 3  # the apply is degraded: the engine could not be installed (documented in jobs.py)
 
 
 @dataclass(frozen=True)

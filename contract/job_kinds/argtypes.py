@@ -796,16 +796,6 @@ CommandLine = CronCommand  # the same grammar for daemons, apps and stack servic
 
 # --- ssh --------------------------------------------------------------------------------------------
 
-SSH_KEY_TYPES = (
-    "ssh-ed25519",
-    "ssh-rsa",
-    "ecdsa-sha2-nistp256",
-    "ecdsa-sha2-nistp384",
-    "ecdsa-sha2-nistp521",
-    "sk-ssh-ed25519@openssh.com",
-    "sk-ecdsa-sha2-nistp256@openssh.com",
-)
-
 
 def _ssh_key(value: str) -> str:
     parts = value.split(" ")

@@ -13,6 +13,11 @@ from pydantic import Field, model_validator
 from contract.job_kinds.argtypes import Bool, DomainName, Host, Id, Int, Port, Slug, UrlPath
 from contract.job_kinds.base import Args, JobKind, kind
 
+Engine = Literal["nginx", "haproxy"]
+"""The engines a load-balancer node runs (agent/load_balancers/nginx.py, haproxy.py)."""
+Algorithm = Literal["round_robin", "least_conn", "ip_hash"]
+"""How a load balancer spreads requests over its backends."""
+
 
 class LbHealthCheck(Args):
     """How backends are checked: HAProxy's active checks, or the agent's prober under nginx."""
@@ -39,8 +44,8 @@ class LbApply(Args):
     port: Literal[80, 443]
     tls: Bool = False
     hostname: DomainName | None = None  # the name clients use: the certificate's name when tls
-    engine: Literal["nginx", "haproxy"]
-    algorithm: Literal["round_robin", "least_conn", "ip_hash"] = "round_robin"
+    engine: Engine
+    algorithm: Algorithm = "round_robin"
     health_check: LbHealthCheck = Field(default_factory=LbHealthCheck)
     backends: list[LbBackend] = Field(default_factory=list, max_length=256)
 
@@ -59,7 +64,7 @@ class LbApply(Args):
 class LbRemove(Args):
     id: Id
     name: Slug
-    engine: Literal["nginx", "haproxy"]
+    engine: Engine
 
 
 KINDS: list[JobKind] = [

@@ -9,12 +9,12 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
 from urllib.parse import quote
 
 import anyio
 import orjson
-from fastapi import APIRouter, Query, Request, Response, WebSocket
+from fastapi import APIRouter, Depends, Query, Request, Response, WebSocket
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
@@ -140,6 +140,23 @@ async def resolve_target(
     return FsTarget(server_id, scope, domain)
 
 
+@dataclass(frozen=True)
+class _TargetInQuery:
+    """The dependency of the routes that name their target in the query (`scope`, `domain`):
+    the checked `FsTarget`, for a read or (`write`) a write."""
+
+    write: bool = False
+
+    async def __call__(
+        self, server_id: str, caller: Caller, fleet: FleetDep, scope: str = "site", domain: str | None = None
+    ) -> FsTarget:
+        return await resolve_target(fleet, caller, server_id, scope, domain, write=self.write)
+
+
+ReadTarget = Annotated[FsTarget, Depends(_TargetInQuery())]
+WriteTarget = Annotated[FsTarget, Depends(_TargetInQuery(write=True))]
+
+
 _DELETE_RESULT: TypeAdapter[FsDeleteResult] = TypeAdapter(FsDeleteResult)
 
 
@@ -218,16 +235,13 @@ async def scopes(server_id: str, caller: Caller, fleet: FleetDep) -> ScopeList:
 
 @router.get("/list", response_model=Listing)
 async def list_dir(
-    server_id: str,
-    caller: Caller,
+    target: ReadTarget,
     fleet: FleetDep,
-    scope: str = "site",
-    domain: str | None = None,
     path: str = "",
     cursor: str | None = None,
     limit: int = Query(5000, ge=1, le=MAX_LIST_LIMIT),
 ) -> Response:
-    target = await resolve_target(fleet, caller, server_id, scope, domain)
+    server_id = target.server_id
     params = target.params(path=path, cursor=cursor, limit=limit, encoded=True)
     time_limit = fleet.settings.agent_call_timeout_s
     head, stream, stack = await _open_agent_stream(fleet, server_id, "fs.list", params, time_limit=time_limit)
@@ -302,27 +316,22 @@ async def _bytes_of(stream: ReplyStream, stack: AsyncExitStack) -> AsyncIterator
 
 
 @router.get("/stat", response_model=Entry)
-async def stat(
-    server_id: str, caller: Caller, fleet: FleetDep, scope: str = "site", domain: str | None = None, path: str = ""
-) -> Response:
-    target = await resolve_target(fleet, caller, server_id, scope, domain)
+async def stat(target: ReadTarget, fleet: FleetDep, path: str = "") -> Response:
+    server_id = target.server_id
     return _checked(Entry, await fleet.call_agent(server_id, "fs.stat", target.params(path=path)), "fs.stat", server_id)
 
 
 @router.get("/read", response_model=FileContent | FileWindow)
 async def read(
-    server_id: str,
-    caller: Caller,
+    target: ReadTarget,
     fleet: FleetDep,
-    scope: str = "site",
-    domain: str | None = None,
     path: str = "",
     offset: int | None = Query(None, ge=0, le=MAX_INTEGER),
     length: int | None = Query(None, ge=0, le=WINDOW_LIMIT),
 ) -> Response:
     """The whole text file (the editor's read, up to 10 MiB); with `offset` or `length`, a window
     of up to 1 MiB of any file (the viewer's read): never 413 or 415."""
-    target = await resolve_target(fleet, caller, server_id, scope, domain)
+    server_id = target.server_id
     if offset is None and length is None:
         answer = await fleet.call_agent(server_id, "fs.read", target.params(path=path))
         return _checked(FileContent, answer, "fs.read", server_id)
@@ -527,10 +536,8 @@ async def chmod(server_id: str, body: FsChmod, caller: Caller, fleet: FleetDep) 
 
 
 @router.get("/dirsize", response_model=FsDirSize)
-async def dirsize(
-    server_id: str, caller: Caller, fleet: FleetDep, scope: str = "site", domain: str | None = None, path: str = ""
-) -> Response:
-    target = await resolve_target(fleet, caller, server_id, scope, domain)
+async def dirsize(target: ReadTarget, fleet: FleetDep, path: str = "") -> Response:
+    server_id = target.server_id
     return _checked(
         FsDirSize, await fleet.call_agent(server_id, "fs.dirsize", target.params(path=path)), "fs.dirsize", server_id
     )
@@ -538,17 +545,14 @@ async def dirsize(
 
 @router.get("/search", response_model=FsSearchResult)
 async def search(
-    server_id: str,
-    caller: Caller,
+    target: ReadTarget,
     fleet: FleetDep,
     query: str = Query(min_length=1, max_length=256),
-    scope: str = "site",
-    domain: str | None = None,
     path: str = "",
     content: bool = False,
     limit: int = Query(500, ge=1, le=5000),
 ) -> Response:
-    target = await resolve_target(fleet, caller, server_id, scope, domain)
+    server_id = target.server_id
     params = target.params(path=path, query=query, content=content, limit=limit)
     # A content search reads every file, big logs included: the deadline of a tree operation.
     timeout = fleet.settings.transfer_timeout_s if content else None
@@ -560,11 +564,9 @@ async def search(
 
 
 @router.get("/trash", response_model=FsTrashList)
-async def trash(
-    server_id: str, caller: Caller, fleet: FleetDep, scope: str = "site", domain: str | None = None
-) -> Response:
+async def trash(target: WriteTarget, fleet: FleetDep) -> Response:
     # Opening the trash purges what is older than 30 days: a write, so it needs write access.
-    target = await resolve_target(fleet, caller, server_id, scope, domain, write=True)
+    server_id = target.server_id
     return _checked(
         FsTrashList, await fleet.call_agent(server_id, "fs.trash.list", target.params()), "fs.trash.list", server_id
     )
@@ -622,18 +624,10 @@ async def extract(server_id: str, body: FsExtract, caller: Caller, fleet: FleetD
 
 
 @router.get("/extract/check", response_model=FsExtractCheck)
-async def extract_check(
-    server_id: str,
-    caller: Caller,
-    fleet: FleetDep,
-    path: str,
-    destination: str = "",
-    scope: str = "site",
-    domain: str | None = None,
-) -> Response:
+async def extract_check(target: ReadTarget, fleet: FleetDep, path: str, destination: str = "") -> Response:
     """What an extraction would meet (the archive's top-level names, the paths already taken),
     asked before it starts so the user chooses what conflicts get; writes nothing."""
-    target = await resolve_target(fleet, caller, server_id, scope, domain)
+    server_id = target.server_id
     _require_archive(path, "query")
     params = target.params(path=path, destination=destination)
     return _checked(
@@ -683,18 +677,11 @@ async def cancel_operation(operation_id: str, server_id: str, caller: Caller, fl
 # A raw body, not JSON: up to RELAY_UPLOAD_LIMIT, checked here with its own message.
 @router.put("/upload", response_model=FsEntryResult, openapi_extra=body_limit(None))
 async def upload(
-    server_id: str,
-    request: Request,
-    caller: Caller,
-    fleet: FleetDep,
-    path: str,
-    scope: str = "site",
-    domain: str | None = None,
-    overwrite: bool = False,
+    target: WriteTarget, request: Request, caller: Caller, fleet: FleetDep, path: str, overwrite: bool = False
 ) -> Response:
     """Relay upload: the raw body, up to 64 MiB, streamed to the agent as it arrives (never held
     whole here). The agent writes a temporary file and renames it only once every byte is in."""
-    target = await resolve_target(fleet, caller, server_id, scope, domain, write=True)
+    server_id = target.server_id
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > RELAY_UPLOAD_LIMIT:
         return _unread_body_error(_too_large(int(declared)))
@@ -890,12 +877,9 @@ async def answer_relayed_direct_upload(fleet: Fleet, session: AgentSession, para
 
 
 @router.get("/download", response_class=Response, responses={200: {"content": {"application/octet-stream": {}}}})
-async def download(
-    server_id: str, caller: Caller, fleet: FleetDep, path: str, scope: str = "site", domain: str | None = None
-) -> Response:
+async def download(target: ReadTarget, fleet: FleetDep, path: str) -> Response:
     """The file's bytes, streamed from the agent with flow control: no size cap, little memory."""
-    target = await resolve_target(fleet, caller, server_id, scope, domain)
-    head, stream, stack = await _open_agent_stream(fleet, server_id, "fs.download", target.params(path=path))
+    head, stream, stack = await _open_agent_stream(fleet, target.server_id, "fs.download", target.params(path=path))
     if head is None:
         raise AgentError("agent error: fs.download answered without the file's size")
     name = path.rstrip("/").rsplit("/", 1)[-1] or "download"

@@ -7,7 +7,7 @@ and its arguments fit its schema. Only then is a fixed argv built and dispatched
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -38,6 +38,7 @@ from control_plane.jobs import store
 from control_plane.masking import mask_command_lines, mask_command_output
 from control_plane.servers.routes import server_row
 from control_plane.state import Caller, Fleet, FleetDep
+from control_plane.storage.rows import StoredJson
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -52,26 +53,18 @@ def _masks_command_lines(caller: Principal, kind: str) -> bool:
     return kind in COMMAND_LINE_KINDS and "sysadmin" not in caller.capabilities
 
 
+class _StoredJob(Job):
+    """A `jobs` row as the wire `Job`: its arguments are kept as JSON text."""
+
+    args: Annotated[dict[str, Any], StoredJson]
+
+
 def job_model(row: dict[str, Any], caller: Principal) -> Job:
     """The wire `Job` of a stored row, as `caller` may see it."""
     result = orjson.loads(row["result"]) if row["result"] else None
     if result is not None and _masks_command_lines(caller, row["kind"]):
         result = mask_command_lines(result)
-    return Job(
-        id=row["id"],
-        server_id=row["server_id"],
-        kind=row["kind"],
-        args=orjson.loads(row["args"]),
-        status=row["status"],
-        exit_code=row["exit_code"],
-        created_at=parse(row["created_at"]),
-        started_at=parse(row["started_at"]) if row["started_at"] else None,
-        finished_at=parse(row["finished_at"]) if row["finished_at"] else None,
-        result=result,
-        cached=bool(row["cached"]),
-        cached_at=parse(row["cached_at"]) if row["cached_at"] else None,
-        created_by=row["created_by"],
-    )
+    return _StoredJob.model_validate({**row, "result": result})
 
 
 def _json(model: Job, status: int = 200) -> Response:

@@ -34,11 +34,12 @@ from contract.load_balancers import (
     LoadBalancerPatch,
 )
 from control_plane.auth.principal import Principal
-from control_plane.clock import now_iso, parse
+from control_plane.clock import now_iso
 from control_plane.jobs import store as job_store
 from control_plane.jobs.routes import submit_job
 from control_plane.load_balancers import store
 from control_plane.state import Caller, Fleet, FleetDep
+from control_plane.storage.rows import StoredJson
 
 router = APIRouter(prefix="/v1", tags=["load-balancers"])
 
@@ -57,43 +58,27 @@ APPLY, REMOVE = _kind("lb.apply"), _kind("lb.remove")
 # --- wire models ----------------------------------------------------------------------------
 
 
+class _StoredBackend(Backend):
+    """An `lb_backends` row (with its server's address) as the wire `Backend`: stats as JSON text."""
+
+    stats: Annotated[BackendStats | None, StoredJson] = None
+
+
+class _StoredLoadBalancer(LoadBalancer):
+    """A `load_balancers` row as the wire `LoadBalancer`: its health check as JSON text."""
+
+    health_check: Annotated[LbHealthCheck, StoredJson]
+
+
 def backend_model(row: dict[str, Any]) -> Backend:
     """A drained backend reads `draining` whatever its probe says; one never checked, `unhealthy`
     (not known to be healthy: `last_check_at` is null)."""
     health: BackendHealth = "draining" if row["drained"] else (row["health"] or "unhealthy")
-    return Backend(
-        id=row["id"],
-        server_id=row["server_id"],
-        address=row["address"] or "",
-        port=row["port"],
-        weight=row["weight"],
-        health=health,
-        drained=bool(row["drained"]),
-        last_check_at=parse(row["last_check_at"]) if row["last_check_at"] else None,
-        stats=BackendStats.model_validate_json(row["stats"]) if row["stats"] else None,
-    )
+    return _StoredBackend.model_validate({**row, "address": row["address"] or "", "health": health})
 
 
 def lb_model(row: dict[str, Any], backends: list[dict[str, Any]]) -> LoadBalancer:
-    return LoadBalancer(
-        id=row["id"],
-        name=row["name"],
-        port=row["port"],
-        tls=bool(row["tls"]),
-        hostname=row["hostname"],
-        node_server_id=row["node_server_id"],
-        engine=row["engine"],
-        algorithm=row["algorithm"],
-        health_check=LbHealthCheck.model_validate_json(row["health_check"]),
-        backends=[backend_model(b) for b in backends],
-        state=row["state"],
-        state_error=row["state_error"],
-        revision=row["revision"],
-        applied_revision=row["applied_revision"],
-        applied_at=parse(row["applied_at"]) if row["applied_at"] else None,
-        created_at=parse(row["created_at"]),
-        updated_at=parse(row["updated_at"]),
-    )
+    return _StoredLoadBalancer.model_validate({**row, "backends": [backend_model(b) for b in backends]})
 
 
 def _json(model: BaseModel, status: int = 200) -> Response:

@@ -3,16 +3,17 @@ org's load balancer, backend or server does not exist for the caller."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-import orjson
 import sqlalchemy as sa
+from pydantic import ConfigDict, Field
 from sqlalchemy.engine import Connection
 
-from contract.job_kinds.lb import LbApply, LbBackend
+from contract.job_kinds.lb import LbApply, LbBackend, LbHealthCheck
 from contract.load_balancers import LbApplyOutcome, LbHealthReport
 from control_plane.auth.secrets import new_id
 from control_plane.clock import now_iso
+from control_plane.storage.rows import StoredJson
 from control_plane.storage.schema import lb_backends, load_balancers, servers
 
 Row = dict[str, Any]
@@ -111,6 +112,23 @@ def bump(conn: Connection, lb_id: str) -> LbApply:
     return spec_of(conn, lb_id)
 
 
+class _StoredBackendSpec(LbBackend):
+    """An `lb_backends` row (with its server's address) as the spec's backend: `drained` is
+    stored as a number (SQLite), and the row's other columns are not the spec's."""
+
+    model_config = ConfigDict(extra="ignore")
+    drained: bool = False
+
+
+class _StoredSpec(LbApply):
+    """A `load_balancers` row as the `lb.apply` spec: `tls` is stored as a number, the health
+    check as JSON text, and the row's other columns are not the spec's."""
+
+    model_config = ConfigDict(extra="ignore")
+    tls: bool = False
+    health_check: Annotated[LbHealthCheck, StoredJson] = Field(default_factory=LbHealthCheck)
+
+
 def spec_of(conn: Connection, lb_id: str) -> LbApply:
     """The self-contained `lb.apply` spec of the current revision (backend addresses resolved).
     Raises MissingAddress when a backend's server has none, pydantic's ValidationError when the
@@ -120,28 +138,7 @@ def spec_of(conn: Connection, lb_id: str) -> LbApply:
     for backend in backends:
         if not backend["address"]:
             raise MissingAddress(f"server {backend['server_id']} has no address: set one to use it as a backend")
-    return LbApply(
-        id=lb["id"],
-        name=lb["name"],
-        revision=lb["revision"],
-        port=lb["port"],
-        tls=bool(lb["tls"]),
-        hostname=lb["hostname"],
-        engine=lb["engine"],
-        algorithm=lb["algorithm"],
-        health_check=orjson.loads(lb["health_check"]),
-        backends=[
-            LbBackend(
-                id=b["id"],
-                server_id=b["server_id"],
-                address=b["address"],
-                port=b["port"],
-                weight=b["weight"],
-                drained=bool(b["drained"]),
-            )
-            for b in backends
-        ],
-    )
+    return _StoredSpec.model_validate({**lb, "backends": [_StoredBackendSpec.model_validate(b) for b in backends]})
 
 
 def check_servers(conn: Connection, org_id: str, server_ids: list[str]) -> dict[str, Row]:

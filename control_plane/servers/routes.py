@@ -53,14 +53,7 @@ def server_model(row: dict[str, Any], session: AgentSession | None, *, linked_el
             last_seen_at=_when(row["agent_last_seen_at"]),
             job_kinds=store.stored_job_kinds(row),
         )
-    return Server(
-        id=row["id"],
-        name=row["name"],
-        kind=row["kind"],
-        address=row["address"],
-        agent=agent,
-        created_at=parse(row["created_at"]),
-    )
+    return Server.model_validate({**row, "agent": agent})
 
 
 def _kernel_protections(session: AgentSession) -> KernelProtections | None:

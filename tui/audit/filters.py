@@ -12,7 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import Input, Select, Static
 
-from tui.files.dialogs.base import FileDialog
+from tui.widgets.dialogs import Dialog
 
 Outcome = Literal["ok", "error"]
 
@@ -36,7 +36,7 @@ class AuditFilters:
         return " · ".join(p for p in parts if p)
 
 
-class AuditFilterDialog(FileDialog[AuditFilters | None]):
+class AuditFilterDialog(Dialog[AuditFilters | None]):
     """Server and outcome picked, action and actor typed; an empty field means any. Enter in a
     text field (or ctrl+s anywhere) applies, Esc cancels."""
 
@@ -49,17 +49,17 @@ class AuditFilterDialog(FileDialog[AuditFilters | None]):
 
     def compose(self) -> ComposeResult:
         f = self.filters
-        with Vertical(classes="file-dialog"):
-            yield Static("Audit log filters", classes="file-dialog--title")
-            yield Static("Server", classes="file-dialog--label")
+        with Vertical(classes="dialog"):
+            yield Static("Audit log filters", classes="dialog--title")
+            yield Static("Server", classes="dialog--label")
             yield Select(
                 self.servers, prompt="any server", value=f.server_id or Select.NULL, id="audit-server", compact=True
             )
-            yield Static("Action (e.g. fs.write, jobs.create)", classes="file-dialog--label")
+            yield Static("Action (e.g. fs.write, jobs.create)", classes="dialog--label")
             yield Input(f.action or "", placeholder="any action", id="audit-action", compact=True)
-            yield Static("Actor (an email or a user id)", classes="file-dialog--label")
+            yield Static("Actor (an email or a user id)", classes="dialog--label")
             yield Input(f.actor or "", placeholder="anyone", id="audit-actor", compact=True)
-            yield Static("Outcome", classes="file-dialog--label")
+            yield Static("Outcome", classes="dialog--label")
             yield Select(
                 [("ok", "ok"), ("error", "error")],
                 prompt="any outcome",
@@ -67,7 +67,7 @@ class AuditFilterDialog(FileDialog[AuditFilters | None]):
                 id="audit-outcome",
                 compact=True,
             )
-            yield Static("Enter in a text field or ctrl+s: apply · Esc: cancel", classes="file-dialog--hint")
+            yield Static("Enter in a text field or ctrl+s: apply · Esc: cancel", classes="dialog--hint")
 
     def on_mount(self) -> None:
         self.query_one("#audit-action", Input).focus()

@@ -27,6 +27,7 @@ from textual.strip import Strip
 from tui.errors import format_size
 from tui.text import load_tcss, printable, short_time
 from tui.widgets.filter_line import name_filter
+from tui.widgets.vi_keys import vi_keys
 
 EntryDict = Mapping[str, Any]
 
@@ -115,8 +116,9 @@ class DirectoryPane(ScrollView, can_focus=True):
     }
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up,k", "cursor_up", "Up", show=False),
-        Binding("down,j", "cursor_down", "Down", show=False),
+        Binding("up", "cursor_up", "Up", show=False),
+        Binding("down", "cursor_down", "Down", show=False),
+        *vi_keys(up="cursor_up", down="cursor_down"),
         Binding("pageup", "page_up", "Page up", show=False),
         Binding("pagedown", "page_down", "Page down", show=False),
         Binding("home", "first", "First", show=False),

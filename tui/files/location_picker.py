@@ -11,9 +11,9 @@ from textual.widgets.option_list import Option
 
 from api_client import Client, Scope, Server
 from tui.errors import describe_error
-from tui.files.dialogs.base import FileDialog
 from tui.files.panel import scope_key, scope_label
 from tui.text import load_tcss, printable
+from tui.widgets.dialogs import Dialog
 
 Location = tuple[Server, Scope]
 
@@ -43,7 +43,7 @@ async def browsable_locations(client: Client) -> tuple[list[Location], list[str]
     return locations, sorted(problems)
 
 
-class LocationPicker(FileDialog[Location | None]):
+class LocationPicker(Dialog[Location | None]):
     """A list of `server · scope` lines; Enter picks, Esc keeps the panel where it is."""
 
     DEFAULT_CSS = load_tcss(__file__)
@@ -54,11 +54,11 @@ class LocationPicker(FileDialog[Location | None]):
         self.locations: list[Location] = []
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="location-box", classes="file-dialog"):
-            yield Static("Show in this panel", classes="file-dialog--title")
+        with Vertical(id="location-box", classes="dialog"):
+            yield Static("Show in this panel", classes="dialog--title")
             yield OptionList(id="locations")
-            yield Static("", id="status", classes="file-dialog--hint", markup=False)
-            yield Static("Enter: show · Esc: cancel", classes="file-dialog--hint")
+            yield Static("", id="status", classes="dialog--hint", markup=False)
+            yield Static("Enter: show · Esc: cancel", classes="dialog--hint")
 
     def on_mount(self) -> None:
         options = self.query_one(OptionList)

@@ -35,6 +35,7 @@ from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
 from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
+from tui.widgets.vi_keys import vi_keys
 
 SEARCH_POLL_S = 0.2
 
@@ -126,10 +127,11 @@ class ViewerScreen(FleetScreen):
         Binding("N", "next_match(False)", "Previous", key_display="N", show=False),
         Binding("w", "toggle_wrap", "Wrap"),
         Binding("h", "toggle_hex", "Hex"),
-        Binding("end,G", "move('end')", "End", key_display="G"),
-        Binding("home,g", "move('home')", "Top", show=False),
-        Binding("down,j,enter", "move('down')", "Down", show=False),
-        Binding("up,k", "move('up')", "Up", show=False),
+        Binding("end", "move('end')", "End", key_display="G"),
+        Binding("home", "move('home')", "Top", show=False),
+        Binding("down,enter", "move('down')", "Down", show=False),
+        Binding("up", "move('up')", "Up", show=False),
+        *vi_keys(up="move('up')", down="move('down')", top="move('home')", bottom="move('end')"),
         Binding("pagedown,space,f", "move('page_down')", "Page down", show=False),
         Binding("pageup,b", "move('page_up')", "Page up", show=False),
         Binding("right,l", "sideways(8)", "Right", show=False),

@@ -40,6 +40,7 @@ from textual.widgets import Input
 
 from tui.errors import describe_error
 from tui.text import load_tcss, printable_line
+from tui.widgets.vi_keys import vi_keys
 
 DEFAULT_MAX_LINES = 100_000
 MAX_REFRESH_HZ = 30
@@ -132,10 +133,7 @@ class LogPanel(ScrollView, can_focus=True):
     }
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("k", "scroll_up", "Up", show=False),
-        Binding("j", "scroll_down", "Down", show=False),
-        Binding("g", "scroll_home", "Top", show=False),
-        Binding("G", "scroll_end", "Bottom", show=False),
+        *vi_keys(up="scroll_up", down="scroll_down", top="scroll_home", bottom="scroll_end"),
     ]
 
     def __init__(

@@ -25,30 +25,32 @@ from textual.widgets import Button, Input, Label, Select, Static
 from api_client import Server
 from contract.job_kinds.lb import LbHealthCheck
 from contract.load_balancers import (
+    ALGORITHM_NAMES,
     DEFAULT_BACKEND_PORT,
+    ENGINE_NAMES,
     BackendCreate,
     HealthCheckPatch,
     LoadBalancer,
     LoadBalancerCreate,
     LoadBalancerPatch,
 )
-from tui.files.dialogs.base import FileDialog
 from tui.text import load_tcss, printable
+from tui.widgets.dialogs import Dialog
 from tui.widgets.select import FormSelect
 from tui.widgets.toggles import Checkbox
 
 M = TypeVar("M", bound=BaseModel)
 
-ENGINES = [("nginx", "nginx"), ("HAProxy", "haproxy")]
+ENGINES = [(name, engine) for engine, name in ENGINE_NAMES.items()]
 PORTS = [("80 (HTTP)", 80), ("443 (HTTPS, a certificate from ACME)", 443)]
-ALGORITHMS = [("round robin", "round_robin"), ("least connections", "least_conn"), ("IP hash", "ip_hash")]
+ALGORITHMS = [(name, algorithm) for algorithm, name in ALGORITHM_NAMES.items()]
 
 
 class Invalid(ValueError):
     """What the user typed cannot be sent; the message says what to fix."""
 
 
-class LbFormDialog(FileDialog[LoadBalancer | None]):
+class LbFormDialog(Dialog[LoadBalancer | None]):
     """Create (no `lb`) or edit `lb`; dismissed with what the control plane saved."""
 
     DEFAULT_CSS = load_tcss(__file__)
@@ -70,8 +72,8 @@ class LbFormDialog(FileDialog[LoadBalancer | None]):
         check = lb.health_check if lb is not None else LbHealthCheck()
         title = f"Edit the load balancer {lb.name}" if lb is not None else "New load balancer"
         full = [(printable(s.name), s.id) for s in self.servers if s.kind == "full"]
-        with Vertical(id="lb-form-box", classes="file-dialog -wide -tall"):
-            yield Static(printable(title), classes="file-dialog--title", markup=False)
+        with Vertical(id="lb-form-box", classes="dialog -wide -tall"):
+            yield Static(printable(title), classes="dialog--title", markup=False)
             with VerticalScroll(id="lb-form-fields"):
                 yield from _row(
                     "Name", Input(lb.name if lb else "", placeholder="web (a-z, 0-9, -)", id="lb-name", compact=True)
@@ -130,8 +132,8 @@ class LbFormDialog(FileDialog[LoadBalancer | None]):
                 for server in self.servers:
                     yield from self._backend_row(server)
             yield Static("", id="status")
-            yield Static("Tab: next field · Space: tick · ctrl+s: save · Esc: cancel", classes="file-dialog--hint")
-            with Horizontal(classes="file-dialog--buttons"):
+            yield Static("Tab: next field · Space: tick · ctrl+s: save · Esc: cancel", classes="dialog--hint")
+            with Horizontal(classes="dialog--buttons"):
                 yield Button("Save", variant="primary", id="lb-form-save", compact=True)
                 yield Button("Cancel", id="lb-form-cancel", compact=True)
 

@@ -12,8 +12,8 @@ from textual.containers import Vertical
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from tui.files.dialogs.base import FileDialog
 from tui.text import load_tcss, printable
+from tui.widgets.dialogs import Dialog
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class MenuItem:
     key: str  # the screen's key for it, shown beside the label
 
 
-class ActionMenu(FileDialog[str | None]):
+class ActionMenu(Dialog[str | None]):
     """↑↓ and Enter pick an action (its name is the result); Esc closes."""
 
     DEFAULT_CSS = load_tcss(__file__)
@@ -35,8 +35,8 @@ class ActionMenu(FileDialog[str | None]):
 
     def compose(self) -> ComposeResult:
         width = max(len(item.label) for item in self.items)
-        with Vertical(id="action-menu-box", classes="file-dialog"):
-            yield Static(printable(self.title_text), classes="file-dialog--title", markup=False)
+        with Vertical(id="action-menu-box", classes="dialog"):
+            yield Static(printable(self.title_text), classes="dialog--title", markup=False)
             yield OptionList(
                 *(
                     Option(Text.assemble(item.label.ljust(width + 2), (item.key, "dim")), id=item.action)
@@ -44,7 +44,7 @@ class ActionMenu(FileDialog[str | None]):
                 ),
                 id="action-menu",
             )
-            yield Static("Enter: do it · Esc: close", classes="file-dialog--hint", markup=False)
+            yield Static("Enter: do it · Esc: close", classes="dialog--hint", markup=False)
 
     def on_mount(self) -> None:
         options = self.query_one(OptionList)

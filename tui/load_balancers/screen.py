@@ -30,12 +30,12 @@ from textual.widgets import DataTable, Static
 from api_client import Server
 from contract.load_balancers import MAX_WEIGHT, MIN_WEIGHT, Backend, BackendPatch, LoadBalancer, LoadBalancerList
 from tui.bridge import TaskHandle
-from tui.files.dialogs.simple import ConfirmDialog
 from tui.load_balancers.form import LbFormDialog
 from tui.load_balancers.menu import ActionMenu, MenuItem
 from tui.load_balancers.tables import LbTable, PoolTable, backend_cells, lb_cells, one_line
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
+from tui.widgets.dialogs import ConfirmDialog
 from tui.widgets.filter_line import FilteredList, FilterLine, filter_rows
 from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader

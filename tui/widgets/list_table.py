@@ -8,6 +8,8 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
+from tui.widgets.vi_keys import vi_keys
+
 
 class ListTable(DataTable[Text]):
     """A row list: Home/End go to the first/last row (DataTable's own scroll sideways), and
@@ -16,6 +18,5 @@ class ListTable(DataTable[Text]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("home", "scroll_top", "First", show=False),
         Binding("end", "scroll_bottom", "Last", show=False),
-        Binding("j", "cursor_down", "Down", show=False),
-        Binding("k", "cursor_up", "Up", show=False),
+        *vi_keys(up="cursor_up", down="cursor_down"),
     ]

@@ -1,7 +1,8 @@
 """The dialogs of the file browser (issue 4, point 12), each a self-contained modal screen that
 returns its result through `dismiss`: properties, permissions, new file from a template, a name,
 confirmations and delete, search, the trash, transfers, archives, copy and move (and their taken
-names), and the progress of bulk actions."""
+names), and the progress of bulk actions. The yes/no confirmation is every area's:
+`tui.widgets.dialogs.ConfirmDialog`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tui.files.dialogs.new_file import TEMPLATES, NewFileDialog
 from tui.files.dialogs.permissions import PermissionsDialog
 from tui.files.dialogs.properties import PropertiesDialog
 from tui.files.dialogs.search import SearchDialog
-from tui.files.dialogs.simple import ConfirmDialog, DeleteDialog, NameDialog
+from tui.files.dialogs.simple import DeleteDialog, NameDialog
 from tui.files.dialogs.transfer import LocalPathDialog, TransferDialog
 from tui.files.dialogs.trash import TrashDialog
 
@@ -21,7 +22,6 @@ __all__ = [
     "TEMPLATES",
     "ArchiveDialog",
     "BulkDialog",
-    "ConfirmDialog",
     "ConflictDialog",
     "ConflictPlan",
     "CopyDialog",

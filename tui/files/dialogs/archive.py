@@ -23,8 +23,9 @@ from contract.errors import ApiError, InsufficientStorage
 from contract.models import ExtractConflicts, FsExtractCheck
 from tui.bridge import TaskHandle
 from tui.errors import describe_error, format_size
-from tui.files.dialogs.base import FileDialog, describe_items, name_problem, plural
+from tui.files.dialogs.base import describe_items, name_problem, plural
 from tui.text import PRINTABLE, join_path, load_tcss, printable
+from tui.widgets.dialogs import Dialog
 
 ArchiveKind = Literal["compress", "extract"]
 ArchiveFormat = Literal["zip", "tar.gz"]
@@ -56,7 +57,7 @@ def default_archive_name(paths: Sequence[str], fmt: ArchiveFormat) -> str:
     return printable(base or "archive") + FORMAT_SUFFIXES[fmt]
 
 
-class ArchiveDialog(FileDialog[bool]):
+class ArchiveDialog(Dialog[bool]):
     """First the archive's name and format (or the folder to extract into), then the progress.
     Enter starts; Esc cancels (a running operation is stopped on the server first)."""
 
@@ -104,11 +105,11 @@ class ArchiveDialog(FileDialog[bool]):
     def compose(self) -> ComposeResult:
         what = describe_items(self.paths)
         title = f"Compress {what}" if self.kind == "compress" else f"Extract {what}"
-        with Vertical(id="archive-box", classes="file-dialog"):
-            yield Static(printable(title), classes="file-dialog--title", markup=False)
-            with Vertical(id="archive-form", classes="file-dialog--row"):
+        with Vertical(id="archive-box", classes="dialog"):
+            yield Static(printable(title), classes="dialog--title", markup=False)
+            with Vertical(id="archive-form", classes="dialog--row"):
                 if self.kind == "compress":
-                    yield Label(printable(f"Archive name (in /{self.directory})"), classes="file-dialog--label")
+                    yield Label(printable(f"Archive name (in /{self.directory})"), classes="dialog--label")
                     yield Input(
                         default_archive_name(self.paths, "zip"),
                         id="archive-name",
@@ -116,11 +117,11 @@ class ArchiveDialog(FileDialog[bool]):
                         select_on_focus=False,
                         highlighter=PRINTABLE,
                     )
-                    yield Label("Format", classes="file-dialog--label")
+                    yield Label("Format", classes="dialog--label")
                     formats: list[tuple[str, ArchiveFormat]] = [("zip", "zip"), ("tar.gz", "tar.gz")]
                     yield Select(formats, value="zip", allow_blank=False, id="archive-format", compact=True)
                 else:
-                    yield Label("Extract into the folder (made when missing)", classes="file-dialog--label")
+                    yield Label("Extract into the folder (made when missing)", classes="dialog--label")
                     yield Input(
                         "",
                         placeholder="reading the archive…",
@@ -130,21 +131,21 @@ class ArchiveDialog(FileDialog[bool]):
                         highlighter=PRINTABLE,
                     )
             with Vertical(id="archive-conflicts"):
-                yield Static("", id="archive-conflicts-title", classes="file-dialog--note", markup=False)
+                yield Static("", id="archive-conflicts-title", classes="dialog--note", markup=False)
                 yield OptionList(id="archive-conflict-list", compact=True)
-                yield Static("", id="archive-conflicts-note", classes="file-dialog--text", markup=False)
+                yield Static("", id="archive-conflicts-note", classes="dialog--text", markup=False)
             bar = ProgressBar(total=None, show_eta=False, id="archive-bar")
             bar.display = False  # shown once the operation runs
             yield bar
             yield Static("", id="archive-numbers", markup=False)
             yield Static("", id="archive-current", markup=False)
             yield Static("", id="status", markup=False)
-            with Horizontal(classes="file-dialog--buttons"):
+            with Horizontal(classes="dialog--buttons"):
                 yield Button("Start", id="archive-start", variant="primary", compact=True)
                 yield Button("Skip existing", id="archive-skip", variant="primary", compact=True)
                 yield Button("Overwrite", id="archive-overwrite", variant="warning", compact=True)
                 yield Button("Cancel", id="archive-cancel", compact=True)
-            yield Static(HINT, id="archive-hint", classes="file-dialog--hint", markup=False)
+            yield Static(HINT, id="archive-hint", classes="dialog--hint", markup=False)
 
     def on_mount(self) -> None:
         field = self.query_one("#archive-name" if self.kind == "compress" else "#archive-destination", Input)

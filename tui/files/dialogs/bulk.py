@@ -16,8 +16,9 @@ from textual.widgets import Button, ProgressBar, Static
 
 from api_client import BatchInterrupted, BatchProgress, KeepGoing
 from tui.errors import describe_error, unwrap
-from tui.files.dialogs.base import FileDialog, plural
+from tui.files.dialogs.base import plural
 from tui.text import printable
+from tui.widgets.dialogs import Dialog
 
 BulkWork = Callable[[BatchProgress, KeepGoing], Awaitable[Any]]
 """The action, given where to report progress and what to ask before each further batch."""
@@ -34,7 +35,7 @@ def describe_bulk_error(exc: BaseException, verb: str, *, server: str | None = N
     return f"{done}, then: {describe_error(exc.cause, server=server)}"
 
 
-class BulkDialog(FileDialog[Any]):
+class BulkDialog(Dialog[Any]):
     """Runs `work` at once; dismisses with its result, or None when it was stopped or failed."""
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Stop")]
@@ -50,14 +51,14 @@ class BulkDialog(FileDialog[Any]):
         self.ended = False
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="bulk-box", classes="file-dialog"):
-            yield Static(printable(self.title_text), classes="file-dialog--title", markup=False)
+        with Vertical(id="bulk-box", classes="dialog"):
+            yield Static(printable(self.title_text), classes="dialog--title", markup=False)
             yield ProgressBar(total=self.total, show_eta=False, id="bulk-bar")
             yield Static(f"0 of {plural(self.total, 'item')}", id="bulk-numbers", markup=False)
             yield Static("", id="status", markup=False)
-            with Horizontal(classes="file-dialog--buttons"):
+            with Horizontal(classes="dialog--buttons"):
                 yield Button("Stop", id="bulk-stop", compact=True)
-            yield Static("Esc: stop after the batch in flight", id="bulk-hint", classes="file-dialog--hint")
+            yield Static("Esc: stop after the batch in flight", id="bulk-hint", classes="dialog--hint")
 
     def on_mount(self) -> None:
         self.query_one("#bulk-stop", Button).focus()

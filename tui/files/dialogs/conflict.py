@@ -19,9 +19,10 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Static
 
-from tui.files.dialogs.base import FileDialog, plural
+from tui.files.dialogs.base import plural
 from tui.files.dialogs.simple import NameDialog
 from tui.text import printable
+from tui.widgets.dialogs import Dialog
 
 Choice = Literal["overwrite", "skip", "rename", "overwrite_all", "skip_all"]
 Operation = Literal["copy", "move"]
@@ -52,7 +53,7 @@ def free_name(name: str, taken: Collection[str]) -> str:
     return f"{stem}-{number}{extension}"
 
 
-class ConflictDialog(FileDialog[Choice | None]):
+class ConflictDialog(Dialog[Choice | None]):
     """One taken name: o overwrite, s skip, r rename; with more left, a (overwrite all) and n
     (skip all, mc's "None"); Esc cancels the whole operation."""
 
@@ -75,27 +76,27 @@ class ConflictDialog(FileDialog[Choice | None]):
 
     def compose(self) -> ComposeResult:
         verb = "Copy" if self.operation == "copy" else "Move"
-        with Vertical(id="conflict-box", classes="file-dialog -destructive"):
-            yield Static(f"{verb}: the name is taken", classes="file-dialog--title", markup=False)
+        with Vertical(id="conflict-box", classes="dialog -destructive"):
+            yield Static(f"{verb}: the name is taken", classes="dialog--title", markup=False)
             what = f"The folder {self.name_taken}/" if self.folder else self.name_taken
             yield Static(
                 printable(f"{what} already exists in {self.destination_label}."),
-                classes="file-dialog--text",
+                classes="dialog--text",
                 markup=False,
             )
             if self.folder:  # the API replaces a folder as a whole: no merge, unlike mc
-                yield Static("Overwrite replaces it and all it holds.", classes="file-dialog--note")
+                yield Static("Overwrite replaces it and all it holds.", classes="dialog--note")
             if self.left > 1:
-                yield Static(f"{plural(self.left, 'taken name')} left to decide.", classes="file-dialog--hint")
-            with Horizontal(classes="file-dialog--buttons"):
+                yield Static(f"{plural(self.left, 'taken name')} left to decide.", classes="dialog--hint")
+            with Horizontal(classes="dialog--buttons"):
                 yield Button("Overwrite (o)", id="conflict-overwrite", variant="error", compact=True)
                 yield Button("Skip (s)", id="conflict-skip", variant="primary", compact=True)
                 yield Button("Rename… (r)", id="conflict-rename", compact=True)
             if self.left > 1:
-                with Horizontal(classes="file-dialog--buttons"):
+                with Horizontal(classes="dialog--buttons"):
                     yield Button("Overwrite all (a)", id="conflict-overwrite_all", variant="error", compact=True)
                     yield Button("Skip all (n)", id="conflict-skip_all", compact=True)
-            yield Static("Enter: the focused button · Esc: cancel it all", classes="file-dialog--hint")
+            yield Static("Enter: the focused button · Esc: cancel it all", classes="dialog--hint")
 
     def on_mount(self) -> None:
         self.query_one("#conflict-skip", Button).focus()  # the safe answer

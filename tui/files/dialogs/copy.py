@@ -12,8 +12,9 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Label, Static
 
-from tui.files.dialogs.base import FileDialog, describe_items
+from tui.files.dialogs.base import describe_items
 from tui.text import PRINTABLE, printable
+from tui.widgets.dialogs import Dialog
 from tui.widgets.toggles import Checkbox
 
 Operation = Literal["copy", "move"]
@@ -26,7 +27,7 @@ CROSS_NOTES = {
 }
 
 
-class CopyDialog(FileDialog[tuple[str, bool] | None]):
+class CopyDialog(Dialog[tuple[str, bool] | None]):
     """Enter (or ctrl+s) goes ahead with (destination, overwrite); Esc cancels."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -60,12 +61,12 @@ class CopyDialog(FileDialog[tuple[str, bool] | None]):
 
     def compose(self) -> ComposeResult:
         verb = "Copy" if self.operation == "copy" else "Move"
-        with Vertical(id="copy-box", classes="file-dialog"):
-            yield Static(f"{verb} {describe_items(self.sources)}", classes="file-dialog--title", markup=False)
-            yield Static(self.summary(), classes="file-dialog--text", markup=False)
+        with Vertical(id="copy-box", classes="dialog"):
+            yield Static(f"{verb} {describe_items(self.sources)}", classes="dialog--title", markup=False)
+            yield Static(self.summary(), classes="dialog--text", markup=False)
             if self.cross in CROSS_NOTES:
-                yield Static(CROSS_NOTES[self.cross], id="copy-cross", classes="file-dialog--note", markup=False)
-            yield Label("To the folder", classes="file-dialog--label")
+                yield Static(CROSS_NOTES[self.cross], id="copy-cross", classes="dialog--note", markup=False)
+            yield Label("To the folder", classes="dialog--label")
             yield Input(
                 self.destination,
                 placeholder="/ (the scope root)",
@@ -75,10 +76,10 @@ class CopyDialog(FileDialog[tuple[str, bool] | None]):
             )
             yield Checkbox("Overwrite what is already there (ctrl+o)", False, id="copy-overwrite", compact=True)
             yield Static("", id="status", markup=False)
-            with Horizontal(classes="file-dialog--buttons"):
+            with Horizontal(classes="dialog--buttons"):
                 yield Button(verb, id="copy-go", variant="primary", compact=True)
                 yield Button("Cancel", id="copy-cancel", compact=True)
-            yield Static(f"Enter: {verb.lower()} · ctrl+o: overwrite · Esc: cancel", classes="file-dialog--hint")
+            yield Static(f"Enter: {verb.lower()} · ctrl+o: overwrite · Esc: cancel", classes="dialog--hint")
 
     def on_mount(self) -> None:
         self.query_one("#copy-destination", Input).focus()

@@ -15,8 +15,9 @@ from textual.widgets import Button, Input, Label, Select, Static
 from api_client import Scope, Server
 from api_client import errors as api_errors
 from contract.models import FsWriteResult
-from tui.files.dialogs.base import FileDialog, name_problem
+from tui.files.dialogs.base import name_problem
 from tui.text import join_path, printable
+from tui.widgets.dialogs import Dialog
 from tui.widgets.select import FormSelect
 
 UNTITLED = "untitled"
@@ -59,7 +60,7 @@ def file_name(typed: str, template: Template) -> str:
     return (name or UNTITLED) + template.extension
 
 
-class NewFileDialog(FileDialog[str | None]):
+class NewFileDialog(Dialog[str | None]):
     """Enter (in the name or on the template) creates the file, never over an existing one, and
     returns its path (the caller opens it in the editor); Esc cancels."""
 
@@ -76,18 +77,18 @@ class NewFileDialog(FileDialog[str | None]):
         self.creating = False
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="new-file-box", classes="file-dialog"):
-            yield Static(printable(f"New file in /{self.directory}"), classes="file-dialog--title", markup=False)
-            yield Label("Name", classes="file-dialog--label")
+        with Vertical(id="new-file-box", classes="dialog"):
+            yield Static(printable(f"New file in /{self.directory}"), classes="dialog--title", markup=False)
+            yield Label("Name", classes="dialog--label")
             yield Input(placeholder=file_name("", TEMPLATES["text"]), id="new-file-name", compact=True)
-            yield Label("Template", classes="file-dialog--label")
+            yield Label("Template", classes="dialog--label")
             options = [(template.label, key) for key, template in TEMPLATES.items()]
             yield FormSelect(options, value="text", allow_blank=False, id="new-file-template", compact=True)
             yield Static("", id="status", markup=False)
-            with Horizontal(classes="file-dialog--buttons"):
+            with Horizontal(classes="dialog--buttons"):
                 yield Button("Create", id="new-file-create", variant="primary", compact=True)
                 yield Button("Cancel", id="new-file-cancel", compact=True)
-            yield Static("Enter: create and edit · Tab/ctrl+t: template · Esc: cancel", classes="file-dialog--hint")
+            yield Static("Enter: create and edit · Tab/ctrl+t: template · Esc: cancel", classes="dialog--hint")
 
     def on_mount(self) -> None:
         self.query_one("#new-file-name", Input).focus()

@@ -15,9 +15,10 @@ from textual.widgets import Button, Input, Label, RadioSet, Static
 
 from api_client import PATHS_PER_BATCH, BatchInterrupted, Scope, Server
 from tui.errors import unwrap
-from tui.files.dialogs.base import FileDialog, describe_items, octal, permission_string, plural
+from tui.files.dialogs.base import describe_items, octal, permission_string, plural
 from tui.files.dialogs.bulk import describe_bulk_error
-from tui.text import printable
+from tui.text import load_tcss, printable
+from tui.widgets.dialogs import Dialog
 from tui.widgets.toggles import Checkbox, RadioButton
 
 WHO = ("owner", "group", "other")
@@ -42,9 +43,10 @@ def parse_mode(text: str) -> int | str:
     return mode
 
 
-class PermissionsDialog(FileDialog[int | None]):
+class PermissionsDialog(Dialog[int | None]):
     """Enter (or ctrl+s, or Apply) changes the mode; the result is how many paths changed."""
 
+    DEFAULT_CSS = load_tcss(__file__)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel"),
         Binding("ctrl+s", "apply", "Apply"),
@@ -62,9 +64,9 @@ class PermissionsDialog(FileDialog[int | None]):
 
     def compose(self) -> ComposeResult:
         mode = self.initial_mode & 0o777
-        with Vertical(id="permissions-box", classes="file-dialog"):
+        with Vertical(id="permissions-box", classes="dialog"):
             yield Static(
-                printable(f"Permissions of {describe_items(self.paths)}"), classes="file-dialog--title", markup=False
+                printable(f"Permissions of {describe_items(self.paths)}"), classes="dialog--title", markup=False
             )
             with Grid(id="permissions-grid"):
                 yield Label("")
@@ -75,12 +77,12 @@ class PermissionsDialog(FileDialog[int | None]):
                     for what in WHAT:
                         key = f"{who}-{what}"
                         yield Checkbox("", bool(mode & BITS[key]), id=f"bit-{key}", compact=True)
-            with Horizontal(classes="file-dialog--row"):
+            with Horizontal(classes="dialog--row"):
                 yield Label("Octal ", classes="permissions--who")
                 yield Input(octal(mode)[1:], id="permissions-octal", restrict=r"[0-7]{0,4}", max_length=4, compact=True)
                 yield Static(permission_string(mode), id="permissions-symbolic", markup=False)
             if self.has_dirs:
-                with Horizontal(classes="file-dialog--row"):
+                with Horizontal(classes="dialog--row"):
                     yield Checkbox("Recursive", False, id="permissions-recursive", compact=True)
                     with RadioSet(id="permissions-apply-to", disabled=True, compact=True):
                         yield RadioButton("all", True, id="apply-all", compact=True)
@@ -90,10 +92,10 @@ class PermissionsDialog(FileDialog[int | None]):
             if self.initial_mode & 0o7000:
                 note = f"Now {octal(self.initial_mode)}: applying clears setuid, setgid and sticky."
             yield Static(note, id="status", markup=False)
-            with Horizontal(classes="file-dialog--buttons"):
+            with Horizontal(classes="dialog--buttons"):
                 yield Button("Apply", id="permissions-apply", variant="primary", compact=True)
                 yield Button("Cancel", id="permissions-cancel", compact=True)
-            yield Static("Enter/ctrl+s: apply · Tab: grid · Space: tick · Esc: cancel", classes="file-dialog--hint")
+            yield Static("Enter/ctrl+s: apply · Tab: grid · Space: tick · Esc: cancel", classes="dialog--hint")
 
     def on_mount(self) -> None:
         self.octal_field.focus()

@@ -18,8 +18,9 @@ from api_client import Entry, Scope, Server
 from contract.models import FsDirSize
 from tui.bridge import TaskHandle
 from tui.errors import format_size
-from tui.files.dialogs.base import FileDialog, octal, permission_string, plural
+from tui.files.dialogs.base import octal, permission_string, plural
 from tui.text import printable
+from tui.widgets.dialogs import Dialog
 
 TYPE_NAMES = {"file": "File", "dir": "Folder", "symlink": "Symbolic link", "other": "Special file"}
 
@@ -29,7 +30,7 @@ def size_text(size: int) -> str:
     return format_size(size) + (f" ({plural(size, 'byte')})" if size >= 1000 else "")
 
 
-class PropertiesDialog(FileDialog[None]):
+class PropertiesDialog(Dialog[None]):
     """What `fs/stat` says about `path`; for a folder, its total size too (Esc or Enter closes,
     which also stops a long folder walk)."""
 
@@ -47,13 +48,13 @@ class PropertiesDialog(FileDialog[None]):
         self._dirsize_task: TaskHandle | None = None
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="properties-box", classes="file-dialog"):
-            yield Static(printable(f"Properties of /{self.path}"), classes="file-dialog--title", markup=False)
+        with Vertical(id="properties-box", classes="dialog"):
+            yield Static(printable(f"Properties of /{self.path}"), classes="dialog--title", markup=False)
             yield Static("", id="properties-table")
             yield Static("Loading…", id="status", markup=False)
-            with Horizontal(classes="file-dialog--buttons"):
+            with Horizontal(classes="dialog--buttons"):
                 yield Button("Close", id="properties-close", compact=True)
-            yield Static("Enter/Esc: close", classes="file-dialog--hint")
+            yield Static("Enter/Esc: close", classes="dialog--hint")
 
     def on_mount(self) -> None:
         self.query_one("#properties-close", Button).focus()

@@ -15,8 +15,9 @@ from textual.widgets.option_list import Option
 from api_client import Scope, Server
 from contract.models import FsSearchMatch, FsSearchResult
 from tui.bridge import TaskHandle
-from tui.files.dialogs.base import FileDialog, plural
-from tui.text import printable
+from tui.files.dialogs.base import plural
+from tui.text import load_tcss, printable
+from tui.widgets.dialogs import Dialog
 from tui.widgets.toggles import Checkbox
 
 SEARCH_LIMIT = 500
@@ -35,9 +36,10 @@ def match_prompt(match: FsSearchMatch) -> Text:
     return prompt
 
 
-class SearchDialog(FileDialog[str | None]):
+class SearchDialog(Dialog[str | None]):
     """Enter in the query searches; ↓ goes to the results; Enter on one picks it; Esc cancels."""
 
+    DEFAULT_CSS = load_tcss(__file__)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel"),
         Binding("ctrl+t", "toggle_content", "Content"),
@@ -54,15 +56,15 @@ class SearchDialog(FileDialog[str | None]):
         self._search_task: TaskHandle | None = None
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="search-box", classes="file-dialog -wide -tall"):
-            yield Static(printable(f"Search in /{self.directory}"), classes="file-dialog--title", markup=False)
-            with Horizontal(classes="file-dialog--row"):
+        with Vertical(id="search-box", classes="dialog -wide -tall"):
+            yield Static(printable(f"Search in /{self.directory}"), classes="dialog--title", markup=False)
+            with Horizontal(classes="dialog--row"):
                 yield Input(placeholder="part of a name (or of a line, with content)", id="search-query", compact=True)
                 yield Checkbox("in content (ctrl+t)", False, id="search-content", compact=True)
             yield OptionList(id="search-results")
             yield Static("", id="status", markup=False)
             yield Static(
-                "Enter: search, then pick · ↓: results · ctrl+t: content · Esc: cancel", classes="file-dialog--hint"
+                "Enter: search, then pick · ↓: results · ctrl+t: content · Esc: cancel", classes="dialog--hint"
             )
 
     def on_mount(self) -> None:

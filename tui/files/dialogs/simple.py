@@ -1,4 +1,4 @@
-"""The small dialogs: a yes/no confirmation, delete (trash or permanent), and one file name."""
+"""The small dialogs of the files: delete (trash or permanent) and one file name."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Static
 from textual.widgets.input import Selection
 
-from tui.files.dialogs.base import FileDialog, folder_path_problem, name_problem, plural
+from tui.files.dialogs.base import folder_path_problem, name_problem, plural
 from tui.text import PRINTABLE, printable
+from tui.widgets.dialogs import ConfirmDialog, Dialog
 
 DeleteChoice = Literal["trash", "permanent"]
 
@@ -21,54 +22,7 @@ DeleteChoice = Literal["trash", "permanent"]
 LISTED_NAMES = 6
 
 
-class ConfirmDialog(FileDialog[bool]):
-    """y confirms, n or Esc refuses; Enter presses the focused button, which for a destructive
-    action is the safe one (No)."""
-
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("y", "answer(True)", "Yes"),
-        Binding("n,escape", "answer(False)", "No"),
-    ]
-
-    def __init__(self, title: str, text: str, *, confirm_label: str, destructive: bool = True) -> None:
-        super().__init__()
-        self.title_text = title
-        self.text = text
-        self.confirm_label = confirm_label
-        self.destructive = destructive
-
-    def cancel_result(self) -> bool:
-        return False
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="confirm-box", classes="file-dialog" + (" -destructive" if self.destructive else "")):
-            yield Static(printable(self.title_text), classes="file-dialog--title", markup=False)
-            if self.text:
-                yield Static(self.text, classes="file-dialog--text", markup=False)
-            with Horizontal(classes="file-dialog--buttons"):
-                yield Button(
-                    f"{self.confirm_label} (y)",
-                    id="confirm-yes",
-                    compact=True,
-                    variant="error" if self.destructive else "primary",
-                )
-                yield Button("No (n)", id="confirm-no", compact=True)
-            safe = "Enter: No" if self.destructive else f"Enter: {self.confirm_label}"
-            yield Static(f"y: {self.confirm_label} · n/Esc: No · {safe}", classes="file-dialog--hint", markup=False)
-
-    def on_mount(self) -> None:
-        self.query_one("#confirm-no" if self.destructive else "#confirm-yes", Button).focus()
-
-    @on(Button.Pressed)
-    def _pressed(self, event: Button.Pressed) -> None:
-        event.stop()
-        self.finish(event.button.id == "confirm-yes")
-
-    def action_answer(self, yes: bool) -> None:
-        self.finish(yes)
-
-
-class DeleteDialog(FileDialog[DeleteChoice | None]):
+class DeleteDialog(Dialog[DeleteChoice | None]):
     """Delete `names`: to the trash by default (t, or Enter); p deletes them for good, after a
     second, explicit confirmation; Esc cancels."""
 
@@ -83,18 +37,18 @@ class DeleteDialog(FileDialog[DeleteChoice | None]):
         self.names = list(names)
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="delete-box", classes="file-dialog -destructive"):
+        with Vertical(id="delete-box", classes="dialog -destructive"):
             count = plural(len(self.names), "item")
-            yield Static(f"Delete {count}?", classes="file-dialog--title")
+            yield Static(f"Delete {count}?", classes="dialog--title")
             listed = [f"  {printable(name)}" for name in self.names[:LISTED_NAMES]]
             if len(self.names) > LISTED_NAMES:
                 listed.append(f"  … and {len(self.names) - LISTED_NAMES} more")
-            yield Static("\n".join(listed), classes="file-dialog--text", markup=False)
+            yield Static("\n".join(listed), classes="dialog--text", markup=False)
             yield Static(
                 "The trash keeps them for 30 days: they can be restored from it.",
-                classes="file-dialog--hint",
+                classes="dialog--hint",
             )
-            with Horizontal(classes="file-dialog--buttons"):
+            with Horizontal(classes="dialog--buttons"):
                 yield Button("Move to trash (t)", id="delete-trash", variant="primary", compact=True)
                 yield Button("Delete permanently… (p)", id="delete-permanent", variant="error", compact=True)
                 yield Button("Cancel (Esc)", id="delete-cancel", compact=True)
@@ -133,7 +87,7 @@ class DeleteDialog(FileDialog[DeleteChoice | None]):
         )
 
 
-class NameDialog(FileDialog[str | None]):
+class NameDialog(Dialog[str | None]):
     """One file or folder name (rename, new folder): Enter accepts a valid name, Esc cancels.
     With `nested`, a path of names (`a/b`, new folders made level by level) is accepted too."""
 
@@ -145,8 +99,8 @@ class NameDialog(FileDialog[str | None]):
         self.problem = folder_path_problem if nested else name_problem
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="name-box", classes="file-dialog"):
-            yield Static(printable(self.title_text), classes="file-dialog--title", markup=False)
+        with Vertical(id="name-box", classes="dialog"):
+            yield Static(printable(self.title_text), classes="dialog--title", markup=False)
             yield Input(
                 self.initial,
                 placeholder="name",
@@ -156,7 +110,7 @@ class NameDialog(FileDialog[str | None]):
                 highlighter=PRINTABLE,
             )
             yield Static(printable(self.hint), id="status", markup=False)
-            yield Static("Enter: OK · Esc: cancel", classes="file-dialog--hint")
+            yield Static("Enter: OK · Esc: cancel", classes="dialog--hint")
 
     def on_mount(self) -> None:
         name = self.query_one("#name-input", Input)

@@ -29,9 +29,9 @@ from textual.widgets import Button, Input, ProgressBar, Static
 from api_client import Scope, Server
 from api_client import errors as api_errors
 from tui.errors import format_size
-from tui.files.dialogs.base import FileDialog, format_duration
-from tui.files.dialogs.simple import ConfirmDialog
-from tui.text import PRINTABLE, printable
+from tui.files.dialogs.base import format_duration
+from tui.text import PRINTABLE, load_tcss, printable
+from tui.widgets.dialogs import ConfirmDialog, Dialog
 
 Direction = Literal["download", "upload"]
 
@@ -81,9 +81,10 @@ class SpeedMeter:
         return (d1 - d0) / (t1 - t0) if t1 > t0 else None
 
 
-class TransferDialog(FileDialog[bool]):
+class TransferDialog(Dialog[bool]):
     """A download or an upload running: Esc or c cancels it; the result says if it completed."""
 
+    DEFAULT_CSS = load_tcss(__file__)
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,c", "cancel", "Cancel")]
 
     def __init__(self, server: Server, scope: Scope, direction: Direction, remote_path: str, local_path: Path) -> None:
@@ -121,14 +122,14 @@ class TransferDialog(FileDialog[bool]):
         remote = f"{self.server.name}:/{self.remote_path}"
         local = str(self.local_path)
         title = f"Download {remote} → {local}" if self.direction == "download" else f"Upload {local} → {remote}"
-        with Vertical(id="transfer-box", classes="file-dialog"):
-            yield Static(printable(title), classes="file-dialog--title", markup=False)
+        with Vertical(id="transfer-box", classes="dialog"):
+            yield Static(printable(title), classes="dialog--title", markup=False)
             yield ProgressBar(total=None, show_eta=False, id="transfer-bar")
             yield Static("", id="transfer-numbers", markup=False)
             yield Static("Starting…", id="status", markup=False)
-            with Horizontal(classes="file-dialog--buttons"):
+            with Horizontal(classes="dialog--buttons"):
                 yield Button("Cancel (c)", id="transfer-cancel", variant="error", compact=True)
-            yield Static("Esc/c: cancel (nothing partial is kept)", classes="file-dialog--hint")
+            yield Static("Esc/c: cancel (nothing partial is kept)", classes="dialog--hint")
 
     def on_mount(self) -> None:
         self.query_one("#transfer-cancel", Button).focus()
@@ -348,7 +349,7 @@ def local_path_problem(text: str, mode: PathMode) -> tuple[Path | None, str | No
     return path, None
 
 
-class LocalPathDialog(FileDialog[Path | None]):
+class LocalPathDialog(Dialog[Path | None]):
     """A path on this computer: where to save (`mode="save"`, the default: its folder must exist;
     an existing file needs a second Enter) or what to upload (`mode="open"`: it must exist)."""
 
@@ -360,8 +361,8 @@ class LocalPathDialog(FileDialog[Path | None]):
         self._confirmed_replace: Path | None = None
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="local-path-box", classes="file-dialog"):
-            yield Static(printable(self.title_text), classes="file-dialog--title", markup=False)
+        with Vertical(id="local-path-box", classes="dialog"):
+            yield Static(printable(self.title_text), classes="dialog--title", markup=False)
             yield Input(
                 self.initial,
                 placeholder="a path on this computer (~ works)",
@@ -370,7 +371,7 @@ class LocalPathDialog(FileDialog[Path | None]):
                 highlighter=PRINTABLE,
             )
             yield Static("", id="status", markup=False)
-            yield Static("Enter: OK · Esc: cancel", classes="file-dialog--hint")
+            yield Static("Enter: OK · Esc: cancel", classes="dialog--hint")
 
     def on_mount(self) -> None:
         self.query_one("#local-path", Input).focus()

@@ -18,9 +18,9 @@ from api_client import Scope, Server
 from api_client import errors as api_errors
 from contract.models import TrashItem
 from tui.errors import format_size
-from tui.files.dialogs.base import FileDialog, plural
-from tui.files.dialogs.simple import ConfirmDialog
-from tui.text import printable
+from tui.files.dialogs.base import plural
+from tui.text import load_tcss, printable
+from tui.widgets.dialogs import ConfirmDialog, Dialog
 
 
 def item_prompt(item: TrashItem, name_width: int, path_width: int) -> Text:
@@ -39,10 +39,11 @@ def _fit(text: str, width: int) -> str:
     return text.ljust(width) if len(text) <= width else text[: width - 1] + "…"
 
 
-class TrashDialog(FileDialog[list[str]]):
+class TrashDialog(Dialog[list[str]]):
     """Space ticks items; r restores the ticked (or the highlighted) ones; e empties the trash;
     Esc closes and returns the restored paths."""
 
+    DEFAULT_CSS = load_tcss(__file__)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Close"),
         Binding("r", "restore", "Restore"),
@@ -63,16 +64,16 @@ class TrashDialog(FileDialog[list[str]]):
         return list(self.restored)
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="trash-box", classes="file-dialog -wide -tall"):
+        with Vertical(id="trash-box", classes="dialog -wide -tall"):
             label = self.scope.domain or "/home"
-            yield Static(printable(f"Trash of {label}"), classes="file-dialog--title", markup=False)
+            yield Static(printable(f"Trash of {label}"), classes="dialog--title", markup=False)
             yield SelectionList[str](id="trash-items", compact=True)
             yield Static("Opening the trash…", id="status", markup=False)
-            with Horizontal(classes="file-dialog--buttons"):
+            with Horizontal(classes="dialog--buttons"):
                 yield Button("Restore (r)", id="trash-restore", variant="primary", compact=True)
                 yield Button("Empty trash (e)", id="trash-empty", variant="error", compact=True)
                 yield Button("Close (Esc)", id="trash-close", compact=True)
-            yield Static("Space: tick · a: tick all · r: restore · e: empty · Esc: close", classes="file-dialog--hint")
+            yield Static("Space: tick · a: tick all · r: restore · e: empty · Esc: close", classes="dialog--hint")
 
     def on_mount(self) -> None:
         self.query_one("#trash-items", SelectionList).focus()
