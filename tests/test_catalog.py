@@ -736,6 +736,13 @@ def test_lb_apply_carries_the_whole_spec() -> None:
         '{"id":"b2","server_id":"s2","address":"fd00::5","port":9000,"weight":3,"drained":true}]', "--json",
     ]  # fmt: skip
     assert built.args["tls"] is True and built.args["health_check"]["path"] == "/"
+    longest = [
+        {"id": f"{index:064}", "server_id": "s" * 64, "address": ".".join(["a" * 63] * 3 + ["a" * 61]),
+         "port": 65535, "weight": 256, "drained": True}
+        for index in range(256)
+    ]  # fmt: skip
+    largest = CATALOG["lb.apply"].build({**spec, "backends": longest})  # one argument, as Linux takes it
+    assert len(largest.argv[largest.argv.index("--backends-json") + 1]) <= argtypes.MAX_STRUCTURE_LENGTH
     for bad in [
         {**spec, "port": 8080},
         {key: value for key, value in spec.items() if key != "hostname"},  # TLS needs the certificate's name
