@@ -38,7 +38,7 @@ from agent.link.client import AgentLink
 from agent.runner import AgentConfig, build_handlers
 from agent.sites import SiteRegistry
 from api_client import SSEParser
-from contract.job_kinds import JobKind, argtypes
+from contract.job_kinds import CATALOG, JobKind, argtypes
 from contract.job_kinds.base import Args
 from contract.link import protocol
 from control_plane.hub import AgentCallError, AgentHub
@@ -744,6 +744,20 @@ def test_python_m_agent_run_site_list(env: Env) -> None:
     done = run_cli("--home", str(env.home / "missing"), "metrics", "get", "--json")
     assert done.returncode == 1 and done.stdout == ""
     assert done.stderr.splitlines() == [done.stderr.strip()] and "FileNotFoundError" in done.stderr
+
+
+def test_the_agent_command_line_takes_a_structure_as_a_job_does(env: Env) -> None:
+    """`fleetdeck agent run` takes the argv the control plane builds, a list as one JSON argument."""
+    argv = CATALOG["deploy.init"].build({"domain": "nosuch.example.com", "shared": ["media/a=b,c"]}).argv
+    assert argv[-3:-1] == ["--shared-json", '["media/a=b,c"]']
+    done = run_cli(*argv, env=env)
+    assert done.returncode == 1 and "nosuch.example.com" in done.stderr, done.stderr  # parsed: the site is missing
+    done = run_cli("deploy", "init", "nosuch.example.com", "--shared-json", '[ "a",\n "b" ]', env=env)
+    assert done.returncode == 1, done.stderr  # any JSON layout a person types
+    done = run_cli("deploy", "init", "nosuch.example.com", "--shared-json", "a,b", env=env)
+    assert done.returncode == 2 and "deploy init: error: --shared-json: argument is not JSON" in done.stderr
+    done = run_cli("deploy", "init", "--help", env=env)
+    assert done.returncode == 0 and "[--shared-json JSON]" in done.stdout
 
 
 # --- the control plane's runner over a real link ---------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from contract.job_kinds import CATALOG, BuiltJob, JobKind, argtypes, json_schemas, lookup
 from contract.job_kinds.base import Args, Argv, kind
@@ -88,20 +88,39 @@ def verb(entry: JobKind) -> str:
 
 def argv_is_safe(entry: JobKind, argv: list[str]) -> None:
     """The property every built argv has: [domain, action, ...], no value that looks like a flag or
-    carries shell syntax, globs only in a cron schedule, no control characters."""
+    carries shell syntax, globs only in a cron schedule, no control characters; a structured
+    field's value (after its `--<field>-json` flag) is a JSON array or object whose every string is
+    such a value."""
     assert argv[:2] == [entry.domain, entry.action]
     for index, item in enumerate(argv):
         assert isinstance(item, str) and item, (entry.kind, index, item)
         if item.startswith("-"):
             assert item in entry.flags, (entry.kind, item)
-            continue
-        bad = set(item) & SHELL_OR_GLOB
-        if bad == {"*"}:
-            assert argtypes.is_cron_schedule(item), (entry.kind, item)
+        elif argv[index - 1] in entry.flags and argv[index - 1].endswith("-json") and argv[index - 1] != "--json":
+            structure = json.loads(item)
+            assert isinstance(structure, (list, dict)), (entry.kind, item)
+            for text in _strings(structure):
+                assert not text or _safe_word(text), (entry.kind, item)
         else:
-            assert not bad, (entry.kind, item)
-        assert not any(ord(char) < 32 or ord(char) == 127 for char in item), (entry.kind, item)
-        assert item == item.strip(), (entry.kind, item)
+            assert _safe_word(item), (entry.kind, item)
+
+
+def _safe_word(item: str) -> bool:
+    bad = set(item) & SHELL_OR_GLOB
+    return (
+        (argtypes.is_cron_schedule(item) if bad == {"*"} else not bad)
+        and not any(ord(char) < 32 or ord(char) == 127 for char in item)
+        and item == item.strip()
+        and not item.startswith("-")
+    )
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [text for key, item in value.items() for text in [key, *_strings(item)]]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return [value] if isinstance(value, str) else []
 
 
 # --- the catalog as a whole ------------------------------------------------------------------------
@@ -578,6 +597,24 @@ def test_the_final_check_catches_an_unshaped_field() -> None:
             pytest.fail(repr(bad))
 
 
+def test_the_central_rule_holds_inside_an_unshaped_structure_on_both_sides() -> None:
+    class Unshaped(Args):
+        names: list[str] = Field(default_factory=list)  # deliberately unshaped
+        labels: dict[str, str] = Field(default_factory=dict)
+
+    entry = kind("site.unshaped-test", Unshaped, "test only", example={})
+    good = {"names": ["a=b,c"], "labels": {"k=1,2": "v=é"}}
+    built = entry.build(good)
+    assert built.argv == ["site", "unshaped-test", "--names-json", '["a=b,c"]', "--labels-json", '{"k=1,2":"v=é"}']
+    assert entry.parse(built.argv).model_dump() == good
+    for bad in ["a;b", "-x", 'a"b', "a\u2028b", " a"]:
+        for name, value in [("names", [bad]), ("labels", {bad: "v"}), ("labels", {"k": bad})]:
+            with pytest.raises(ValidationError, match="holds a string that"):
+                entry.build({name: value})
+            with pytest.raises(ValidationError, match="holds a string that"):
+                entry.parse(["site", "unshaped-test", f"--{name}-json", json.dumps(value)])
+
+
 def test_a_builder_cannot_emit_foreign_flags_or_secrets() -> None:
     def rogue(model: Any) -> Argv:
         argv = Argv("site", "rogue-test")
@@ -609,6 +646,20 @@ def test_a_builder_cannot_emit_foreign_flags_or_secrets() -> None:
     with pytest.raises(ValidationError):
         reveal_kind.build({"token": "0123456789abc"})
 
+    class Listed(Args):
+        names: list[str] = Field(default_factory=list)  # deliberately unshaped
+
+    def unsafe_structure(model: Any) -> Argv:
+        argv = Argv("site", "structure-test")
+        argv.structure("--names-json", argtypes.dump_structure(model.names))
+        return argv
+
+    structured = kind("site.structure-test", Listed, "test only", builder=unsafe_structure, example={})
+    assert structured.build({"names": ["a=b,c"]}).argv[-1] == '["a=b,c"]'
+    for bad in [["a;b"], ["-x"], ["a\u2028b"]]:
+        with pytest.raises(ValidationError, match="holds a string that"):
+            structured.build({"names": bad})
+
 
 def test_catalog_rules_are_enforced_at_declaration() -> None:
     class Lax(BaseModel):
@@ -626,6 +677,23 @@ def test_catalog_rules_are_enforced_at_declaration() -> None:
         kind("site.flag-test", TrueByDefault, "test only", example={})
     with pytest.raises(TypeError):
         kind("site.secret-test", Secretive, "test only", positional=("token",), example={})
+
+    class Listed(Args):
+        names: list[argtypes.Slug]
+
+    class ListedByDefault(Args):
+        names: list[argtypes.Slug] = Field(default_factory=lambda: ["a"])
+
+    class SameFlag(Args):
+        names: list[argtypes.Slug] = Field(default_factory=list)
+        names_json: argtypes.Slug | None = None
+
+    with pytest.raises(TypeError):  # a structure is never a positional value
+        kind("site.listed-test", Listed, "test only", positional=("names",), example={})
+    with pytest.raises(TypeError):  # an empty list is left out, so it must be what the default is
+        kind("site.default-test", ListedByDefault, "test only", example={})
+    with pytest.raises(TypeError):  # `--names-json` twice
+        kind("site.same-test", SameFlag, "test only", example={})
     with pytest.raises(KeyError):
         kind("nosuchdomain.list", Args, "test only", example={})
     with pytest.raises(ValueError):
@@ -652,7 +720,7 @@ def test_flag_conventions() -> None:
     assert all(verb(CATALOG[n]) in {"tail", "search", "logs", "journal"} for n in reads_without_json)
 
 
-def test_lb_apply_flattens_the_whole_spec() -> None:
+def test_lb_apply_carries_the_whole_spec() -> None:
     spec = {
         "id": "lb-1", "name": "web", "revision": 7, "port": 443, "hostname": "shop.example.com", "engine": "nginx",
         "backends": [{"id": "b1", "server_id": "s1", "address": "10.0.0.5"},
@@ -662,12 +730,19 @@ def test_lb_apply_flattens_the_whole_spec() -> None:
     assert built.argv == [
         "lb", "apply", "lb-1", "--name", "web", "--revision", "7", "--port", "443", "--tls",
         "--hostname", "shop.example.com", "--engine", "nginx", "--algorithm", "round_robin",
-        "--health-check-path", "/", "--health-check-interval-s", "10",
-        "--health-check-healthy-threshold", "2", "--health-check-unhealthy-threshold", "3",
-        "--backends", "id=b1,server_id=s1,address=10.0.0.5,port=8080,weight=1,drained=false",
-        "--backends", "id=b2,server_id=s2,address=fd00::5,port=9000,weight=3,drained=true", "--json",
+        "--health-check-json", '{"path":"/","interval_s":10,"healthy_threshold":2,"unhealthy_threshold":3}',
+        "--backends-json",
+        '[{"id":"b1","server_id":"s1","address":"10.0.0.5","port":8080,"weight":1,"drained":false},'
+        '{"id":"b2","server_id":"s2","address":"fd00::5","port":9000,"weight":3,"drained":true}]', "--json",
     ]  # fmt: skip
     assert built.args["tls"] is True and built.args["health_check"]["path"] == "/"
+    longest = [
+        {"id": f"{index:064}", "server_id": "s" * 64, "address": ".".join(["a" * 63] * 3 + ["a" * 61]),
+         "port": 65535, "weight": 256, "drained": True}
+        for index in range(256)
+    ]  # fmt: skip
+    largest = CATALOG["lb.apply"].build({**spec, "backends": longest})  # one argument, as Linux takes it
+    assert len(largest.argv[largest.argv.index("--backends-json") + 1]) <= argtypes.MAX_STRUCTURE_LENGTH
     for bad in [
         {**spec, "port": 8080},
         {key: value for key, value in spec.items() if key != "hostname"},  # TLS needs the certificate's name
@@ -683,10 +758,34 @@ def test_lb_apply_flattens_the_whole_spec() -> None:
             CATALOG["lb.apply"].build(bad)
 
 
-def test_lists_are_comma_joined() -> None:
+def test_lists_travel_as_json() -> None:
     built = CATALOG["ssl.issue"].build({"domain": "a.com", "aliases": ["www.a.com", "cdn.a.com"]})
-    assert built.argv[3:5] == ["--aliases", "www.a.com,cdn.a.com"]
-    assert "--aliases" not in CATALOG["ssl.issue"].build({"domain": "a.com"}).argv
+    assert built.argv[3:5] == ["--aliases-json", '["www.a.com","cdn.a.com"]']
+    assert "--aliases-json" not in CATALOG["ssl.issue"].build({"domain": "a.com"}).argv  # empty: left out
+    shared = CATALOG["deploy.init"].build({"domain": "a.com", "shared": ["a=b,c", "données", "x,y/z=1"]})
+    assert shared.argv[5:7] == ["--shared-json", '["a=b,c","données","x,y/z=1"]']  # once refused: ',' and '='
+
+
+def test_a_structured_value_is_one_json_array_or_object_of_safe_strings() -> None:
+    assert argtypes.load_structure('{ "a": [1, "b", null] }') == {"a": [1, "b", None]}  # a person's layout
+    assert argtypes.structure_problem({"k": ["a=b,c", "", "Café", 3, True]}) is None
+    for text, said in [
+        ("", "is not JSON"),
+        ("[1,", "is not JSON"),
+        ('"x"', "JSON array or object"),
+        ("3", "JSON array or object"),
+        ('{"a":1,"a":2}', "a key twice"),
+        ("[NaN]", "NaN"),
+        ("[Infinity]", "Infinity"),
+        ("[" * 40 + "]" * 40, "more than 16 deep"),
+        ("[" * 100_000, "more than 16 deep"),
+        ('["' + "x" * argtypes.MAX_STRUCTURE_LENGTH + '"]', "at most"),
+    ]:
+        with pytest.raises(ValueError, match=said):
+            argtypes.load_structure(text)
+    for bad in [x for x in INJECTIONS if x]:  # "" inside JSON is a value, not a missing one
+        assert argtypes.structure_problem(["ok", {"k": bad}]) is not None, repr(bad)
+        assert argtypes.structure_problem({bad: "v"}) is not None, repr(bad)
 
 
 # --- property test -----------------------------------------------------------------------------------

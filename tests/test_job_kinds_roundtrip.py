@@ -2,11 +2,17 @@
 agent's dispatcher accepts whatever the kind's model accepts.
 
 Values come from each kind's `example` and from strategies derived from the model's field types
-(patterns, bounds, enum members, bools, optional fields absent and present, lists, nested models).
+(patterns, bounds, enum members, bools, optional fields absent and present, lists, nested models),
+with text that once broke the argv spliced into strings: `,` and `=` (lists were comma-joined,
+models `key=value` items), quotes and backslashes (a structure travels as JSON), non-ASCII letters.
+A structured field travels as one JSON item (`--<field>-json`); a person may write that JSON in
+any layout, and the agent then takes exactly what `build` takes.
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import string
 import types
 import typing
@@ -26,7 +32,8 @@ from agent.jobs.toolkit.base import JobContext, Kind, run_kind
 from agent.jobs.toolkit.output import Output
 from agent.sites import SiteRegistry
 from contract.job_kinds import CATALOG, JobKind
-from contract.job_kinds.argtypes import Timezone, shaped
+from contract.job_kinds.argtypes import Timezone, dump_structure, shaped
+from contract.job_kinds.base import Slot
 
 KINDS = sorted(CATALOG)
 HANDLED = sorted(all_kinds())
@@ -36,7 +43,20 @@ _SECRET_ALPHABET = string.ascii_letters + string.digits + "!#%+,-./:=@^_~ "
 _TIMEZONE_SHAPE = get_args(Timezone)[1]
 
 
+# Text that the argv once mangled or that JSON must escape, spliced into generated strings.
+SPLICED = [",", "=", "a=b,c", ",=", '"', "'", "\\", '\\"', "é", "données", "日本", "ß", "\u00a0", "\u2028", "{}", "[]"]
+
+
 # --- strategies from the field types ----------------------------------------------------------------
+
+
+def _spliced(text: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    """`text`'s values, one in four with one of SPLICED put in somewhere (most shapes refuse it,
+    and a model of refused values is drawn again: more would slow the test, not widen it)."""
+    spliced = st.tuples(text, st.sampled_from(SPLICED), st.integers(0, 64)).map(
+        lambda t: t[0][: t[2]] + t[1] + t[0][t[2] :]
+    )
+    return st.one_of(text, text, text, spliced)
 
 
 def _bounds(metadata: list[Any]) -> tuple[int, int]:
@@ -83,8 +103,8 @@ def _raw(annotation: Any, metadata: list[Any]) -> st.SearchStrategy[Any]:
         if shape == _TIMEZONE_SHAPE:
             return st.sampled_from(sorted(zoneinfo.available_timezones()))
         if shape is not None:
-            return st.from_regex(shape.pattern, fullmatch=True)
-        return st.text(string.ascii_lowercase, min_size=1, max_size=20)
+            return _spliced(st.from_regex(shape.pattern, fullmatch=True))
+        return _spliced(st.text(string.ascii_lowercase, min_size=1, max_size=20))
     raise TypeError(f"no strategy for {annotation!r}")
 
 
@@ -172,6 +192,107 @@ def test_parse_refuses_what_build_never_writes() -> None:
 
 
 # --- the agent accepts what the model accepts -------------------------------------------------------
+
+
+# --- a structure: one JSON item, the same validation on both sides ---------------------------------
+
+STRUCTURED = [
+    (name, flag)
+    for name in KINDS
+    for flag, slot in CATALOG[name].slots().items()
+    if slot.shape == "structure" and CATALOG[name].builder is None
+]
+
+
+def test_every_list_mapping_and_nested_model_travels_as_structure() -> None:
+    """Every field that is not one scalar is a structure: none is flattened into scalar flags."""
+    assert len(STRUCTURED) >= 9  # lb.apply's two, ssl, deploy, storage, updates, container's two, litellm
+    for name in KINDS:
+        for flag, slot in CATALOG[name].slots().items():
+            schema = CATALOG[name].args.model_json_schema()["properties"][slot.field]
+            alternatives = schema.get("anyOf", [schema])
+            is_structure = any(alt.get("type") in ("array", "object") or "$ref" in alt for alt in alternatives)
+            assert (slot.shape == "structure") == is_structure, (name, flag)
+            assert flag.endswith("-json") == is_structure, (name, flag)
+
+
+def _with_spliced_string(value: Any, data: st.DataObject) -> Any:
+    """`value` (a JSON array or object) with one of its strings, if it has any, given a SPLICED text."""
+    paths: list[tuple[Any, ...]] = []
+
+    def walk(item: Any, path: tuple[Any, ...]) -> None:
+        if isinstance(item, str):
+            paths.append(path)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                walk(child, (*path, key))
+        elif isinstance(item, list):
+            for index, child in enumerate(item):
+                walk(child, (*path, index))
+
+    walk(value, ())
+    if not paths:
+        return value
+    path = data.draw(st.sampled_from(paths))
+    spliced = copy.deepcopy(value)
+    parent = spliced
+    for step in path[:-1]:
+        parent = parent[step]
+    old = parent[path[-1]]
+    cut = data.draw(st.integers(0, len(old)))
+    parent[path[-1]] = old[:cut] + data.draw(st.sampled_from(SPLICED)) + old[cut:]
+    return spliced
+
+
+def _argv_with(argv: list[str], flag: str, text: str) -> list[str]:
+    """`argv` with `flag`'s value (if it has one) replaced by `text`, at the end."""
+    if flag in argv:
+        at = argv.index(flag)
+        argv = argv[:at] + argv[at + 2 :]
+    return [*argv, flag, text]
+
+
+@pytest.mark.parametrize(("name", "flag"), STRUCTURED)
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_a_structure_is_taken_or_refused_alike_by_build_and_parse(name: str, flag: str, data: st.DataObject) -> None:
+    """A structured value (valid, or with `,`, `=`, quotes, backslashes or non-ASCII text spliced
+    into one of its strings), written as JSON in either layout: `parse` takes it exactly when
+    `build` does, and then into the same model."""
+    entry = CATALOG[name]
+    slot: Slot = entry.slots()[flag]
+    info = entry.args.model_fields[slot.field]
+    value = json.loads(json.dumps(data.draw(field_values(info))))
+    if data.draw(st.booleans()):
+        value = _with_spliced_string(value, data)
+    raw = {**entry.example, slot.field: value}
+    try:
+        model = entry.args.model_validate(raw)
+        built: Any = entry.build(raw)
+    except ValidationError:
+        model = built = None
+    base = entry.build(dict(entry.example))
+    text = data.draw(st.sampled_from([dump_structure(value), json.dumps(value, indent=1)]))
+    try:
+        parsed: Any = entry.parse(_argv_with(base.argv, flag, text), base.secrets)
+    except ValidationError:
+        parsed = None
+    assert (built is None) == (parsed is None), (text, built, parsed)
+    if model is not None:
+        assert dumped(entry, parsed) == dumped(entry, model), text
+
+
+def test_a_structured_value_with_commas_and_equals_round_trips_and_a_quote_is_refused_alike() -> None:
+    entry = CATALOG["deploy.init"]
+    built = entry.build({"domain": "example.com", "shared": ["a=b,c", "x,y=z/é"]})
+    assert built.argv[-3:] == ["--shared-json", '["a=b,c","x,y=z/é"]', "--json"]
+    assert entry.parse(built.argv).model_dump()["shared"] == ["a=b,c", "x,y=z/é"]
+    with pytest.raises(ValidationError):
+        entry.build({"domain": "example.com", "shared": ['a"b']})
+    for text, where in [('["a\\"b"]', "shared.0"), ("[1,", "--shared-json"), ('{"a": 1}', "shared")]:
+        with pytest.raises(ValidationError) as info:
+            entry.parse(["deploy", "init", "example.com", "--shared-json", text])
+        assert where in {".".join(str(part) for part in error["loc"]) for error in info.value.errors()}, text
 
 
 def test_every_handler_implements_a_catalog_kind() -> None:

@@ -78,6 +78,25 @@ def test_run_unpacks_a_release_switches_current_and_rollback_goes_back(
     assert not (site / "deploy/releases" / f"{first['release']}.json").exists()
 
 
+def test_shared_folders_named_with_commas_and_equals_reach_the_handler_exactly(
+    hosting: Hosting, domain: str, origin: tuple[Path, Path]
+) -> None:
+    """A list argument travels as JSON (`--shared-json`): folder names with `,` and `=` (which a
+    comma-joined argv value refused) and non-ASCII letters reach the agent, its git config and
+    the release exactly as given."""
+    _, bare = origin
+    folders = ["media/a=b,c", "données", "x,y=1"]
+    init = hosting.run("deploy.init", domain=domain, repo=f"file://{bare}", shared=folders)
+    assert init.job["args"]["shared"] == folders
+    assert outcome(init)["shared"] == folders  # what the handler wrote into fleetdeck.shared, read back
+    release = outcome(hosting.run("deploy.run", domain=domain))["release"]
+    site = hosting.home / domain.replace(".", "-")
+    for folder in folders:
+        link = site / "releases" / release / folder
+        assert link.is_symlink() and link.resolve() == (site / "shared" / folder).resolve(), folder
+        assert (site / "shared" / folder).is_dir()
+
+
 def test_init_twice_says_so_and_a_missing_branch_changes_nothing(
     hosting: Hosting, domain: str, origin: tuple[Path, Path]
 ) -> None:

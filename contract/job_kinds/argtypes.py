@@ -7,7 +7,9 @@ obeys, whatever its type: not empty, no leading `-`, no leading or trailing spac
 (`;|&$`<>(){}`, quotes, backslash), no glob (`*?[]`, except `*` inside a `CronSchedule`), no control
 or invisible character (newline, NUL, tab, bidi overrides, ...). The shapes call it too, so a bad
 value is refused at its own field; `JobKind.build` runs it again over the finished argv, so a new
-kind cannot forget it.
+kind cannot forget it. A structured argument (a list, a mapping, a nested model) is one argv value
+holding JSON (`load_structure`, `dump_structure`): its own quotes and brackets are JSON's, and
+`structure_problem` holds every string inside it (keys too) to the same central rule.
 
 Patterns are written for both regex engines (pydantic's Rust engine and Python's `re`): no
 look-around, `[0-9]` rather than `\\d`. Values are strict: a string field takes only a string, an
@@ -19,13 +21,14 @@ from __future__ import annotations
 import base64
 import binascii
 import ipaddress
+import json
 import re
 import unicodedata
 import zoneinfo
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from annotated_types import GroupedMetadata
 from pydantic import AfterValidator, Field, SecretStr, Strict, StringConstraints
@@ -70,6 +73,91 @@ def value_problem(value: str) -> str | None:
         if char != " " and (char.isspace() or unicodedata.category(char) in _BANNED_CATEGORIES):
             return f"must not contain the character U+{ord(char):04X}"
     return None
+
+
+# A structured value is one argument: what Linux takes as one (MAX_ARG_STRLEN, 32 pages, with its
+# NUL), so `fleetdeck agent run` can be given it too. lb.apply's 256 backends of the longest ids
+# and host names take 117,761 (tests/test_catalog.py).
+MAX_STRUCTURE_LENGTH = 128 * 1024 - 1
+MAX_STRUCTURE_DEPTH = 16  # arrays and objects within each other (a catalog model nests two or three)
+
+Structure = list[Any] | dict[str, Any]
+
+
+def dump_structure(value: Structure) -> str:
+    """The argv value of a structured argument: compact JSON, non-ASCII characters as they are."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def load_structure(text: str) -> Structure:
+    """The structured argument an argv value holds (the inverse of `dump_structure`; any JSON
+    layout is taken, as a person may type it).
+
+    Raises:
+        ValueError: saying why `text` is not one: too long, not JSON, not an array or an object,
+            nested too deep, a key given twice or a number JSON has no literal for (NaN, Infinity).
+    """
+    if len(text) > MAX_STRUCTURE_LENGTH:
+        raise ValueError(f"must be at most {MAX_STRUCTURE_LENGTH} characters")
+    try:
+        value = json.loads(text, object_pairs_hook=_one_value_per_key, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"is not JSON: {exc}") from None
+    except RecursionError:  # deeper than the parser goes
+        raise ValueError(_TOO_DEEP) from None
+    if not isinstance(value, (list, dict)):
+        raise ValueError("must be a JSON array or object")
+    if _depth(value) > MAX_STRUCTURE_DEPTH:
+        raise ValueError(_TOO_DEEP)
+    return value
+
+
+_TOO_DEEP = f"must not nest arrays and objects more than {MAX_STRUCTURE_DEPTH} deep"
+
+
+def _depth(value: Any) -> int:
+    """How deep arrays and objects nest in `value` (walked without recursion)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, depth)
+            todo += [(child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)]
+    return deepest
+
+
+def _one_value_per_key(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        raise ValueError("holds a key twice")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"holds {name}, which is not a JSON number")
+
+
+def structure_problem(value: Structure) -> str | None:
+    """Why the structured argument `value` may not travel in an argv, or None when it may: every
+    string in it, keys included, obeys `value_problem` (an empty string aside: inside JSON it is
+    not a missing value)."""
+    for text in _strings(value):
+        problem = value_problem(text) if text else None
+        if problem is not None:
+            return f"holds a string that {problem}"
+    return None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
 
 
 def _safe(value: str) -> str:

@@ -7,12 +7,16 @@ rules live here, once:
 - the argv is `[domain, action, *positionals, *flags]`, read kinds end with `--json` (unless they
   print raw lines), mutations end with `--json` when they create or delete something (the agent
   reports the object) or when the entry says so;
-- every flag is `--json` or `--<field name with '-' for '_'>` (nested models: `--<field>-<sub>`),
-  so a kind's flags are known from its model (`JobKind.flags`);
-- a bool is a flag present when true (bool fields default to false); None and "" are omitted; a
-  list of scalars is one comma-joined value; a list of models repeats the flag with one
-  `key=value,key=value` item each; a nested model is flattened;
-- a `SecretStr` field is never put in the argv: it travels in `BuiltJob.secrets`;
+- every flag is `--json` or `--<field name with '-' for '_'>`, so a kind's flags are known from
+  its model (`JobKind.flags`);
+- a bool is a flag present when true (bool fields default to false); None and "" are omitted;
+- a structured field (a list, a mapping, a nested model, or a list of models) travels as
+  structure: its flag is `--<field>-json` and its value one argv item holding the field's JSON
+  (`--aliases-json '["www.example.com"]'`, `--health-check-json '{"path":"/","interval_s":10}'`);
+  an empty list or mapping is omitted. Any text a field's shape takes survives the trip (`,`, `=`,
+  non-ASCII letters), and every string inside obeys the central rule as a flag's value does;
+- a `SecretStr` field is never put in the argv: it travels in `BuiltJob.secrets` (only a
+  top-level field may be secret, so a structure never holds one);
 - `JobKind.build` checks the whole finished argv against the central rule of `argtypes`.
 """
 
@@ -26,9 +30,20 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from contract.job_kinds.argtypes import DomainName, Id, RelativePath, Slug, Username, value_problem
+from contract.job_kinds.argtypes import (
+    DomainName,
+    Id,
+    RelativePath,
+    Slug,
+    Username,
+    dump_structure,
+    load_structure,
+    structure_problem,
+    value_problem,
+)
 from contract.models import Plan
 
 Group = Literal["observe", "content", "infra", "sysadmin"]
@@ -138,6 +153,7 @@ JSON_MUTATION_VERBS = frozenset({"create", "add", "delete", "remove", "drop", "i
 KIND_RE = re.compile(r"^[a-z]+\.[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 FLAG_RE = re.compile(r"^--[a-z][a-z0-9]*(?:-[a-z0-9]+)*$")
 JSON_FLAG = "--json"
+STRUCTURE_FLAG_SUFFIX = "-json"  # `--<field>-json`: the flag of a structured field
 
 
 @dataclass(frozen=True)
@@ -168,19 +184,27 @@ class BuiltJob:
     secrets: dict[str, str]  # secret field name -> value (only non-empty ones)
 
 
+Item = Literal["word", "flag", "structure"]
+
+
 class Argv:
-    """An argv under construction; it knows which elements are flags and which are values."""
+    """An argv under construction; it knows which elements are flags, plain values or structures."""
 
     def __init__(self, domain: str, action: str) -> None:
-        self.items: list[tuple[str, bool]] = [(domain, False), (action, False)]
+        self.items: list[tuple[str, Item]] = [(domain, "word"), (action, "word")]
 
     def value(self, value: str) -> None:
-        self.items.append((value, False))
+        self.items.append((value, "word"))
 
     def flag(self, flag: str, value: str | None = None) -> None:
-        self.items.append((flag, True))
+        self.items.append((flag, "flag"))
         if value is not None:
-            self.items.append((value, False))
+            self.items.append((value, "word"))
+
+    def structure(self, flag: str, text: str) -> None:
+        """A structured field's flag and its JSON (`dump_structure`)."""
+        self.items.append((flag, "flag"))
+        self.items.append((text, "structure"))
 
 
 Builder = Callable[[Any], Argv]
@@ -258,7 +282,7 @@ class JobKind:
                 if has_inline:
                     errors.append(_error((flag,), token, "this flag takes no value"))
                 else:
-                    _put(raw, slot.path, True)
+                    raw[slot.field] = True
                 continue
             if has_inline:
                 value = inline
@@ -268,13 +292,16 @@ class JobKind:
             else:
                 errors.append(_error((flag,), flag, "expected a value after the flag"))
                 continue
-            problem = value_problem(value)
+            if slot.field in raw:
+                errors.append(_error((flag,), value, "given more than once"))
+                continue
+            try:
+                raw[slot.field], problem = slot.take(value)
+            except ValueError as exc:
+                errors.append(_error((flag,), value, f"argument {exc}"))
+                continue
             if problem is not None:
                 unsafe.append(_error((flag,), value, f"argument {problem}"))
-            if slot.shape != "models" and _get(raw, slot.path) is not None:
-                errors.append(_error((flag,), value, "given more than once"))
-            else:
-                slot.take(raw, value)
         if len(positionals) > len(self.positional):
             extra = positionals[len(self.positional) :]
             errors.append(_error(("argv",), " ".join(extra), f"unexpected argument(s): {' '.join(extra)}"))
@@ -301,7 +328,7 @@ class JobKind:
 
     def slots(self) -> Mapping[str, Slot]:
         """Every flag of this kind (not `--json`) and the field it fills."""
-        return _slots(self.args, "-", (), self.positional + self.secret_fields)
+        return _slots(self.args, self.positional + self.secret_fields)
 
     def usage(self) -> str:
         """One line in the style of argparse: `usage: site create DOMAIN [--profile PROFILE] [--json]`."""
@@ -319,7 +346,7 @@ class JobKind:
         schema = self.args.model_json_schema()
         rows = [(name.upper(), _field_help(schema, (name,))) for name in self.positional]
         rows += [
-            (flag if slot.shape == "bool" else f"{flag} {slot.metavar}", _field_help(schema, slot.path))
+            (flag if slot.shape == "bool" else f"{flag} {slot.metavar}", _field_help(schema, (slot.field,)))
             for flag, slot in self.slots().items()
         ]
         if self.json:
@@ -335,9 +362,13 @@ class JobKind:
         argv = Argv(self.domain, self.action)
         for name in self.positional:
             argv.value(_scalar(getattr(model, name)))
-        for name in type(model).model_fields:
-            if name not in self.positional and name not in self.secret_fields:
-                _add_flag(argv, "--" + name.replace("_", "-"), getattr(model, name))
+        slots = self.slots()
+        structures = model.model_dump(mode="json", include={s.field for s in slots.values() if s.shape == "structure"})
+        for flag, slot in slots.items():
+            if slot.shape != "structure":
+                _add_flag(argv, flag, getattr(model, slot.field))
+            elif structures[slot.field] not in (None, [], {}):
+                argv.structure(flag, dump_structure(structures[slot.field]))
         if self.json:
             argv.flag(JSON_FLAG)
         return argv
@@ -348,14 +379,14 @@ class JobKind:
         out: list[str] = []
         if [item for item, _ in argv.items[:2]] != [self.domain, self.action]:
             raise RuntimeError(f"{self.kind}: an argv must start with [domain, action]")
-        for index, (item, is_flag) in enumerate(argv.items):
+        for index, (item, shape) in enumerate(argv.items):
             if type(item) is not str:  # a SecretStr, an int...: a bug in a builder, never user input
                 raise RuntimeError(f"{self.kind}: argv element {index} is a {type(item).__name__}, not a str")
-            if is_flag:
+            if shape == "flag":
                 if item not in self.flags:
                     raise RuntimeError(f"{self.kind}: {item!r} is not one of this kind's flags")
             else:
-                problem = value_problem(item)
+                problem = value_problem(item) if shape == "word" else _structure_text_problem(item)
                 if problem is not None:
                     errors.append(_error(("argv", index), item, f"argument {problem}"))
                 elif any(secret == item or (len(secret) >= 8 and secret in item) for secret in secrets.values()):
@@ -377,34 +408,20 @@ def _scalar(value: Any) -> str:
 
 
 def _add_flag(argv: Argv, flag: str, value: Any) -> None:
-    if value is None or value == "" or value is False or value == []:
+    if value is None or value == "" or value is False:
         return
     if value is True:
         argv.flag(flag)
-    elif isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            _add_flag(argv, f"{flag}-{name.replace('_', '-')}", getattr(value, name))
-    elif isinstance(value, list) and isinstance(value[0], BaseModel):
-        for item in value:
-            argv.flag(flag, ",".join(_kv(name, getattr(item, name)) for name in type(item).model_fields))
-    elif isinstance(value, list):
-        items = [_scalar(item) for item in value]
-        if any("," in item for item in items):
-            raise _list_error(flag, "a list item may not contain ','")
-        argv.flag(flag, ",".join(items))
     else:
         argv.flag(flag, _scalar(value))
 
 
-def _kv(name: str, value: Any) -> str:
-    text = "" if value is None else ("true" if value is True else "false" if value is False else _scalar(value))
-    if "," in text or "=" in text:
-        raise _list_error(name, "a value in a list item may not contain ',' or '='")
-    return f"{name}={text}"
-
-
-def _list_error(where: str, message: str) -> ValidationError:
-    return ValidationError.from_exception_data("argv", [_error(("argv", where), where, message)])
+def _structure_text_problem(text: str) -> str | None:
+    """The central rule over a structured argv value that a builder wrote."""
+    try:
+        return structure_problem(load_structure(text))
+    except ValueError as exc:
+        return str(exc)
 
 
 # --- introspection of the argument models ---------------------------------------------------------
@@ -424,77 +441,56 @@ def _is_model(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, BaseModel)
 
 
-Shape = Literal["scalar", "bool", "list", "models"]
+def _is_structure(annotation: Any) -> bool:
+    """Whether a field of this type travels as structure (JSON): a list, a mapping or a model."""
+    return any(_is_model(alt) or get_origin(alt) in (list, dict) for alt in _unwrap(annotation))
+
+
+Shape = Literal["scalar", "bool", "structure"]
 
 
 @dataclass(frozen=True)
 class Slot:
-    """What one flag fills: the field at `path` (nested models are flattened), and how its value
-    is written: a scalar, a bool flag (present when true), a comma-joined list of scalars, or a
-    list of models with one `key=value,key=value` item per repetition of the flag."""
+    """What one flag fills: the top-level field `field`, and how its value is written: a scalar,
+    a bool flag (present when true), or a structure (`--<field>-json` and the field's JSON)."""
 
-    path: tuple[str, ...]
+    field: str
     annotation: Any
     shape: Shape
     required: bool
-    item: Any = None  # the list's item type ("list", "models")
 
     @property
     def metavar(self) -> str:
-        name = self.path[-1].upper()
-        return {"list": f"{name}[,{name}...]", "models": "KEY=VALUE[,KEY=VALUE...]"}.get(self.shape, name)
+        return "JSON" if self.shape == "structure" else self.field.upper()
 
-    def take(self, raw: dict[str, Any], value: str) -> None:
-        """Put the text `value` of this flag into the raw arguments, typed as the field expects."""
-        if self.shape == "list":
-            _put(raw, self.path, [_coerce(self.item, item) for item in value.split(",")])
-        elif self.shape == "models":
-            items = _get(raw, self.path)
-            if items is None:
-                items = []
-                _put(raw, self.path, items)
-            items.append(_item(self.item, value))
-        else:
-            _put(raw, self.path, _coerce(self.annotation, value))
+    def take(self, value: str) -> tuple[Any, str | None]:
+        """The text `value` of this flag as the field expects it, and why it breaks the central
+        rule (None when it does not).
+
+        Raises:
+            ValueError: a structure's value is not one (`load_structure`).
+        """
+        if self.shape == "structure":
+            structure = load_structure(value)
+            return structure, structure_problem(structure)
+        return _coerce(self.annotation, value), value_problem(value)
 
 
-def _slots(model: type[BaseModel], prefix: str, path: tuple[str, ...], skip: tuple[str, ...]) -> dict[str, Slot]:
+def _slots(model: type[BaseModel], skip: tuple[str, ...]) -> dict[str, Slot]:
     slots: dict[str, Slot] = {}
     for name, info in model.model_fields.items():
         if name in skip:
             continue
-        flag = f"{prefix}-{name.replace('_', '-')}"
-        here = (*path, name)
-        alternatives = _unwrap(info.annotation)
-        required = info.is_required() and not path
-        if len(alternatives) == 1 and _is_model(alternatives[0]):
-            slots.update(_slots(alternatives[0], flag, here, ()))
-        elif bool in alternatives:
-            slots[flag] = Slot(here, info.annotation, "bool", False)
-        elif len(alternatives) == 1 and get_origin(alternatives[0]) is list:
-            item = get_args(alternatives[0])[0]
-            is_models = any(_is_model(alt) for alt in _unwrap(item))
-            models_item = _unwrap(item)[0] if is_models else item
-            slots[flag] = Slot(here, info.annotation, "models" if is_models else "list", required, models_item)
+        flag = "--" + name.replace("_", "-")
+        if _is_structure(info.annotation):
+            slots[flag + STRUCTURE_FLAG_SUFFIX] = Slot(name, info.annotation, "structure", info.is_required())
+        elif bool in _unwrap(info.annotation):
+            slots[flag] = Slot(name, info.annotation, "bool", False)
         else:
-            slots[flag] = Slot(here, info.annotation, "scalar", required)
+            slots[flag] = Slot(name, info.annotation, "scalar", info.is_required())
+    if len(slots) + len(skip) != len(model.model_fields):
+        raise TypeError(f"{model.__name__}: two fields have the same flag ({', '.join(sorted(slots))})")
     return slots
-
-
-def _model_flags(model: type[BaseModel], prefix: str, skip: tuple[str, ...]) -> set[str]:
-    return set(_slots(model, prefix, (), skip))
-
-
-def _put(raw: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    for name in path[:-1]:
-        raw = raw.setdefault(name, {})
-    raw[path[-1]] = value
-
-
-def _get(raw: dict[str, Any], path: tuple[str, ...]) -> Any:
-    for name in path[:-1]:
-        raw = raw.get(name, {})
-    return raw.get(path[-1])
 
 
 _INT_TEXT = re.compile(r"^[0-9]{1,19}$")
@@ -512,33 +508,6 @@ def _coerce(annotation: Any, text: str) -> Any:
     if takes_int and not takes_text and _INT_TEXT.match(text):
         return int(text)
     return text
-
-
-def _item(model: Any, text: str) -> dict[str, Any]:
-    """One `key=value,key=value` item of a list-of-models flag (the inverse of `_kv`)."""
-    fields = model.model_fields if _is_model(model) else {}
-    item: dict[str, Any] = {}
-    for pair in text.split(","):
-        key, _, value = pair.partition("=")
-        info = fields.get(key)
-        if info is None:
-            item[key] = value  # the model refuses the unknown field, naming it
-        elif value == "" and type(None) in _alternatives_with_none(info.annotation):
-            item[key] = None
-        elif bool in _unwrap(info.annotation):
-            item[key] = {"true": True, "false": False}.get(value, value)
-        else:
-            item[key] = _coerce(info.annotation, value)
-    return item
-
-
-def _alternatives_with_none(annotation: Any) -> list[Any]:
-    origin = get_origin(annotation)
-    if origin is typing.Annotated:
-        return _alternatives_with_none(get_args(annotation)[0])
-    if origin in (Union, types.UnionType):
-        return [alt for arg in get_args(annotation) for alt in _alternatives_with_none(arg)]
-    return [annotation]
 
 
 def _field_help(schema: dict[str, Any], path: tuple[str, ...]) -> str:
@@ -586,6 +555,10 @@ def _secret_fields(model: type[BaseModel]) -> tuple[str, ...]:
     )
 
 
+def _empty_by_default(info: FieldInfo) -> bool:
+    return info.is_required() or not info.get_default(call_default_factory=True)
+
+
 def _check_model(kind: str, model: type[BaseModel], top: bool) -> None:
     """Catalog rules the type system cannot state; a broken entry fails at import."""
     if model.model_config.get("extra") != "forbid":
@@ -599,6 +572,8 @@ def _check_model(kind: str, model: type[BaseModel], top: bool) -> None:
                 raise TypeError(f"{kind}: secret field {name} must be a top-level field")
             if _is_model(alt):
                 _check_model(kind, alt, False)
+            if top and get_origin(alt) in (list, dict) and not _empty_by_default(info):
+                raise TypeError(f"{kind}: {name} must default to empty (an empty one is left out of the argv)")
             if get_origin(alt) is list:
                 for item in _unwrap(get_args(alt)[0]):
                     if _is_model(item):
@@ -630,8 +605,8 @@ def kind(
     secret_fields = _secret_fields(args)
     for field_name in positional:
         info = args.model_fields[field_name]
-        if not info.is_required() or field_name in secret_fields:
-            raise TypeError(f"{name}: positional field {field_name} must be required and not secret")
+        if not info.is_required() or field_name in secret_fields or _is_structure(info.annotation):
+            raise TypeError(f"{name}: positional field {field_name} must be required, not secret and not structured")
     for scoped in paths:
         for path_field in (scoped.field, scoped.site):
             if path_field is not None and path_field not in args.model_fields:
@@ -640,7 +615,7 @@ def kind(
         raise ValueError(f"{name}: group {group} does not raise its domain's group {policy.group}")
     if json is None:
         json = read or action.rsplit("-", 1)[-1] in JSON_MUTATION_VERBS
-    flags = _model_flags(args, "-", positional + secret_fields)
+    flags = set(_slots(args, positional + secret_fields))
     if json:
         flags.add(JSON_FLAG)
     for flag in flags:
