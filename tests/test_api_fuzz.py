@@ -14,6 +14,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
+from schemathesis.core import NotSet
 
 from tests.conftest import STACK_VARIANTS, Stack, start_local
 
@@ -45,7 +46,14 @@ def on_real_server(case: Any) -> bool:
         return False
     if (case.operation.method.upper(), case.operation.path) in NOT_ON_THE_REAL_SERVER:
         return False
-    return zlib.crc32(f"{case.body!r}{case.query!r}".encode()) % 2 == 0
+    return zlib.crc32(f"{_stable(case.body)!r}{_stable(case.query)!r}".encode()) % 2 == 0
+
+
+def _stable(part: Any) -> Any:
+    """A case's body or query as its hash may take it: schemathesis's NOT_SET (no body) prints with
+    its memory address, which would pick the real server for an operation on one run and not on
+    the next (its 25 cases all at once: a run with no 200 from the real server at all)."""
+    return None if isinstance(part, NotSet) else part
 
 
 def _operations(stack: Stack) -> list[Any]:
