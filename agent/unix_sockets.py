@@ -66,17 +66,19 @@ def runtime_dir(owner_folder: Path) -> Path:
     Raises:
         OSError: the folder cannot be made, or a shared parent is not this account's own.
     """
-    key = digest(str(owner_folder.resolve()))
-    if os.geteuid() == 0:
-        parent, mode = ROOT_RUNTIME, 0o755
-    else:
-        parent, mode = _user_runtime_parent(), 0o700
-    parent.mkdir(mode=mode, parents=True, exist_ok=True)
-    _check_own_folder(parent)
-    folder = parent / key
+    folder = runtime_path(owner_folder)
+    mode = 0o755 if os.geteuid() == 0 else 0o700
+    folder.parent.mkdir(mode=mode, parents=True, exist_ok=True)
+    _check_own_folder(folder.parent)
     folder.mkdir(mode=mode, exist_ok=True)
     _check_own_folder(folder)
     return folder
+
+
+def runtime_path(owner_folder: Path) -> Path:
+    """Where `runtime_dir` keeps the sockets of `owner_folder`'s services, made or not."""
+    parent = ROOT_RUNTIME if os.geteuid() == 0 else _user_runtime_parent()
+    return parent / digest(str(owner_folder.resolve()))
 
 
 def remove_runtime_dir(folder: Path) -> None:

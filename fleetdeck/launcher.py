@@ -32,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from agent import unix_sockets
 from fleetdeck import paths
 from fleetdeck.running import STOP_TIMEOUT_S
 
@@ -173,6 +174,9 @@ class LocalStack:
                 log.warning("the local control plane ignored SIGTERM for %ss: killing it", timeout)
                 process.kill()
                 process.wait()
+        # A stack that was killed (or crashed) could not remove its short sockets folder; its
+        # services died with it (their parent-death signal), so the folder is empty.
+        unix_sockets.remove_runtime_dir(unix_sockets.runtime_path(self.layout.root))
         atexit.unregister(self.stop)
         return process.returncode
 

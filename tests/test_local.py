@@ -556,6 +556,21 @@ def test_the_stacks_services_end_with_it_even_killed_and_ones_left_are_quit_at_t
     assert not any(_alive(pid) for pid in serving)  # a stack that stops stops its services
 
 
+def test_a_killed_stacks_sockets_folder_goes_when_its_launcher_stops(tmp_path: Path) -> None:
+    """A stack that is killed cannot remove its short sockets folder (in /run/fleetdeck as root,
+    a folder per data folder, which would pile up); its services die with it, and the launcher
+    that started it removes the folder they left empty when it stops."""
+    data_dir = tmp_path / "local"
+    stack = start_local(data_dir)
+    sockets = unix_sockets.runtime_path(data_dir)
+    assert sockets.is_dir()
+    stack.process.kill()
+    stack.process.wait()
+    wait_until(lambda: not any(sockets.iterdir()))  # its services died with it, their sockets with them
+    stack.stop()
+    assert not sockets.exists()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
