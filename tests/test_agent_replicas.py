@@ -102,7 +102,8 @@ async def test_a_dead_url_first_does_not_delay_the_live_one(scheme: str, caplog:
     caplog.set_level(logging.INFO, logger="fleetdeck.agent")
     live = Replica()
     async with trio.open_nursery() as nursery:
-        urls = [_closed_port_url(scheme), await nursery.start(live.serve)]
+        live_url = await nursery.start(live.serve)
+        urls = [_closed_port_url(scheme), live_url]  # picked once live holds its port: never the same one
         # Any backoff would be a wait of up to 1000 s (and a "reconnecting" line): none may come.
         link = AgentLink(urls, TOKEN, {}, version="1", backoff=NEVER, auth_backoff=NEVER)
         nursery.start_soon(link.run)
