@@ -171,8 +171,10 @@ class JobsScreen(FilteredList, FleetScreen):
         self.jobs = {job.id: job for job in jobs}
         self._draw_table()
         table = self.query_one(JobTable)
-        started, self._select_when_listed = self._select_when_listed, None
-        keep = self.jobs.get(started or "") or highlighted
+        started = self.jobs.get(self._select_when_listed or "")
+        if started is not None:  # a history asked for before the job existed does not list it: the next one will
+            self._select_when_listed = None
+        keep = started or highlighted
         if keep is not None and keep.id in table.rows:  # a `/` filter may hide it
             table.move_cursor(row=table.get_row_index(keep.id), scroll=True)
         self._update_status()
