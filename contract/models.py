@@ -352,6 +352,7 @@ class JobKindInfo(WireModel):
     secret_fields: list[str]
     summary: str = ""
     route: str | None = None  # made only through this route (load balancers, backups): not a plain job
+    result_schema: dict[str, Any] | None = None  # what the kind prints with --json (None: not declared)
 
 
 class JobKindList(WireModel):

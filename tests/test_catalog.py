@@ -167,6 +167,7 @@ def test_json_schemas() -> None:
     for entry in entries:
         assert set(entry) == {
             "kind", "domain", "action", "read", "group", "min_plan", "args_schema", "secret_fields", "summary", "route",
+            "result_schema",
         }  # fmt: skip
         assert (entry["route"] is not None) == (entry["domain"] in ("backup", "lb")), entry["kind"]
         schema = entry["args_schema"]

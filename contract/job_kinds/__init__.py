@@ -102,6 +102,7 @@ def _schemas() -> tuple[dict[str, Any], ...]:
             "secret_fields": list(entry.secret_fields),
             "summary": entry.summary,
             "route": entry.route,
+            "result_schema": entry.result_schema(),
         }
         for entry in _catalog().values()
     )

@@ -22,6 +22,7 @@ rules live here, once:
 
 from __future__ import annotations
 
+import functools
 import re
 import types
 import typing
@@ -29,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, SecretStr, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
@@ -59,6 +60,13 @@ class Args(BaseModel):
 
 class NoArgs(Args):
     """No arguments."""
+
+
+class Result(BaseModel):
+    """Base of every job result model (what Ansible calls `RETURN`): what a kind prints with
+    ``--json``. Unknown fields are refused, so a handler cannot drift from its declared result."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 # --- argument models several domains share ------------------------------------------------------
@@ -231,6 +239,25 @@ class JobKind:
     builder: Builder | None = None  # None: the generic builder (positionals, then flags)
     paths: tuple[ScopedPath, ...] = ()  # the fields that name a path on the server, and their scope
     route: str | None = None  # not a plain job: only these routes make it (`DomainPolicy.route`)
+    # What the kind prints with --json: a `Result` model or a type over them (`list[SiteRow]`).
+    # None: no result declared (a kind without --json prints lines for a person).
+    result: Any = None
+
+    def result_schema(self) -> dict[str, Any] | None:
+        """The JSON Schema of the result, as `GET /v1/job-kinds` publishes it (None: none declared)."""
+        return None if self.result is None else _result_adapter(self.result).json_schema()
+
+    def dump_result(self, obj: Any) -> Any:
+        """`obj` validated by the result model and dumped as JSON-able data.
+
+        Raises:
+            RuntimeError: no result model is declared for this kind.
+            pydantic.ValidationError: `obj` is not what the kind declares (a handler's bug).
+        """
+        if self.result is None:
+            raise RuntimeError(f"{self.kind} declares no result model")
+        adapter = _result_adapter(self.result)
+        return adapter.dump_python(adapter.validate_python(obj), mode="json")
 
     def build(self, raw_args: dict[str, Any]) -> BuiltJob:
         """Validate `raw_args` (raises pydantic.ValidationError), build the argv, split the secrets out."""
@@ -395,6 +422,11 @@ class JobKind:
         if errors:
             raise ValidationError.from_exception_data(self.kind, errors)
         return out
+
+
+@functools.cache
+def _result_adapter(result: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(result)
 
 
 def _error(loc: tuple[str | int, ...], value: str, message: str) -> InitErrorDetails:
@@ -593,6 +625,7 @@ def kind(
     group: Group | None = None,
     builder: Builder | None = None,
     paths: tuple[ScopedPath, ...] = (),
+    result: Any = None,
 ) -> JobKind:
     """One catalog entry. Group and plan come from the domain; `json` defaults to the convention above.
     `group` raises a mutation above its domain's group (`php.ini-global-set` is `sysadmin`), never
@@ -615,6 +648,8 @@ def kind(
         raise ValueError(f"{name}: group {group} does not raise its domain's group {policy.group}")
     if json is None:
         json = read or action.rsplit("-", 1)[-1] in JSON_MUTATION_VERBS
+    if result is not None and not json:
+        raise TypeError(f"{name}: a result model needs --json (a kind without it prints lines for a person)")
     flags = set(_slots(args, positional + secret_fields))
     if json:
         flags.add(JSON_FLAG)
@@ -638,4 +673,5 @@ def kind(
         builder=builder,
         paths=paths,
         route=policy.route,
+        result=result,
     )
