@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import Int, ServiceName
-from contract.job_kinds.base import Args, JobKind, NoArgs, kind
+from contract.job_kinds.base import Args, JobKind, NoArgs, Result, kind
 
 # Services whose loss cuts the server off from its owners: they may be restarted, never stopped.
 PROTECTED_SERVICES = frozenset({"ssh", "sshd", "fleetdeck-agent", "systemd-networkd", "networking", "NetworkManager"})
@@ -30,10 +30,24 @@ class ServiceLogs(Args):
     lines: Int = Field(default=200, ge=1, le=100_000)
 
 
+class ServiceRow(Result):
+    name: str = Field(description="the unit without .service, or the init script's name")
+    active: bool | None = Field(description="running now (None: the init script cannot tell)")
+    state: str = Field(description="systemd's ACTIVE (SUB), or running / stopped / unknown")
+    enabled: bool | None = Field(default=None, description="started at boot (None: not known)")
+    manager: str = Field(description="systemd or sysv")
+    loaded: bool | None = Field(default=None, description="the unit file loaded (systemd only)")
+    description: str | None = Field(default=None, description="the unit's description (systemd only)")
+
+
+class ServiceList(Result):
+    services: list[ServiceRow]
+
+
 _SVC = {"name": "nginx"}
 
 KINDS: list[JobKind] = [
-    kind("service.list", NoArgs, "List the system services", read=True, example={}),
+    kind("service.list", NoArgs, "List the system services", read=True, example={}, result=ServiceList),
     kind("service.status", ServiceArgs, "Show a service's state", read=True, positional=("name",), example=_SVC),
     kind("service.start", ServiceArgs, "Start a service", positional=("name",), example=_SVC),
     kind("service.stop", ServiceStop, "Stop a service", positional=("name",), example={"name": "memcached"}),

@@ -166,6 +166,8 @@ async def run_kind(
         out.lines(STDERR, argv_error_lines(kind, exc))
         return 2
     ctx = replace(ctx, as_json=kind.spec.wants_json(argv))
+    if kind.spec.result is not None:
+        out = DeclaredOutput(out, kind.spec)
     try:
         return await kind.run(args, ctx, out)
     except Exception as exc:
@@ -184,6 +186,30 @@ async def run_kind(
         log.log(traceback_level, "job %s %s failed", kind.name, argv[2:], exc_info=error)
         out.stderr(f"error: {kind.name} failed: {type(error).__name__}: {one_line(str(error))}")
         return 1
+
+
+class DeclaredOutput(Output):
+    """A handler's output whose result goes through its kind's result model (`JobKind.result`):
+    what it prints with --json is exactly what `GET /v1/job-kinds` publishes, and a result that
+    drifts from its model fails the job (exit 1, the traceback in the log) instead of reaching
+    a client that trusts the schema."""
+
+    def __init__(self, out: Output, spec: JobKind) -> None:
+        self._out = out
+        self._spec = spec
+        self.pretty = out.pretty
+
+    def lines(self, stream: str, texts: list[str]) -> None:
+        self._out.lines(stream, texts)
+
+    def json(self, obj: Any) -> None:
+        self._out.json(self._spec.dump_result(obj))
+
+    def result(self, obj: Any, *, as_json: bool) -> None:
+        self._out.result(self._spec.dump_result(obj), as_json=as_json)
+
+    async def drain(self) -> None:
+        await self._out.drain()
 
 
 def one_line(text: str) -> str:
