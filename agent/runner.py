@@ -13,6 +13,7 @@ from agent.files.handlers import FileHandlers
 from agent.files.ingress import Ingress
 from agent.files.jail import kernel_protections
 from agent.files.remote_copy import RemoteCopy, SshSettings
+from agent.jobs.availability import DPKG_STATUS, Availability
 from agent.jobs.manager import JobManager
 from agent.jobs.metrics import SAMPLE_EVERY_S, keep_sampling
 from agent.jobs.php.ini import sweep_global_ini
@@ -102,6 +103,9 @@ async def run_agent(config: AgentConfig, *, task_status: trio.TaskStatus[None] =
 async def _serve(config: AgentConfig, jobs: JobManager, task_status: trio.TaskStatus[None]) -> None:
     async with trio.open_nursery() as nursery:
         await nursery.start(jobs.run)
+        availability = Availability(jobs.kinds or {}, lambda: jobs.ctx.host, watched_files(config))
+        await nursery.start(availability.run)
+        jobs.after_change = availability.recheck
         await nursery.start(jobs.ctx.lb.run)  # the ACME responder and the health monitor
         nursery.start_soon(keep_sites_renewed, jobs.ctx)  # the sites' certificates whose auto-renew is on
         nursery.start_soon(sweep_global_ini, jobs.ctx)  # php.ini directives written before the allow-list
@@ -123,16 +127,23 @@ async def _serve(config: AgentConfig, jobs: JobManager, task_status: trio.TaskSt
             direct_ingress_url=ingress_url,
             job_kinds=jobs.kinds or {},
             kernel_protections=kernel_protections,
+            needs=lambda: dict(availability.unmet),
             on_welcome=ingress.on_welcome if ingress is not None else None,
         )
         if ingress is not None:
             ingress.report = link.report
+        availability.on_change = link.needs_changed
         for url in link.urls:
             if url.startswith("ws:") and not _is_loopback(url):
                 log.warning("the control plane URL %s is not https: the agent token travels in clear text", url)
         log.info("fleetdeck agent %s serving %s for %s", config.version, config.home, ", ".join(link.urls))
         task_status.started()
         await link.run()
+
+
+def watched_files(config: AgentConfig) -> tuple[str, ...]:
+    """The files whose change may change what runs here: dpkg's status, and the host layout's."""
+    return (DPKG_STATUS, *((config.host_layout,) if config.host_layout else ()))
 
 
 def _is_loopback(url: str) -> bool:

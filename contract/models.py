@@ -149,6 +149,10 @@ class AgentInfo(WireModel):
     job_kinds: list[str] | None = None
     # As the agent's hello said, while it is linked to the replica answering (else None).
     kernel_protections: KernelProtections | None = None
+    # The kinds of job_kinds that cannot run on this server now, each with the Debian package it
+    # needs (the others run here): as the agent last said, while it is linked to the replica
+    # answering (else None). A job of such a kind is accepted and ends with exit code 69.
+    needs: dict[str, str] | None = None
 
 
 class Server(WireModel):

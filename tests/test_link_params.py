@@ -141,8 +141,9 @@ BROKEN: list[tuple[type[LinkParams], str, dict[str, Any], str]] = [
     (link_params.FsXferAccept, "fs.xfer.accept", {**ACCEPT, "source_ip": "10.0.0.1", "destination": 1}, "destination"),
 ]
 
-# The models that are parts of others or bases, not a frame's params of their own.
-PARTS = {LinkParams, link_params.FsPaths, link_params.FsTarget, link_params.Hello}
+# The models that are parts of others or bases, not a frame's params of their own (the hello's
+# and the needs frame's are refused below and in tests/control_plane/hub/test_needs_frames.py).
+PARTS = {LinkParams, link_params.FsPaths, link_params.FsTarget, link_params.Hello, link_params.Needs}
 
 
 def test_every_model_of_the_calls_has_broken_frames_below() -> None:
@@ -213,6 +214,9 @@ BROKEN_HELLOS: list[tuple[dict[str, Any], tuple[str, ...], str]] = [
     ({"direct_ingress_url": 443}, (), "direct_ingress_url"),
     ({"job_kinds": ["site.list", "Site.list"]}, (), "job_kinds.1"),
     ({"kernel_protections": {"protected_hardlinks": "yes"}}, (), "kernel_protections.protected_hardlinks"),
+    ({"needs": {"dns.check": 9}}, (), "needs.dns.check"),
+    ({"needs": {"dns.check": ""}}, (), "needs.dns.check"),
+    ({"needs": {"DNS.check": "bind9"}}, (), "needs.DNS.check.[key]"),
 ]
 
 

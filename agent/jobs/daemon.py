@@ -34,6 +34,7 @@ from agent.jobs.toolkit.base import JobContext, handler
 from agent.jobs.toolkit.boundary import site_jail
 from agent.jobs.toolkit.common import Account, find_site, site_account
 from agent.jobs.toolkit.host import SupervisorLayout
+from agent.jobs.toolkit.needs import Tool
 from agent.jobs.toolkit.output import EXIT_REFUSED, JobError, Output
 from agent.jobs.toolkit.proc import SYSTEM_PATH, capture_command, require, stream_command, which
 from agent.sites import Site, write_atomically
@@ -404,6 +405,8 @@ async def _logs(args: DaemonLogs, ctx: JobContext, out: Output) -> int:
         return 0
     return await stream_command(out, [require("tail", "read the daemon's log"), "-n", str(args.lines), *files])
 
+
+NEEDS = (Tool("supervisorctl"),)  # supervisor runs the daemons
 
 KINDS = [
     handler("daemon.list", _list),

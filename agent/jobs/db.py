@@ -52,6 +52,7 @@ import trio
 from agent.jobs.toolkit.base import JobContext, handler
 from agent.jobs.toolkit.common import Account, find_site, site_account
 from agent.jobs.toolkit.host import MariaDbLayout
+from agent.jobs.toolkit.needs import Tool
 from agent.jobs.toolkit.output import STDERR, STDOUT, JobError, Output
 from agent.jobs.toolkit.proc import LineSplitter, capture_command, child_identity, require, tool_env
 from agent.jobs.toolkit.site_files import SiteOutput, open_site_input
@@ -1000,6 +1001,8 @@ async def _feed(
     return process.returncode
 
 
+NEEDS = (Tool("mariadb"),)  # the client every kind talks to the server with
+
 KINDS = [
     handler("db.list", _list),
     handler("db.status", _status),
@@ -1013,6 +1016,6 @@ KINDS = [
     handler("db.user-password", _user_password),
     handler("db.user-grant", _user_grant),
     handler("db.user-revoke", _user_revoke),
-    handler("db.export", _export),
+    handler("db.export", _export, needs=(Tool("mariadb-dump"),)),
     handler("db.import", _import),
 ]

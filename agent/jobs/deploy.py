@@ -54,6 +54,7 @@ from agent.jobs.toolkit.base import JobContext, handler, rfc3339
 from agent.jobs.toolkit.boundary import as_user
 from agent.jobs.toolkit.common import Account, find_site, site_account
 from agent.jobs.toolkit.git_proxy import one_job_url
+from agent.jobs.toolkit.needs import Tool
 from agent.jobs.toolkit.output import EXIT_MISSING, JobError, Output
 from agent.jobs.toolkit.proc import SYSTEM_PATH, capture_command, require, stream_command, which
 from agent.jobs.toolkit.site_web import change_site, docroot_error
@@ -640,11 +641,13 @@ async def _key_show(args: DomainArgs, ctx: JobContext, out: Output) -> int:
     return 0
 
 
+GIT = (Tool("git"),)  # the kinds that fetch or check out the site's code
+
 KINDS = [
-    handler("deploy.init", _init),
-    handler("deploy.run", _run),
-    handler("deploy.git", _git),
-    handler("deploy.rollback", _rollback),
+    handler("deploy.init", _init, needs=GIT),
+    handler("deploy.run", _run, needs=GIT),
+    handler("deploy.git", _git, needs=GIT),
+    handler("deploy.rollback", _rollback, needs=GIT),
     handler("deploy.list", _list),
     handler("deploy.inspect", _inspect),
     handler("deploy.prune", _prune),

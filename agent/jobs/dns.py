@@ -32,6 +32,7 @@ import trio
 
 from agent.jobs.toolkit.base import JobContext, handler
 from agent.jobs.toolkit.host import BindLayout
+from agent.jobs.toolkit.needs import HostTool, Tool
 from agent.jobs.toolkit.output import EXIT_REFUSED, JobError, Output
 from agent.jobs.toolkit.proc import capture_command, require
 from agent.sites import write_atomically
@@ -567,15 +568,19 @@ async def _check(args: Zone, ctx: JobContext, out: Output) -> int:
     return 0
 
 
+# What named's kinds need: named itself, and the rndc the host layout names (the tests' own
+# instance is told with -c/-s/-p); dns.lookup only asks, with dig.
+BIND = (Tool("named", "bind9"), HostTool(lambda host: host.bind.rndc[0], "bind9-utils"))
+
 KINDS = [
-    handler("dns.lookup", _lookup),
-    handler("dns.zone-list", _zone_list),
-    handler("dns.zone-show", _zone_show),
-    handler("dns.zone-add", _zone_add),
-    handler("dns.zone-delete", _zone_delete),
-    handler("dns.record-list", _record_list),
-    handler("dns.record-add", _record_add),
-    handler("dns.record-delete", _record_delete),
-    handler("dns.dnssec-set", _dnssec_set),
-    handler("dns.check", _check),
+    handler("dns.lookup", _lookup, needs=(Tool("dig"),)),
+    handler("dns.zone-list", _zone_list, needs=BIND),
+    handler("dns.zone-show", _zone_show, needs=BIND),
+    handler("dns.zone-add", _zone_add, needs=BIND),
+    handler("dns.zone-delete", _zone_delete, needs=BIND),
+    handler("dns.record-list", _record_list, needs=BIND),
+    handler("dns.record-add", _record_add, needs=BIND),
+    handler("dns.record-delete", _record_delete, needs=BIND),
+    handler("dns.dnssec-set", _dnssec_set, needs=BIND),
+    handler("dns.check", _check, needs=BIND),
 ]

@@ -41,7 +41,7 @@ import logging
 import signal
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -314,6 +314,9 @@ class JobManager:
     max_bytes: int = MAX_BYTES
     max_jobs: int = MAX_JOBS
     keep_s: float = KEEP_S
+    # Called when a job that changes the server ends (it may have installed or removed packages):
+    # the agent's `Availability.recheck`.
+    after_change: Callable[[], object] | None = None
 
     def __post_init__(self) -> None:
         if self.kinds is None:
@@ -375,6 +378,9 @@ class JobManager:
             return
         job.finish(exit_code)
         log.info("job %s: %s exited with %d (%d lines)", job.id, job.kind, exit_code, job.last_seq)
+        kind = self.kinds.get(job.kind)
+        if self.after_change is not None and kind is not None and not kind.spec.read:
+            self.after_change()
 
     def cancel(self, job_id: str) -> bool:
         """Stop the job `job_id`; False when it had already ended by itself.

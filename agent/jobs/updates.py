@@ -29,6 +29,7 @@ from typing import Any
 import trio
 
 from agent.jobs.toolkit.base import JobContext, handler, rfc3339
+from agent.jobs.toolkit.needs import Tool
 from agent.jobs.toolkit.output import EXIT_REFUSED, JobError, Output
 from agent.jobs.toolkit.proc import APT_WAITS_FOR_ITS_LOCK, apt_env, capture_command, require, stream_command, which
 from agent.sites import write_atomically
@@ -365,6 +366,8 @@ async def _status(args: NoArgs, ctx: JobContext, out: Output) -> int:
     out.result(result, as_json=ctx.as_json)
     return 0
 
+
+NEEDS = (Tool("apt-get"),)  # apt-based systems only
 
 KINDS = [
     handler("updates.list", _list),

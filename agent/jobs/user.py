@@ -43,6 +43,7 @@ from agent.files.fdops import CancelToken
 from agent.jobs.toolkit.base import JobContext, handler
 from agent.jobs.toolkit.boundary import as_user, in_thread, remove_root_folder, stop_user_processes
 from agent.jobs.toolkit.common import Account, account_by_name
+from agent.jobs.toolkit.needs import Tool
 from agent.jobs.toolkit.output import EXIT_REFUSED, JobError, Output
 from agent.jobs.toolkit.proc import capture_command, require, which
 from agent.sites import write_atomically
@@ -696,14 +697,14 @@ async def _key_audit(args: KeyAudit, ctx: JobContext, out: Output) -> int:
 KINDS = [
     handler("user.list", _list),
     handler("user.inspect", _inspect),
-    handler("user.create", _create),
-    handler("user.delete", _delete),
+    handler("user.create", _create, needs=(Tool("useradd"),)),
+    handler("user.delete", _delete, needs=(Tool("userdel"),)),
     handler("user.lock", _lock),
     handler("user.unlock", _unlock),
-    handler("user.password-set", _password_set),
+    handler("user.password-set", _password_set, needs=(Tool("chpasswd"),)),
     handler("user.ssh-key-list", _key_list),
     handler("user.ssh-key-add", _key_add),
     handler("user.ssh-key-remove", _key_remove),
-    handler("user.sudo-set", _sudo_set),
+    handler("user.sudo-set", _sudo_set, needs=(Tool("visudo"),)),
     handler("user.key-audit", _key_audit),
 ]

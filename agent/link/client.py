@@ -116,6 +116,7 @@ class AgentLink:
         direct_ingress_url: str | None = None,
         job_kinds: Iterable[str] = (),
         kernel_protections: Callable[[], dict[str, bool | None]] | None = None,
+        needs: Callable[[], dict[str, str]] | None = None,
         on_welcome: OnWelcome | None = None,
         backoff: Backoff = NETWORK_BACKOFF,
         busy_backoff: Backoff = BUSY_BACKOFF,
@@ -133,6 +134,8 @@ class AgentLink:
         self.direct_ingress_url = direct_ingress_url
         self.job_kinds = sorted(job_kinds)  # the kinds ``job.run`` has a handler for, said in hello
         self.kernel_protections = kernel_protections  # read at each hello (a sysctl may change)
+        self.needs = needs  # the kinds that cannot run here now: read at each hello and on `needs_changed`
+        self._needs_changed = trio.Event()
         self.on_welcome = on_welcome
         self.backoff = backoff
         self.busy_backoff = busy_backoff
@@ -163,6 +166,24 @@ class AgentLink:
                 self._reports.popleft()
             self._reports_waiting = trio.Event()
             await self._reports_waiting.wait()
+
+    def needs_changed(self) -> None:
+        """The kinds that cannot run here changed: say them again (now, or in the next hello)."""
+        self._needs_changed.set()
+
+    async def _send_needs(self, session: _Session, said: dict[str, str]) -> None:
+        """Send a ``needs`` frame each time the map differs from what this link last said."""
+        assert self.needs is not None
+        while True:
+            self._needs_changed = trio.Event()  # before reading: a change from now on wakes us
+            current = self.needs()
+            if current != said:
+                try:
+                    await session.send_text(protocol.encode({"t": protocol.NEEDS, "needs": current}))
+                except ConnectionClosed:
+                    return  # the next hello says it
+                said = current
+            await self._needs_changed.wait()
 
     async def run(self) -> NoReturn:
         """Connect, serve, and reconnect forever (until cancelled), going round the URLs.
@@ -318,6 +339,8 @@ class _Session:
         }
         if link.kernel_protections is not None:
             hello["kernel_protections"] = link.kernel_protections()
+        if link.needs is not None:
+            hello["needs"] = link.needs()
         await self.send_text(protocol.encode(hello))
         with trio.fail_after(protocol.HELLO_TIMEOUT_S):
             welcome = await self._receive()
@@ -328,6 +351,8 @@ class _Session:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._heartbeat, heartbeat_s, nursery.cancel_scope)
                 nursery.start_soon(link._send_reports, self)
+                if link.needs is not None:
+                    nursery.start_soon(link._send_needs, self, hello["needs"])
                 await self._receive_loop(nursery)
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:

@@ -153,6 +153,10 @@ def _one_line(value: str) -> str:
 Flag = Annotated[bool, _none_is(False)]
 JobId = Annotated[str, Field(min_length=1, max_length=MAX_JOB_ID)]
 HelloText = Annotated[str, Field(max_length=MAX_HELLO_FIELD), AfterValidator(_printable)]
+KindName = Annotated[str, Field(max_length=MAX_HELLO_FIELD), _fullmatch(KIND_RE, "a kind such as site.list")]
+# What a kind needs that this server lacks: a Debian package's name (or the software's), one short line.
+NeedText = Annotated[HelloText, Field(min_length=1, max_length=200)]
+NeedsMap = Annotated[dict[KindName, NeedText], Field(max_length=MAX_JOB_KINDS)]
 
 
 # --- the hello (agent → control plane) ------------------------------------------------------
@@ -179,6 +183,13 @@ class Hello(LinkParams):
         list[Annotated[str, Field(max_length=MAX_HELLO_FIELD), _fullmatch(KIND_RE, "a kind such as site.list")]] | None
     ) = Field(default=None, max_length=MAX_JOB_KINDS)
     kernel_protections: dict[str, bool | None] | None = None  # `protocol.KERNEL_PROTECTIONS` are read
+    needs: NeedsMap | None = None
+
+
+class Needs(LinkParams):
+    """The ``needs`` frame (agent → control plane): the kinds that cannot run here, as they are now."""
+
+    needs: NeedsMap
 
 
 # --- job.* ------------------------------------------------------------------------------------

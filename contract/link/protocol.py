@@ -23,7 +23,8 @@ Handshake
 
         {"t": "hello", "version": str, "boot_id": str, "handlers": [method, ..],
          "hostname": str, "direct_ingress_url": str | null, "job_kinds": [kind, ..],
-         "kernel_protections": {"protected_hardlinks": bool | null, "protected_symlinks": bool | null}}
+         "kernel_protections": {"protected_hardlinks": bool | null, "protected_symlinks": bool | null},
+         "needs": {kind: package, ..}}
 
     cp → agent::
 
@@ -45,6 +46,12 @@ Handshake
     With them off, a site user can hard-link any file of the file system into the site, which
     the agent's files jail then refuses to read or change (see `agent.files.jail.is_foreign_to`).
     An agent older than this field sends none (null); another shape is a malformed hello.
+
+    ``needs`` names, among ``job_kinds``, those that cannot run on this server now, each with the
+    Debian package (or the software) it needs: a kind of ``job_kinds`` not in it runs here. The
+    agent checks at start and after package changes (`agent.jobs.availability`) and sends the
+    whole map again when it changes, as ``{"t": "needs", "needs": {kind: package, ..}}`` (no
+    answer). An agent older than the field sends none (null: the control plane does not know).
 
     ``boot_id`` is random per agent process start, so the control plane can tell a reconnect of
     the same process from a restart. The control plane waits at most `HELLO_TIMEOUT_S` for hello.
@@ -201,6 +208,7 @@ ITEMS: Final = "items"
 CREDIT: Final = "credit"
 END: Final = "end"
 REPORT: Final = "report"
+NEEDS: Final = "needs"  # agent → cp: the kinds that cannot run here now, again (see Handshake)
 
 # Error codes the link itself produces (handlers use the contract's codes).
 UNKNOWN_METHOD: Final = "unknown_method"

@@ -446,6 +446,7 @@ def _session_from_hello(server_id: str, frame: str, peer: str | None = None) -> 
         # Sorted and without repeats; None: the agent did not say (older than the field).
         job_kinds=None if hello.job_kinds is None else tuple(sorted(set(hello.job_kinds))),
         kernel_protections=kernel,
+        needs=None if hello.needs is None else dict(hello.needs),
     )
 
 

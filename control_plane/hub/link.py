@@ -9,15 +9,17 @@ import itertools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
+from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from contract.link import protocol
+from contract.link.params import Needs, refusal
 from contract.link.protocol import ProtocolError
 from control_plane.hub.errors import AgentCallError, AgentOfflineError, AgentTimeoutError
 
@@ -40,6 +42,9 @@ class AgentSession:
     job_kinds: tuple[str, ...] | None = None
     # (fs.protected_hardlinks, fs.protected_symlinks) as the hello said (None: it did not say).
     kernel_protections: tuple[bool | None, bool | None] | None = None
+    # The kinds of job_kinds that cannot run on the server now, each with the package it needs, as
+    # the agent last said (hello, then its needs frames); None: an agent too old to say.
+    needs: dict[str, str] | None = None
     # The key this link's direct-upload URLs are signed with (None: the agent has no ingress).
     ingress_key: bytes | None = field(default=None, repr=False)
 
@@ -300,6 +305,8 @@ class Link:
                 pending.add_credit(n)
         elif kind == protocol.PING:
             self.send_soon({"t": protocol.PONG})  # an agent older than ALIVE waits for it
+        elif kind == protocol.NEEDS:
+            self.session = replace(self.session, needs=_needs(message))
         elif kind == protocol.REPORT and self._on_report is not None and self._task_group is not None:
             self._task_group.start_soon(self._report, message)
         # alive and pong need nothing (any frame is a sign of life); unknown types are ignored.
@@ -321,3 +328,11 @@ class Link:
             self._pending.pop(pending.id, None)
             pending.fail(AgentCallError(protocol.INTERNAL, "the agent ignored flow control"))
             self.send_soon({"t": protocol.CANCEL, "id": pending.id})
+
+
+def _needs(message: dict[str, Any]) -> dict[str, str]:
+    """The map of a ``needs`` frame (a malformed one breaks the protocol, as a malformed hello does)."""
+    try:
+        return dict(Needs.model_validate(message).needs)
+    except ValidationError as exc:
+        raise ProtocolError(f"needs with a bad {refusal(exc)[0]}") from None

@@ -44,6 +44,7 @@ def server_model(row: dict[str, Any], session: AgentSession | None, *, linked_el
             direct_ingress_url=session.direct_ingress_url,
             job_kinds=list(session.job_kinds) if session.job_kinds is not None else None,
             kernel_protections=_kernel_protections(session),
+            needs=session.needs,
         )
     else:
         agent = AgentInfo(

@@ -44,6 +44,7 @@ from agent.jobs.pg.databases import database_exists, require_database
 from agent.jobs.pg.importer import Importer, importer
 from agent.jobs.toolkit.base import JobContext, handler
 from agent.jobs.toolkit.common import Account, find_site, site_account
+from agent.jobs.toolkit.needs import Tool
 from agent.jobs.toolkit.output import STDERR, JobError, Output
 from agent.jobs.toolkit.proc import capture_command, require, stream_command
 from agent.jobs.toolkit.site_files import SiteOutput, open_site_input
@@ -440,6 +441,6 @@ def _unquote(name: bytes) -> str:
 
 
 KINDS = [
-    handler("pg.dump", _dump),
-    handler("pg.restore", _restore),
+    handler("pg.dump", _dump, needs=(Tool("pg_dump"),)),
+    handler("pg.restore", _restore, needs=(Tool("pg_restore"),)),
 ]

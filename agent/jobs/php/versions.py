@@ -12,6 +12,7 @@ from agent.jobs.php.modules import enable_module
 from agent.jobs.toolkit.base import JobContext, handler
 from agent.jobs.toolkit.common import user_name_of
 from agent.jobs.toolkit.host import php_installed
+from agent.jobs.toolkit.needs import Tool
 from agent.jobs.toolkit.output import JobError, Output
 from agent.jobs.toolkit.php_fpm import (
     PhpPaths,
@@ -180,11 +181,13 @@ async def _status_page(values: dict[str, str]) -> dict[str, Any] | None:
     return None
 
 
+APT = (Tool("apt-get"), Tool("apt-cache", "apt"))  # the kinds that install or remove PHP's packages
+
 KINDS = [
     handler("php.versions", _versions),
-    handler("php.install", _install),
-    handler("php.uninstall", _uninstall),
-    handler("php.extension-install", _extension_install),
+    handler("php.install", _install, needs=APT),
+    handler("php.uninstall", _uninstall, needs=APT),
+    handler("php.extension-install", _extension_install, needs=APT),
     handler("php.restart", _restart),
     handler("php.reload", _reload),
     handler("php.fpm-status", _fpm_status),

@@ -9,6 +9,7 @@ from typing import Any
 
 from agent.jobs.security import fail2ban, firewall, malware, sshd
 from agent.jobs.toolkit.base import JobContext, handler
+from agent.jobs.toolkit.needs import HostPath, Tool
 from agent.jobs.toolkit.output import JobError, Output
 from agent.jobs.toolkit.proc import which
 from contract.job_kinds.base import NoArgs
@@ -47,19 +48,25 @@ async def _ssh_set(args: SshSet, ctx: JobContext, out: Output) -> int:
     return code
 
 
+FAIL2BAN = (Tool("fail2ban-client"),)
+FIREWALL = (Tool("nft"),)
+# clamd's signature folder, which the package makes (the scan needs a clamd answering there too:
+# one that is down is the scan's own exit 69, not a missing package).
+CLAMAV = (HostPath(lambda host: host.clamav.database_dir, "clamav-daemon"),)
+
 KINDS = [
     handler("security.status", _status),
-    handler("security.fail2ban-status", fail2ban.status),
-    handler("security.fail2ban-ban", fail2ban.ban),
-    handler("security.fail2ban-unban", fail2ban.unban),
-    handler("security.fail2ban-jail-set", fail2ban.jail_set),
-    handler("security.ssh-set", _ssh_set),
-    handler("security.scan", malware.scan),
+    handler("security.fail2ban-status", fail2ban.status, needs=FAIL2BAN),
+    handler("security.fail2ban-ban", fail2ban.ban, needs=FAIL2BAN),
+    handler("security.fail2ban-unban", fail2ban.unban, needs=FAIL2BAN),
+    handler("security.fail2ban-jail-set", fail2ban.jail_set, needs=FAIL2BAN),
+    handler("security.ssh-set", _ssh_set, needs=(Tool("sshd"),)),
+    handler("security.scan", malware.scan, needs=CLAMAV),
     handler("security.scan-report", malware.scan_report),
-    handler("security.firewall-list", firewall.firewall_list),
-    handler("security.firewall-allow", firewall.firewall_allow),
-    handler("security.firewall-deny", firewall.firewall_deny),
-    handler("security.firewall-delete", firewall.firewall_delete),
-    handler("security.firewall-enable", firewall.firewall_enable),
-    handler("security.firewall-disable", firewall.firewall_disable),
+    handler("security.firewall-list", firewall.firewall_list, needs=FIREWALL),
+    handler("security.firewall-allow", firewall.firewall_allow, needs=FIREWALL),
+    handler("security.firewall-deny", firewall.firewall_deny, needs=FIREWALL),
+    handler("security.firewall-delete", firewall.firewall_delete, needs=FIREWALL),
+    handler("security.firewall-enable", firewall.firewall_enable, needs=FIREWALL),
+    handler("security.firewall-disable", firewall.firewall_disable, needs=FIREWALL),
 ]

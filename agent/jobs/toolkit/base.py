@@ -9,6 +9,8 @@ plane or ``fleetdeck agent run`` did on a terminal:
 - a kind with no handler: exit 127 and one stderr line asking for an agent update;
 - argv the model refuses: exit 2, the usage and one line per refused field on stderr;
 - ``--help``: the kind's help (generated from its model) on stdout, exit 0;
+- a declared need this host lacks (`agent.jobs.toolkit.needs`): exit 69 and one line naming its
+  Debian package;
 - a handler that raises: exit 1 and one stderr line (the traceback goes to the log only).
 """
 
@@ -26,6 +28,7 @@ from pydantic import ValidationError
 from agent.files.entries import rfc3339 as rfc3339  # the one formatter, here for the job kinds
 from agent.files.jail import storage_refusal
 from agent.jobs.toolkit.host import DEFAULT_LAYOUT, HostLayout, LayoutFile
+from agent.jobs.toolkit.needs import Need, check_needs
 from agent.jobs.toolkit.output import STDERR, JobError, Output
 from agent.sites import SiteRegistry
 from contract.job_kinds import JobKind, lookup
@@ -74,10 +77,11 @@ HELP_FLAGS = ("-h", "--help")
 @dataclass(frozen=True)
 class Kind:
     """A handler: the catalog entry it implements (its argv is the entry's, validated by the
-    entry's model) and its run function."""
+    entry's model), its run function and what it needs on the host (its domain's and its own)."""
 
     spec: JobKind
     run: RunFunction
+    needs: tuple[Need, ...] = ()
 
     @property
     def name(self) -> str:
@@ -92,7 +96,7 @@ class Kind:
         return self.spec.action
 
 
-def handler(kind: str, run: RunFunction) -> Kind:
+def handler(kind: str, run: RunFunction, needs: Iterable[Need] = ()) -> Kind:
     """The handler of the catalog kind `kind`: what a domain module lists in its ``KINDS``.
 
     Why: the kind's arguments are the catalog's model (`JobKind.parse` validates the argv into it),
@@ -101,6 +105,8 @@ def handler(kind: str, run: RunFunction) -> Kind:
     Args:
         kind: ``<domain>.<action>``, a kind of the catalog.
         run: ``run(args, ctx, out) -> exit code``.
+        needs: what this kind needs on the host besides its domain's ``NEEDS``
+            (`agent.jobs.toolkit.needs`): announced to the control plane, checked before a run.
 
     Raises:
         ValueError: the catalog has no such kind (at import: the agent does not start).
@@ -108,7 +114,7 @@ def handler(kind: str, run: RunFunction) -> Kind:
     spec = lookup(kind)
     if spec is None:
         raise ValueError(f"{kind} is not a job kind of the catalog")
-    return Kind(spec, run)
+    return Kind(spec, run, tuple(needs))
 
 
 def argv_error_lines(kind: Kind, error: ValidationError) -> list[str]:
@@ -166,6 +172,11 @@ async def run_kind(
         out.lines(STDERR, argv_error_lines(kind, exc))
         return 2
     ctx = replace(ctx, as_json=kind.spec.wants_json(argv))
+    try:
+        check_needs(kind.name, kind.needs, ctx.host)
+    except JobError as missing:
+        out.stderr(str(missing))
+        return missing.exit_code
     if kind.spec.result is not None:
         out = DeclaredOutput(out, kind.spec)
     try:
