@@ -126,7 +126,24 @@ def rank_kinds(kinds: Iterable[JobKindInfo], query: str, runnable: Container[str
     return [match for _, match in ranked]
 
 
-NOT_AVAILABLE = "not available on this agent"
+NOT_AVAILABLE = "no handler on this agent"
+
+
+def availability_problem(kind: str, server: Server) -> str | None:
+    """Why a job of `kind` would not run on `server` as its agent last said (None: it runs, or
+    nobody knows): the software it needs (exit 69), or no handler in this agent (exit 127)."""
+    agent = server.agent
+    if agent.job_kinds is None:
+        return None
+    if kind not in agent.job_kinds:
+        return f"The agent of {server.name} has no handler for {kind}: the job would end with exit code 127."
+    package = (agent.needs or {}).get(kind)
+    if package is not None:
+        return (
+            f"{kind} needs {package}, which {server.name} lacks: the job would end with exit code 69."
+            f" Install {package} there first."
+        )
+    return None
 
 
 class KindPicker(FleetModal[JobKindInfo | None]):
@@ -152,7 +169,10 @@ class KindPicker(FleetModal[JobKindInfo | None]):
         self.matches: list[KindMatch] = []
         # What the agent said in its last hello; None: it never linked, so nobody knows.
         job_kinds = server.agent.job_kinds
-        self.runnable = frozenset(job_kinds) if job_kinds is not None else None
+        self.handled = frozenset(job_kinds) if job_kinds is not None else None
+        # Of those, the ones that need software this server lacks, with its package.
+        self.needs = dict(server.agent.needs or {})
+        self.runnable = self.handled - self.needs.keys() if self.handled is not None else None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="kind-picker-box", classes="job-dialog"):
@@ -189,7 +209,11 @@ class KindPicker(FleetModal[JobKindInfo | None]):
         if self.runnable is None:
             return "Availability unknown: this server's agent has never linked."
         count = sum(kind.kind in self.runnable for kind in self.kinds)
-        return f"{count} of {len(self.kinds)} kinds run on this agent; the others (dimmed) end with exit 127."
+        lacking = sum(kind.kind in self.needs for kind in self.kinds)
+        if not lacking:
+            return f"{count} of {len(self.kinds)} kinds run on this agent; the others (dimmed) end with exit 127."
+        rest = len(self.kinds) - count - lacking
+        return f"{count} of {len(self.kinds)} kinds run here; dimmed: {lacking} lack software, {rest} have no handler."
 
     def available(self, kind: JobKindInfo) -> bool:
         return self.runnable is None or kind.kind in self.runnable
@@ -203,8 +227,9 @@ class KindPicker(FleetModal[JobKindInfo | None]):
         if self.available(kind):
             prompt.append(printable(kind.summary), "dim")
         else:
-            # Still selectable: the job is created and says why it ends with exit code 127.
-            prompt.append(f"{NOT_AVAILABLE}  ", "italic")
+            # Still selectable: picking it asks first (`availability_problem`).
+            package = self.needs.get(kind.kind)
+            prompt.append(printable(f"needs {package}  ") if package is not None else f"{NOT_AVAILABLE}  ", "italic")
             prompt.append(printable(kind.summary))
             prompt.stylize("dim")
         prompt.no_wrap = True
@@ -259,24 +284,33 @@ class ConfirmRun(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "Cancel"),
     ]
 
-    def __init__(self, kind: JobKindInfo, server: Server, args: Mapping[str, Any]) -> None:
+    def __init__(
+        self, kind: JobKindInfo, server: Server, args: Mapping[str, Any], *, problem: str | None = None
+    ) -> None:
         super().__init__()
         self.kind = kind
         self.server = server
         self.args = dict(args)
+        self.problem = problem  # why it would not run there (`availability_problem`): asked "anyway?"
 
     def compose(self) -> ComposeResult:
+        anyway = " anyway" if self.problem is not None else ""
         with Vertical(id="confirm-box", classes="job-dialog"):
             yield Static(
-                printable(f"Run {self.kind.kind} on {self.server.name}?"), classes="job-dialog--title", markup=False
+                printable(f"Run {self.kind.kind} on {self.server.name}{anyway}?"),
+                classes="job-dialog--title",
+                markup=False,
             )
+            if self.problem is not None:
+                yield Static(printable(self.problem), id="confirm-problem", markup=False)
             what = f"{self.kind.summary}. " if self.kind.summary else ""
-            yield Static(printable(f"{what}This changes the server ({self.kind.group})."), markup=False)
+            changes = "It only reads." if self.kind.read else f"This changes the server ({self.kind.group})."
+            yield Static(printable(f"{what}{changes}"), markup=False)
             lines = args_lines(self.args, self.kind.secret_fields)
             if lines:
                 yield Static("\n".join(lines), id="confirm-args", markup=False)
             with Horizontal(classes="job-dialog--buttons"):
-                yield Button("Run (y)", variant="warning", id="confirm-run", compact=True)
+                yield Button(f"Run{anyway} (y)", variant="warning", id="confirm-run", compact=True)
                 yield Button("Cancel (n)", id="confirm-cancel", compact=True)
 
     def on_mount(self) -> None:

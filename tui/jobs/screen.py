@@ -22,7 +22,7 @@ from api_client import Client, Server
 from contract.models import FINISHED_STATUSES, Job, JobKindInfo
 from tui.bridge import TaskHandle
 from tui.jobs.choices import ChoiceCache
-from tui.jobs.dialogs import Access, ConfirmRun, JobFormScreen, KindPicker, takes_arguments
+from tui.jobs.dialogs import Access, ConfirmRun, JobFormScreen, KindPicker, availability_problem, takes_arguments
 from tui.jobs.errors import describe_job_error
 from tui.jobs.log_panel import format_duration
 from tui.jobs.run import JobRunScreen, args_summary, job_duration, local_time, status_text
@@ -164,6 +164,12 @@ class JobsScreen(FilteredList, FleetScreen):
             on_done=self._show_history,
             on_error=self._history_failed,
         )
+        # What the agent says runs there may have changed (software installed or removed): the
+        # picker marks the kinds by it. A failure here is the history's to report.
+        self.bridge.run(self, self.client.servers.get, self.server.id, on_done=self._show_server, on_error=_ignored)
+
+    def _show_server(self, server: Server) -> None:
+        self.server = server
 
     def _show_history(self, jobs: list[Job]) -> None:
         self._loaded = True
@@ -315,9 +321,23 @@ class JobsScreen(FilteredList, FleetScreen):
     def _kind_picked(self, kind: JobKindInfo | None) -> None:
         if kind is None:
             return
+        problem = availability_problem(kind.kind, self.server)
+        if problem is None:
+            self._start(kind)
+            return
+
+        def anyway(run: bool | None) -> None:
+            if run:
+                self._start(kind, asked=True)
+
+        # It would end with 69 or 127: asked first, and that answer is the confirmation.
+        self.app.push_screen(ConfirmRun(kind, self.server, {}, problem=problem), anyway)
+
+    def _start(self, kind: JobKindInfo, *, asked: bool = False) -> None:
+        """Its form, or (no arguments) the job: a change confirmed first unless already `asked`."""
         if takes_arguments(kind):
             self.app.push_screen(JobFormScreen(self.server, kind, self.access, self.choices), self._form_done)
-        elif kind.read:
+        elif kind.read or asked:
             self._create(kind)
         else:
 
@@ -352,3 +372,7 @@ class JobsScreen(FilteredList, FleetScreen):
 
     def action_back(self) -> None:
         self.dismiss()
+
+
+def _ignored(exc: BaseException) -> None:
+    """A failure that another request of the same moment reports already."""
