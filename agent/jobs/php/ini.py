@@ -30,6 +30,7 @@ from agent.jobs.toolkit.common import find_site
 from agent.jobs.toolkit.host import php_fpm_versions
 from agent.jobs.toolkit.output import EXIT_REFUSED, JobError, Output
 from agent.jobs.toolkit.php_fpm import (
+    FPM_INSTALLED,
     FileTrial,
     PhpPaths,
     change_checked,
@@ -218,7 +219,7 @@ async def _sweep(paths: PhpPaths) -> list[str]:
 
 
 KINDS = [
-    handler("php.ini-get", _ini_get),
-    handler("php.ini-set", _ini_set),
-    handler("php.ini-global-set", _ini_global_set),
+    handler("php.ini-get", _ini_get, needs=FPM_INSTALLED),
+    handler("php.ini-set", _ini_set, needs=FPM_INSTALLED),
+    handler("php.ini-global-set", _ini_global_set, needs=FPM_INSTALLED),
 ]

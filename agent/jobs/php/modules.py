@@ -18,7 +18,15 @@ import trio
 
 from agent.jobs.toolkit.base import JobContext, handler
 from agent.jobs.toolkit.output import EXIT_MISSING, JobError, Output
-from agent.jobs.toolkit.php_fpm import SAPIS, FileTrial, PhpPaths, change_checked, php_paths, reload_after_change
+from agent.jobs.toolkit.php_fpm import (
+    FPM_INSTALLED,
+    SAPIS,
+    FileTrial,
+    PhpPaths,
+    change_checked,
+    php_paths,
+    reload_after_change,
+)
 from agent.jobs.toolkit.proc import capture_command
 from contract.job_kinds.php import PhpModuleArgs, PhpVersionArgs
 
@@ -127,7 +135,7 @@ async def _module_disable(args: PhpModuleArgs, ctx: JobContext, out: Output) -> 
 
 
 KINDS = [
-    handler("php.module-list", _module_list),
-    handler("php.module-enable", _module_enable),
-    handler("php.module-disable", _module_disable),
+    handler("php.module-list", _module_list, needs=FPM_INSTALLED),
+    handler("php.module-enable", _module_enable, needs=FPM_INSTALLED),
+    handler("php.module-disable", _module_disable, needs=FPM_INSTALLED),
 ]

@@ -17,7 +17,7 @@ import trio
 from agent.jobs.toolkit.base import JobContext, handler
 from agent.jobs.toolkit.common import find_site
 from agent.jobs.toolkit.output import JobError, Output
-from agent.jobs.toolkit.php_fpm import PhpPaths, parse_fcgi_json, php_paths
+from agent.jobs.toolkit.php_fpm import FPM_INSTALLED, PhpPaths, parse_fcgi_json, php_paths
 from agent.jobs.toolkit.proc import capture_command, require, tool_env
 from agent.jobs.toolkit.site_web import change_site, mapping, pool_path, socket_path
 from agent.sites import Site
@@ -148,7 +148,7 @@ def _reset_script(paths: PhpPaths) -> str:
 
 
 KINDS = [
-    handler("php.set", _set),
-    handler("php.pool-set", _pool_set),
-    handler("php.opcache-reset", _opcache_reset),
+    handler("php.set", _set, needs=FPM_INSTALLED),
+    handler("php.pool-set", _pool_set, needs=FPM_INSTALLED),
+    handler("php.opcache-reset", _opcache_reset, needs=FPM_INSTALLED),
 ]

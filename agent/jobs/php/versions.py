@@ -15,6 +15,7 @@ from agent.jobs.toolkit.host import php_installed
 from agent.jobs.toolkit.needs import Tool
 from agent.jobs.toolkit.output import JobError, Output
 from agent.jobs.toolkit.php_fpm import (
+    FPM_INSTALLED,
     PhpPaths,
     control_fpm,
     default_version,
@@ -188,7 +189,7 @@ KINDS = [
     handler("php.install", _install, needs=APT),
     handler("php.uninstall", _uninstall, needs=APT),
     handler("php.extension-install", _extension_install, needs=APT),
-    handler("php.restart", _restart),
-    handler("php.reload", _reload),
-    handler("php.fpm-status", _fpm_status),
+    handler("php.restart", _restart, needs=FPM_INSTALLED),
+    handler("php.reload", _reload, needs=FPM_INSTALLED),
+    handler("php.fpm-status", _fpm_status, needs=FPM_INSTALLED),
 ]

@@ -2,7 +2,8 @@
 
 A domain module says what all its kinds need (``NEEDS``) and a handler what its own kind needs
 besides (``handler(kind, run, needs=...)``): a tool on the system PATH, a tool the host layout
-names (the tests' own instances), or a file or folder a Debian package installs. The agent checks
+names (the tests' own instances), a file or folder a Debian package installs, or any file of a
+glob (one version or another of a versioned package). The agent checks
 them at start and after package changes (`agent.jobs.availability`) and announces, per kind,
 "runs here" or "needs <package>"; `run_kind` checks them again before a job runs, so a kind whose
 software vanished since the check ends with exit 69 naming the package, never with a traceback.
@@ -12,6 +13,7 @@ A need is checked with a few ``stat`` calls: no process is started, nothing is r
 
 from __future__ import annotations
 
+import glob
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -74,6 +76,18 @@ class HostPath(Need):
 
 
 @dataclass(frozen=True)
+class AnyFile(Need):
+    """At least one file matching the glob `pattern` (any version of a versioned package: the
+    ``/usr/sbin/php-fpm8.2`` of ``php8.2-fpm``)."""
+
+    pattern: str
+    package: str
+
+    def missing(self, host: HostLayout) -> str | None:
+        return None if glob.glob(self.pattern) else self.pattern
+
+
+@dataclass(frozen=True)
 class Unmet:
     """The first need of a kind that this host lacks."""
 
@@ -118,4 +132,4 @@ def check_needs(kind: str, needs: Iterable[Need], host: HostLayout) -> None:
         )
 
 
-__all__ = ["HostPath", "HostTool", "Need", "Tool", "Unmet", "check_needs", "first_unmet", "unmet_by_kind"]
+__all__ = ["AnyFile", "HostPath", "HostTool", "Need", "Tool", "Unmet", "check_needs", "first_unmet", "unmet_by_kind"]

@@ -21,10 +21,14 @@ import trio
 
 from agent.jobs.toolkit.base import JobContext
 from agent.jobs.toolkit.host import PHP_CLI_BINARY, PhpLayout, control_service, php_fpm_versions, php_installed
+from agent.jobs.toolkit.needs import AnyFile
 from agent.jobs.toolkit.output import EXIT_MISSING, EXIT_REFUSED, JobError, Output
 from agent.jobs.toolkit.proc import capture_command, require, tool_env, which
 
 SAPIS = ("fpm", "cli")
+# What a kind that drives PHP-FPM needs on the host: one version at least (the version a job names
+# is its handler's to check, exit 69 naming php<version>-fpm).
+FPM_INSTALLED = (AnyFile("/usr/sbin/php-fpm[0-9]*", "php-fpm"),)
 _MASTER = re.compile(r"^php-fpm: master process \((.*)\)$")
 _WORKER = re.compile(r"^php-fpm: pool (\S+)$")
 

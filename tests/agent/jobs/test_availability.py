@@ -19,10 +19,14 @@ from typing import Any
 import pytest
 import trio
 
+from agent import __version__
 from agent.jobs.availability import Availability, FileWatch
 from agent.jobs.kinds import all_kinds
+from agent.jobs.manager import JobManager
+from agent.jobs.toolkit.base import JobContext
 from agent.jobs.toolkit.host import BindLayout, HostLayout
-from agent.jobs.toolkit.needs import HostTool, Tool, first_unmet
+from agent.jobs.toolkit.needs import AnyFile, HostTool, Tool, first_unmet
+from agent.sites import SiteRegistry
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting, start_server, stop_hosting
 from tests.helpers.stacks import Stack
@@ -103,6 +107,31 @@ def test_each_need_names_its_package_and_a_path_or_tool_that_is_absent(tmp_path:
     unmet = first_unmet([Tool("no-such-tool-here"), Tool("nft")], layout)
     assert unmet is not None and unmet.package == "no-such-tool-here"
     assert Tool("named-checkzone").package == "bind9-utils"
+    # Any version of a versioned package.
+    fpm = AnyFile(str(tmp_path / "php-fpm[0-9]*"), "php-fpm")
+    assert first_unmet([fpm], layout) == first_unmet([AnyFile(fpm.pattern, "php-fpm")], layout) is not None
+    (tmp_path / "php-fpm8.2").write_text("")
+    assert first_unmet([fpm], layout) is None
+
+
+def test_a_job_that_changes_the_server_asks_for_a_recheck_and_a_read_does_not(tmp_path: Path) -> None:
+    ctx = JobContext(str(tmp_path), str(tmp_path / "state"), SiteRegistry(str(tmp_path / "state")), __version__)
+    rechecks: list[str] = []
+    jobs = JobManager(ctx, after_change=lambda: rechecks.append("asked"))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(jobs.run)
+            # Neither changes anything: site.list reads; user.delete without its name ends 2.
+            for job_id, kind, argv in (("r", "site.list", ["site", "list"]), ("w", "user.delete", ["user", "delete"])):
+                job = jobs.start(job_id, kind, argv)
+                with trio.fail_after(30):
+                    await job.wait_done()
+                assert rechecks == ([] if job_id == "r" else ["asked"]), job.exit_code
+            nursery.cancel_scope.cancel()
+
+    (tmp_path / "state").mkdir()
+    trio.run(main)
 
 
 def test_a_recheck_tells_the_link_once_per_change(tmp_path: Path) -> None:
