@@ -548,6 +548,7 @@ _LOGIN_USERS = "login users only (a site's user is refused); the system's own to
 _CRONTAB = "the record in the agent's state and the user's crontab through crontab -u; cron runs the line as the user"
 _SUPERVISOR = "supervisor's root-owned configuration and logs; the program runs as the site user"
 _ROUTE = "load balancers: the node's own root-owned configuration"
+_CACHE = "a cache server through its socket or port and root-owned configuration; a domain only names a PHP version"
 NOT_IN_A_SITE: dict[str, str] = {
     "site.env-list": _REGISTRY,
     "php.ini-get": _REGISTRY,
@@ -593,6 +594,7 @@ NOT_IN_A_SITE: dict[str, str] = {
     **{k: _SERVICE for k in ("dns.check", "dns.dnssec-set", "dns.lookup", "dns.record-add", "dns.record-delete")},
     **{k: _SERVICE for k in ("dns.record-list", "dns.zone-add", "dns.zone-delete", "dns.zone-list", "dns.zone-show")},
     **{k: _ROUTE for k in ("lb.apply", "lb.remove", "lb.status")},
+    **{k: _CACHE for k in ("cache.config-set", "cache.disable", "cache.enable", "cache.flush", "cache.status")},
     **{k: _STATE for k in ("metrics.alert-delete", "metrics.alert-list", "metrics.alert-set", "metrics.history")},
     "metrics.get": "the kernel's counters and the home's file system (statvfs)",
     **{k: _SERVICE for k in ("security.fail2ban-ban", "security.fail2ban-jail-set", "security.fail2ban-status")},

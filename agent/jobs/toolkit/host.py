@@ -174,6 +174,22 @@ class AcmeLayout(_Section):
     ca_bundle: str | None = None
 
 
+class RedisLayout(_Section):
+    """Redis: where it listens (``unixsocket``, else ``bind`` and ``port``) and its password
+    (``requirepass``) are read from `conf`, the file the service starts with."""
+
+    conf: str = "/etc/redis/redis.conf"
+    control: ServiceControl = ServiceControl(unit="redis-server")
+
+
+class MemcachedLayout(_Section):
+    """memcached: its options (``-m``, ``-s``, ``-l``, ``-p``) are read from `conf`, one a line
+    (Debian's ``start-memcached`` reads the same file)."""
+
+    conf: str = "/etc/memcached.conf"
+    control: ServiceControl = ServiceControl(unit="memcached")
+
+
 class GitLayout(_Section):
     """The CA certificates the agent trusts when it reads a deploy token's https repository for
     the site's git (`agent.jobs.toolkit.git_proxy`; None: the system's)."""
@@ -214,6 +230,8 @@ class HostLayout(_Section):
     acme: AcmeLayout = AcmeLayout()
     git: GitLayout = GitLayout()
     clamav: ClamavLayout = ClamavLayout()
+    redis: RedisLayout = RedisLayout()
+    memcached: MemcachedLayout = MemcachedLayout()
 
 
 DEFAULT_LAYOUT = HostLayout()
