@@ -4,14 +4,8 @@ The definition lives in the control plane's database; what a node renders is the
 spec (`contract.job_kinds.lb.LbApply`), whose health check model is also the wire
 model's `health_check` here: one definition of each shape.
 
-What a node says back travels in two ways, both modelled here so that agent and control plane
-read the same shape:
-
-- `LbApplyOutcome`: the JSON line `lb.apply --json` prints last (the job's result), with the
-  revision it applied. A report of an older revision than the newest never marks it active.
-- `LbHealthReport`: per load balancer, the health and stats of its backends, as the streamed
-  RPC `lb.watch` sends them (one report per load balancer on open, then one whenever something
-  in it changes) and as `lb.status` prints them.
+What a node says back (`LbApplyOutcome`, `LbHealthReport`) is the result of its job kinds, so it
+is modelled beside them in `contract.job_kinds.lb`.
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import DomainName
-from contract.job_kinds.lb import Algorithm, Engine, LbHealthCheck
+from contract.job_kinds.lb import Algorithm, BackendHealth, BackendStats, Engine, LbHealthCheck
 from contract.models import RequestModel, WireModel
 
 ENGINE_NAMES: dict[Engine, str] = {"nginx": "nginx", "haproxy": "HAProxy"}
@@ -34,19 +28,10 @@ ALGORITHM_NAMES: dict[Algorithm, str] = {
 }
 """Each algorithm as a user reads it, in the order offered."""
 LbState = Literal["pending_apply", "active", "degraded"]
-BackendHealth = Literal["healthy", "unhealthy", "draining"]
 
 NAME_PATTERN = r"^[a-z0-9-]+$"
 DEFAULT_BACKEND_PORT = 8080
 MIN_WEIGHT, MAX_WEIGHT = 1, 256
-
-
-class BackendStats(WireModel):
-    """Real traffic figures from HAProxy's stats socket; the nginx engine has none (null)."""
-
-    current_sessions: int
-    total_requests: int
-    request_rate: float  # requests per second, as HAProxy measures it
 
 
 class Backend(WireModel):
@@ -147,30 +132,3 @@ class LoadBalancerPatch(RequestModel):
 
 class ApplyStarted(WireModel):
     job_id: str
-
-
-# --- what a node reports ---------------------------------------------------------------------
-
-
-class LbApplyOutcome(WireModel):
-    """The result of `lb.apply`: `active` when render, validate and reload succeeded, else
-    `degraded` with the validator's or the reload's own text (the previous configuration still
-    serving)."""
-
-    id: str
-    revision: int
-    state: Literal["active", "degraded"]
-    error: str | None = None
-
-
-class BackendReport(WireModel):
-    id: str
-    health: BackendHealth
-    last_check_at: datetime | None = None
-    stats: BackendStats | None = None
-
-
-class LbHealthReport(WireModel):
-    id: str
-    revision: int  # the revision the node is serving
-    backends: list[BackendReport]

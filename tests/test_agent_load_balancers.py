@@ -223,7 +223,9 @@ async def test_remove_stops_serving_and_is_idempotent(node: Node, backends: list
     args = {"id": "lb-web", "name": "web", "engine": node.engine}
     code, out = await node.job("lb.remove", args)
     assert code == 0, out.err
+    assert json.loads(out.out[0]) == {"id": "lb-web", "removed": True}
     with pytest.raises(httpx.ConnectError):
         node.get()
     code, out = await node.job("lb.remove", args)
     assert code == 0 and "already removed" in out.err[0]
+    assert json.loads(out.out[0]) == {"id": "lb-web", "removed": False}

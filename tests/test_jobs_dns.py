@@ -110,13 +110,13 @@ def add_zone(hosting: Hosting, zone: str) -> None:
 
 def test_a_zone_is_added_served_listed_shown_and_deleted(hosting: Hosting, named: Named) -> None:
     run = hosting.run("dns.zone-add", zone="zone-a.test", ipv4="192.0.2.10", ipv6="2001:db8::10").ok()
-    assert "zone zone-a.test added" in run.text
+    assert printed(run)["created"] is True and "zone zone-a.test added" in printed(run)["message"]
     wait_until(lambda: named.dig("zone-a.test") == ["192.0.2.10"])
     assert named.dig("zone-a.test", "AAAA") == ["2001:db8::10"]
     assert named.dig("zone-a.test", "NS") == ["ns1.zone-a.test."]
 
-    again = hosting.run("dns.zone-add", zone="zone-a.test", ipv4="192.0.2.99").ok()
-    assert "exists already" in again.text
+    again = printed(hosting.run("dns.zone-add", zone="zone-a.test", ipv4="192.0.2.99").ok())
+    assert again["created"] is False and "exists already" in again["message"]
 
     listed = hosting.run("dns.zone-list").ok().result
     assert {"zone": "zone-a.test", "dnssec": False}.items() <= next(
@@ -130,12 +130,12 @@ def test_a_zone_is_added_served_listed_shown_and_deleted(hosting: Hosting, named
         ("ns1", "A", "192.0.2.10"),
     }
 
-    hosting.run("dns.zone-delete", zone="zone-a.test").ok()
+    assert printed(hosting.run("dns.zone-delete", zone="zone-a.test").ok())["deleted"] is True
     wait_until(lambda: named.dig("zone-a.test") != ["192.0.2.10"])
     assert not list(named.zones_dir.glob("zone-a.test*"))
     assert "zone-a.test" not in named.zones_conf.read_text()
-    gone = hosting.run("dns.zone-delete", zone="zone-a.test").ok()
-    assert "nothing to delete" in gone.text
+    gone = printed(hosting.run("dns.zone-delete", zone="zone-a.test").ok())
+    assert gone["deleted"] is False and "nothing to delete" in gone["message"]
 
 
 def test_records_are_added_listed_and_deleted_by_id(hosting: Hosting, named: Named) -> None:
@@ -161,10 +161,11 @@ def test_records_are_added_listed_and_deleted_by_id(hosting: Hosting, named: Nam
     everything = hosting.run("dns.record-list", zone="zone-b.test").ok().result["records"]
     assert printed(txt)["id"] in {r["id"] for r in everything}
 
-    hosting.run("dns.record-delete", zone="zone-b.test", id=record["id"]).ok()
+    deleted = printed(hosting.run("dns.record-delete", zone="zone-b.test", id=record["id"]).ok())
+    assert deleted["deleted"] == {k: v for k, v in record.items() if k != "created"}
     wait_until(lambda: named.dig("www.zone-b.test") == [])
-    again = hosting.run("dns.record-delete", zone="zone-b.test", id=record["id"]).ok()
-    assert "nothing to delete" in again.text
+    again = printed(hosting.run("dns.record-delete", zone="zone-b.test", id=record["id"]).ok())
+    assert again["deleted"] is None and "nothing to delete" in again["message"]
 
 
 def test_a_refused_record_leaves_the_zone_served_as_it_was(hosting: Hosting, named: Named) -> None:

@@ -191,10 +191,11 @@ def test_revoke_tells_the_ca_and_the_site_goes_back_to_http(hosting: Hosting, pe
 
 def test_delete_removes_the_certificate_and_is_idempotent(hosting: Hosting, site: str) -> None:
     hosting.run("ssl.issue", domain=site).ok()
-    hosting.run("ssl.delete", domain=site).ok()
+    assert printed(hosting.run("ssl.delete", domain=site))["deleted"] is True
     assert hosting.run("ssl.inspect", domain=site).exit_code == 1
     assert not (hosting.state / "ssl" / site.replace(".", "-")).exists()
-    assert "nothing to delete" in hosting.run("ssl.delete", domain=site).ok().text
+    again = printed(hosting.run("ssl.delete", domain=site))
+    assert again["deleted"] is False and "nothing to delete" in again["message"]
 
 
 # --- installing a certificate from the site's files ---------------------------------------------

@@ -279,8 +279,9 @@ def test_ntp_sync_names_the_missing_package(hosting: Hosting) -> None:
 
 
 def test_cache_drop_writes_3_after_sync(hosting: Hosting, etc: Path) -> None:
-    hosting.run("system.cache-drop").ok()
+    dropped = outcome(hosting.run("system.cache-drop"))
     assert (etc / "drop_caches").read_text() == "3\n"
+    assert dropped["message"].startswith("dropped the caches") and isinstance(dropped["cached_after_bytes"], int)
 
 
 def test_a_reboot_needs_the_host_name_typed_again(hosting: Hosting) -> None:
@@ -346,7 +347,7 @@ def test_alerts_are_stored_evaluated_and_deleted(hosting: Hosting) -> None:
     listed = {a["metric"]: a for a in hosting.run("metrics.alert-list").ok().result["alerts"]}
     assert listed["disk"]["firing"] is True and listed["disk"]["value"] > 2  # any disk in use is above 2%
     assert listed["memory"]["firing"] is False
-    hosting.run("metrics.alert-delete", id=alert_id).ok()
+    assert outcome(hosting.run("metrics.alert-delete", id=alert_id))["deleted"]["metric"] == "disk"
     hosting.run("metrics.alert-delete", id=quiet["alert"]["id"]).ok()
     assert hosting.run("metrics.alert-list").ok().result["alerts"] == []
     missing = hosting.run("metrics.alert-delete", id=alert_id)

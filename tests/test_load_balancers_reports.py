@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from contract.load_balancers import LbApplyOutcome, LbHealthReport
+from contract.job_kinds.lb import LbApplyOutcome, LbHealthReport
 from control_plane.clock import now_iso
 from control_plane.hub import AgentHub
 from control_plane.jobs import store as job_store

@@ -17,15 +17,8 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input, OptionList, Select, Static
 
-from contract.job_kinds.lb import Algorithm, Engine
-from contract.load_balancers import (
-    Backend,
-    BackendReport,
-    BackendStats,
-    LbApplyOutcome,
-    LbHealthReport,
-    LoadBalancer,
-)
+from contract.job_kinds.lb import Algorithm, BackendReport, BackendStats, Engine, LbApplyOutcome, LbHealthReport
+from contract.load_balancers import Backend, LoadBalancer
 from control_plane.load_balancers import store
 from control_plane.storage import Database
 from tests.conftest import Stack

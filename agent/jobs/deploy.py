@@ -237,7 +237,8 @@ class SiteReader:
         except orjson.JSONDecodeError:
             data = {}
         known = ("commit", "subject", "branch", "created_at")
-        return {"name": name, **{key: data.get(key) for key in known if isinstance(data, dict)}}
+        data = data if isinstance(data, dict) else {}  # always the same keys: None where not recorded
+        return {"name": name, **{key: data.get(key) for key in known}}
 
 
 def release_order(name: str) -> tuple[str, int]:

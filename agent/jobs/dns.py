@@ -401,7 +401,8 @@ async def _zone_add(args: ZoneAdd, ctx: JobContext, out: Output) -> int:
     async with _CHANGES:
         entries = read_statements(layout)
         if args.zone in entries:
-            out.stdout(f"zone {args.zone} exists already")
+            message = f"zone {args.zone} exists already"
+            out.result({"zone": args.zone, "created": False, "message": message}, as_json=ctx.as_json)
             return 0
         _make_zones_dir(layout)
         path = os.path.join(layout.zones_dir, args.zone + ZONE_SUFFIX)
@@ -414,7 +415,8 @@ async def _zone_add(args: ZoneAdd, ctx: JobContext, out: Output) -> int:
             os.unlink(path)
             raise
         await rndc(layout, "reconfig")
-    out.stdout(f"zone {args.zone} added (serial {data.serial}, {len(data.records)} records)")
+    message = f"zone {args.zone} added (serial {data.serial}, {len(data.records)} records)"
+    out.result({"zone": args.zone, "created": True, "message": message}, as_json=ctx.as_json)
     return 0
 
 
@@ -429,13 +431,14 @@ async def _zone_delete(args: Zone, ctx: JobContext, out: Output) -> int:
         entries = read_statements(layout)
         entry = entries.pop(args.zone, None)
         if entry is None:
-            out.stdout(f"no zone {args.zone} on this server: nothing to delete")
+            message = f"no zone {args.zone} on this server: nothing to delete"
+            out.result({"zone": args.zone, "deleted": False, "message": message}, as_json=ctx.as_json)
             return 0
         await write_statements_checked(layout, entries, args.zone)
         await rndc(layout, "reconfig")
         for path in zone_files(entry, key_dir(layout)):
             os.unlink(path)
-    out.stdout(f"zone {args.zone} deleted")
+    out.result({"zone": args.zone, "deleted": True, "message": f"zone {args.zone} deleted"}, as_json=ctx.as_json)
     return 0
 
 
@@ -468,14 +471,15 @@ async def _record_add(args: RecordAdd, ctx: JobContext, out: Output) -> int:
 
 
 async def _record_delete(args: RecordDelete, ctx: JobContext, out: Output) -> int:
-    def delete(data: ZoneData) -> tuple[str, bool]:
+    def delete(data: ZoneData) -> tuple[dict[str, Any], bool]:
         record = data.find(args.id)
         if record is None:
-            return f"no record {args.id} in {args.zone}: nothing to delete", False
+            message = f"no record {args.id} in {args.zone}: nothing to delete"
+            return {"zone": args.zone, "deleted": None, "message": message}, False
         data.records.remove(record)
-        return f"deleted {record.line()}", True
+        return {"zone": args.zone, "deleted": record.as_json(), "message": f"deleted {record.line()}"}, True
 
-    out.stdout(await change_records(ctx, args.zone, delete))
+    out.result(await change_records(ctx, args.zone, delete), as_json=ctx.as_json)
     return 0
 
 

@@ -7,8 +7,9 @@
   when the CA refused the certificate);
 - 4: this node already applied a newer revision of that load balancer: nothing changed, the
   outcome names the node's revision.
-Human lines go to stderr. ``lb.remove`` is idempotent (0 when already gone). ``lb.status`` prints
-the `LbHealthReport` of one load balancer (exit 1 when this node does not serve it).
+Human lines go to stderr. ``lb.remove`` is idempotent (0 when already gone) and prints an
+`LbRemoved`. ``lb.status`` prints the `LbHealthReport` of one load balancer (exit 1 when this
+node does not serve it).
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ async def apply(args: LbApply, ctx: JobContext, out: Output) -> int:
 
 
 async def remove(args: LbRemove, ctx: JobContext, out: Output) -> int:
-    return await node_of(ctx).remove(args, out)
+    removed = await node_of(ctx).remove(args, out)
+    out.json({"id": args.id, "removed": removed})
+    return 0
 
 
 async def status(args: LbRemove, ctx: JobContext, out: Output) -> int:

@@ -261,7 +261,8 @@ async def _alert_delete(args: IdArgs, ctx: JobContext, out: Output) -> int:
         raise JobError(f"no metric alert {args.id} on this server")
 
     alert = await trio.to_thread.run_sync(change)
-    out.stdout(f"metric alert {alert['id']} ({alert.get('metric')} above {alert.get('threshold_percent')}%) deleted")
+    message = f"metric alert {alert['id']} ({alert.get('metric')} above {alert.get('threshold_percent')}%) deleted"
+    out.result({"deleted": alert, "message": message}, as_json=ctx.as_json)
     return 0
 
 

@@ -296,11 +296,13 @@ async def _revoke(args: SslRevoke, ctx: JobContext, out: Output) -> int:
 async def _delete(args: DomainArgs, ctx: JobContext, out: Output) -> int:
     site = await find_site(ctx, args.domain)
     if _pointed(ctx, site) is None and await trio.to_thread.run_sync(read_site_cert, ctx, site) is None:
-        out.stdout(f"site {site.domain} has no certificate: nothing to delete")
+        message = f"site {site.domain} has no certificate: nothing to delete"
+        out.result({"domain": site.domain, "deleted": False, "message": message}, as_json=ctx.as_json)
         return 0
     await _switch(ctx, site, None, None)
     await trio.to_thread.run_sync(_remove_files, ctx, site)
-    out.stdout(f"deleted the certificate of {site.domain}; the site serves HTTP only now")
+    message = f"deleted the certificate of {site.domain}; the site serves HTTP only now"
+    out.result({"domain": site.domain, "deleted": True, "message": message}, as_json=ctx.as_json)
     return 0
 
 

@@ -241,7 +241,9 @@ async def _cache_drop(args: NoArgs, ctx: JobContext, out: Output) -> int:
         await trio.to_thread.run_sync(drop)
     except OSError as exc:
         raise JobError(f"cannot write {path}: {exc.strerror} (a container may not drop the host's caches)") from None
-    out.stdout(f"dropped the caches (cached memory was {before} bytes, now {meminfo().get('cached')})")
+    after = meminfo().get("cached")
+    message = f"dropped the caches (cached memory was {before} bytes, now {after})"
+    out.result({"message": message, "cached_before_bytes": before, "cached_after_bytes": after}, as_json=ctx.as_json)
     return 0
 
 

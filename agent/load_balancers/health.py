@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from agent.link.call import Call, Handler
-from contract.job_kinds.lb import LbApply, LbBackend
+from contract.job_kinds.lb import BackendHealth as BackendHealthName
+from contract.job_kinds.lb import BackendReport, BackendStats, LbApply, LbBackend, LbHealthReport
 from contract.link.protocol import RpcError
-from contract.load_balancers import BackendHealth as BackendHealthName
-from contract.load_balancers import BackendReport, BackendStats, LbHealthReport
 
 if TYPE_CHECKING:
     from agent.load_balancers.node import LbNode

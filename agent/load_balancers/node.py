@@ -37,8 +37,7 @@ from agent.load_balancers.health import HealthMonitor
 from agent.load_balancers.nginx import Nginx, restore
 from agent.load_balancers.settings import LbSettings
 from agent.sites import write_atomically
-from contract.job_kinds.lb import LbApply, LbRemove
-from contract.load_balancers import LbApplyOutcome, LbHealthReport
+from contract.job_kinds.lb import LbApply, LbApplyOutcome, LbHealthReport, LbRemove
 
 log = logging.getLogger("fleetdeck.agent.lb")
 
@@ -206,7 +205,8 @@ class LbNode:
 
     # --- remove, status -------------------------------------------------------------------
 
-    async def remove(self, args: LbRemove, out: Output) -> int:
+    async def remove(self, args: LbRemove, out: Output) -> bool:
+        """Stop serving the load balancer: whether its configuration was here (False: already gone)."""
         async with self._lock:
             engine = self.engines[args.engine]
             path = engine.path(args.id)
@@ -224,7 +224,7 @@ class LbNode:
             self.served.pop(args.id, None)
             self._save()
         self.monitor.refresh()
-        return 0
+        return previous is not None
 
     def status(self, lb_id: str) -> LbHealthReport | None:
         return self.monitor.report(lb_id)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, SecretStr, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
@@ -93,6 +93,20 @@ class UserArgs(Args):
 
 
 FilePath = RelativePath  # a path relative to its scope (the site, or the home)
+
+
+# --- result models several domains share --------------------------------------------------------
+
+
+class DiskSpace(Result):
+    """The space of one file system (statvfs), as ``storage.*`` and ``metrics.get`` report it."""
+
+    path: str = Field(description="where it is mounted (or the path asked about)")
+    total: int = Field(description="its size, bytes")
+    used: int = Field(description="used, bytes")
+    free: int = Field(description="free, bytes (root's reserve included)")
+    available: int = Field(description="free for an unprivileged user, bytes")
+    used_percent: float = Field(description="used, percent of what a user may fill (as df shows it)")
 
 
 @dataclass(frozen=True)

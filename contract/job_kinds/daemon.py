@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from contract.job_kinds.argtypes import CommandLine, DomainName, Int, RelativePath, Slug
-from contract.job_kinds.base import Args, JobKind, NameArgs, NoArgs, ScopedPath, kind
+from contract.job_kinds.base import Args, JobKind, NameArgs, NoArgs, Result, ScopedPath, kind
 
 
 class DaemonCreate(Args):
@@ -21,15 +23,54 @@ class DaemonLogs(Args):
     lines: Int = Field(default=200, ge=1, le=100_000)
 
 
+class DaemonDefinition(Result):
+    name: str = Field(description="the daemon's name")
+    domain: str = Field(description="the site whose user runs it")
+    command: str = Field(description="the command line, as given")
+    directory: str = Field(description="its working folder inside the site ('': the site's folder)")
+    instances: int = Field(description="how many processes run it")
+
+
+class DaemonProcess(Result):
+    group: str = Field(description="supervisor's group (the program, fleetdeck-<name>)")
+    process: str = Field(description="the instance's name (fleetdeck-<name>_NN)")
+    state: str = Field(description="supervisor's state: RUNNING, STARTING, BACKOFF, STOPPED, FATAL...")
+    pid: int | None = Field(description="its process id (None: not running)")
+    uptime: str | None = Field(description="how long it has run, H:MM:SS (None: not running)")
+    description: str | None = Field(description="supervisor's words after the state")
+
+
+class Daemon(DaemonDefinition):
+    program: str = Field(description="the supervisor program, fleetdeck-<name>")
+    running: int = Field(description="how many of its instances are RUNNING")
+    processes: list[DaemonProcess] = Field(description="its instances as supervisord knows them (none: not loaded)")
+
+
+class DaemonList(Result):
+    daemons: list[Daemon] = Field(description="every daemon, by name")
+    supervisor: str = Field(description="running, or why supervisord could not be asked")
+
+
+class DaemonCreated(Result):
+    daemon: Daemon = Field(description="the daemon as it is now")
+    outcome: Literal["created", "changed", "unchanged"] = Field(description="what the job did to it")
+
+
+class DaemonDeleted(Result):
+    deleted: DaemonDefinition | None = Field(description="the daemon removed (None: there was none)")
+
+
 _DMN = {"name": "queue-worker"}
 
 KINDS: list[JobKind] = [
-    kind("daemon.list", NoArgs, "List the daemons", read=True, example={}),
-    kind("daemon.status", NameArgs, "Show a daemon's processes", read=True, positional=("name",), example=_DMN),
+    kind("daemon.list", NoArgs, "List the daemons", read=True, example={}, result=DaemonList),
+    kind("daemon.status", NameArgs, "Show a daemon's processes", read=True, positional=("name",), example=_DMN,
+         result=Daemon),
     kind("daemon.create", DaemonCreate, "Run a command as a supervised daemon of a site", positional=("name",),
          example={"name": "queue-worker", "domain": "example.com", "command": "php artisan queue:work --tries=3",
-                  "instances": 2}, paths=(ScopedPath("directory", site="domain"),)),
-    kind("daemon.delete", NameArgs, "Stop and delete a daemon", positional=("name",), example=_DMN),
+                  "instances": 2}, paths=(ScopedPath("directory", site="domain"),), result=DaemonCreated),
+    kind("daemon.delete", NameArgs, "Stop and delete a daemon", positional=("name",), example=_DMN,
+         result=DaemonDeleted),
     kind("daemon.start", NameArgs, "Start a daemon", positional=("name",), example=_DMN),
     kind("daemon.stop", NameArgs, "Stop a daemon", positional=("name",), example=_DMN),
     kind("daemon.restart", NameArgs, "Restart a daemon", positional=("name",), example=_DMN),

@@ -6,7 +6,7 @@ import ipaddress
 import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from contract.job_kinds.argtypes import (
     Bool,
@@ -22,7 +22,7 @@ from contract.job_kinds.argtypes import (
     OnOff,
     Port,
 )
-from contract.job_kinds.base import Args, JobKind, NoArgs, kind
+from contract.job_kinds.base import Args, JobKind, NoArgs, Result, kind
 
 RecordType = Literal["A", "AAAA", "CNAME", "MX", "TXT", "SRV", "CAA", "NS"]
 _HOSTNAME_RE = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$")
@@ -98,24 +98,114 @@ class Dnssec(Args):
     state: OnOff
 
 
+class DnsRecord(Result):
+    id: str = Field(description="the record's id (r + 12 hex digits, from its name, type, priority and value)")
+    name: str = Field(description="the owner name, relative to the zone (@: the apex)")
+    type: str = Field(description="the record type (A, AAAA, CNAME, MX, TXT, SRV, CAA, NS...)")
+    ttl: int = Field(description="time to live, seconds")
+    value: str = Field(description="the record's data (a host name without its final dot, TXT unquoted)")
+    priority: int | None = Field(description="the MX or SRV priority (None: other types)")
+
+
+class ZoneRow(Result):
+    zone: str = Field(description="the zone's name")
+    serial: int = Field(description="its SOA serial (YYYYMMDDnn)")
+    records: int = Field(description="how many records it holds")
+    dnssec: bool = Field(description="named signs it")
+    file: str = Field(description="its zone file, on the server")
+
+
+class ZoneList(Result):
+    zones: list[ZoneRow] = Field(description="the zones this server's named serves as primary")
+    count: int = Field(description="how many")
+
+
+class ZoneDetail(Result):
+    zone: str = Field(description="the zone's name")
+    serial: int = Field(description="its SOA serial (YYYYMMDDnn)")
+    primary: str = Field(description="the SOA's primary name server")
+    contact: str = Field(description="the SOA's contact (hostmaster.<zone>: an e-mail address with a dot for @)")
+    dnssec: bool = Field(description="named signs it")
+    file: str = Field(description="its zone file, on the server")
+    records: list[DnsRecord] = Field(description="its records (not the SOA)")
+
+
+class ZoneAdded(Result):
+    zone: str = Field(description="the zone")
+    created: bool = Field(description="it was made (False: it existed already, left as it was)")
+    message: str = Field(description="what was done, for a person")
+
+
+class ZoneDeleted(Result):
+    zone: str = Field(description="the zone")
+    deleted: bool = Field(description="it was removed with its files (False: there was none)")
+    message: str = Field(description="what was done, for a person")
+
+
+class RecordListResult(Result):
+    zone: str = Field(description="the zone")
+    records: list[DnsRecord] = Field(description="its records (of the type asked for, or all)")
+    count: int = Field(description="how many")
+
+
+class RecordAdded(DnsRecord):
+    created: bool = Field(description="it was added (False: the same record was there already)")
+
+
+class RecordDeleted(Result):
+    zone: str = Field(description="the zone")
+    deleted: DnsRecord | None = Field(description="the record removed (None: the zone had no such record)")
+    message: str = Field(description="what was done, for a person")
+
+
+class DnsAnswer(Result):
+    model_config = ConfigDict(serialize_by_alias=True)  # dig's column is "class", a Python keyword
+
+    name: str = Field(description="the owner name, fully qualified")
+    ttl: int = Field(description="time to live left, seconds")
+    record_class: str = Field(alias="class", description="the class (IN)")
+    type: str = Field(description="the record type")
+    value: str = Field(description="the record's data as dig prints it")
+
+
+class LookupResult(Result):
+    name: str = Field(description="the name looked up")
+    type: str = Field(description="the record type asked for")
+    server: str | None = Field(description="the server asked (None: the system's resolver)")
+    status: str = Field(description="the response code (NOERROR, NXDOMAIN, SERVFAIL...)")
+    answers: list[DnsAnswer] = Field(description="the answer section")
+
+
+class ZoneCheck(Result):
+    zone: str = Field(description="the zone")
+    ok: bool = Field(description="no problem found")
+    file_ok: bool = Field(description="named-checkzone accepts the zone file")
+    serial: int = Field(description="the serial of the zone file")
+    served_serial: int | None = Field(description="the serial named serves (None: it does not serve the zone)")
+    dnssec: bool = Field(description="named signs it")
+    problems: list[str] = Field(description="what is wrong, for a person")
+
+
 _Z = {"zone": "example.com"}
 
 KINDS: list[JobKind] = [
     kind("dns.lookup", DnsLookup, "Look a name up with dig", read=True, positional=("name",),
-         example={"name": "www.example.com", "type": "A", "server": "1.1.1.1"}),
-    kind("dns.zone-list", NoArgs, "List the DNS zones", read=True, example={}),
-    kind("dns.zone-show", Zone, "Show a zone with its records", read=True, positional=("zone",), example=_Z),
+         example={"name": "www.example.com", "type": "A", "server": "1.1.1.1"}, result=LookupResult),
+    kind("dns.zone-list", NoArgs, "List the DNS zones", read=True, example={}, result=ZoneList),
+    kind("dns.zone-show", Zone, "Show a zone with its records", read=True, positional=("zone",), example=_Z,
+         result=ZoneDetail),
     kind("dns.zone-add", ZoneAdd, "Create a DNS zone", positional=("zone",),
-         example={"zone": "example.com", "ipv4": "203.0.113.10"}),
-    kind("dns.zone-delete", Zone, "Delete a DNS zone", positional=("zone",), example=_Z),
+         example={"zone": "example.com", "ipv4": "203.0.113.10"}, result=ZoneAdded),
+    kind("dns.zone-delete", Zone, "Delete a DNS zone", positional=("zone",), example=_Z, result=ZoneDeleted),
     kind("dns.record-list", RecordList, "List the records of a zone", read=True, positional=("zone",),
-         example={"zone": "example.com", "type": "MX"}),
+         example={"zone": "example.com", "type": "MX"}, result=RecordListResult),
     kind("dns.record-add", RecordAdd, "Add a record to a zone", positional=("zone", "type"),
-         example={"zone": "example.com", "type": "MX", "name": "@", "value": "mail.example.com", "priority": 10}),
+         example={"zone": "example.com", "type": "MX", "name": "@", "value": "mail.example.com", "priority": 10},
+         result=RecordAdded),
     kind("dns.record-delete", RecordDelete, "Delete a record", positional=("zone", "id"),
-         example={"zone": "example.com", "id": "r-42"}),
+         example={"zone": "example.com", "id": "r-42"}, result=RecordDeleted),
     kind("dns.dnssec-set", Dnssec, "Turn DNSSEC signing of a zone on or off", positional=("zone", "state"),
          example={"zone": "example.com", "state": "on"}),
     kind("dns.check", Zone, "Check delegation and resolution of a zone", read=True, positional=("zone",),
-         example=_Z),
+         example=_Z, result=ZoneCheck),
 ]  # fmt: skip

@@ -2,16 +2,30 @@
 
 `LbApply` IS the spec a load-balancer node renders: the control plane builds it from its rows
 (backend addresses resolved, so the node looks nothing up) and the agent parses it back from the
-argv. `LbHealthCheck` is also the wire model's `health_check` (`contract.load_balancers`)."""
+argv. `LbHealthCheck` is also the wire model's `health_check` (`contract.load_balancers`).
+
+What a node says back is modelled here too, as the kinds' results, so that agent and control
+plane read the same shape:
+
+- `LbApplyOutcome`: the JSON line `lb.apply --json` prints last (the job's result), with the
+  revision it applied. A report of an older revision than the newest never marks it active.
+- `LbHealthReport`: per load balancer, the health and stats of its backends, as the streamed
+  RPC `lb.watch` sends them (one report per load balancer on open, then one whenever something
+  in it changes) and as `lb.status` prints them.
+
+They are wire models (unknown fields ignored), not `Result`s: a control plane reads the reports
+of agents older and newer than itself. `LbRemoved`, which only a job's reader sees, is a `Result`."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import Bool, DomainName, Host, Id, Int, Port, Slug, UrlPath
-from contract.job_kinds.base import Args, JobKind, kind
+from contract.job_kinds.base import Args, JobKind, Result, kind
+from contract.models import WireModel
 
 Engine = Literal["nginx", "haproxy"]
 """The engines a load-balancer node runs (agent/load_balancers/nginx.py, haproxy.py)."""
@@ -67,6 +81,50 @@ class LbRemove(Args):
     engine: Engine
 
 
+# --- what a node reports ---------------------------------------------------------------------
+
+BackendHealth = Literal["healthy", "unhealthy", "draining"]
+
+
+class BackendStats(WireModel):
+    """Real traffic figures from HAProxy's stats socket; the nginx engine has none (null)."""
+
+    current_sessions: int = Field(description="sessions open now")
+    total_requests: int = Field(description="requests (or sessions, in TCP mode) since HAProxy started")
+    request_rate: float = Field(description="requests per second, as HAProxy measures it")
+
+
+class LbApplyOutcome(WireModel):
+    """The result of `lb.apply`: `active` when render, validate and reload succeeded, else
+    `degraded` with the validator's or the reload's own text (the previous configuration still
+    serving)."""
+
+    id: str = Field(description="the load balancer")
+    revision: int = Field(description="the revision applied (or, exit 4, the newer one the node already has)")
+    state: Literal["active", "degraded"] = Field(description="active: serving this revision; degraded: not")
+    error: str | None = Field(default=None, description="why it is degraded: the validator's or reload's text")
+
+
+class BackendReport(WireModel):
+    id: str = Field(description="the backend")
+    health: BackendHealth = Field(description="healthy, unhealthy, or draining (no new requests)")
+    last_check_at: datetime | None = Field(default=None, description="its last health check (None: none yet)")
+    stats: BackendStats | None = Field(default=None, description="its traffic (None: the nginx engine has none)")
+
+
+class LbHealthReport(WireModel):
+    id: str = Field(description="the load balancer")
+    revision: int = Field(description="the revision the node is serving")
+    backends: list[BackendReport] = Field(description="each backend's health and traffic")
+
+
+class LbRemoved(Result):
+    """The result of `lb.remove` (idempotent: removing what is gone succeeds)."""
+
+    id: str = Field(description="the load balancer")
+    removed: bool = Field(description="its configuration was removed (False: this node had none already)")
+
+
 KINDS: list[JobKind] = [
     kind("lb.apply", LbApply, "Write and reload a load balancer from its whole spec", positional=("id",), json=True,
          example={"id": "lb-1", "name": "web", "revision": 3, "port": 443, "hostname": "shop.example.com",
@@ -74,9 +132,9 @@ KINDS: list[JobKind] = [
                   "algorithm": "least_conn", "health_check": {"path": "/healthz", "interval_s": 5},
                   "backends": [{"id": "be-1", "server_id": "srv-a", "address": "10.0.0.11"},
                                {"id": "be-2", "server_id": "srv-b", "address": "fd00::12", "port": 8081,
-                                "weight": 2, "drained": True}]}),
+                                "weight": 2, "drained": True}]}, result=LbApplyOutcome),
     kind("lb.remove", LbRemove, "Remove a load balancer's configuration", positional=("id",),
-         example={"id": "lb-1", "name": "web", "engine": "haproxy"}),
+         example={"id": "lb-1", "name": "web", "engine": "haproxy"}, result=LbRemoved),
     kind("lb.status", LbRemove, "Show backend health and traffic of a load balancer", read=True, positional=("id",),
-         example={"id": "lb-1", "name": "web", "engine": "haproxy"}),
+         example={"id": "lb-1", "name": "web", "engine": "haproxy"}, result=LbHealthReport),
 ]  # fmt: skip

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import DomainName, Duration, Int, SearchText, ServiceName
-from contract.job_kinds.base import Args, JobKind, OptionalDomain, kind
+from contract.job_kinds.base import Args, JobKind, OptionalDomain, Result, kind
 
 _D = {"domain": "example.com"}
 
@@ -35,12 +35,25 @@ class LogsJournal(Args):
     since: Duration | None = None
 
 
+class LogFile(Result):
+    scope: Literal["site", "system"] = Field(description="a site's log folder, or the system's log folder")
+    domain: str | None = Field(description="the site (None: a system log)")
+    path: str = Field(description="the file, on the server")
+    bytes: int = Field(description="its size, bytes")
+    modified: str = Field(description="when it last changed (RFC 3339, UTC)")
+
+
+class LogList(Result):
+    logs: list[LogFile] = Field(description="the sites' log files, then (without a domain) the system's")
+
+
 KINDS: list[JobKind] = [
     kind("logs.tail", LogsTail, "Show the last lines of a site's log", read=True, positional=("domain",), json=False,
          example={"domain": "example.com", "log": "error", "lines": 500}),
     kind("logs.search", LogsSearch, "Find log lines containing a text", read=True, positional=("domain",),
          json=False, example={"domain": "example.com", "text": "POST /wp-login.php", "since": "24h"}),
-    kind("logs.list", OptionalDomain, "List the log files and their sizes", read=True, example=_D),
+    kind("logs.list", OptionalDomain, "List the log files and their sizes", read=True, example=_D,
+         result=LogList),
     kind("logs.journal", LogsJournal, "Show the system journal", read=True, json=False,
          example={"unit": "nginx.service", "priority": "err", "since": "1h"}),
     kind("logs.rotate", OptionalDomain, "Rotate the logs now", example=_D),

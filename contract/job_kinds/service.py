@@ -41,14 +41,28 @@ class ServiceRow(Result):
 
 
 class ServiceList(Result):
-    services: list[ServiceRow]
+    services: list[ServiceRow] = Field(description="every service unit (systemd) or init script (sysv)")
+
+
+class ServiceStatus(Result):
+    name: str = Field(description="the service asked about")
+    active: bool = Field(description="running now")
+    state: str = Field(description="systemd's ACTIVE (SUB), or the init script's last status line")
+    enabled: bool | None = Field(description="started at boot (None: static, generated or not known)")
+    manager: str = Field(description="systemd or sysv")
+    description: str | None = Field(default=None, description="the unit's description (systemd only)")
+    pid: int | None = Field(default=None, description="the main process's id (systemd only; None: not running)")
+    status_code: int | None = Field(
+        default=None, description="the init script's status exit code, LSB: 0 running (sysv only)"
+    )
 
 
 _SVC = {"name": "nginx"}
 
 KINDS: list[JobKind] = [
     kind("service.list", NoArgs, "List the system services", read=True, example={}, result=ServiceList),
-    kind("service.status", ServiceArgs, "Show a service's state", read=True, positional=("name",), example=_SVC),
+    kind("service.status", ServiceArgs, "Show a service's state", read=True, positional=("name",), example=_SVC,
+         result=ServiceStatus),
     kind("service.start", ServiceArgs, "Start a service", positional=("name",), example=_SVC),
     kind("service.stop", ServiceStop, "Stop a service", positional=("name",), example={"name": "memcached"}),
     kind("service.restart", ServiceArgs, "Restart a service", positional=("name",), example=_SVC),

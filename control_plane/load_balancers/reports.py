@@ -15,7 +15,7 @@ import orjson
 from anyio.abc import TaskGroup
 from pydantic import ValidationError
 
-from contract.load_balancers import LbApplyOutcome, LbHealthReport
+from contract.job_kinds.lb import LbApplyOutcome, LbHealthReport
 from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentSession
 from control_plane.jobs.runner import JobEnd
 from control_plane.load_balancers import store

@@ -19,14 +19,12 @@ from sqlalchemy.exc import IntegrityError
 
 from contract.errors import Conflict, ImmutableField, LiteServer, NotFound, ValidationFailed
 from contract.job_kinds import JobKind, lookup
-from contract.job_kinds.lb import LbApply, LbHealthCheck, LbRemove
+from contract.job_kinds.lb import BackendHealth, BackendStats, LbApply, LbHealthCheck, LbRemove
 from contract.load_balancers import (
     ApplyStarted,
     Backend,
     BackendCreate,
-    BackendHealth,
     BackendPatch,
-    BackendStats,
     LbSummary,
     LoadBalancer,
     LoadBalancerCreate,

@@ -9,8 +9,7 @@ import sqlalchemy as sa
 from pydantic import ConfigDict, Field
 from sqlalchemy.engine import Connection
 
-from contract.job_kinds.lb import LbApply, LbBackend, LbHealthCheck
-from contract.load_balancers import LbApplyOutcome, LbHealthReport
+from contract.job_kinds.lb import LbApply, LbApplyOutcome, LbBackend, LbHealthCheck, LbHealthReport
 from control_plane.auth.secrets import new_id
 from control_plane.clock import now_iso
 from control_plane.storage.rows import StoredJson
