@@ -90,9 +90,9 @@ class SiteRow(Result):
     slug: str = Field(description="the site's folder name in the home")
     home: str = Field(description="the absolute path of the site's folder")
     exists: bool = Field(description="the site's folder is there")
-    owner: str | None = Field(description="the user owning the site's folder (None: no folder)")
-    error: str | None = Field(default=None, description="why the folder could not be measured (None: it was)")
-    disk_bytes: int | None = Field(description="bytes the folder takes on disk (None: not measured)")
+    owner: str | None = Field(description="the user owning the site's folder (null: no folder)")
+    error: str | None = Field(default=None, description="why the folder could not be measured (null: it was)")
+    disk_bytes: int | None = Field(description="bytes the folder takes on disk (null: not measured)")
 
 
 class SiteList(Result):
@@ -101,13 +101,13 @@ class SiteList(Result):
 
 class SiteInfo(SiteRow):
     user: str | None = Field(description="the system user the site's PHP and files run as")
-    uid: int | None = Field(description="that user's uid (None: unknown)")
-    gid: int | None = Field(description="that user's primary gid (None: unknown)")
+    uid: int | None = Field(description="that user's uid (null: unknown)")
+    gid: int | None = Field(description="that user's primary gid (null: unknown)")
     size_bytes: int | None = Field(description="the apparent size of the site's files, in bytes")
     files: int | None = Field(description="how many files the folder holds")
     dirs: int | None = Field(description="how many folders the folder holds")
-    profile: str | None = Field(description="static, php or wordpress (None: an older site, static)")
-    php: str | None = Field(description="the PHP version serving the site (None: no PHP)")
+    profile: str | None = Field(description="static, php or wordpress (null: an older site, static)")
+    php: str | None = Field(description="the PHP version serving the site (null: no PHP)")
     created_at: str | None = Field(description="when the site was created (RFC 3339)")
     docroot: str | None = Field(description="the web root, relative to the site's folder")
     enabled: bool | None = Field(description="served (false: the parked page answers 503)")
@@ -132,7 +132,7 @@ class SiteDeleted(Result):
     deleted: str = Field(description="the domain of the deleted site")
     home: str = Field(description="the site's folder")
     files_removed: bool = Field(description="the site's folder was removed (false: kept, or not there)")
-    user_removed: str | None = Field(description="the site's own system user, removed (None: none)")
+    user_removed: str | None = Field(description="the site's own system user, removed (null: none)")
     cron_entries_removed: int = Field(description="the site's cron entries removed")
     daemons_removed: int = Field(description="the site's daemons removed")
     web_files_removed: list[str] = Field(description="the web server and PHP-FPM files removed")
@@ -157,15 +157,15 @@ class SiteEnvList(Result):
 
 class SiteLimitsResult(Result):
     domain: str = Field(description="the site's domain")
-    max_children: int | None = Field(description="PHP-FPM children at most (None: the site runs no PHP)")
-    memory_limit: str | None = Field(description="PHP's memory_limit (None: PHP's default)")
-    upload_limit: str | None = Field(description="the largest upload, PHP's and nginx's (None: the default)")
+    max_children: int | None = Field(description="PHP-FPM children at most (null: the site runs no PHP)")
+    memory_limit: str | None = Field(description="PHP's memory_limit (null: PHP's default)")
+    upload_limit: str | None = Field(description="the largest upload, PHP's and nginx's (null: the default)")
 
 
 class SiteLogLines(Result):
     domain: str = Field(description="the site's domain")
-    access: list[str] | None = Field(default=None, description="the last access log lines (None: not asked for)")
-    error: list[str] | None = Field(default=None, description="the last error log lines (None: not asked for)")
+    access: list[str] | None = Field(default=None, description="the last access log lines (null: not asked for)")
+    error: list[str] | None = Field(default=None, description="the last error log lines (null: not asked for)")
 
 
 _D = {"domain": "example.com"}
