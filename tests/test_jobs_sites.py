@@ -75,7 +75,8 @@ def test_a_static_site_answers_through_nginx(hosting: Hosting) -> None:
     assert page.headers["content-type"].startswith("text/html")
     assert hosting.get("other.example.test").status_code == 404  # the default server: not this site
     again = hosting.run("site.create", domain=domain).ok()
-    assert again.stdout[0] == f"site {domain} already exists on this server"
+    assert again.stderr[0] == f"site {domain} already exists on this server"
+    assert reported(again)["site"]["domain"] == domain
     access_log = hosting.site_logs(domain) / "access.log"  # root's folder, never in the site
     wait_until(lambda: "GET / HTTP/1.1" in access_log.read_text())
     assert access_log.parent.stat().st_uid == 0 and not (home_of(hosting, domain) / "logs" / "access.log").exists()
