@@ -508,7 +508,7 @@ async def test_site_lifecycle(env: Env) -> None:
         assert {"domain": domain, "slug": slug} in scopes["sites"]
 
         again = await agent.run("site", "create", domain, "--json")
-        assert again.exit_code == 0 and again.stdout[0] == f"site {domain} already exists on this server"
+        assert again.exit_code == 0 and again.stderr[0] == f"site {domain} already exists on this server"
         other_profile = await agent.run("site", "create", domain, "--profile", "php", "--json")
         assert other_profile.exit_code == 1
         assert other_profile.stderr == [f"site {domain} already exists on this server, with the static profile"]

@@ -60,8 +60,9 @@ def databases(server: MariaDb) -> set[str]:
 
 
 def reply(run: JobRun) -> dict[str, object]:
-    """The object a create/delete kind reports (its argv ends with --json)."""
-    obj: dict[str, object] = json.loads(run.ok().stdout[-1])
+    """The object a create/delete kind reports: the job's stored `result`, what it printed with --json."""
+    obj: dict[str, object] = run.ok().result
+    assert obj == json.loads(run.stdout[-1])
     return obj
 
 
@@ -81,7 +82,7 @@ def test_a_database_is_created_listed_measured_and_dropped(hosting: Hosting, mar
     assert "catalog" in databases(mariadb)
     assert mariadb.sql("SELECT DEFAULT_COLLATION_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME='catalog';")
     again = hosting.run("db.create", name="catalog").ok()
-    assert reply(again) == {"name": "catalog", "created": False}
+    assert reply(again) == {"name": "catalog", "created": False, "charset": "utf8mb4"}
 
     mariadb.sql("CREATE TABLE items (id INT PRIMARY KEY, title TEXT); INSERT INTO items VALUES (1, 'a');", "catalog")
     listed = {item["name"]: item for item in hosting.run("db.list").ok().result}

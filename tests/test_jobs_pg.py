@@ -59,8 +59,10 @@ def names(rows: list[dict[str, object]]) -> set[object]:
 
 
 def output(run: JobRun) -> dict[str, object]:
-    """The JSON a mutation printed on stdout (only reads have a stored `result`)."""
-    document: dict[str, object] = json.loads("\n".join(run.stdout))
+    """What a mutation reported: the job's stored `result` (its kind declares one), which is what
+    it printed on stdout."""
+    document: dict[str, object] = run.result
+    assert document == json.loads("\n".join(run.stdout))
     return document
 
 

@@ -375,7 +375,12 @@ async def _status(args: NoArgs, ctx: JobContext, out: Output) -> int:
 async def _create(args: DbCreate, ctx: JobContext, out: Output) -> int:
     name = args.name
     if await database_exists(ctx, name):
-        return _report(ctx, out, f"database {name} exists", {"name": name, "created": False})
+        (found,) = await rows(
+            ctx,
+            "SELECT JSON_OBJECT('charset', DEFAULT_CHARACTER_SET_NAME) FROM information_schema.SCHEMATA"
+            f" WHERE SCHEMA_NAME = {literal(name)};",
+        )
+        return _report(ctx, out, f"database {name} exists", {"name": name, "created": False, **found})
     collate = f" COLLATE {args.collation}" if args.collation else ""
     await run_sql(ctx, f"CREATE DATABASE {ident(name)} CHARACTER SET {args.charset}{collate};")
     said = f"created database {name} ({args.charset}{', ' + args.collation if args.collation else ''})"

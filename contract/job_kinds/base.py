@@ -271,7 +271,8 @@ class JobKind:
         if self.result is None:
             raise RuntimeError(f"{self.kind} declares no result model")
         adapter = _result_adapter(self.result)
-        return adapter.dump_python(adapter.validate_python(obj), mode="json")
+        # by alias: a result field named as a BaseModel attribute (`schema`) is declared `schema_`
+        return adapter.dump_python(adapter.validate_python(obj), mode="json", by_alias=True)
 
     def build(self, raw_args: dict[str, Any]) -> BuiltJob:
         """Validate `raw_args` (raises pydantic.ValidationError), build the argv, split the secrets out."""

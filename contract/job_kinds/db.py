@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from contract.job_kinds.argtypes import Bool, DbHost, DbName, DbUser, DomainName, Secret
-from contract.job_kinds.base import Args, FilePath, JobKind, NoArgs, ScopedPath, kind
+from contract.job_kinds.base import Args, FilePath, JobKind, NoArgs, Result, ScopedPath, kind
 
 _SQL = {"domain": "example.com", "path": "backups/shop.sql.gz"}
 
@@ -88,21 +88,90 @@ class DbExport(Args):
     path: SqlFile  # .sql.gz: compressed with gzip as it is written
 
 
+# --- results -------------------------------------------------------------------------------------
+
+
+class DbDatabase(Result):
+    name: str = Field(description="the database's name")
+    charset: str = Field(description="its default character set")
+    collation: str = Field(description="its default collation")
+
+
+class DbStatus(Result):
+    running: bool = Field(description="the server answered")
+    version: str | None = Field(default=None, description="the server's version (null: not running)")
+    socket: str = Field(description="the socket the agent connects to")
+    threads_connected: int | None = Field(default=None, description="connections open now")
+    threads_running: int | None = Field(default=None, description="connections running a statement now")
+    questions: int | None = Field(default=None, description="statements the clients sent since the start")
+    slow_queries: int | None = Field(default=None, description="statements slower than long_query_time")
+    connections: int | None = Field(default=None, description="connection attempts since the start")
+    uptime_s: int | None = Field(default=None, description="seconds since the server started")
+    error: str | None = Field(default=None, description="why it did not answer (null: running)")
+
+
+class DbSizeRow(Result):
+    name: str = Field(description="the database's name")
+    tables: int = Field(description="its tables and views")
+    data_bytes: int = Field(description="the size of its data, in bytes")
+    index_bytes: int = Field(description="the size of its indexes, in bytes")
+    bytes: int = Field(description="data and indexes, in bytes")
+
+
+class DbTable(Result):
+    name: str = Field(description="the table's name")
+    type: str = Field(description="BASE TABLE, VIEW, SYSTEM VERSIONED...")
+    engine: str | None = Field(description="its storage engine (null: a view)")
+    rows: int | None = Field(description="its rows, the engine's estimate (null: a view)")
+    bytes: int = Field(description="data and indexes, in bytes")
+    collation: str | None = Field(description="its collation (null: a view)")
+
+
+class DbCreated(Result):
+    name: str = Field(description="the database's name")
+    created: bool = Field(description="the database was created (false: it existed, unchanged)")
+    charset: str = Field(description="its default character set")
+
+
+class DbDropped(Result):
+    name: str = Field(description="the database's name")
+    dropped: bool = Field(description="the database was dropped (false: there was none)")
+
+
+class DbAccount(Result):
+    user: str = Field(description="the account's user name")
+    host: str = Field(description="the host it may connect from (localhost, an address, %)")
+    databases: list[str] = Field(description="the databases it holds privileges on")
+
+
+class DbAccountCreated(Result):
+    user: str = Field(description="the account's user name")
+    host: str = Field(description="the host it may connect from")
+    created: bool = Field(description="the account was created (false: it existed, its password unchanged)")
+
+
+class DbAccountDeleted(Result):
+    user: str = Field(description="the account's user name")
+    host: str = Field(description="the host it may connect from")
+    deleted: bool = Field(description="the account was deleted (false: there was none)")
+
+
 _DB = {"name": "shop"}
 
 KINDS: list[JobKind] = [
-    kind("db.list", NoArgs, "List the MySQL/MariaDB databases", read=True, example={}),
-    kind("db.status", NoArgs, "Show the database server status", read=True, example={}),
-    kind("db.size", DbSize, "Show database sizes", read=True, example=_DB),
-    kind("db.table-list", DbNameArgs, "List the tables of a database", read=True, positional=("name",), example=_DB),
+    kind("db.list", NoArgs, "List the MySQL/MariaDB databases", read=True, example={}, result=list[DbDatabase]),
+    kind("db.status", NoArgs, "Show the database server status", read=True, example={}, result=DbStatus),
+    kind("db.size", DbSize, "Show database sizes", read=True, example=_DB, result=list[DbSizeRow]),
+    kind("db.table-list", DbNameArgs, "List the tables of a database", read=True, positional=("name",), example=_DB,
+         result=list[DbTable]),
     kind("db.create", DbCreate, "Create a database", positional=("name",),
-         example={"name": "shop", "collation": "utf8mb4_unicode_ci"}),
-    kind("db.drop", DbNameArgs, "Drop a database", positional=("name",), example=_DB),
-    kind("db.user-list", NoArgs, "List the database accounts", read=True, example={}),
+         example={"name": "shop", "collation": "utf8mb4_unicode_ci"}, result=DbCreated),
+    kind("db.drop", DbNameArgs, "Drop a database", positional=("name",), example=_DB, result=DbDropped),
+    kind("db.user-list", NoArgs, "List the database accounts", read=True, example={}, result=list[DbAccount]),
     kind("db.user-create", DbUserCreate, "Create a database account", positional=("user",),
-         example={"user": "shop_app", "password": "correct-horse-battery"}),
+         example={"user": "shop_app", "password": "correct-horse-battery"}, result=DbAccountCreated),
     kind("db.user-delete", DbUserArgs, "Delete a database account", positional=("user",),
-         example={"user": "shop_app"}),
+         example={"user": "shop_app"}, result=DbAccountDeleted),
     kind("db.user-password", DbUserPassword, "Set a database account's password", positional=("user",),
          example={"user": "shop_app", "password": "another-long-secret", "host": "10.0.0.5"}),
     kind("db.user-grant", DbGrant, "Grant an account privileges on a database", positional=("user", "name"),

@@ -37,6 +37,7 @@ import orjson
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from contract.job_kinds import lookup
 from control_plane import sse
 from control_plane.clock import now_iso
 from control_plane.hub import AgentCallError, AgentHub, AgentOfflineError, AgentSession, AgentTimeoutError
@@ -308,7 +309,7 @@ class JobRunner:
             self.live.pop(job["id"], None)
 
     async def _finish(self, job: dict[str, Any], live: LiveJob, exit_code: int | None, status: str, read: bool) -> None:
-        result = _read_result(live) if read and status == "succeeded" else None
+        result = _json_result(live) if status == "succeeded" and _has_result(job["kind"], live, read) else None
         await self._db.run_retrying(
             store.update_job,
             job["id"],
@@ -568,8 +569,17 @@ def _last_stderr(runs: list[Run]) -> str | None:
     return None
 
 
-def _read_result(live: LiveJob) -> Any:
-    """A read prints JSON: the job's result is its parsed stdout (None when it is not JSON)."""
+def _has_result(kind_name: str, live: LiveJob, read: bool) -> bool:
+    """Whether the job's stdout is its result: a read's, or a mutation's that declares a result
+    model (it printed it with --json), when the whole output is here (not taken back mid-way)."""
+    if read:
+        return True
+    spec = lookup(kind_name)
+    return spec is not None and spec.result is not None and live.from_seq == 0
+
+
+def _json_result(live: LiveJob) -> Any:
+    """A JSON kind's result is its parsed stdout (None when it is not JSON)."""
     stdout = [run.texts for run in live.runs if run.stream == "stdout"]
     if not stdout or stdout[0][0].lstrip()[:1] not in ("{", "["):
         return None  # not JSON (e.g. log lines): don't join and parse a million lines to find out

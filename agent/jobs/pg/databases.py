@@ -154,7 +154,8 @@ async def _extension_add(args: PgExtensionAdd, ctx: JobContext, out: Output) -> 
     facts = {"database": args.name, "extension": args.extension}
     if available[0]["installed_version"] is not None:
         message = f"extension {args.extension} is already enabled in {args.name}"
-        out.result({"message": message, "added": False, **facts}, as_json=ctx.as_json)
+        version = available[0]["installed_version"]
+        out.result({"message": message, "added": False, **facts, "version": version}, as_json=ctx.as_json)
         return 0
     # SCHEMA public: the sessions' search_path is empty (see agent.jobs.pg.client), so the schema is named
     await pg.run(

@@ -80,7 +80,7 @@ async def overview(ctx: JobContext) -> dict[str, Any]:
 
 
 async def status(args: Fail2banStatus, ctx: JobContext, out: Output) -> int:
-    result = {"jails": [await jail_status(ctx, args.jail)]} if args.jail else await overview(ctx)
+    result = {"running": True, "jails": [await jail_status(ctx, args.jail)]} if args.jail else await overview(ctx)
     out.result(result, as_json=ctx.as_json)
     return 0
 

@@ -337,11 +337,12 @@ async def _create(args: SiteCreate, ctx: JobContext, out: Output) -> int:
 
 
 async def _exists(ctx: JobContext, site: Site, profile: str, out: Output) -> int:
-    """Creating a site that is there: said on stdout, its web files written again, exit 0; the
-    same domain with another profile is a conflict."""
+    """Creating a site that is there: said on stderr (stdout is the result alone, so the job
+    keeps it), its web files written again, exit 0; the same domain with another profile is a
+    conflict."""
     if (site.profile or "static") != profile:
         raise JobError(f"site {site.domain} already exists on this server, with the {site.profile or 'static'} profile")
-    out.stdout(f"site {site.domain} already exists on this server")
+    out.stderr(f"site {site.domain} already exists on this server")
     served = await serve(ctx, site, out)
     described = await trio.to_thread.run_sync(lambda: describe(ctx, site, full=True))
     out.result({"site": described, "served": served}, as_json=ctx.as_json)
