@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from contract.job_kinds.argtypes import Bool, OnOff, Secret, SshFingerprint, SshPublicKey, Username
+from contract.job_kinds.argtypes import Bool, OnOff, Secret, SshFingerprint, SshPublicKey, SystemUser, Username
 from contract.job_kinds.base import Args, JobKind, NoArgs, UserArgs, kind
 
 
@@ -16,32 +16,32 @@ class UserCreate(Args):
 
 
 class UserDelete(Args):
-    username: Username
+    username: SystemUser
     keep_home: Bool = False
 
 
 class SshKeyAdd(Args):
-    username: Username
+    username: SystemUser
     key: SshPublicKey
 
 
 class SshKeyRemove(Args):
-    username: Username
+    username: SystemUser
     fingerprint: SshFingerprint
 
 
 class PasswordSet(Args):
-    username: Username
+    username: SystemUser
     password: Secret
 
 
 class SudoSet(Args):
-    username: Username
+    username: SystemUser
     state: OnOff
 
 
 class KeyAudit(Args):
-    username: Username | None = None  # None: every login user and site user
+    username: SystemUser | None = None  # None: every login user and site user
 
 
 _U = {"username": "deploy"}
