@@ -267,9 +267,9 @@ class ResultView(Vertical):
                 assert key is not None
                 fields = self._fields(node, result)
                 others = "  ".join(
-                    f"{fields[k].title}: {cell_text(v, unit=fields[k].unit).plain}"
-                    for k, v in result.items()
-                    if k != key
+                    f"{column.title}: {cell_text(result[column.key], unit=column.unit).plain}"
+                    for column in fields.values()
+                    if column.key != key
                 )
                 title = fields[key].title
                 declared = self._columns(self._items(self._property(node, key)))
@@ -313,8 +313,9 @@ class ResultView(Vertical):
         return self.schema.columns(node) if self.schema is not None else []
 
     def _fields(self, node: Node, value: Mapping[str, Any]) -> dict[str, Column]:
-        """The columns of an object: the declared ones in their order, then the others it has."""
-        return {column.key: column for column in table_columns([value], self._columns(node))}
+        """The fields `value` has, in the schema's order (then the undeclared ones, in its own)."""
+        present = {str(key) for key in value}
+        return {column.key: column for column in table_columns([value], self._columns(node)) if column.key in present}
 
     # --- widgets ------------------------------------------------------------------------------
 
@@ -347,9 +348,8 @@ class ResultView(Vertical):
         table.add_column("Value", key="value")
         if described:
             table.add_column("About", key="about")
-        for key, value in result.items():
-            column = fields[str(key)]
-            row = [Text(column.title, style="bold"), cell_text(value, unit=column.unit)]
+        for column in fields.values():
+            row = [Text(column.title, style="bold"), cell_text(result[column.key], unit=column.unit)]
             table.add_row(*row, *([Text(column.description, style="dim")] if described else []))
         caption.update(f"{len(result)} field{'s' if len(result) != 1 else ''}")
         self.mount(table)
@@ -361,7 +361,7 @@ class ResultView(Vertical):
         items: list[tuple[Column, Any, Node]]
         if isinstance(value, Mapping):
             fields = self._fields(schema, value)
-            items = [(fields[str(k)], v, self._property(schema, str(k))) for k, v in value.items()]
+            items = [(column, value[column.key], self._property(schema, column.key)) for column in fields.values()]
         else:
             element = self._items(schema)
             unit = _column("", element).unit if element else None

@@ -31,6 +31,11 @@ class Disks(Result):
     host: str
 
 
+class Host(Result):
+    name: str
+    root: Disk | None = Field(description="the root file system (null: not mounted)")
+
+
 class Made(Result):
     message: str
     name: str = Field(description="the database's name")
@@ -81,6 +86,14 @@ def test_a_read_is_shown_in_its_schemas_order_titles_and_units() -> None:
         await pilot.pause()
         assert view.shape == "keyed_table" and columns(view) == ["Mount", "Free", "Checked s", "Scan"]
         assert view.query_one(DataTable).row_count == 0
+
+        # Nesting is a tree, titled and read by the schema ($ref and null alternatives followed).
+        view.show({"name": "vm", "root": disks["disks"][0]}, schema_of(Host))
+        await pilot.pause()
+        assert view.shape == "tree"
+        root = view.query_one(Tree).root
+        assert [str(node.label) for node in root.children] == ["Name: vm", "Root  {4}"]
+        assert [str(node.label) for node in root.children[1].children][:2] == ["Mount: /", "Free: 50 MiB (52,428,800)"]
 
         # A real kind's schema (service.list), as GET /v1/job-kinds publishes it.
         services = {"services": [{"name": "nginx", "active": True, "state": "active (running)", "manager": "systemd"}]}
