@@ -13,7 +13,7 @@ from contract.models import JobKindInfo
 from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.tui import open_form, open_jobs_of, real_app_and_wire, run
-from tui.jobs.choices import SOURCES, source_of
+from tui.jobs.choices import Source, source_of
 from tui.jobs.dialogs import ChoicePicker, JobFormScreen
 from tui.jobs.form import JobForm, humanize, parse_schema
 from tui.jobs.run import JobRunScreen
@@ -22,19 +22,29 @@ KINDS = {entry["kind"]: JobKindInfo.model_validate(entry) for entry in json_sche
 
 
 def test_the_fields_that_name_a_thing_have_a_source_except_where_the_thing_is_made() -> None:
-    assert source_of(KINDS["logs.tail"], "domain") is SOURCES[("*", "domain")]
-    assert source_of(KINDS["cron.delete"], "id") is SOURCES[("cron", "id")]
-    assert source_of(KINDS["db.drop"], "name") is SOURCES[("db", "name")]
-    assert source_of(KINDS["cron.add"], "domain") is SOURCES[("*", "domain")]  # the site exists already
+    # What the catalog's `x-source` declares, read from `args_schema` as GET /v1/job-kinds serves it.
+    sites = Source("sites", "site.list", "sites", "domain", ("home",))
+    php = Source("PHP versions", "php.versions", "versions", "version")
+    assert source_of(KINDS["logs.tail"], "domain") == sites
+    assert source_of(KINDS["cron.delete"], "id") == Source(
+        "cron entries", "cron.list", "entries", "id", ("domain", "schedule", "command")
+    )
+    assert source_of(KINDS["db.drop"], "name") == Source("databases", "db.list", None, "name", ("charset",))
+    assert source_of(KINDS["pg.size"], "name") == Source("databases", "pg.list", "databases", "name")  # optional
+    assert source_of(KINDS["cron.add"], "domain") == sites  # the site exists already
     assert source_of(KINDS["site.create"], "domain") is None  # a new site: nothing to pick
     assert source_of(KINDS["db.create"], "name") is None
     assert source_of(KINDS["logs.tail"], "lines") is None
-    assert source_of(KINDS["php.set"], "version") is SOURCES[("php", "version")]  # the versions installed
-    assert source_of(KINDS["site.create"], "php") is SOURCES[("php", "version")]
+    assert source_of(KINDS["php.set"], "version") == php  # the versions installed
+    assert source_of(KINDS["site.create"], "php") == php
     assert source_of(KINDS["php.install"], "version") is None  # one not installed yet
-    # Every source is a read kind of the catalog, one the jobs route takes.
-    for source in SOURCES.values():
-        assert KINDS[source.read_kind].read and KINDS[source.read_kind].route is None
+    assert source_of(KINDS["user.create"], "username") is None
+    assert source_of(KINDS["user.lock"], "username") == Source("users", "user.list", "users", "username", ("home",))
+    # A malformed declaration is no picker rather than an error.
+    broken = KINDS["logs.tail"].model_copy(
+        update={"args_schema": {"properties": {"domain": {"type": "string", "x-source": {"kind": 3}}}}}
+    )
+    assert source_of(broken, "domain") is None
 
 
 def test_labels_are_words_never_a_class_name() -> None:

@@ -25,7 +25,7 @@ from textual.pilot import Pilot
 from api_client import Client
 from contract.models import Job
 from tests.conftest import AgentProcess, Stack
-from tests.helpers import wait_for
+from tests.helpers import wait_for, wait_until
 from tests.helpers.site_logs import logs_layout, write_site_log
 from tests.helpers.snapshots import SNAPSHOT_FOLDER_PREFIX, assert_snapshot, screen_text
 from tests.helpers.tui import highlight, run, show_location
@@ -340,6 +340,47 @@ def test_job_log(snap_org: SnapOrg) -> None:
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, JobRunScreen))
 
     snapshot_after(snap_org, "job_log_80x24", reach, lambda text: "page/39" in text and "exit" in text.lower())
+
+
+def finished_job(org: SnapOrg, kind: str, args: dict[str, Any]) -> str:
+    """The id of a job of `kind` run on web-1 to its end (succeeded)."""
+    with org.stack.http(org.token) as http:
+        job_id: str = http.post(f"/v1/servers/{org.web}/jobs", json={"kind": kind, "args": args}).json()["id"]
+        wait_until(lambda: http.get(f"/v1/jobs/{job_id}").json()["status"] not in ("queued", "running"), 60)
+        assert http.get(f"/v1/jobs/{job_id}").json()["status"] == "succeeded"
+    return job_id
+
+
+async def open_job(pilot: Pilot[Any], job_id: str) -> JobRunScreen:
+    screen = await jobs(pilot)
+    await wait_for(pilot, lambda: screen.highlighted_job is not None and screen.highlighted_job.id == job_id)
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, JobRunScreen) and pilot.app.screen._has_result)
+    run_screen = pilot.app.screen
+    assert isinstance(run_screen, JobRunScreen)
+    return run_screen
+
+
+def test_job_result_of_a_read(snap_org: SnapOrg) -> None:
+    """A read's result is a table (logs.list: the site's logs, their sizes and times)."""
+    job_id = finished_job(snap_org, "logs.list", {"domain": "example.com"})
+
+    async def reach(pilot: Pilot[Any]) -> None:
+        await open_job(pilot, job_id)
+
+    snapshot_after(snap_org, "job_result_read_80x24", reach, lambda text: "2 rows" in text)
+
+
+def test_job_result_of_a_write(snap_org: SnapOrg) -> None:
+    """A write's result is a summary, its message first, not a line of JSON (metrics.alert-delete:
+    a write that changes only the agent's own state, so the server's nginx is left as it was)."""
+    finished_job(snap_org, "metrics.alert-set", {"metric": "disk", "threshold_percent": 90})
+    job_id = finished_job(snap_org, "metrics.alert-delete", {"id": "al-1"})
+
+    async def reach(pilot: Pilot[Any]) -> None:
+        await open_job(pilot, job_id)
+
+    snapshot_after(snap_org, "job_result_write_80x24", reach, lambda text: "deleted" in text)
 
 
 def test_load_balancers_without_any(snap_org: SnapOrg) -> None:

@@ -9,12 +9,12 @@ from pydantic import Field
 from contract.job_kinds.argtypes import (
     Bool,
     CommandLine,
-    DomainName,
     EnvName,
     Int,
     Port,
     RelativePath,
     Secret,
+    SiteDomain,
     Slug,
     Version,
 )
@@ -27,7 +27,7 @@ class AppName(Args):
 
 class AppCreate(Args):
     name: Slug
-    domain: DomainName
+    domain: SiteDomain
     runtime: Literal["node", "python", "ruby", "go", "bun", "deno"]
     runtime_version: Version | None = None
     port: Port

@@ -33,6 +33,7 @@ from typing import Annotated, Any, Literal
 from annotated_types import GroupedMetadata
 from pydantic import AfterValidator, Field, SecretStr, Strict, StringConstraints
 from pydantic.config import JsonDict
+from pydantic.fields import FieldInfo
 
 from contract.job_kinds.allowlists import (
     PHP_INI,
@@ -199,6 +200,21 @@ class shaped(GroupedMetadata):
         yield Field(description=self.description, json_schema_extra=extra)
 
 
+def listed_by(kind: str, items: str | None, key: str, *, noun: str, details: tuple[str, ...] = ()) -> FieldInfo:
+    """The metadata of a field that names a thing the server has: `Annotated[Slug, listed_by(...)]`.
+
+    Its JSON schema carries `x-source`: the read kind listing those things (`kind`), where its
+    result holds the list (`items`, None: the result is the list), the item's field that is the
+    value (`key`), the fields shown beside it (`details`) and what they are called (`noun`,
+    plural). A client offers them as a picker; the value is still typed and checked as any other.
+    A field that makes a new thing (`site.create`'s domain) takes the plain shape instead.
+    tests/contract/test_sources.py holds every `x-source` to a read kind of the catalog.
+    """
+    source: JsonDict = {"kind": kind, "items": items, "key": key, "details": list(details), "noun": noun}
+    info: FieldInfo = Field(json_schema_extra={"x-source": source})
+    return info
+
+
 def _check(pattern: str, value: str) -> bool:
     return re.fullmatch(pattern, value) is not None
 
@@ -252,6 +268,10 @@ DomainName = Annotated[
         check=_domain,
     ),
 ]
+
+
+SiteDomain = Annotated[DomainName, listed_by("site.list", "sites", "domain", noun="sites", details=("home",))]
+"""The domain of a site the server has (a new site's domain is a plain `DomainName`)."""
 
 
 def _hostname(value: str) -> str:
@@ -435,6 +455,9 @@ Username = Annotated[
         check=_not_reserved_user,
     ),
 ]
+
+SystemUser = Annotated[Username, listed_by("user.list", "users", "username", noun="users", details=("home",))]
+"""A user the server has (a new user's name is a plain `Username`)."""
 
 LoginName = Annotated[
     str,
@@ -768,6 +791,8 @@ Version = Annotated[
 ]
 
 PhpVersion = Annotated[str, shaped(r"^[5-8]\.[0-9]$", "a PHP major.minor version, e.g. 8.3")]
+InstalledPhpVersion = Annotated[PhpVersion, listed_by("php.versions", "versions", "version", noun="PHP versions")]
+"""A PHP version installed on the server (one to install is a plain `PhpVersion`)."""
 
 # --- time -------------------------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ from contract.job_kinds.argtypes import (
     Bool,
     BucketName,
     CronSchedule,
-    DomainName,
     HttpsUrl,
     Id,
     Int,
@@ -19,6 +18,7 @@ from contract.job_kinds.argtypes import (
     RelativePath,
     SafeText,
     Secret,
+    SiteDomain,
     Slug,
 )
 from contract.job_kinds.base import Args, JobKind, NoArgs, kind
@@ -27,7 +27,7 @@ BackupInclude = Literal["all", "files", "databases"]
 
 
 class BackupList(Args):
-    domain: DomainName | None = None
+    domain: SiteDomain | None = None
 
 
 class BackupId(Args):
@@ -35,7 +35,7 @@ class BackupId(Args):
 
 
 class BackupCreate(Args):
-    domain: DomainName | None = None  # None: the whole server
+    domain: SiteDomain | None = None  # None: the whole server
     include: BackupInclude = "all"
     target: Slug = "local"
     note: SafeText | None = None
@@ -44,13 +44,13 @@ class BackupCreate(Args):
 class BackupRestore(Args):
     id: Id
     include: BackupInclude = "all"
-    domain: DomainName | None = None  # restore into another site than the one backed up
+    domain: SiteDomain | None = None  # restore into another site than the one backed up
     overwrite: Bool = False
 
 
 class BackupSchedule(Args):
     schedule: CronSchedule
-    domain: DomainName | None = None
+    domain: SiteDomain | None = None
     include: BackupInclude = "all"
     target: Slug = "local"
     retention: Int = Field(default=7, ge=1, le=365)

@@ -35,11 +35,11 @@ from pydantic.fields import FieldInfo
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from contract.job_kinds.argtypes import (
-    DomainName,
     Id,
     RelativePath,
+    SiteDomain,
     Slug,
-    Username,
+    SystemUser,
     dump_structure,
     load_structure,
     structure_problem,
@@ -73,11 +73,11 @@ class Result(BaseModel):
 
 
 class DomainArgs(Args):
-    domain: DomainName
+    domain: SiteDomain
 
 
 class OptionalDomain(Args):
-    domain: DomainName | None = None
+    domain: SiteDomain | None = None
 
 
 class NameArgs(Args):
@@ -89,7 +89,7 @@ class IdArgs(Args):
 
 
 class UserArgs(Args):
-    username: Username
+    username: SystemUser
 
 
 FilePath = RelativePath  # a path relative to its scope (the site, or the home)

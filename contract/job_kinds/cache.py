@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from contract.job_kinds.argtypes import DomainName, Int
+from contract.job_kinds.argtypes import Int, SiteDomain
 from contract.job_kinds.base import Args, JobKind, Result, kind
 
 CacheEngine = Literal["redis", "memcached", "opcache", "page"]
@@ -18,7 +18,7 @@ class CacheStatus(Args):
 
 class CacheTarget(Args):
     engine: CacheEngine
-    domain: DomainName | None = None  # page and opcache caches can be per site
+    domain: SiteDomain | None = None  # page and opcache caches can be per site
 
 
 class CacheConfig(Args):

@@ -2,24 +2,34 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from contract.job_kinds.argtypes import CronCommand, CronSchedule, DomainName, Id, Int
-from contract.job_kinds.base import Args, IdArgs, JobKind, OptionalDomain, Result, kind
+from contract.job_kinds.argtypes import CronCommand, CronSchedule, Id, Int, SiteDomain, listed_by
+from contract.job_kinds.base import Args, JobKind, OptionalDomain, Result, kind
+
+CronEntryId = Annotated[
+    Id, listed_by("cron.list", "entries", "id", noun="cron entries", details=("domain", "schedule", "command"))
+]
+"""A cron entry the server has."""
+
 
 _D = {"domain": "example.com"}
 
 
 class CronAdd(Args):
-    domain: DomainName
+    domain: SiteDomain
     schedule: CronSchedule
     command: CronCommand
 
 
+class CronEntryArgs(Args):
+    id: CronEntryId
+
+
 class CronEdit(Args):
-    id: Id
+    id: CronEntryId
     schedule: CronSchedule | None = None  # None: unchanged
     command: CronCommand | None = None
 
@@ -31,7 +41,7 @@ class CronEdit(Args):
 
 
 class CronHistory(Args):
-    id: Id
+    id: CronEntryId
     limit: Int = Field(default=20, ge=1, le=1000)
 
 
@@ -85,12 +95,12 @@ KINDS: list[JobKind] = [
     kind("cron.add", CronAdd, "Add a cron job to a site", positional=("domain",),
          example={"domain": "example.com", "schedule": "*/5 * * * *",
                   "command": "/usr/bin/php /home/example-com/artisan schedule:run"}, result=CronAdded),
-    kind("cron.pause", IdArgs, "Pause a cron job", positional=("id",), example=_CRON),
-    kind("cron.resume", IdArgs, "Resume a paused cron job", positional=("id",), example=_CRON),
-    kind("cron.run", IdArgs, "Run a cron job now", positional=("id",), example=_CRON),
+    kind("cron.pause", CronEntryArgs, "Pause a cron job", positional=("id",), example=_CRON),
+    kind("cron.resume", CronEntryArgs, "Resume a paused cron job", positional=("id",), example=_CRON),
+    kind("cron.run", CronEntryArgs, "Run a cron job now", positional=("id",), example=_CRON),
     kind("cron.edit", CronEdit, "Change a cron job's schedule or command", positional=("id",),
          example={"id": "c-12", "schedule": "0 4 * * *"}),
-    kind("cron.delete", IdArgs, "Delete a cron job", positional=("id",), example=_CRON, result=CronDeleted),
+    kind("cron.delete", CronEntryArgs, "Delete a cron job", positional=("id",), example=_CRON, result=CronDeleted),
     kind("cron.history", CronHistory, "List a cron job's last runs", read=True, positional=("id",),
          example={"id": "c-12", "limit": 5}, result=CronHistoryResult),
 ]  # fmt: skip

@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from contract.job_kinds.argtypes import CommandLine, DomainName, Int, RelativePath, Slug
-from contract.job_kinds.base import Args, JobKind, NameArgs, NoArgs, Result, ScopedPath, kind
+from contract.job_kinds.argtypes import CommandLine, Int, RelativePath, SiteDomain, Slug, listed_by
+from contract.job_kinds.base import Args, JobKind, NoArgs, Result, ScopedPath, kind
+
+DaemonName = Annotated[Slug, listed_by("daemon.list", "daemons", "name", noun="daemons", details=("domain", "command"))]
+"""A daemon the server has (a new one's name is a plain `Slug`)."""
 
 
 class DaemonCreate(Args):
     name: Slug
-    domain: DomainName
+    domain: SiteDomain
     command: CommandLine
     directory: RelativePath = ""  # the working folder inside the site
     instances: Int = Field(default=1, ge=1, le=16)
 
 
+class DaemonArgs(Args):
+    name: DaemonName
+
+
 class DaemonLogs(Args):
-    name: Slug
+    name: DaemonName
     lines: Int = Field(default=200, ge=1, le=100_000)
 
 
@@ -64,16 +71,16 @@ _DMN = {"name": "queue-worker"}
 
 KINDS: list[JobKind] = [
     kind("daemon.list", NoArgs, "List the daemons", read=True, example={}, result=DaemonList),
-    kind("daemon.status", NameArgs, "Show a daemon's processes", read=True, positional=("name",), example=_DMN,
+    kind("daemon.status", DaemonArgs, "Show a daemon's processes", read=True, positional=("name",), example=_DMN,
          result=Daemon),
     kind("daemon.create", DaemonCreate, "Run a command as a supervised daemon of a site", positional=("name",),
          example={"name": "queue-worker", "domain": "example.com", "command": "php artisan queue:work --tries=3",
                   "instances": 2}, paths=(ScopedPath("directory", site="domain"),), result=DaemonCreated),
-    kind("daemon.delete", NameArgs, "Stop and delete a daemon", positional=("name",), example=_DMN,
+    kind("daemon.delete", DaemonArgs, "Stop and delete a daemon", positional=("name",), example=_DMN,
          result=DaemonDeleted),
-    kind("daemon.start", NameArgs, "Start a daemon", positional=("name",), example=_DMN),
-    kind("daemon.stop", NameArgs, "Stop a daemon", positional=("name",), example=_DMN),
-    kind("daemon.restart", NameArgs, "Restart a daemon", positional=("name",), example=_DMN),
+    kind("daemon.start", DaemonArgs, "Start a daemon", positional=("name",), example=_DMN),
+    kind("daemon.stop", DaemonArgs, "Stop a daemon", positional=("name",), example=_DMN),
+    kind("daemon.restart", DaemonArgs, "Restart a daemon", positional=("name",), example=_DMN),
     kind("daemon.logs", DaemonLogs, "Show the last lines a daemon printed", read=True, positional=("name",),
          json=False, example={"name": "queue-worker", "lines": 50}),
 ]  # fmt: skip

@@ -6,18 +6,22 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from contract.job_kinds.argtypes import Bool, DbHost, DbName, DbUser, DomainName, Secret
+from contract.job_kinds.argtypes import Bool, DbHost, DbName, DbUser, Secret, SiteDomain, listed_by
 from contract.job_kinds.base import Args, FilePath, JobKind, NoArgs, Result, ScopedPath, kind
+
+MariaDbDatabase = Annotated[DbName, listed_by("db.list", None, "name", noun="databases", details=("charset",))]
+"""A MariaDB database the server has (a new one's name is a plain `DbName`)."""
+
 
 _SQL = {"domain": "example.com", "path": "backups/shop.sql.gz"}
 
 
 class DbNameArgs(Args):
-    name: DbName
+    name: MariaDbDatabase
 
 
 class DbSize(Args):
-    name: DbName | None = None
+    name: MariaDbDatabase | None = None
 
 
 class DbCreate(Args):
@@ -51,14 +55,14 @@ class DbUserPassword(Args):
 
 class DbGrant(Args):
     user: DbUser
-    name: DbName
+    name: MariaDbDatabase
     privileges: Literal["all", "read", "readwrite"] = "all"
     host: DbHost = "localhost"
 
 
 class DbRevoke(Args):
     user: DbUser
-    name: DbName
+    name: MariaDbDatabase
     host: DbHost = "localhost"
 
 
@@ -76,15 +80,15 @@ SqlFile = Annotated[FilePath, Field(min_length=1), AfterValidator(_sql_file)]
 
 
 class DbImport(Args):
-    name: DbName
-    domain: DomainName
+    name: MariaDbDatabase
+    domain: SiteDomain
     path: SqlFile
     drop_existing: Bool = False  # drop the database's tables first (it is recreated empty)
 
 
 class DbExport(Args):
-    name: DbName
-    domain: DomainName
+    name: MariaDbDatabase
+    domain: SiteDomain
     path: SqlFile  # .sql.gz: compressed with gzip as it is written
 
 

@@ -6,14 +6,14 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from contract.job_kinds.argtypes import DomainName, GitRef, GitUrl, Id, Int, RelativePath, Secret
+from contract.job_kinds.argtypes import GitRef, GitUrl, Id, Int, RelativePath, Secret, SiteDomain
 from contract.job_kinds.base import Args, DomainArgs, JobKind, Result, ScopedPath, kind
 
 _D = {"domain": "example.com"}
 
 
 class DeployGit(Args):
-    domain: DomainName
+    domain: SiteDomain
     repo: GitUrl
     branch: GitRef = "main"
     path: RelativePath = ""  # the folder of the site to deploy into
@@ -27,7 +27,7 @@ class DeployGit(Args):
 
 
 class DeployInit(Args):
-    domain: DomainName
+    domain: SiteDomain
     repo: GitUrl | None = None  # None: a bare repository in the site to push to
     branch: GitRef = "main"  # what `deploy.run` deploys
     shared: list[RelativePath] = Field(default_factory=list, max_length=20)  # folders kept across releases
@@ -47,23 +47,23 @@ def _token_over_https(token: SecretStr | None, repo: str | None) -> None:
 
 
 class DeployRun(Args):
-    domain: DomainName
+    domain: SiteDomain
     branch: GitRef | None = None  # None: the branch `deploy.init` chose
     token: Secret | None = None  # as in DeployGit
 
 
 class DeployRollback(Args):
-    domain: DomainName
+    domain: SiteDomain
     release: Id | None = None  # None: the previous release
 
 
 class DeployRelease(Args):
-    domain: DomainName
+    domain: SiteDomain
     release: Id
 
 
 class DeployPrune(Args):
-    domain: DomainName
+    domain: SiteDomain
     keep: Int = Field(default=5, ge=1, le=50)
 
 

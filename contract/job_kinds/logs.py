@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from contract.job_kinds.argtypes import DomainName, Duration, Int, SearchText, ServiceName
+from contract.job_kinds.argtypes import Duration, Int, SearchText, ServiceName, SiteDomain
 from contract.job_kinds.base import Args, JobKind, OptionalDomain, Result, kind
 
 _D = {"domain": "example.com"}
@@ -15,13 +15,13 @@ LogName = Literal["access", "error"]
 
 
 class LogsTail(Args):
-    domain: DomainName
+    domain: SiteDomain
     log: LogName = "access"
     lines: Int = Field(default=200, ge=1, le=1_000_000)
 
 
 class LogsSearch(Args):
-    domain: DomainName
+    domain: SiteDomain
     text: SearchText  # a fixed string, not a regular expression
     log: LogName = "access"
     limit: Int = Field(default=1000, ge=1, le=100_000)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from contract.job_kinds.argtypes import Bool, DomainName, Email, Int, Secret, Slug
+from contract.job_kinds.argtypes import Bool, Email, Int, Secret, SiteDomain, Slug
 from contract.job_kinds.base import Args, DomainArgs, JobKind, NoArgs, kind
 
 _D = {"domain": "example.com"}
@@ -39,13 +39,13 @@ class MailAlias(Args):
 
 
 class DkimSetup(Args):
-    domain: DomainName
+    domain: SiteDomain
     selector: Slug = "default"
     bits: Literal[1024, 2048, 4096] = 2048
 
 
 class DmarcSet(Args):
-    domain: DomainName
+    domain: SiteDomain
     policy: Literal["none", "quarantine", "reject"]
     rua: Email | None = None
     pct: Int = Field(default=100, ge=0, le=100)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from contract.job_kinds.argtypes import Bool, DbName, DbUser, DomainName, Secret
+from contract.job_kinds.argtypes import Bool, DbName, DbUser, Secret, SiteDomain
 from contract.job_kinds.base import Args, FilePath, JobKind, NoArgs, ScopedPath, kind
 
 
@@ -28,7 +28,7 @@ class MongoUser(Args):
 
 class MongoDump(Args):
     name: DbName
-    domain: DomainName
+    domain: SiteDomain
     path: FilePath = Field(min_length=1)
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from contract.job_kinds.argtypes import Bool, Cidr, DbName, DbUser, DomainName, Secret
+from contract.job_kinds.argtypes import Bool, Cidr, DbName, DbUser, Secret, SiteDomain, listed_by
 from contract.job_kinds.base import Args, FilePath, JobKind, NoArgs, Result, ScopedPath, kind
+
+PgDatabaseName = Annotated[DbName, listed_by("pg.list", "databases", "name", noun="databases")]
+"""A PostgreSQL database the server has (a new one's name is a plain `DbName`)."""
+
 
 PgExtension = Literal[
     "pg_trgm", "uuid-ossp", "pgcrypto", "hstore", "citext", "unaccent", "postgis", "vector",
@@ -23,7 +27,7 @@ class PgCreate(Args):
 
 
 class PgDrop(Args):
-    name: DbName
+    name: PgDatabaseName
     force: Bool = False  # terminate open connections first
 
 
@@ -44,18 +48,18 @@ class PgUserPassword(Args):
 
 class PgGrant(Args):
     user: DbUser
-    name: DbName
+    name: PgDatabaseName
     privileges: Literal["all", "read", "readwrite"] = "all"
 
 
 class PgExtensionAdd(Args):
-    name: DbName
+    name: PgDatabaseName
     extension: PgExtension
 
 
 class PgDump(Args):
-    name: DbName
-    domain: DomainName
+    name: PgDatabaseName
+    domain: SiteDomain
     path: FilePath = Field(min_length=1)
     format: Literal["plain", "custom"] = "custom"
     gzip: Bool = False  # a plain dump gzipped (a custom one is always compressed)
@@ -68,36 +72,36 @@ class PgDump(Args):
 
 
 class PgRestore(Args):
-    name: DbName
-    domain: DomainName
+    name: PgDatabaseName
+    domain: SiteDomain
     path: FilePath = Field(min_length=1)
     clean: Bool = False
 
 
 class PgSize(Args):
-    name: DbName | None = None  # None: every database
+    name: PgDatabaseName | None = None  # None: every database
 
 
 class PgNameArgs(Args):
-    name: DbName
+    name: PgDatabaseName
 
 
 class PgVacuum(Args):
-    name: DbName | None = None  # None: every database
+    name: PgDatabaseName | None = None  # None: every database
     analyze: Bool = False  # update the planner's statistics too
     full: Bool = False  # rewrite the tables (reclaims space; locks each table while it runs)
 
 
 class PgRevoke(Args):
     user: DbUser
-    name: DbName
+    name: PgDatabaseName
 
 
 class PgAllow(Args):
     """A pg_hba.conf entry: TCP logins from `cidr`, with a SCRAM password."""
 
     cidr: Cidr
-    name: DbName | None = None  # the database; None: all
+    name: PgDatabaseName | None = None  # the database; None: all
     user: DbUser | None = None  # the role; None: all
 
 

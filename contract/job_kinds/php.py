@@ -7,34 +7,47 @@ from typing import Any, Literal
 from pydantic import Field
 
 from contract.job_kinds.allowlists import PHP_INI, PHP_INI_PER_SITE, allowed_values, value_of_its_key
-from contract.job_kinds.argtypes import DomainName, IniValue, Int, PhpDirective, PhpModule, PhpVersion, SitePhpDirective
+from contract.job_kinds.argtypes import (
+    IniValue,
+    InstalledPhpVersion,
+    Int,
+    PhpDirective,
+    PhpModule,
+    PhpVersion,
+    SiteDomain,
+    SitePhpDirective,
+)
 from contract.job_kinds.base import Args, DomainArgs, JobKind, NoArgs, Result, kind
 
 _D = {"domain": "example.com"}
 
 
 class PhpVersionArgs(Args):
-    version: PhpVersion
+    version: InstalledPhpVersion
+
+
+class PhpInstall(Args):
+    version: PhpVersion  # one not installed yet: nothing to pick
 
 
 class PhpSet(Args):
-    domain: DomainName
-    version: PhpVersion
+    domain: SiteDomain
+    version: InstalledPhpVersion
 
 
 class PhpIniGet(Args):
-    version: PhpVersion
+    version: InstalledPhpVersion
     key: PhpDirective
-    domain: DomainName | None = None  # None: the version's global php.ini
+    domain: SiteDomain | None = None  # None: the version's global php.ini
 
 
 class PhpIniSet(Args):
     """A directive of one site's pool (``php_admin_value``): the allow-list of the site's directives."""
 
-    version: PhpVersion
+    version: InstalledPhpVersion
     key: SitePhpDirective
     value: IniValue = Field(json_schema_extra=allowed_values(PHP_INI_PER_SITE))
-    domain: DomainName
+    domain: SiteDomain
 
     _allowed_value = value_of_its_key(PHP_INI_PER_SITE)
 
@@ -42,7 +55,7 @@ class PhpIniSet(Args):
 class PhpIniGlobalSet(Args):
     """A directive of every site of a PHP version (``99-fleetdeck.ini``): the whole allow-list."""
 
-    version: PhpVersion
+    version: InstalledPhpVersion
     key: PhpDirective
     value: IniValue = Field(json_schema_extra=allowed_values(PHP_INI))
 
@@ -50,12 +63,12 @@ class PhpIniGlobalSet(Args):
 
 
 class PhpModuleArgs(Args):
-    version: PhpVersion
+    version: InstalledPhpVersion
     module: PhpModule
 
 
 class PhpPool(Args):
-    domain: DomainName
+    domain: SiteDomain
     pm: Literal["dynamic", "static", "ondemand"] = "ondemand"
     max_children: Int = Field(default=10, ge=1, le=1000)
     max_requests: Int | None = Field(default=None, ge=0, le=1_000_000)
@@ -130,7 +143,7 @@ _V = {"version": "8.3"}
 # php.install, php.uninstall and php.extension-install print apt's lines: no --json, no result.
 KINDS: list[JobKind] = [
     kind("php.versions", NoArgs, "List the installed PHP versions", read=True, example={}, result=PhpVersions),
-    kind("php.install", PhpVersionArgs, "Install a PHP version", positional=("version",), json=False, example=_V),
+    kind("php.install", PhpInstall, "Install a PHP version", positional=("version",), json=False, example=_V),
     kind("php.uninstall", PhpVersionArgs, "Remove a PHP version no site uses", positional=("version",), json=False,
          example=_V),
     kind("php.set", PhpSet, "Switch a site to a PHP version", positional=("domain", "version"),

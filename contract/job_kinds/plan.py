@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from contract.job_kinds.argtypes import DomainName, Int, Slug
+from contract.job_kinds.argtypes import Int, SiteDomain, Slug
 from contract.job_kinds.base import Args, DomainArgs, JobKind, NameArgs, NoArgs, kind
 
 _D = {"domain": "example.com"}
@@ -20,7 +20,7 @@ class PlanCreate(Args):
 
 
 class PlanApply(Args):
-    domain: DomainName
+    domain: SiteDomain
     plan: Slug
 
 

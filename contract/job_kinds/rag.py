@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, model_validator
 
-from contract.job_kinds.argtypes import Bool, DomainName, Id, Int, ModelName, RelativePath, Slug
+from contract.job_kinds.argtypes import Bool, Id, Int, ModelName, RelativePath, SiteDomain, Slug
 from contract.job_kinds.base import Args, JobKind, NameArgs, NoArgs, ScopedPath, kind
 
 
@@ -23,7 +23,7 @@ class RagCreate(Args):
 
 class RagIngest(Args):
     name: Slug
-    domain: DomainName
+    domain: SiteDomain
     path: RelativePath = ""  # a file or folder of the site; "" = the whole site
     recursive: Bool = False
 

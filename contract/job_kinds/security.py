@@ -8,7 +8,6 @@ from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import (
     Bool,
-    DomainName,
     Id,
     Int,
     IPAddress,
@@ -17,13 +16,14 @@ from contract.job_kinds.argtypes import (
     Port,
     PortRange,
     SafeText,
+    SiteDomain,
     Slug,
 )
 from contract.job_kinds.base import Args, JobKind, NoArgs, Result, kind
 
 
 class SecurityScan(Args):
-    domain: DomainName | None = None  # None: every site
+    domain: SiteDomain | None = None  # None: every site
     quarantine: Bool = False  # move infected files to the quarantine
 
 

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field, model_validator
 
-from contract.job_kinds.argtypes import Int, ServiceName
+from contract.job_kinds.argtypes import Int, ServiceName, listed_by
 from contract.job_kinds.base import Args, JobKind, NoArgs, Result, kind
+
+SystemService = Annotated[
+    ServiceName, listed_by("service.list", "services", "name", noun="services", details=("description",))
+]
+"""A system service the server has."""
+
 
 # Services whose loss cuts the server off from its owners: they may be restarted, never stopped.
 PROTECTED_SERVICES = frozenset({"ssh", "sshd", "fleetdeck-agent", "systemd-networkd", "networking", "NetworkManager"})
 
 
 class ServiceArgs(Args):
-    name: ServiceName
+    name: SystemService
 
 
 class ServiceStop(Args):
-    name: ServiceName
+    name: SystemService
 
     @model_validator(mode="after")
     def _not_protected(self) -> ServiceStop:
@@ -26,7 +34,7 @@ class ServiceStop(Args):
 
 
 class ServiceLogs(Args):
-    name: ServiceName
+    name: SystemService
     lines: Int = Field(default=200, ge=1, le=100_000)
 
 

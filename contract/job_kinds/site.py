@@ -11,9 +11,10 @@ from contract.job_kinds.argtypes import (
     DomainName,
     EnvName,
     FpmEnvValue,
+    InstalledPhpVersion,
     Int,
     MemoryLimit,
-    PhpVersion,
+    SiteDomain,
     UploadLimit,
 )
 from contract.job_kinds.base import Args, DomainArgs, JobKind, NoArgs, Result, kind
@@ -25,7 +26,7 @@ SiteProfile = Literal["static", "php", "wordpress"]
 class SiteCreate(Args):
     domain: DomainName
     profile: SiteProfile = Field(default="static", description="what the site's public_html starts with")
-    php: PhpVersion | None = Field(
+    php: InstalledPhpVersion | None = Field(
         default=None, description="the PHP version of a php or wordpress site (default: the server's default PHP)"
     )
 
@@ -37,29 +38,29 @@ class SiteCreate(Args):
 
 
 class SiteDelete(Args):
-    domain: DomainName
+    domain: SiteDomain
     keep_files: Bool = False
 
 
 class SiteAlias(Args):
-    domain: DomainName
+    domain: SiteDomain
     alias: DomainName
 
 
 class SiteRedirect(Args):
-    domain: DomainName
+    domain: SiteDomain
     https: Bool = False
     www: Literal["keep", "add", "remove"] = "keep"
 
 
 class SiteLogs(Args):
-    domain: DomainName
+    domain: SiteDomain
     lines: Int = Field(default=100, ge=1, le=10_000)
     log: Literal["access", "error", "both"] = "both"
 
 
 class SiteEnvKey(Args):
-    domain: DomainName
+    domain: SiteDomain
     key: EnvName
 
 
@@ -71,14 +72,14 @@ class SiteEnvSet(SiteEnvKey):
 class SiteLimits(Args):
     """Only the limits given change; the job prints them all."""
 
-    domain: DomainName
+    domain: SiteDomain
     max_children: Int | None = Field(default=None, ge=1, le=1000)
     memory_limit: MemoryLimit | None = None
     upload_limit: UploadLimit | None = None
 
 
 class SiteClone(Args):
-    domain: DomainName
+    domain: SiteDomain
     target: DomainName
 
 

@@ -6,14 +6,14 @@ from typing import Literal
 
 from pydantic import Field
 
-from contract.job_kinds.argtypes import Bool, DomainName, Email, OnOff, RelativePath
+from contract.job_kinds.argtypes import Bool, DomainName, Email, OnOff, RelativePath, SiteDomain
 from contract.job_kinds.base import Args, DomainArgs, JobKind, NoArgs, Result, ScopedPath, kind
 
 _D = {"domain": "example.com"}
 
 
 class SslIssue(Args):
-    domain: DomainName
+    domain: SiteDomain
     aliases: list[DomainName] = Field(default_factory=list, max_length=100)
     wildcard: Bool = False  # also *.<domain> (needs the zone on this server's DNS)
     provider: Literal["letsencrypt", "zerossl", "buypass"] = "letsencrypt"
@@ -23,24 +23,24 @@ class SslIssue(Args):
 
 
 class SslRenew(Args):
-    domain: DomainName
+    domain: SiteDomain
     force: Bool = False
 
 
 class SslRevoke(Args):
-    domain: DomainName
+    domain: SiteDomain
     reason: Literal["unspecified", "key_compromise", "superseded", "cessation_of_operation"] = "unspecified"
 
 
 class SslInstall(Args):
-    domain: DomainName
+    domain: SiteDomain
     cert_path: RelativePath = Field(min_length=1)
     key_path: RelativePath = Field(min_length=1)
     chain_path: RelativePath = ""
 
 
 class SslAutoRenew(Args):
-    domain: DomainName
+    domain: SiteDomain
     state: OnOff
 
 

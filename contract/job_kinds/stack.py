@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from contract.job_kinds.argtypes import Bool, DomainName, Int, ServiceName, Slug
+from contract.job_kinds.argtypes import Bool, Int, ServiceName, SiteDomain, Slug
 from contract.job_kinds.base import Args, JobKind, NoArgs, kind
 
 
@@ -15,7 +15,7 @@ class StackName(Args):
 class StackCreate(Args):
     name: Slug
     template: Slug
-    domain: DomainName | None = None  # the site that proxies to the stack's web service
+    domain: SiteDomain | None = None  # the site that proxies to the stack's web service
 
 
 class StackDown(Args):

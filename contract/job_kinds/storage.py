@@ -6,18 +6,18 @@ from typing import Literal
 
 from pydantic import Field
 
-from contract.job_kinds.argtypes import Bool, DomainName, Int, RelativePath
+from contract.job_kinds.argtypes import Bool, Int, RelativePath, SiteDomain
 from contract.job_kinds.base import Args, DiskSpace, JobKind, NoArgs, Result, ScopedPath, kind
 
 
 class StorageUsage(Args):
-    domain: DomainName | None = None  # the path is in this site; None: in the home (owners only)
+    domain: SiteDomain | None = None  # the path is in this site; None: in the home (owners only)
     path: RelativePath = ""
     depth: Int = Field(default=1, ge=1, le=5)
 
 
 class StorageLargest(Args):
-    domain: DomainName | None = None  # as in StorageUsage
+    domain: SiteDomain | None = None  # as in StorageUsage
     path: RelativePath = ""
     limit: Int = Field(default=50, ge=1, le=1000)
 

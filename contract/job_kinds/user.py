@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from contract.job_kinds.argtypes import Bool, OnOff, Secret, SshFingerprint, SshPublicKey, Username
+from contract.job_kinds.argtypes import Bool, OnOff, Secret, SshFingerprint, SshPublicKey, SystemUser, Username
 from contract.job_kinds.base import Args, JobKind, NoArgs, Result, UserArgs, kind
 
 
@@ -18,32 +18,32 @@ class UserCreate(Args):
 
 
 class UserDelete(Args):
-    username: Username
+    username: SystemUser
     keep_home: Bool = False
 
 
 class SshKeyAdd(Args):
-    username: Username
+    username: SystemUser
     key: SshPublicKey
 
 
 class SshKeyRemove(Args):
-    username: Username
+    username: SystemUser
     fingerprint: SshFingerprint
 
 
 class PasswordSet(Args):
-    username: Username
+    username: SystemUser
     password: Secret
 
 
 class SudoSet(Args):
-    username: Username
+    username: SystemUser
     state: OnOff
 
 
 class KeyAudit(Args):
-    username: Username | None = None  # None: every login user and site user
+    username: SystemUser | None = None  # None: every login user and site user
 
 
 # --- results -------------------------------------------------------------------------------------

@@ -6,34 +6,34 @@ from typing import Literal
 
 from pydantic import Field
 
-from contract.job_kinds.argtypes import DomainName, Int, IPOrCidr
+from contract.job_kinds.argtypes import Int, IPOrCidr, SiteDomain
 from contract.job_kinds.base import Args, DomainArgs, JobKind, OptionalDomain, kind
 
 _D = {"domain": "example.com"}
 
 
 class WafEnable(Args):
-    domain: DomainName
+    domain: SiteDomain
     mode: Literal["detect", "block"] = "block"
 
 
 class WafRule(Args):
-    domain: DomainName
+    domain: SiteDomain
     rule_id: Int = Field(ge=1, le=99_999_999)
 
 
 class WafAllow(Args):
-    domain: DomainName
+    domain: SiteDomain
     source: IPOrCidr
 
 
 class WafParanoia(Args):
-    domain: DomainName
+    domain: SiteDomain
     level: Int = Field(ge=1, le=4)
 
 
 class WafEvents(Args):
-    domain: DomainName
+    domain: SiteDomain
     limit: Int = Field(default=100, ge=1, le=1000)
 
 

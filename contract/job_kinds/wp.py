@@ -14,6 +14,7 @@ from contract.job_kinds.argtypes import (
     RelativePath,
     SafeText,
     Secret,
+    SiteDomain,
     Version,
     WpUser,
 )
@@ -21,11 +22,11 @@ from contract.job_kinds.base import Args, JobKind, ScopedPath, kind
 
 
 class WpList(Args):
-    domain: DomainName | None = None
+    domain: SiteDomain | None = None
 
 
 class WpTarget(Args):
-    domain: DomainName
+    domain: SiteDomain
     path: RelativePath = ""  # the install's folder inside the site, "" = the site root
 
 

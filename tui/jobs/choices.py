@@ -1,11 +1,12 @@
 """What a job form's field names on the server, and where the form finds the ones that exist.
 
 A field that names a thing of the server (a site's domain, a cron entry's id, a database, a
-daemon…) offers a picker of those the server has. `SOURCES` is the one declaration of which field
-takes its choices from where: the result of a read kind of that server (`site.list`, run as a
-job: an offline agent answers with its last result, `cached`). The user can still type any
-value: the picker only helps. (Load balancers have a screen of their own: their kinds are not
-plain jobs, and the job picker does not offer them.)
+daemon…) offers a picker of those the server has. The catalog says which: such a field's JSON
+schema carries `x-source` (`contract.job_kinds.argtypes.listed_by`), naming the read kind that
+lists them (`site.list`, run as a job: an offline agent answers with its last result, `cached`),
+where its result holds the list and which item field is the value. A field that makes a new thing
+carries none. The user can still type any value: the picker only helps. (Load balancers have a
+screen of their own: their kinds are not plain jobs, and the job picker does not offer them.)
 """
 
 from __future__ import annotations
@@ -33,34 +34,32 @@ class Source:
         return self.read_kind
 
 
-PHP_VERSIONS = Source("PHP versions", "php.versions", "versions", "version")
+def source_in(prop: Mapping[str, Any]) -> Source | None:
+    """The `x-source` of one property of an `args_schema` (on it, or on the non-null alternative of
+    an optional one), or None when it names nothing or the declaration is malformed."""
+    alternatives = prop.get("anyOf") or prop.get("oneOf") or []
+    for candidate in (prop, *(alt for alt in alternatives if isinstance(alt, Mapping))):
+        declared = candidate.get("x-source")
+        if isinstance(declared, Mapping):
+            return _source(declared)
+    return None
 
-# (kind domain, field) → source; "*" is any domain. Kept small: the fields users name most.
-SOURCES: Mapping[tuple[str, str], Source] = {
-    ("*", "domain"): Source("sites", "site.list", "sites", "domain", ("home",)),
-    ("cron", "id"): Source("cron entries", "cron.list", "entries", "id", ("domain", "schedule", "command")),
-    ("db", "name"): Source("databases", "db.list", None, "name", ("charset",)),
-    ("pg", "name"): Source("databases", "pg.list", "databases", "name"),
-    ("daemon", "name"): Source("daemons", "daemon.list", "daemons", "name", ("domain", "command")),
-    ("service", "name"): Source("services", "service.list", "services", "name", ("description",)),
-    ("user", "username"): Source("users", "user.list", "users", "username", ("home",)),
-    ("php", "version"): PHP_VERSIONS,
-    ("site", "php"): PHP_VERSIONS,
-}
 
-# Kinds that make the thing their field names: a new name, nothing to pick.
-CREATING_ACTIONS = frozenset({"create", "add", "install"})
+def _source(declared: Mapping[str, Any]) -> Source | None:
+    kind, key, noun, items = declared.get("kind"), declared.get("key"), declared.get("noun"), declared.get("items")
+    details = declared.get("details") or []
+    if not (isinstance(kind, str) and isinstance(key, str) and isinstance(noun, str)):
+        return None
+    if not (items is None or isinstance(items, str)) or not isinstance(details, list):
+        return None
+    return Source(noun, kind, items, key, tuple(str(name) for name in details))
 
 
 def source_of(kind: JobKindInfo, name: str) -> Source | None:
     """The source of the choices of `kind`'s field `name`, if it names something that exists."""
-    source = SOURCES.get((kind.domain, name)) or SOURCES.get(("*", name))
-    if source is None or source.read_kind == kind.kind:
-        return None
-    made_here = source.read_kind.split(".", 1)[0] == kind.domain
-    if made_here and kind.action in CREATING_ACTIONS:
-        return None
-    return source
+    prop = (kind.args_schema.get("properties") or {}).get(name)
+    source = source_in(prop) if isinstance(prop, Mapping) else None
+    return None if source is None or source.read_kind == kind.kind else source
 
 
 def sources_of(kind: JobKindInfo, names: list[str]) -> dict[str, Source]:

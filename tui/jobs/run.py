@@ -1,10 +1,12 @@
-"""One job: its output live (or replayed, once finished), how it ended, and a read's result."""
+"""One job: its output live (or replayed, once finished), how it ended, and its result: a read's as
+a table or a tree, a write's as a summary (its message, then its fields)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import orjson
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -18,7 +20,7 @@ from tui.bridge import TaskHandle
 from tui.errors import unwrap
 from tui.jobs.dialogs import ConfirmCancel
 from tui.jobs.errors import describe_job_error
-from tui.jobs.log_panel import Banner, LogView, format_duration
+from tui.jobs.log_panel import Banner, LogLine, LogView, format_duration
 from tui.jobs.result_view import ResultView
 from tui.jobs.stream import JobBatch, iterate, open_batch_channel, pump_job_events
 from tui.monitor import LinkState
@@ -79,8 +81,21 @@ def args_summary(args: dict[str, object]) -> str:
     return printable(" ".join(f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in given.items()))
 
 
+def written_result(lines: list[LogLine]) -> dict[str, Any] | None:
+    """A write's result in its output: its last stdout line, when that is a JSON object (what a
+    mutation prints with --json, for a job whose row carries no result)."""
+    last = next((line.text for line in reversed(lines) if not line.stderr), "")
+    if not last.lstrip().startswith("{"):
+        return None
+    try:
+        parsed = orjson.loads(last)
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
 class JobRunScreen(FleetScreen):
-    """The log of one job (k9s keys), its exit banner, and the result of a read as a table or tree."""
+    """The log of one job (k9s keys), its exit banner, and its result (a read's or a write's)."""
 
     HELP_TITLE = "Job"
 
@@ -195,6 +210,7 @@ class JobRunScreen(FleetScreen):
             update={"status": status, "exit_code": exit_code if isinstance(exit_code, int) else self.job.exit_code}
         )
         self._show_banner()
+        self._show_written_result()
         if was_live or self.job.finished_at is None:
             # The row has its finish time and, for a read, its result by now.
             self.bridge.run(
@@ -278,9 +294,22 @@ class JobRunScreen(FleetScreen):
         self.log_view.panel.set_banner(Banner(self.job.status, self.job.exit_code, job_duration(self.job)))
         self._update_bar()
 
-    def _show_result(self) -> None:
+    def _show_written_result(self) -> None:
+        """A succeeded write whose row has no result: the one its output ends with, if any."""
+        if self._has_result or self.job.result is not None or self.job.status != "succeeded":
+            return
+        if self.kind is None or self.kind.read:
+            return
+        result = written_result(self.log_view.panel.lines)
+        if result is not None:
+            self._show_result(result)
+
+    def _show_result(self, result: Any = None) -> None:
         self._has_result = True
-        self.query_one(ResultView).show(self.job.result)
+        kind = self.kind
+        write = kind is not None and not kind.read
+        schema = kind.result_schema if kind is not None else None
+        self.query_one(ResultView).show(self.job.result if result is None else result, schema, summary=write)
         tabs = self.query_one(TabbedContent)
         tabs.show_tab("result")
         tabs.remove_class("-single")
