@@ -70,7 +70,8 @@ def socket_name(folder: str, prefix: str, name: str, suffix: str = ".sock") -> s
 def runtime_dir(owner_folder: Path) -> Path:
     """A short private folder (made 0755 as root, where the services' other accounts connect; 0700
     otherwise) for the unix sockets of the services that keep their files in `owner_folder`: the
-    same folder for the same `owner_folder` each time.
+    same folder for the same `owner_folder` each time. This process holds it (a shared lock) until
+    `remove_runtime_dir` or its end, so no sweep takes it meanwhile.
 
     Raises:
         OSError: the folder cannot be made, or a shared parent is not this account's own.
@@ -83,7 +84,7 @@ def runtime_dir(owner_folder: Path) -> Path:
         try:
             folder.mkdir(mode=mode, exist_ok=True)
         except FileNotFoundError:
-            continue  # a sweep removed the emptied parent meanwhile
+            continue  # another owner's `remove_runtime_dir` took the emptied parent meanwhile
         _check_own_folder(folder)
         if _hold(folder):
             return folder
