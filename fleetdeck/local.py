@@ -66,6 +66,9 @@ async def run_local(
         home, agent_state = layout.home, layout.agent_state
         stack_dir(home)  # as root, its sites' users pass through it to their own folders
         await anyio.to_thread.run_sync(ensure_workspace, home, agent_state, layout.site_logs)
+        # Stacks killed on purpose could not remove their sockets folders: nobody holds them now.
+        for stale in await anyio.to_thread.run_sync(unix_sockets.sweep_stale_runtime_dirs):
+            log.info("removed %s, the sockets folder of a stack that is gone", stale)
         sockets = await anyio.to_thread.run_sync(unix_sockets.runtime_dir, layout.root)
         db_url = db_url or layout.db_url
         fleet = build_fleet(settings.for_control_plane(db_url, default_server=LOCAL_SERVER))

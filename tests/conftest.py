@@ -4,6 +4,7 @@ more agents and admin commands against it."""
 
 from __future__ import annotations
 
+import random
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -65,6 +66,36 @@ STACK_VARIANTS: dict[str, StackVariant] = {
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "stack_variants(*names): run each test once per named stack variant")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--module-order",
+        default="file",
+        help="the order whole test modules run in: file (by path, the default), reverse, or an integer"
+        " seed of a random order (the same seed, the same order): a module that passes only after another shows",
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"module order: {config.getoption('module_order')}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Reorder whole modules as `--module-order` asks; each module's tests keep their own order
+    (its module fixtures are set up once, and its tests may build on each other's service)."""
+    order: str = config.getoption("module_order")
+    if order == "file":
+        return
+    modules = list(dict.fromkeys(item.path for item in items))
+    if order == "reverse":
+        modules.reverse()
+    elif order.isdigit():
+        random.Random(int(order)).shuffle(modules)
+    else:
+        raise pytest.UsageError(f"--module-order: file, reverse or an integer seed, not {order!r}")
+    rank = {path: n for n, path in enumerate(modules)}
+    items.sort(key=lambda item: rank[item.path])  # stable: within a module, the order stays
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -571,6 +571,23 @@ def test_a_killed_stacks_sockets_folder_goes_when_its_launcher_stops(tmp_path: P
     assert not sockets.exists()
 
 
+def test_a_stack_sweeps_the_sockets_folders_of_killed_stacks_as_it_starts(tmp_path: Path) -> None:
+    """A stack killed with nobody left to remove its short sockets folder (its launcher killed too)
+    leaves it in /run/fleetdeck; the next stack to start removes it, since no process holds it."""
+    killed = start_local(tmp_path / "killed")
+    sockets = unix_sockets.runtime_path(tmp_path / "killed")
+    killed.process.kill()
+    killed.process.wait()
+    wait_until(lambda: not any(sockets.iterdir()))  # its services died with it (a live one would keep it)
+    following = start_local(tmp_path / "following")
+    try:
+        assert not sockets.exists()
+        assert unix_sockets.runtime_path(tmp_path / "following").is_dir()  # its own, held while it runs
+    finally:
+        following.stop()
+        killed.stop()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import pwd
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,3 +87,50 @@ def test_a_shared_folder_made_by_another_account_or_a_link_is_refused(tmp_path: 
     for folder in (theirs, link):
         with pytest.raises(PermissionError, match="not a folder of this account's own"):
             unix_sockets._check_own_folder(folder)
+
+
+# A process that makes a runtime folder, leaves a socket in it bound and closed (as a killed
+# service does), says where, and lives until it is killed.
+OWNER = """
+import socket, sys
+from pathlib import Path
+from agent import unix_sockets
+folder = unix_sockets.runtime_dir(Path(sys.argv[1]))
+socket.socket(socket.AF_UNIX).bind(str(folder / "pool.sock"))
+print(folder, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_runtime_folder_whose_owner_was_killed_is_swept_and_those_owned_or_answering_stay(tmp_path: Path) -> None:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, str(tmp_path / "killed")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert owner.stdout is not None
+    killed = Path(owner.stdout.readline().strip())
+    ours = unix_sockets.runtime_dir(tmp_path / "ours")  # held by this process
+    # no owner holds it, but a service that outlived its owner answers on its socket
+    served = unix_sockets.runtime_path(tmp_path / "served")
+    served.mkdir()
+    listening = socket.socket(socket.AF_UNIX)
+    try:
+        listening.bind(str(served / "master.sock"))
+        listening.listen()
+        assert killed in [ours.parent / name for name in os.listdir(ours.parent)]
+        assert killed not in unix_sockets.sweep_stale_runtime_dirs()  # its owner lives
+        assert (killed / "pool.sock").exists()
+        owner.kill()
+        owner.wait()
+        swept = unix_sockets.sweep_stale_runtime_dirs()
+        assert killed in swept and not killed.exists()
+        assert ours not in swept and served not in swept and ours.is_dir() and (served / "master.sock").exists()
+        assert unix_sockets.runtime_dir(tmp_path / "killed") == killed and killed.is_dir()  # made again on demand
+    finally:
+        owner.kill()
+        listening.close()
+        for folder in (served, ours, unix_sockets.runtime_path(tmp_path / "killed")):
+            (folder / "master.sock").unlink(missing_ok=True)
+            unix_sockets.remove_runtime_dir(folder)
