@@ -113,7 +113,7 @@ def env(tmp_path: Path) -> Iterator[Env]:
     if IS_ROOT:
         os.chmod(tmp_path, 0o755)  # site users must reach their folders
     # A server without a web server (no nginx sites folder, no PHP-FPM pool folder): its sites are
-    # files, users and registry entries only (tests/test_jobs_sites.py serves them for real).
+    # files, users and registry entries only (tests/agent/jobs/test_site.py serves them for real).
     layout = tmp_path / "host-layout.json"
     no_web = {"nginx": {"sites_dir": str(tmp_path / "no-nginx")}, "php": {"pool_dir": str(tmp_path / "no-php")}}
     logs = tmp_path / "site-logs"

@@ -536,7 +536,7 @@ def member_token(stack: Stack) -> str:
 
 @pytest.fixture(scope="module")
 def big_log(stack: Stack) -> list[str]:
-    """The demo site's access log, 200,000 lines (the same file tests/test_jobs.py plants)."""
+    """The demo site's access log, 200,000 lines (the same file tests/control_plane/jobs/test_dispatch.py plants)."""
     lines = [f'203.0.113.{i % 250} - - [22/Nov/2026] "GET /item/{i} HTTP/1.1" 200 {i}' for i in range(BIG)]
     log = stack.data_dir / "site-logs" / "example-com" / "access.log"  # the stack's sites_log_dir
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -78,7 +78,7 @@ async def test_scopes(fs: FileHandlers) -> None:
     result = await call(fs.fs_scopes)
     assert result == {
         "sites": [{"domain": "example.com", "slug": "example-com"}, {"domain": "other.org", "slug": "other-site"}],
-        "logs": [],  # the sites with a log folder: none without the sites' log folder (`test_agent_files_logs`)
+        "logs": [],  # the sites with a log folder: none without their folder (`tests/agent/files/test_logs.py`)
     }
 
 

@@ -20,10 +20,10 @@ import pytest
 
 from agent.jobs.updates import history_files, parse_history, read_history
 from tests.helpers.hosting import Hosting
+from tests.helpers.recorded_systemd import RECORDED
 
 pytestmark = pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt (Debian)")
 
-RECORDED = Path(__file__).parent / "data" / "tool_output"
 # Installed on every test machine (scripts/test or the base image); one that is already the newest is applied for real.
 CANDIDATES = ("bind9", "nginx", "supervisor", "fail2ban", "sudo", "git", "make", "less", "unzip", "jq", "zip")
 

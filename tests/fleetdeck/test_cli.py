@@ -21,7 +21,7 @@ from control_plane.storage import Database
 from fleetdeck import cli
 from fleetdeck.cli import local_connection
 from fleetdeck.launcher import LocalStack, StackStartError
-from tests.conftest import Stack, python_env
+from tests.conftest import ROOT, Stack, python_env
 from themes import ANSI, DARK, default_theme_name
 from themes.pygments_styles import FleetdeckAnsiStyle, rich_style_map
 from tui.connection import ConnectError, Connection, SessionStore, connect_remote
@@ -49,8 +49,7 @@ def test_subcommands_reach_their_tower(argv: list[str], usage: str, capsys: pyte
 def test_the_tui_module_does_not_import_the_control_plane() -> None:
     towers = "('control_plane', 'agent')"
     code = f"import sys, fleetdeck.cli, tui.app; sys.exit(any(m.startswith({towers}) for m in sys.modules))"
-    root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=60).returncode == 0
 

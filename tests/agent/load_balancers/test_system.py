@@ -51,7 +51,7 @@ from agent.load_balancers.node import LbNode
 from agent.load_balancers.settings import LbSettings
 from agent.sites import SiteRegistry
 from fleetdeck.launcher import child_environment
-from tests.conftest import Stack
+from tests.conftest import ROOT, Stack
 from tests.helpers import eventually, wait_until
 from tests.helpers.http_backends import Backend, start_backends, stop_backends
 from tests.helpers.load_balancers import Node, Org, https_get
@@ -60,7 +60,6 @@ from tests.helpers.pebble import Pebble, pebble_installed, run_pebble
 INSIDE_ENV = "LB_SYSTEM_TEST_NAMESPACE"  # set (to a scratch folder) by the outer test for the run inside
 INSIDE = os.environ.get(INSIDE_ENV)
 inside = pytest.mark.skipif(not INSIDE, reason="runs inside the private namespace of the test below")
-ROOT = Path(__file__).resolve().parent.parent
 NAMESPACE_RUN_TIMEOUT_S = 600
 REAPING_INIT = ROOT / "tests" / "helpers" / "reaping_init.py"  # PID 1 of the namespace
 

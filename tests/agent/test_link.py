@@ -892,7 +892,7 @@ async def test_agent_errors_reach_users_as_a_safe_agent_error(stack: Stack) -> N
 @pytest.mark.anyio
 async def test_kernel_protections_come_from_the_hello(caplog: pytest.LogCaptureFixture) -> None:
     """A hello's kernel_protections is taken as said (the agent's own is tested end to end in
-    test_agent_files_faults), a missing one is not known (None), and a malformed one is refused
+    tests/agent/files/test_faults.py), a missing one is not known (None), and a malformed one is refused
     like any bad hello."""
     cp = make_control_plane()
     async with serving(cp.hub) as url:

@@ -1,5 +1,5 @@
 """Unix socket paths fit the kernel's 107 bytes whatever the folder they are made in
-(`agent.unix_sockets`); the local stack's own are checked end to end in tests/test_local.py."""
+(`agent.unix_sockets`); the local stack's own are checked end to end in tests/fleetdeck/test_local.py."""
 
 from __future__ import annotations
 

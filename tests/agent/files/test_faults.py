@@ -43,7 +43,7 @@ from api_client import Client
 from contract.errors import ApiError, Forbidden, InsufficientStorage
 from contract.job_kinds import lookup
 from contract.models import RELAY_UPLOAD_LIMIT, Scope
-from tests.conftest import AgentProcess, Stack
+from tests.conftest import ROOT, AgentProcess, Stack
 from tests.helpers import wait_until
 
 SITE = Scope(scope="site", domain="a.example")
@@ -439,7 +439,7 @@ sys.stdin.read()
 def journalling_child(tmp_path: Path, mode: str) -> subprocess.Popen[str]:
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(tmp_path / "state"), str(tmp_path / "home"), mode],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

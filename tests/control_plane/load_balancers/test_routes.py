@@ -87,7 +87,7 @@ def test_create_answers_pending_then_the_node_applies_it(stack: Stack, backend: 
         assert member["health"] == "unhealthy" and member["last_check_at"] is None  # never checked
 
         # The stack's agent serves load balancers: it applies revision 1 (what it serves is
-        # tests/test_load_balancers_e2e.py's to check).
+        # tests/control_plane/load_balancers/test_end_to_end.py's to check).
         wait_until(lambda: get_lb(http, lb["id"])["applied_revision"] == 1, timeout=30)
         [job] = apply_jobs(http, stack.server_id, lb["id"])
         assert job["exit_code"] == 0 and job["args"]["revision"] == 1

@@ -1,7 +1,7 @@
 """What the control plane takes for an outage of its database (answered 503, waited out by its
 long-running tasks) and what for a bug (a 500, raised at once), on real errors of real SQLite
 files and a real PostgreSQL driver. The outages themselves, end to end, are in
-tests/test_replicas_faults.py (PostgreSQL and NATS stopped under a cluster and a single serve)."""
+tests/control_plane/replicas/test_faults.py (PostgreSQL and NATS stopped under a cluster and a single serve)."""
 
 from __future__ import annotations
 

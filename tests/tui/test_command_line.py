@@ -1,7 +1,7 @@
 """k9s's keys on the real stack: `:` command mode (completion, each resource opens its screen,
 Esc cancels, a `:` typed into a field stays text) and the one `/` filter on every list (servers,
-jobs, load balancers; the audit log's is in test_tui_audit.py, the files panels' in
-test_tui_commander.py)."""
+jobs, load balancers; the audit log's is in tests/tui/audit/test_screen.py, the files panels' in
+tests/tui/files/test_commander.py)."""
 
 from __future__ import annotations
 
