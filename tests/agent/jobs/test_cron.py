@@ -6,10 +6,13 @@ A scheduled run is the entry's crontab line run the way cron runs it: read back 
 crontab, its schedule cut off and ``\\%`` turned back into ``%``, given to ``/bin/sh -c`` as the
 site user in the user's home with cron's small environment. (Waiting for the cron daemon's next
 minute would make the test slow, and the daemon runs every crontab of the machine.)
-"""
+
+Its readers of tool output are tested on recorded output too (tests/data/tool_output/): they
+run where the tool is absent, and cover what a live machine rarely shows."""
 
 from __future__ import annotations
 
+import os
 import pwd
 import secrets
 import shutil
@@ -19,7 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
+from agent.jobs.cron import parse_history
+from tests.helpers.agent_jobs import (
+    IS_ROOT,
+    Env,
+    linked,
+    temporary_domain,
+)
 from tests.helpers.hosting import Hosting
 
 pytestmark = pytest.mark.skipif(shutil.which("crontab") is None, reason="needs crontab (Debian package cron)")
@@ -130,3 +141,100 @@ def test_deleting_an_entry_removes_its_history(hosting: Hosting, site: str) -> N
     assert not history_file(hosting, site, entry).exists()
     gone = hosting.run("cron.history", id=entry)
     assert gone.exit_code == 1 and f"no cron entry {entry} on this server" in gone.text
+
+
+# --- a cron entry's run history --------------------------------------------------------------------
+
+
+def test_cron_runs_pair_by_key_newest_first() -> None:
+    text = "\n".join(
+        [
+            "end 90 1700000001 0",  # its start was trimmed away
+            "start 101 1700000060",
+            "start run-ab12 1700000070",
+            "end 101 1700000062 0",
+            "end run-ab12 1700000075 3",
+            "start 102 1700000120",  # never ended, its shell is gone
+            "start 103 1700000180",  # still running
+            "start 102 1700000240",  # pid 102 again
+            "end 102 1700000241 1",
+            "garbage",
+        ]
+    )
+    runs = parse_history(text, alive=lambda pid: pid == 103)
+    assert [(r["trigger"], r["state"], r["exit_code"], r["duration_s"]) for r in runs] == [
+        ("schedule", "failed", 1, 1),
+        ("schedule", "running", None, None),
+        ("schedule", "interrupted", None, None),
+        ("manual", "failed", 3, 5),
+        ("schedule", "ok", 0, 2),
+    ]
+    assert runs[-1]["started_at"] == "2023-11-14T22:14:20Z" and runs[-1]["ended_at"] == "2023-11-14T22:14:22Z"
+    assert parse_history("", alive=lambda pid: True) == []
+
+
+HAS_CRONTAB = shutil.which("crontab") is not None
+
+
+needs_root = pytest.mark.skipif(not IS_ROOT, reason="creates system users: runs only as root")
+
+
+def set_crontab(user: str, text: str) -> None:
+    subprocess.run(["crontab", "-u", user, "-"], input=text.encode(), check=True)
+
+
+def crontab_of(user: str) -> str:
+    return subprocess.run(["crontab", "-u", user, "-l"], capture_output=True, text=True, check=True).stdout
+
+
+@needs_root
+@pytest.mark.skipif(not HAS_CRONTAB, reason="crontab is not installed (Debian package: cron)")
+@pytest.mark.anyio
+async def test_cron_add_list_pause_run_with_a_real_crontab(env: Env) -> None:
+    domain = temporary_domain("c")
+    slug = domain.replace(".", "-")
+    env.users.append(slug)
+    async with linked(env) as agent:
+        (await agent.run("site", "create", domain, "--json")).json()
+        await trio.to_thread.run_sync(set_crontab, slug, "# the user's own line\n@reboot /bin/true\n")
+        added = (
+            await agent.run(
+                "cron", "add", domain, "--schedule", "*/5 * * * *", "--command", "/usr/bin/id -un", "--json"
+            )
+        ).json()
+        entry = added["entry"]
+        assert (entry["domain"], entry["paused"], added["user"]) == (domain, False, slug)
+        other = (
+            await agent.run("cron", "add", domain, "--schedule", "@daily", "--command", "/bin/pwd", "--json")
+        ).json()
+
+        crontab = await trio.to_thread.run_sync(crontab_of, slug)
+        assert "@reboot /bin/true" in crontab  # lines outside the block stay
+        assert f"*/5 * * * * cd {env.home / slug} || exit; " in crontab  # the command, between its records:
+        assert "; /usr/bin/id -un; r=$?; " in crontab and "history; /bin/pwd; r=$?; " in crontab
+        assert f"@daily cd {env.home / slug} || exit; " in crontab
+
+        listed = (await agent.run("cron", "list", "--domain", domain, "--json")).json()["entries"]
+        assert [e["id"] for e in listed] == [entry["id"], other["entry"]["id"]]
+
+        ran = await agent.run("cron", "run", entry["id"])
+        assert (ran.exit_code, ran.stdout) == (0, [slug])  # as the site user
+        ran = await agent.run("cron", "run", other["entry"]["id"])
+        assert (ran.exit_code, ran.stdout) == (0, [str(env.home / slug)])  # in the site's folder
+
+        paused = await agent.run("cron", "pause", entry["id"])
+        assert paused.exit_code == 0 and "paused" in paused.stdout[0]
+        crontab = await trio.to_thread.run_sync(crontab_of, slug)
+        assert "/usr/bin/id" not in crontab and "/bin/pwd" in crontab and "@reboot /bin/true" in crontab
+        listed = (await agent.run("cron", "list", "--json")).json()["entries"]
+        assert [e["paused"] for e in listed] == [True, False]
+
+        bad = await agent.run("cron", "add", domain, "--schedule", "* * * * *", "--command", "/bin/echo a;b", "--json")
+        assert bad.exit_code == 2
+        missing = await agent.run("cron", "run", "nope")
+        assert (missing.exit_code, missing.stderr) == (1, ["no cron entry nope on this server"])
+
+        deleted = (await agent.run("site", "delete", domain, "--json")).json()
+        assert deleted["cron_entries_removed"] == 2 and deleted["user_removed"] == slug
+        assert (await agent.run("cron", "list", "--json")).json() == {"entries": []}
+    assert not await trio.to_thread.run_sync(os.path.exists, f"/var/spool/cron/crontabs/{slug}")

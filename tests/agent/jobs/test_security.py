@@ -2,15 +2,23 @@
 own: a fail2ban-server on its own socket and configuration (a jail on a test log, the ``dummy``
 ban action writing to a file of ours), an sshd on 127.0.0.1 and a free port whose configuration
 includes the test's drop-in folder, and nftables in a table named for this run (deleted at the
-end; no other table is touched, loopback stays allowed)."""
+end; no other table is touched, loopback stays allowed).
+
+``security.scan`` and ``security.scan-report`` against a real ClamAV daemon (Debian's
+``clamd``, `tests.helpers.clamd`: the module's own, running as the user clamav), with the test's own
+signatures: one hash signature, of the EICAR test file, because the ClamAV signature mirror that
+``freshclam`` reads is a boundary these machines cannot reach."""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
+import secrets
 import shutil
 import stat
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,17 +26,24 @@ from pathlib import Path
 
 import pytest
 
+from agent.files.fdops import CancelToken
+from agent.files.jail import Jail
+from agent.jobs.security.clamd import Clamd
 from agent.jobs.security.fail2ban import parse_status
 from agent.jobs.security.firewall import _kernel_refusal, rule_statement, ruleset
+from agent.jobs.security.malware import FOREIGN_LINK, quarantine, scan_tree
 from agent.jobs.security.sshd import PRIVILEGE_SEPARATION_DIR, parse_dropin, parse_effective, render_dropin
+from agent.jobs.toolkit.base import JobContext
 from agent.jobs.toolkit.output import EXIT_MISSING, EXIT_REFUSED
+from agent.sites import SiteRegistry
 from fleetdeck.launcher import free_port
 from tests.helpers import wait_until
+from tests.helpers.clamd import CLAMD, EICAR, FOUND_AS, ClamdServer, eicar_database, run_clamd
 from tests.helpers.hosting import Hosting
+from tests.helpers.races import Flipper
 from tests.helpers.sshd import Sshd, running_sshd
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
-
 needs = {tool: shutil.which(tool) is None for tool in ("fail2ban-server", "nft")}
 
 
@@ -301,3 +316,271 @@ def test_firewall_statements_and_kernel_refusal() -> None:
     refusal = _kernel_refusal("Error: Could not process rule: Operation not permitted")
     assert refusal is not None and refusal.exit_code == EXIT_MISSING
     assert _kernel_refusal("Error: syntax error, unexpected number") is None
+
+
+STREAM_MAX = 1024 * 1024  # the module's clamd's StreamMaxLength
+
+
+@pytest.fixture(scope="module")
+def clamav(hosting: Hosting) -> Iterator[ClamdServer]:
+    if CLAMD is None:
+        pytest.skip("needs clamd (Debian package clamav-daemon)")
+    folder = hosting.folder / f"clamav-{secrets.token_hex(3)}"
+    folder.mkdir(mode=0o755)
+    with run_clamd(folder / "clamd", eicar_database(folder / "db"), stream_max_length=str(STREAM_MAX)) as server:
+        hosting.configure("clamav", server.layout())
+        yield server
+        hosting.configure("clamav", {})
+
+
+class ScanSite:
+    def __init__(self, hosting: Hosting) -> None:
+        self.hosting = hosting
+        self.domain = f"scan{secrets.token_hex(4)}.example.test"
+        self.slug = self.domain.replace(".", "-")
+
+    @property
+    def home(self) -> Path:
+        return self.hosting.home / self.slug
+
+    def regular_files(self) -> int:
+        """The files the scan gives clamd: regular, not empty (a link is not followed)."""
+        files = [path for path in self.home.rglob("*") if path.is_file() and not path.is_symlink()]
+        return sum(1 for path in files if path.stat().st_size)
+
+    def put(self, inside: str, data: bytes) -> Path:
+        """A file of the site's, owned by its user (as an upload through the site would be)."""
+        path = self.home / inside
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        owner = pwd.getpwnam(self.slug)
+        os.chown(path, owner.pw_uid, owner.pw_gid)
+        return path
+
+
+@pytest.fixture
+def site(hosting: Hosting, clamav: ClamdServer) -> Iterator[ScanSite]:
+    made = ScanSite(hosting)
+    hosting.run("site.create", domain=made.domain).ok()
+    yield made
+    hosting.run("site.delete", domain=made.domain).ok()
+    subprocess.run(["userdel", made.slug], capture_output=True, check=False)
+
+
+def clamd_engine() -> str:
+    """The engine version clamd says it is (``clamd --version``: ``ClamAV 1.4.6``, a database's after ``/``)."""
+    assert CLAMD is not None
+    said = subprocess.run([CLAMD, "--version"], capture_output=True, text=True, check=True).stdout
+    return said.strip().removeprefix("ClamAV ").partition("/")[0]
+
+
+def test_a_scan_reports_what_it_finds_and_leaves_it_in_place(hosting: Hosting, site: ScanSite) -> None:
+    infected = site.put("public_html/uploads/shell.php", EICAR)
+    site.put("public_html/index.php", b"<?php echo 'fine';\n")
+    outside = hosting.folder / f"outside-{site.slug}.txt"  # another's file, linked from the site
+    outside.write_bytes(EICAR)
+    (site.home / "public_html" / "link.php").symlink_to(outside)
+
+    run = hosting.run("security.scan", domain=site.domain).ok()
+    assert f"{infected}: {FOUND_AS} FOUND" in run.stdout  # streamed as it is found
+    report = hosting.run("security.scan-report").ok().result
+    assert json.loads(run.stdout[-1]) == report
+    assert report["sites"] == [site.domain] and report["engine"] == clamd_engine()
+    assert report["signatures"] is None  # clamd gives a database version; a database of one's own has none
+    assert report["scanned_files"] == site.regular_files()  # the link is not followed
+    assert report["not_scanned"] == []
+    assert report["infected"] == [
+        {
+            "domain": site.domain,
+            "file": "public_html/uploads/shell.php",
+            "path": str(infected),
+            "signature": FOUND_AS,
+            "quarantined": None,
+        }
+    ]
+    assert infected.read_bytes() == EICAR and outside.read_bytes() == EICAR  # a report, nothing moved
+    assert hosting.run("security.scan-report", id=report["id"]).ok().result == report
+    status = hosting.run("security.status").ok().result["scan"]
+    assert status == {
+        "available": True,
+        "last": {"id": report["id"], "finished_at": report["finished_at"], "infected": 1},
+    }
+    outside.unlink()
+
+
+def test_root_reads_each_file_and_clamd_gets_only_its_bytes(
+    hosting: Hosting, clamav: ClamdServer, site: ScanSite
+) -> None:
+    """clamd runs as clamav, which may open nothing of the site's: a file of mode 000 in a folder
+    of mode 0700 is found all the same, because the agent opened it beneath the site's jail and
+    streamed its bytes (a scan as the site's user could not read it)."""
+    hidden = site.put("private/shell.php", EICAR)
+    hidden.chmod(0)
+    hidden.parent.chmod(0o700)
+    status = Path(f"/proc/{clamav.process.pid}/status").read_text()
+    uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+    assert uid == pwd.getpwnam("clamav").pw_uid  # the daemon is not root: it never reads a site path
+
+    report = json.loads(hosting.run("security.scan", domain=site.domain).ok().stdout[-1])
+    assert [(hit["file"], hit["signature"]) for hit in report["infected"]] == [("private/shell.php", FOUND_AS)]
+    assert hidden.stat().st_mode & 0o777 == 0  # left as it was
+
+
+def test_what_the_scan_does_not_read_is_named_not_scanned(
+    hosting: Hosting, clamav: ClamdServer, site: ScanSite
+) -> None:
+    """A hard link to root's file (where fs.protected_hardlinks is off: made here as root) is not
+    read, not even opened (its access time stays); a file over clamd's StreamMaxLength is not
+    reported clean; a FIFO is no file to scan (the scan does not wait on it)."""
+    roots = hosting.folder / f"root-{site.slug}.php"
+    roots.write_bytes(EICAR)
+    roots.chmod(0o600)
+    old = time.time() - 7 * 86400
+    os.utime(roots, (old, old + 3600))  # an access time before the change: a read moves it (relatime)
+    linked = site.home / "public_html" / "linked.php"
+    os.link(roots, linked)
+    big = site.put("public_html/big.bin", b"x" * (STREAM_MAX + 1))
+    os.mkfifo(site.home / "public_html" / "pipe")
+
+    report = json.loads(hosting.run("security.scan", domain=site.domain).ok().stdout[-1])
+    assert report["infected"] == []
+    assert sorted((entry["file"], entry["path"], entry["reason"]) for entry in report["not_scanned"]) == [
+        ("public_html/big.bin", str(big), "larger than clamd's StreamMaxLength"),
+        ("public_html/linked.php", str(linked), FOREIGN_LINK),
+    ]
+    assert report["scanned_files"] == site.regular_files() - 2
+    assert roots.stat().st_atime == old and roots.read_bytes() == EICAR
+    linked.unlink()
+    roots.unlink()
+
+
+def test_quarantine_takes_the_infected_file_out_of_the_site(hosting: Hosting, site: ScanSite) -> None:
+    infected = site.put("public_html/wp-content/uploads/x: y.php", EICAR)
+    clean = site.put("public_html/index.html", b"<h1>fine</h1>\n")
+    owner = pwd.getpwnam(site.slug)
+
+    run = hosting.run("security.scan", domain=site.domain, quarantine=True)
+    report = json.loads(run.ok().stdout[-1])
+    [hit] = report["infected"]
+    moved = Path(hit["quarantined"]["to"])
+    assert not infected.exists() and moved.read_bytes() == EICAR
+    assert (
+        moved == hosting.state / "quarantine" / report["id"] / site.domain / "public_html/wp-content/uploads/x: y.php"
+    )
+    assert (moved.stat().st_uid, moved.stat().st_mode & 0o777) == (0, 0o600)
+    assert hit["quarantined"] | {"to": None} == {"to": None, "uid": owner.pw_uid, "gid": owner.pw_gid, "mode": "0644"}
+    assert clean.read_bytes() == b"<h1>fine</h1>\n"
+    again = json.loads(hosting.run("security.scan", domain=site.domain, quarantine=True).ok().stdout[-1])
+    assert again["infected"] == [] and again["scanned_files"] == site.regular_files()
+
+
+def test_a_scan_without_a_domain_covers_every_site(hosting: Hosting, site: ScanSite) -> None:
+    other = ScanSite(hosting)
+    hosting.run("site.create", domain=other.domain).ok()
+    try:
+        site.put("public_html/a.php", EICAR)
+        other.put("logs/b.txt", EICAR)
+        report = json.loads(hosting.run("security.scan").ok().stdout[-1])
+        assert {site.domain, other.domain} <= set(report["sites"])
+        found = {(hit["domain"], hit["file"]) for hit in report["infected"]}
+        assert {(site.domain, "public_html/a.php"), (other.domain, "logs/b.txt")} <= found
+    finally:
+        hosting.run("site.delete", domain=other.domain).ok()
+
+
+def test_without_clamd_the_scan_says_which_package_and_status_says_it_is_not_there(
+    hosting: Hosting, clamav: ClamdServer, site: ScanSite
+) -> None:
+    nothing = clamav.socket.with_name("nothing.ctl")  # no clamd answers there
+    hosting.configure("clamav", {"socket": str(nothing), "database_dir": str(clamav.database_dir)})
+    try:
+        run = hosting.run("security.scan", domain=site.domain)
+        assert run.exit_code == EXIT_MISSING and "clamav-daemon" in run.text and str(nothing) in run.text
+        assert hosting.run("security.status").ok().result["scan"]["available"] is False
+    finally:
+        hosting.configure("clamav", clamav.layout())
+
+
+def test_without_signatures_the_scan_says_where_to_get_them(
+    hosting: Hosting, clamav: ClamdServer, site: ScanSite
+) -> None:
+    """clamd does not start without a signature database: the scan names freshclam."""
+    empty = hosting.folder / f"clamav-empty-{site.slug}"
+    empty.mkdir()
+    hosting.configure("clamav", {"socket": str(clamav.socket.with_name("nothing.ctl")), "database_dir": str(empty)})
+    try:
+        run = hosting.run("security.scan", domain=site.domain)
+        assert run.exit_code == EXIT_MISSING and "freshclam" in run.text and "clamav-freshclam" in run.text
+    finally:
+        hosting.configure("clamav", clamav.layout())
+
+
+def test_a_report_that_does_not_exist_is_an_error(hosting: Hosting, clamav: ClamdServer) -> None:
+    run = hosting.run("security.scan-report", id="scan-19700101T000000Z-0000")
+    assert run.exit_code == 1 and "no scan report scan-19700101T000000Z-0000" in run.text
+
+
+# --- the quarantine against a hostile site user ---------------------------------------------------
+
+
+def test_a_hit_whose_folder_became_a_link_after_the_scan_stays_and_nothing_outside_moves(
+    tmp_path: Path, clamav: ClamdServer
+) -> None:
+    """Deterministic: the scan (the agent's own function, in this process, with the real clamd)
+    finds the files, then their folder is swapped for a link to a folder of root's holding a file
+    of the same name, then the quarantine runs: it moves nothing, and root's file keeps its place,
+    mode and owner."""
+    home, state, outside = tmp_path / "home", tmp_path / "state", tmp_path / "root-only"
+    (home / "site-a" / "uploads").mkdir(parents=True)
+    state.mkdir()
+    outside.mkdir()
+    (home / "site-a" / "uploads" / "shell.php").write_bytes(EICAR)
+    (home / "site-a" / "uploads" / "other.php").write_bytes(EICAR)
+    (outside / "shell.php").write_bytes(EICAR)  # root's: it must stay where it is, as it is
+    os.chmod(outside / "shell.php", 0o644)
+    before = (outside / "shell.php").stat()
+    registry = SiteRegistry(str(state))
+    site = registry.add({"domain": "a.example.test", "slug": "site-a"})
+    ctx = JobContext(str(home), str(state), registry, "test")
+
+    with Jail(str(home / "site-a")) as jail:
+        found = scan_tree(jail, Clamd(str(clamav.socket)), CancelToken(), lambda path, what: None)
+    assert found.infected == [("uploads/other.php", FOUND_AS), ("uploads/shell.php", FOUND_AS)]
+    os.rename(home / "site-a" / "uploads", home / "site-a" / "moved")
+    os.symlink(outside, home / "site-a" / "uploads")  # the site's user swaps the folder for a link
+
+    assert quarantine(ctx, "scan-1", site, "uploads/shell.php") is None
+    assert quarantine(ctx, "scan-1", site, "moved/other.php") is not None  # a plain hit still goes
+    after = (outside / "shell.php").stat()
+    assert (after.st_ino, after.st_mode, after.st_uid) == (before.st_ino, before.st_mode, before.st_uid)
+    assert (outside / "shell.php").read_bytes() == EICAR
+    assert [p.name for p in (state / "quarantine" / "scan-1" / "a.example.test").rglob("*.php")] == ["other.php"]
+
+
+def test_a_racing_exchange_during_a_quarantine_moves_only_the_sites_files(hosting: Hosting, site: ScanSite) -> None:
+    """Folders of the site exchanged with a link to root's folder (holding infected files of the
+    same names) all through the scan and the quarantine: whatever moment each swap lands at, what
+    is quarantined is the site's, and root's files keep their place, inode and mode, and are never
+    read (their access time stays)."""
+    outside = hosting.folder / f"root-only-{site.slug}"
+    outside.mkdir()
+    (outside / "hit.php").write_bytes(EICAR)
+    old = time.time() - 7 * 86400
+    os.utime(outside / "hit.php", (old, old + 3600))  # a read would move its access time (relatime)
+    before = (outside / "hit.php").stat()
+    victims = []
+    for i in range(8):
+        site.put(f"race/v{i}/hit.php", EICAR)
+        victims.append(site.home / "race" / f"v{i}")
+    with Flipper(victims, outside) as flipper:
+        for _ in range(3):
+            report = json.loads(hosting.run("security.scan", domain=site.domain, quarantine=True).ok().stdout[-1])
+            for hit in report["infected"]:
+                if hit["quarantined"] is not None:
+                    assert hit["quarantined"]["uid"] == pwd.getpwnam(site.slug).pw_uid  # the site's own file
+    assert flipper.flips > 0
+    after = (outside / "hit.php").stat()
+    assert (after.st_ino, after.st_mode, after.st_uid) == (before.st_ino, before.st_mode, before.st_uid)
+    assert after.st_atime == before.st_atime
+    assert sorted(os.listdir(outside)) == ["hit.php"]
+    shutil.rmtree(outside)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,13 @@ import pytest
 
 from agent.load_balancers.acme import FileChallenges
 from tests.helpers import wait_until
+from tests.helpers.agent_jobs import (
+    IS_ROOT,
+    SERVER_ID,
+    Env,
+    linked,
+    temporary_domain,
+)
 from tests.helpers.hosting import Hosting, JobRun, ModuleSites
 
 PHP_USER_PAGE = "<?php echo posix_getpwuid(posix_geteuid())['name'];\n"
@@ -316,3 +324,67 @@ def test_delete_removes_everything(hosting: Hosting) -> None:
     assert not (hosting.php.pool_dir / f"fleetdeck-{slug}.conf").exists()
     assert not (hosting.php.run_dir / f"fleetdeck-{slug}.sock").exists()
     assert not (hosting.state / "ssl" / slug).exists() and not home_of(hosting, domain).exists()
+
+
+# --- the handlers --------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_site_lifecycle(env: Env) -> None:
+    domain = temporary_domain()
+    slug = domain.replace(".", "-")
+    env.users.append(slug)
+    folder = env.home / slug
+    async with linked(env) as agent:
+        made = await agent.run("site", "create", domain, "--profile", "static", "--json")
+        created = made.json()["site"]
+        assert (created["domain"], created["slug"], created["home"]) == (domain, slug, str(folder))
+        # No web server here: the site is files only, and the job says so, naming the package.
+        assert made.json()["served"] is False and made.exit_code == 0
+        assert any("(Debian package nginx)" in line and "nothing serves" in line for line in made.stderr)
+        unserved = await agent.run("site", "enable", domain)
+        assert unserved.exit_code == 69 and "nginx" in unserved.stderr[0]
+        st = folder.stat()
+        assert stat.S_IMODE(st.st_mode) == 0o750
+        assert (folder / "public_html/index.html").read_text().count(domain) >= 1
+        assert (folder / "logs").is_dir() and not list((folder / "logs").iterdir())  # the web's logs are root's
+        if IS_ROOT:
+            user = pwd.getpwnam(slug)
+            assert (user.pw_dir, user.pw_shell) == (str(folder), "/usr/sbin/nologin")
+            assert st.st_uid == user.pw_uid and (folder / "public_html/index.html").stat().st_uid == user.pw_uid
+            assert created["user"] == slug and created["uid"] == user.pw_uid
+        # The new site is a file scope at once.
+        scopes = await agent.hub.call(SERVER_ID, "fs.scopes", {})
+        assert {"domain": domain, "slug": slug} in scopes["sites"]
+
+        again = await agent.run("site", "create", domain, "--json")
+        assert again.exit_code == 0 and again.stdout[0] == f"site {domain} already exists on this server"
+        other_profile = await agent.run("site", "create", domain, "--profile", "php", "--json")
+        assert other_profile.exit_code == 1
+        assert other_profile.stderr == [f"site {domain} already exists on this server, with the static profile"]
+
+        inspected = (await agent.run("site", "inspect", domain, "--json")).json()
+        assert inspected["profile"] == "static" and inspected["files"] == 1 and inspected["created_at"]  # the index
+        assert inspected["size_bytes"] > 0 and inspected["exists"] is True
+        listed = (await agent.run("site", "list", "--json")).json()["sites"]
+        assert [(s["domain"], s["home"]) for s in listed] == [(domain, str(folder))]
+        assert listed[0]["disk_bytes"] > 0 and listed[0]["owner"] == (slug if IS_ROOT else pwd.getpwuid(os.getuid())[0])
+
+        deleted = (await agent.run("site", "delete", domain, "--json")).json()
+        assert deleted["files_removed"] is True and not folder.exists()
+        if IS_ROOT:
+            assert deleted["user_removed"] == slug
+            with pytest.raises(KeyError):
+                pwd.getpwnam(slug)
+        assert (await agent.run("site", "list", "--json")).json() == {"sites": []}
+        assert (await agent.hub.call(SERVER_ID, "fs.scopes", {}))["sites"] == []
+
+        # php profile, and delete --keep-files.
+        domain2 = temporary_domain("p")
+        env.users.append(domain2.replace(".", "-"))
+        created = (await agent.run("site", "create", domain2, "--profile", "php", "--json")).json()["site"]
+        assert (env.home / created["slug"] / "public_html/index.php").exists()
+        deleted = (await agent.run("site", "delete", domain2, "--keep-files", "--json")).json()
+        assert deleted["files_removed"] is False and (env.home / created["slug"] / "public_html").is_dir()
+    registry = json.loads((env.state / "sites.json").read_text())
+    assert registry == {"sites": []}

@@ -1,7 +1,10 @@
 """Site certificates through the API, on the hosting server's real nginx, from a real ACME CA:
 pebble (the Let's Encrypt test CA, a Debian package) validates each name over HTTP-01 on the
 session's nginx, which serves the challenge files the agent writes; the certificate is then
-served by the site's TLS server block (a handshake with the site's name gets it)."""
+served by the site's TLS server block (a handshake with the site's name gets it).
+
+Its readers of tool output are tested on recorded output too (tests/data/tool_output/): they
+run where the tool is absent, and cover what a live machine rarely shows."""
 
 from __future__ import annotations
 
@@ -21,13 +24,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agent.jobs.ssl import renew_sites_due
+from agent.jobs.ssl import parse_x509, renew_sites_due
 from agent.jobs.toolkit.base import JobContext
 from agent.jobs.toolkit.host import LayoutFile
 from agent.sites import SiteRegistry
 from fleetdeck.launcher import free_port
 from tests.helpers.hosting import Hosting, JobRun
 from tests.helpers.pebble import Pebble, pebble_installed, run_pebble
+from tests.helpers.recorded_systemd import RECORDED
 
 pytestmark = pytest.mark.skipif(not pebble_installed(), reason="pebble is not installed (Debian package: pebble)")
 
@@ -260,3 +264,41 @@ def test_install_reads_only_inside_the_site(hosting: Hosting, site: str) -> None
     fifo = hosting.run("ssl.install", domain=site, cert_path="uploads/fifo.crt", key_path="uploads/site.key")
     assert fifo.exit_code == 1 and "uploads/fifo.crt" in fifo.text and "not a regular file" in fifo.text
     assert hosting.run("ssl.inspect", domain=site).exit_code == 1
+
+
+def recorded(name: str) -> str:
+    return (RECORDED / name).read_text()
+
+
+# --- openssl x509 -------------------------------------------------------------------------------
+
+
+def test_certificate_with_alternative_names() -> None:
+    cert = parse_x509(recorded("openssl_x509_san.txt"))
+    assert cert["subject"] == "CN = example.com, O = Example Ltd"
+    assert cert["issuer"] == "C = US, O = Let's Encrypt, CN = R11"
+    assert cert["not_after"] == "2126-12-23T15:23:44Z"
+    assert cert["expired"] is False and cert["days_left"] > 365 * 99
+    assert cert["names"] == ["example.com", "www.example.com", "IP Address:192.0.2.1"]
+
+
+def test_certificate_without_alternative_names_is_named_by_its_common_name() -> None:
+    cert = parse_x509(recorded("openssl_x509_no_san_expired.txt"))
+    assert cert["names"] == ["old.example.org"]
+    assert cert["not_after"] == "2001-11-24T15:23:45Z"
+    assert cert["expired"] is True and cert["days_left"] < 0
+
+
+def test_an_unreadable_date_is_kept_as_printed_and_no_name_is_invented() -> None:
+    cert = parse_x509(recorded("openssl_x509_odd_date.txt"))
+    assert cert["not_after"] == "sometime next year"
+    assert "expired" not in cert and "days_left" not in cert
+    assert cert["names"] == [] and cert["subject"] == "O = No Common Name"
+
+
+def test_no_openssl_output() -> None:
+    assert parse_x509("") == {"subject": None, "issuer": None, "not_after": None, "names": []}
+
+
+def test_alternative_names_header_as_the_last_line() -> None:
+    assert parse_x509("subject=CN = a.example\nX509v3 Subject Alternative Name: \n")["names"] == ["a.example"]

@@ -2,7 +2,10 @@
 own packages are not upgraded (installs are simulated, or name a package that is already the
 newest); one package of the tests' own is, from a repository on disk, and is purged after; a held
 package is released again; the unattended-upgrades switches are written to a folder of the
-test's own, then read back by ``apt-config`` itself."""
+test's own, then read back by ``apt-config`` itself.
+
+Its readers of tool output are tested on recorded output too (tests/data/tool_output/): they
+run where the tool is absent, and cover what a live machine rarely shows."""
 
 from __future__ import annotations
 
@@ -18,12 +21,11 @@ from typing import Any
 
 import pytest
 
-from agent.jobs.updates import history_files, parse_history, read_history
+from agent.jobs.updates import history_files, parse_history, parse_upgradable, read_history
 from tests.helpers.hosting import Hosting
 from tests.helpers.recorded_systemd import RECORDED
 
 pytestmark = pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt (Debian)")
-
 # Installed on every test machine (scripts/test or the base image); one that is already the newest is applied for real.
 CANDIDATES = ("bind9", "nginx", "supervisor", "fail2ban", "sudo", "git", "make", "less", "unzip", "jq", "zip")
 
@@ -310,3 +312,43 @@ def test_apply_upgrades_a_package_for_real(hosting: Hosting, probe_upgrade: None
     assert installed_version(PROBE) == "2.0"
     assert Path(f"/usr/share/{PROBE}/version").read_text() == "2.0\n"
     assert PROBE not in {u["name"] for u in hosting.run("updates.list").ok().result["updates"]}
+
+
+def recorded(name: str) -> str:
+    return (RECORDED / name).read_text()
+
+
+# --- apt list --upgradable ---------------------------------------------------------------------
+
+
+def test_upgradable_packages_skip_the_warning_listing_and_notices() -> None:
+    updates = parse_upgradable(recorded("apt_list_upgradable.txt"))
+    assert [u["name"] for u in updates] == [
+        "appstream",
+        "apt-transport-https",
+        "ca-certificates",
+        "libssl3",
+        "firmware-misc-nonfree",
+    ]
+    assert updates[0] == {
+        "name": "appstream",
+        "version": "0.16.1-2+b1",
+        "current_version": "0.16.1-2",
+        "arch": "amd64",
+        "suites": ["oldstable"],
+        "security": False,
+    }
+    libssl = updates[3]
+    assert libssl["suites"] == ["bookworm-updates", "bookworm-security"] and libssl["security"]
+    assert libssl["version"] == "3.0.19-1~deb12u1" and libssl["current_version"] == "3.0.17-1~deb12u2"
+    assert [u["name"] for u in updates if u["security"]] == ["apt-transport-https", "ca-certificates", "libssl3"]
+    assert updates[-1]["current_version"] is None  # a line without "[upgradable from: ...]"
+
+
+@pytest.mark.parametrize("text", ["", "Listing... Done\n", "\n\n", "garbage without a slash\n"])
+def test_no_upgradable_packages(text: str) -> None:
+    assert parse_upgradable(text) == []
+
+
+def test_recorded_empty_listing() -> None:
+    assert parse_upgradable(recorded("apt_list_upgradable_none.txt")) == []

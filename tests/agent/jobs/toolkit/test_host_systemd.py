@@ -1,7 +1,7 @@
 """The systemd path of the kinds that drive services, end to end on recorded output.
 
-PID 1 here is not systemd (the init-script path is tested for real in `test_jobs_services` and
-`test_jobs_sysops`), so a server of this module's own has a real root agent, linked to the
+PID 1 here is not systemd (the init-script path is tested for real in `test_service` and
+`test_system`), so a server of this module's own has a real root agent, linked to the
 session's control plane, whose host layout says PID 1 is systemd and whose systemctl, journalctl,
 timedatectl and hostnamectl are the stand-ins of `tests.helpers.recorded_systemd`: they replay what
 systemd 252 printed on a Debian 12 machine and record the argv the agent chose. Each test checks

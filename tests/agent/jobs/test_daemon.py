@@ -1,10 +1,10 @@
-"""The service and daemon kinds through the API against the hosting server's real root agent.
+"""The daemon kinds through the API against the hosting server's real root agent.
 
 Daemons run under the session's own supervisord (its own socket, pid file, log and ``conf.d``
-under the hosting folder); each test checks the processes themselves in /proc. Services are the
-Debian init scripts (PID 1 is not systemd here): start, stop, restart, reload, enable and disable
-act for real on supervisor's own init script, whose state and rc.d links are put back afterwards.
-"""
+under the hosting folder); each test checks the processes themselves in /proc.
+
+Its readers of tool output are tested on recorded output too (tests/data/tool_output/): they
+run where the tool is absent, and cover what a live machine rarely shows."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import json
 import os
 import pwd
 import secrets
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from agent.jobs.toolkit.host import rc_links, systemd_running, sysv_enabled
+from agent.jobs.daemon import parse_status
 from tests.helpers import wait_until
 from tests.helpers.hosting import Hosting
+from tests.helpers.recorded_systemd import RECORDED
 from tests.helpers.supervisor import SUPERVISORD, Supervisor, start_supervisor
 
 needs_supervisor = pytest.mark.skipif(SUPERVISORD is None, reason="needs supervisor (Debian package supervisor)")
-
 WORKER = """#!/bin/sh
 echo "worker up in $(pwd) as $(id -un)"
 echo "worker complaint" >&2
@@ -263,130 +262,23 @@ def test_deleting_a_site_stops_and_removes_its_daemons(hosting: Hosting, supervi
     assert not (supervisor.conf_dir / f"fleetdeck-{name}.conf").exists()
 
 
-# --- services, through the init scripts -------------------------------------------------------------
-
-SUPERVISOR_PID = Path("/var/run/supervisord.pid")
-SUPERVISOR_LOG = Path("/var/log/supervisor/supervisord.log")
-needs_init_scripts = pytest.mark.skipif(
-    systemd_running() or not Path("/etc/init.d/supervisor").exists(),
-    reason="drives supervisor's init script: needs it (Debian package supervisor) and no systemd",
-)
+def recorded(name: str) -> str:
+    return (RECORDED / name).read_text()
 
 
-def system_supervisor_pid() -> int | None:
-    """The pid of the system's supervisord when it runs."""
-    try:
-        pid = int(SUPERVISOR_PID.read_text())
-    except (OSError, ValueError):
-        return None
-    try:
-        return pid if b"supervisord" in Path(f"/proc/{pid}/cmdline").read_bytes() else None
-    except OSError:
-        return None
+# --- supervisorctl status ------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def system_supervisor() -> Iterator[None]:
-    """The system's supervisor service as the tests found it afterwards: running or not, its
-    rc.d links, and no log file it did not have."""
-    was_running = system_supervisor_pid() is not None
-    links = {link: os.readlink(link) for link in rc_links("supervisor")}
-    had_log = SUPERVISOR_LOG.exists()
-    assert not any(Path("/etc/supervisor/conf.d").glob("*.conf")), "the system's supervisor must have no programs"
-    yield
-    now_running = system_supervisor_pid() is not None
-    if now_running != was_running:
-        subprocess.run(["service", "supervisor", "start" if was_running else "stop"], check=True, capture_output=True)
-    for link in rc_links("supervisor"):
-        os.unlink(link)
-    for link, target in links.items():
-        os.symlink(target, link)
-    if not had_log and not was_running:
-        SUPERVISOR_LOG.unlink(missing_ok=True)
-
-
-@needs_init_scripts
-def test_services_are_listed_from_the_init_scripts(hosting: Hosting) -> None:
-    services = {s["name"]: s for s in hosting.run("service.list").ok().result["services"]}
-    assert {"cron", "supervisor"} <= set(services)
-    assert services["supervisor"]["manager"] == "sysv"
-    assert services["supervisor"]["enabled"] == sysv_enabled("supervisor")
-    assert services["supervisor"]["active"] == (system_supervisor_pid() is not None)
-
-
-@needs_init_scripts
-def test_start_stop_restart_and_reload_a_service(hosting: Hosting, system_supervisor: None) -> None:
-    if system_supervisor_pid() is not None:
-        hosting.run("service.stop", name="supervisor").ok()
-    assert system_supervisor_pid() is None
-
-    started = hosting.run("service.start", name="supervisor").ok()
-    assert "supervisor is running" in started.text
-    first = system_supervisor_pid()
-    assert first is not None
-    status = hosting.run("service.status", name="supervisor").ok().result
-    assert (status["active"], status["manager"], status["status_code"]) == (True, "sysv", 0)
-    assert "already running" in hosting.run("service.start", name="supervisor").ok().text
-
-    hosting.run("service.restart", name="supervisor").ok()
-    second = system_supervisor_pid()
-    assert second is not None and second != first
-
-    reloaded = hosting.run("service.reload", name="supervisor").ok()  # its script has only force-reload
-    assert "has no reload: force-reload" in reloaded.text
-    third = system_supervisor_pid()
-    assert third is not None and third != second
-
-    hosting.run("service.stop", name="supervisor").ok()
-    assert system_supervisor_pid() is None
-    wait_until(lambda: gone([third]))  # the script sends TERM; supervisord removes its pid file, then exits
-    assert hosting.run("service.status", name="supervisor").ok().result["active"] is False
-    assert "already stopped" in hosting.run("service.stop", name="supervisor").ok().text
-    not_running = hosting.run("service.reload", name="supervisor")
-    assert not_running.exit_code == 1 and "is not running" in not_running.text
-
-
-@needs_init_scripts
-def test_disable_and_enable_a_service_at_boot(hosting: Hosting, system_supervisor: None) -> None:
-    hosting.run("service.enable", name="supervisor").ok()
-    assert sysv_enabled("supervisor")
-    disabled = hosting.run("service.disable", name="supervisor").ok()
-    assert "supervisor is disabled at boot" in disabled.text
-    assert not sysv_enabled("supervisor")
-    assert all(os.path.basename(link).startswith("K") for link in rc_links("supervisor"))
-    assert hosting.run("service.status", name="supervisor").ok().result["enabled"] is False
-    assert "already disabled" in hosting.run("service.disable", name="supervisor").ok().text
-    hosting.run("service.enable", name="supervisor").ok()
-    assert sysv_enabled("supervisor")
-    assert hosting.run("service.status", name="supervisor").ok().result["enabled"] is True
-
-
-@needs_init_scripts
-def test_a_script_without_boot_links_gets_them_from_its_header(hosting: Hosting, system_supervisor: None) -> None:
-    for link in rc_links("supervisor"):  # as after `update-rc.d supervisor remove`
-        os.unlink(link)
-    assert "already disabled" in hosting.run("service.disable", name="supervisor").ok().text
-    assert rc_links("supervisor") == []
-    hosting.run("service.enable", name="supervisor").ok()  # update-rc.d supervisor defaults
-    levels = {os.path.basename(link)[0] + os.path.basename(os.path.dirname(link))[2] for link in rc_links("supervisor")}
-    assert levels == {"S2", "S3", "S4", "S5", "K0", "K1", "K6"}  # its LSB header's Default-Start and -Stop
-
-
-@needs_init_scripts
-def test_a_services_logs_without_a_journal(hosting: Hosting, system_supervisor: None) -> None:
-    if system_supervisor_pid() is None:
-        hosting.run("service.start", name="supervisor").ok()
-    logs = hosting.run("service.logs", name="supervisor", lines=50).ok()
-    assert any("supervisord started with pid" in line for line in logs.stdout), logs.text
-    assert len(hosting.run("service.logs", name="supervisor", lines=1).ok().stdout) == 1
-    none = hosting.run("service.logs", name="cron")
-    assert none.exit_code == 1 and "no journal" in none.text and "cron has no log file" in none.text
-    missing = hosting.run("service.logs", name="no-such-service")
-    assert missing.exit_code == 1 and "no service named no-such-service" in missing.text
-
-
-def test_services_that_keep_the_server_reachable_are_never_stopped(hosting: Hosting) -> None:
-    for kind in ("service.stop", "service.disable"):
-        answer = hosting.post(kind, name="ssh")
-        assert answer.status_code == 422, answer.text
-        assert "keeps the server reachable" in answer.text
+def test_supervisor_processes_of_each_state() -> None:
+    processes = parse_status(recorded("supervisorctl_status.txt"))
+    assert [(p["group"], p["process"], p["state"]) for p in processes] == [
+        ("fleetdeck-queue", "fleetdeck-queue_00", "RUNNING"),
+        ("fleetdeck-queue", "fleetdeck-queue_01", "STOPPED"),
+        ("fleetdeck-broken", "fleetdeck-broken_00", "BACKOFF"),
+        ("fleetdeck-new", "fleetdeck-new_00", "STARTING"),
+        ("handwritten", "handwritten", "FATAL"),
+    ]
+    assert processes[0]["pid"] == 13283 and processes[0]["uptime"] == "0:00:02"
+    assert processes[1]["pid"] is None and processes[1]["description"] == "Nov 23 08:46 PM"
+    assert processes[3]["description"] is None
+    assert parse_status("fleetdeck-x: ERROR (no such group)\n") == []
