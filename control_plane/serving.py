@@ -28,8 +28,8 @@ uvicorn runs h11 (as hypercorn does) on asyncio's own loop, two compiled depende
 The hypercorn patches below do not apply to uvicorn, where what they guard against does not
 happen: a send after the client went is dropped (asyncio's writes never wait, so no send meets a
 close in progress); an early answer (the 413 of a relay upload over 64 MiB) is written and the
-connection closed (tests/test_files_api.py, the "uvicorn" stack variant); a client's broken
-request is one warning line and a 400, a WebSocket upgrade of a plain route a 403 (test_local.py).
+connection closed (tests/control_plane/files/test_routes.py, the "uvicorn" stack variant); a client's broken
+request is one warning line and a 400, a WebSocket upgrade of a plain route a 403 (tests/fleetdeck/test_local.py).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The towers never read the environment for their settings: the composition root loads
 `Settings` here once and passes the values down (`control_plane.settings.Settings`, the agent's
 options, the TUI's theme and token). The README's configuration section documents each
-variable; `tests/test_settings.py` fails when one is missing there.
+variable; `tests/fleetdeck/test_settings.py` fails when one is missing there.
 
 A frozen dataclass with one parser per field, not a pydantic model: this module is on the path
 to the TUI's first frame, and importing pydantic there would cost more than the frame itself

@@ -15,6 +15,7 @@ import pytest
 
 from fleetdeck.launcher import child_environment
 from fleetdeck.launcher import start_agent as start_agent
+from tests.helpers.agent_jobs import Env, agent_env
 from tests.helpers.stacks import STACK_ENV as STACK_ENV
 from tests.helpers.stacks import AgentProcess as AgentProcess
 from tests.helpers.stacks import ControlPlane as ControlPlane
@@ -191,3 +192,21 @@ def hosting(stack: Stack) -> Iterator[Hosting]:
     yield started
     stop_hosting(started)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def system_folders(hosting: Hosting) -> dict[str, Path]:
+    """The system's log folder and apt cache of the hosting server's layout, in the session's
+    folders (set once: the storage and logs kinds both read them)."""
+    folder = hosting.folder / "system"
+    folders = {"log_dir": folder / "log", "apt_archives": folder / "apt-archives"}
+    for made in folders.values():
+        (made / "partial").mkdir(parents=True)
+    hosting.configure("system", {**hosting.layout.get("system", {}), **{k: str(v) for k, v in folders.items()}})
+    return folders
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    """An agent's job context on a temporary home, without the hosting stack (tests.helpers.agent_jobs)."""
+    yield from agent_env(tmp_path)

@@ -62,16 +62,15 @@ def test_no_relative_imports_anywhere() -> None:
 
 
 def _test_module_imports(path: Path) -> set[str]:
-    """The test modules (`tests.test_*`) that `path` imports, in either form of import."""
+    """The test modules (`tests[.<folder>...].test_*`) that `path` imports, in either form of import."""
     modules: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             modules.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "tests":
-            modules.update(f"tests.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.startswith("tests"):
             modules.add(node.module)
-    return {m for m in modules if m.startswith("tests.test_")}
+            modules.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {m for m in modules if m.startswith("tests.") and any(p.startswith("test_") for p in m.split("."))}
 
 
 def test_no_test_module_imports_another() -> None:

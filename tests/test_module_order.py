@@ -10,7 +10,11 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = ["tests/test_sse_parser.py", "tests/test_agent_lb_parsers.py", "tests/test_layers.py"]
+MODULES = [
+    "tests/api_client/test_sse_parser.py",
+    "tests/agent/load_balancers/test_haproxy_parsers.py",
+    "tests/test_layers.py",
+]
 
 
 def _collected(*options: str) -> list[str]:

@@ -78,7 +78,7 @@ def value_problem(value: str) -> str | None:
 
 # A structured value is one argument: what Linux takes as one (MAX_ARG_STRLEN, 32 pages, with its
 # NUL), so `fleetdeck agent run` can be given it too. lb.apply's 256 backends of the longest ids
-# and host names take 117,761 (tests/test_catalog.py).
+# and host names take 117,761 (tests/contract/test_catalog.py).
 MAX_STRUCTURE_LENGTH = 128 * 1024 - 1
 MAX_STRUCTURE_DEPTH = 16  # arrays and objects within each other (a catalog model nests two or three)
 

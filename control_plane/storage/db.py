@@ -92,7 +92,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def newest_revision() -> str:
     """The head revision, from the migration files' names (`NNNN_what.py` holds revision "NNNN";
-    `tests/test_migrations.py` checks that alembic agrees)."""
+    `tests/control_plane/storage/test_migrations.py` checks that alembic agrees)."""
     return max(path.name.split("_", 1)[0] for path in (MIGRATIONS / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
 
 

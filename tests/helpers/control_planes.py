@@ -24,7 +24,7 @@ def admin(db_url: str, *args: str) -> dict[str, Any]:
     """`fleetdeck admin ... --json` on the database at `db_url`: the CLI's own entry point (its
     parser, settings and commands), run in this process. The tests make a few hundred orgs, users
     and servers this way; a `python -m fleetdeck` each cost a Python start and the imports, about
-    half a second to a second each. tests/test_settings.py runs the command as a process of its own."""
+    half a second to a second each. tests/fleetdeck/test_settings.py runs the command as a process of its own."""
     from fleetdeck.cli import main
 
     out, err = io.StringIO(), io.StringIO()

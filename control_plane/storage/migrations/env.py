@@ -1,7 +1,7 @@
 """Alembic environment: always run programmatically by `control_plane.storage.migrate`.
 
 `target_metadata` is the schema of `schema.py`, so alembic's comparison (autogenerate, and
-`tests/test_migrations.py`) can tell when the migrations and the tables there disagree.
+`tests/control_plane/storage/test_migrations.py`) can tell when the migrations and the tables there disagree.
 """
 
 from alembic import context
