@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import importlib.util
 import os
 import shutil
 import statistics
@@ -319,6 +320,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             run("NATS (nats-py)", lambda: Nats(url), args.mb)
     if "redis" in only and shutil.which("redis-server") is None:
         print("Redis (redis.asyncio)  not measured (no redis-server on this machine)", flush=True)
+    elif "redis" in only and importlib.util.find_spec("redis") is None:
+        print("Redis (redis.asyncio)  not measured (no redis Python package: pip install redis)", flush=True)
     elif "redis" in only:
         with redis_server() as port:
             run("Redis (redis.asyncio)", lambda: Redis(port), args.mb)
