@@ -11,7 +11,7 @@ import pytest
 from agent.jobs.kinds import all_kinds
 from agent.jobs.kinds import domain_modules as agent_domain_modules
 from contract.job_kinds import CATALOG, DOMAINS, SHARED_MODULES, _assemble, domain_modules
-from contract.job_kinds.base import Args, kind
+from contract.job_kinds.base import GROUP_RANK, Args, DomainPolicy, domain_policy, kind
 
 
 def test_each_catalog_module_holds_the_kinds_of_its_domain_and_only_them() -> None:
@@ -25,6 +25,20 @@ def test_each_catalog_module_holds_the_kinds_of_its_domain_and_only_them() -> No
 def test_every_domain_policy_has_its_module_and_no_shared_module_is_a_domain() -> None:
     assert set(DOMAINS) == set(domain_modules())
     assert not SHARED_MODULES & set(DOMAINS)
+
+
+def test_a_domains_group_and_plan_are_its_modules_policy_and_nothing_else_holds_them() -> None:
+    for name in domain_modules():
+        policy = importlib.import_module(f"contract.job_kinds.{name}").POLICY
+        assert isinstance(policy, DomainPolicy) and DOMAINS[name] is policy
+        for entry in CATALOG.values():
+            if entry.domain == name and not entry.read:
+                assert GROUP_RANK[entry.group] >= GROUP_RANK[policy.group], entry.kind  # raised, never lowered
+                assert entry.route == policy.route, entry.kind
+    with pytest.raises(ValueError, match="declares no POLICY"):
+        domain_policy("argtypes")
+    with pytest.raises(ValueError, match="no catalog module"):
+        domain_policy("nosuchdomain")
 
 
 def test_a_kind_declared_in_another_domains_module_is_refused() -> None:

@@ -9,10 +9,10 @@ enters the argv, it travels beside it in `BuiltJob.secrets`.
 
 Adding a kind is adding one `kind(...)` entry to the `KINDS` of its domain's module, which is
 named as the domain (`site.py` holds `site.*`, `lb.py` holds `lb.*`); adding a domain is adding
-that module (and its policy in `base.DOMAINS`): the catalog is every module of this package but
-the shared `argtypes`, `allowlists` and `base`, found by scanning, not listed by hand. The rules of
-`base` (groups and plans per domain, flags from field names, `--json`, the checks) apply to a kind
-without it having to say so.
+that module, which declares its `POLICY` (a `base.DomainPolicy`) before its kinds: the catalog
+is every module of this package but the shared `argtypes`, `allowlists` and `base`, found by
+scanning, not listed by hand. The rules of `base` (groups and plans per domain, flags from field
+names, `--json`, the checks) apply to a kind without it having to say so.
 `JobKind.parse(argv, secrets)` is the inverse of `build`: the agent validates the argv it is
 given into the same model, so both sides of a job obey one definition.
 
@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-from contract.job_kinds.base import DOMAINS, BuiltJob, Group, JobKind
+from contract.job_kinds.base import BuiltJob, DomainPolicy, Group, JobKind
 
 __all__ = [
     "CATALOG",
@@ -75,9 +75,22 @@ def _catalog() -> Mapping[str, JobKind]:
     return _assemble({name: importlib.import_module(f"{__name__}.{name}").KINDS for name in domain_modules()})
 
 
+@cache
+def _domains() -> Mapping[str, DomainPolicy]:
+    return types.MappingProxyType(
+        {name: importlib.import_module(f"{__name__}.{name}").POLICY for name in domain_modules()}
+    )
+
+
+# Every domain's policy (its module's `POLICY`), by domain: built on first use, as `CATALOG` is.
+DOMAINS: Mapping[str, DomainPolicy]
+
+
 def __getattr__(name: str) -> Any:
     if name == "CATALOG":
         return _catalog()
+    if name == "DOMAINS":
+        return _domains()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from contract.job_kinds.argtypes import ModelName
-from contract.job_kinds.base import Args, JobKind, NoArgs, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, NoArgs, kind
 
 
 class AiEnable(Args):
@@ -15,6 +15,9 @@ class AiEnable(Args):
 class AiModel(Args):
     model: ModelName
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("ai.status", NoArgs, "Show the local model runtime and what it serves", read=True, example={}),

@@ -18,7 +18,7 @@ from contract.job_kinds.argtypes import (
     Slug,
     Version,
 )
-from contract.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, NoArgs, ScopedPath, kind
 
 
 class AppName(Args):
@@ -62,6 +62,9 @@ class AppScale(Args):
 
 
 _A = {"name": "api"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("app.list", NoArgs, "List the applications", read=True, example={}),

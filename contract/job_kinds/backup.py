@@ -21,7 +21,7 @@ from contract.job_kinds.argtypes import (
     SiteDomain,
     Slug,
 )
-from contract.job_kinds.base import Args, JobKind, NoArgs, kind
+from contract.job_kinds.base import Args, DomainPolicy, JobKind, NoArgs, kind
 
 BackupInclude = Literal["all", "files", "databases"]
 
@@ -71,6 +71,9 @@ class BackupTargetName(Args):
 
 
 _B = {"id": "b-20240501-0300"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = DomainPolicy("sysadmin", "free", route="/v1/servers/{server_id}/backups")
 
 KINDS: list[JobKind] = [
     kind("backup.list", BackupList, "List the backups", read=True, example={"domain": "example.com"}),

@@ -3,7 +3,8 @@
 The per-area modules (`web.py`, `system.py`, ...) only declare argument models and call `kind(...)`; the
 rules live here, once:
 
-- group and plan come from the domain (`DOMAINS`), a read kind is always `observe`;
+- group and plan come from the domain (its module's `POLICY`, a `DomainPolicy`), a read kind is
+  always `observe`;
 - the argv is `[domain, action, *positionals, *flags]`, read kinds end with `--json` (unless they
   print raw lines), mutations end with `--json` when they create or delete something (the agent
   reports the object) or when the entry says so;
@@ -23,7 +24,9 @@ rules live here, once:
 from __future__ import annotations
 
 import functools
+import importlib
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -111,6 +114,8 @@ class DiskSpace(Result):
 
 @dataclass(frozen=True)
 class DomainPolicy:
+    """Who runs a domain's mutations and from which plan: each catalog module's ``POLICY``."""
+
     group: Group  # the group of the domain's mutation kinds
     min_plan: Plan
     # The routes that make this domain's jobs, when they are not plain jobs: their kinds carry
@@ -119,55 +124,11 @@ class DomainPolicy:
     route: str | None = None
 
 
-_CONTENT = DomainPolicy("content", "free")
-_SYSADMIN = DomainPolicy("sysadmin", "free")
-_INFRA = DomainPolicy("infra", "free")
-_INFRA_PRO = DomainPolicy("infra", "pro")
+CONTENT = DomainPolicy("content", "free")
+SYSADMIN = DomainPolicy("sysadmin", "free")
+INFRA = DomainPolicy("infra", "free")
+INFRA_PRO = DomainPolicy("infra", "pro")
 
-DOMAINS: Mapping[str, DomainPolicy] = types.MappingProxyType(
-    {
-        "site": _CONTENT,
-        "wp": _CONTENT,
-        "service": _SYSADMIN,
-        "security": _SYSADMIN,
-        "waf": _SYSADMIN,
-        "user": _SYSADMIN,
-        "system": _SYSADMIN,
-        "updates": _SYSADMIN,
-        "storage": _SYSADMIN,
-        "backup": DomainPolicy("sysadmin", "free", route="/v1/servers/{server_id}/backups"),
-        "migrate": _SYSADMIN,
-        "app": _INFRA,
-        "stack": _INFRA,
-        "deploy": _INFRA,
-        "db": _INFRA,
-        "pg": _INFRA,
-        "mongo": _INFRA,
-        "php": _INFRA,
-        "ssl": _INFRA,
-        "dns": _INFRA,
-        "mail": _INFRA,
-        "docker": _INFRA,
-        "container": _INFRA,
-        "image": _INFRA,
-        "volume": _INFRA,
-        "network": _INFRA,
-        "cron": _INFRA,
-        "daemon": _INFRA,
-        "cache": _INFRA,
-        "ai": _INFRA,
-        "litellm": _INFRA,  # the gateway-key kinds raise it to plus, entry by entry
-        "lb": DomainPolicy("infra", "free", route="/v1/load-balancers"),
-        "logs": _INFRA,
-        "metrics": _INFRA,
-        "quota": _INFRA_PRO,
-        "plan": _INFRA_PRO,
-        "tuning": _INFRA_PRO,
-        "rag": _INFRA_PRO,
-        "mcp": _INFRA_PRO,
-        "extension": _INFRA_PRO,
-    }
-)
 
 # A mutation whose action ends with one of these verbs reports the object it made or removed.
 JSON_MUTATION_VERBS = frozenset({"create", "add", "delete", "remove", "drop", "install", "uninstall", "issue"})
@@ -444,6 +405,26 @@ def _result_adapter(result: Any) -> TypeAdapter[Any]:
     return TypeAdapter(result)
 
 
+def domain_policy(domain: str) -> DomainPolicy:
+    """The ``POLICY`` of the catalog module named `domain`.
+
+    Why here: `kind` reads it while that module is being imported (it declares ``POLICY`` before
+    its ``KINDS``), so adding a domain is adding its module, with no table to keep beside it.
+
+    Raises:
+        ValueError: no catalog module of that name, or one without a ``POLICY``.
+    """
+    name = f"{__package__}.{domain}"
+    try:
+        module = sys.modules.get(name) or importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"no catalog module for the domain {domain!r}") from exc
+    policy = getattr(module, "POLICY", None)
+    if not isinstance(policy, DomainPolicy):
+        raise ValueError(f"contract/job_kinds/{domain}.py declares no POLICY before its kinds")
+    return policy
+
+
 def _error(loc: tuple[str | int, ...], value: str, message: str) -> InitErrorDetails:
     return InitErrorDetails(type=PydanticCustomError("unsafe_argument", message), loc=loc, input=value)
 
@@ -648,7 +629,7 @@ def kind(
     if not KIND_RE.match(name):
         raise ValueError(f"bad kind name {name!r}")
     domain, action = name.split(".", 1)
-    policy = DOMAINS[domain]
+    policy = domain_policy(domain)
     _check_model(name, args, True)
     secret_fields = _secret_fields(args)
     for field_name in positional:

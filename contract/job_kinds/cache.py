@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import Int, SiteDomain
-from contract.job_kinds.base import Args, JobKind, Result, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, Result, kind
 
 CacheEngine = Literal["redis", "memcached", "opcache", "page"]
 
@@ -59,6 +59,9 @@ class CacheState(Result):
 class CacheList(Result):
     caches: list[CacheState] = Field(description="the engine asked for, or all of them")
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("cache.status", CacheStatus, "Show the caches (memory, hit rate)", read=True, example={"engine": "redis"},

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import Bool, DockerName, Duration, ImageRef, Int, PortMapping, VolumeMount
-from contract.job_kinds.base import Args, JobKind, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, kind
 
 
 class ContainerList(Args):
@@ -57,6 +57,9 @@ class ContainerRun(Args):
 
 
 _C = {"id": "web-1"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("container.list", ContainerList, "List the containers", read=True, example={"all": True}),

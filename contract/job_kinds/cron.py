@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import CronCommand, CronSchedule, Id, Int, SiteDomain, listed_by
-from contract.job_kinds.base import Args, JobKind, OptionalDomain, Result, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, OptionalDomain, Result, kind
 
 CronEntryId = Annotated[
     Id, listed_by("cron.list", "entries", "id", noun="cron entries", details=("domain", "schedule", "command"))
@@ -89,6 +89,9 @@ class CronHistoryResult(Result):
 
 
 _CRON = {"id": "c-12"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("cron.list", OptionalDomain, "List the cron jobs", read=True, example=_D, result=CronList),

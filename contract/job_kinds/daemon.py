@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import CommandLine, Int, RelativePath, SiteDomain, Slug, listed_by
-from contract.job_kinds.base import Args, JobKind, NoArgs, Result, ScopedPath, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, NoArgs, Result, ScopedPath, kind
 
 DaemonName = Annotated[Slug, listed_by("daemon.list", "daemons", "name", noun="daemons", details=("domain", "command"))]
 """A daemon the server has (a new one's name is a plain `Slug`)."""
@@ -68,6 +68,9 @@ class DaemonDeleted(Result):
 
 
 _DMN = {"name": "queue-worker"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("daemon.list", NoArgs, "List the daemons", read=True, example={}, result=DaemonList),

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from contract.job_kinds.argtypes import Bool, DbHost, DbName, DbUser, Secret, SiteDomain, listed_by
-from contract.job_kinds.base import Args, FilePath, JobKind, NoArgs, Result, ScopedPath, kind
+from contract.job_kinds.base import INFRA, Args, FilePath, JobKind, NoArgs, Result, ScopedPath, kind
 
 MariaDbDatabase = Annotated[DbName, listed_by("db.list", None, "name", noun="databases", details=("charset",))]
 """A MariaDB database the server has (a new one's name is a plain `DbName`)."""
@@ -161,6 +161,9 @@ class DbAccountDeleted(Result):
 
 
 _DB = {"name": "shop"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("db.list", NoArgs, "List the MySQL/MariaDB databases", read=True, example={}, result=list[DbDatabase]),

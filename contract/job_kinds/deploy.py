@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 
 from contract.job_kinds.argtypes import GitRef, GitUrl, Id, Int, RelativePath, Secret, SiteDomain
-from contract.job_kinds.base import Args, DomainArgs, JobKind, Result, ScopedPath, kind
+from contract.job_kinds.base import INFRA, Args, DomainArgs, JobKind, Result, ScopedPath, kind
 
 _D = {"domain": "example.com"}
 
@@ -123,6 +123,9 @@ class DeployKey(Result):
     fingerprint: str | None = Field(description="its SHA256 fingerprint (None: ssh-keygen did not say)")
     created: bool = Field(description="the key was made by this job")
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("deploy.init", DeployInit, "Prepare a site for git deploys: clone a repository, or make one to push to",

@@ -22,7 +22,7 @@ from contract.job_kinds.argtypes import (
     OnOff,
     Port,
 )
-from contract.job_kinds.base import Args, JobKind, NoArgs, Result, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, NoArgs, Result, kind
 
 RecordType = Literal["A", "AAAA", "CNAME", "MX", "TXT", "SRV", "CAA", "NS"]
 _HOSTNAME_RE = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+$")
@@ -187,6 +187,9 @@ class ZoneCheck(Result):
 
 
 _Z = {"zone": "example.com"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("dns.lookup", DnsLookup, "Look a name up with dig", read=True, positional=("name",),

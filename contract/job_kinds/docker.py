@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contract.job_kinds.argtypes import Bool
-from contract.job_kinds.base import Args, JobKind, NoArgs, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, NoArgs, kind
 
 
 class DockerPrune(Args):
@@ -11,6 +11,9 @@ class DockerPrune(Args):
     volumes: Bool = False
     build_cache: Bool = False
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("docker.status", NoArgs, "Show whether the docker engine runs, with counts", read=True, example={}),

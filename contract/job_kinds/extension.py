@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from contract.job_kinds.argtypes import SemVer, Slug
-from contract.job_kinds.base import Args, JobKind, NameArgs, NoArgs, kind
+from contract.job_kinds.base import INFRA_PRO, Args, JobKind, NameArgs, NoArgs, kind
 
 
 class ExtensionInstall(Args):
     name: Slug
     version: SemVer | None = None
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA_PRO
 
 KINDS: list[JobKind] = [
     kind("extension.list", NoArgs, "List the installed extensions", read=True, example={}),

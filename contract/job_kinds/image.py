@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import model_validator
 
 from contract.job_kinds.argtypes import Bool, ImageRef, RegistryUser, Secret
-from contract.job_kinds.base import Args, JobKind, NoArgs, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, NoArgs, kind
 
 
 class ImageArgs(Args):
@@ -37,6 +37,9 @@ class ImageTag(Args):
     source: ImageRef
     target: ImageRef
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("image.list", NoArgs, "List the images", read=True, example={}),

@@ -24,7 +24,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import Bool, DomainName, Host, Id, Int, Port, Slug, UrlPath
-from contract.job_kinds.base import Args, JobKind, Result, kind
+from contract.job_kinds.base import Args, DomainPolicy, JobKind, Result, kind
 from contract.models import WireModel
 
 Engine = Literal["nginx", "haproxy"]
@@ -124,6 +124,9 @@ class LbRemoved(Result):
     id: str = Field(description="the load balancer")
     removed: bool = Field(description="its configuration was removed (False: this node had none already)")
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = DomainPolicy("infra", "free", route="/v1/load-balancers")
 
 KINDS: list[JobKind] = [
     kind("lb.apply", LbApply, "Write and reload a load balancer from its whole spec", positional=("id",), json=True,

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import HttpsUrl, Id, Int, ModelName, Secret, Slug
-from contract.job_kinds.base import Args, JobKind, NoArgs, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, NoArgs, kind
 
 
 class LitellmModelAdd(Args):
@@ -35,6 +35,9 @@ class KeyCreate(Args):
 class KeyId(Args):
     key_id: Id
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA  # the gateway-key kinds raise it to plus, entry by entry
 
 KINDS: list[JobKind] = [
     kind("litellm.status", NoArgs, "Show the gateway's health and spend", read=True, example={}),

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import Duration, Int, SearchText, ServiceName, SiteDomain
-from contract.job_kinds.base import Args, JobKind, OptionalDomain, Result, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, OptionalDomain, Result, kind
 
 _D = {"domain": "example.com"}
 
@@ -46,6 +46,9 @@ class LogFile(Result):
 class LogList(Result):
     logs: list[LogFile] = Field(description="the sites' log files, then (without a domain) the system's")
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("logs.tail", LogsTail, "Show the last lines of a site's log", read=True, positional=("domain",), json=False,

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import Bool, Email, Int, Secret, SiteDomain, Slug
-from contract.job_kinds.base import Args, DomainArgs, JobKind, NoArgs, kind
+from contract.job_kinds.base import INFRA, Args, DomainArgs, JobKind, NoArgs, kind
 
 _D = {"domain": "example.com"}
 
@@ -52,6 +52,9 @@ class DmarcSet(Args):
 
 
 _MB = {"address": "jo@example.com"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("mail.list", NoArgs, "List the mail domains", read=True, example={}),

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import EnvName, Int, Port, RegistryPackage, Secret, Slug, Version
-from contract.job_kinds.base import Args, JobKind, NameArgs, NoArgs, kind
+from contract.job_kinds.base import INFRA_PRO, Args, JobKind, NameArgs, NoArgs, kind
 
 
 class McpInstall(Args):
@@ -30,6 +30,9 @@ class McpEnvSet(Args):
 
 
 _MCP = {"name": "github"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA_PRO
 
 KINDS: list[JobKind] = [
     kind("mcp.list", NoArgs, "List the MCP servers", read=True, example={}),

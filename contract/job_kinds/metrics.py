@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from contract.job_kinds.argtypes import Email, Int
-from contract.job_kinds.base import Args, DiskSpace, IdArgs, JobKind, NoArgs, Result, kind
+from contract.job_kinds.base import INFRA, Args, DiskSpace, IdArgs, JobKind, NoArgs, Result, kind
 
 
 class MetricsHistory(Args):
@@ -100,6 +100,9 @@ class AlertDeleted(Result):
     deleted: Alert = Field(description="the rule removed")
     message: str = Field(description="what was done, for a person")
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("metrics.get", NoArgs, "Show the current CPU, memory, disk, network and load", read=True, example={},

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import Bool, DomainName, Host, Id, LoginName, Port, RelativePath, Secret
-from contract.job_kinds.base import Args, JobKind, NoArgs, ScopedPath, kind
+from contract.job_kinds.base import SYSADMIN, Args, JobKind, NoArgs, ScopedPath, kind
 
 
 class MigrateId(Args):
@@ -34,6 +34,9 @@ class MigrateImport(Args):
     format: Literal["cpanel", "plesk", "directadmin", "fleetdeck"]
     domain: DomainName | None = None  # only this site of the archive
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = SYSADMIN
 
 KINDS: list[JobKind] = [
     kind("migrate.list", NoArgs, "List the migrations", read=True, example={}),

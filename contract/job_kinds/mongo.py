@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import Bool, DbName, DbUser, Secret, SiteDomain
-from contract.job_kinds.base import Args, FilePath, JobKind, NoArgs, ScopedPath, kind
+from contract.job_kinds.base import INFRA, Args, FilePath, JobKind, NoArgs, ScopedPath, kind
 
 
 class MongoDb(Args):
@@ -38,6 +38,9 @@ class MongoRestore(MongoDump):
 
 _MONGO = {"name": "events"}
 _MDUMP = {"name": "events", "domain": "example.com", "path": "backups/events.archive.gz"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("mongo.list", NoArgs, "List the MongoDB databases", read=True, example={}),

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import model_validator
 
 from contract.job_kinds.argtypes import Bool, Cidr, DockerName, IPAddress
-from contract.job_kinds.base import Args, JobKind, NoArgs, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, NoArgs, kind
 
 
 class NetworkName(Args):
@@ -42,6 +42,9 @@ class NetworkDetach(NetworkAttach):
 
 
 _NET = {"name": "backend"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("network.list", NoArgs, "List the docker networks", read=True, example={}),

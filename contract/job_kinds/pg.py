@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import Bool, Cidr, DbName, DbUser, Secret, SiteDomain, listed_by
-from contract.job_kinds.base import Args, FilePath, JobKind, NoArgs, Result, ScopedPath, kind
+from contract.job_kinds.base import INFRA, Args, FilePath, JobKind, NoArgs, Result, ScopedPath, kind
 
 PgDatabaseName = Annotated[DbName, listed_by("pg.list", "databases", "name", noun="databases")]
 """A PostgreSQL database the server has (a new one's name is a plain `DbName`)."""
@@ -237,6 +237,9 @@ class PgAllowRemoved(Result):
 _PG = {"name": "app"}
 _DUMP = {"name": "app", "domain": "example.com", "path": "backups/app.dump"}
 _ALLOW = {"cidr": "10.0.0.0/24", "name": "app", "user": "app_user"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("pg.list", NoArgs, "List the PostgreSQL databases", read=True, example={}, result=PgDatabases),

@@ -17,7 +17,7 @@ from contract.job_kinds.argtypes import (
     SiteDomain,
     SitePhpDirective,
 )
-from contract.job_kinds.base import Args, DomainArgs, JobKind, NoArgs, Result, kind
+from contract.job_kinds.base import INFRA, Args, DomainArgs, JobKind, NoArgs, Result, kind
 
 _D = {"domain": "example.com"}
 
@@ -141,6 +141,9 @@ class PhpFpmStatus(Result):
 _V = {"version": "8.3"}
 
 # php.install, php.uninstall and php.extension-install print apt's lines: no --json, no result.
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
+
 KINDS: list[JobKind] = [
     kind("php.versions", NoArgs, "List the installed PHP versions", read=True, example={}, result=PhpVersions),
     kind("php.install", PhpInstall, "Install a PHP version", positional=("version",), json=False, example=_V),

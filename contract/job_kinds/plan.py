@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from contract.job_kinds.argtypes import Int, SiteDomain, Slug
-from contract.job_kinds.base import Args, DomainArgs, JobKind, NameArgs, NoArgs, kind
+from contract.job_kinds.base import INFRA_PRO, Args, DomainArgs, JobKind, NameArgs, NoArgs, kind
 
 _D = {"domain": "example.com"}
 
@@ -23,6 +23,9 @@ class PlanApply(Args):
     domain: SiteDomain
     plan: Slug
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA_PRO
 
 KINDS: list[JobKind] = [
     kind("plan.list", NoArgs, "List the hosting plans", read=True, example={}),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import Int, Username
-from contract.job_kinds.base import Args, JobKind, NoArgs, UserArgs, kind
+from contract.job_kinds.base import INFRA_PRO, Args, JobKind, NoArgs, UserArgs, kind
 
 _U = {"username": "deploy"}
 
@@ -22,6 +22,9 @@ class QuotaSet(Args):
             raise ValueError("the soft limit must not exceed the hard limit")
         return self
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA_PRO
 
 KINDS: list[JobKind] = [
     kind("quota.list", NoArgs, "List the disk quotas and usage of every user", read=True, example={}),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import Bool, Id, Int, ModelName, RelativePath, SiteDomain, Slug
-from contract.job_kinds.base import Args, JobKind, NameArgs, NoArgs, ScopedPath, kind
+from contract.job_kinds.base import INFRA_PRO, Args, JobKind, NameArgs, NoArgs, ScopedPath, kind
 
 
 class RagCreate(Args):
@@ -34,6 +34,9 @@ class RagDocument(Args):
 
 
 _RAG = {"name": "docs"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA_PRO
 
 KINDS: list[JobKind] = [
     kind("rag.list", NoArgs, "List the retrieval collections", read=True, example={}),

@@ -19,7 +19,7 @@ from contract.job_kinds.argtypes import (
     SiteDomain,
     Slug,
 )
-from contract.job_kinds.base import Args, JobKind, NoArgs, Result, kind
+from contract.job_kinds.base import SYSADMIN, Args, JobKind, NoArgs, Result, kind
 
 
 class SecurityScan(Args):
@@ -208,6 +208,9 @@ class Fail2banStatusResult(Result):
 
 
 _BAN = {"jail": "sshd", "ip": "198.51.100.23"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = SYSADMIN
 
 KINDS: list[JobKind] = [
     kind("security.status", NoArgs, "Show firewall, fail2ban, SSH and scan status", read=True, example={},

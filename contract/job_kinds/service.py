@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import Int, ServiceName, listed_by
-from contract.job_kinds.base import Args, JobKind, NoArgs, Result, kind
+from contract.job_kinds.base import SYSADMIN, Args, JobKind, NoArgs, Result, kind
 
 SystemService = Annotated[
     ServiceName, listed_by("service.list", "services", "name", noun="services", details=("description",))
@@ -66,6 +66,9 @@ class ServiceStatus(Result):
 
 
 _SVC = {"name": "nginx"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = SYSADMIN
 
 KINDS: list[JobKind] = [
     kind("service.list", NoArgs, "List the system services", read=True, example={}, result=ServiceList),

@@ -17,7 +17,7 @@ from contract.job_kinds.argtypes import (
     SiteDomain,
     UploadLimit,
 )
-from contract.job_kinds.base import Args, DomainArgs, JobKind, NoArgs, Result, kind
+from contract.job_kinds.base import CONTENT, Args, DomainArgs, JobKind, NoArgs, Result, kind
 
 SiteProfile = Literal["static", "php", "wordpress"]
 """What a new site's public_html starts with; the agent has a template for each (and no other)."""
@@ -170,6 +170,9 @@ class SiteLogLines(Result):
 
 
 _D = {"domain": "example.com"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = CONTENT
 
 KINDS: list[JobKind] = [
     kind("site.list", NoArgs, "List the sites of the server", read=True, example={}, result=SiteList),

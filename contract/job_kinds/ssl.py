@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import Bool, DomainName, Email, OnOff, RelativePath, SiteDomain
-from contract.job_kinds.base import Args, DomainArgs, JobKind, NoArgs, Result, ScopedPath, kind
+from contract.job_kinds.base import INFRA, Args, DomainArgs, JobKind, NoArgs, Result, ScopedPath, kind
 
 _D = {"domain": "example.com"}
 
@@ -90,6 +90,9 @@ class CertificateDeleted(Result):
     deleted: bool = Field(description="a certificate was removed (False: the site had none)")
     message: str = Field(description="what was done, for a person")
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("ssl.list", NoArgs, "List the certificates of the server", read=True, example={}, result=CertificateList),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from contract.job_kinds.argtypes import Bool, Int, ServiceName, SiteDomain, Slug
-from contract.job_kinds.base import Args, JobKind, NoArgs, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, NoArgs, kind
 
 
 class StackName(Args):
@@ -35,6 +35,9 @@ class StackLogs(Args):
 
 
 _S = {"name": "monitoring"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("stack.list", NoArgs, "List the stacks", read=True, example={}),

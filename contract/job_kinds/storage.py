@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import Bool, Int, RelativePath, SiteDomain
-from contract.job_kinds.base import Args, DiskSpace, JobKind, NoArgs, Result, ScopedPath, kind
+from contract.job_kinds.base import SYSADMIN, Args, DiskSpace, JobKind, NoArgs, Result, ScopedPath, kind
 
 
 class StorageUsage(Args):
@@ -116,6 +116,9 @@ class StorageCleanupResult(Result):
     targets: CleanupTargets = Field(description="what each target freed")
     bytes: int = Field(description="freed in all, bytes (or that would be)")
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = SYSADMIN
 
 KINDS: list[JobKind] = [
     kind("storage.usage", StorageUsage, "Show disk usage under a folder of a site or of the home", read=True,

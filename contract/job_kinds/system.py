@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import HostName, Int, Locale, SafeText, Timezone
-from contract.job_kinds.base import Args, JobKind, NoArgs, Result, kind
+from contract.job_kinds.base import SYSADMIN, Args, JobKind, NoArgs, Result, kind
 
 
 class Processes(Args):
@@ -93,6 +93,9 @@ class CacheDrop(Result):
     cached_before_bytes: int | None = Field(description="page cache before, bytes (None: not known)")
     cached_after_bytes: int | None = Field(description="page cache after, bytes (None: not known)")
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = SYSADMIN
 
 KINDS: list[JobKind] = [
     kind("system.info", NoArgs, "Show the server: OS, kernel, CPU, memory, uptime, load", read=True, example={},

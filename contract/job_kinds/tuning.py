@@ -8,7 +8,7 @@ from pydantic import Field
 
 from contract.job_kinds.allowlists import SYSCTL, allowed_values, value_of_its_key
 from contract.job_kinds.argtypes import SysctlKey, SysctlValue
-from contract.job_kinds.base import Args, JobKind, kind
+from contract.job_kinds.base import INFRA_PRO, Args, JobKind, kind
 
 TuningTarget = Literal["system", "mysql", "postgres", "php", "nginx", "redis"]
 
@@ -30,6 +30,9 @@ class SysctlSet(Args):
 
     _allowed_value = value_of_its_key(SYSCTL)
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA_PRO
 
 KINDS: list[JobKind] = [
     kind("tuning.show", TuningArgs, "Show the current tuning of a component", read=True, positional=("target",),

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import Bool, Id, Int, PackageName, Secret
-from contract.job_kinds.base import Args, JobKind, NoArgs, Result, kind
+from contract.job_kinds.base import SYSADMIN, Args, JobKind, NoArgs, Result, kind
 
 
 class UpdatesHistory(Args):
@@ -101,6 +101,9 @@ class UpdatesStatus(Result):
     reboot_required: bool = Field(description="an update asks for a reboot (/run/reboot-required)")
     reboot_packages: list[str] = Field(description="the packages that asked for it")
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = SYSADMIN
 
 KINDS: list[JobKind] = [
     kind("updates.list", NoArgs, "List the pending OS package updates", read=True, example={}, result=UpdatesList),

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import Bool, OnOff, Secret, SshFingerprint, SshPublicKey, SystemUser, Username
-from contract.job_kinds.base import Args, JobKind, NoArgs, Result, UserArgs, kind
+from contract.job_kinds.base import SYSADMIN, Args, JobKind, NoArgs, Result, UserArgs, kind
 
 
 class UserCreate(Args):
@@ -140,6 +140,9 @@ class KeyAuditResult(Result):
 
 _U = {"username": "deploy"}
 _KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl jo@laptop"
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = SYSADMIN
 
 KINDS: list[JobKind] = [
     kind("user.list", NoArgs, "List the login users", read=True, example={}, result=UserList),

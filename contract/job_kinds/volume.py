@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from contract.job_kinds.argtypes import Bool, DockerName
-from contract.job_kinds.base import Args, JobKind, NoArgs, kind
+from contract.job_kinds.base import INFRA, Args, JobKind, NoArgs, kind
 
 
 class VolumeName(Args):
@@ -23,6 +23,9 @@ class VolumeRemove(Args):
 
 
 _VOL = {"name": "uptime-data"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = INFRA
 
 KINDS: list[JobKind] = [
     kind("volume.list", NoArgs, "List the docker volumes", read=True, example={}),

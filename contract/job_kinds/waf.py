@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from contract.job_kinds.argtypes import Int, IPOrCidr, SiteDomain
-from contract.job_kinds.base import Args, DomainArgs, JobKind, OptionalDomain, kind
+from contract.job_kinds.base import SYSADMIN, Args, DomainArgs, JobKind, OptionalDomain, kind
 
 _D = {"domain": "example.com"}
 
@@ -36,6 +36,9 @@ class WafEvents(Args):
     domain: SiteDomain
     limit: Int = Field(default=100, ge=1, le=1000)
 
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = SYSADMIN
 
 KINDS: list[JobKind] = [
     kind("waf.status", OptionalDomain, "Show the web application firewall per site", read=True, example=_D),

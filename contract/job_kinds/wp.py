@@ -18,7 +18,7 @@ from contract.job_kinds.argtypes import (
     Version,
     WpUser,
 )
-from contract.job_kinds.base import Args, JobKind, ScopedPath, kind
+from contract.job_kinds.base import CONTENT, Args, JobKind, ScopedPath, kind
 
 
 class WpList(Args):
@@ -90,6 +90,9 @@ class WpMaintenance(WpTarget):
 _W = {"domain": "example.com", "path": "blog"}
 _IN_SITE = (ScopedPath("path", site="domain"),)  # the install's folder, in the site
 _WPLUG = {"domain": "example.com", "plugin": "wordpress-seo"}
+
+# Who runs this domain's mutations, and from which plan (`base.DomainPolicy`).
+POLICY = CONTENT
 
 KINDS: list[JobKind] = [
     kind("wp.list", WpList, "List the WordPress installs", read=True, example={"domain": "example.com"}),

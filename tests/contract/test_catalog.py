@@ -695,7 +695,7 @@ def test_catalog_rules_are_enforced_at_declaration() -> None:
         kind("site.default-test", ListedByDefault, "test only", example={})
     with pytest.raises(TypeError):  # `--names-json` twice
         kind("site.same-test", SameFlag, "test only", example={})
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match="no catalog module for the domain 'nosuchdomain'"):
         kind("nosuchdomain.list", Args, "test only", example={})
     with pytest.raises(ValueError):
         kind("Site.List", Args, "test only", example={})

@@ -77,6 +77,7 @@ APPROVED: dict[Class, dict[str, str]] = {
     },
     "account": {
         "Username": "a login user that is not a system account (RESERVED_USERNAMES, systemd-*): never root",
+        "SystemUser": "a Username (the same rule) whose schema names user.list as where to pick it from",
         "DbUser": "a database account that is not a system one (root, postgres, debian-sys-maint...)",
         "WpUser": "an account in WordPress's own database, not one of the system",
         "RegistryUser": "the login at a container registry, not one of the system",
