@@ -192,3 +192,18 @@ def assert_complete(items: list[dict[str, Any]], count: int, first: int = 1) -> 
 def write_log(path: Path, count: int) -> None:
     with open(path, "wb") as f:
         f.write(b"".join(b"line %d\n" % i for i in range(1, count + 1)))
+
+
+def live_members(pgid: int) -> list[int]:
+    """The processes of the group `pgid` that are not zombies."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members

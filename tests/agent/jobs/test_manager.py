@@ -38,6 +38,7 @@ from tests.helpers.agent_jobs import (
     Env,
     assert_complete,
     linked,
+    live_members,
     write_log,
 )
 
@@ -143,21 +144,6 @@ STUBBORN_SCRIPT = """#!/bin/sh
 echo "parent $$ started"
 sleep 301
 """
-
-
-def live_members(pgid: int) -> list[int]:
-    """The processes of the group `pgid` that are not zombies."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
 
 
 # --- the manager ---------------------------------------------------------------------------

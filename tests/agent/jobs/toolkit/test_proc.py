@@ -14,26 +14,9 @@ import trio
 from agent.jobs.toolkit.output import JobError
 from agent.jobs.toolkit.proc import LineSplitter, capture_command, pid_alive
 from tests.helpers import eventually
-from tests.helpers.agent_jobs import (
-    IS_ROOT,
-)
+from tests.helpers.agent_jobs import IS_ROOT, live_members
 
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="creates system users: runs only as root")
-
-
-def live_members(pgid: int) -> list[int]:
-    """The processes of the group `pgid` that are not zombies."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry.name))
-    return members
 
 
 def test_line_splitter_handles_chunk_boundaries() -> None:
