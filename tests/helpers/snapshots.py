@@ -21,7 +21,7 @@ UPDATE = os.environ.get("FLEETDECK_UPDATE_SNAPSHOTS") == "1"
 # Masked in this order; each keeps the width of what it replaces, so columns stay where they were.
 # Durations apart (below): their width changes with the machine's load.
 VOLATILE = [
-    re.compile(r"\b\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2})?\b"),  # timestamps
+    re.compile(r"\b\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2}(\.\d+)?Z?)?\b"),  # timestamps (RFC 3339's too)
     re.compile(r"\b\d{1,2}:\d{2}:\d{2}\b"),  # clock times
     re.compile(r"\b\d+(\.\d+)? ?(ms|s|min|h) ago\b"),  # ages
     re.compile(r"\bj-[0-9a-f]{6,}\b|\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]{4,}\b"),  # ids

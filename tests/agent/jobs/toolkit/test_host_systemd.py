@@ -104,6 +104,7 @@ def test_a_services_status_is_what_systemctl_show_says(server: Hosting, recorded
         "pid": 4127,
         "enabled": True,
         "manager": "systemd",
+        "status_code": None,  # the init script's exit code: sysv only
     }
     recorded.script(Script(units={"nginx": FAILED}))
     failed = server.run("service.status", name="nginx").ok().result
