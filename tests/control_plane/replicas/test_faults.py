@@ -584,13 +584,19 @@ class CrossCalls(threading.Thread):
     def run(self) -> None:
         clients = [replica.http(self.cluster.token) for replica in self.cluster.replicas]
         try:
-            while not self.stopping.is_set():
+            # Once stopped, one more round, begun after the stop: the test stops the load when
+            # every replica says it is whole again, so that round is what a client sees then
+            # (a round begun before may have crossed to a replica still reconnecting).
+            while True:
+                last_round = self.stopping.is_set()
                 for http in clients:
                     for name, agent in self.cluster.agents.items():
                         params = {"scope": "root", "path": "probe.txt"}
                         answer = http.get(f"/v1/servers/{agent.server_id}/fs/stat", params=params)
                         part = next((p for p in ("database", "bus") if _refused_for_now(answer, p)), None)
                         self.answers.append((name, answer.status_code, part))
+                if last_round:
+                    break
                 self.stopping.wait(LOAD_ROUND_PAUSE_S)
         finally:
             for http in clients:
@@ -612,7 +618,8 @@ class CrossCalls(threading.Thread):
             self.answers,
             _links_dropped_for_silence(self.cluster),
         )
-        assert all(status == 200 for _, status, _ in self.answers[-len(self.cluster.agents) :]), self.answers[-20:]
+        last_round = len(self.cluster.agents) * len(self.cluster.replicas)
+        assert all(status == 200 for _, status, _ in self.answers[-last_round:]), self.answers[-20:]
         return {part for _, status, part in self.answers if status == 503}
 
 
