@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_S = 0.05
-STOP_TIMEOUT_S = 10.0  # SIGTERM's grace before SIGKILL
+STOP_TIMEOUT_S = 30.0  # SIGTERM's grace before SIGKILL (its services stop first: slow on a loaded host)
 ANSWER_TIMEOUT_S = 5.0
 
 
@@ -263,4 +263,6 @@ def stop_running(data_dir: Path, timeout: float = STOP_TIMEOUT_S) -> RunFile | N
     if run is None or find_running(layout, any_version=True) is None:
         return None
     terminate(run.pid, timeout)
+    if (left := read_run_file(layout.run_file)) is not None and left.pid == run.pid:
+        layout.run_file.unlink(missing_ok=True)  # killed before it could remove it itself
     return run

@@ -59,7 +59,9 @@ def exchange(a: Path, b: Path) -> None:
 
 # The racer, run as the site's user by the system's python (the venv's may be out of its reach):
 # it exchanges argv[1] and argv[2] until SIGTERM or argv[3] swaps, leaves them as they were (an
-# even number of swaps) and prints how many it made (and "swapping" after the first).
+# even number of swaps) and prints how many it made. It says "ready" after its first exchange, so
+# the kind starts with the race under way: a loaded machine that ran the kind before the racer's
+# first swap (and site.delete, which kills the user's processes, ended it) raced nothing.
 RACER = r"""
 import ctypes, os, signal, sys
 renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
@@ -67,16 +69,15 @@ renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char
 a, b, limit = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2]), int(sys.argv[3])
 stopped = []
 signal.signal(signal.SIGTERM, lambda *_: stopped.append(True))
-print("ready", flush=True)
 swaps = 0
 while swaps < limit and not stopped:
     if renameat2(-100, a, -100, b, 2) != 0:
-        if ctypes.get_errno() == 2:  # the folder is gone (the kind removed the site): the race is over
+        if swaps and ctypes.get_errno() == 2:  # the folder is gone (the kind removed the site): the race is over
             break
         sys.exit("renameat2: " + os.strerror(ctypes.get_errno()))
     swaps += 1
     if swaps == 1:
-        print("swapping", flush=True)  # known even if it is killed (site.delete stops the user's processes)
+        print("ready", flush=True)
 if swaps % 2 and renameat2(-100, a, -100, b, 2) == 0:
     swaps += 1
 print(swaps, flush=True)
@@ -131,8 +132,8 @@ class Racer:
             exchange(self.folder, self.link)
         if os.path.lexists(self.link):
             self.link.unlink()
-        if killed:  # how many is unknown: at least one if it said so
-            return 1 if "swapping" in out.split() else 0
+        if killed:  # by the kind: how many is unknown, at least the one before "ready"
+            return 1
         return int(out.split()[-1])
 
 
