@@ -99,6 +99,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank[item.path])  # stable: within a module, the order stays
 
 
+# What each module costs (setup, calls and teardown of its tests), summed as reports arrive (on
+# xdist's controller too), and the costliest printed after pytest's slowest tests: a module whose
+# cost grows shows where the suite's time goes, and how whole modules share out over the workers.
+MODULE_SECONDS: dict[str, float] = {}
+SLOWEST_MODULES = 15
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::", 1)[0]
+    MODULE_SECONDS[module] = MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not MODULE_SECONDS:
+        return
+    terminalreporter.write_sep("=", f"slowest {SLOWEST_MODULES} modules")
+    costliest = sorted(MODULE_SECONDS.items(), key=lambda item: item[1], reverse=True)[:SLOWEST_MODULES]
+    for module, seconds in costliest:
+        terminalreporter.write_line(f"{seconds:8.2f}s {module}")
+    terminalreporter.write_line(f"{sum(MODULE_SECONDS.values()):8.2f}s in all {len(MODULE_SECONDS)} modules")
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("stack_variants")
     if marker is None or "stack" not in metafunc.fixturenames:
