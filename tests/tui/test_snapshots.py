@@ -9,6 +9,7 @@ actions rather than keys where the key is not what the test is about.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import shutil
@@ -625,3 +626,31 @@ def test_a_theme_chosen_by_name_keeps_its_colours_under_no_color(
         assert ColorType.STANDARD in colours_used(app)
 
     run(app, scenario)
+
+
+def test_no_color_notifications_tell_their_severity(snap_org: SnapOrg, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warning is bold, an error bold behind a solid bar: elsewhere their bars' colours say it."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("COLORTERM", raising=False)
+    app = snap_org.app(theme=None)
+
+    def bar_and_bold(text: str) -> tuple[str, bool]:
+        row = row_with(app, text)
+        start = "".join(char for char, _ in row).index(text)
+        bar = "".join(char for char, _ in row[:start]).rstrip()[-1]
+        return bar, all(style.bold for _, style in row[start : start + len(text)])
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        await server_list(pilot)
+        for severity in ("information", "warning", "error"):
+            app.notify(f"{severity} note", severity=severity, timeout=600)  # type: ignore[arg-type]
+        await wait_for(pilot, lambda: "error note" in screen_text(app))
+        assert bar_and_bold("information note") == ("▌", False)
+        assert bar_and_bold("warning note") == ("▌", True)
+        assert bar_and_bold("error note") == ("█", True)
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:  # `run` leaves toasts out
+            await scenario(pilot)
+
+    asyncio.run(main())
