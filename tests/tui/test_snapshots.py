@@ -554,12 +554,49 @@ def check_job_form(app: FleetdeckApp) -> None:
     assert reversed_text(row_with(app, "(required)")) == "("
 
 
+async def help_screen(pilot: Pilot[Any]) -> None:
+    await server_list(pilot)
+    await pilot.app.run_action("help")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
+
+
+async def editor(pilot: Pilot[Any]) -> None:
+    commander = await files_on(pilot, "notes.md")
+    await action(pilot, commander, "edit")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, EditorScreen))
+
+
+def check_editor(app: FleetdeckApp) -> None:
+    # The text cursor (on the first character) is a reversed cell.
+    assert reversed_text(row_with(app, "# Notes")) == "#"
+
+
+async def viewer(pilot: Pilot[Any]) -> None:
+    commander = await files_on(pilot, "notes.md")
+    await action(pilot, commander, "view")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ViewerScreen))
+
+
+async def load_balancers(pilot: Pilot[Any]) -> None:
+    await server_list(pilot)
+    await pilot.app.run_action("go_load_balancers")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, LoadBalancersScreen))
+
+
+def nothing_more(app: FleetdeckApp) -> None:
+    """Screens whose states are words already: what every screen is checked for is enough."""
+
+
 # (name, how to reach the screen, text once it is drawn, what shows without colour)
 WITHOUT_COLOUR: list[tuple[str, Scenario, str, Callable[[FleetdeckApp], None]]] = [
     ("servers", servers_on_web, "web-1", check_servers),
     ("files_marked", marked_files, "1 marked", check_marked_files),
     ("files_delete", delete_dialog, "notes.md", check_delete_dialog),
     ("job_form", job_form, "chedule", check_job_form),
+    ("editor", editor, "Fridays", check_editor),
+    ("viewer", viewer, "Fridays", nothing_more),
+    ("help", help_screen, "Keys", nothing_more),
+    ("load_balancers_empty", load_balancers, "0 load balancers", nothing_more),
 ]
 
 
