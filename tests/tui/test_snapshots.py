@@ -497,6 +497,8 @@ async def marked_files(pilot: Pilot[Any]) -> None:
     commander = await files_on(pilot, ".env")
     await pilot.press("insert")
     await wait_for(pilot, lambda: bool(commander.active.pane.marked))
+    # Both listings drawn (a loaded run caught the other panel still loading)
+    await wait_for(pilot, lambda: screen_text(pilot.app).count("notes.md") == 2)
 
 
 def check_marked_files(app: FleetdeckApp) -> None:
