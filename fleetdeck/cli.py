@@ -208,7 +208,9 @@ def _parser(settings: Settings) -> argparse.ArgumentParser:
         "--data-dir", type=Path, default=paths.local_stack_dir(), help="data directory of the embedded local stack"
     )
     parser.add_argument(
-        "--theme", default=settings.theme, help="fleetdeck-dark, fleetdeck-light or fleetdeck-ansi (or FLEETDECK_THEME)"
+        "--theme",
+        default=settings.theme,
+        help="fleetdeck-dark, fleetdeck-light, fleetdeck-ansi or fleetdeck-mono (or FLEETDECK_THEME)",
     )
     return parser
 

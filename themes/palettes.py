@@ -94,10 +94,42 @@ ANSI = Theme(
     },
 )
 
-THEMES: dict[str, Theme] = {theme.name: theme for theme in (DARK, LIGHT, ANSI)}
+# No colour at all (`NO_COLOR`, https://no-color.org): the terminal's own foreground on its own
+# background, and every state said by a glyph or by reverse video, bold and underline. The app
+# strips what colour code still draws (`tui.app.FleetdeckApp.get_line_filters`); the CSS that
+# shows focus without colour is `tui/monochrome.tcss`.
+MONO = Theme(
+    name="fleetdeck-mono",
+    ansi=True,
+    primary="ansi_default",
+    secondary="ansi_default",
+    accent="ansi_default",
+    warning="ansi_default",
+    error="ansi_default",
+    success="ansi_default",
+    foreground="ansi_default",
+    background="ansi_default",
+    surface="ansi_default",
+    panel="ansi_default",
+    boost="ansi_default",
+    dark=True,
+    variables={
+        "ansi-background": "ansi_default",
+        "ansi-foreground": "ansi_default",
+        "block-cursor-text-style": "reverse bold",
+        "block-cursor-blurred-text-style": "underline",
+        "input-cursor-text-style": "reverse",
+        "input-selection-background": "ansi_default",
+        "button-focus-text-style": "reverse bold",
+        "footer-key-foreground": "ansi_default",
+        "link-style": "underline",
+    },
+)
+
+THEMES: dict[str, Theme] = {theme.name: theme for theme in (DARK, LIGHT, ANSI, MONO)}
 
 # `--theme light` is as good as `--theme fleetdeck-light`.
-_SHORT_NAMES = {"dark": DARK.name, "light": LIGHT.name, "ansi": ANSI.name}
+_SHORT_NAMES = {"dark": DARK.name, "light": LIGHT.name, "ansi": ANSI.name, "mono": MONO.name}
 
 
 def register_themes(app: App[Any]) -> None:
@@ -119,7 +151,10 @@ def default_theme_name(wanted: str | None = None, environ: Mapping[str, str] | N
 
 
 def automatic_theme_name(environ: Mapping[str, str] | None = None) -> str:
-    """Dark on terminals that announce truecolor in `COLORTERM`, the ANSI theme anywhere else."""
+    """Monochrome when `NO_COLOR` is set (and not empty, as no-color.org says), else dark on
+    terminals that announce truecolor in `COLORTERM`, else the ANSI theme."""
     env = os.environ if environ is None else environ
+    if env.get("NO_COLOR"):
+        return MONO.name
     colorterm = env.get("COLORTERM", "").strip().lower()
     return DARK.name if colorterm in ("truecolor", "24bit") else ANSI.name

@@ -11,19 +11,21 @@ import gc
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
+from textual.filter import LineFilter, Monochrome, NoColor
 from textual.notifications import SeverityLevel
 from textual.screen import ModalScreen, Screen
+from textual.theme import Theme
 
-from themes.palettes import THEMES, automatic_theme_name, default_theme_name, register_themes
+from themes.palettes import MONO, THEMES, automatic_theme_name, default_theme_name, register_themes
 from tui.connection import ConnectError, Connection, PendingConnection
 from tui.starting import StartingScreen
-from tui.text import printable
+from tui.text import load_tcss, printable
 
 if TYPE_CHECKING:
     from api_client import Client, Me, Server
@@ -32,6 +34,9 @@ if TYPE_CHECKING:
     from tui.monitor import ConnectionMonitor
 
 log = logging.getLogger(__name__)
+
+
+_NO_COLOR = NoColor()  # every cell in the terminal's own foreground and background
 
 
 def freeze_startup_objects() -> None:
@@ -50,6 +55,7 @@ class FleetdeckApp(App[None]):
     """Servers → files → viewer, over one `/v1` connection."""
 
     TITLE = "fleetdeck"
+    CSS = load_tcss(__file__, "monochrome")  # the app's own (unscoped): its rules name the theme's class on the app
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1", "help", "Help", key_display="F1"),
         Binding("question_mark", "help", "Help", key_display="?", show=False),
@@ -99,6 +105,20 @@ class FleetdeckApp(App[None]):
         that would read as markup). Screens' and widgets' `notify` come here too."""
         del markup  # never: no message of this app is markup
         super().notify(printable(message), title=printable(title), severity=severity, timeout=timeout, markup=False)
+
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        """No colour reaches the terminal under the monochrome theme, and colour under any other.
+
+        Textual picks its `NO_COLOR` filter before our theme is set, from its own default theme: it
+        then greys every colour by its RGB value, and an ANSI colour has none, so the ANSI theme
+        came out black on black. The monochrome theme (the automatic choice under `NO_COLOR`)
+        leaves the terminal's own colours on every cell instead; a theme the user chose by name
+        keeps its colours, as no-color.org asks of an explicit choice.
+        """
+        filters = [f for f in super().get_line_filters() if not isinstance(f, Monochrome | NoColor)]
+        if self.theme == MONO.name:
+            filters.append(_NO_COLOR)
+        return filters
 
     @property
     def client(self) -> Client:
@@ -413,8 +433,9 @@ class FleetdeckApp(App[None]):
                 yield command
         for name, theme in THEMES.items():
             if name != self.theme:
-                kind = "16 ANSI colours" if theme.ansi else ("dark" if theme.dark else "light")
-                yield SystemCommand(f"Switch theme: {name}", f"Use the {kind} theme", partial(self._apply_theme, name))
+                yield SystemCommand(
+                    f"Switch theme: {name}", f"Use the {_theme_kind(theme)} theme", partial(self._apply_theme, name)
+                )
         yield SystemCommand("Switch theme…", "Pick any installed theme", self.action_change_theme)
         yield SystemCommand("Go to servers", "The server list", self.action_go_servers)
         if not isinstance(screen, CommanderScreen):
@@ -430,6 +451,13 @@ class FleetdeckApp(App[None]):
         )
         yield SystemCommand("Command mode", ":files, :jobs, :lb, :audit, :servers", self.action_command_mode)
         yield SystemCommand("Help", "The key bindings of this screen", self.action_help)
+
+
+def _theme_kind(theme: Theme) -> str:
+    """What a fleetdeck theme is, in the words of the command palette."""
+    if theme is MONO:
+        return "no colour"
+    return "16 ANSI colours" if theme.ansi else ("dark" if theme.dark else "light")
 
 
 def _import_the_server_list() -> None:

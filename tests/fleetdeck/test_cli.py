@@ -22,7 +22,7 @@ from fleetdeck import cli
 from fleetdeck.cli import local_connection
 from fleetdeck.launcher import LocalStack, StackStartError
 from tests.conftest import ROOT, Stack, python_env
-from themes import ANSI, DARK, default_theme_name
+from themes import ANSI, DARK, MONO, default_theme_name
 from themes.pygments_styles import FleetdeckAnsiStyle, rich_style_map
 from tui.connection import ConnectError, Connection, SessionStore, connect_remote
 from tui.errors import describe_error
@@ -60,6 +60,10 @@ def test_theme_is_the_wanted_one_else_follows_the_terminal() -> None:
     assert default_theme_name(None, {}) == ANSI.name
     assert default_theme_name("light", {"COLORTERM": "truecolor"}) == "fleetdeck-light"
     assert default_theme_name("fleetdeck-ansi", {}) == ANSI.name
+    # NO_COLOR (no-color.org): monochrome when set and not empty; a theme asked for by name wins.
+    assert default_theme_name(None, {"NO_COLOR": "1", "COLORTERM": "truecolor"}) == MONO.name
+    assert default_theme_name(None, {"NO_COLOR": ""}) == ANSI.name
+    assert default_theme_name("dark", {"NO_COLOR": "1"}) == DARK.name
 
 
 def test_the_ansi_theme_and_its_pygments_style_use_only_ansi_colours() -> None:

@@ -13,6 +13,9 @@ import os
 import re
 from pathlib import Path
 
+from rich.cells import cell_len
+from rich.color import Color, ColorType
+from rich.style import Style
 from textual.app import App
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "data" / "snapshots"
@@ -40,6 +43,50 @@ def screen_text(app: App[object]) -> str:
     """The current screen as text, one line per terminal row, trailing blanks dropped."""
     lines = [strip.text.rstrip() for strip in app.screen._compositor.render_strips()]
     return "\n".join(lines) + "\n"
+
+
+Cell = tuple[str, Style]  # a character (or "" for the second half of a wide one) and its style
+
+
+def screen_cells(app: App[object]) -> list[list[Cell]]:
+    """The current screen cell by cell, one list per terminal row, as it goes to the terminal."""
+    rows = []
+    for strip in app.screen._compositor.render_strips():
+        row: list[Cell] = []
+        for text, style, _ in strip:
+            for char in text:
+                row.append((char, style or Style.null()))
+                row.extend(("", style or Style.null()) for _ in range(cell_len(char) - 1))
+        rows.append(row)
+    return rows
+
+
+def colours_used(app: App[object]) -> set[ColorType]:
+    """The kinds of colour the screen sends (default, standard: the 16, 256, truecolor)."""
+    return {
+        colour.type
+        for row in screen_cells(app)
+        for _, style in row
+        for colour in (style.color, style.bgcolor)
+        if colour is not None
+    }
+
+
+def unreadable_cells(app: App[object]) -> list[tuple[int, int, str]]:
+    """(row, column, character) of every character drawn in the colour of its own background.
+
+    The terminal's default foreground on its default background is readable (that is what
+    NO_COLOR asks for); one colour named for both is not, whichever the terminal's palette.
+    """
+    default = Color.default()
+    found = []
+    for y, row in enumerate(screen_cells(app)):
+        for x, (char, style) in enumerate(row):
+            foreground, background = style.color or default, style.bgcolor or default
+            same = foreground.get_truecolor() == background.get_truecolor()  # `black` is `color(0)`
+            if char.strip() and same and not foreground.is_default:
+                found.append((y, x, char))
+    return found
 
 
 # A job that took 8 ms on a quiet machine takes 12 ms on a loaded one: a duration becomes one

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from rich.color import ColorType
 from textual.color import Color
 from textual.pilot import Pilot
 from textual.theme import Theme
@@ -21,6 +22,7 @@ from fleetdeck.launcher import LocalStack
 from fleetdeck.running import SharedStack, stop_running
 from tests.conftest import Stack
 from tests.helpers import wait_for
+from tests.helpers.snapshots import colours_used
 from tests.helpers.tui import highlight_server, run
 from themes import DARK, LIGHT
 from tui.app import FleetdeckApp
@@ -226,6 +228,12 @@ def test_command_palette_offers_themes_and_navigation(stack: Stack) -> None:
         app.action_switch_theme("fleetdeck-ansi")
         await pilot.pause()
         assert app.theme == "fleetdeck-ansi" and app.current_theme.ansi
+        # The monochrome theme, picked while running: no colour reaches the terminal, then colour again.
+        assert "Switch theme: fleetdeck-mono" in titles
+        app.action_switch_theme("fleetdeck-mono")
+        await wait_for(pilot, lambda: colours_used(app) == {ColorType.DEFAULT})
+        app.action_switch_theme("fleetdeck-ansi")
+        await wait_for(pilot, lambda: ColorType.STANDARD in colours_used(app))
 
     run(app, scenario)
 

@@ -9,6 +9,7 @@ actions rather than keys where the key is not what the test is about.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import shutil
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.color import ColorType
+from rich.style import Style
 from textual.pilot import Pilot
 
 from api_client import Client
@@ -27,8 +30,15 @@ from contract.models import Job
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_for, wait_until
 from tests.helpers.site_logs import logs_layout, write_site_log
-from tests.helpers.snapshots import SNAPSHOT_FOLDER_PREFIX, assert_snapshot, screen_text
-from tests.helpers.tui import highlight, run, show_location
+from tests.helpers.snapshots import (
+    SNAPSHOT_FOLDER_PREFIX,
+    assert_snapshot,
+    colours_used,
+    screen_cells,
+    screen_text,
+    unreadable_cells,
+)
+from tests.helpers.tui import highlight, highlight_server, run, show_location
 from tui.app import FleetdeckApp
 from tui.audit.screen import AuditScreen
 from tui.command_line import CommandLine
@@ -56,10 +66,11 @@ class SnapOrg:
     token: str
     web: str  # the server with an agent
 
-    def app(self) -> FleetdeckApp:
+    def app(self, theme: str | None = "fleetdeck-dark") -> FleetdeckApp:
+        """The TUI on the org; `theme=None`: the one it picks from the terminal's environment."""
         client = Client(self.stack.base_url, token=self.token)
         connection = Connection(self.stack.base_url, self.token, "test stack")
-        return FleetdeckApp(connection, theme="fleetdeck-dark", client=client)
+        return FleetdeckApp(connection, theme=theme, client=client)
 
 
 def make_site(home: Path) -> None:
@@ -463,3 +474,222 @@ def test_audit_log(snap_org: SnapOrg) -> None:
         await pilot.press("slash", *"servers.create", "enter")
 
     snapshot_after(snap_org, "audit_80x24", reach, lambda text: "cdn-1" in text and "jobs." not in text)
+
+
+# --- without colour, and with 16 ------------------------------------------------------------
+# NO_COLOR (no-color.org) gives the monochrome theme: no colour reaches the terminal, and what a
+# colour says elsewhere is a glyph, reverse video, bold or underline. A terminal of 16 colours
+# (TERM=xterm, no COLORTERM) gives the ANSI theme. Both are asserted on what the screen sends, cell
+# by cell: the text snapshots cannot see a cell drawn black on black.
+
+
+def reversed_text(row: list[tuple[str, Style]]) -> str:
+    """The characters of a row drawn in reverse video (the monochrome cursor)."""
+    return "".join(char for char, style in row if style.reverse).strip()
+
+
+def row_with(app: FleetdeckApp, text: str) -> list[tuple[str, Style]]:
+    return next(row for row in screen_cells(app) if text in "".join(char for char, _ in row))
+
+
+async def marked_files(pilot: Pilot[Any]) -> None:
+    """The files, `.env` marked (Insert: the cursor goes on to the next entry)."""
+    commander = await files_on(pilot, ".env")
+    await pilot.press("insert")
+    await wait_for(pilot, lambda: bool(commander.active.pane.marked))
+    # Both listings drawn (a loaded run caught the other panel still loading)
+    await wait_for(pilot, lambda: screen_text(pilot.app).count("notes.md") == 2)
+
+
+def check_marked_files(app: FleetdeckApp) -> None:
+    # The active (left) panel: its title in reverse video, its cursor row too; the other panel's
+    # cursor row is underlined. `.env` is marked with a `*`, the cursor is past it.
+    commander = app.screen
+    assert isinstance(commander, CommanderScreen)
+    assert commander.active is commander.left
+    title = row_with(app, "web-1:example.com:/")
+    assert reversed_text(title[:40]) == "web-1:example.com:/" and not reversed_text(title[40:])
+    assert "".join(char for char, _ in row_with(app, ".env")).startswith("* .env")
+    assert reversed_text(row_with(app, "backup.tar.gz")[:40]).startswith("backup.tar.gz")
+    other_cursor = row_with(app, "logs/")[40:]
+    assert not reversed_text(other_cursor)
+    assert "".join(char for char, style in other_cursor if style.underline).startswith("▸ logs/")
+
+
+async def delete_dialog(pilot: Pilot[Any]) -> None:
+    commander = await files_on(pilot, "notes.md")
+    await action(pilot, commander, "delete")
+    await wait_for(pilot, lambda: pilot.app.screen is not commander)
+
+
+def check_delete_dialog(app: FleetdeckApp) -> None:
+    # A destructive dialog has a heavy frame (its red one has no colour here); the focused button
+    # is in reverse video.
+    assert "┏" in screen_text(app)
+    assert reversed_text(row_with(app, "Move to trash")) == "Move to trash (t)"
+
+
+async def servers_on_web(pilot: Pilot[Any]) -> None:
+    screen = await server_list(pilot)
+    await highlight_server(pilot, "web-1")
+    await wait_for(pilot, lambda: screen.highlighted_server is not None and screen.highlighted_server.name == "web-1")
+
+
+def check_servers(app: FleetdeckApp) -> None:
+    # The cursor row in reverse video, the others not; online says so in a word and a glyph.
+    assert reversed_text(row_with(app, "web-1")).startswith("●  web-1")
+    assert not reversed_text(row_with(app, "db-1"))
+    assert "online" in "".join(char for char, _ in row_with(app, "web-1"))
+
+
+async def job_form(pilot: Pilot[Any]) -> None:
+    screen = await jobs(pilot)
+    await action(pilot, screen, "new_job")
+    await wait_for(pilot, lambda: pilot.app.screen is not screen)
+    await pilot.press(*"cron.add")
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: "chedule" in screen_text(pilot.app))
+
+
+def check_job_form(app: FleetdeckApp) -> None:
+    # The focused field (the first, empty) shows its cursor as a reversed cell on its placeholder.
+    assert reversed_text(row_with(app, "(required)")) == "("
+
+
+async def help_screen(pilot: Pilot[Any]) -> None:
+    await server_list(pilot)
+    await pilot.app.run_action("help")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
+
+
+async def editor(pilot: Pilot[Any]) -> None:
+    commander = await files_on(pilot, "notes.md")
+    await action(pilot, commander, "edit")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, EditorScreen))
+
+
+def check_editor(app: FleetdeckApp) -> None:
+    # The text cursor (on the first character) is a reversed cell.
+    assert reversed_text(row_with(app, "# Notes")) == "#"
+
+
+async def viewer(pilot: Pilot[Any]) -> None:
+    commander = await files_on(pilot, "notes.md")
+    await action(pilot, commander, "view")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ViewerScreen))
+
+
+async def load_balancers(pilot: Pilot[Any]) -> None:
+    await server_list(pilot)
+    await pilot.app.run_action("go_load_balancers")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, LoadBalancersScreen))
+
+
+def nothing_more(app: FleetdeckApp) -> None:
+    """Screens whose states are words already: what every screen is checked for is enough."""
+
+
+# (name, how to reach the screen, text once it is drawn, what shows without colour)
+WITHOUT_COLOUR: list[tuple[str, Scenario, str, Callable[[FleetdeckApp], None]]] = [
+    ("servers", servers_on_web, "web-1", check_servers),
+    ("files_marked", marked_files, "1 marked", check_marked_files),
+    ("files_delete", delete_dialog, "notes.md", check_delete_dialog),
+    ("job_form", job_form, "chedule", check_job_form),
+    ("editor", editor, "Fridays", check_editor),
+    ("viewer", viewer, "Fridays", nothing_more),
+    ("help", help_screen, "Keys", nothing_more),
+    ("load_balancers_empty", load_balancers, "0 load balancers", nothing_more),
+]
+
+
+@pytest.mark.parametrize(("name", "reach", "shown", "check"), WITHOUT_COLOUR, ids=[row[0] for row in WITHOUT_COLOUR])
+def test_no_color_is_monochrome_and_readable(
+    snap_org: SnapOrg,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    reach: Scenario,
+    shown: str,
+    check: Callable[[FleetdeckApp], None],
+) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("COLORTERM", raising=False)
+    app = snap_org.app(theme=None)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        await reach(pilot)
+        await wait_for(pilot, lambda: shown in screen_text(app))
+        await pilot.pause()
+        assert app.theme == "fleetdeck-mono"
+        assert_snapshot(app, f"{name}_mono_80x24")
+        assert colours_used(app) <= {ColorType.DEFAULT}  # the terminal's own colours only
+        check(app)
+
+    run(app, scenario)
+
+
+@pytest.mark.parametrize(
+    ("name", "reach", "shown"), [row[:3] for row in WITHOUT_COLOUR], ids=[row[0] for row in WITHOUT_COLOUR]
+)
+def test_sixteen_colours_are_readable(
+    snap_org: SnapOrg, monkeypatch: pytest.MonkeyPatch, name: str, reach: Scenario, shown: str
+) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.delenv("COLORTERM", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    app = snap_org.app(theme=None)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        await reach(pilot)
+        await wait_for(pilot, lambda: shown in screen_text(app))
+        await pilot.pause()
+        assert app.theme == "fleetdeck-ansi"
+        assert_snapshot(app, f"{name}_16_80x24")
+        assert colours_used(app) <= {ColorType.DEFAULT, ColorType.STANDARD}
+        assert unreadable_cells(app) == []
+
+    run(app, scenario)
+
+
+def test_a_theme_chosen_by_name_keeps_its_colours_under_no_color(
+    snap_org: SnapOrg, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As no-color.org asks of an explicit choice. Textual's own NO_COLOR filter, picked before the
+    app's theme was set, drew the ANSI theme black on black (every cell): no longer."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = snap_org.app(theme="ansi")
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        await servers_on_web(pilot)
+        assert app.theme == "fleetdeck-ansi"
+        assert unreadable_cells(app) == []
+        assert ColorType.STANDARD in colours_used(app)
+
+    run(app, scenario)
+
+
+def test_no_color_notifications_tell_their_severity(snap_org: SnapOrg, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warning is bold, an error bold behind a solid bar: elsewhere their bars' colours say it."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("COLORTERM", raising=False)
+    app = snap_org.app(theme=None)
+
+    def bar_and_bold(text: str) -> tuple[str, bool]:
+        row = row_with(app, text)
+        start = "".join(char for char, _ in row).index(text)
+        bar = "".join(char for char, _ in row[:start]).rstrip()[-1]
+        return bar, all(style.bold for _, style in row[start : start + len(text)])
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        await server_list(pilot)
+        for severity in ("information", "warning", "error"):
+            app.notify(f"{severity} note", severity=severity, timeout=600)  # type: ignore[arg-type]
+        await wait_for(pilot, lambda: "error note" in screen_text(app))
+        assert bar_and_bold("information note") == ("▌", False)
+        assert bar_and_bold("warning note") == ("▌", True)
+        assert bar_and_bold("error note") == ("█", True)
+
+    async def main() -> None:
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:  # `run` leaves toasts out
+            await scenario(pilot)
+
+    asyncio.run(main())

@@ -464,6 +464,10 @@ def test_trash_restores_asks_before_overwriting_and_empties(stack: Stack) -> Non
         assert pilot.app.focused is listing
 
         listing.select(one["id"])
+        # Ticked or not shows in the glyph, not only in its colour (as in Midnight Commander).
+        rows = range(listing.option_count)  # from the top: the list is not scrolled
+        ticks = {listing.get_option_at_index(y).value: listing.render_line(y).text[:3] for y in rows}
+        assert (ticks[one["id"]], ticks[two["id"]]) == ("[x]", "[ ]")
         await pilot.press("r")
         await wait_for(pilot, lambda: (folder / "one.txt").exists())
         assert (folder / "one.txt").read_text() == "one\n"

@@ -11,7 +11,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, SelectionList, Static
+from textual.widgets import Button, Static
 from textual.widgets.selection_list import Selection
 
 from api_client import Scope, Server
@@ -21,6 +21,7 @@ from tui.errors import format_size
 from tui.files.dialogs.base import plural
 from tui.text import load_tcss, printable
 from tui.widgets.dialogs import ConfirmDialog, Dialog
+from tui.widgets.toggles import SelectionList
 
 
 def item_prompt(item: TrashItem, name_width: int, path_width: int) -> Text:
