@@ -848,12 +848,14 @@ class AuditAPI(_SubAPI):
         action: str | None = None,
         actor: str | None = None,
         outcome: Literal["ok", "error"] | None = None,
+        text: str | None = None,
         limit: int = 100,
         before: str | None = None,
     ) -> builtins.list[AuditEntry]:
         """Up to `limit` entries matching every filter given; `before` (an entry's id) pages to
-        older ones. `actor` is an email or a user id."""
-        params = {"server_id": server_id, "action": action, "actor": actor, "outcome": outcome}
+        older ones. `actor` is an email or a user id; `text` is searched for in the action,
+        target, actor's email and error code."""
+        params = {"server_id": server_id, "action": action, "actor": actor, "outcome": outcome, "q": text}
         body = await self._client.request("GET", "/v1/audit", params={**params, "limit": limit, "before": before})
         return AuditList.model_validate(body).entries
 

@@ -357,6 +357,7 @@ class JobKindInfo(WireModel):
     summary: str = ""
     route: str | None = None  # made only through this route (load balancers, backups): not a plain job
     result_schema: dict[str, Any] | None = None  # what the kind prints with --json (None: not declared)
+    confirm: str | None = None  # destructive: the argument a client has typed again before it runs
 
 
 class JobKindList(WireModel):

@@ -36,8 +36,9 @@ def reference() -> str:
     lines = [BEGIN, "", "## Reference: every kind, from the catalog", ""]
     lines += [
         "Generated from the catalog (`contract.job_kinds`) and the agent's handlers: each kind's",
-        "usage, capability group, minimum plan, whether this agent runs it, and the fields of the",
-        "result it prints with `--json` (`result_schema` in `GET /v1/job-kinds`).",
+        "usage, capability group, minimum plan, whether this agent runs it, the destructive ones (a",
+        "client asks for their `confirm` argument to be typed again), and the fields of the result",
+        "it prints with `--json` (`result_schema` in `GET /v1/job-kinds`).",
     ]
     for domain in sorted(domains):
         lines += ["", f"### `{domain}` kinds", "", "| kind | usage | group | plan | agent |", "|---|---|---|---|---|"]
@@ -46,6 +47,9 @@ def reference() -> str:
             agent = "handled" if entry.kind in handled else "no handler yet"
             usage = _cell(entry.usage().removeprefix("usage: "))
             lines.append(f"| `{entry.kind}` | `{usage}` | {entry.group} | {entry.min_plan} | {agent} |")
+        destructive = [f"`{entry.kind}` (its `{entry.confirm}`)" for entry in kinds if entry.confirm]
+        if destructive:
+            lines += ["", f"Destructive, run once the value is typed again (`confirm`): {', '.join(destructive)}."]
         for entry in kinds:
             lines += _result_lines(entry)
     lines += ["", END]

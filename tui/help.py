@@ -29,7 +29,9 @@ class HelpScreen(ModalScreen[None]):
     """The bindings active on `screen`, with their descriptions.
 
     A screen may list keys handled by its widgets (not in its own bindings) in `HELP_KEYS`, and
-    name itself in `HELP_TITLE` (see `screen_title`).
+    name itself in `HELP_TITLE` (see `screen_title`). A screen whose keys go to a text field (the
+    editor) lists the keys it moves with in `HELP_NAVIGATION_KEYS`: NAVIGATION_KEYS, and the
+    one-character keys of the bindings (`?` for help), are left out there, since the field types them.
     """
 
     DEFAULT_CSS = load_tcss(__file__)
@@ -58,10 +60,13 @@ class HelpScreen(ModalScreen[None]):
         keys_by_description: dict[str, list[str]] = {}
         shown: set[str] = set()
         own_actions = {b.action for b in type(self.described).BINDINGS if isinstance(b, Binding)}
+        navigation = getattr(self.described, "HELP_NAVIGATION_KEYS", None)
         for active in self.described.active_bindings.values():
             binding = active.binding
             if binding.description:
                 display = binding.key_display or self.app.get_key_display(binding)
+                if navigation is not None and len(display) == 1 and display.isprintable():
+                    continue  # typed into the text field, never this binding
                 keys = keys_by_description.setdefault(binding.description, [])
                 if display not in keys:
                     keys.append(display)
@@ -71,7 +76,9 @@ class HelpScreen(ModalScreen[None]):
         for description, keys in keys_by_description.items():
             if description in shown:
                 table.add_row(Text(" / ".join(keys)), Text(description))
-        for display, description in [*getattr(self.described, "HELP_KEYS", []), *NAVIGATION_KEYS]:
+        if navigation is None:
+            navigation = NAVIGATION_KEYS
+        for display, description in [*getattr(self.described, "HELP_KEYS", []), *navigation]:
             table.add_row(Text(display), Text(description))
         return table
 

@@ -116,6 +116,7 @@ def _schemas() -> tuple[dict[str, Any], ...]:
             "summary": entry.summary,
             "route": entry.route,
             "result_schema": entry.result_schema(),
+            "confirm": entry.confirm,
         }
         for entry in _catalog().values()
     )

@@ -73,7 +73,7 @@ KINDS: list[JobKind] = [
          example={"name": "api", "domain": "api.example.com", "runtime": "node", "runtime_version": "20",
                   "port": 3000, "command": "node server.js"}, paths=(ScopedPath("directory", site="domain"),)),
     kind("app.delete", AppDelete, "Delete an application", positional=("name",),
-         example={"name": "api", "keep_files": True}),
+         example={"name": "api", "keep_files": True}, confirm="name"),
     kind("app.start", AppName, "Start an application", positional=("name",), example=_A),
     kind("app.stop", AppName, "Stop an application", positional=("name",), example=_A),
     kind("app.restart", AppName, "Restart an application", positional=("name",), example=_A),

@@ -85,7 +85,7 @@ KINDS: list[JobKind] = [
          example={"domain": "example.com", "include": "all", "note": "before the upgrade"}),
     kind("backup.restore", BackupRestore, "Restore a backup", positional=("id",),
          example={**_B, "include": "files", "overwrite": True}),
-    kind("backup.delete", BackupId, "Delete a backup", positional=("id",), example=_B),
+    kind("backup.delete", BackupId, "Delete a backup", positional=("id",), example=_B, confirm="id"),
     kind("backup.schedule", BackupSchedule, "Schedule recurring backups", json=True,
          example={"schedule": "0 3 * * *", "domain": "example.com", "retention": 14}),
     kind("backup.schedule-list", NoArgs, "List the backup schedules", read=True, example={}),

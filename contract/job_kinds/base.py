@@ -217,6 +217,9 @@ class JobKind:
     # What the kind prints with --json: a `Result` model or a type over them (`list[SiteRow]`).
     # None: no result declared (a kind without --json prints lines for a person).
     result: Any = None
+    # Destructive (what it removes cannot be had back): the positional field whose value a client
+    # asks to be typed again before it runs, as GitHub asks for a repository's name.
+    confirm: str | None = None
 
     def result_schema(self) -> dict[str, Any] | None:
         """The JSON Schema of the result, as `GET /v1/job-kinds` publishes it (None: none declared)."""
@@ -622,10 +625,11 @@ def kind(
     builder: Builder | None = None,
     paths: tuple[ScopedPath, ...] = (),
     result: Any = None,
+    confirm: str | None = None,
 ) -> JobKind:
     """One catalog entry. Group and plan come from the domain; `json` defaults to the convention above.
     `group` raises a mutation above its domain's group (`php.ini-global-set` is `sysadmin`), never
-    lowers it."""
+    lowers it. `confirm` marks a destructive mutation: the positional field to type again."""
     if not KIND_RE.match(name):
         raise ValueError(f"bad kind name {name!r}")
     domain, action = name.split(".", 1)
@@ -640,6 +644,8 @@ def kind(
         for path_field in (scoped.field, scoped.site):
             if path_field is not None and path_field not in args.model_fields:
                 raise TypeError(f"{name}: scoped path field {path_field} is not a field of {args.__name__}")
+    if confirm is not None and (read or confirm not in positional):
+        raise TypeError(f"{name}: confirm must name a positional field of a mutation, not {confirm!r}")
     if group is not None and (read or GROUP_RANK[group] <= GROUP_RANK[policy.group]):
         raise ValueError(f"{name}: group {group} does not raise its domain's group {policy.group}")
     if json is None:
@@ -670,4 +676,5 @@ def kind(
         paths=paths,
         route=policy.route,
         result=result,
+        confirm=confirm,
     )

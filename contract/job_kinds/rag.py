@@ -46,7 +46,7 @@ KINDS: list[JobKind] = [
          example=_RAG),
     kind("rag.create", RagCreate, "Create a retrieval collection", positional=("name",),
          example={"name": "docs", "embedding_model": "nomic-embed-text", "chunk_size": 800}),
-    kind("rag.delete", NameArgs, "Delete a collection", positional=("name",), example=_RAG),
+    kind("rag.delete", NameArgs, "Delete a collection", positional=("name",), example=_RAG, confirm="name"),
     kind("rag.ingest", RagIngest, "Index files of a site into a collection", positional=("name",),
          example={"name": "docs", "domain": "example.com", "path": "docs", "recursive": True},
          paths=(ScopedPath("path", site="domain"),)),

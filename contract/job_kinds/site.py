@@ -181,7 +181,7 @@ KINDS: list[JobKind] = [
     kind("site.create", SiteCreate, "Create a site from a profile", positional=("domain",),
          example={"domain": "example.com", "profile": "php"}, result=SiteMade),
     kind("site.delete", SiteDelete, "Delete a site (optionally keeping its files)", positional=("domain",),
-         example={"domain": "example.com", "keep_files": True}, result=SiteDeleted),
+         example={"domain": "example.com", "keep_files": True}, result=SiteDeleted, confirm="domain"),
     kind("site.enable", DomainArgs, "Serve a disabled site again", positional=("domain",), example=_D),
     kind("site.disable", DomainArgs, "Stop serving a site, keeping everything", positional=("domain",), example=_D),
     kind("site.alias-add", SiteAlias, "Add an alias domain to a site", positional=("domain", "alias"),

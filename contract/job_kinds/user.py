@@ -151,7 +151,7 @@ KINDS: list[JobKind] = [
     kind("user.create", UserCreate, "Create a login user", positional=("username",),
          example={"username": "deploy", "shell": "bash", "sudo": True}, result=UserCreated),
     kind("user.delete", UserDelete, "Delete a login user", positional=("username",),
-         example={"username": "deploy", "keep_home": True}, result=UserDeleted),
+         example={"username": "deploy", "keep_home": True}, result=UserDeleted, confirm="username"),
     kind("user.ssh-key-list", UserArgs, "List a user's authorised SSH keys", read=True, positional=("username",),
          example=_U, result=SshKeyList),
     kind("user.ssh-key-add", SshKeyAdd, "Authorise an SSH public key for a user", positional=("username",),

@@ -32,6 +32,7 @@ KINDS: list[JobKind] = [
     kind("volume.inspect", VolumeName, "Show a volume (mount point, size, users)", read=True, positional=("name",),
          example=_VOL),
     kind("volume.create", VolumeCreate, "Create a volume", positional=("name",), example=_VOL),
-    kind("volume.remove", VolumeRemove, "Remove a volume", positional=("name",), example={**_VOL, "force": True}),
+    kind("volume.remove", VolumeRemove, "Remove a volume", positional=("name",), example={**_VOL, "force": True},
+         confirm="name"),
     kind("volume.prune", NoArgs, "Remove every unused volume", example={}),
 ]  # fmt: skip

@@ -1,7 +1,9 @@
 """`GET /v1/audit`: the org's audit log, for owners and admins. Secrets were masked on the way in.
 
-Besides the contract's `server_id`, `action`, `limit` and `before`, two optional filters (older
-clients never send them): `actor` (an email or a user id) and `outcome` (`ok` or `error`).
+Besides the contract's `server_id`, `action`, `limit` and `before`, three optional filters (older
+clients never send them): `actor` (an email or a user id), `outcome` (`ok` or `error`) and `q`,
+text searched for in the action, target, actor's email and error code (any case), so that a
+search finds entries older than the ones a client has loaded.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ async def audit_entries(
     action: str | None = None,
     actor: str | None = None,
     outcome: Literal["ok", "error"] | None = None,
+    q: str | None = Query(None, min_length=1, max_length=200),
     limit: int = Query(100, ge=1, le=1000),
     before: int | None = Query(None, ge=1, le=MAX_INTEGER),
 ) -> AuditList:
@@ -38,5 +41,6 @@ async def audit_entries(
         action=action,
         actor=actor,
         outcome=outcome,
+        text=q,
     )
     return AuditList.model_validate({"entries": rows})

@@ -68,11 +68,14 @@ def entries(
     action: str | None = None,
     actor: str | None = None,
     outcome: str | None = None,
+    text: str | None = None,
 ) -> list[dict[str, Any]]:
     """The org's entries, newest first; `before` is the id of the oldest entry already seen.
 
-    `actor` is an email or a user id. The filters are applied here, not by the caller, so that a
-    page of `limit` matching entries stays a full page and `before` pages on correctly.
+    `actor` is an email or a user id; `text` is looked for, in any case, in the action, target,
+    actor's email and error code (`%` and `_` in it are plain characters). The filters are applied
+    here, not by the caller, so that a page of `limit` matching entries stays a full page and
+    `before` pages on correctly.
     """
     query = sa.select(audit_log).where(audit_log.c.org_id == org_id)
     if before is not None:
@@ -86,6 +89,10 @@ def entries(
         query = query.where(sa.or_(audit_log.c.actor_email == actor, audit_log.c.user_id == actor))
     if outcome is not None:
         query = query.where(audit_log.c.outcome == outcome)
+    if text is not None:
+        searched = (audit_log.c.action, audit_log.c.target, audit_log.c.actor_email, audit_log.c.error_code)
+        folded = text.lower()
+        query = query.where(sa.or_(*(sa.func.lower(c).contains(folded, autoescape=True) for c in searched)))
     rows = conn.execute(query.order_by(audit_log.c.id.desc()).limit(limit)).mappings()
     return [
         {

@@ -167,7 +167,7 @@ def test_json_schemas() -> None:
     for entry in entries:
         assert set(entry) == {
             "kind", "domain", "action", "read", "group", "min_plan", "args_schema", "secret_fields", "summary", "route",
-            "result_schema",
+            "result_schema", "confirm",
         }  # fmt: skip
         assert (entry["route"] is not None) == (entry["domain"] in ("backup", "lb")), entry["kind"]
         schema = entry["args_schema"]
@@ -695,6 +695,16 @@ def test_catalog_rules_are_enforced_at_declaration() -> None:
         kind("site.default-test", ListedByDefault, "test only", example={})
     with pytest.raises(TypeError):  # `--names-json` twice
         kind("site.same-test", SameFlag, "test only", example={})
+
+    class Named(Args):
+        domain: argtypes.DomainName
+
+    named = {"positional": ("domain",), "example": {"domain": "example.com"}}
+    assert kind("site.confirm-test", Named, "test only", confirm="domain", **named).confirm == "domain"
+    with pytest.raises(TypeError):  # the value to type again is a positional argument…
+        kind("site.confirm-test", Named, "test only", confirm="domain", example={"domain": "example.com"})
+    with pytest.raises(TypeError):  # …of a mutation
+        kind("site.confirm-test", Named, "test only", read=True, confirm="domain", **named)
     with pytest.raises(ValueError, match="no catalog module for the domain 'nosuchdomain'"):
         kind("nosuchdomain.list", Args, "test only", example={})
     with pytest.raises(ValueError):

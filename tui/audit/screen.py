@@ -8,7 +8,10 @@
 * moving near the last row asks for the next older page (`before`: the oldest id shown);
 * live: every `POLL_S` the newest page is asked for; entries newer than the newest shown go on
   top (compared by id, so none appears twice);
-* Enter: the entry in full (its details and error code); `/`: narrow the rows shown by text.
+* Enter: the entry in full (its details and error code); `/`: search by text, on the control
+  plane (`q`: the action, target, actor's email and error code), so entries not loaded yet are
+  found too; a glob (`*`, `?`, `[`) narrows the rows loaded;
+* at 80 columns a long action wraps in its cell (`load_balancers.` over `backend_add`).
 
 A member gets 403 from the API: the screen says the log is for owners and admins.
 """
@@ -117,6 +120,7 @@ class AuditScreen(FilteredList, FleetScreen):
         self._poll_task: TaskHandle | None = None
         self._poll_timer: Timer | None = None
         self._generation = 0  # grows with each new filter: answers for an older one are dropped
+        self._search: str | None = None  # the `/` text the control plane searches for (`q`)
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
@@ -155,6 +159,7 @@ class AuditScreen(FilteredList, FleetScreen):
             action=f.action,
             actor=f.actor,
             outcome=f.outcome,
+            text=self._search,
             limit=PAGE,
             before=before,
         )
@@ -239,8 +244,11 @@ class AuditScreen(FilteredList, FleetScreen):
         # What is left, less the target's own padding and the vertical scrollbar.
         table.add_column("Target", key="target", width=max(TARGET_MIN_WIDTH, self.size.width - used - 3))
         rows = {entry.id: self._cells(entry) for entry in self.entries.values()}
-        for key, cells in filter_rows(rows, self.filter_pattern).items():
-            table.add_row(*cells, key=key)
+        # Narrow: a row as high as its longest action needs (None: fitted to its cells).
+        height = 1 if self.size.width >= WIDE else None
+        pattern = "" if self._search else self.filter_pattern  # a search's rows all match already
+        for key, cells in filter_rows(rows, pattern).items():
+            table.add_row(*cells, key=key, height=height)
         if highlighted is not None and highlighted.id in table.rows:
             table.move_cursor(row=table.get_row_index(highlighted.id), animate=False)
         self._update_status()
@@ -250,7 +258,7 @@ class AuditScreen(FilteredList, FleetScreen):
             Text(local_time(entry.at, short=True)),
             Text(printable(actor_name(entry)), no_wrap=True, overflow="ellipsis"),
             Text(printable(self._server_name(entry.server_id)), no_wrap=True, overflow="ellipsis"),
-            Text(entry.action, style="bold", no_wrap=True, overflow="ellipsis"),
+            Text(entry.action, style="bold", overflow="fold"),  # whole: wrapped where narrow
             outcome_text(entry),
             Text(printable(entry.target or "—"), style="dim" if not entry.target else "", no_wrap=True),
         ]
@@ -270,7 +278,10 @@ class AuditScreen(FilteredList, FleetScreen):
             text = "No entries" + (" match these filters" if self.filters != AuditFilters() else " yet")
         else:
             more = "" if self._complete else " (more below)"
-            if self.filter_pattern:
+            if self._search:
+                found = f"{count:,} entr{'y' if count == 1 else 'ies'} with {self._search!r}"
+                text = f"{found}{more} · live · Esc: clear the search"
+            elif self.filter_pattern:
                 text = f"{shown:,} of {count:,} entries{more} · live · Esc: clear the filter"
             else:
                 text = f"{count:,} entries{more} · live · s a u o: like this one · /: text"
@@ -333,8 +344,15 @@ class AuditScreen(FilteredList, FleetScreen):
         self.action_reload()
 
     def on_filter_line_pattern_changed(self, event: FilterLine.PatternChanged) -> None:
+        """Text is searched for on the control plane, through the whole log; a glob narrows the
+        rows loaded (the control plane searches text, not patterns)."""
         event.stop()
-        self._draw(keep_cursor=True)
+        search = event.pattern if event.pattern and not any(c in event.pattern for c in "*?[") else None
+        if search != self._search:
+            self._search = search
+            self.action_reload()
+        else:
+            self._draw(keep_cursor=True)
 
     def on_filter_line_closed(self, event: FilterLine.Closed) -> None:
         event.stop()

@@ -42,7 +42,8 @@ from tui.files.dialogs import (
     TrashDialog,
     resolve_conflicts,
 )
-from tui.files.directory_pane import SORT_KEYS
+from tui.files.dialogs.archive import ARCHIVE_SUFFIXES, EXTRACTABLE
+from tui.files.directory_pane import SORT_KEYS, DirectoryPane
 from tui.files.editor_screen import EditorScreen
 from tui.files.location_picker import LocationPicker
 from tui.files.panel import READ_ONLY, FilePanel, scope_key
@@ -594,6 +595,7 @@ class CommanderScreen(FleetScreen):
         if not paths or panel.place is None or not self._writable(panel):
             return
         server, scope = panel.place
+        after = _row_after_delete(panel.pane, {path.rpartition("/")[2] for path in paths})
 
         def delete(choice: str | None) -> None:
             if choice is None:
@@ -604,7 +606,7 @@ class CommanderScreen(FleetScreen):
 
             def done(_result: Any) -> None:
                 panel.pane.action_unmark_all()
-                panel.reload()
+                panel.reload(select=after)
                 self.notify(f"{word} {count}" + ("" if permanent else " (t opens the trash)."))
 
             work = partial(self.client.files.delete, server.id, scope, paths, permanent=permanent)
@@ -690,7 +692,15 @@ class CommanderScreen(FleetScreen):
 
     def action_extract(self) -> None:
         panel = self.active
-        if panel.place is not None and panel.highlighted_path is not None and self._writable(panel):
+        entry = panel.pane.highlighted
+        if panel.place is None or panel.highlighted_path is None or entry is None:
+            return
+        name = str(entry.get("name", ""))
+        # Said before any dialog opens: the server would only refuse it after one had.
+        if entry.get("type") == "dir" or not name.lower().endswith(ARCHIVE_SUFFIXES):
+            self.notify(f"{printable(name)} is not an archive: {EXTRACTABLE}.", severity="warning")
+            return
+        if self._writable(panel):
             dialog = ArchiveDialog.extract(*panel.place, panel.highlighted_path, panel.path)
             self.app.push_screen(dialog, self._reload_after(panel))
 
@@ -711,6 +721,15 @@ class CommanderScreen(FleetScreen):
                 self.other.reload()
 
         return reload
+
+
+def _row_after_delete(pane: DirectoryPane, deleted: set[str]) -> str | None:
+    """Where the cursor goes once `deleted` are gone, as in mc: the first row from the cursor
+    down that stays, else the nearest one above it (None: the folder is left empty)."""
+    names = [str(entry.get("name", "")) for entry in pane.entries]
+    below = names[pane.cursor :]
+    above = reversed(names[: pane.cursor])
+    return next((name for name in (*below, *above) if name not in deleted), None)
 
 
 def _place_of(panel: FilePanel) -> PanelPlace | None:

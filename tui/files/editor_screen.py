@@ -37,6 +37,16 @@ class EditorScreen(FleetScreen):
 
     HELP_TITLE = "Editor"
 
+    # The editor's own keys (`Editor.KEYS`); letters, `?` and `:` are typed into the text.
+    HELP_NAVIGATION_KEYS: ClassVar[list[tuple[str, str]]] = [
+        ("↑ ↓ ← →", "Move the cursor"),
+        ("PgUp PgDn", "A page up or down"),
+        ("Home End", "Start or end of the line"),
+        ("ctrl+Home ctrl+End", "First or last line"),
+        ("Tab", "Spaces up to the next tab stop"),
+        ("ctrl+p", "Command palette: themes, go to servers/files, …"),
+    ]
+
     DEFAULT_CSS = load_tcss(__file__)
 
     BINDINGS: ClassVar[list[BindingType]] = [

@@ -275,7 +275,12 @@ def args_lines(args: Mapping[str, Any], secret_fields: Iterable[str] = ()) -> li
 
 
 class ConfirmRun(ModalScreen[bool]):
-    """A job that changes the server runs only once confirmed: y/Enter runs, n/Esc cancels."""
+    """A job that changes the server runs only once confirmed: y/Enter runs, n/Esc cancels.
+
+    A destructive kind (its catalog entry names a field to `confirm`, as `site.delete` its
+    domain) asks for that value to be typed again, as GitHub asks for a repository's name: Run
+    stays disabled, and neither y nor Enter runs, until what is typed matches.
+    """
 
     DEFAULT_CSS = load_tcss(__file__)
 
@@ -292,6 +297,8 @@ class ConfirmRun(ModalScreen[bool]):
         self.server = server
         self.args = dict(args)
         self.problem = problem  # why it would not run there (`availability_problem`): asked "anyway?"
+        # The value to type again (None: y or Enter is enough).
+        self.retype = str(self.args[kind.confirm]) if kind.confirm and self.args.get(kind.confirm) else None
 
     def compose(self) -> ComposeResult:
         anyway = " anyway" if self.problem is not None else ""
@@ -309,19 +316,46 @@ class ConfirmRun(ModalScreen[bool]):
             lines = args_lines(self.args, self.kind.secret_fields)
             if lines:
                 yield Static("\n".join(lines), id="confirm-args", markup=False)
+            if self.retype is not None:
+                yield Static(
+                    printable(f"This cannot be undone. Type {self.retype} to confirm:"),
+                    id="confirm-retype-label",
+                    markup=False,
+                )
+                yield Input(placeholder=printable(self.retype), id="confirm-retype", compact=True)
             with Horizontal(classes="job-dialog--buttons"):
-                yield Button(f"Run{anyway} (y)", variant="warning", id="confirm-run", compact=True)
+                run = Button(f"Run{anyway} (y)", variant="warning", id="confirm-run", compact=True)
+                run.disabled = self.retype is not None
+                yield run
                 yield Button("Cancel (n)", id="confirm-cancel", compact=True)
 
     def on_mount(self) -> None:
-        self.query_one("#confirm-run", Button).focus()
+        self.query_one("#confirm-retype" if self.retype is not None else "#confirm-run").focus()
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether the value to type again (if any) has been typed."""
+        return self.retype is None or self.query_one("#confirm-retype", Input).value == self.retype
+
+    @on(Input.Changed, "#confirm-retype")
+    def _retyped(self, event: Input.Changed) -> None:
+        event.stop()
+        self.query_one("#confirm-run", Button).disabled = not self.confirmed
+
+    @on(Input.Submitted, "#confirm-retype")
+    def _retype_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.action_answer(True)
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        self.dismiss(event.button.id == "confirm-run")
+        self.action_answer(event.button.id == "confirm-run")
 
     def action_answer(self, run: bool) -> None:
+        if run and not self.confirmed:
+            self.app.bell()
+            return
         self.dismiss(run)
 
 

@@ -76,3 +76,29 @@ def test_a_target_with_nul_is_audited_and_the_control_plane_lives_on(stack: Stac
         assert entry["target"] == f"{marker}\u2400x" and entry["outcome"] == "error"
         assert http.get("/v1/health").status_code == 200
     assert stack.process.poll() is None
+
+
+@pytest.mark.anyio
+async def test_q_searches_every_entry_on_the_server_in_any_case(stack: Stack) -> None:
+    """`q`: text in the action, target, actor's email or error code, in any case; found however
+    old the entry is, paged with `before` like the other filters; `%` and `_` are plain text."""
+    name = f"Find-Me-{uuid.uuid4().hex[:8]}"
+    async with Client(stack.base_url, token=stack.token) as client:
+        made = [await client.servers.create(f"{name}-{n}", kind="lite") for n in (1, 2)]
+        for server in made:
+            await client.servers.delete(server.server.id)
+        for index in range(3):  # newer entries on top of them
+            await client.auth.create_token(f"audit-search-{index}-{uuid.uuid4().hex[:6]}")
+        found = await client.audit.list(text=name.upper(), limit=1000)
+        assert [(e.action, e.target) for e in found] == [("servers.create", f"{name}-{n}") for n in (2, 1)]
+        first = await client.audit.list(text=name.lower(), limit=1)
+        older = await client.audit.list(text=name.lower(), limit=1, before=first[0].id)
+        assert [first[0].id, older[0].id] == [e.id for e in found]
+        # By action and by actor's email too; a wildcard character matches only itself.
+        owner = (await client.auth.me()).user.email
+        assert {e.action for e in await client.audit.list(text="ERS.CRE", limit=50)} == {"servers.create"}
+        assert all(e.actor.email == owner for e in await client.audit.list(text=owner, actor=owner, limit=50))
+        assert all("%" in (e.target or "") + e.action for e in await client.audit.list(text="%", limit=1000))
+    with stack.http() as http:
+        refused = http.get("/v1/audit", params={"q": ""})
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "validation_error"

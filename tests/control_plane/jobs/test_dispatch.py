@@ -55,6 +55,10 @@ def test_catalog_is_served_with_schemas(stack: Stack) -> None:
     assert by_name["site.list"]["group"] == "observe" and by_name["site.list"]["read"]
     assert by_name["site.create"]["args_schema"]["properties"]["domain"]
     assert any(k["secret_fields"] for k in kinds)
+    # Destructive kinds name the argument a client asks to be typed again; the others none.
+    assert by_name["site.delete"]["confirm"] == "domain" and by_name["db.drop"]["confirm"] == "name"
+    assert by_name["user.delete"]["confirm"] == "username"
+    assert by_name["site.create"]["confirm"] is None and by_name["site.disable"]["confirm"] is None
 
 
 @pytest.mark.parametrize("kind", ["nope.nothing", "Site.List", " site.list", "site.list ", "site list", "SITE.LIST"])

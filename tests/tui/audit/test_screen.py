@@ -17,6 +17,7 @@ from api_client import Client
 from contract.models import AuditEntry
 from tests.conftest import Stack
 from tests.helpers import wait_for
+from tests.helpers.snapshots import screen_text
 from tests.helpers.tui import run
 from tui.app import FleetdeckApp
 from tui.audit.entry import AuditEntryScreen
@@ -77,6 +78,14 @@ def test_the_log_is_newest_first_pages_as_you_scroll_filters_and_shows_new_entri
         assert ids == sorted(ids, reverse=True)
         assert entries[0].action == "tokens.create" and entries[0].details == {"name": f"token-{PAGE + 4}"}
 
+        # `/` before any older page came: the control plane finds web-a's entry, which is not loaded.
+        assert all(e.target != "web-a" for e in entries)
+        await pilot.press("slash", *"WEB-A", "enter")
+        await wait_for(pilot, lambda: [e.target for e in shown(screen)] == ["web-a"])
+        assert "1 entry with 'WEB-A'" in text_of(screen, "#audit-status")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: len(shown(screen)) == PAGE and pilot.app.focused is screen.query_one(AuditTable))
+
         # Down to the end: the older pages come, none twice, still newest first.
         table = screen.query_one(AuditTable)
         table.move_cursor(row=table.row_count - 2)
@@ -85,14 +94,6 @@ def test_the_log_is_newest_first_pages_as_you_scroll_filters_and_shows_new_entri
         ids = [int(e.id) for e in shown(screen)]
         assert ids == sorted(ids, reverse=True) and len(set(ids)) == len(ids) >= PAGE + 7
         assert {e.target for e in shown(screen) if e.action == "servers.create"} == {"web-a", "web-b"}
-
-        # `/` narrows what is shown by text; Esc clears it.
-        everything = len(shown(screen))
-        await pilot.press("slash", *"web-a")
-        await wait_for(pilot, lambda: [e.target for e in shown(screen)] == ["web-a"])
-        assert f"1 of {everything}" in text_of(screen, "#audit-status")
-        await pilot.press("escape")
-        await wait_for(pilot, lambda: len(shown(screen)) == everything and pilot.app.focused is table)
 
         # `s` on a servers.create entry: only that server's entries (asked of the control plane).
         web_b = next(e for e in shown(screen) if e.target == "web-b")
@@ -155,5 +156,25 @@ def test_a_member_is_told_the_log_is_for_owners_and_admins(stack: Stack) -> None
         status = text_of(screen, "#audit-status")
         assert "for the org's owners and admins" in status and "member" in status
         assert not screen.entries
+
+    run(app_for(stack, token), scenario)
+
+
+def test_at_80_columns_a_long_action_wraps_whole_in_its_cell(stack: Stack) -> None:
+    token = new_org(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await open_audit(pilot)
+        # An entry as the control plane writes a load balancer's backend change (this org has none).
+        newest = shown(screen)[0]
+        long = newest.model_copy(update={"id": str(int(newest.id) + 10**9), "action": "load_balancers.backend_add"})
+        screen.entries = {long.id: long, **screen.entries}
+        screen._draw(keep_cursor=False)
+        await pilot.pause()
+        table = screen.query_one(AuditTable)
+        assert table.rows[table.coordinate_to_cell_key((0, 0)).row_key].height == 2
+        lines = screen_text(pilot.app).splitlines()
+        row = next(i for i, line in enumerate(lines) if "load_balancers" in line)
+        assert "load_balancers  " in lines[row] and lines[row + 1].strip() == ".backend_add"
 
     run(app_for(stack, token), scenario)

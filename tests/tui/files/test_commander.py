@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import zipfile
 from pathlib import Path
 
 from textual.pilot import Pilot
@@ -17,7 +18,9 @@ from api_client import MAX_PATHS_PER_REQUEST, PATHS_PER_BATCH
 from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.tui import highlight, names, open_commander, real_app, run, show_location, site_dir
+from tui.files.commander import CommanderScreen
 from tui.files.dialogs import (
+    ArchiveDialog,
     BulkDialog,
     CopyDialog,
     DeleteDialog,
@@ -289,3 +292,125 @@ def test_bulk_actions_over_the_request_bound_run_in_batches_with_progress(stack:
     finally:
         shutil.rmtree(source, ignore_errors=True)
         shutil.rmtree(target, ignore_errors=True)
+
+
+def own_folder(stack: Stack, name: str, files: dict[str, bytes]) -> Path:
+    """A fresh folder `name` at the site's root holding `files`: a test's rows, in a known order."""
+    folder = site_dir(stack) / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    for file, data in files.items():
+        (folder / file).write_bytes(data)
+    return folder
+
+
+async def enter_folder(pilot: Pilot[None], name: str) -> CommanderScreen:
+    screen = await open_commander(pilot)
+    await highlight(pilot, screen.left, name)
+    await pilot.press("enter")
+    await wait_for(pilot, lambda: screen.left.path == name and screen.left.pane.entries)
+    return screen
+
+
+def test_f2_saves_the_name_as_typed_with_its_own_extension(stack: Stack) -> None:
+    """`renamed.md` typed over `index.html` is `renamed.md` (it was `renamed.md.html`)."""
+    folder = own_folder(stack, "rename-typed", {"index.html": b"<p>hi</p>\n"})
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await enter_folder(pilot, "rename-typed")
+        await highlight(pilot, screen.left, "index.html")
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: isinstance(app.screen, NameDialog))
+        await pilot.press(*"renamed.md", "enter")
+        await wait_for(pilot, lambda: "renamed.md" in names(screen.left))
+        assert sorted(os.listdir(folder)) == ["renamed.md"]
+        assert (folder / "renamed.md").read_bytes() == b"<p>hi</p>\n"
+
+    try:
+        run(app, scenario)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_after_f8_the_cursor_is_on_the_next_row_or_else_the_one_above(stack: Stack) -> None:
+    folder = own_folder(stack, "delete-cursor", {name: b"x" for name in ("a.txt", "b.txt", "c.txt", "d.txt")})
+    app = real_app(stack)
+
+    async def delete_for_good(pilot: Pilot[None], screen: CommanderScreen, gone: str) -> None:
+        await pilot.press("f8")
+        await wait_for(pilot, lambda: isinstance(app.screen, DeleteDialog))
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: app.screen is screen and gone not in names(screen.left))
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await enter_folder(pilot, "delete-cursor")
+        pane = screen.left.pane
+        await highlight(pilot, screen.left, "b.txt")
+        await delete_for_good(pilot, screen, "b.txt")
+        await wait_for(pilot, lambda: pane.highlighted is not None and pane.highlighted["name"] == "c.txt")
+        # Marked rows: the cursor goes past all of them; at the end, to the nearest row above.
+        await highlight(pilot, screen.left, "c.txt")
+        await pilot.press("space", "space")  # c and d marked, the cursor below d
+        await highlight(pilot, screen.left, "c.txt")
+        await delete_for_good(pilot, screen, "d.txt")
+        await wait_for(pilot, lambda: pane.highlighted is not None and pane.highlighted["name"] == "a.txt")
+        assert sorted(os.listdir(folder)) == ["a.txt"]
+
+    try:
+        run(app, scenario)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_enter_on_the_compress_dialogs_format_starts_the_compression(stack: Stack) -> None:
+    folder = own_folder(stack, "compress-enter", {"page.txt": b"hello\n"})
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await enter_folder(pilot, "compress-enter")
+        await highlight(pilot, screen.left, "page.txt")
+        await pilot.press("c")
+        await wait_for(pilot, lambda: isinstance(app.screen, ArchiveDialog))
+        dialog = app.screen
+        await pilot.press("tab")  # from the name to the format
+        assert app.focused is dialog.query_one("#archive-format")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is screen and "page.txt.zip" in names(screen.left), seconds=30)
+        with zipfile.ZipFile(folder / "page.txt.zip") as archive:
+            assert archive.read("page.txt") == b"hello\n"
+
+    try:
+        run(app, scenario)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_x_on_what_is_not_an_archive_says_so_and_opens_no_dialog(stack: Stack) -> None:
+    folder = own_folder(stack, "extract-what", {"notes.md": b"# notes\n", "site.tgz": b"not really\n"})
+    (folder / "sub").mkdir()
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await enter_folder(pilot, "extract-what")
+        for name in ("notes.md", "sub"):
+            await highlight(pilot, screen.left, name)
+            await pilot.press("x")
+            await pilot.pause()
+            assert app.screen is screen, name
+            said = f"{name} is not an archive: only .zip, .tar.gz, .tgz and .tar archives can be extracted."
+            assert said in [n.message for n in app._notifications]
+        # An archive by its name: the dialog opens (and the server says what it makes of it).
+        await highlight(pilot, screen.left, "site.tgz")
+        await pilot.press("x")
+        await wait_for(pilot, lambda: isinstance(app.screen, ArchiveDialog))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen)
+        assert sorted(os.listdir(folder)) == ["notes.md", "site.tgz", "sub"]
+
+    try:
+        run(app, scenario)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -136,7 +136,7 @@ def test_name_dialog_refuses_bad_names() -> None:
         dialog = NameDialog("Rename", "index.php", hint="In the same folder.")
         results = await push(pilot, dialog)
         field = dialog.query_one("#name-input", Input)
-        assert pilot.app.focused is field and field.selected_text == "index"  # the stem, ready to retype
+        assert pilot.app.focused is field and field.selected_text == "index.php"  # the whole name, as mc
         for bad in ("a/b", "..", ".", "   ", "x" * 300):
             field.value = bad
             await pilot.press("enter")

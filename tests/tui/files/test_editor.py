@@ -19,6 +19,7 @@ from tui.files.editor import Editor
 from tui.files.editor_screen import EditorScreen
 from tui.files.highlight import BLOCK_LINES, LEAD_IN_LINES
 from tui.files.save_conflict import CopyNameDialog, DiscardChangesDialog, SaveConflictDialog, UnsavedChangesDialog
+from tui.help import HelpScreen
 
 # --- on the real stack --------------------------------------------------------------------------
 
@@ -287,3 +288,36 @@ def test_a_10_mib_file_types_without_lexing_the_whole_file() -> None:
         assert editor.text.startswith("xyzdef function_0(value):\n")
 
     run(app, scenario)
+
+
+def test_the_editors_help_lists_only_keys_that_work_in_the_editor(stack: Stack) -> None:
+    """No `k j`, `:` or `?` (the editor types them), its own moves instead; each one listed moves."""
+    target = site_dir(stack) / "editor-help.txt"
+    target.write_text("one\ntwo\nthree\n")
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await edit(pilot, "editor-help.txt")
+        editor = screen.editor
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        help_screen = app.screen
+        assert isinstance(help_screen, HelpScreen)
+        keys = [str(cell) for cell in help_screen._bindings_table().columns[0].cells]
+        assert "k j" not in " ".join(keys) and ":" not in keys and not any("?" in key for key in keys)
+        assert {"F1", "ctrl+Home ctrl+End", "Home End", "PgUp PgDn", "Tab", "ctrl+p"} <= set(keys), keys
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen)
+        await pilot.press("ctrl+end")
+        assert editor.cursor[0] == len(editor.lines) - 1
+        await pilot.press("ctrl+home", "end")
+        assert editor.cursor == (0, 3)
+        await pilot.press("home", "tab")
+        assert editor.lines[0] == "    one"
+        await pilot.press("question_mark", "colon", "k")  # typed, as the help says by leaving them out
+        assert editor.lines[0] == "    ?:kone" and app.screen is screen
+
+    try:
+        run(app, scenario)
+    finally:
+        target.unlink(missing_ok=True)

@@ -1136,3 +1136,51 @@ def test_ctrl_k_asks_first_then_cancels_the_running_job(stack: Stack, waiting_ag
         assert [r.method for r in wire.requests if r.url.path == f"/v1/jobs/{job.id}/cancel"] == ["POST"]
 
     run(app, scenario)
+
+
+def test_a_destructive_kind_runs_only_once_its_name_is_typed_again(stack: Stack) -> None:
+    """`site.delete` (its catalog entry confirms `domain`): Run stays disabled, y and Enter do
+    nothing, until the domain is typed again; then the site is gone from the server."""
+    domain = "retype.example.com"
+    with stack.http() as http:
+        made = finished_job(http, stack.server_id, "site.create", {"domain": domain})
+    assert made["status"] == "succeeded", made
+    app, wire = real_app_and_wire(stack)
+
+    def sites() -> list[str]:
+        with stack.http() as http:
+            listed = finished_job(http, stack.server_id, "site.list")
+        return [site["domain"] for site in listed["result"]["sites"]]
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await open_jobs_of(pilot, "local")
+        form_screen = await open_form(pilot, "site.delete")
+        form_screen.form.set_raw_value("domain", domain)
+        await pilot.pause()
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmRun))
+        dialog = app.screen
+        assert isinstance(dialog, ConfirmRun)
+        run_button = dialog.query_one("#confirm-run")
+        assert run_button.disabled and app.focused is dialog.query_one("#confirm-retype", Input)
+        sent = len(wire.creations())
+        await pilot.press("y", "enter")  # y is typed into the field; Enter with "y" there runs nothing
+        await pilot.pause()
+        assert app.screen is dialog and len(wire.creations()) == sent and run_button.disabled
+        await pilot.press("backspace", *domain[:-1])
+        await pilot.pause()
+        assert run_button.disabled
+        await pilot.press(domain[-1])
+        await wait_for(pilot, lambda: not run_button.disabled)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobRunScreen) and app.screen.exited, seconds=60)
+        kind, args, _key = wire.creations()[-1]
+        assert (kind, args["domain"]) == ("site.delete", domain)
+
+    try:
+        run(app, scenario)
+        assert domain not in sites()
+    finally:
+        if domain in sites():
+            with stack.http() as http:
+                finished_job(http, stack.server_id, "site.delete", {"domain": domain})

@@ -6,13 +6,17 @@ import random
 from typing import Any
 
 from textual.app import App, ComposeResult
+from textual.binding import Binding
 from textual.pilot import Pilot
+from textual.widgets._footer import FooterKey
 
+from tests.helpers import wait_for
 from tests.helpers.tui import run
 from tui.errors import format_size
 from tui.files.directory_pane import ColumnLayout, DirectoryPane, sort_entries
 from tui.files.highlight import BLOCK_LINES, LEAD_IN_LINES, LazyHighlighter, lexer_for_path, split_lines
 from tui.jobs.log_panel import LogLine, LogPanel
+from tui.widgets.footer import FleetFooter
 
 ENTRY_COUNT = 100_000
 
@@ -295,3 +299,42 @@ def test_the_vi_keys_move_the_directory_pane_and_scroll_the_job_log() -> None:
         assert panel.follow
 
     run(logs, in_the_log)
+
+
+class CrowdedFooterApp(App[None]):
+    """More keys than 80 columns hold, then F1 and F10 (as the app's own bindings)."""
+
+    BINDINGS = [
+        *(Binding(f"f{n}", f"press_{n}", f"Action {n} is long", key_display=f"F{n}") for n in range(2, 10)),
+        Binding("f1", "help", "Help", key_display="F1"),
+        Binding("f10", "quit", "Quit", key_display="F10"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield FleetFooter()
+
+    def action_help(self) -> None:
+        self.bell()
+
+
+def test_the_footer_drops_whole_keys_that_would_be_cut_never_f1_or_f10() -> None:
+    async def scenario(pilot: Pilot[Any]) -> None:
+        footer = pilot.app.query_one(FleetFooter)
+
+        def shown() -> list[FooterKey]:
+            return [key for key in footer.query(FooterKey) if key.display]
+
+        await wait_for(pilot, lambda: any(not key.display for key in footer.query(FooterKey)))
+        await pilot.pause()
+        assert shown() and all(key.virtual_region.right <= 80 for key in shown())
+        texts = [f"{key.key_display} {key.description}" for key in shown()]
+        hidden = [key for key in footer.query(FooterKey) if not key.display]
+        assert texts[-2:] == ["F1 Help", "F10 Quit"] and hidden, texts
+        # The first keys shown, in their order, each drawn whole; the last ones left out.
+        assert texts[:-2] == [f"F{n} Action {n} is long" for n in range(2, 10)][: len(texts) - 2]
+        assert all(key.region.width == key.get_content_width(footer.size, pilot.app.size) for key in shown())
+        # Wider, all of them.
+        await pilot.resize_terminal(200, 24)
+        await wait_for(pilot, lambda: all(key.display for key in footer.query(FooterKey)))
+
+    run(CrowdedFooterApp(), scenario, size=(80, 24))

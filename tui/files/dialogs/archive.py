@@ -26,12 +26,14 @@ from tui.errors import describe_error, format_size
 from tui.files.dialogs.base import describe_items, name_problem, plural
 from tui.text import PRINTABLE, join_path, load_tcss, printable
 from tui.widgets.dialogs import Dialog
+from tui.widgets.select import FormSelect
 
 ArchiveKind = Literal["compress", "extract"]
 ArchiveFormat = Literal["zip", "tar.gz"]
 
 FORMAT_SUFFIXES: dict[ArchiveFormat, str] = {"zip": ".zip", "tar.gz": ".tar.gz"}
-ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")  # the names the agent extracts (archive_kind)
+EXTRACTABLE = "only .zip, .tar.gz, .tgz and .tar archives can be extracted"
 HINT = "Enter: start · Esc: cancel (stops a running operation)"
 CONFLICT_HINT = "s: skip existing · o: overwrite · Esc: cancel (nothing is written yet)"
 
@@ -119,7 +121,7 @@ class ArchiveDialog(Dialog[bool]):
                     )
                     yield Label("Format", classes="dialog--label")
                     formats: list[tuple[str, ArchiveFormat]] = [("zip", "zip"), ("tar.gz", "tar.gz")]
-                    yield Select(formats, value="zip", allow_blank=False, id="archive-format", compact=True)
+                    yield FormSelect(formats, value="zip", allow_blank=False, id="archive-format", compact=True)
                 else:
                     yield Label("Extract into the folder (made when missing)", classes="dialog--label")
                     yield Input(
@@ -183,7 +185,8 @@ class ArchiveDialog(Dialog[bool]):
             self.set_status("")
 
     @on(Input.Submitted)
-    def _submitted(self, event: Input.Submitted) -> None:
+    @on(FormSelect.Submitted)
+    def _submitted(self, event: Input.Submitted | FormSelect.Submitted) -> None:
         event.stop()
         self.action_start()
 

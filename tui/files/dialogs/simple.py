@@ -115,10 +115,10 @@ class NameDialog(Dialog[str | None]):
     def on_mount(self) -> None:
         name = self.query_one("#name-input", Input)
         name.focus()
-        # Like a file manager's rename: the stem is selected, the extension kept.
-        stem, dot, _ = self.initial.rpartition(".")
-        end = len(stem) if dot and stem else len(self.initial)
-        name.selection = Selection(0, end)
+        # As mc's rename: the whole name is selected, so what is typed is the new name as typed
+        # (with the stem alone selected, `renamed.md` typed over `index.html` gave
+        # `renamed.md.html`); End or an arrow keeps the name to edit it.
+        name.selection = Selection(0, len(self.initial))
 
     @on(Input.Changed, "#name-input")
     def _changed(self, event: Input.Changed) -> None:
