@@ -758,19 +758,28 @@ class JobsAPI(_SubAPI):
         return JobKindList.model_validate(await self._client.request("GET", "/v1/job-kinds")).kinds
 
     async def create(
-        self, server_id: str, kind: str, args: Mapping[str, Any] | None = None, *, idempotency_key: str | None = None
+        self,
+        server_id: str,
+        kind: str,
+        args: Mapping[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        lookup: bool = False,
     ) -> Job:
-        """Start a job. With `idempotency_key`, a retry returns the first job instead of a second one."""
+        """Start a job. With `idempotency_key`, a retry returns the first job instead of a second one;
+        `lookup`: a read run for the client itself (a form's choices), kept out of the job history."""
         body = await self._client.request(
             "POST",
             f"/v1/servers/{server_id}/jobs",
-            json={"kind": kind, "args": dict(args or {})},
+            json={"kind": kind, "args": dict(args or {}), "lookup": lookup},
             headers={"Idempotency-Key": idempotency_key} if idempotency_key else None,
         )
         return Job.model_validate(body)
 
-    async def list(self, server_id: str, *, limit: int = 50) -> builtins.list[Job]:
-        body = await self._client.request("GET", f"/v1/servers/{server_id}/jobs", params={"limit": limit})
+    async def list(self, server_id: str, *, limit: int = 50, lookups: bool = False) -> builtins.list[Job]:
+        """The server's newest jobs; look-ups too if `lookups`."""
+        params: dict[str, Any] = {"limit": limit, "lookups": "true"} if lookups else {"limit": limit}
+        body = await self._client.request("GET", f"/v1/servers/{server_id}/jobs", params=params)
         return JobList.model_validate(body).jobs
 
     async def get(self, job_id: str) -> Job:

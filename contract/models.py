@@ -367,6 +367,11 @@ class JobKindList(WireModel):
 class JobCreate(RequestModel):
     kind: str = Field(max_length=100)
     args: dict[str, Any] = Field(default_factory=dict)
+    lookup: bool = Field(
+        False,
+        description="a read run by a client for itself (a form's choices), not by its user: kept out of the"
+        " server's job history unless asked for (`?lookups=true`), audited as any job; a read kind only",
+    )
 
 
 class Job(WireModel):
@@ -383,6 +388,7 @@ class Job(WireModel):
     cached: bool = False
     cached_at: datetime | None = None
     created_by: str | None = None
+    lookup: bool = False
 
 
 class JobList(WireModel):

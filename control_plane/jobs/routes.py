@@ -119,6 +119,11 @@ async def create_job(
 ) -> Response:
     server = await server_row(fleet, caller.org_id, server_id)
     kind = _checked_kind(caller, body.kind)
+    if body.lookup and not kind.read:
+        raise ValidationFailed(
+            f"lookup: {kind.kind} changes the server: only a read kind is a look-up",
+            details={"errors": [{"loc": ["lookup"], "msg": "only a read kind is a look-up", "type": "value_error"}]},
+        )
     if server["kind"] != "full":
         raise LiteServer("this is a lite server: it has no agent to run jobs")
     try:
@@ -139,7 +144,9 @@ async def create_job(
     if online and not fleet.hub.is_online(server_id) and fleet.replicas and not fleet.replicas.bus.connected:
         raise unavailable("bus", BUS_AWAY)  # its agent is on another replica: refused now, not queued unseen
     try:
-        row = await submit_job(fleet, caller, server_id, kind, built, idempotency_key=idempotency_key)
+        row = await submit_job(
+            fleet, caller, server_id, kind, built, idempotency_key=idempotency_key, as_lookup=body.lookup
+        )
     except IntegrityError:
         # Another request with the same key was created between the look-up above and this insert.
         if idempotency_key and (earlier := await _earlier_job(fleet, caller, server_id, idempotency_key, kind, args)):
@@ -156,6 +163,7 @@ async def submit_job(
     built: BuiltJob,
     *,
     idempotency_key: str | None = None,
+    as_lookup: bool = False,
 ) -> dict[str, Any]:
     """The one way a job comes to be, once its checks passed: the row (args masked) and its
     audit entry in one transaction (a database lost between the two would leave a job that no
@@ -173,6 +181,7 @@ async def submit_job(
         argv=built.argv,
         created_by=caller.user_id,
         idempotency_key=idempotency_key,
+        lookup=as_lookup,
         audit_entry={**fleet.audit_identity(caller), "queued": not online, "secrets": built.secrets.values()},
     )
     if here:
@@ -228,9 +237,15 @@ async def _cached_answer(
 
 
 @router.get("/servers/{server_id}/jobs", response_model=JobList)
-async def list_jobs(server_id: str, caller: Caller, fleet: FleetDep, limit: int = Query(50, ge=1, le=500)) -> JobList:
+async def list_jobs(
+    server_id: str,
+    caller: Caller,
+    fleet: FleetDep,
+    limit: int = Query(50, ge=1, le=500),
+    lookups: bool = Query(False, description="list look-ups too (`JobCreate.lookup`)"),
+) -> JobList:
     await server_row(fleet, caller.org_id, server_id)
-    rows = await fleet.db.run(store.list_jobs, caller.org_id, server_id, limit)
+    rows = await fleet.db.run(store.list_jobs, caller.org_id, server_id, limit, lookups=lookups)
     return JobList(jobs=[job_model(r, caller) for r in rows])
 
 

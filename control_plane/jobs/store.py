@@ -43,6 +43,7 @@ def create_job(
     created_by: str | None,
     idempotency_key: str | None,
     status: str = "queued",
+    lookup: bool = False,
 ) -> Row:
     row: Row = {
         "id": new_id("job"),
@@ -55,6 +56,7 @@ def create_job(
         "cached": False,
         "created_by": created_by,
         "idempotency_key": idempotency_key,
+        "lookup": lookup,
         "created_at": now_iso(),
     }
     conn.execute(jobs.insert().values(row))
@@ -74,13 +76,12 @@ def job_by_idempotency_key(conn: Connection, server_id: str, user_id: str, key: 
     return dict(found) if found else None
 
 
-def list_jobs(conn: Connection, org_id: str, server_id: str, limit: int) -> list[Row]:
-    query = (
-        jobs.select()
-        .where(jobs.c.org_id == org_id, jobs.c.server_id == server_id)
-        .order_by(jobs.c.created_at.desc(), jobs.c.id.desc())
-        .limit(limit)
-    )
+def list_jobs(conn: Connection, org_id: str, server_id: str, limit: int, *, lookups: bool = False) -> list[Row]:
+    """The server's newest jobs; look-ups (a client's own reads) only if `lookups`."""
+    query = jobs.select().where(jobs.c.org_id == org_id, jobs.c.server_id == server_id)
+    if not lookups:
+        query = query.where(jobs.c.lookup == sa.false())
+    query = query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit)
     return [dict(r) for r in conn.execute(query).mappings()]
 
 

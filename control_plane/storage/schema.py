@@ -148,6 +148,7 @@ jobs = sa.Table(
     sa.Column("cached_at", sa.String, nullable=True),
     sa.Column("created_by", sa.String, nullable=True),
     sa.Column("idempotency_key", sa.String, nullable=True),
+    sa.Column("lookup", sa.Boolean, nullable=False, server_default=sa.false()),  # a client's own read
     sa.Column("agent_boot_id", sa.String, nullable=True),
     sa.Column("created_at", sa.String, nullable=False),
     sa.Column("started_at", sa.String, nullable=True),

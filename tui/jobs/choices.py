@@ -92,7 +92,7 @@ class ChoicesUnavailable(Exception):
 
 async def fetch_choices(client: Client, server_id: str, source: Source) -> list[Choice]:
     """What exists now: the source's read kind run on the server (until it ends)."""
-    job = await client.jobs.create(server_id, source.read_kind, {})
+    job = await client.jobs.create(server_id, source.read_kind, {}, lookup=True)  # not the user's job: no history
     if job.status in ("queued", "running"):
         async for _event in client.jobs.stream(job.id):
             pass  # the stream ends with the job's `exit`

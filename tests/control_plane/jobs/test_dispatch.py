@@ -245,6 +245,30 @@ def test_read_job_result_and_history(stack: Stack) -> None:
         assert [j["created_at"] for j in history] == sorted((j["created_at"] for j in history), reverse=True)
 
 
+def test_a_look_up_runs_and_is_audited_but_stays_out_of_the_history(stack: Stack) -> None:
+    """A read a client runs for itself (a form's choices) is no job its user ran: the history
+    lists it only when asked; a change to the server is never a look-up."""
+    with stack.http() as http:
+        created = http.post(f"/v1/servers/{stack.server_id}/jobs", json={"kind": "site.list", "lookup": True})
+        assert created.status_code == 201, created.text
+        looked_up = wait_finished(http, created.json()["id"])
+        assert looked_up["status"] == "succeeded" and looked_up["lookup"] is True
+        assert "example.com" in str(looked_up["result"])
+        mine = run(http, stack.server_id, "site.list").json()
+        history = http.get(f"/v1/servers/{stack.server_id}/jobs", params={"limit": 500}).json()["jobs"]
+        assert mine["id"] in [j["id"] for j in history] and looked_up["id"] not in [j["id"] for j in history]
+        everything = http.get(f"/v1/servers/{stack.server_id}/jobs", params={"limit": 500, "lookups": True})
+        assert looked_up["id"] in [j["id"] for j in everything.json()["jobs"]]
+        audited = http.get("/v1/audit", params={"action": "jobs.create", "limit": 20}).json()["entries"]
+        assert looked_up["id"] in [e["details"]["job_id"] for e in audited]
+        write = http.post(
+            f"/v1/servers/{stack.server_id}/jobs",
+            json={"kind": "site.create", "args": {"domain": "x.test"}, "lookup": True},
+        )
+        assert write.status_code == 422 and write.json()["error"]["code"] == "validation_error"
+        assert write.json()["error"]["details"]["errors"][0]["loc"] == ["lookup"]
+
+
 def test_unknown_handler_exits_127(stack: Stack) -> None:
     with stack.http() as http:
         agent = http.get(f"/v1/servers/{stack.server_id}").json()["agent"]

@@ -119,6 +119,12 @@ def test_a_domain_is_picked_from_the_sites_and_enter_runs_from_any_field(stack: 
         assert wire.creations()[-1][:2] == ("logs.tail", {"domain": "example.com", "log": "error", "lines": 200})
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is jobs)
+        # The picker's site.list was the TUI's own look-up, not a job the user ran: not in the history.
+        with stack.http() as http:
+            listed = http.get(f"/v1/servers/{stack.server_id}/jobs", params={"limit": 500, "lookups": True}).json()
+        looked_up = [j["id"] for j in listed["jobs"] if j["lookup"] and j["kind"] == "site.list"]
+        await wait_for(pilot, lambda: "logs.tail" in [job.kind for job in jobs.jobs.values()])
+        assert looked_up and not set(looked_up) & set(jobs.jobs)
 
     run(app, scenario)
 

@@ -1,0 +1,24 @@
+"""A job may be a look-up: a read a client runs for itself (a form's choices), kept out of the
+server's job history unless asked for (`JobCreate.lookup`). Jobs before it were not.
+
+Revision ID: 0010
+Revises: 0009
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0010"
+down_revision = "0009"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("jobs") as jobs:
+        jobs.add_column(sa.Column("lookup", sa.Boolean, nullable=False, server_default=sa.false()))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("jobs") as jobs:
+        jobs.drop_column("lookup")
