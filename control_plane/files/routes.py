@@ -4,7 +4,6 @@ in which scope, relays the call to the server's agent (which jails every path), 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -836,7 +835,7 @@ async def upload_direct(server_id: str, body: FsUploadDirect, caller: Caller, fl
         return await direct_upload_here(fleet, caller, session, target, body)
     if not await fleet.agent_online(server_id):
         raise AgentOffline("the server's agent is not connected")
-    caller_fields = {**dataclasses.asdict(caller), "capabilities": sorted(caller.capabilities)}
+    caller_fields = caller.model_dump(mode="json")
     params = {"caller": caller_fields, "scope": target.scope, "domain": target.domain, "upload": body.model_dump()}
     return DirectUpload.model_validate(await fleet.call_agent(server_id, DIRECT_UPLOAD_METHOD, params))
 
@@ -869,7 +868,7 @@ async def direct_upload_here(
 async def answer_relayed_direct_upload(fleet: Fleet, session: AgentSession, params: dict[str, Any]) -> Any:
     """`DIRECT_UPLOAD_METHOD`, asked by the replica the client asked (which checked the caller
     and the target): the URL made here, where the agent's link is."""
-    caller = Principal(**{**params["caller"], "capabilities": frozenset(params["caller"]["capabilities"])})
+    caller = Principal.model_validate(params["caller"])
     target = FsTarget(session.server_id, str(params["scope"]), params["domain"])
     body = FsUploadDirect.model_validate(params["upload"])
     answer = await direct_upload_here(fleet, caller, session, target, body)
