@@ -144,18 +144,8 @@ async def authenticate(request: HTTPConnection) -> Principal:
             "API tokens work only for organisations on plan max",
             details={"required_plan": "max", "current_plan": row["plan"]},
         )
-    return Principal(
-        user_id=row["user_id"],
-        email=row["email"],
-        name=row["name"],
-        super_admin=bool(row["super_admin"]),
-        org_id=row["org_id"],
-        org_name=row["org_name"],
-        plan=row["plan"],
-        role=row["role"],
-        capabilities=capabilities_for(row["role"], bool(row["super_admin"]), row["narrowed"]),
-        token_kind=row["token_kind"],
-    )
+    granted = capabilities_for(row["role"], bool(row["super_admin"]), row["narrowed"])
+    return Principal.model_validate({**row, "capabilities": granted})
 
 
 Caller = Annotated[Principal, Depends(authenticate)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -226,6 +227,16 @@ def system_folders(hosting: Hosting) -> dict[str, Path]:
         (made / "partial").mkdir(parents=True)
     hosting.configure("system", {**hosting.layout.get("system", {}), **{k: str(v) for k, v in folders.items()}})
     return folders
+
+
+@pytest.fixture
+def static_site(hosting: Hosting) -> Iterator[tuple[str, Path]]:
+    """A static site of the hosting server, its domain and folder (deleted after the test, with
+    its user): the one the storage and logs kinds look into."""
+    domain = f"ops-{uuid.uuid4().hex[:6]}.test"
+    hosting.run("site.create", domain=domain, profile="static").ok()
+    yield domain, hosting.home / domain.replace(".", "-")
+    hosting.run("site.delete", domain=domain).ok()
 
 
 @pytest.fixture

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import get_args
+
+from pydantic import BaseModel, ConfigDict
 
 from contract.errors import Forbidden, TierRequired
 from contract.models import PLANS, Capability, Plan, Role
@@ -34,8 +35,12 @@ def plan_at_least(current: Plan, required: Plan) -> bool:
     return PLANS.index(current) >= PLANS.index(required)
 
 
-@dataclass(frozen=True)
-class Principal:
+class Principal(BaseModel):
+    """The caller, validated from its token's row (`control_plane.state.authenticate`) or from the
+    fields another replica relayed; the row's other columns are not the caller's and are left out."""
+
+    model_config = ConfigDict(frozen=True)
+
     user_id: str
     email: str
     name: str

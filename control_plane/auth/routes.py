@@ -80,7 +80,7 @@ async def login(body: LoginRequest, request: Request, fleet: FleetDep) -> LoginR
     return LoginResponse(
         token=token,
         expires_at=parse(expires_at),
-        user=User(id=user["id"], email=user["email"], name=user["name"], super_admin=bool(user["super_admin"])),
+        user=User.model_validate(user),
     )
 
 

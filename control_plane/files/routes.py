@@ -4,12 +4,11 @@ in which scope, relays the call to the server's agent (which jails every path), 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, Generic, TypeVar, cast, get_args
 from urllib.parse import quote
 
 import anyio
@@ -118,18 +117,26 @@ SCOPES: tuple[str, ...] = get_args(ScopeName)
 
 
 async def resolve_target(
-    fleet: Fleet, caller: Principal, server_id: str, scope: str, domain: str | None, *, write: bool = False
+    fleet: Fleet,
+    caller: Principal,
+    server_id: str,
+    scope: str,
+    domain: str | None,
+    *,
+    write: bool = False,
+    given_in: str = "query",
 ) -> FsTarget:
     """Check the server and the scope for this caller: site reads for any member, site writes
     for operators and above, a site's logs for whoever may read the site and never written,
-    the server-root scope for owners and super-admins."""
+    the server-root scope for owners and super-admins. `given_in` is where the request named
+    them (``query`` or ``body``), for the error's location."""
     await _full_server(fleet, caller, server_id)
     if scope not in SCOPES:
         raise BadRequest(f"unknown scope {scope!r}: use site, logs or root", details={"allowed": list(SCOPES)})
     if scope in ("site", "logs"):
         if not domain:
             raise ValidationFailed(
-                f"scope={scope} needs a domain", details={"errors": [{"loc": ["query", "domain"], "msg": "required"}]}
+                f"scope={scope} needs a domain", details={"errors": [{"loc": [given_in, "domain"], "msg": "required"}]}
             )
         if scope == "logs" and write:
             raise Forbidden(LOGS_READ_ONLY, details={"scope": "logs"})
@@ -153,8 +160,32 @@ class _TargetInQuery:
         return await resolve_target(fleet, caller, server_id, scope, domain, write=self.write)
 
 
-ReadTarget = Annotated[FsTarget, Depends(_TargetInQuery())]
-WriteTarget = Annotated[FsTarget, Depends(_TargetInQuery(write=True))]
+_READ_TARGET, _WRITE_TARGET = _TargetInQuery(), _TargetInQuery(write=True)
+ReadTarget = Annotated[FsTarget, Depends(_READ_TARGET)]
+WriteTarget = Annotated[FsTarget, Depends(_WRITE_TARGET)]
+
+Body = TypeVar("Body", bound=FsRequest)
+
+
+@dataclass(frozen=True)
+class InBody(Generic[Body]):
+    """A write's JSON body and the checked `FsTarget` it names (its `scope` and `domain`)."""
+
+    body: Body
+    target: FsTarget
+
+
+def target_in_body(model: type[Body]) -> Any:
+    """The dependency of the routes that name their target in their JSON body, a `model`: the
+    body, validated once, and its target checked for a write by `resolve_target` (as
+    `_TargetInQuery` does for the query's)."""
+
+    async def in_body(server_id: str, body: FsRequest, caller: Caller, fleet: FleetDep) -> InBody[Body]:
+        target = await resolve_target(fleet, caller, server_id, body.scope, body.domain, write=True, given_in="body")
+        return InBody(cast(Body, body), target)
+
+    in_body.__annotations__ = {**in_body.__annotations__, "body": model}  # what FastAPI reads the body as
+    return Depends(in_body)
 
 
 _DELETE_RESULT: TypeAdapter[FsDeleteResult] = TypeAdapter(FsDeleteResult)
@@ -391,13 +422,12 @@ async def _audit(
     )
 
 
-async def _write_target(fleet: Fleet, caller: Principal, server_id: str, body: FsRequest) -> FsTarget:
-    return await resolve_target(fleet, caller, server_id, body.scope, body.domain, write=True)
-
-
 @router.put("/write", response_model=FsWriteResult, openapi_extra=body_limit(FS_WRITE_BODY_LIMIT))
-async def write(server_id: str, body: FsWrite, caller: Caller, fleet: FleetDep) -> Response:
-    target = await _write_target(fleet, caller, server_id, body)
+async def write(
+    given: Annotated[InBody[FsWrite], target_in_body(FsWrite)], caller: Caller, fleet: FleetDep
+) -> Response:
+    body, target = given.body, given.target
+    server_id = target.server_id
     params = body.model_dump(include={"path", "content", "if_match", "create_only"})
     details = {"path": body.path, "bytes": len(body.content.encode()), "create_only": body.create_only}
     return _checked(
@@ -406,8 +436,11 @@ async def write(server_id: str, body: FsWrite, caller: Caller, fleet: FleetDep) 
 
 
 @router.post("/mkdir", response_model=FsEntryResult)
-async def mkdir(server_id: str, body: FsMkdir, caller: Caller, fleet: FleetDep) -> Response:
-    target = await _write_target(fleet, caller, server_id, body)
+async def mkdir(
+    given: Annotated[InBody[FsMkdir], target_in_body(FsMkdir)], caller: Caller, fleet: FleetDep
+) -> Response:
+    body, target = given.body, given.target
+    server_id = target.server_id
     params = {"path": body.path, "parents": body.parents}
     return _checked(
         FsEntryResult, await _audited(fleet, caller, target, "fs.mkdir", params, params), "fs.mkdir", server_id
@@ -504,8 +537,11 @@ async def copy(server_id: str, body: FsMoveCopy, caller: Caller, fleet: FleetDep
 
 
 @router.post("/delete", response_model=FsDeleteResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))
-async def delete(server_id: str, body: FsDelete, caller: Caller, fleet: FleetDep) -> Response:
-    target = await _write_target(fleet, caller, server_id, body)
+async def delete(
+    given: Annotated[InBody[FsDelete], target_in_body(FsDelete)], caller: Caller, fleet: FleetDep
+) -> Response:
+    body, target = given.body, given.target
+    server_id = target.server_id
     params = {"paths": body.paths, "permanent": body.permanent}
     return _checked(
         _DELETE_RESULT, await _audited(fleet, caller, target, "fs.delete", params, params), "fs.delete", server_id
@@ -527,8 +563,11 @@ def _mode(value: int | str) -> int:
 
 
 @router.post("/chmod", response_model=FsChmodResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))
-async def chmod(server_id: str, body: FsChmod, caller: Caller, fleet: FleetDep) -> Response:
-    target = await _write_target(fleet, caller, server_id, body)
+async def chmod(
+    given: Annotated[InBody[FsChmod], target_in_body(FsChmod)], caller: Caller, fleet: FleetDep
+) -> Response:
+    body, target = given.body, given.target
+    server_id = target.server_id
     params = {"paths": body.paths, "mode": _mode(body.mode), "recursive": body.recursive, "only": body.only}
     return _checked(
         FsChmodResult, await _audited(fleet, caller, target, "fs.chmod", params, params), "fs.chmod", server_id
@@ -573,18 +612,23 @@ async def trash(target: WriteTarget, fleet: FleetDep) -> Response:
 
 
 @router.post("/trash/restore", response_model=FsRestoreResult, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT))
-async def trash_restore(server_id: str, body: FsTrashRestore, caller: Caller, fleet: FleetDep) -> Response:
-    target = await _write_target(fleet, caller, server_id, body)
+async def trash_restore(
+    given: Annotated[InBody[FsTrashRestore], target_in_body(FsTrashRestore)], caller: Caller, fleet: FleetDep
+) -> Response:
+    body, target = given.body, given.target
+    server_id = target.server_id
     params = {"ids": body.ids, "overwrite": body.overwrite}
     answer = await _audited(fleet, caller, target, "fs.trash.restore", params, {"paths": body.ids, **params})
     return _checked(FsRestoreResult, answer, "fs.trash.restore", server_id)
 
 
 @router.post("/trash/empty", response_model=FsEmptyTrashResult)
-async def trash_empty(server_id: str, body: FsRequest, caller: Caller, fleet: FleetDep) -> Response:
-    target = await _write_target(fleet, caller, server_id, body)
+async def trash_empty(
+    given: Annotated[InBody[FsRequest], target_in_body(FsRequest)], caller: Caller, fleet: FleetDep
+) -> Response:
+    target = given.target
     answer = await _audited(fleet, caller, target, "fs.trash.empty", {}, {"path": TRASH_FOLDER})
-    return _checked(FsEmptyTrashResult, answer, "fs.trash.empty", server_id)
+    return _checked(FsEmptyTrashResult, answer, "fs.trash.empty", target.server_id)
 
 
 # --- archives ---------------------------------------------------------------------------------
@@ -606,8 +650,10 @@ async def _start_operation(
 @router.post(
     "/compress", status_code=202, response_model=OperationStarted, openapi_extra=body_limit(PATH_LIST_BODY_LIMIT)
 )
-async def compress(server_id: str, body: FsArchive, caller: Caller, fleet: FleetDep) -> Response:
-    target = await _write_target(fleet, caller, server_id, body)
+async def compress(
+    given: Annotated[InBody[FsArchive], target_in_body(FsArchive)], caller: Caller, fleet: FleetDep
+) -> Response:
+    body, target = given.body, given.target
     params = {"paths": body.paths, "format": body.format, "destination": body.destination}
     return await _start_operation(fleet, caller, target, "fs.compress", params)
 
@@ -616,8 +662,10 @@ ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar")
 
 
 @router.post("/extract", status_code=202, response_model=OperationStarted)
-async def extract(server_id: str, body: FsExtract, caller: Caller, fleet: FleetDep) -> Response:
-    target = await _write_target(fleet, caller, server_id, body)
+async def extract(
+    given: Annotated[InBody[FsExtract], target_in_body(FsExtract)], caller: Caller, fleet: FleetDep
+) -> Response:
+    body, target = given.body, given.target
     _require_archive(body.path, "body")
     params = {"path": body.path, "destination": body.destination, "on_conflict": body.on_conflict}
     return await _start_operation(fleet, caller, target, "fs.extract", params)
@@ -727,9 +775,10 @@ async def upload_stream(websocket: WebSocket, server_id: str) -> None:
     try:
         caller = await authenticate(websocket)
         query = websocket.query_params
-        target = await resolve_target(
-            fleet, caller, server_id, query.get("scope", "site"), query.get("domain"), write=True
-        )
+        # The query routes' dependency, called here (a WebSocket's errors are frames, sent once it
+        # is accepted); what the query leaves out takes the dependency's defaults.
+        named = {name: query[name] for name in ("scope", "domain") if name in query}
+        target = await _WRITE_TARGET(server_id, caller, fleet, **named)
         size = _query_size(query.get("size"))
         overwrite = query.get("overwrite", "").lower() in ("1", "true", "yes")
         details = {"path": query.get("path", ""), "overwrite": overwrite, "bytes": size, "via": "stream"}
@@ -823,20 +872,23 @@ DIRECT_UPLOAD_METHOD = "replica.upload.direct"
 
 
 @router.post("/upload/direct", response_model=DirectUpload)
-async def upload_direct(server_id: str, body: FsUploadDirect, caller: Caller, fleet: FleetDep) -> DirectUpload:
+async def upload_direct(
+    given: Annotated[InBody[FsUploadDirect], target_in_body(FsUploadDirect)], caller: Caller, fleet: FleetDep
+) -> DirectUpload:
     """A signed URL on the server's own ingress, when it has one; `{url: null}` tells the client
     to fall back to the relay without bothering the user (also above 2 GiB: the stream takes those).
 
     What the upload would refuse (a path outside the scope, a missing folder, a name taken
     without `overwrite`) is refused here, before a byte is sent; the agent checks again at the PUT.
     The audit entry is written when the agent reports the upload's end (see `direct.py`)."""
-    target = await _write_target(fleet, caller, server_id, body)
+    body, target = given.body, given.target
+    server_id = target.server_id
     session = fleet.hub.session(server_id)
     if session is not None:
         return await direct_upload_here(fleet, caller, session, target, body)
     if not await fleet.agent_online(server_id):
         raise AgentOffline("the server's agent is not connected")
-    caller_fields = {**dataclasses.asdict(caller), "capabilities": sorted(caller.capabilities)}
+    caller_fields = caller.model_dump(mode="json")
     params = {"caller": caller_fields, "scope": target.scope, "domain": target.domain, "upload": body.model_dump()}
     return DirectUpload.model_validate(await fleet.call_agent(server_id, DIRECT_UPLOAD_METHOD, params))
 
@@ -869,7 +921,7 @@ async def direct_upload_here(
 async def answer_relayed_direct_upload(fleet: Fleet, session: AgentSession, params: dict[str, Any]) -> Any:
     """`DIRECT_UPLOAD_METHOD`, asked by the replica the client asked (which checked the caller
     and the target): the URL made here, where the agent's link is."""
-    caller = Principal(**{**params["caller"], "capabilities": frozenset(params["caller"]["capabilities"])})
+    caller = Principal.model_validate(params["caller"])
     target = FsTarget(session.server_id, str(params["scope"]), params["domain"])
     body = FsUploadDirect.model_validate(params["upload"])
     answer = await direct_upload_here(fleet, caller, session, target, body)

@@ -4,64 +4,64 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request, Response
+from pydantic import BeforeValidator, ConfigDict, Field
 from sqlalchemy.exc import IntegrityError
 
 from contract.errors import Conflict, NotFound
 from contract.models import AgentInfo, KernelProtections, Server, ServerCreate, ServerCreated, ServerList
 from control_plane import sse
-from control_plane.clock import parse, utcnow
+from control_plane.clock import utcnow
 from control_plane.hub import AgentSession
 from control_plane.servers import store
 from control_plane.state import Caller, Fleet, FleetDep
+from control_plane.storage.rows import StoredJson
 
 router = APIRouter(prefix="/v1", tags=["servers"])
 
 
-def _when(text: str | None) -> datetime | None:
-    return parse(text) if text else None
+class _StoredAgent(AgentInfo):
+    """A `servers` row's agent columns (``agent_...``) as the wire `AgentInfo`: what its agent's
+    last hello said, its job kinds as JSON text."""
+
+    version: str | None = Field(None, validation_alias="agent_version")
+    connected_at: datetime | None = Field(None, validation_alias="agent_connected_at")
+    last_seen_at: datetime | None = Field(None, validation_alias="agent_last_seen_at")
+    job_kinds: Annotated[list[str] | None, StoredJson] = Field(None, validation_alias="agent_job_kinds")
+
+
+def _kernel_protections(pair: Any) -> Any:
+    """The hello's (protected_hardlinks, protected_symlinks) pair as the wire model's fields."""
+    if isinstance(pair, tuple):
+        hardlinks, symlinks = pair
+        return {"protected_hardlinks": hardlinks, "protected_symlinks": symlinks}
+    return pair
+
+
+class _LinkedAgent(AgentInfo):
+    """The hub's session of an agent linked here (`AgentSession`) as the wire `AgentInfo`: online,
+    seen now."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    online: bool = True
+    last_seen_at: datetime | None = Field(default_factory=utcnow)
+    kernel_protections: Annotated[KernelProtections | None, BeforeValidator(_kernel_protections)] = None
 
 
 def server_model(row: dict[str, Any], session: AgentSession | None, *, linked_elsewhere: bool = False) -> Server:
     """The wire `Server`: presence from the live hub (or, for an agent linked to another replica,
     from what its hello stored), the rest from the stored row."""
-    if session is None and linked_elsewhere:
-        agent = AgentInfo(
-            online=True,
-            version=row["agent_version"],
-            connected_at=_when(row["agent_connected_at"]),
-            last_seen_at=utcnow(),
-            job_kinds=store.stored_job_kinds(row),
-        )
-    elif session is not None:
-        agent = AgentInfo(
-            online=True,
-            version=session.version,
-            connected_at=session.connected_at,
-            last_seen_at=utcnow(),
-            direct_ingress_url=session.direct_ingress_url,
-            job_kinds=list(session.job_kinds) if session.job_kinds is not None else None,
-            kernel_protections=_kernel_protections(session),
-            needs=session.needs,
-        )
+    agent: AgentInfo
+    if session is not None:
+        agent = _LinkedAgent.model_validate(session)
+    elif linked_elsewhere:
+        agent = _StoredAgent.model_validate({**row, "online": True, "agent_last_seen_at": utcnow()})
     else:
-        agent = AgentInfo(
-            online=False,
-            version=row["agent_version"],
-            connected_at=_when(row["agent_connected_at"]),
-            last_seen_at=_when(row["agent_last_seen_at"]),
-            job_kinds=store.stored_job_kinds(row),
-        )
+        agent = _StoredAgent.model_validate({**row, "online": False})
     return Server.model_validate({**row, "agent": agent})
-
-
-def _kernel_protections(session: AgentSession) -> KernelProtections | None:
-    if session.kernel_protections is None:
-        return None
-    hardlinks, symlinks = session.kernel_protections
-    return KernelProtections(protected_hardlinks=hardlinks, protected_symlinks=symlinks)
 
 
 async def server_row(fleet: Fleet, caller_org: str, server_id: str) -> dict[str, Any]:

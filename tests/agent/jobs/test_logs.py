@@ -8,8 +8,6 @@ import pwd
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,14 +24,6 @@ from tests.helpers.hosting import Hosting
 DAY = 86400
 
 
-@pytest.fixture
-def site(hosting: Hosting) -> Iterator[tuple[str, Path]]:
-    domain = f"ops-{uuid.uuid4().hex[:6]}.test"
-    hosting.run("site.create", domain=domain, profile="static").ok()
-    yield domain, hosting.home / domain.replace(".", "-")
-    hosting.run("site.delete", domain=domain).ok()
-
-
 # --- logs ----------------------------------------------------------------------------------
 
 
@@ -43,9 +33,9 @@ def access_line(when: float, request: str) -> str:
 
 
 def test_list_search_and_rotate_a_site_log(
-    hosting: Hosting, system_folders: dict[str, Path], site: tuple[str, Path]
+    hosting: Hosting, system_folders: dict[str, Path], static_site: tuple[str, Path]
 ) -> None:
-    domain, folder = site
+    domain, folder = static_site
     now = time.time()
     lines = [
         access_line(now - 2 * DAY, "POST /login"),

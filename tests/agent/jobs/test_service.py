@@ -1,7 +1,7 @@
 """The service kinds through the API against the hosting server's real root agent.
 
 Services are the Debian init scripts (PID 1 is not systemd here; the systemd path is
-tests/agent/jobs/toolkit/test_host_systemd.py): start, stop, restart, reload, enable and disable
+tests/agent/jobs/toolkit/test_host.py): start, stop, restart, reload, enable and disable
 act for real on supervisor's own init script, whose state and rc.d links are put back afterwards.
 
 Its readers of tool output are tested on recorded output too (tests/data/tool_output/): they

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,19 +33,11 @@ def aged(path: Path, text: str, days: float) -> Path:
     return path
 
 
-@pytest.fixture
-def site(hosting: Hosting) -> Iterator[tuple[str, Path]]:
-    domain = f"ops-{uuid.uuid4().hex[:6]}.test"
-    hosting.run("site.create", domain=domain, profile="static").ok()
-    yield domain, hosting.home / domain.replace(".", "-")
-    hosting.run("site.delete", domain=domain).ok()
-
-
 # --- storage -------------------------------------------------------------------------------
 
 
-def test_usage_drills_down_and_largest_finds_the_biggest_files(hosting: Hosting, site: tuple[str, Path]) -> None:
-    domain, folder = site
+def test_usage_drills_down_and_largest_finds_the_biggest_files(hosting: Hosting, static_site: tuple[str, Path]) -> None:
+    domain, folder = static_site
     uploads = folder / "public_html/uploads/2026"
     uploads.mkdir(parents=True)
     (uploads / "big.bin").write_bytes(b"x" * 300_000)
@@ -83,9 +73,9 @@ def test_findmnt_trees_are_flattened() -> None:
 
 
 def test_cleanup_removes_only_old_rotated_logs_and_the_package_cache(
-    hosting: Hosting, system_folders: dict[str, Path], site: tuple[str, Path]
+    hosting: Hosting, system_folders: dict[str, Path], static_site: tuple[str, Path]
 ) -> None:
-    domain, folder = site
+    domain, folder = static_site
     logs, archives = system_folders["log_dir"], system_folders["apt_archives"]
     site_logs = hosting.site_logs(domain)  # root's folder: the cleanup never goes into the site's own
     (logs / "nginx").mkdir(exist_ok=True)

@@ -447,6 +447,86 @@ async def test_stream_upload_refuses_bad_input_with_an_error_frame(
     wait_until(lambda: list((site_root(stack) / folder).iterdir()) == [])
 
 
+async def _stream_upload_answer(stack: Stack, server_id: str, params: dict[str, str], *, send: bool) -> dict[str, Any]:
+    """What the streaming upload named by `params` answers: at once (a target it refuses, before
+    any frame is read: a frame sent then may meet the closed socket), or once it has its one byte
+    (`send`)."""
+    route = f"/v1/servers/{server_id}/fs/upload/stream"
+    async with Client(stack.base_url, token=stack.token) as client, client.websocket(route, params=params) as socket:
+        with trio.fail_after(30):
+            if send:
+                await socket.send_bytes(b"x")
+                await socket.send_text('{"done": true}')
+            answer: dict[str, Any] = orjson.loads(await socket.receive_text())
+    return answer
+
+
+def _refusal(answer: httpx.Response | dict[str, Any]) -> tuple[int | None, str, list[Any]]:
+    """An answer's status (None: a WebSocket frame), error code and its first error's location."""
+    status, body = (answer.status_code, answer.json()) if isinstance(answer, httpx.Response) else (None, answer)
+    if "error" not in body:
+        return status, "", []
+    errors = body["error"]["details"].get("errors") if body["error"]["details"] else None
+    return status, body["error"]["code"], errors[0]["loc"] if errors else []
+
+
+@pytest.mark.anyio
+@pytest.mark.stack_variants("sqlite")  # the routes' checks, not the database's
+@pytest.mark.parametrize(
+    ("case", "in_query", "in_body"),
+    [
+        ("another org's server", (404, "not_found", []), (404, "not_found", [])),
+        ("no domain", (422, "validation_error", ["query", "domain"]), (422, "validation_error", ["body", "domain"])),
+        ("unknown scope", (400, "bad_request", []), (422, "validation_error", ["body", "scope"])),
+        ("path outside", (422, "path_outside_scope", []), (422, "path_outside_scope", [])),
+    ],
+)
+async def test_a_target_is_refused_alike_in_the_query_the_body_and_the_websocket(
+    stack: Stack, folder: str, case: str, in_query: tuple[int, str, list[str]], in_body: tuple[int, str, list[str]]
+) -> None:
+    """The routes that name their target in a JSON body (one dependency, `target_in_body`), in the
+    query (`ReadTarget`, `WriteTarget`: the raw upload among them) and the streaming upload (which
+    calls the query's dependency itself) check it alike; as the contract says, a scope outside its
+    set is a 400 in a query and a 422 in a JSON body, which has a schema."""
+    server_id, target = stack.server_id, {"scope": "site", "domain": "example.com", "path": f"{folder}/t.txt"}
+    if case == "another org's server":
+        server_id = str(stack.admin("create-server", "web-1", "--org", _other_org(stack))["id"])
+    elif case == "no domain":
+        del target["domain"]
+    elif case == "unknown scope":
+        target["scope"] = "planet"
+    else:
+        target["path"] = "../escaped.txt"
+    scope = {name: value for name, value in target.items() if name != "path"}
+    with stack.http() as http:
+        route = f"/v1/servers/{server_id}/fs"
+        by_query = [
+            http.get(f"{route}/stat", params=target),
+            http.put(f"{route}/upload", params=target, content=b"x"),
+        ]
+        by_body = [
+            http.put(f"{route}/write", json={**target, "content": "x"}),
+            http.post(f"{route}/mkdir", json=target),
+            http.post(f"{route}/delete", json={**scope, "paths": [target["path"]]}),
+            http.post(f"{route}/upload/direct", json={**target, "size": 1}),
+        ]
+    streamed = await _stream_upload_answer(stack, server_id, {**target, "size": "1"}, send=case == "path outside")
+    assert [_refusal(answer) for answer in by_query] == [in_query] * 2, case
+    assert [_refusal(answer) for answer in by_body[:3]] == [in_body] * 3, case
+    # A server without an ingress has no direct upload: the client is sent to the relay, where
+    # the agent checks the path (`test_direct_upload` checks it at a direct one).
+    assert _refusal(by_body[3]) == ((200, "", []) if case == "path outside" else in_body), case
+    assert _refusal(streamed) == (None, *in_query[1:]), case
+    assert not (site_root(stack) / folder / "t.txt").exists() and not (site_root(stack) / "escaped.txt").exists()
+
+
+def _other_org(stack: Stack) -> str:
+    """The name of a new org of its own."""
+    name = f"org-{uuid.uuid4().hex[:8]}"
+    stack.admin("create-org", name, "--plan", "max")
+    return name
+
+
 def test_roles_matrix(stack: Stack, folder: str) -> None:
     tokens = {}
     for role in ("admin", "operator", "member"):
