@@ -133,9 +133,9 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
                     for backend in lb.backends:
                         yield from self._pool_row(backend)
                 section = (
-                    "Backends: tick the servers, then their ports (8080, 8081: one backend each) and weight"
+                    "Backends: tick the servers; their ports (8080, 8081: one each), weight"
                     if lb is None
-                    else "Add backends: tick the servers, then their ports (8080, 8081: one each) and weight"
+                    else "Add backends: tick the servers; their ports (8080, 8081: one each), weight"
                 )
                 yield Static(section, classes="lb-form--section")
                 for server in self.servers:

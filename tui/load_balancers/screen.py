@@ -280,17 +280,21 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
         )
 
     def _update_status(self, lb: LoadBalancer | None) -> None:
+        """The keys; or what is wrong: the node's error when degraded, a line on drift (both, each
+        on its line, when both: the table's state column cuts the error)."""
         line = self.query_one("#lb-status", Static)
-        degraded = lb is not None and lb.state == "degraded"
+        problems = []
+        if lb is not None and lb.state == "degraded":
+            problems.append(f"{lb.name} degraded: {one_line(lb.state_error or 'no detail from the node')}")
         drifted = [b for b in lb.backends if b.runtime is not None and b.runtime.drift] if lb is not None else []
-        line.set_class(degraded or bool(drifted), "-error")
-        if lb is not None and degraded:
-            line.update(f"{lb.name} degraded: {one_line(lb.state_error or 'no detail from the node')}")
-        elif drifted:
+        if drifted:
             first = drifted[0]
             more = f" (+{len(drifted) - 1})" if len(drifted) > 1 else ""
             drift = one_line(first.runtime.drift or "") if first.runtime is not None else ""
-            line.update(printable(f"≠ drift {self._backend_name(first)}: {drift}{more} · a restores it"))
+            problems.append(printable(f"≠ drift {self._backend_name(first)}: {drift}{more} · a restores it"))
+        line.set_class(bool(problems), "-error")
+        if problems:
+            line.update("\n".join(problems))
         elif lb is not None and not lb.backends:
             line.update("An empty pool: Enter on the load balancer, or n, to add backends")
         else:

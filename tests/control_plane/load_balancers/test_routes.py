@@ -304,7 +304,7 @@ def _routes(lb_id: str, backend_id: str, server_id: str) -> list[tuple[str, str,
     return [
         ("GET", f"/v1/load-balancers/{lb_id}", None),
         ("PATCH", f"/v1/load-balancers/{lb_id}", {"algorithm": "ip_hash"}),
-        ("POST", f"/v1/load-balancers/{lb_id}/backends", {"server_id": server_id}),
+        ("POST", f"/v1/load-balancers/{lb_id}/backends", {"server_id": server_id, "port": 8081}),  # a new pair
         ("PATCH", f"/v1/load-balancers/{lb_id}/backends/{backend_id}", {"drained": True}),
         ("DELETE", f"/v1/load-balancers/{lb_id}/backends/{backend_id}", None),
         ("POST", f"/v1/load-balancers/{lb_id}/apply", None),
