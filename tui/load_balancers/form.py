@@ -154,7 +154,7 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
             yield Input("1", type="integer", id=f"weight-{server.id}", classes="-weight", compact=True)
 
     def _pool_row(self, backend: Backend) -> ComposeResult:
-        with Horizontal(classes="lb-form--backend"):
+        with Horizontal(classes="lb-form--backend -pool"):
             yield Label(printable(self._backend_name(backend)), classes="lb-form--pool-name")
             yield Input(str(backend.port), type="integer", id=f"be-port-{backend.id}", compact=True)
 
