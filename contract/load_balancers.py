@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from contract.job_kinds.argtypes import DomainName
-from contract.job_kinds.lb import Algorithm, BackendHealth, BackendStats, Engine, LbHealthCheck
+from contract.job_kinds.lb import Algorithm, BackendHealth, BackendRuntime, BackendStats, Engine, LbHealthCheck
 from contract.models import RequestModel, WireModel
 
 ENGINE_NAMES: dict[Engine, str] = {"nginx": "nginx", "haproxy": "HAProxy"}
@@ -44,6 +44,7 @@ class Backend(WireModel):
     drained: bool = False
     last_check_at: datetime | None = None
     stats: BackendStats | None = None
+    runtime: BackendRuntime | None = None  # what the engine says of it now (None: not reported yet)
 
 
 class LoadBalancer(WireModel):
@@ -59,6 +60,7 @@ class LoadBalancer(WireModel):
     backends: list[Backend]
     state: LbState
     state_error: str | None = None
+    listen_port: int | None = None  # the port the node really listens on (a port map's); None: not reported yet
     revision: int
     applied_revision: int | None = None
     applied_at: datetime | None = None
@@ -88,6 +90,7 @@ class BackendCreate(RequestModel):
 
 class BackendPatch(RequestModel):
     drained: bool | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
     weight: int | None = Field(default=None, ge=MIN_WEIGHT, le=MAX_WEIGHT)
 
 
@@ -108,6 +111,9 @@ class LoadBalancerCreate(RequestModel):
             self.tls = True
         if self.tls and self.hostname is None:
             raise ValueError("a load balancer with TLS needs a hostname (the certificate's name)")
+        pairs = [(backend.server_id, backend.port) for backend in self.backends]
+        if len(set(pairs)) != len(pairs):
+            raise ValueError("a backend is a (server, port) pair: the same one is given twice")
         return self
 
 

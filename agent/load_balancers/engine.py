@@ -80,6 +80,16 @@ class Engine(ABC):
     async def stop(self) -> None:
         """Stop the agent-run engine (tests, the demo); nothing for the system's."""
 
+    async def set_runtime(self, spec: LbApply) -> str | None:
+        """Apply the spec's weights and drains to the running engine at once; its refusal, or None.
+        Nothing by default: nginx has no runtime API (its file and a reload are all there is)."""
+        return None
+
+    def same_but_weights(self, lb_id: str, text: str) -> bool:
+        """Whether `text` may replace the file of `lb_id` through `set_runtime` alone, without a
+        reload. Never by default."""
+        return False
+
     def hook_text(self) -> str:
         """The test hook: `<lb root>/test-hook-<engine>.conf`, added verbatim to every render."""
         if not self.settings.broken_render_hook:

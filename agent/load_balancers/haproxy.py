@@ -8,11 +8,17 @@ HAProxy: files in /etc/haproxy/conf.d, which Debian's unit is told to read throu
 socket /run/haproxy/admin.sock (Debian's defaults).
 
 A reload is the master CLI's ``reload``; it took when ``show proc`` lists a worker that was not
-there before, and failed when the master counts one more failed reload. Weights and drain are in
-the rendered file (a drained backend has weight 0: it keeps its connections and gets no new
-ones), since runtime changes are lost at the next reload. ``hard-stop-after`` bounds how long old
-workers finish their requests; ``close-spread-time`` spreads the closing of idle keep-alive
-connections so their clients reconnect to the new worker instead of failing together.
+there before, and failed when the master counts one more failed reload. ``hard-stop-after`` bounds
+how long old workers finish their requests; ``close-spread-time`` spreads the closing of idle
+keep-alive connections so their clients reconnect to the new worker instead of failing together.
+
+Weights and drain take effect at once through the runtime API of the stats socket (``set weight``,
+``set server ... state drain|ready``: `set_runtime`), so a drained server reads DRAIN in any
+HAProxy client. They are in the rendered file too, so a reload keeps their effect: a drained
+server has weight 0 there (it keeps its connections and gets no new ones; HAProxy's
+configuration has no drain state, so after a reload the agent did not make it reads UP with
+weight 0 until the next apply, and `runtime_drift` says so). A change of weights and drains alone
+is not reloaded: the file is written and the runtime API applies it (`same_but_weights`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import csv
 import functools
 import io
 import os
+import re
 import signal
 import subprocess
 from dataclasses import dataclass, field
@@ -35,7 +42,7 @@ from agent.load_balancers.engine import Engine, RenderInput, host_port, ipv6_ava
 from agent.load_balancers.engine import wait_for as poll_until
 from agent.load_balancers.nginx import ACME_PATH
 from agent.sites import write_atomically
-from contract.job_kinds.lb import LbApply
+from contract.job_kinds.lb import LbApply, LbBackend
 
 BALANCE = {"round_robin": "roundrobin", "least_conn": "leastconn", "ip_hash": "source"}
 HARD_STOP_AFTER = "30s"
@@ -91,7 +98,7 @@ class Haproxy(Engine):
     # --- render ------------------------------------------------------------------------------
 
     def render(self, spec: LbApply, given: RenderInput) -> str:
-        name = f"fleetdeck_lb_{spec.id}"
+        name = proxy_name(spec.id)
         check = spec.health_check
         acme = f"{name}_acme" if given.acme_port is not None else None
         lines = [f"# fleetdeck load balancer {spec.name} ({spec.id}), revision {spec.revision}: written by the agent"]
@@ -131,8 +138,8 @@ class Haproxy(Engine):
             f" rise {check.healthy_threshold} fall {check.unhealthy_threshold}",
         ]
         for backend in spec.backends:
-            weight = 0 if backend.drained else backend.weight  # drained: keeps its connections, no new ones
-            lines.append(f"    server {backend.id} {host_port(backend.address, backend.port)} weight {weight} check")
+            address = host_port(backend.address, backend.port)
+            lines.append(f"    server {backend.id} {address} weight {weight_in_file(backend)} check")
         if acme:
             lines += [f"backend {acme}", "    mode http", "    timeout connect 5s", "    timeout server 30s"]
             lines += [f"    server responder 127.0.0.1:{given.acme_port}"]
@@ -291,6 +298,53 @@ class Haproxy(Engine):
     async def show_stat(self) -> list[dict[str, str]]:
         return parse_show_stat(await master_command(self.stats_socket, "show stat"))
 
+    async def show_servers_state(self, lb_id: str) -> dict[str, ServerState]:
+        """``show servers state`` of one load balancer's backend: its servers by name."""
+        answer = await master_command(self.stats_socket, f"show servers state {proxy_name(lb_id)}")
+        return parse_show_servers_state(answer)
+
+    async def set_runtime(self, spec: LbApply) -> str | None:
+        """Each server's weight and drain as the spec says, through the stats socket (at once, no
+        reload); HAProxy's refusal, or None. A server put in maintenance behind the agent's back is
+        made ready again: the definition is what serves. OSError when the socket does not answer."""
+        proxy = proxy_name(spec.id)
+        for backend in spec.backends:
+            server = f"{proxy}/{backend.id}"
+            state = "drain" if backend.drained else "ready"
+            # One line, both commands: the non-interactive CLI answers one line per connection.
+            command = f"set weight {server} {weight_in_file(backend)}; set server {server} state {state}"
+            answer = (await master_command(self.stats_socket, command)).strip()
+            if answer:
+                return f"HAProxy refused {command!r}: {answer}"
+        return None
+
+    def same_but_weights(self, lb_id: str, text: str) -> bool:
+        """The file of `lb_id` on disk differs from `text` in servers' weights alone (and the
+        revision in its comment): the runtime API can apply `text` without a reload."""
+        try:
+            current = self.path(lb_id).read_text()
+        except (FileNotFoundError, UnicodeDecodeError):
+            return False
+        return _without_weights(current) == _without_weights(text)
+
+
+def proxy_name(lb_id: str) -> str:
+    """The frontend and backend of a load balancer are named after its id."""
+    return f"fleetdeck_lb_{lb_id}"
+
+
+def weight_in_file(backend: LbBackend) -> int:
+    """A drained server has weight 0: it keeps its connections and gets no new ones."""
+    return 0 if backend.drained else backend.weight
+
+
+def _without_weights(text: str) -> list[str]:
+    """A rendered file's lines but its comments, each server's weight left out."""
+    return [_WEIGHT.sub(" weight _", line) for line in text.splitlines() if not line.startswith("#")]
+
+
+_WEIGHT = re.compile(r" weight \d+(?= )")
+
 
 def _bind(bind: str | None, port: int) -> str:
     """The listen address, or every address (IPv6 too when the node has it)."""
@@ -358,6 +412,58 @@ def parse_show_proc(text: str) -> ProcTable:
     if not master_pid:
         raise OSError(f"not an answer to show proc: {text[:200]!r}")
     return ProcTable(master_pid, reloads, failed, sections["workers"], sections["old workers"])
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """A server in ``show servers state``: what an administrator set at runtime."""
+
+    weight: int  # srv_uweight: the weight in use (`set weight` changes it)
+    admin: int  # srv_admin_state: a mask of SRV_ADMF_* (MAINT_FLAGS, DRAIN_FLAGS)
+
+    @property
+    def maint(self) -> bool:
+        return bool(self.admin & MAINT_FLAGS)
+
+    @property
+    def drain(self) -> bool:
+        return bool(self.admin & DRAIN_FLAGS)
+
+    def drift(self, backend: LbBackend) -> str | None:
+        """How this server differs from the definition `backend` (a change made on the socket
+        behind the agent's back, or a reload the agent did not make), in words; None: it does not."""
+        differences = []
+        if self.weight != weight_in_file(backend):
+            defined = "0 defined (drained)" if backend.drained else f"{backend.weight} defined"
+            differences.append(f"weight {self.weight} on the node, {defined}")
+        if self.maint:
+            differences.append("in maintenance on the node")
+        if self.drain and not backend.drained:
+            differences.append("drained on the node, not in the definition")
+        elif backend.drained and not self.drain:
+            differences.append("not drained on the node (defined drained)")
+        return "; ".join(differences) or None
+
+
+MAINT_FLAGS = 0x01 | 0x02 | 0x04 | 0x20 | 0x40  # forced, inherited, configured, resolution, FQDN
+DRAIN_FLAGS = 0x08 | 0x10  # forced, inherited
+
+
+def parse_show_servers_state(text: str) -> dict[str, ServerState]:
+    """``show servers state`` (format 1): its servers by name. OSError when it is no such answer."""
+    lines = text.splitlines()
+    if not lines or lines[0].strip() != "1":
+        raise OSError(f"not an answer to show servers state (format 1): {text[:200]!r}")
+    header: list[str] = []
+    servers: dict[str, ServerState] = {}
+    for line in lines[1:]:
+        if line.startswith("#"):
+            header = line.lstrip("#").split()
+            continue
+        fields = dict(zip(header, line.split(), strict=False))
+        if "srv_name" in fields:
+            servers[fields["srv_name"]] = ServerState(int(fields["srv_uweight"]), int(fields["srv_admin_state"]))
+    return servers
 
 
 def parse_show_stat(text: str) -> list[dict[str, str]]:

@@ -183,6 +183,10 @@ class LbNode:
         if error:
             return error
         path = engine.path(spec.id)
+        if engine.same_but_weights(spec.id, text) and await self._set_runtime(engine, spec):
+            # Weights and drains alone: the runtime API applied them at once; the file keeps them.
+            await trio.to_thread.run_sync(write_atomically, str(path), text.encode(), CONFIG_MODE)
+            return None
         previous = await trio.to_thread.run_sync(_read, path)
         await trio.to_thread.run_sync(write_atomically, str(path), text.encode(), CONFIG_MODE)
         error = await engine.reload()
@@ -191,7 +195,25 @@ class LbNode:
             again = await engine.reload()
             if again:
                 log.error("%s: the previous configuration did not reload either: %s", spec.name, again)
-        return error
+            return error
+        # A new worker starts from the file, which has no drain state: the runtime API sets it.
+        await self._set_runtime(engine, spec)
+        return None
+
+    async def _set_runtime(self, engine: Engine, spec: LbApply) -> bool:
+        """The spec's weights and drains on the running engine; whether they took (else logged)."""
+        try:
+            error = await engine.set_runtime(spec)
+        except OSError as exc:
+            error = str(exc)
+        if error:
+            log.warning("%s: the runtime API did not take the weights and drains: %s", spec.name, error)
+        return error is None
+
+    @property
+    def applying(self) -> bool:
+        """An apply or a removal is under way: the engine is between two definitions."""
+        return self._lock.locked()
 
     def _render_input(self, spec: LbApply, cert: CertFiles | None, engine: Engine) -> RenderInput:
         return RenderInput(

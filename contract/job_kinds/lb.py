@@ -87,11 +87,42 @@ BackendHealth = Literal["healthy", "unhealthy", "draining"]
 
 
 class BackendStats(WireModel):
-    """Real traffic figures from HAProxy's stats socket; the nginx engine has none (null)."""
+    """Real traffic figures from HAProxy's stats socket (``show stat``); the nginx engine has none
+    (null). The fields after `request_rate` came later: an older agent leaves them null."""
 
     current_sessions: int = Field(description="sessions open now")
     total_requests: int = Field(description="requests (or sessions, in TCP mode) since HAProxy started")
     request_rate: float = Field(description="requests per second, as HAProxy measures it")
+    max_sessions: int | None = Field(default=None, description="the most sessions open at once (smax)")
+    bytes_in: int | None = Field(default=None, description="bytes received from clients (bin)")
+    bytes_out: int | None = Field(default=None, description="bytes sent to clients (bout)")
+    connection_errors: int | None = Field(default=None, description="failed connections to the backend (econ)")
+    response_errors: int | None = Field(default=None, description="responses aborted or refused (eresp)")
+
+
+BackendStatus = Literal["UP", "DOWN", "DRAIN", "MAINT", "NOLB"]
+"""A backend's state in its engine's words (hatop's): UP and DOWN by its checks, DRAIN (no new
+requests), MAINT (out of service by an administrator), NOLB (HAProxy: up, taking no new ones)."""
+
+
+class BackendRuntime(WireModel):
+    """What the node's engine says of a backend now, beyond healthy or not (hatop's columns).
+
+    HAProxy: its stats socket (``show stat``, ``show servers state``). nginx has no runtime state
+    to ask: `status`, `changed_at`, `check_failures` and `down_count` are the agent prober's, and
+    `weight` and `drift` are null (the file is all there is)."""
+
+    status: BackendStatus = Field(description="UP, DOWN, DRAIN, MAINT or NOLB")
+    going: Literal["up", "down"] | None = Field(
+        default=None, description="between states: checks on their way to up or down (HAProxy's `UP 1/3`)"
+    )
+    changed_at: datetime | None = Field(default=None, description="when the status last changed")
+    check_failures: int | None = Field(default=None, description="failed checks since the engine started")
+    down_count: int | None = Field(default=None, description="times it went from up to down")
+    weight: int | None = Field(default=None, description="the weight the engine applies now (null: nginx)")
+    drift: str | None = Field(
+        default=None, description="how the engine differs from the definition it serves (a change behind its back)"
+    )
 
 
 class LbApplyOutcome(WireModel):
@@ -110,11 +141,15 @@ class BackendReport(WireModel):
     health: BackendHealth = Field(description="healthy, unhealthy, or draining (no new requests)")
     last_check_at: datetime | None = Field(default=None, description="its last health check (None: none yet)")
     stats: BackendStats | None = Field(default=None, description="its traffic (None: the nginx engine has none)")
+    runtime: BackendRuntime | None = Field(default=None, description="its state in the engine (None: an older agent)")
 
 
 class LbHealthReport(WireModel):
     id: str = Field(description="the load balancer")
     revision: int = Field(description="the revision the node is serving")
+    listen_port: int | None = Field(
+        default=None, description="the port it really listens on (a port map's, or 80/443; None: an older agent)"
+    )
     backends: list[BackendReport] = Field(description="each backend's health and traffic")
 
 

@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 
 from contract.errors import Conflict, ImmutableField, LiteServer, NotFound, ValidationFailed
 from contract.job_kinds import JobKind, lookup
-from contract.job_kinds.lb import BackendHealth, BackendStats, LbApply, LbHealthCheck, LbRemove
+from contract.job_kinds.lb import BackendHealth, BackendRuntime, BackendStats, LbApply, LbHealthCheck, LbRemove
 from contract.load_balancers import (
     ApplyStarted,
     Backend,
@@ -57,9 +57,11 @@ APPLY, REMOVE = _kind("lb.apply"), _kind("lb.remove")
 
 
 class _StoredBackend(Backend):
-    """An `lb_backends` row (with its server's address) as the wire `Backend`: stats as JSON text."""
+    """An `lb_backends` row (with its server's address) as the wire `Backend`: stats and runtime
+    as JSON text."""
 
     stats: Annotated[BackendStats | None, StoredJson] = None
+    runtime: Annotated[BackendRuntime | None, StoredJson] = None
 
 
 class _StoredLoadBalancer(LoadBalancer):
@@ -325,6 +327,7 @@ async def add_backend(lb_id: str, body: BackendCreate, caller: Caller, fleet: Fl
     added: list[str] = []
 
     def add(conn: Connection) -> str:
+        _refuse_taken(conn, lb_id, body.server_id, body.port)
         added.append(store.insert_backend(conn, lb_id, values))
         return lb_id
 
@@ -333,6 +336,12 @@ async def add_backend(lb_id: str, body: BackendCreate, caller: Caller, fleet: Fl
     job_id = await _dispatch_apply(fleet, caller, row["node_server_id"], spec)
     await _audit(fleet, caller, "backend_add", spec, row["node_server_id"], job_id=job_id, backend_id=added[0])
     return answer
+
+
+def _refuse_taken(conn: Connection, lb_id: str, server_id: str, port: int, other_than: str | None = None) -> None:
+    """A backend is a (server, port) pair: the same one twice in a pool is 409 `conflict`."""
+    if store.backend_taken(conn, lb_id, server_id, port, other_than):
+        raise Conflict(f"the pool has a backend on port {port} of that server already", details={"port": port})
 
 
 async def _backend_row(fleet: Fleet, lb_id: str, backend_id: str) -> dict[str, Any]:
@@ -351,11 +360,13 @@ async def _backend_answer(fleet: Fleet, lb_id: str, backend_id: str, status: int
 @router.patch("/load-balancers/{lb_id}/backends/{backend_id}", response_model=Backend)
 async def update_backend(lb_id: str, backend_id: str, body: BackendPatch, caller: Caller, fleet: FleetDep) -> Response:
     row = await _lb_row(fleet, caller, lb_id)
-    await _backend_row(fleet, lb_id, backend_id)
+    backend = await _backend_row(fleet, lb_id, backend_id)
     _may_change(caller)
     values = body.model_dump(exclude_unset=True, exclude_none=True)
 
     def change(conn: Connection) -> str:
+        if "port" in values:
+            _refuse_taken(conn, lb_id, backend["server_id"], values["port"], other_than=backend_id)
         if values:
             store.update_backend(conn, backend_id, values)
         return lb_id

@@ -59,6 +59,17 @@ def get_backend(conn: Connection, lb_id: str, backend_id: str) -> Row | None:
     return dict(found) if found else None
 
 
+def backend_taken(conn: Connection, lb_id: str, server_id: str, port: int, other_than: str | None = None) -> bool:
+    """Whether the pool has a backend at this server and port already (`other_than` aside): a
+    backend is a (server, port) pair."""
+    query = sa.select(lb_backends.c.id).where(
+        lb_backends.c.lb_id == lb_id, lb_backends.c.server_id == server_id, lb_backends.c.port == port
+    )
+    if other_than is not None:
+        query = query.where(lb_backends.c.id != other_than)
+    return conn.execute(query.limit(1)).first() is not None
+
+
 def serves_lbs(conn: Connection, server_id: str) -> bool:
     """Whether a server is the node of any load balancer."""
     query = sa.select(load_balancers.c.id).where(load_balancers.c.node_server_id == server_id).limit(1)
@@ -220,8 +231,11 @@ def record_health(conn: Connection, node_server_id: str, report: LbHealthReport)
                 health=backend.health,
                 last_check_at=backend.last_check_at.isoformat() if backend.last_check_at else None,
                 stats=backend.stats.model_dump_json() if backend.stats else None,
+                runtime=backend.runtime.model_dump_json() if backend.runtime else None,
             )
         )
+    if report.listen_port is not None and report.listen_port != found["listen_port"]:
+        update_lb(conn, report.id, {"listen_port": report.listen_port})
     lb = dict(found)
     if lb["applied_revision"] == lb["revision"] and lb["state"] != "pending_apply":
         _settle(conn, lb)

@@ -203,6 +203,7 @@ load_balancers = sa.Table(
     sa.Column("applied_at", sa.String, nullable=True),
     sa.Column("created_at", sa.String, nullable=False),
     sa.Column("updated_at", sa.String, nullable=False),
+    sa.Column("listen_port", sa.Integer, nullable=True),  # the port its node really listens on, as reported
     sa.UniqueConstraint("org_id", "name"),
 )
 
@@ -220,5 +221,6 @@ lb_backends = sa.Table(
     sa.Column("last_check_at", sa.String, nullable=True),
     sa.Column("stats", sa.String, nullable=True),  # JSON of BackendStats; NULL on the nginx engine
     sa.Column("created_at", sa.String, nullable=False),
+    sa.Column("runtime", sa.String, nullable=True),  # JSON of BackendRuntime, as reported; NULL: not yet
     sa.Index("ix_lb_backends_lb", "lb_id"),
 )

@@ -22,7 +22,9 @@ import trio
 from agent.jobs.kinds import all_kinds
 from agent.jobs.toolkit.base import JobContext, run_kind
 from agent.jobs.toolkit.output import STDERR, STDOUT, Output
+from agent.load_balancers.haproxy import HAPROXY_MAX_SOCKET_PATH
 from agent.load_balancers.node import LbNode
+from agent.unix_sockets import fits, runtime_path
 from api_client import Client
 from contract.job_kinds import lookup
 from contract.load_balancers import Backend as LbBackend
@@ -239,6 +241,22 @@ class Org:
         with self.http() as http:
             jobs = http.get(f"/v1/servers/{node.server_id}/jobs", params={"limit": 500}).json()["jobs"]
         return [j for j in reversed(jobs) if j["kind"] == "lb.apply" and j["args"]["id"] == lb_id]
+
+
+def haproxy_says(lb_root: Path, command: str) -> str:
+    """One command on the stats socket of the agent-run HAProxy under `lb_root`, as any HAProxy
+    client (hatop, socat) sends it: its answer."""
+    engine_root = lb_root / "haproxy"
+    folder = engine_root if fits(engine_root / "master.sock", HAPROXY_MAX_SOCKET_PATH) else runtime_path(engine_root)
+    with socket.socket(socket.AF_UNIX) as client:
+        client.settimeout(10)
+        client.connect(str(folder / "stats.sock"))
+        client.sendall(command.encode() + b"\n")
+        client.shutdown(socket.SHUT_WR)
+        chunks = []
+        while chunk := client.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
 
 
 @dataclass

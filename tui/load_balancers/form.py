@@ -2,9 +2,11 @@
 
 New: name, node (a full server of the org), engine, port (443 turns TLS on and asks for the
 hostname of the certificate), algorithm, health check, and the backends picked among the org's
-servers with their port and weight. Edit: the same, the backends ticked being ADDED to the pool
-(the pool table drains, reweights and removes the ones it has); the engine and the node are shown
-locked, as the control plane refuses to change them.
+servers with their ports and weight. A backend is a (server, port) pair: several ports of one
+server (`8080, 8081`) add one backend each. Edit: the same, the backends ticked being ADDED to the
+pool, and the port of each backend in the pool editable (the pool table drains, reweights and
+removes them); the engine and the node are shown locked, as the control plane refuses to change
+them.
 
 The request is sent from here, so what the control plane refuses is shown in the form, which
 stays open with what was typed.
@@ -28,7 +30,9 @@ from contract.load_balancers import (
     ALGORITHM_NAMES,
     DEFAULT_BACKEND_PORT,
     ENGINE_NAMES,
+    Backend,
     BackendCreate,
+    BackendPatch,
     HealthCheckPatch,
     LoadBalancer,
     LoadBalancerCreate,
@@ -44,6 +48,7 @@ M = TypeVar("M", bound=BaseModel)
 ENGINES = [(name, engine) for engine, name in ENGINE_NAMES.items()]
 PORTS = [("80 (HTTP)", 80), ("443 (HTTPS, a certificate from ACME)", 443)]
 ALGORITHMS = [(name, algorithm) for algorithm, name in ALGORITHM_NAMES.items()]
+PORTS_TYPED = r"[0-9, ]*"  # a backend's ports as they are typed: `8080, 8081`
 
 
 class Invalid(ValueError):
@@ -123,10 +128,14 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
                 yield from _row(
                     "Every (s)", Input(str(check.interval_s), type="integer", id="lb-check-interval", compact=True)
                 )
+                if lb is not None and lb.backends:
+                    yield Static("In the pool: the port of each backend", classes="lb-form--section")
+                    for backend in lb.backends:
+                        yield from self._pool_row(backend)
                 section = (
-                    "Backends: tick the servers, then their port and weight"
+                    "Backends: tick the servers; their ports (8080, 8081: one each), weight"
                     if lb is None
-                    else "Add backends: tick the servers to add, then their port and weight"
+                    else "Add backends: tick the servers; their ports (8080, 8081: one each), weight"
                 )
                 yield Static(section, classes="lb-form--section")
                 for server in self.servers:
@@ -141,8 +150,18 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
         label = printable(f"{server.name} ({server.address or 'no address'})")
         with Horizontal(classes="lb-form--backend"):
             yield Checkbox(label, id=f"pick-{server.id}", compact=True)
-            yield Input(str(DEFAULT_BACKEND_PORT), type="integer", id=f"port-{server.id}", compact=True)
-            yield Input("1", type="integer", id=f"weight-{server.id}", compact=True)
+            yield Input(str(DEFAULT_BACKEND_PORT), restrict=PORTS_TYPED, id=f"port-{server.id}", compact=True)
+            yield Input("1", type="integer", id=f"weight-{server.id}", classes="-weight", compact=True)
+
+    def _pool_row(self, backend: Backend) -> ComposeResult:
+        with Horizontal(classes="lb-form--backend -pool"):
+            yield Label(printable(self._backend_name(backend)), classes="lb-form--pool-name")
+            yield Input(str(backend.port), type="integer", id=f"be-port-{backend.id}", compact=True)
+
+    def _backend_name(self, backend: Backend) -> str:
+        """`server:port`, as the pool names it."""
+        server = next((s for s in self.servers if s.id == backend.server_id), None)
+        return f"{server.name if server is not None else backend.server_id[:8]}:{backend.port}"
 
     def on_mount(self) -> None:
         self.query_one("#lb-name", Input).focus()
@@ -176,20 +195,25 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
             if self.lb is None:
                 self._send(self.client.load_balancers.create, self.creation())
             else:
-                patch, added = self.patch(self.lb), self.picked_backends()
-                if not patch.model_fields_set and not added:
+                patch, moved, added = self.patch(self.lb), self.moved_backends(self.lb), self.picked_backends()
+                if not patch.model_fields_set and not moved and not added:
                     self.notify("Nothing changed.")
                     self.finish(None)
                     return
-                self._send(self._save_edit, self.lb.id, patch, added)
+                self._send(self._save_edit, self.lb.id, patch, moved, added)
         except Invalid as exc:
             self.set_status(str(exc), error=True)
 
-    async def _save_edit(self, lb_id: str, patch: LoadBalancerPatch, added: list[BackendCreate]) -> LoadBalancer:
-        """The changed fields, then each added backend (each a mutation of its own), then the result."""
+    async def _save_edit(
+        self, lb_id: str, patch: LoadBalancerPatch, moved: dict[str, BackendPatch], added: list[BackendCreate]
+    ) -> LoadBalancer:
+        """The changed fields, each backend's new port, then each added backend (each a mutation of
+        its own: a port given up first may be taken by an added one), then the result."""
         api = self.client.load_balancers
         if patch.model_fields_set:
             await api.update(lb_id, patch)
+        for backend_id, port in moved.items():
+            await api.update_backend(lb_id, backend_id, port)
         for backend in added:
             await api.add_backend(lb_id, backend)
         return await api.get(lb_id)
@@ -246,17 +270,35 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
             **self._port_and_hostname(),
         )
 
+    def _ports(self, widget_id: str, what: str) -> list[int]:
+        """`8080, 8081` (commas or spaces): each port once, in the order typed."""
+        words = self._text(widget_id).replace(",", " ").split()
+        if not words or not all(word.isdigit() for word in words):
+            raise Invalid(f"{what}: one or more port numbers (8080, 8081), please.")
+        return list(dict.fromkeys(int(word) for word in words))
+
     def picked_backends(self) -> list[BackendCreate]:
+        """A backend per port of each ticked server."""
         return [
             _checked(
                 BackendCreate,
                 server_id=server.id,
-                port=self._number(f"port-{server.id}", f"The port of {server.name}"),
+                port=port,
                 weight=self._number(f"weight-{server.id}", f"The weight of {server.name}"),
             )
             for server in self.servers
             if self.query_one(f"#pick-{server.id}", Checkbox).value
+            for port in self._ports(f"port-{server.id}", f"The ports of {server.name}")
         ]
+
+    def moved_backends(self, lb: LoadBalancer) -> dict[str, BackendPatch]:
+        """The backends of the pool whose port was changed: their new port, by backend id."""
+        moved = {}
+        for backend in lb.backends:
+            port = self._number(f"be-port-{backend.id}", f"The port of {self._backend_name(backend)}")
+            if port != backend.port:
+                moved[backend.id] = _checked(BackendPatch, port=port)
+        return moved
 
     def patch(self, lb: LoadBalancer) -> LoadBalancerPatch:
         """Only what changed: an untouched field is not sent."""

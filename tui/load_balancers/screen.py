@@ -13,6 +13,10 @@ and drawn in place. Pool keys act on the pool's highlighted backend whatever tab
 A weight change shows at once (in italics until the control plane has it); quick presses are
 sent one after the other, the last one winning. A poll answer that raced a change is dropped, so
 a stale list never flashes the old value back.
+
+The pool's figures are the node's own (tables.py); a backend whose engine differs from its
+definition (a weight set on HAProxy's socket behind the product's back) shows `≠` and the status
+line says how, until `a` applies the definition again.
 """
 
 from __future__ import annotations
@@ -32,7 +36,16 @@ from contract.load_balancers import MAX_WEIGHT, MIN_WEIGHT, Backend, BackendPatc
 from tui.bridge import TaskHandle
 from tui.load_balancers.form import LbFormDialog
 from tui.load_balancers.menu import ActionMenu, MenuItem
-from tui.load_balancers.tables import LbTable, PoolTable, backend_cells, lb_cells, one_line
+from tui.load_balancers.tables import (
+    LbTable,
+    PoolRow,
+    PoolTable,
+    backend_cells,
+    backend_name,
+    lb_cells,
+    listen_port,
+    one_line,
+)
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
 from tui.widgets.dialogs import ConfirmDialog
@@ -192,6 +205,9 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
         server = self.servers.get(server_id)
         return server.name if server is not None else server_id[:8]
 
+    def _backend_name(self, backend: Backend) -> str:
+        return backend_name(backend, self._server_name)
+
     # --- what is highlighted ------------------------------------------------------------------
 
     @property
@@ -226,7 +242,7 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
         lb = self.highlighted_lb
         pool = self.query_one(PoolTable)
         backends = lb.backends if lb is not None else []
-        rows = {b.id: backend_cells(b, self._server_name, self.weight_of(b)) for b in backends}
+        rows = {b.id: backend_cells(PoolRow(b, self._backend_name(b), self.weight_of(b))) for b in backends}
         pool.set_rows(rows, self._room(pool))
         self._update_pool_bar(lb)
         self._update_status(lb)
@@ -254,19 +270,31 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
             return
         check = lb.health_check
         healthy = sum(b.health == "healthy" for b in lb.backends)
+        port = listen_port(lb)
+        mapped = f" (its {lb.port}, mapped)" if port != lb.port else ""
         bar.update(
             printable(
-                f"Pool of {lb.name} · {healthy}/{len(lb.backends)} healthy · {lb.algorithm.replace('_', ' ')}"
-                f" · check {check.path} every {check.interval_s}s"
+                f"Pool of {lb.name} · port {port}{mapped} · {healthy}/{len(lb.backends)} healthy"
+                f" · {lb.algorithm.replace('_', ' ')} · check {check.path} every {check.interval_s}s"
             )
         )
 
     def _update_status(self, lb: LoadBalancer | None) -> None:
+        """The keys; or what is wrong: the node's error when degraded, a line on drift (both, each
+        on its line, when both: the table's state column cuts the error)."""
         line = self.query_one("#lb-status", Static)
-        degraded = lb is not None and lb.state == "degraded"
-        line.set_class(degraded, "-error")
-        if lb is not None and degraded:
-            line.update(f"{lb.name} degraded: {one_line(lb.state_error or 'no detail from the node')}")
+        problems = []
+        if lb is not None and lb.state == "degraded":
+            problems.append(f"{lb.name} degraded: {one_line(lb.state_error or 'no detail from the node')}")
+        drifted = [b for b in lb.backends if b.runtime is not None and b.runtime.drift] if lb is not None else []
+        if drifted:
+            first = drifted[0]
+            more = f" (+{len(drifted) - 1})" if len(drifted) > 1 else ""
+            drift = one_line(first.runtime.drift or "") if first.runtime is not None else ""
+            problems.append(printable(f"≠ drift {self._backend_name(first)}: {drift}{more} · a restores it"))
+        line.set_class(bool(problems), "-error")
+        if problems:
+            line.update("\n".join(problems))
         elif lb is not None and not lb.backends:
             line.update("An empty pool: Enter on the load balancer, or n, to add backends")
         else:
@@ -401,15 +429,13 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
         if (target := self._target()) is None:
             return
         lb, backend = target
-        name = self._server_name(backend.server_id)
+        name = self._backend_name(backend)
         if backend.drained:
             self._set_drained(lb, backend, False)
             self.notify(f"Undraining {name}: it goes back into rotation.")
             return
         staying = [
-            self._server_name(b.server_id)
-            for b in lb.backends
-            if b.id != backend.id and b.health == "healthy" and not b.drained
+            self._backend_name(b) for b in lb.backends if b.id != backend.id and b.health == "healthy" and not b.drained
         ]
         last_healthy = not staying and backend.health == "healthy"
 
@@ -497,7 +523,7 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
         if (target := self._target()) is None:
             return
         lb, backend = target
-        name = self._server_name(backend.server_id)
+        name = self._backend_name(backend)
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -538,7 +564,7 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
         if isinstance(event.data_table, PoolTable):
             backend = self.highlighted_backend
             if backend is not None:
-                title = f"{self._server_name(backend.server_id)} ({backend.address}:{backend.port})"
+                title = f"{self._backend_name(backend)} ({backend.address}:{backend.port})"
                 self.app.push_screen(ActionMenu(title, backend_actions(backend)), self._menu_picked)
         elif (lb := self.highlighted_lb) is not None:
             self.app.push_screen(ActionMenu(lb.name, LB_ACTIONS), self._menu_picked)

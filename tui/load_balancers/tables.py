@@ -1,5 +1,12 @@
 """The two tables of the load-balancer screen: the load balancers, and the pool of the highlighted one.
 
+The pool is hatop's: each backend is a `server:port` row with its state in the engine (UP, DOWN,
+DRAIN, MAINT, NOLB; ↑/↓ while its checks take it up or down), its weight (`7≠2`: 7 on the node, 2
+defined: drift), the time since its last change, check failures/downs, current/max sessions,
+bytes in/out, errors and requests per second. Every figure is the node's report; what the engine
+does not know (nginx has no traffic figures) is a dash, never a guess. A column is a `Column` in
+`PoolTable.COLUMNS` and a function of `POOL_CELLS` (same key).
+
 Both are redrawn in place: when the rows are the same ones as before, only the cells whose text
 changed are updated (no flicker, the cursor stays where it is); the rows are rebuilt only when a
 row came or went, and the cursor then goes back to the row it was on.
@@ -16,12 +23,22 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
+from contract.job_kinds.lb import BackendStatus
 from contract.load_balancers import Backend, LoadBalancer
 from tui.text import printable
 
 DASH = "—"
 STATE_STYLES = {"active": "green", "pending_apply": "yellow", "degraded": "bold red"}
 HEALTH_STYLES = {"healthy": "green", "unhealthy": "bold red", "draining": "yellow"}
+STATUS_STYLES: dict[BackendStatus, str] = {
+    "UP": "green",
+    "DOWN": "bold red",
+    "DRAIN": "yellow",
+    "MAINT": "bold magenta",
+    "NOLB": "yellow",
+}
+GOING = {"up": "↑", "down": "↓"}
+DRIFT = "≠"
 
 
 @dataclass(frozen=True)
@@ -126,7 +143,7 @@ class LbTable(LiveTable):
         Column("name", "Name", narrowest=6, widest=24),
         Column("node", "Node", narrowest=6, widest=16),
         Column("engine", "Engine", width=7),
-        Column("port", "Port", width=7),
+        Column("port", "Port", width=9),
         Column("revision", "Revision", width=11),
         Column("state", "State", narrowest=8, widest=200),
     ]
@@ -138,14 +155,14 @@ class PoolTable(LiveTable):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select_cursor", "Actions")]
 
     COLUMNS: ClassVar[list[Column]] = [
-        Column("backend", "Backend", narrowest=7, widest=24),
-        Column("address", "Address", narrowest=9, widest=40),
-        Column("port", "Port", width=5, numeric=True),
-        Column("weight", "Wt", width=3, numeric=True),
-        Column("health", "Health", width=9),
-        Column("drained", "Drain", width=5),
-        Column("checked", "Check", width=5),
-        Column("sessions", "Sess", width=5, numeric=True),
+        Column("backend", "Backend", narrowest=10, widest=32),
+        Column("status", "Status", width=9),
+        Column("weight", "Wt", width=5, numeric=True),
+        Column("changed", "Chg", width=4, numeric=True),
+        Column("checks", "Fail/Dn", width=7, numeric=True),
+        Column("sessions", "Cur/Max", width=7, numeric=True),
+        Column("bytes", "In/Out", width=9, numeric=True),
+        Column("errors", "Err", width=4, numeric=True),
         Column("rate", "Req/s", width=5, numeric=True),
     ]
 
@@ -155,8 +172,13 @@ class PoolTable(LiveTable):
 ServerNames = Callable[[str], str]
 
 
+def listen_port(lb: LoadBalancer) -> int:
+    """The port the node really listens on (a port map's, as the demo has), else the definition's."""
+    return lb.listen_port or lb.port
+
+
 def lb_cells(lb: LoadBalancer, server_name: ServerNames) -> list[Text]:
-    port = f"{lb.port} tls" if lb.tls else str(lb.port)
+    port = f"{listen_port(lb)} tls" if lb.tls else str(listen_port(lb))
     return [
         Text(printable(lb.name), style="bold"),
         Text(printable(server_name(lb.node_server_id))),
@@ -184,24 +206,121 @@ def revision_text(lb: LoadBalancer) -> Text:
     return Text(f"{lb.revision} ({live})", style="yellow")
 
 
-def backend_cells(backend: Backend, server_name: ServerNames, weight: int, now: datetime | None = None) -> list[Text]:
-    """One pool row; `weight` is the one to show (the one asked for while the change travels)."""
-    stats = backend.stats
-    return [
-        Text(printable(server_name(backend.server_id)), style="bold"),
-        Text(printable(backend.address)),
-        Text(str(backend.port), justify="right"),
-        Text(str(weight), justify="right", style="" if weight == backend.weight else "italic"),
-        Text(backend.health, style=HEALTH_STYLES.get(backend.health, "")),
-        Text("yes", style="yellow") if backend.drained else Text("no", style="dim"),
-        _dim_dash(ago(backend.last_check_at, now)),
-        _dim_dash(DASH if stats is None else str(stats.current_sessions), justify="right"),
-        _dim_dash(DASH if stats is None else rate(stats.request_rate), justify="right"),
-    ]
+@dataclass(frozen=True)
+class PoolRow:
+    """What a pool row is drawn from: the backend, its name, the weight to show, the time now."""
+
+    backend: Backend
+    name: str  # `server:port`
+    weight: int  # the one asked for while the change travels, else the control plane's
+    now: datetime | None = None
+
+
+def backend_name(backend: Backend, server_name: ServerNames) -> str:
+    """A backend is a (server, port) pair: `server:port`."""
+    return f"{server_name(backend.server_id)}:{backend.port}"
+
+
+def backend_cells(row: PoolRow) -> list[Text]:
+    """One pool row, a cell per `PoolTable.COLUMNS`."""
+    return [POOL_CELLS[column.key](row) for column in PoolTable.COLUMNS]
+
+
+def _backend(row: PoolRow) -> Text:
+    return Text(printable(row.name), style="bold")
+
+
+def _status(row: PoolRow) -> Text:
+    """The engine's word for it, with where its checks are taking it; the control plane's health
+    word when the node has not said (an older agent)."""
+    runtime = row.backend.runtime
+    if runtime is None:
+        return Text(row.backend.health, style=HEALTH_STYLES.get(row.backend.health, ""))
+    going = f" {GOING[runtime.going]}" if runtime.going else ""
+    return Text(runtime.status + going, style=STATUS_STYLES.get(runtime.status, ""))
+
+
+def _weight(row: PoolRow) -> Text:
+    """The weight defined (italic while a change travels); `7≠2` when the node applies another."""
+    backend, runtime = row.backend, row.backend.runtime
+    style = "" if row.weight == backend.weight else "italic"
+    if runtime is not None and runtime.drift and runtime.weight is not None and runtime.weight != row.weight:
+        return Text(f"{runtime.weight}{DRIFT}{row.weight}", justify="right", style="bold red")
+    return Text(str(row.weight), justify="right", style=style)
+
+
+def _changed(row: PoolRow) -> Text:
+    runtime = row.backend.runtime
+    return _dim_dash(ago(runtime.changed_at if runtime else None, row.now), justify="right")
+
+
+def _checks(row: PoolRow) -> Text:
+    runtime = row.backend.runtime
+    if runtime is None or runtime.check_failures is None:
+        return _dim_dash(DASH, justify="right")
+    return Text(f"{runtime.check_failures}/{_or_dash(runtime.down_count)}", justify="right")
+
+
+def _sessions(row: PoolRow) -> Text:
+    stats = row.backend.stats
+    if stats is None:
+        return _dim_dash(DASH, justify="right")
+    return Text(f"{stats.current_sessions}/{_or_dash(stats.max_sessions)}", justify="right")
+
+
+def _bytes(row: PoolRow) -> Text:
+    stats = row.backend.stats
+    if stats is None or stats.bytes_in is None or stats.bytes_out is None:
+        return _dim_dash(DASH, justify="right")
+    return Text(f"{size(stats.bytes_in)}/{size(stats.bytes_out)}", justify="right")
+
+
+def _errors(row: PoolRow) -> Text:
+    """Failed connections and aborted responses together (HAProxy's econ + eresp)."""
+    stats = row.backend.stats
+    if stats is None or stats.connection_errors is None or stats.response_errors is None:
+        return _dim_dash(DASH, justify="right")
+    errors = stats.connection_errors + stats.response_errors
+    return Text(str(errors), justify="right", style="red" if errors else "")
+
+
+def _rate(row: PoolRow) -> Text:
+    stats = row.backend.stats
+    return _dim_dash(DASH if stats is None else rate(stats.request_rate), justify="right")
+
+
+POOL_CELLS: dict[str, Callable[[PoolRow], Text]] = {
+    "backend": _backend,
+    "status": _status,
+    "weight": _weight,
+    "changed": _changed,
+    "checks": _checks,
+    "sessions": _sessions,
+    "bytes": _bytes,
+    "errors": _errors,
+    "rate": _rate,
+}
+"""How each column of the pool is drawn, by its key in `PoolTable.COLUMNS`."""
+
+
+def _or_dash(value: int | None) -> str:
+    return DASH if value is None else str(value)
 
 
 def _dim_dash(value: str, justify: str = "left") -> Text:
     return Text(value, style="dim" if value == DASH else "", justify=justify)  # type: ignore[arg-type]
+
+
+def size(count: int) -> str:
+    """A byte count in at most four characters: `512`, `1.2K`, `34K`, `567M`, `8.9G`."""
+    value = float(count)
+    for unit in ("", "K", "M", "G", "T"):
+        if value < 1000 or unit == "T":
+            if not unit:
+                return str(count)
+            return f"{value:.1f}{unit}" if value < 10 else f"{value:.0f}{unit}"
+        value /= 1000
+    return str(count)
 
 
 def ago(moment: datetime | None, now: datetime | None = None) -> str:

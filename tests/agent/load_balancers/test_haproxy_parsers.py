@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from agent.load_balancers.haproxy import parse_show_proc, parse_show_stat
-from agent.load_balancers.health import server_healthy, server_stats
-from agent.load_balancers.settings import parse_port_map
+import datetime
+from pathlib import Path
+
+import pytest
+
+from agent.load_balancers.haproxy import Haproxy, parse_show_proc, parse_show_servers_state, parse_show_stat
+from agent.load_balancers.health import server_healthy, server_runtime, server_stats, server_status
+from agent.load_balancers.settings import LbSettings, parse_port_map
+from contract.job_kinds.lb import LbBackend
 
 SHOW_PROC = """#<PID>          <type>          <reloads>       <uptime>        <version>
 1567            master          4 [failed: 2]   0d00h10m15s     2.6.12-1+deb12u4
@@ -26,6 +32,16 @@ SHOW_STAT = (
     "fleetdeck_lb_lb-web,gamma,0,0,0,1,,40,1,2,,0,,0,0,0,0,DOWN 1/2,1,1,0,3,1,2,2,,1,3,3,,40,,2,0,,4,L4CON,,"
     "0,0,40,0,0,0,0,,,,,\n"
 )
+
+
+# `show servers state fleetdeck_lb_lb-web` after `set server .../alpha state drain` and `set weight .../beta 5`
+SHOW_SERVERS_STATE = """1
+# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port
+3 fleetdeck_lb_lb-web 1 alpha 127.0.0.1 2 8 0 0 12 15 3 4 6 0 0 0 - 18081 - 0 0 - - 0
+3 fleetdeck_lb_lb-web 2 beta 127.0.0.1 2 0 5 1 40 15 3 4 6 0 0 0 - 18082 - 0 0 - - 0
+3 fleetdeck_lb_lb-web 3 gamma 127.0.0.1 0 1 1 1 3 8 2 0 6 0 0 0 - 18083 - 0 0 - - 0
+
+"""  # noqa: E501
 
 
 def test_show_proc_names_the_current_and_the_old_workers() -> None:
@@ -66,3 +82,75 @@ def test_port_map() -> None:
         except ValueError:
             continue
         raise AssertionError(f"{bad!r} was accepted")
+
+
+@pytest.mark.parametrize(
+    ("text", "state", "going"),
+    [
+        ("UP", "UP", None),
+        ("UP 1/3", "UP", "down"),
+        ("DOWN", "DOWN", None),
+        ("DOWN 1/2", "DOWN", "up"),
+        ("DRAIN", "DRAIN", None),
+        ("DRAIN 1/3", "DRAIN", "down"),
+        ("DRAIN (agent)", "DRAIN", None),
+        ("MAINT", "MAINT", None),
+        ("MAINT (via b/s)", "MAINT", None),
+        ("MAINT (resolution)", "MAINT", None),
+        ("NOLB", "NOLB", None),
+        ("no check", "UP", None),
+    ],
+)
+def test_hatops_states_are_told_apart(text: str, state: str, going: str | None) -> None:
+    assert server_status(text) == (state, going)
+
+
+def test_show_servers_state_and_drift_from_the_definition() -> None:
+    states = parse_show_servers_state(SHOW_SERVERS_STATE)
+    assert (states["alpha"].weight, states["alpha"].drain, states["alpha"].maint) == (0, True, False)
+    assert (states["gamma"].maint, states["gamma"].drain) == (True, False)
+
+    def backend(name: str, weight: int = 1, drained: bool = False) -> LbBackend:
+        return LbBackend(id=name, server_id=f"srv-{name}", address="127.0.0.1", weight=weight, drained=drained)
+
+    assert states["alpha"].drift(backend("alpha", weight=3, drained=True)) is None  # drained: weight 0 and DRAIN
+    assert states["alpha"].drift(backend("alpha", weight=3)) == (
+        "weight 0 on the node, 3 defined; drained on the node, not in the definition"
+    )
+    assert states["beta"].drift(backend("beta", weight=5)) is None
+    assert states["beta"].drift(backend("beta", weight=2)) == "weight 5 on the node, 2 defined"
+    assert states["beta"].drift(backend("beta", weight=5, drained=True)) == (
+        "weight 5 on the node, 0 defined (drained); not drained on the node (defined drained)"
+    )
+    assert states["gamma"].drift(backend("gamma")) == "in maintenance on the node"
+    with pytest.raises(OSError):
+        parse_show_servers_state("Unknown command\n")
+
+
+def test_a_servers_runtime_from_its_row_keeps_its_change_time_between_polls() -> None:
+    rows = {row["svname"]: row for row in parse_show_stat(SHOW_STAT)}
+    at = datetime.datetime(2026, 11, 27, 12, 0, tzinfo=datetime.UTC)
+    gamma = LbBackend(id="gamma", server_id="srv-gamma", address="127.0.0.1")
+    first = server_runtime(rows["gamma"], None, gamma, at, None)
+    assert (first.status, first.going, first.check_failures, first.down_count) == ("DOWN", "up", 3, 1)
+    assert first.changed_at == at - datetime.timedelta(seconds=2) and first.drift is None
+    later = server_runtime(rows["gamma"], None, gamma, at + datetime.timedelta(seconds=1), first)
+    assert later.changed_at == first.changed_at  # whole seconds: the same change, not a new report
+    stats = server_stats(rows["alpha"])
+    assert (stats.max_sessions, stats.bytes_in, stats.bytes_out, stats.connection_errors) == (2, 1, 2, 0)
+
+
+def test_only_a_change_of_weights_skips_the_reload(tmp_path: Path) -> None:
+    engine = Haproxy(LbSettings(port_map={80: 8080}), tmp_path)
+    engine.path("lb-web").parent.mkdir(parents=True)
+    engine.path("lb-web").write_text(
+        "# fleetdeck load balancer web (lb-web), revision 3: written by the agent\n"
+        "backend fleetdeck_lb_lb-web\n    server alpha 127.0.0.1:8081 weight 2 check\n"
+    )
+    reweighted = "# fleetdeck load balancer web (lb-web), revision 4: written by the agent\n" + (
+        "backend fleetdeck_lb_lb-web\n    server alpha 127.0.0.1:8081 weight 0 check\n"
+    )
+    moved = reweighted.replace("8081", "8082")
+    assert engine.same_but_weights("lb-web", reweighted)
+    assert not engine.same_but_weights("lb-web", moved)
+    assert not engine.same_but_weights("lb-other", reweighted)  # no file yet: a reload starts it

@@ -46,7 +46,13 @@ from agent.jobs.toolkit.base import JobContext
 from agent.jobs.toolkit.proc import read_pid
 from agent.load_balancers.acme import current_certificate
 from agent.load_balancers.engine import ipv6_available
-from agent.load_balancers.haproxy import SYSTEM_MASTER_SOCKET, SYSTEM_STATS_SOCKET, master_command, parse_show_proc
+from agent.load_balancers.haproxy import (
+    SYSTEM_MASTER_SOCKET,
+    SYSTEM_STATS_SOCKET,
+    master_command,
+    parse_show_proc,
+    parse_show_stat,
+)
 from agent.load_balancers.node import LbNode
 from agent.load_balancers.settings import LbSettings
 from agent.sites import SiteRegistry
@@ -454,15 +460,24 @@ async def test_haproxy_serves_through_debians_files_and_sockets(haproxy_node: No
 
 @inside
 @pytest.mark.anyio
-async def test_haproxy_drain_and_undrain_reload_through_the_master(haproxy_node: Node, backends: list[Backend]) -> None:
+async def test_haproxy_drain_goes_through_debians_admin_socket_and_other_changes_reload_through_the_master(
+    haproxy_node: Node, backends: list[Backend]
+) -> None:
+    code, _, out = await haproxy_node.apply(**haproxy_node.spec(backends))
+    assert code == 0, out.err
     before = parse_show_proc(await master_command(SYSTEM_MASTER_SOCKET, "show proc"))
     code, _, out = await haproxy_node.apply(**haproxy_node.spec(backends, drained={"beta"}))
     assert code == 0, out.err
     after = parse_show_proc(await master_command(SYSTEM_MASTER_SOCKET, "show proc"))
-    assert after.master_pid == before.master_pid and after.took(before), (before, after)
+    assert after.workers == before.workers, (before, after)  # no reload: the runtime API, at once
+    rows = parse_show_stat(await master_command(SYSTEM_STATS_SOCKET, "show stat"))
+    assert [r["status"] for r in rows if r["pxname"] == "fleetdeck_lb_lb-web" and r["svname"] == "beta"] == ["DRAIN"]
     assert set(await answers(haproxy_node, 30)) == {"alpha", "gamma"}
-    code, _, out = await haproxy_node.apply(**haproxy_node.spec(backends))
+    # Not weights and drains alone: a reload through the master, which undrains beta too.
+    code, _, out = await haproxy_node.apply(**haproxy_node.spec(backends, algorithm="least_conn"))
     assert code == 0, out.err
+    reloaded = parse_show_proc(await master_command(SYSTEM_MASTER_SOCKET, "show proc"))
+    assert reloaded.master_pid == before.master_pid and reloaded.took(after), (after, reloaded)
     assert set(await answers(haproxy_node, 30)) == {"alpha", "beta", "gamma"}
 
 

@@ -22,18 +22,21 @@ import httpx
 import pytest
 from cryptography.hazmat.primitives import serialization
 from textual.pilot import Pilot
+from textual.widgets import Static
 
+from agent.load_balancers.haproxy import parse_show_servers_state, parse_show_stat
 from api_client import Client
 from contract.job_kinds.lb import Engine
 from fleetdeck.launcher import free_port
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_for, wait_until
 from tests.helpers.http_backends import Backend, start_backends, stop_backends
-from tests.helpers.load_balancers import APPLY_TIMEOUT_S, LinkedNode, Org, https_get
+from tests.helpers.load_balancers import APPLY_TIMEOUT_S, LinkedNode, Org, haproxy_says, https_get
 from tests.helpers.pebble import pebble_installed, run_pebble
 from tests.helpers.tui import open_screen, pick, run
 from tui.app import FleetdeckApp
 from tui.connection import Connection
+from tui.load_balancers.tables import LbTable, PoolTable
 from tui.widgets.dialogs import ConfirmDialog
 
 ENGINES = list(get_args(Engine))
@@ -409,6 +412,52 @@ def test_the_pool_keys_drain_and_weigh_a_backend_on_the_real_proxy(
     run(app, scenario)
     seen = answers(node, 40)  # beta drained; alpha 3, gamma 1
     assert "beta" not in seen and close_to(seen["alpha"], 30) and close_to(seen["gamma"], 10), seen
+
+
+def test_hatop_on_the_real_haproxy_drain_reads_drain_and_a_weight_set_behind_its_back_is_drift_until_a(
+    org: Org, node: LinkedNode, backends: list[Backend]
+) -> None:
+    """Point 10 of issue 25, through the TUI: a drain set with `d` reads DRAIN on HAProxy's own
+    stats socket; a weight set on that socket behind the product's back shows `≠` and the drift
+    line; `a` puts the definition back. The screen shows the port the node really listens on."""
+    lb = org.wait_applied(org.create_lb(node, "haproxy", backends)["id"])
+    pool = by_name(lb, backends)
+    wait_until(lambda: all(b["health"] == "healthy" for b in org.lb(lb["id"])["backends"]), timeout=30)
+    proxy = f"fleetdeck_lb_{lb['id']}"
+    connection = Connection(org.stack.base_url, org.token, "test stack")
+    app = FleetdeckApp(connection, theme="fleetdeck-dark", client=Client(org.stack.base_url, token=org.token))
+
+    def socket_status(backend_id: str) -> str:
+        rows = parse_show_stat(haproxy_says(node.lb_root, "show stat"))
+        return next(r["status"] for r in rows if r["pxname"] == proxy and r["svname"] == backend_id)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await open_screen(pilot)
+        await pick(pilot, screen, lb["id"], pool["beta"]["id"])
+        table = screen.query_one(LbTable)
+        await wait_for(pilot, lambda: str(table.get_cell(lb["id"], "port")) == str(node.ports[80]))
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        await pilot.press("y")
+        await wait_for(pilot, lambda: applied_with(org, lb["id"], "beta", backends, drained=True), 60)
+        assert socket_status(pool["beta"]["id"]) == "DRAIN"  # not UP with weight 0
+        cells = screen.query_one(PoolTable)
+        await wait_for(pilot, lambda: str(cells.get_cell(pool["beta"]["id"], "status")) == "DRAIN")
+
+        alpha = pool["alpha"]["id"]
+        assert haproxy_says(node.lb_root, f"set weight {proxy}/{alpha} 9").strip() == ""
+        await wait_for(pilot, lambda: str(cells.get_cell(alpha, "weight")) == "9≠1", 30)
+        status_line = str(screen.query_one("#lb-status", Static).render())
+        assert "≠ drift apps:" in status_line and "weight 9 on the node, 1 defined" in status_line
+        await pilot.press("a")
+        await wait_for(pilot, lambda: str(cells.get_cell(alpha, "weight")) == "1", 60)
+        assert "drift" not in str(screen.query_one("#lb-status", Static).render())
+
+    run(app, scenario)
+    states = parse_show_servers_state(haproxy_says(node.lb_root, f"show servers state {proxy}"))
+    assert states[pool["alpha"]["id"]].weight == 1 and states[pool["beta"]["id"]].drain
+    seen = answers(node, 20)
+    assert "beta" not in seen and close_to(seen["alpha"], 10) and close_to(seen["gamma"], 10), seen
 
 
 def applied_with(org: Org, lb_id: str, name: str, backends: list[Backend], **fields: Any) -> bool:

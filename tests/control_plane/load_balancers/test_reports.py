@@ -15,7 +15,7 @@ from control_plane.hub import AgentHub
 from control_plane.jobs import store as job_store
 from control_plane.jobs.lines import Run
 from control_plane.jobs.runner import JobRunner
-from control_plane.load_balancers import store
+from control_plane.load_balancers import routes, store
 from control_plane.load_balancers.reports import LbReports
 from control_plane.storage import Database
 from control_plane.storage.schema import orgs, servers
@@ -184,3 +184,34 @@ async def test_an_apply_taken_back_after_a_restart_reads_the_outcome_printed_bef
     assert db.run_sync(job_store.get_job, "org_1", job["id"])["status"] == "interrupted"
     row = _row(db, lb_id)
     assert (row["state"], row["applied_revision"], row["state_error"]) == ("active", 1, None)
+
+
+def test_the_nodes_runtime_figures_and_listen_port_are_stored_and_an_older_agents_report_still_reads(
+    db: Database,
+) -> None:
+    lb_id = _lb(db)
+    first, second = db.run_sync(store.backends_of, [lb_id])[lb_id]
+    db.run_sync(store.record_outcome, lb_id, LbApplyOutcome(id=lb_id, revision=1, state="active"))
+    runtime = {"status": "DRAIN", "changed_at": now_iso(), "check_failures": 2, "down_count": 1, "weight": 7,
+               "drift": "weight 7 on the node, 1 defined", "from_a_newer_agent": True}  # fmt: skip
+    report = LbHealthReport.model_validate(
+        {
+            "id": lb_id,
+            "revision": 1,
+            "listen_port": 18471,
+            "backends": [
+                {"id": first["id"], "health": "healthy", "runtime": runtime},
+                {"id": second["id"], "health": "healthy"},  # as an older agent says it
+            ],
+        }
+    )
+    assert db.run_sync(store.record_health, "srv_node", report)
+    assert _row(db, lb_id)["listen_port"] == 18471
+    rows = {b["id"]: b for b in db.run_sync(store.backends_of, [lb_id])[lb_id]}
+    stored = routes.backend_model(rows[first["id"]]).runtime
+    assert stored is not None and (stored.status, stored.weight, stored.drift) == ("DRAIN", 7, runtime["drift"])
+    assert routes.backend_model(rows[second["id"]]).runtime is None
+    # A report without the port (an older agent) leaves the one known.
+    older = LbHealthReport.model_validate({"id": lb_id, "revision": 1, "backends": []})
+    assert db.run_sync(store.record_health, "srv_node", older)
+    assert _row(db, lb_id)["listen_port"] == 18471

@@ -125,6 +125,33 @@ def test_backend_weight_bounds(stack: Stack, backend: str, weight: int) -> None:
     assert answer.status_code == 422 and code(answer) == "validation_error"
 
 
+def test_a_backend_is_a_server_and_port_pair_its_port_editable_never_twice_in_a_pool(
+    stack: Stack, backend: str
+) -> None:
+    twice = lb_body(stack.server_id, []) | {"backends": [{"server_id": backend, "port": 8080}] * 2}
+    with stack.http() as http:
+        answer = http.post("/v1/load-balancers", json=twice)
+        assert answer.status_code == 422 and "(server, port) pair" in answer.text, answer.text
+        lb = create_lb(http, lb_body(stack.server_id, [backend]))
+        first = lb["backends"][0]
+        added = http.post(f"/v1/load-balancers/{lb['id']}/backends", json={"server_id": backend, "port": 8081})
+        assert added.status_code == 201, added.text
+        again = http.post(f"/v1/load-balancers/{lb['id']}/backends", json={"server_id": backend, "port": 8081})
+        assert again.status_code == 409 and code(again) == "conflict", again.text
+
+        moved = http.patch(f"/v1/load-balancers/{lb['id']}/backends/{first['id']}", json={"port": 9000})
+        assert moved.status_code == 200 and moved.json()["port"] == 9000, moved.text
+        onto = http.patch(f"/v1/load-balancers/{lb['id']}/backends/{first['id']}", json={"port": 8081})
+        assert onto.status_code == 409 and code(onto) == "conflict", onto.text
+        bad = http.patch(f"/v1/load-balancers/{lb['id']}/backends/{first['id']}", json={"port": 70000})
+        assert bad.status_code == 422 and code(bad) == "validation_error", bad.text
+        after = get_lb(http, lb["id"])
+        assert sorted(b["port"] for b in after["backends"]) == [8081, 9000]
+        assert after["revision"] == 3  # the refusals changed nothing
+        spec = apply_jobs(http, stack.server_id, lb["id"])[-1]["args"]
+        assert sorted(b["port"] for b in spec["backends"]) == [8081, 9000]
+
+
 def test_create_checks_node_backends_and_name(stack: Stack, backend: str) -> None:
     with stack.http() as http:
         lite = new_server(http)
@@ -237,7 +264,8 @@ def test_delete_dispatches_remove_then_the_row_goes(stack: Stack, backend: str) 
 
 def test_summary_and_audit(stack: Stack, backend: str) -> None:
     with stack.http() as http:
-        lb = create_lb(http, lb_body(stack.server_id, [backend, backend]))
+        pool = [{"server_id": backend, "port": port} for port in (8080, 8081)]  # one server, two backends
+        lb = create_lb(http, lb_body(stack.server_id, []) | {"backends": pool})
         listed = http.get("/v1/load-balancers").json()
         ours = [x for x in listed["load_balancers"] if x["id"] == lb["id"]]
         assert ours and ours[0]["name"] == lb["name"]
@@ -276,7 +304,7 @@ def _routes(lb_id: str, backend_id: str, server_id: str) -> list[tuple[str, str,
     return [
         ("GET", f"/v1/load-balancers/{lb_id}", None),
         ("PATCH", f"/v1/load-balancers/{lb_id}", {"algorithm": "ip_hash"}),
-        ("POST", f"/v1/load-balancers/{lb_id}/backends", {"server_id": server_id}),
+        ("POST", f"/v1/load-balancers/{lb_id}/backends", {"server_id": server_id, "port": 8081}),  # a new pair
         ("PATCH", f"/v1/load-balancers/{lb_id}/backends/{backend_id}", {"drained": True}),
         ("DELETE", f"/v1/load-balancers/{lb_id}/backends/{backend_id}", None),
         ("POST", f"/v1/load-balancers/{lb_id}/apply", None),

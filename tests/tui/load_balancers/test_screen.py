@@ -10,14 +10,22 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, get_args
 
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input, OptionList, Select, Static
 
-from contract.job_kinds.lb import Algorithm, BackendReport, BackendStats, Engine, LbApplyOutcome, LbHealthReport
+from contract.job_kinds.lb import (
+    Algorithm,
+    BackendReport,
+    BackendRuntime,
+    BackendStats,
+    Engine,
+    LbApplyOutcome,
+    LbHealthReport,
+)
 from contract.load_balancers import Backend, LoadBalancer
 from control_plane.load_balancers import store
 from control_plane.storage import Database
@@ -120,7 +128,7 @@ def test_drain_asks_first_with_what_stays_in_rotation_and_d_again_undrains(org: 
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
         dialog = app.screen
         assert isinstance(dialog, ConfirmDialog)
-        assert dialog.title_text == "Drain app-2 from shop?"
+        assert dialog.title_text == "Drain app-2:8080 from shop?"  # a backend is a (server, port) pair
         # No agent probes these backends: none is healthy, and the preview says so.
         assert "No healthy backend stays in rotation (none is healthy now)" in dialog.text
         await pilot.press("n")  # refused: nothing changes
@@ -131,8 +139,7 @@ def test_drain_asks_first_with_what_stays_in_rotation_and_d_again_undrains(org: 
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
         await pilot.press("y")
         await wait_for(pilot, lambda: org.backend(lb.id, backend.id).drained is True)  # type: ignore[union-attr]
-        await wait_for(pilot, lambda: str(screen.query_one(PoolTable).get_cell(backend.id, "drained")) == "yes")
-        assert str(screen.query_one(PoolTable).get_cell(backend.id, "health")) == "draining"
+        await wait_for(pilot, lambda: str(screen.query_one(PoolTable).get_cell(backend.id, "status")) == "draining")
 
         # Undrain: no question, back into rotation.
         await pilot.press("d")
@@ -148,14 +155,18 @@ def report_from_the_node(
     """What the node would report over its link, stored by the control plane's own ingestion
     (`store.record_outcome`, `store.record_health`) in the stack's database: this org's node has
     no agent, and health is what the pool shows."""
+    reports = [
+        BackendReport(id=backend_id, health=health, last_check_at=datetime.now(UTC), stats=stats)
+        for backend_id, (health, stats) in healths.items()
+    ]
+    store_report(org, lb, LbHealthReport(id=lb.id, revision=lb.revision, backends=reports))
+
+
+def store_report(org: AgentlessOrg, lb: LoadBalancer, report: LbHealthReport) -> None:
+    """`report` as the control plane stores a node's (after an apply of the current revision)."""
     database = Database(org.stack.db_url)
     try:
         database.run_sync(store.record_outcome, lb.id, LbApplyOutcome(id=lb.id, revision=lb.revision, state="active"))
-        reports = [
-            BackendReport(id=backend_id, health=health, last_check_at=datetime.now(UTC), stats=stats)
-            for backend_id, (health, stats) in healths.items()
-        ]
-        report = LbHealthReport(id=lb.id, revision=lb.revision, backends=reports)
         assert database.run_sync(store.record_health, org.node, report)
     finally:
         database.dispose()
@@ -176,12 +187,11 @@ def test_the_pool_follows_the_nodes_reports_in_place_and_the_last_healthy_backen
         def cell(backend_id: str, column: str) -> str:
             return str(pool.get_cell(backend_id, column))
 
-        assert (cell(first.id, "sessions"), cell(first.id, "rate"), cell(first.id, "checked")) == ("—", "—", "—")
+        assert (cell(first.id, "sessions"), cell(first.id, "rate"), cell(first.id, "changed")) == ("—", "—", "—")
         stats = BackendStats(current_sessions=3, total_requests=120, request_rate=4.5)
         report_from_the_node(org, lb, {first.id: ("healthy", stats), second.id: ("unhealthy", None)})
-        await wait_for(pilot, lambda: cell(first.id, "health") == "healthy")
-        assert (cell(first.id, "sessions"), cell(first.id, "rate")) == ("3", "4.5")
-        assert cell(first.id, "checked").endswith("s")
+        await wait_for(pilot, lambda: cell(first.id, "status") == "healthy")  # an older agent: no runtime
+        assert (cell(first.id, "sessions"), cell(first.id, "rate")) == ("3/—", "4.5")
         assert (cell(second.id, "sessions"), cell(second.id, "rate")) == ("—", "—")  # none reported: none shown
         assert pool.cursor_key == second.id, "a refresh keeps the cursor on its row"
         await wait_for(pilot, lambda: "1/2 backends healthy" in screen_text(app))
@@ -190,7 +200,7 @@ def test_the_pool_follows_the_nodes_reports_in_place_and_the_last_healthy_backen
         pool.move_cursor(row=pool.get_row_index(first.id))
         await pilot.press("d")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
-        assert "app-1 is the last healthy backend" in app.screen.text  # type: ignore[attr-defined]
+        assert "app-1:8080 is the last healthy backend" in app.screen.text  # type: ignore[attr-defined]
         await pilot.press("y")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog) and "Really" in app.screen.title_text)
         await pilot.press("n")
@@ -202,6 +212,123 @@ def test_the_pool_follows_the_nodes_reports_in_place_and_the_last_healthy_backen
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog) and "Really" in app.screen.title_text)
         await pilot.press("y")
         await wait_for(pilot, lambda: org.backend(lb.id, first.id).drained is True)  # type: ignore[union-attr]
+
+    run(app, scenario)
+
+
+def test_the_pool_shows_hatops_figures_the_port_listened_on_and_drift_until_a(org: AgentlessOrg) -> None:
+    """Point 9/10 of issue 25: each `server:port` row shows what its node reported (HAProxy's
+    figures; an nginx-like backend without traffic figures shows dashes, never a guess); a weight
+    that differs on the node is `≠` with a drift line, and `a` dispatches the apply that puts it back."""
+    lb = org.create_lb("shop", ["app-1", "app-2", "app-3"])
+    first, second, third = lb.backends
+    app = org.app()
+    now = datetime.now(UTC)
+    stats = BackendStats(
+        current_sessions=3, total_requests=900, request_rate=4.5, max_sessions=12,
+        bytes_in=1500, bytes_out=2_300_000, connection_errors=1, response_errors=2,
+    )  # fmt: skip
+    report = LbHealthReport(
+        id=lb.id,
+        revision=lb.revision,
+        listen_port=18471,
+        backends=[
+            BackendReport(
+                id=first.id, health="healthy", last_check_at=now, stats=stats,
+                runtime=BackendRuntime(status="UP", changed_at=now - timedelta(minutes=3), check_failures=4,
+                                       down_count=1, weight=7, drift="weight 7 on the node, 1 defined"),
+            ),
+            BackendReport(
+                id=second.id, health="healthy", last_check_at=now,  # failing checks, still in rotation
+                runtime=BackendRuntime(status="UP", going="down", changed_at=now, check_failures=9, down_count=2),
+            ),
+            BackendReport(
+                id=third.id, health="healthy", last_check_at=now,
+                runtime=BackendRuntime(status="MAINT", changed_at=now - timedelta(hours=2), check_failures=0,
+                                       down_count=0, weight=1, drift="in maintenance on the node"),
+            ),
+        ],
+    )  # fmt: skip
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await open_screen(pilot)
+        await pick(pilot, screen, lb.id, first.id)
+        pool = screen.query_one(PoolTable)
+
+        def row(backend_id: str) -> list[str]:
+            return [str(pool.get_cell(backend_id, column.key)) for column in PoolTable.COLUMNS]
+
+        assert row(first.id)[:2] == ["app-1:8080", "unhealthy"]  # nothing reported yet: never checked
+        store_report(org, lb, report)
+        await wait_for(pilot, lambda: row(first.id)[1] == "UP")
+        assert row(first.id) == ["app-1:8080", "UP", "7≠1", "3m", "4/1", "3/12", "1.5K/2.3M", "3", "4.5"]
+        assert row(second.id) == ["app-2:8080", "UP ↓", "1", row(second.id)[3], "9/2", "—", "—", "—", "—"]
+        assert row(third.id)[1:4] == ["MAINT", "1", "2h"]
+        status = str(screen.query_one("#lb-status", Static).render())
+        assert status == "≠ drift app-1:8080: weight 7 on the node, 1 defined (+1) · a restores it"
+        assert str(screen.query_one(LbTable).get_cell(lb.id, "port")) == "18471"
+        assert "port 18471 (its 80, mapped)" in str(screen.query_one("#lb-pool-bar", Static).render())
+
+        jobs_before = len(org.get(f"/v1/servers/{org.node}/jobs")["jobs"])
+        await pilot.press("a")
+        await wait_for(pilot, lambda: any("Applying shop again" in n for n in notifications(app)))
+        assert len(org.get(f"/v1/servers/{org.node}/jobs")["jobs"]) == jobs_before + 1
+
+    run(app, scenario)
+
+
+def test_the_form_adds_several_ports_of_a_server_and_edits_a_backends_port(org: AgentlessOrg) -> None:
+    app = org.app()
+    app_1 = org.backends["app-1"]
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await open_screen(pilot)
+        await wait_for(pilot, lambda: len(screen.servers) == 4)
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, LbFormDialog))
+        form = app.screen
+        assert isinstance(form, LbFormDialog)
+        await pilot.press(*"ports")
+        form.query_one("#lb-node", Select).value = org.node
+        form.query_one(f"#pick-{app_1}", Checkbox).value = True
+        ports = form.query_one(f"#port-{app_1}", Input)
+        ports.value = ""
+        ports.focus()
+        await pilot.press(*"8080, 8081 x8082")  # the letter is refused as typed
+        assert ports.value == "8080, 8081 8082"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: app.screen is screen)
+        created = LoadBalancer.model_validate(org.get("/v1/load-balancers")["load_balancers"][0])
+        assert sorted((b.server_id, b.port) for b in created.backends) == [(app_1, 8080), (app_1, 8081), (app_1, 8082)]
+        pool = screen.query_one(PoolTable)
+        await wait_for(pilot, lambda: pool.row_count == 3)
+        assert sorted(str(pool.get_cell(b.id, "backend")) for b in created.backends) == [
+            "app-1:8080", "app-1:8081", "app-1:8082"
+        ]  # fmt: skip
+
+        # Edit: a backend's port is changed in place; the same (server, port) twice is refused.
+        moved = next(b for b in created.backends if b.port == 8082)
+        await pilot.press("e")
+        await wait_for(pilot, lambda: isinstance(app.screen, LbFormDialog))
+        form = app.screen
+        assert isinstance(form, LbFormDialog)
+        form.query_one(f"#be-port-{moved.id}", Input).value = "9090"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: app.screen is screen)
+        assert org.backend(created.id, moved.id).port == 9090  # type: ignore[union-attr]
+        await wait_for(pilot, lambda: str(pool.get_cell(moved.id, "backend")) == "app-1:9090")
+
+        await pilot.press("e")
+        await wait_for(pilot, lambda: isinstance(app.screen, LbFormDialog))
+        form = app.screen
+        assert isinstance(form, LbFormDialog)
+        form.query_one(f"#be-port-{moved.id}", Input).value = "8080"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: "-error" in form.query_one("#status", Static).classes)
+        assert "the pool has a backend on port 8080 of that server already" in str(
+            form.query_one("#status", Static).render()
+        )
+        assert app.screen is form and org.backend(created.id, moved.id).port == 9090  # type: ignore[union-attr]
 
     run(app, scenario)
 
@@ -391,11 +518,13 @@ def test_the_screen_at_80x24_matches_its_snapshot(stack: Stack) -> None:
 
 
 def test_column_widths_fit_the_room_and_give_the_rest_to_the_last_flexible_column() -> None:
-    widths = fit_widths(PoolTable.COLUMNS, {"backend": 30, "address": 9}, 79)
+    widths = fit_widths(LbTable.COLUMNS, {"name": 30, "node": 9, "state": 40}, 79)
     assert sum(widths.values()) + 2 * len(widths) <= 79
-    assert widths["backend"] >= 7 and widths["address"] >= 9
-    wide = fit_widths(PoolTable.COLUMNS, {"backend": 5, "address": 9}, 199)
-    assert wide["address"] == 40  # an address is never wider: the rest stays empty
+    assert widths["name"] >= 6 and widths["node"] >= 6
+    pool = fit_widths(PoolTable.COLUMNS, {"backend": 40}, 79)
+    assert sum(pool.values()) + 2 * len(pool) <= 79 and pool["backend"] >= 10  # `server:port` at 80 columns
+    wide = fit_widths(PoolTable.COLUMNS, {"backend": 5}, 199)
+    assert wide["backend"] == 32  # a name is never wider: the rest stays empty
 
 
 def test_the_form_offers_each_engine_and_algorithm_of_the_contract_once() -> None:
