@@ -132,6 +132,7 @@ class Pager:
         self.mode: Mode = "text"
         self.wrap = False
         self.top = 0
+        self.hidden = 0  # rows of the top line above the screen: a wrapped last screen ends full
         self.width, self.height = 80, 20
         self.searched = 0  # how far the running search has read, for its progress line
         self._lock = trio.Lock()
@@ -153,6 +154,7 @@ class Pager:
         """The page for a screen of `width` x `height` (after a resize, a wrap or a mode switch)."""
         async with self._lock:
             at_end = (await self._page()).at_end
+            self.hidden = 0
             self.width, self.height = max(1, width), max(1, height)
             if mode is not None and mode != self.mode:
                 self.mode = mode
@@ -166,6 +168,13 @@ class Pager:
     async def move(self, how: str) -> Page:
         """`up`, `down`, `page_up`, `page_down`, `home` or `end`."""
         async with self._lock:
+            page = await self._page()
+            if how in ("down", "page_down") and page.at_end:
+                return page  # at the end it stays there
+            if how == "up" and self.hidden:
+                self.hidden -= 1  # the top line's hidden rows come back one by one
+                return await self._page()
+            self.hidden = 0
             if how == "home":
                 self.top = 0
             elif how == "end":
@@ -174,7 +183,7 @@ class Pager:
                 self.top = await self._up(self.top, 1)
             elif how == "page_up":
                 self.top = await self._up(self.top, self.height)
-            elif how in ("down", "page_down") and not (page := await self._page()).at_end:
+            else:
                 self.top = page.bottom if how == "page_down" else await self._down(self.top)
                 if (await self._page()).at_end:
                     await self._end()  # the last screen is shown full, as `less` does
@@ -192,6 +201,7 @@ class Pager:
             found = await (self._forward(regex, start, width) if forward else self._backward(regex, start, width))
             if found is None:
                 return None
+            self.hidden = 0
             self.top = await self._line_start(found) if self.mode == "text" else found - found % HEX_WIDTH
             return await self._page(), found
 
@@ -239,7 +249,8 @@ class Pager:
         return top
 
     async def _end(self) -> None:
-        """The last screenful: the file's last rows end at the bottom of the screen."""
+        """The last screenful: the file's last rows end at the bottom of the screen (wrapped, the
+        top line's first rows may be `hidden` above it, as `less` does)."""
         if self.mode == "hex":
             rows = -(-self.size // HEX_WIDTH)
             self.top = max(0, rows - self.height) * HEX_WIDTH
@@ -249,7 +260,7 @@ class Pager:
             start = await self._line_start(top - 1)
             shown += len(await self._line_rows(start, top))
             top = start
-        self.top = top
+        self.top, self.hidden = top, max(0, shown - self.height)
 
     async def _page(self) -> Page:
         rows: list[Row] = []
@@ -260,10 +271,11 @@ class Pager:
                 rows.append(Row(pos + at, hex_row(pos + at, data[at : at + HEX_WIDTH])))
             pos += len(data)
         else:
-            while len(rows) < self.height and pos < self.size:
+            while len(rows) < self.hidden + self.height and pos < self.size:
                 end = await self._line_end(pos)
                 rows.extend(Row(pos, piece) for piece in await self._line_rows(pos, end))
                 pos = end
+            rows = rows[self.hidden :]
         return Page(rows[: self.height], self.top, pos, self.size, self.mode, self.wrap)
 
     # --- search ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from textual.pilot import Pilot
 
 from tests.conftest import Stack
 from tests.helpers import wait_for
+from tests.helpers.snapshots import screen_text
 from tests.helpers.tui import highlight, highlight_server, names, real_app, run, site_dir
 from tui.files.commander import CommanderScreen
 from tui.files.pager import CHUNK, hex_row, is_log, looks_binary
@@ -162,6 +163,48 @@ def test_wrap_toggle_and_a_character_across_a_window_boundary(stack: Stack, site
         assert len(rows[start]) == width and "".join(rows[start : start + 3]) == long_line
         await pilot.press("w")
         await wait_for(pilot, lambda: "· text" in bar(viewer))
+
+    run(app, scenario)
+
+
+def long_line(n: int) -> str:
+    """Line `n` of `long_lines`: every third one, from line 1, 136 columns wide, with spaces where a
+    word wrap would fold it."""
+    return f"line {n:03d} {'abcdefghi ' * (12 if n % 3 == 1 else 1)}end {n:03d}"
+
+
+def long_lines() -> bytes:
+    return "".join(long_line(n) + "\n" for n in range(200)).encode()
+
+
+def test_at_80_columns_long_lines_do_not_fold_and_end_shows_the_last_line(stack: Stack, site_file: WriteFile) -> None:
+    """As `less -S`: a row is one line, cut at the screen's edge and scrolled sideways; End puts the
+    file's last line on the screen's last row (folded rows pushed it ten lines below). Wrapped
+    (`w`), End shows the last line's last row too, the top line's first rows above the screen."""
+    site_file("viewer-long.txt", long_lines())
+    app = real_app(stack)
+
+    def rows_drawn() -> list[str]:
+        return screen_text(app).split("\n")[2:-2]  # below the header and the bar, above the footer
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        viewer = await open_viewer(pilot, "", "viewer-long.txt")
+        width, height = viewer.query_one(PageView).size
+        assert rows_drawn() == [long_line(n)[:width] for n in range(height)]
+
+        await pilot.press("end")
+        await wait_for(pilot, lambda: rows_drawn()[-1].startswith("line 199"))
+        assert rows_drawn() == [long_line(n)[:width] for n in range(200 - height, 200)]
+        await pilot.press(*"l" * 8)  # 64 columns to the right: the end of a long line shows
+        await wait_for(pilot, lambda: rows_drawn()[-1] == long_line(199)[64:])
+        assert rows_drawn()[-2] == ""  # line 198 is shorter than 64 columns
+
+        await pilot.press("w")
+        await wait_for(pilot, lambda: "· wrap" in bar(viewer) and rows_drawn()[-1] == long_line(199)[width:])
+        assert rows_drawn()[-2] == long_line(199)[:width] and len(rows_drawn()) == height
+        assert "" not in rows_drawn()  # a full screen: line 199 - 14's first row is above it
+        await pilot.press("up")
+        await wait_for(pilot, lambda: rows_drawn()[-1] == long_line(199)[:width])
 
     run(app, scenario)
 
