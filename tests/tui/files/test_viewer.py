@@ -17,6 +17,7 @@ from tests.helpers import wait_for
 from tests.helpers.snapshots import screen_text
 from tests.helpers.tui import highlight, highlight_server, names, real_app, run, site_dir
 from tui.files.commander import CommanderScreen
+from tui.files.dialogs import SearchDialog
 from tui.files.pager import CHUNK, hex_row, is_log, looks_binary
 from tui.files.viewer import PageView, ViewerScreen
 
@@ -119,6 +120,7 @@ def test_search_forward_and_backward_across_windows(stack: Stack, site_file: Wri
 
         await pilot.press("slash", *"needle", "enter")
         await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE early")
+        assert "match on line 400,001" in bar(viewer)  # found on the server, with its line
         await pilot.press("n")
         await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE late")
         await pilot.press("n")
@@ -133,6 +135,73 @@ def test_search_forward_and_backward_across_windows(stack: Stack, site_file: Wri
         await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE early")
         await pilot.press("N")
         await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE late")
+
+    run(app, scenario)
+
+
+def test_go_to_a_line_an_offset_or_a_percentage(stack: Stack, site_file: WriteFile) -> None:
+    """`:` then a line (as `less`'s NG), `@` a byte offset, or a percentage; past the last line:
+    the last line; anything else says what it takes and moves nothing."""
+    size = site_file("logs/viewer-goto.log", big_log()).stat().st_size
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        viewer = await open_viewer(pilot, "logs", "viewer-goto.log")
+        assert shown(viewer)[-1] == f"line {LINES - 1:07d}"  # a log: at its end
+
+        await pilot.press("colon", *"1,234,567", "enter")
+        await wait_for(pilot, lambda: shown(viewer)[0] == "line 1234566")
+        assert "line 1,234,567" in bar(viewer)
+        await pilot.press("colon", *"@0x87", "enter")  # byte 135, in the line that starts at 130
+        await wait_for(pilot, lambda: shown(viewer)[0] == "line 0000010")
+        assert viewer.page is not None and viewer.page.top == 130
+        await pilot.press("colon", *"50%", "enter")
+        await wait_for(pilot, lambda: shown(viewer)[0] == f"line {size // 2 // 13:07d}")
+        await pilot.press("colon", *"99999999", "enter")  # past the end: the last screen, full
+        await wait_for(pilot, lambda: shown(viewer)[-1] == f"line {LINES - 1:07d}")
+        assert "line 1,600,000" in bar(viewer) and len(shown(viewer)) == viewer.query_one(PageView).size.height
+        await pilot.press("colon", *"sideways", "enter")
+        await wait_for(pilot, lambda: any(n.message.startswith("Go to: a line") for n in app._notifications))
+        assert shown(viewer)[-1] == f"line {LINES - 1:07d}"
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: "Go to" in screen_text(app))
+
+    run(app, scenario)
+
+
+def test_a_content_search_hit_opens_the_viewer_at_its_line(stack: Stack, site_file: WriteFile) -> None:
+    """Enter on a content match: the panel goes to the file and the viewer opens at the match's
+    line, the search's text marked; `n` goes on to the next match."""
+    site_file("viewer-hit.txt", big_log())
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, "local")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.left))
+        commander = app.screen
+        assert isinstance(commander, CommanderScreen)
+        await pilot.press("ctrl+f")
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchDialog))
+        search = app.screen
+        assert isinstance(search, SearchDialog)
+        await pilot.press(*"needle late", "ctrl+t", "enter")
+        await wait_for(pilot, lambda: not search.searching and search.matches, seconds=60)
+        assert [(m.entry.path, m.line) for m in search.matches] == [("viewer-hit.txt", 1_200_001)]
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ViewerScreen) and app.screen.page is not None)
+        viewer = app.screen
+        assert isinstance(viewer, ViewerScreen)
+        await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE late")
+        assert "line 1,200,001" in bar(viewer) and viewer.query_one(PageView).pattern == "needle late"
+        await pilot.press("N")  # backward from the hit: the same line is where it was found
+        await wait_for(pilot, lambda: "match on line 1,200,001" in bar(viewer))
+        await pilot.press("slash", *"needle", "enter", "n")
+        await wait_for(pilot, lambda: any("Not found" in n.message for n in app._notifications))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is commander)
+        assert commander.left.pane.highlighted is not None
+        assert commander.left.pane.highlighted["name"] == "viewer-hit.txt"
 
     run(app, scenario)
 
