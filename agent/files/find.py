@@ -4,13 +4,17 @@ and ``fs.find`` itself, the viewer's ``/`` and go-to-line in one file of any siz
 A file is read through the jail's descriptor (`read.open_regular`), a block of `SEARCH_BLOCK`
 bytes at a time with ``pread``: nothing is decoded unless the needle is not ASCII, so a 1 GiB log
 is searched at about the speed of its reading. Line numbers count newlines from the file's start,
-as content search numbers its lines.
+as content search numbers its lines; `LINE_MARKS` keeps where the last answers were, so the next
+search of the same file (`n` in the viewer) counts from there, not from the file's start.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from agent.files.fdops import CancelToken
@@ -74,6 +78,47 @@ def _byte_index(text: str, index: int) -> int:
     return len(text[:index].encode("utf-8", "surrogateescape"))
 
 
+class LineMarks:
+    """Offsets of recently searched files with the newlines before each, to count a line number
+    from the nearest one. Keyed by the file's (device, inode), valid while its size, mtime and
+    ctime are those seen (a log written since is counted afresh); bounded in files and marks."""
+
+    MAX_FILES = 16
+    MAX_MARKS = 256
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: OrderedDict[tuple[int, int], tuple[tuple[int, int, int], list[tuple[int, int]]]] = OrderedDict()
+
+    def nearest(self, st: os.stat_result, offset: int) -> tuple[int, int]:
+        """The known (offset, newlines before it) nearest to `offset`; (0, 0) at worst."""
+        with self._lock:
+            marks = self._marks(st)
+            at = bisect.bisect_left(marks, (offset, -1))
+            near = [(0, 0), *marks[max(0, at - 1) : at + 1]]
+            return min(near, key=lambda mark: abs(mark[0] - offset))
+
+    def add(self, st: os.stat_result, offset: int, newlines: int) -> None:
+        with self._lock:
+            marks = self._marks(st)
+            bisect.insort(marks, (offset, newlines))
+            if len(marks) > self.MAX_MARKS:
+                del marks[len(marks) // 2]  # the first and last stay: the file's two ends
+            self._files[(st.st_dev, st.st_ino)] = ((st.st_size, st.st_mtime_ns, st.st_ctime_ns), marks)
+            self._files.move_to_end((st.st_dev, st.st_ino))
+            while len(self._files) > self.MAX_FILES:
+                self._files.popitem(last=False)
+
+    def _marks(self, st: os.stat_result) -> list[tuple[int, int]]:
+        known = self._files.get((st.st_dev, st.st_ino))
+        if known is None or known[0] != (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+            return []
+        return known[1]
+
+
+LINE_MARKS = LineMarks()
+
+
 def find(
     jail: Jail,
     path: str,
@@ -99,6 +144,7 @@ def find(
         size = st.st_size
         if line is not None:
             at, number = _line_start(fd, line, size, token)
+            LINE_MARKS.add(st, at, number - 1)
             return {"offset": at, "line": number, "size": size}
         assert query is not None  # the params give one of them
         needle = Needle(query, case_sensitive=case_sensitive)
@@ -106,12 +152,15 @@ def find(
             found = _last_match(fd, needle, min(offset, size), token)
             if found is None:
                 return {"offset": None, "line": None, "size": size}
-            return {"offset": found, "line": _newlines(fd, 0, found, token) + 1, "size": size}
-        matched = _first_match(fd, needle, offset, token)
-        if matched is None:
-            return {"offset": None, "line": None, "size": size}
-        found, newlines = matched
-        return {"offset": found, "line": _newlines(fd, 0, min(offset, found), token) + newlines + 1, "size": size}
+            newlines = _newlines_before(fd, st, found, token)
+        else:
+            matched = _first_match(fd, needle, offset, token)
+            if matched is None:
+                return {"offset": None, "line": None, "size": size}
+            found, between = matched
+            newlines = _newlines_before(fd, st, offset, token) + between
+            LINE_MARKS.add(st, found, newlines)
+        return {"offset": found, "line": newlines + 1, "size": size}
     finally:
         os.close(fd)
 
@@ -146,6 +195,15 @@ def _last_match(fd: int, needle: Needle, before: int, token: CancelToken) -> int
             return low + found
         end = low
     return None
+
+
+def _newlines_before(fd: int, st: os.stat_result, offset: int, token: CancelToken) -> int:
+    """The newlines in the file before `offset`, counted from the nearest of `LINE_MARKS`."""
+    mark, newlines = LINE_MARKS.nearest(st, offset)
+    counted = _newlines(fd, min(mark, offset), max(mark, offset), token)
+    newlines += counted if mark <= offset else -counted
+    LINE_MARKS.add(st, offset, newlines)
+    return newlines
 
 
 def _newlines(fd: int, start: int, end: int, token: CancelToken) -> int:

@@ -97,6 +97,29 @@ async def test_a_needle_that_is_not_ascii_is_found_in_any_case_and_at_its_byte_o
 
 
 @pytest.mark.anyio
+async def test_line_numbers_count_from_the_last_answers_until_the_file_changes(fsa: FileHandlers, home: Home) -> None:
+    """`n`, `N` and go-to-line count from where the last answers were (`LINE_MARKS`); a file
+    rewritten since, even to the same size with its old mtime put back, is counted afresh."""
+    data = big_log()
+    path = home.site / "big.log"
+    path.write_bytes(data)
+    last = data.index(b"ERROR last")
+    for params in ({"line": 5}, {"query": "error", "offset": 1}, {"query": "error", "offset": last, "backward": True}):
+        await call(fsa.fs_find, **SITE, path="big.log", **params)  # marks near the start, the middle, the end
+    assert await call(fsa.fs_find, **SITE, path="big.log", query="error", offset=SEARCH_BLOCK) == expected(data, last)
+    before = path.stat()
+    shifted = b"\n" * 1000 + data[: -1000 - len(b"ERROR last\n")] + b"ERROR last\n"  # same size, more lines
+    path.write_bytes(shifted)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    lowered = shifted.lower()
+    again = await call(fsa.fs_find, **SITE, path="big.log", query="error", offset=SEARCH_BLOCK)
+    assert again == expected(shifted, lowered.index(b"error", SEARCH_BLOCK))  # the line across, 1000 bytes on
+    backward = await call(fsa.fs_find, **SITE, path="big.log", query="error", backward=True, offset=len(shifted) - 20)
+    assert backward == expected(shifted, lowered.rindex(b"error", 0, len(shifted) - 20 + 4))
+
+
+@pytest.mark.anyio
 async def test_go_to_a_line(fsa: FileHandlers, home: Home) -> None:
     """A line's start, wherever the blocks end; past the last line: the last line (a newline at the
     end starts none); an empty file has its line 1 at 0."""
