@@ -41,9 +41,9 @@ from tui.widgets.vi_keys import vi_keys
 GO_TO_HINT = "Go to: a line (1234), a byte offset (@4096 or @0x1000) or a percentage (50%)"
 
 
-def go_to_target(text: str) -> dict[str, int] | None:
+def go_to_target(text: str, size: int) -> dict[str, int] | None:
     """What `:` was given, as `Pager.go_to`'s arguments: ``1234`` a line, ``@4096`` (``@0x1000``)
-    a byte offset, ``50%`` a percentage of `size` (as ``{"percent": 50}``); None if it is none."""
+    a byte offset, ``50%`` that much of `size` as an offset; None for anything else."""
     text = text.strip().replace(",", "").replace("_", "")
     try:
         if text.startswith("@"):
@@ -51,7 +51,7 @@ def go_to_target(text: str) -> dict[str, int] | None:
             return {"offset": offset} if offset >= 0 else None
         if text.endswith("%"):
             percent = float(text[:-1])
-            return {"percent": int(percent * 100)} if 0 <= percent <= 100 else None
+            return {"offset": int(size * percent / 100)} if 0 <= percent <= 100 else None
         line = int(text)
     except ValueError:
         return None
@@ -267,8 +267,9 @@ class ViewerScreen(FleetScreen):
     def _went(self, found: Found) -> None:
         """A go-to-line (or offset) arrived: its page, and the line it went to in the bar."""
         self._line_note = f"line {found.line:,}" if found.line is not None else ""
-        if self._open_at_line is not None and self.view.pattern:  # a content search's hit: `n` goes past its line
-            self._open_at_line = None
+        hit, self._open_at_line = self._open_at_line is not None, None
+        self.match = None  # `n` searches from the new screen
+        if hit and self.view.pattern:  # a content search's hit: `n` goes on past its line
             later = [row.offset for row in found.page.rows if row.offset > found.page.top]
             self.match = (later[0] if later else found.page.bottom) - 1
         self._show(found.page)
@@ -354,13 +355,11 @@ class ViewerScreen(FleetScreen):
             self._find(self._search_forward)
 
     def _go_to(self, text: str) -> None:
-        target = go_to_target(text)
+        target = go_to_target(text, self.pager.size)
         if target is None:
             if text.strip():
                 self.notify(GO_TO_HINT, severity="warning")
             return
-        if "percent" in target:  # of the size the file has now: the pager knows it
-            target = {"offset": self.pager.size * target["percent"] // 10_000}
         self._ask(self.pager.go_to, on_done=self._went, **target)
 
     def action_next_match(self, same_way: bool) -> None:

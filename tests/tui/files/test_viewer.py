@@ -19,7 +19,7 @@ from tests.helpers.tui import highlight, highlight_server, names, real_app, run,
 from tui.files.commander import CommanderScreen
 from tui.files.dialogs import SearchDialog
 from tui.files.pager import CHUNK, hex_row, is_log, looks_binary
-from tui.files.viewer import PageView, ViewerScreen
+from tui.files.viewer import PageView, ViewerScreen, go_to_target
 
 LINES = 1_600_000  # 13 bytes a line: a 20 MB log
 
@@ -328,3 +328,10 @@ def test_which_files_open_at_their_end_and_which_in_hex() -> None:
     assert not looks_binary(text[:8192]) and not looks_binary(text)
     assert looks_binary(b"MZ\x90\x00") and looks_binary(b"\xff\xfe\xfd text")
     assert hex_row(16, b"AB") == "00000010  41 42" + " " * 45 + "|AB|"  # the ASCII column stays in place
+
+
+def test_what_go_to_takes() -> None:
+    assert go_to_target("1,234", 1000) == {"line": 1234} and go_to_target(" 7 ", 1000) == {"line": 7}
+    assert go_to_target("@4096", 1000) == {"offset": 4096} and go_to_target("@0x1F", 1000) == {"offset": 31}
+    assert go_to_target("25%", 1000) == {"offset": 250} and go_to_target("100%", 1000) == {"offset": 1000}
+    assert [go_to_target(bad, 1000) for bad in ("", "0", "-3", "@-1", "101%", "abc", "@x", "1e3")] == [None] * 8
