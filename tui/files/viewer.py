@@ -3,8 +3,8 @@
 Only a few windows of the file are ever held (see `Pager`): a 100 MB log opens at its end with one
 or two reads. Text is shown line by line, cut at the screen's edge and scrolled sideways as `less
 -S` does (wrap with `w`), binaries as `hexdump -C` rows (`h` switches); `/` and `?` search forward
-and backward through the whole file on its server, `n` and `N` repeat; `:` goes to a line, a byte
-offset or a percentage of the file.
+and backward through the whole file on its server, `n` and `N` repeat; F5 goes to a line, a byte
+offset or a percentage of the file (mc's viewer's Goto; `:` stays the command line of every screen).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ GO_TO_HINT = "Go to: a line (1234), a byte offset (@4096 or @0x1000) or a percen
 
 
 def go_to_target(text: str, size: int) -> dict[str, int] | None:
-    """What `:` was given, as `Pager.go_to`'s arguments: ``1234`` a line, ``@4096`` (``@0x1000``)
+    """What F5's prompt was given, as `Pager.go_to`'s arguments: ``1234`` a line, ``@4096`` (``@0x1000``)
     a byte offset, ``50%`` that much of `size` as an offset; None for anything else."""
     text = text.strip().replace(",", "").replace("_", "")
     try:
@@ -142,7 +142,7 @@ class ViewerScreen(FleetScreen):
         Binding("slash,f7", "search(True)", "Search", key_display="/"),
         Binding("question_mark", "search(False)", "Search back", key_display="?", show=False),
         Binding("n", "next_match(True)", "Next"),
-        Binding("colon", "go_to", "Go to", key_display=":"),
+        Binding("f5", "go_to", "Go to", key_display="F5"),
         Binding("N", "next_match(False)", "Previous", key_display="N", show=False),
         Binding("w", "toggle_wrap", "Wrap"),
         Binding("h", "toggle_hex", "Hex"),

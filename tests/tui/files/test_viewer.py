@@ -6,6 +6,7 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.snapshots import screen_text
 from tests.helpers.tui import highlight, highlight_server, names, real_app, run, site_dir
+from tui.command_line import CommandLine
 from tui.files.commander import CommanderScreen
 from tui.files.dialogs import SearchDialog
 from tui.files.pager import CHUNK, hex_row, is_log, looks_binary
@@ -140,7 +142,7 @@ def test_search_forward_and_backward_across_windows(stack: Stack, site_file: Wri
 
 
 def test_go_to_a_line_an_offset_or_a_percentage(stack: Stack, site_file: WriteFile) -> None:
-    """`:` then a line (as `less`'s NG), `@` a byte offset, or a percentage; past the last line:
+    """F5 (mc's viewer's Goto) then a line, `@` a byte offset, or a percentage; past the last line:
     the last line; anything else says what it takes and moves nothing."""
     size = site_file("logs/viewer-goto.log", big_log()).stat().st_size
     app = real_app(stack)
@@ -149,22 +151,24 @@ def test_go_to_a_line_an_offset_or_a_percentage(stack: Stack, site_file: WriteFi
         viewer = await open_viewer(pilot, "logs", "viewer-goto.log")
         assert shown(viewer)[-1] == f"line {LINES - 1:07d}"  # a log: at its end
 
-        await pilot.press("colon", *"1,234,567", "enter")
+        await pilot.press("f5", *"1,234,567", "enter")
         await wait_for(pilot, lambda: shown(viewer)[0] == "line 1234566")
         assert "line 1,234,567" in bar(viewer)
-        await pilot.press("colon", *"@0x87", "enter")  # byte 135, in the line that starts at 130
+        await pilot.press("f5", *"@0x87", "enter")  # byte 135, in the line that starts at 130
         await wait_for(pilot, lambda: shown(viewer)[0] == "line 0000010")
         assert viewer.page is not None and viewer.page.top == 130
-        await pilot.press("colon", *"50%", "enter")
+        await pilot.press("f5", *"50%", "enter")
         await wait_for(pilot, lambda: shown(viewer)[0] == f"line {size // 2 // 13:07d}")
-        await pilot.press("colon", *"99999999", "enter")  # past the end: the last screen, full
+        await pilot.press("f5", *"99999999", "enter")  # past the end: the last screen, full
         await wait_for(pilot, lambda: shown(viewer)[-1] == f"line {LINES - 1:07d}")
         assert "line 1,600,000" in bar(viewer) and len(shown(viewer)) == viewer.query_one(PageView).size.height
-        await pilot.press("colon", *"sideways", "enter")
+        await pilot.press("f5", *"sideways", "enter")
         await wait_for(pilot, lambda: any(n.message.startswith("Go to: a line") for n in app._notifications))
         assert shown(viewer)[-1] == f"line {LINES - 1:07d}"
         await pilot.press("f1")
-        await wait_for(pilot, lambda: "Go to" in screen_text(app))
+        await wait_for(pilot, lambda: re.search(r"F5 +Go to", screen_text(app)) is not None)
+        await pilot.press("escape", "colon")  # `:` stays the command line, as on every screen
+        await wait_for(pilot, lambda: isinstance(app.screen, CommandLine))
 
     run(app, scenario)
 
