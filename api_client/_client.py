@@ -58,6 +58,7 @@ from contract.models import (
     FsEmptyTrashResult,
     FsEntryResult,
     FsExtractCheck,
+    FsFound,
     FsMoveResult,
     FsRestoreResult,
     FsSearchResult,
@@ -592,6 +593,35 @@ class FilesAPI(_SubAPI):
         read_timeout = TREE_OPERATION_TIMEOUT_S if content else None  # it reads every file, of any size
         answer = await self._fs("GET", server_id, "search", params=params, read_timeout=read_timeout)
         return FsSearchResult.model_validate(answer)
+
+    async def find(
+        self,
+        server_id: str,
+        scope: Scope,
+        path: str,
+        *,
+        query: str | None = None,
+        line: int | None = None,
+        offset: int = 0,
+        backward: bool = False,
+        case_sensitive: bool = False,
+    ) -> FsFound:
+        """In one file of any size, searched on its server: the first match of `query` at or after
+        `offset` (`backward`: the last one starting before it), case-insensitive unless
+        `case_sensitive`; or, given `line` instead, where that line starts (the last line's
+        start when the file has fewer). `offset` and `line` of the answer are None when nothing
+        matches.
+
+        Raises:
+            ValidationFailed: neither or both of `query` and `line`; not a regular file.
+        """
+        params: dict[str, Any] = {**_scope_params(scope), "path": path, "offset": offset}
+        if query is not None:
+            params.update(query=query, backward=backward, case_sensitive=case_sensitive)
+        if line is not None:
+            params["line"] = line
+        answer = await self._fs("GET", server_id, "find", params=params, read_timeout=TREE_OPERATION_TIMEOUT_S)
+        return FsFound.model_validate(answer)
 
     async def trash(self, server_id: str, scope: Scope) -> tuple[builtins.list[TrashItem], int]:
         """The scope's trash, and how many items older than 30 days opening it purged."""

@@ -615,6 +615,16 @@ class FsSearchResult(WireModel):
     truncated: bool
 
 
+class FsFound(WireModel):
+    """`fs/find`: where the match (or the line asked for) starts in the file, and the number of its
+    line (1: the first, as content search counts); both null when there is none. `size`: the
+    file's size when it was searched (a log grows)."""
+
+    offset: FileSize | None
+    line: Count | None
+    size: FileSize
+
+
 class FsTrashList(WireModel):
     """`fs/trash`: the scope's trash, and how many items older than 30 days opening it purged."""
 

@@ -13,7 +13,8 @@ temporary folder) runs before the call ends.
 
 Methods: ``fs.scopes``, ``fs.list``, ``fs.stat``, ``fs.read``, ``fs.write``, ``fs.mkdir``,
 ``fs.move``, ``fs.copy``, ``fs.delete``, ``fs.trash.list``, ``fs.trash.restore``,
-``fs.trash.empty``, ``fs.chmod``, ``fs.dirsize``, ``fs.search``, ``fs.compress`` and
+``fs.trash.empty``, ``fs.chmod``, ``fs.dirsize``, ``fs.search``, ``fs.find`` (in one file: a
+match before or after an offset, or where a line starts), ``fs.compress`` and
 ``fs.extract`` (streamed: progress items), ``fs.extract.check`` (the archive's top-level names and
 the paths an extraction would find taken, writing nothing), ``fs.download`` (streamed: one items message, then
 bytes), ``fs.upload`` (an upload call), ``fs.upload.check`` (would an upload to this path be
@@ -41,7 +42,7 @@ from typing import Any, TypeVar
 import trio
 from trio_websocket import ConnectionClosed  # what a call's sends raise once its link is gone
 
-from agent.files import archives, read, sweep, transfer, trash, tree, write
+from agent.files import archives, find, read, sweep, transfer, trash, tree, write
 from agent.files.entries import rfc3339
 from agent.files.fdops import CancelToken, OperationCancelled, Progress
 from agent.files.jail import Jail, refusal
@@ -52,6 +53,7 @@ from contract.link.params import (
     FsCompress,
     FsDelete,
     FsExtract,
+    FsFind,
     FsList,
     FsMkdir,
     FsParams,
@@ -120,6 +122,7 @@ class FileHandlers:
             "fs.chmod": self.fs_chmod,
             "fs.dirsize": self.fs_dirsize,
             "fs.search": self.fs_search,
+            "fs.find": self.fs_find,
             "fs.compress": self.fs_compress,
             "fs.extract": self.fs_extract,
             "fs.extract.check": self.fs_extract_check,
@@ -253,6 +256,23 @@ class FileHandlers:
 
         def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
             return tree.search(jail, params.path, params.query, content=params.content, limit=params.limit, token=token)
+
+        return await self._cancellable(call.params, work, read_only=True)
+
+    async def fs_find(self, call: Call) -> dict[str, Any]:
+        params = params_of(FsFind, call.params)
+
+        def work(jail: Jail, token: CancelToken) -> dict[str, Any]:
+            return find.find(
+                jail,
+                params.path,
+                query=params.query,
+                line=params.line,
+                offset=params.offset,
+                backward=params.backward,
+                case_sensitive=params.case_sensitive,
+                token=token,
+            )
 
         return await self._cancellable(call.params, work, read_only=True)
 

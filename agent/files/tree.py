@@ -24,6 +24,7 @@ from agent.files.fdops import (
     reopen_dir,
     walk,
 )
+from agent.files.find import SEARCH_BLOCK, Needle
 from agent.files.jail import Jail, normalize
 from agent.files.read import BINARY_SNIFF
 from contract.link.protocol import RpcError
@@ -31,7 +32,6 @@ from contract.models import TRASH_FOLDER
 
 SPECIAL_BITS = stat.S_ISUID | stat.S_ISGID | stat.S_ISVTX
 MAX_LINE_TEXT = 500
-SEARCH_BLOCK = 1024 * 1024
 MAX_LINE_BYTES = 1024 * 1024
 
 
@@ -126,7 +126,7 @@ def search(jail: Jail, path: str, query: str, *, content: bool, limit: int, toke
     """``fs.search``: names containing `query` (case-insensitive), or with `content`, the lines
     of text files containing it. Files of any size are searched, streamed in blocks (a 20 MB log
     is where one looks for an error); binaries (a NUL byte in their first 8 KiB) are skipped."""
-    needle = query.casefold()
+    needle = Needle(query)
     rel = normalize(path)
     matches: list[dict[str, Any]] = []
     with jail.opened(path, os.O_PATH, follow_last=True) as fd:
@@ -143,7 +143,7 @@ def search(jail: Jail, path: str, query: str, *, content: bool, limit: int, toke
             if item.post:
                 continue
             if not content:
-                if needle in item.name.casefold():
+                if needle.in_line(item.name):
                     if len(matches) >= limit:
                         return {"matches": matches, "truncated": True}
                     matches.append({"entry": _entry(item.dir_fd, item.name, item.path, item.st)})
@@ -170,7 +170,7 @@ def _entry(dir_fd: int, name: str, path: str, st: os.stat_result) -> dict[str, A
     return entry(name, path, st, target)
 
 
-def _matching_lines(jail: Jail, item: Item, needle: str, token: CancelToken) -> Iterator[tuple[int, str]]:
+def _matching_lines(jail: Jail, item: Item, needle: Needle, token: CancelToken) -> Iterator[tuple[int, str]]:
     """The lines of the file `item` holding `needle`; none for a file with several hard links that
     is not the scope user's (it may lie outside the scope: see `Jail.refuse_foreign_link`)."""
     try:
@@ -186,7 +186,7 @@ def _matching_lines(jail: Jail, item: Item, needle: str, token: CancelToken) -> 
         os.close(fd)
 
 
-def _lines_holding(fd: int, needle: str, token: CancelToken) -> Iterator[tuple[int, str]]:
+def _lines_holding(fd: int, needle: Needle, token: CancelToken) -> Iterator[tuple[int, str]]:
     """Numbered lines of the text in `fd` that hold `needle`, read a block of whole lines at a
     time: a block without the needle is only counted, so a big log costs little more than its
     reading. A line longer than `MAX_LINE_BYTES` is cut there (a minified file, a binary without
@@ -210,12 +210,10 @@ def _lines_holding(fd: int, needle: str, token: CancelToken) -> Iterator[tuple[i
             return
 
 
-def _block_lines(block: bytes, before: int, needle: str) -> Iterator[tuple[int, str]]:
-    if block.isascii() and needle.isascii() and needle.encode("ascii") not in block.lower():
-        return  # most blocks of a log: ruled out without decoding them (casefold is lower here)
+def _block_lines(block: bytes, before: int, needle: Needle) -> Iterator[tuple[int, str]]:
+    if needle.find(block) < 0:
+        return  # most blocks of a log: ruled out without decoding them (an ASCII needle)
     text = block.decode("utf-8", "replace")
-    if needle not in text.casefold():
-        return
     for number, line in enumerate(text.split("\n"), before + 1):  # numbered as `wc -l` counts
-        if needle in line.casefold():
+        if needle.in_line(line):
             yield number, wire_name(line.rstrip("\r")[:MAX_LINE_TEXT])

@@ -34,6 +34,7 @@ DEFAULT_LIST_LIMIT: Final = 5000
 MAX_LIST_LIMIT: Final = 50_000
 DEFAULT_SEARCH_LIMIT: Final = 500
 MAX_SEARCH_LIMIT: Final = 10_000
+MAX_FIND_QUERY: Final = 256  # as fs/search's query
 MAX_MODE: Final = 0o7777
 ArchiveFormat = Literal["zip", "tar.gz"]
 OnConflict = Literal["refuse", "skip", "overwrite"]  # a name an extraction finds taken
@@ -319,6 +320,24 @@ class FsSearch(FsPath):
     query: str = Field(min_length=1)
     content: Flag = False
     limit: Annotated[int, _none_is(DEFAULT_SEARCH_LIMIT), Field(ge=1, le=MAX_SEARCH_LIMIT)] = DEFAULT_SEARCH_LIMIT
+
+
+class FsFind(FsPath):
+    """fs.find, in one file: the first match of ``query`` at or after ``offset`` (``backward``: the
+    last one starting before it), case-insensitive unless ``case_sensitive``; or, with ``line``
+    instead of ``query``, where that line starts."""
+
+    query: str | None = Field(default=None, min_length=1, max_length=MAX_FIND_QUERY)
+    line: int | None = Field(default=None, ge=1, le=MAX_INTEGER)
+    offset: Annotated[int, _none_is(0), Field(ge=0, le=MAX_INTEGER)] = 0
+    backward: Flag = False
+    case_sensitive: Flag = False
+
+    @model_validator(mode="after")
+    def _query_or_line(self) -> FsFind:
+        if (self.query is None) == (self.line is None):
+            raise PydanticCustomError("query_or_line", "give either query or line")
+        return self
 
 
 class FsCompress(FsParams):

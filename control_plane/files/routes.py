@@ -31,6 +31,7 @@ from contract.errors import (
     TooLarge,
     ValidationFailed,
 )
+from contract.link.params import MAX_FIND_QUERY
 from contract.models import (
     DIRECT_UPLOAD_LIMIT,
     FS_WRITE_BODY_LIMIT,
@@ -56,6 +57,7 @@ from contract.models import (
     FsEntryResult,
     FsExtract,
     FsExtractCheck,
+    FsFound,
     FsMkdir,
     FsMoveCopy,
     FsMoveResult,
@@ -597,6 +599,33 @@ async def search(
     timeout = fleet.settings.transfer_timeout_s if content else None
     answer = await fleet.call_agent(server_id, "fs.search", params, timeout=timeout)
     return _checked(FsSearchResult, answer, "fs.search", server_id)
+
+
+@router.get("/find", response_model=FsFound)
+async def find(
+    target: ReadTarget,
+    fleet: FleetDep,
+    path: str = "",
+    query: str | None = Query(None, min_length=1, max_length=MAX_FIND_QUERY),
+    line: int | None = Query(None, ge=1, le=MAX_INTEGER),
+    offset: int = Query(0, ge=0, le=MAX_INTEGER),
+    backward: bool = False,
+    case_sensitive: bool = False,
+) -> Response:
+    """In one file of any size, searched on its server: the first match of `query` at or after
+    `offset` (`backward`: the last one before it), or with `line`, where that line starts."""
+    if (query is None) == (line is None):
+        raise ValidationFailed(
+            "give either query or line",
+            details={"errors": [{"loc": ["query", "query"], "msg": "give either query or line"}]},
+        )
+    server_id = target.server_id
+    params = target.params(
+        path=path, query=query, line=line, offset=offset, backward=backward, case_sensitive=case_sensitive
+    )
+    # A 1 GiB log is read whole when the match is at its end: the deadline of a tree operation.
+    answer = await fleet.call_agent(server_id, "fs.find", params, timeout=fleet.settings.transfer_timeout_s)
+    return _checked(FsFound, answer, "fs.find", server_id)
 
 
 # --- trash ------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ SAYS = {
     "fleet": r"all sizes:",
     "jobs": r"site\.create +\d+ ms",
     "load_balancers": r"(?m)^nginx .* \d+/20 +\d+/20$\n^HAProxy .* \d+/20 +\d+/20$",  # all the load sent
+    "viewer_search": r"viewer / .* \d+ MiB/s +grep -b -m1 -i +\d+ MiB/s\n.*viewer \? .* \d+ MiB/s",
 }
 
 

@@ -89,6 +89,17 @@ BROKEN: list[tuple[type[LinkParams], str, dict[str, Any], str]] = [
     (link_params.FsChmod, "fs.chmod", {**SITE, "paths": ["notes.txt"], "mode": 0o644, "only": "links"}, "only"),
     (link_params.FsSearch, "fs.search", {**SITE, "query": ""}, "query"),
     (link_params.FsSearch, "fs.search", {**SITE, "query": "x", "limit": 10_001}, "limit"),
+    (link_params.FsFind, "fs.find", {**SITE, "path": "notes.txt"}, "give either query or line"),
+    (
+        link_params.FsFind,
+        "fs.find",
+        {**SITE, "path": "notes.txt", "query": "x", "line": 1},
+        "give either query or line",
+    ),
+    (link_params.FsFind, "fs.find", {**SITE, "path": "notes.txt", "query": "x" * 257}, "query"),
+    (link_params.FsFind, "fs.find", {**SITE, "path": "notes.txt", "line": 0}, "line"),
+    (link_params.FsFind, "fs.find", {**SITE, "path": "notes.txt", "query": "x", "offset": -1}, "offset"),
+    (link_params.FsFind, "fs.find", {**SITE, "path": "notes.txt", "query": "x", "backward": "yes"}, "backward"),
     (
         link_params.FsCompress,
         "fs.compress",

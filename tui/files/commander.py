@@ -638,12 +638,19 @@ class CommanderScreen(FleetScreen):
         if panel.place is None:
             return
 
+        dialog = SearchDialog(*panel.place, panel.path)
+
         def jump(path: str | None) -> None:
             if path:
                 folder, _, name = path.strip("/").rpartition("/")
                 panel.load(folder, select=name)
+            hit = dialog.picked
+            if path and hit is not None and hit.line is not None and panel.place is not None:
+                # A line of a file: the viewer opens there, the search's text marked (n: the next).
+                viewer = ViewerScreen(*panel.place, path, line=hit.line, pattern=dialog.searched_for)
+                self.app.push_screen(viewer)
 
-        self.app.push_screen(SearchDialog(*panel.place, panel.path), jump)
+        self.app.push_screen(dialog, jump)
 
     def action_trash(self) -> None:
         panel = self.active

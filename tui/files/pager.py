@@ -2,10 +2,10 @@
 
 The file is never loaded whole. `WindowCache` keeps the few chunks around what is on screen and
 reads others as they are needed; `Pager` knows where the screen starts (a byte offset: the start
-of a line, or of a 16-byte row in hex) and computes the rows of a screen, the moves, and searches
-that read further windows. Lines are cut from bytes before they are decoded, so a character split
-across two windows is decoded whole. It runs in trio (the API client's side of the bridge); the
-screen gets `Page`s back.
+of a line, or of a 16-byte row in hex) and computes the rows of a screen and the moves. Searches
+and go-to-line run on the server (`fs/find`: the file is read there, not through windows). Lines
+are cut from bytes before they are decoded, so a character split across two windows is decoded
+whole. It runs in trio (the API client's side of the bridge); the screen gets `Page`s back.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import re
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import trio
 from rich.cells import chop_cells
 
-from contract.models import WINDOW_LIMIT, FileWindow
+from contract.models import FileWindow, FsFound
 from tui.text import printable_line
 
 CHUNK = 256 * 1024  # one cached window: the end of a log is one small read
@@ -30,6 +30,26 @@ SNIFF = 8192
 ROTATED_LOG = re.compile(r"\.log(\.\d+)?$")  # access.log, access.log.1 (not catalog.json, not a .logo)
 
 Fetch = Callable[[int, int], Awaitable[FileWindow]]
+
+
+class Find(Protocol):
+    """`client.files.find` on the viewer's file: a match or a line's start, found on the server."""
+
+    def __call__(
+        self, *, query: str | None = None, line: int | None = None, offset: int = 0, backward: bool = False,
+        case_sensitive: bool = False,
+    ) -> Awaitable[FsFound]: ...  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Found:
+    """Where a search or a go-to-line took the screen: the page, the byte it found and its line."""
+
+    page: Page
+    offset: int
+    line: int | None
+
+
 Mode = Literal["text", "hex"]
 
 
@@ -127,13 +147,15 @@ class Pager:
     """Where the screen is in the file, and how it moves. Moves run one at a time (a lock), in
     the order the keys came; each answers the new `Page`."""
 
-    def __init__(self, fetch: Fetch) -> None:
+    def __init__(self, fetch: Fetch, find: Find | None = None) -> None:
+        """`find`: how it searches and goes to a line (without it, it only pages)."""
         self.cache = WindowCache(fetch)
+        self._find = find
         self.mode: Mode = "text"
         self.wrap = False
         self.top = 0
+        self.hidden = 0  # rows of the top line above the screen: a wrapped last screen ends full
         self.width, self.height = 80, 20
-        self.searched = 0  # how far the running search has read, for its progress line
         self._lock = trio.Lock()
 
     @property
@@ -153,6 +175,7 @@ class Pager:
         """The page for a screen of `width` x `height` (after a resize, a wrap or a mode switch)."""
         async with self._lock:
             at_end = (await self._page()).at_end
+            self.hidden = 0
             self.width, self.height = max(1, width), max(1, height)
             if mode is not None and mode != self.mode:
                 self.mode = mode
@@ -166,6 +189,13 @@ class Pager:
     async def move(self, how: str) -> Page:
         """`up`, `down`, `page_up`, `page_down`, `home` or `end`."""
         async with self._lock:
+            page = await self._page()
+            if how in ("down", "page_down") and page.at_end:
+                return page  # at the end it stays there
+            if how == "up" and self.hidden:
+                self.hidden -= 1  # the top line's hidden rows come back one by one
+                return await self._page()
+            self.hidden = 0
             if how == "home":
                 self.top = 0
             elif how == "end":
@@ -174,26 +204,45 @@ class Pager:
                 self.top = await self._up(self.top, 1)
             elif how == "page_up":
                 self.top = await self._up(self.top, self.height)
-            elif how in ("down", "page_down") and not (page := await self._page()).at_end:
+            else:
                 self.top = page.bottom if how == "page_down" else await self._down(self.top)
                 if (await self._page()).at_end:
                     await self._end()  # the last screen is shown full, as `less` does
             return await self._page()
 
-    async def search(self, pattern: str, *, start: int, forward: bool) -> tuple[Page, int] | None:
-        """The first match of `pattern` after `start` (before it, backward), read window after
-        window: the page showing it and its offset, or None. Case-insensitive unless the pattern
-        has a capital (as `less -i`); cancel the task to stop it."""
-        needle = pattern.encode("utf-8")
-        flags = 0 if pattern != pattern.lower() else re.IGNORECASE
-        regex = re.compile(re.escape(needle), flags)
+    async def search(self, pattern: str, *, start: int, forward: bool) -> Found | None:
+        """The first match of `pattern` at or after `start` (before it, backward), found on the
+        server: the page showing it, or None. Case-insensitive unless the pattern has a capital (as
+        `less -i`); cancel the task to stop it."""
+        case_sensitive = pattern != pattern.lower()
         async with self._lock:
-            width = len(needle)
-            found = await (self._forward(regex, start, width) if forward else self._backward(regex, start, width))
-            if found is None:
-                return None
-            self.top = await self._line_start(found) if self.mode == "text" else found - found % HEX_WIDTH
-            return await self._page(), found
+            found = await self._finder()(
+                query=pattern, offset=start, backward=not forward, case_sensitive=case_sensitive
+            )
+            return None if found.offset is None else await self._go(found.offset, found)
+
+    async def go_to(self, *, line: int | None = None, offset: int = 0) -> Found:
+        """The page starting at line `line` (its start found on the server; the last line when the
+        file has fewer), or else at the line (hex: the row) holding byte `offset`."""
+        async with self._lock:
+            if line is None:
+                return await self._go(min(offset, max(0, self.size - 1)), None)
+            found = await self._finder()(line=line)
+            return await self._go(found.offset or 0, found)
+
+    async def _go(self, offset: int, found: FsFound | None) -> Found:
+        if found is not None:
+            self.cache.size = max(self.cache.size, found.size)  # a log grows
+        self.hidden = 0
+        self.top = await self._align(offset)
+        if (await self._page()).at_end:
+            await self._end()  # the last screen is shown full, as `less` does
+        return Found(await self._page(), offset, found.line if found is not None else None)
+
+    def _finder(self) -> Find:
+        if self._find is None:
+            raise RuntimeError("this pager was given no find")
+        return self._find
 
     # --- text lines ---------------------------------------------------------------------
 
@@ -239,7 +288,8 @@ class Pager:
         return top
 
     async def _end(self) -> None:
-        """The last screenful: the file's last rows end at the bottom of the screen."""
+        """The last screenful: the file's last rows end at the bottom of the screen (wrapped, the
+        top line's first rows may be `hidden` above it, as `less` does)."""
         if self.mode == "hex":
             rows = -(-self.size // HEX_WIDTH)
             self.top = max(0, rows - self.height) * HEX_WIDTH
@@ -249,7 +299,7 @@ class Pager:
             start = await self._line_start(top - 1)
             shown += len(await self._line_rows(start, top))
             top = start
-        self.top = top
+        self.top, self.hidden = top, max(0, shown - self.height)
 
     async def _page(self) -> Page:
         rows: list[Row] = []
@@ -260,36 +310,9 @@ class Pager:
                 rows.append(Row(pos + at, hex_row(pos + at, data[at : at + HEX_WIDTH])))
             pos += len(data)
         else:
-            while len(rows) < self.height and pos < self.size:
+            while len(rows) < self.hidden + self.height and pos < self.size:
                 end = await self._line_end(pos)
                 rows.extend(Row(pos, piece) for piece in await self._line_rows(pos, end))
                 pos = end
+            rows = rows[self.hidden :]
         return Page(rows[: self.height], self.top, pos, self.size, self.mode, self.wrap)
-
-    # --- search ---------------------------------------------------------------------------
-
-    async def _forward(self, regex: re.Pattern[bytes], start: int, width: int) -> int | None:
-        overlap = width - 1  # a match across two windows is found in the second
-        pos = start
-        while pos < self.size:
-            self.searched = pos
-            data = await self.cache.window(pos, WINDOW_LIMIT)
-            match = regex.search(data)
-            if match:
-                return pos + match.start()
-            if len(data) <= overlap:
-                return None
-            pos += len(data) - overlap
-        return None
-
-    async def _backward(self, regex: re.Pattern[bytes], before: int, width: int) -> int | None:
-        end = before  # a match must start before `end`
-        while end > 0:
-            self.searched = end
-            low = max(0, end - WINDOW_LIMIT + width)
-            data = await self.cache.window(low, min(WINDOW_LIMIT, end - low + width - 1))
-            starts = [m.start() for m in regex.finditer(data) if m.start() < end - low]
-            if starts:
-                return low + starts[-1]
-            end = low
-        return None

@@ -1,8 +1,10 @@
 """The viewer (F3): any file, of any size, paged with ranged reads as `less` pages it.
 
 Only a few windows of the file are ever held (see `Pager`): a 100 MB log opens at its end with one
-or two reads. Text is shown line by line (wrap with `w`), binaries as `hexdump -C` rows (`h`
-switches); `/` and `?` search forward and backward through the whole file, `n` and `N` repeat.
+or two reads. Text is shown line by line, cut at the screen's edge and scrolled sideways as `less
+-S` does (wrap with `w`), binaries as `hexdump -C` rows (`h` switches); `/` and `?` search forward
+and backward through the whole file on its server, `n` and `N` repeat; F5 goes to a line, a byte
+offset or a percentage of the file (mc's viewer's Goto; `:` stays the command line of every screen).
 """
 
 from __future__ import annotations
@@ -21,23 +23,39 @@ from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.message import Message
-from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from api_client import Scope, Server
-from contract.models import FileWindow
+from contract.models import FileWindow, FsFound
 from tui.bridge import TaskHandle
 from tui.errors import format_size
 from tui.files.highlight import LEXER_OPTIONS, LazyHighlighter, lexer_for_path, themed_segments
-from tui.files.pager import Page, Pager, is_log
+from tui.files.pager import Found, Page, Pager, is_log
 from tui.screen import FleetScreen
 from tui.text import load_tcss, printable
 from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 from tui.widgets.vi_keys import vi_keys
 
-SEARCH_POLL_S = 0.2
+GO_TO_HINT = "Go to: a line (1234), a byte offset (@4096 or @0x1000) or a percentage (50%)"
+
+
+def go_to_target(text: str, size: int) -> dict[str, int] | None:
+    """What F5's prompt was given, as `Pager.go_to`'s arguments: ``1234`` a line, ``@4096`` (``@0x1000``)
+    a byte offset, ``50%`` that much of `size` as an offset; None for anything else."""
+    text = text.strip().replace(",", "").replace("_", "")
+    try:
+        if text.startswith("@"):
+            offset = int(text[1:], 16) if text[1:].lower().startswith("0x") else int(text[1:])
+            return {"offset": offset} if offset >= 0 else None
+        if text.endswith("%"):
+            percent = float(text[:-1])
+            return {"offset": int(size * percent / 100)} if 0 <= percent <= 100 else None
+        line = int(text)
+    except ValueError:
+        return None
+    return {"line": line} if line >= 1 else None
 
 
 class PageView(Widget):
@@ -124,6 +142,7 @@ class ViewerScreen(FleetScreen):
         Binding("slash,f7", "search(True)", "Search", key_display="/"),
         Binding("question_mark", "search(False)", "Search back", key_display="?", show=False),
         Binding("n", "next_match(True)", "Next"),
+        Binding("f5", "go_to", "Go to", key_display="F5"),
         Binding("N", "next_match(False)", "Previous", key_display="N", show=False),
         Binding("w", "toggle_wrap", "Wrap"),
         Binding("h", "toggle_hex", "Hex"),
@@ -138,25 +157,49 @@ class ViewerScreen(FleetScreen):
         Binding("left", "sideways(-8)", "Left", show=False),
     ]
 
-    def __init__(self, server: Server, scope: Scope, path: str) -> None:
+    def __init__(self, server: Server, scope: Scope, path: str, *, line: int | None = None, pattern: str = "") -> None:
+        """`line`: open there (a content search's hit), with its `pattern` marked and `n` going on."""
         super().__init__()
         self.server = server
         self.title = server.name
         self.scope = scope
         self.path = path
-        self.pager = Pager(self._fetch)
+        self.pager = Pager(self._fetch, self._find_in_file)
+        self._open_at_line = line
+        self._opening_pattern = pattern
         self.page: Page | None = None
         self.match: int | None = None  # where the last match found starts
         self._opened = False
         self._pending: deque[Callable[[], TaskHandle]] = deque()
         self._current: TaskHandle | None = None
         self._searching: TaskHandle | None = None
-        self._search_timer: Timer | None = None
         self._search_forward = True
+        self._prompt: Literal["search", "go_to"] = "search"
+        self._line_note = ""  # the line a search or a go-to found, until the next move
         self._note = "opening…"
 
     async def _fetch(self, offset: int, length: int) -> FileWindow:
         return await self.client.files.read_window(self.server.id, self.scope, self.path, offset, length)
+
+    async def _find_in_file(
+        self,
+        *,
+        query: str | None = None,
+        line: int | None = None,
+        offset: int = 0,
+        backward: bool = False,
+        case_sensitive: bool = False,
+    ) -> FsFound:
+        return await self.client.files.find(
+            self.server.id,
+            self.scope,
+            self.path,
+            query=query,
+            line=line,
+            offset=offset,
+            backward=backward,
+            case_sensitive=case_sensitive,
+        )
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
@@ -173,6 +216,7 @@ class ViewerScreen(FleetScreen):
         if self.dismissed:
             return
         self.view.focus()
+        self.view.pattern = self._opening_pattern
         self._update_bar()
 
     @on(PageView.Resized)
@@ -182,17 +226,26 @@ class ViewerScreen(FleetScreen):
         if not self._opened:
             self._opened = True
             self.pager.width, self.pager.height = max(1, size.width), max(1, size.height)
-            at_end = is_log(self.path) or self.scope.read_only  # every file of a site's logs scope is a log
+            at_line = self._open_at_line
+            at_end = at_line is None and (is_log(self.path) or self.scope.read_only)  # a logs scope's files are logs
             self._ask(self.pager.open, at_end=at_end)
+            if at_line is not None:
+                self._ask(self.pager.go_to, line=at_line, on_done=self._went)
         else:
             self._ask(self.pager.show, size.width, size.height)
 
     # --- pages ----------------------------------------------------------------------------
 
-    def _ask(self, move: Callable[..., Awaitable[Page]], *args: Any, **kwargs: Any) -> None:
-        """Run a `Pager` call in trio; its page is shown when it comes."""
-        call = partial(move, *args, **kwargs)
-        self._queue(lambda: self.bridge.run(self, call, on_done=self._moved, on_error=self._move_failed, name="page"))
+    def _ask(
+        self,
+        move: Callable[..., Awaitable[Any]],
+        *args: Any,
+        on_done: Callable[[Any], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Run a `Pager` call in trio; its page is shown when it comes (by `on_done`, given one)."""
+        call, done = partial(move, *args, **kwargs), on_done or self._moved
+        self._queue(lambda: self.bridge.run(self, call, on_done=done, on_error=self._move_failed, name="page"))
 
     def _queue(self, start: Callable[[], TaskHandle]) -> None:
         """Calls run one at a time, in the order of the keys: `g` then `G` ends at the end."""
@@ -209,6 +262,17 @@ class ViewerScreen(FleetScreen):
 
     def _moved(self, page: Page) -> None:
         self._show(page)
+        self._finished()
+
+    def _went(self, found: Found) -> None:
+        """A go-to-line (or offset) arrived: its page, and the line it went to in the bar."""
+        self._line_note = f"line {found.line:,}" if found.line is not None else ""
+        hit, self._open_at_line = self._open_at_line is not None, None
+        self.match = None  # `n` searches from the new screen
+        if hit and self.view.pattern:  # a content search's hit: `n` goes on past its line
+            later = [row.offset for row in found.page.rows if row.offset > found.page.top]
+            self.match = (later[0] if later else found.page.bottom) - 1
+        self._show(found.page)
         self._finished()
 
     def _move_failed(self, exc: BaseException) -> None:
@@ -238,11 +302,14 @@ class ViewerScreen(FleetScreen):
             percent = 100 if page.at_end else page.bottom * 100 // max(1, page.size)
             details.append(f"{page.top:,}/{page.size:,} bytes ({format_size(page.size)}) {percent}%")
             details.append("hex" if page.mode == "hex" else "wrap" if page.wrap else "text")
+        if self._line_note:
+            details.append(self._line_note)
         if self._note:
             details.append(self._note)
         self.query_one("#viewer-bar", Static).update(printable(" · ".join(details)))
 
     def action_move(self, how: Literal["up", "down", "page_up", "page_down", "home", "end"]) -> None:
+        self._line_note = ""
         self._ask(self.pager.move, how)
 
     def action_sideways(self, columns: int) -> None:
@@ -264,18 +331,36 @@ class ViewerScreen(FleetScreen):
 
     def action_search(self, forward: bool) -> None:
         self._search_forward = forward
+        self._open_prompt("search", f"Search {'forward' if forward else 'backward'} (Enter: find, Esc: cancel)")
+
+    def action_go_to(self) -> None:
+        self._open_prompt("go_to", GO_TO_HINT)
+
+    def _open_prompt(self, prompt: Literal["search", "go_to"], placeholder: str) -> None:
+        """The line at the bottom takes a search or a go-to (one at a time, as in `less`)."""
+        self._prompt = prompt
         search = self.query_one("#viewer-search", Input)
-        search.placeholder = f"Search {'forward' if forward else 'backward'} (Enter: find, Esc: cancel)"
+        search.placeholder = placeholder
         search.display = True
         search.focus()
 
     @on(Input.Submitted, "#viewer-search")
     def _search_submitted(self, event: Input.Submitted) -> None:
         self._close_search_input()
-        if event.value:
+        if self._prompt == "go_to":
+            self._go_to(event.value)
+        elif event.value:
             self.view.pattern = event.value
             self.match = None
             self._find(self._search_forward)
+
+    def _go_to(self, text: str) -> None:
+        target = go_to_target(text, self.pager.size)
+        if target is None:
+            if text.strip():
+                self.notify(GO_TO_HINT, severity="warning")
+            return
+        self._ask(self.pager.go_to, on_done=self._went, **target)
 
     def action_next_match(self, same_way: bool) -> None:
         if self.view.pattern:
@@ -285,20 +370,20 @@ class ViewerScreen(FleetScreen):
         self._queue(partial(self._start_search, self.view.pattern, forward))
 
     def _start_search(self, pattern: str, forward: bool) -> TaskHandle:
-        """Search from the last match (or the top of the screen) through as many windows as it
-        takes; the bar shows how far it has read, Escape stops it."""
+        """Search from the last match (or the top of the screen) on the server, Escape stops it;
+        the bar says the line of the match."""
         top = self.page.top if self.page is not None else 0
         at = self.match if self.match is not None else top
         start = at + 1 if forward and self.match is not None else at
-        self._search_timer = self.set_interval(SEARCH_POLL_S, self._search_progress)
 
-        def found(result: tuple[Page, int] | None) -> None:
+        def found(result: Found | None) -> None:
             self._search_ended("")
             if result is None:
                 self.notify(f"Not found: {printable(pattern)}", severity="warning")
             else:
-                self.match = result[1]
-                self._show(result[0])
+                self.match = result.offset
+                self._line_note = f"match on line {result.line:,}" if result.line is not None else ""
+                self._show(result.page)
 
         def failed(exc: BaseException) -> None:
             self._search_ended("")
@@ -310,19 +395,12 @@ class ViewerScreen(FleetScreen):
         self._searching = self.bridge.run(self, search, on_done=found, on_error=failed, name="search")
         return self._searching
 
-    def _search_progress(self) -> None:
-        if self._searching is not None and self.page is not None:
-            self._note = f"searching… {format_size(self.pager.searched)} of {format_size(self.page.size)} · Esc stops"
-            self._update_bar()
-
     def _search_ended(self, note: str) -> None:
         """The search found, did not find, failed or was stopped: the calls queued behind it run."""
         if self._searching is None:
             return
         self._searching.cancel()  # a no-op once it has finished
-        if self._search_timer is not None:
-            self._search_timer.stop()
-        self._searching = self._search_timer = None
+        self._searching = None
         self._note = note
         self._update_bar()
         self._finished()

@@ -81,6 +81,8 @@ async def test_reads_resolve_beneath_the_log_folder(fs: FileHandlers) -> None:
     assert (await call(fs.fs_stat, **LOGS, path="out-abs.log"))["type"] == "symlink"
     found = await call(fs.fs_search, **LOGS, path="", query="/page/42 ", content=True)
     assert [(m["entry"]["name"], m["line"]) for m in found["matches"]] == [("access.log", 43)]
+    assert (await call(fs.fs_find, **LOGS, path="access.log", query="/page/42 "))["line"] == 43  # the viewer's /
+    assert (await error(fs.fs_find, **LOGS, path="out-abs.log", query="secret")).code == "path_outside_scope"
     assert (await call(fs.fs_dirsize, **LOGS, path=""))["files"] == 2
     for name in ("out-abs.log", "out-rel.log", "out-dir/secret.txt"):
         assert (await error(fs.fs_read, **LOGS, path=name)).code == "path_outside_scope"

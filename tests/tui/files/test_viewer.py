@@ -6,6 +6,7 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,10 +15,13 @@ from textual.pilot import Pilot
 
 from tests.conftest import Stack
 from tests.helpers import wait_for
+from tests.helpers.snapshots import screen_text
 from tests.helpers.tui import highlight, highlight_server, names, real_app, run, site_dir
+from tui.command_line import CommandLine
 from tui.files.commander import CommanderScreen
+from tui.files.dialogs import SearchDialog
 from tui.files.pager import CHUNK, hex_row, is_log, looks_binary
-from tui.files.viewer import PageView, ViewerScreen
+from tui.files.viewer import PageView, ViewerScreen, go_to_target
 
 LINES = 1_600_000  # 13 bytes a line: a 20 MB log
 
@@ -118,6 +122,7 @@ def test_search_forward_and_backward_across_windows(stack: Stack, site_file: Wri
 
         await pilot.press("slash", *"needle", "enter")
         await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE early")
+        assert "match on line 400,001" in bar(viewer)  # found on the server, with its line
         await pilot.press("n")
         await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE late")
         await pilot.press("n")
@@ -132,6 +137,75 @@ def test_search_forward_and_backward_across_windows(stack: Stack, site_file: Wri
         await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE early")
         await pilot.press("N")
         await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE late")
+
+    run(app, scenario)
+
+
+def test_go_to_a_line_an_offset_or_a_percentage(stack: Stack, site_file: WriteFile) -> None:
+    """F5 (mc's viewer's Goto) then a line, `@` a byte offset, or a percentage; past the last line:
+    the last line; anything else says what it takes and moves nothing."""
+    size = site_file("logs/viewer-goto.log", big_log()).stat().st_size
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        viewer = await open_viewer(pilot, "logs", "viewer-goto.log")
+        assert shown(viewer)[-1] == f"line {LINES - 1:07d}"  # a log: at its end
+
+        await pilot.press("f5", *"1,234,567", "enter")
+        await wait_for(pilot, lambda: shown(viewer)[0] == "line 1234566")
+        assert "line 1,234,567" in bar(viewer)
+        await pilot.press("f5", *"@0x87", "enter")  # byte 135, in the line that starts at 130
+        await wait_for(pilot, lambda: shown(viewer)[0] == "line 0000010")
+        assert viewer.page is not None and viewer.page.top == 130
+        await pilot.press("f5", *"50%", "enter")
+        await wait_for(pilot, lambda: shown(viewer)[0] == f"line {size // 2 // 13:07d}")
+        await pilot.press("f5", *"99999999", "enter")  # past the end: the last screen, full
+        await wait_for(pilot, lambda: shown(viewer)[-1] == f"line {LINES - 1:07d}")
+        assert "line 1,600,000" in bar(viewer) and len(shown(viewer)) == viewer.query_one(PageView).size.height
+        await pilot.press("f5", *"sideways", "enter")
+        await wait_for(pilot, lambda: any(n.message.startswith("Go to: a line") for n in app._notifications))
+        assert shown(viewer)[-1] == f"line {LINES - 1:07d}"
+        await pilot.press("f1")
+        await wait_for(pilot, lambda: re.search(r"F5 +Go to", screen_text(app)) is not None)
+        await pilot.press("escape", "colon")  # `:` stays the command line, as on every screen
+        await wait_for(pilot, lambda: isinstance(app.screen, CommandLine))
+
+    run(app, scenario)
+
+
+def test_a_content_search_hit_opens_the_viewer_at_its_line(stack: Stack, site_file: WriteFile) -> None:
+    """Enter on a content match: the panel goes to the file and the viewer opens at the match's
+    line, the search's text marked; `n` goes on to the next match."""
+    site_file("viewer-hit.txt", big_log())
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, "local")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.left))
+        commander = app.screen
+        assert isinstance(commander, CommanderScreen)
+        await pilot.press("ctrl+f")
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchDialog))
+        search = app.screen
+        assert isinstance(search, SearchDialog)
+        await pilot.press(*"needle late", "ctrl+t", "enter")
+        await wait_for(pilot, lambda: not search.searching and search.matches, seconds=60)
+        assert [(m.entry.path, m.line) for m in search.matches] == [("viewer-hit.txt", 1_200_001)]
+        await pilot.press("down", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ViewerScreen) and app.screen.page is not None)
+        viewer = app.screen
+        assert isinstance(viewer, ViewerScreen)
+        await wait_for(pilot, lambda: shown(viewer)[0] == "NEEDLE late")
+        assert "line 1,200,001" in bar(viewer) and viewer.query_one(PageView).pattern == "needle late"
+        await pilot.press("N")  # backward from the hit: the same line is where it was found
+        await wait_for(pilot, lambda: "match on line 1,200,001" in bar(viewer))
+        await pilot.press("slash", *"needle", "enter", "n")
+        await wait_for(pilot, lambda: any("Not found" in n.message for n in app._notifications))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is commander)
+        assert commander.left.pane.highlighted is not None
+        assert commander.left.pane.highlighted["name"] == "viewer-hit.txt"
 
     run(app, scenario)
 
@@ -162,6 +236,48 @@ def test_wrap_toggle_and_a_character_across_a_window_boundary(stack: Stack, site
         assert len(rows[start]) == width and "".join(rows[start : start + 3]) == long_line
         await pilot.press("w")
         await wait_for(pilot, lambda: "· text" in bar(viewer))
+
+    run(app, scenario)
+
+
+def long_line(n: int) -> str:
+    """Line `n` of `long_lines`: every third one, from line 1, 136 columns wide, with spaces where a
+    word wrap would fold it."""
+    return f"line {n:03d} {'abcdefghi ' * (12 if n % 3 == 1 else 1)}end {n:03d}"
+
+
+def long_lines() -> bytes:
+    return "".join(long_line(n) + "\n" for n in range(200)).encode()
+
+
+def test_at_80_columns_long_lines_do_not_fold_and_end_shows_the_last_line(stack: Stack, site_file: WriteFile) -> None:
+    """As `less -S`: a row is one line, cut at the screen's edge and scrolled sideways; End puts the
+    file's last line on the screen's last row (folded rows pushed it ten lines below). Wrapped
+    (`w`), End shows the last line's last row too, the top line's first rows above the screen."""
+    site_file("viewer-long.txt", long_lines())
+    app = real_app(stack)
+
+    def rows_drawn() -> list[str]:
+        return screen_text(app).split("\n")[2:-2]  # below the header and the bar, above the footer
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        viewer = await open_viewer(pilot, "", "viewer-long.txt")
+        width, height = viewer.query_one(PageView).size
+        assert rows_drawn() == [long_line(n)[:width] for n in range(height)]
+
+        await pilot.press("end")
+        await wait_for(pilot, lambda: rows_drawn()[-1].startswith("line 199"))
+        assert rows_drawn() == [long_line(n)[:width] for n in range(200 - height, 200)]
+        await pilot.press(*"l" * 8)  # 64 columns to the right: the end of a long line shows
+        await wait_for(pilot, lambda: rows_drawn()[-1] == long_line(199)[64:])
+        assert rows_drawn()[-2] == ""  # line 198 is shorter than 64 columns
+
+        await pilot.press("w")
+        await wait_for(pilot, lambda: "· wrap" in bar(viewer) and rows_drawn()[-1] == long_line(199)[width:])
+        assert rows_drawn()[-2] == long_line(199)[:width] and len(rows_drawn()) == height
+        assert "" not in rows_drawn()  # a full screen: line 199 - 14's first row is above it
+        await pilot.press("up")
+        await wait_for(pilot, lambda: rows_drawn()[-1] == long_line(199)[:width])
 
     run(app, scenario)
 
@@ -216,3 +332,10 @@ def test_which_files_open_at_their_end_and_which_in_hex() -> None:
     assert not looks_binary(text[:8192]) and not looks_binary(text)
     assert looks_binary(b"MZ\x90\x00") and looks_binary(b"\xff\xfe\xfd text")
     assert hex_row(16, b"AB") == "00000010  41 42" + " " * 45 + "|AB|"  # the ASCII column stays in place
+
+
+def test_what_go_to_takes() -> None:
+    assert go_to_target("1,234", 1000) == {"line": 1234} and go_to_target(" 7 ", 1000) == {"line": 7}
+    assert go_to_target("@4096", 1000) == {"offset": 4096} and go_to_target("@0x1F", 1000) == {"offset": 31}
+    assert go_to_target("25%", 1000) == {"offset": 250} and go_to_target("100%", 1000) == {"offset": 1000}
+    assert [go_to_target(bad, 1000) for bad in ("", "0", "-3", "@-1", "101%", "abc", "@x", "1e3")] == [None] * 8

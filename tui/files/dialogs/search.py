@@ -1,4 +1,5 @@
-"""Search a folder of the server by name or by content; Enter on a result returns its path."""
+"""Search a folder of the server by name or by content; Enter on a result returns its path (and
+keeps the match it picked: a content match opens the viewer at its line)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ class SearchDialog(Dialog[str | None]):
         self.scope = scope
         self.directory = directory.strip("/")
         self.matches: list[FsSearchMatch] = []
+        self.searched_for = ""  # the query of `matches`
+        self._query = ""  # of the search running
+        self.picked: FsSearchMatch | None = None
         self.truncated = False
         self.searching = False
         self._search_task: TaskHandle | None = None
@@ -101,6 +105,7 @@ class SearchDialog(Dialog[str | None]):
         if self._search_task is not None:
             self._search_task.cancel()  # a newer query wins
         self.searching = True
+        self._query = query
         self.set_status(f"Searching {'the content of files' if content else 'names'} for {query!r}…")
         self._search_task = self.bridge.run(
             self,
@@ -118,6 +123,7 @@ class SearchDialog(Dialog[str | None]):
 
     def _show(self, answer: FsSearchResult) -> None:
         self.searching = False
+        self.searched_for = self._query
         self.matches = answer.matches
         self.truncated = answer.truncated
         results = self.query_one("#search-results", OptionList)
@@ -141,4 +147,5 @@ class SearchDialog(Dialog[str | None]):
     def _picked(self, event: OptionList.OptionSelected) -> None:
         event.stop()
         if 0 <= event.option_index < len(self.matches):
-            self.finish(self.matches[event.option_index].entry.path)
+            self.picked = self.matches[event.option_index]
+            self.finish(self.picked.entry.path)
