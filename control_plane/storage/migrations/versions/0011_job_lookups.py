@@ -1,15 +1,15 @@
 """A job may be a look-up: a read a client runs for itself (a form's choices), kept out of the
 server's job history unless asked for (`JobCreate.lookup`). Jobs before it were not.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
