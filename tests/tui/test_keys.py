@@ -592,18 +592,18 @@ def test_a_password_typed_from_the_server_list_in_one_go_shows_nowhere(
 
 
 class Tmux:
-    """The real `fleetdeck` in a tmux server of its own (its own socket: other tmux sessions on
-    the machine are left alone), as the user runs it, at 80x24."""
+    """The real `fleetdeck` in a tmux server of its own (its socket in the test's folder: other
+    tmux sessions on the machine are left alone), as the user runs it, at 80x24."""
 
     def __init__(self, home: Path, env: dict[str, str]) -> None:
-        self.socket = f"fleetdeck-keys-{uuid.uuid4().hex[:8]}"
+        self.socket = str(home / "tmux.sock")
         self.home = home
         settings = [f"{name}={value}" for name, value in env.items()]
         command = [sys.executable, "-m", "fleetdeck"]
         self.tmux("new-session", "-d", "-x", "80", "-y", "24", *[f"-e{s}" for s in settings], shlex.join(command))
 
     def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True).stdout
+        return subprocess.run(["tmux", "-S", self.socket, *args], check=True, capture_output=True, text=True).stdout
 
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p")
@@ -615,7 +615,7 @@ class Tmux:
             time.sleep(0.1)
 
     def close(self) -> None:
-        subprocess.run(["tmux", "-L", self.socket, "kill-server"], check=False, capture_output=True)
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], check=False, capture_output=True)
 
 
 @pytest.fixture
