@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.filter import LineFilter, Monochrome, NoColor
@@ -24,6 +25,7 @@ from textual.theme import Theme
 
 from themes.palettes import MONO, THEMES, automatic_theme_name, default_theme_name, register_themes
 from tui.connection import ConnectError, Connection, PendingConnection
+from tui.keys import KeyQueue, KeyRouted
 from tui.starting import StartingScreen
 from tui.text import load_tcss, printable
 
@@ -81,6 +83,7 @@ class FleetdeckApp(App[None]):
         self.monitor: ConnectionMonitor | None = None  # once connected: is the control plane there
         if self.pending is not None:
             self.sub_title = "starting…"
+        self.keys = KeyQueue(self, self._route_key)
         register_themes(self)
         # Set before the first frame: a theme set once mounted restyles every widget again.
         self._unknown_theme = self._set_theme(default_theme_name(theme))
@@ -119,6 +122,22 @@ class FleetdeckApp(App[None]):
         if self.theme == MONO.name:
             filters.append(_NO_COLOR)
         return filters
+
+    # --- keys -----------------------------------------------------------------------------
+
+    async def on_event(self, event: events.Event) -> None:
+        """The terminal's keys wait in `self.keys` for the previous key to be handled and the
+        screen to be ready (`tui.keys`); every other event as Textual handles it."""
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            await self.keys.arrived(event)
+            return
+        await super().on_event(event)
+
+    async def _route_key(self, key: events.Key) -> None:
+        await super().on_event(key)
+
+    def on_key_routed(self, message: KeyRouted) -> None:
+        self.keys.routed(message)
 
     @property
     def client(self) -> Client:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from textual import events, on
 from textual.screen import ModalScreen, Screen
 
 from api_client import Client
@@ -44,33 +43,39 @@ class FleetAccess:
 
 
 class KeepsEarlyKeys(Screen[Any]):
-    """Keys typed before the screen focused its first widget are kept for that widget.
+    """A screen that may ask for the keys typed meanwhile to wait (`tui.keys` routes them).
 
-    A screen just pushed (a form, a picker, a dialog) focuses its field once mounted; until then
-    the keys reach the screen, which has nothing to give them to, and they were lost (type the
-    start of a name right after the key that opens the dialog). The keys bound on the screen or
-    the app (Esc, F1) still act at once.
+    Keys typed while a screen is being mounted already wait for it (the app's `KeyQueue`), and
+    reach the widget its `on_mount` focused, in order. A screen that is not ready once mounted
+    (its fields show what it still loads from the server) calls `hold_keys()` in `on_mount` and
+    `release_keys()` once its fields are filled and focused (or on error: the keys then go to
+    what it shows). So does a screen whose action loads what it will open (`n` while the job
+    catalog loads): the keys typed meanwhile go to what it opens, or to it if the load fails.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._early_keys: list[events.Key] | None = []
-        """None once a widget had the focus. Not `focused is None`: a key the app forwarded
-        here before the first focus may be read only once the focus is set."""
+    _key_holders: frozenset[object] = frozenset()
 
-    @on(events.Key)
-    def _keep_early_key(self, event: events.Key) -> None:
-        # Before any focus, the active bindings are the screen's and the app's.
-        if self._early_keys is not None and event.key not in self.active_bindings:
-            event.stop()
-            event.prevent_default()
-            self._early_keys.append(events.Key(event.key, event.character))
+    @property
+    def holding_keys(self) -> bool:
+        """True while anything holds the keys (`hold_keys`): the keys typed meanwhile wait."""
+        return bool(self._key_holders)
 
-    @on(events.DescendantFocus)
-    def _replay_early_keys(self, _event: events.DescendantFocus) -> None:
-        early, self._early_keys = self._early_keys or [], None
-        for key in early:  # to the app, as the terminal sent them: on to the focused widget
-            self.app.post_message(key)
+    def hold_keys(self, holder: object | None = None) -> None:
+        """Keep the keys typed from now on waiting, until `release_keys(holder)`. `holder` (the
+        screen by default): what waits for something, such as each of two panels listing a folder."""
+        self._key_holders |= {self if holder is None else holder}
+
+    def release_keys(self, holder: object | None = None) -> None:
+        """Let the keys waiting go once no holder is left: to the screen on top then, once it is
+        ready. Through the app's queue, so a `focus()` asked for just before (also queued there)
+        is done first."""
+        holders = self._key_holders - {self if holder is None else holder}
+        if holders == self._key_holders:
+            return
+        self._key_holders = holders
+        keys = getattr(self.app, "keys", None)
+        if keys is not None and not holders:
+            self.app.call_later(keys.pump)
 
 
 class FleetScreen(FleetAccess, KeepsEarlyKeys, BridgedMixin, Screen[None]):

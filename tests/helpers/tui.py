@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from textual import events
 from textual.app import App
 from textual.pilot import Pilot
 from textual.widgets import Input, OptionList
@@ -40,6 +41,19 @@ def run(app: App[Any], scenario: Callable[[Pilot[Any]], Awaitable[None]], size: 
             await scenario(pilot)
 
     asyncio.run(main())
+
+
+CHARACTERS = {"enter": "\r", "tab": "\t", "space": " ", "slash": "/", "full_stop": ".", "minus": "-", "underscore": "_"}
+"""The character a terminal sends for the named keys the tests type (the others send none)."""
+
+
+def type_at_once(app: App[Any], *keys: str) -> None:
+    """`keys` as a paste or tmux `send-keys` delivers them: all in the app's queue at once, none
+    waiting for what the one before does (`pilot.press` waits for the app to be idle after each)."""
+    for key in keys:
+        character = key if len(key) == 1 else CHARACTERS.get(key)
+        name = {".": "full_stop", "-": "minus", "_": "underscore", "/": "slash", " ": "space"}.get(key, key)
+        app.post_message(events.Key(name, character))
 
 
 def real_app(stack: Stack) -> FleetdeckApp:

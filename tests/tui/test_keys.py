@@ -7,7 +7,15 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import shlex
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from textual.app import App, ComposeResult
@@ -18,14 +26,31 @@ from textual.widgets._footer import FooterKey
 from tests.conftest import Stack
 from tests.helpers import wait_for
 from tests.helpers.jobs import finished_job
-from tests.helpers.tui import SIZE, highlight, highlight_server, names, open_commander, real_app, run, site_dir
+from tests.helpers.load_balancers import AgentlessOrg, new_org
+from tests.helpers.snapshots import screen_text
+from tests.helpers.tui import (
+    SIZE,
+    edit,
+    highlight,
+    highlight_server,
+    names,
+    open_commander,
+    open_jobs_of,
+    open_screen,
+    pick,
+    real_app,
+    real_app_and_wire,
+    run,
+    site_dir,
+    type_at_once,
+)
 from tui.files.commander import CommanderScreen
-from tui.files.dialogs import PermissionsDialog, SearchDialog
+from tui.files.dialogs import DeleteDialog, PermissionsDialog, SearchDialog
 from tui.files.editor_screen import EditorScreen
-from tui.files.save_conflict import DiscardChangesDialog
+from tui.files.save_conflict import DiscardChangesDialog, SaveConflictDialog
 from tui.files.viewer import ViewerScreen
 from tui.help import HelpScreen, screen_title
-from tui.jobs.dialogs import KindPicker
+from tui.jobs.dialogs import ConfirmRun, JobFormScreen, KindPicker
 from tui.jobs.run import JobRunScreen
 from tui.jobs.screen import JobsScreen
 from tui.load_balancers.screen import LoadBalancersScreen
@@ -376,3 +401,271 @@ def test_f1_is_help_everywhere_and_the_editor_types_a_question_mark(stack: Stack
 def test_help_titles_are_words() -> None:
     assert screen_title(ServerListScreen()) == "Servers"
     assert screen_title(DiscardChangesDialog(["/a"], "quit")) == "Discard changes dialog"
+
+
+# --- issue 25, 1: no key is ever lost, typed as fast as a paste ---------------------------------
+# Each case is typed twice: with `pilot.press` of the whole sequence, and all at once as a paste
+# or tmux `send-keys` delivers it (`type_at_once`); what counts is what the server saved.
+
+TYPING = ["pilot.press", "at once"]
+
+
+@pytest.fixture
+def org(stack: Stack) -> AgentlessOrg:
+    return new_org(stack)
+
+
+async def type_keys(pilot: Pilot[None], typing: str, *keys: str) -> None:
+    if typing == "at once":
+        type_at_once(pilot.app, *keys)
+    else:
+        await pilot.press(*keys)
+
+
+@pytest.mark.parametrize("typing", TYPING)
+def test_p_7_5_5_enter_sets_the_mode_on_the_server(stack: Stack, typing: str) -> None:
+    target = site_dir(stack) / f"typed-mode-{typing.replace(' ', '-')}.txt"
+    target.write_text("x")
+    target.chmod(0o644)
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await open_commander(pilot)
+        await highlight(pilot, screen.left, target.name)
+        await type_keys(pilot, typing, "p", "7", "5", "5", "enter")
+        await wait_for(pilot, lambda: app.screen is screen and target.stat().st_mode & 0o777 == 0o755)
+        assert not screen.query(PermissionsDialog)
+
+    run(app, scenario)
+
+
+@pytest.mark.parametrize("typing", TYPING)
+def test_keys_typed_while_the_trash_opens_restore_what_it_lists(stack: Stack, typing: str) -> None:
+    doomed = site_dir(stack) / f"typed-trash-{typing.replace(' ', '-')}.txt"
+    doomed.write_text("keep me")
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await open_commander(pilot)
+        await highlight(pilot, screen.left, doomed.name)
+        await pilot.press("f8")
+        await wait_for(pilot, lambda: isinstance(app.screen, DeleteDialog))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is screen and not doomed.exists())
+        # `t`, then tick the newest item (the one just deleted) and restore it, before the list came.
+        await type_keys(pilot, typing, "t", "space", "r")
+        await wait_for(pilot, lambda: doomed.exists() and doomed.read_text() == "keep me")
+
+    run(app, scenario)
+
+
+@pytest.mark.parametrize("typing", TYPING)
+def test_the_save_conflict_accelerator_c_never_types_into_the_copy_name(stack: Stack, typing: str) -> None:
+    name = f"typed-conflict-{typing.replace(' ', '-')}"
+    target = site_dir(stack) / f"{name}.txt"
+    target.write_text("original\n")
+    chosen = site_dir(stack) / f"{name}.copy.txt"
+    offered = site_dir(stack) / f"{name}.mine.txt"
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await edit(pilot, target.name)
+        target.write_text("theirs\n")
+        await pilot.press("ctrl+home", "z", "ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SaveConflictDialog))
+        # `c`, then the name of the copy typed over the one offered, and Enter.
+        await type_keys(pilot, typing, "c", *f"{name}.copy.txt", "enter")
+        await wait_for(pilot, lambda: chosen.exists() and screen.path == chosen.name)
+        assert chosen.read_text() == "zoriginal\n" and target.read_text() == "theirs\n"
+        assert not offered.exists()
+
+    run(app, scenario)
+
+
+@pytest.mark.parametrize("typing", TYPING)
+def test_a_new_backend_port_typed_in_the_form_is_saved_whole(org: AgentlessOrg, typing: str) -> None:
+    created = org.create_lb("typed", ["app-1"])
+    app = org.app()
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await open_screen(pilot)
+        await pick(pilot, screen, created.id)
+        # `e`, Tab past name, port, algorithm, check path and interval, to app-2's tick (app-1 is
+        # already in the pool): tick it, Tab to its port, type it over the default, ctrl+s.
+        await type_keys(pilot, typing, "e", *["tab"] * 8, "space", "tab", *"18471", "ctrl+s")
+        await wait_for(pilot, lambda: app.screen is screen and len(org.lb(created.id).backends) == 2)
+        ports = {backend.server_id: backend.port for backend in org.lb(created.id).backends}
+        assert ports[org.backends["app-2"]] == 18471
+
+    run(app, scenario)
+
+
+@pytest.mark.parametrize("typing", TYPING)
+def test_a_user_tab_and_a_password_typed_in_one_go_land_in_their_fields(stack: Stack, typing: str) -> None:
+    app, wire = real_app_and_wire(stack)
+    secret = f"s3cret-{typing.replace(' ', '-')}-XJQ"
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        jobs = await open_jobs_of(pilot, "local")
+        await type_keys(pilot, typing, "n", *"db.user-create", "enter", *"shop_app", "tab", *secret, "enter", "y")
+        await wait_for(pilot, lambda: wire.creations())
+        assert jobs.is_attached
+
+    run(app, scenario)
+    [(kind, args, _key)] = wire.creations()
+    assert kind == "db.user-create" and (args["user"], args["password"]) == ("shop_app", secret)
+
+
+# The files screen's dialogs and the editor, each driven by its whole sequence from the panel's
+# cursor on a file of its own: (the keys, what the server then holds).
+FILE_CASES = {
+    "F7 new folders": (["f7", *"typed-made/sub", "enter"], lambda file: (file.parent / "typed-made" / "sub").is_dir()),
+    "F8 delete": (["f8", "enter"], lambda file: not file.exists()),
+    "F4 edit and save": (
+        ["f4", *"new ", "ctrl+s", "escape"],
+        lambda file: file.exists() and file.read_text() == "new x",
+    ),
+}
+
+
+@pytest.mark.parametrize("typing", TYPING)
+@pytest.mark.parametrize("case", list(FILE_CASES))
+def test_each_files_dialog_driven_by_its_whole_sequence_saves_it(stack: Stack, case: str, typing: str) -> None:
+    keys, saved = FILE_CASES[case]
+    folder = site_dir(stack) / f"typed-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    file = folder / "file.txt"
+    file.write_text("x")
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await open_commander(pilot)
+        screen.left.load(folder.name)
+        await highlight(pilot, screen.left, file.name)
+        await type_keys(pilot, typing, *keys)
+        await wait_for(pilot, lambda: saved(file) and app.screen is screen)
+
+    run(app, scenario)
+
+
+# --- issue 25, 2: a secret typed fast shows nowhere ----------------------------------------------
+
+
+def everything_shown(app: App[Any]) -> str:
+    """The screen's text, what every field of every screen on the stack holds (a password field's
+    value aside: it shows as dots) and the notifications."""
+    fields = [
+        field.value for screen in app.screen_stack for field in screen.query(Input).results() if not field.password
+    ]
+    notes = [f"{note.title} {note.message}" for note in app._notifications]
+    return "\n".join([screen_text(app), *fields, *notes])
+
+
+def test_a_password_typed_from_the_server_list_in_one_go_shows_nowhere(
+    stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """J, n and the kind's name, its form's user, Tab and the password, all typed before the jobs
+    screen, its catalog and the form are there: the password reaches its field only, and never the
+    screen (the confirmation masks it), a notification or the log; the user field has the user."""
+    caplog.set_level(logging.DEBUG)
+    secret = "Zq7-secret-VXK-typed-fast"
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, "local")
+        type_at_once(app, "J", "n", *"db.user-create", "enter", *"shop_app", "tab", *secret, "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmRun))
+        form = app.screen_stack[-2]
+        assert isinstance(form, JobFormScreen)
+        assert form.form.raw_value("user") == "shop_app" and form.form.raw_value("password") == secret
+        await wait_for(pilot, lambda: "password = ***" in screen_text(app))
+        assert secret not in everything_shown(app)
+        await pilot.press("n", "escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, JobsScreen))
+        assert secret not in everything_shown(app)
+
+    run(app, scenario)
+    assert secret not in caplog.text
+
+
+# --- the real app in tmux: a whole sequence in one `send-keys` ----------------------------------
+
+
+class Tmux:
+    """The real `fleetdeck` in a tmux server of its own (its socket in the test's folder: other
+    tmux sessions on the machine are left alone), as the user runs it, at 80x24."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.socket = str(home / "tmux.sock")
+        self.home = home
+        settings = [f"{name}={value}" for name, value in env.items()]
+        command = [sys.executable, "-m", "fleetdeck"]
+        self.tmux("new-session", "-d", "-x", "80", "-y", "24", *[f"-e{s}" for s in settings], shlex.join(command))
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-S", self.socket, *args], check=True, capture_output=True, text=True).stdout
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p")
+
+    def wait_for(self, predicate: Callable[[], object], seconds: float = 30) -> None:
+        deadline = time.monotonic() + seconds
+        while not predicate():
+            assert time.monotonic() < deadline, f"not met within {seconds} s; the screen:\n{self.screen()}"
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], check=False, capture_output=True)
+
+
+@pytest.fixture
+def tmux_fleetdeck(stack: Stack, tmp_path: Path) -> Iterator[Tmux]:
+    env = {
+        "FLEETDECK_URL": stack.base_url,
+        "FLEETDECK_TOKEN": stack.token,
+        "HOME": str(tmp_path),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "TERM": "xterm-256color",
+        "PYTHONPATH": str(Path(__file__).parents[2]),
+    }
+    session = Tmux(tmp_path, env)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def test_tmux_send_keys_of_a_whole_sequence_sets_the_mode_and_shows_no_secret(
+    stack: Stack, tmux_fleetdeck: Tmux
+) -> None:
+    """One `send-keys` call: `:files local`, the panel's filter on the file, `p 7 5 5 Enter`; then
+    a job form's user, Tab and password, from the jobs screen to its confirmation. The mode is
+    755 on the server, and the password is in no screen and no line of the TUI's log file."""
+    target = site_dir(stack) / "tmux-typed-mode.txt"
+    target.write_text("x")
+    target.chmod(0o644)
+    secret = "Tmux-secret-QZ8-typed"
+    tmux = tmux_fleetdeck
+    tmux.wait_for(lambda: "local" in tmux.screen())
+    tmux.tmux("send-keys", ":files local", "Enter", f"/{target.name}", "Enter", "p755", "Enter")
+    tmux.wait_for(lambda: target.stat().st_mode & 0o777 == 0o755)
+    tmux.wait_for(lambda: "Permissions" not in tmux.screen())
+
+    screens: list[str] = []
+
+    def looked() -> str:
+        """The screen now, kept: every screen seen is checked for the secret."""
+        screens.append(tmux.screen())
+        return screens[-1]
+
+    tmux.tmux("send-keys", ":jobs local", "Enter", "n", "db.user-create", "Enter", "shop_app", "Tab", secret, "Enter")
+    tmux.wait_for(lambda: "password = ***" in looked())
+    assert "user = shop_app" in screens[-1]
+    tmux.tmux("send-keys", "n", "Escape")
+    tmux.wait_for(lambda: "Jobs of local" in looked() and "Run " not in screens[-1])
+    assert not [screen for screen in screens if secret in screen]
+    logs = list(tmux.home.rglob("tui.log"))
+    assert logs and all(secret not in log.read_text() for log in logs)

@@ -354,7 +354,9 @@ class CommanderScreen(FleetScreen):
 
         def show(content: FileContent) -> None:
             self.app.push_screen(EditorScreen(server, scope, content), lambda _result: panel.reload())
+            self.release_keys(EditorScreen)
 
+        self.hold_keys(EditorScreen)  # what is typed while the file is read: for the editor
         self._opening_task = self.bridge.run(
             self,
             self.client.files.read,
@@ -366,6 +368,7 @@ class CommanderScreen(FleetScreen):
         )
 
     def _open_failed(self, exc: BaseException, server: Server, path: str) -> None:
+        self.release_keys(EditorScreen)
         self.show_error(exc, server=server.name, path=path.rpartition("/")[2] or path)
 
     # --- copy and move between the panels -------------------------------------------------

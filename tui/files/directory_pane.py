@@ -18,6 +18,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
+from textual.dom import NoScreen
 from textual.geometry import Size
 from textual.message import Message
 from textual.reactive import reactive
@@ -25,6 +26,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tui.errors import format_size
+from tui.screen import KeepsEarlyKeys
 from tui.text import load_tcss, printable, short_time
 from tui.widgets.filter_line import name_filter
 from tui.widgets.vi_keys import vi_keys
@@ -310,6 +312,7 @@ class DirectoryPane(ScrollView, can_focus=True):
         then ↓↓ Enter goes down in the folder opened, not in the one left)."""
         if self._held_keys is None and self._listed_by_owner:
             self._held_keys = []
+            self._hold_screen_keys(hold=True)
 
     def release_keys(self, *, replay: bool = True) -> None:
         """The listing is shown: do what the held keys ask, in order (a key that opens another
@@ -322,6 +325,18 @@ class DirectoryPane(ScrollView, can_focus=True):
             action = self._action_of(key)
             if action is not None:
                 getattr(self, f"action_{action}")()
+        if self._held_keys is None:
+            self._hold_screen_keys(hold=False)
+
+    def _hold_screen_keys(self, *, hold: bool) -> None:
+        """Every key typed while the listing comes waits on the screen's keys (`tui.keys`): the
+        filter `/` and the name typed after it, Tab, `p`... reach what the listing shows, in order."""
+        try:
+            screen = self.screen
+        except NoScreen:
+            return  # not mounted yet: the screen is not ready for keys either
+        if isinstance(screen, KeepsEarlyKeys):
+            (screen.hold_keys if hold else screen.release_keys)(self)
 
     def _action_of(self, key: str) -> str | None:
         """The action of the pane's own binding for `key` (None: not the pane's key)."""

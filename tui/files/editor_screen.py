@@ -31,6 +31,9 @@ from tui.text import load_tcss, printable
 from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 
+SAVING = "saving"
+"""What holds the editor's keys while a save is on its way (`KeepsEarlyKeys.hold_keys`)."""
+
 
 class EditorScreen(FleetScreen):
     """A file in the editor; ctrl+s saves, ctrl+f searches, Escape closes (asking if unsaved)."""
@@ -146,6 +149,9 @@ class EditorScreen(FleetScreen):
 
         self.saving = True
         self._update_bar()
+        # What is typed meanwhile waits for the answer: Esc then closes the saved file without
+        # asking, and a conflict's dialog gets the keys typed for it.
+        self.hold_keys(SAVING)
         self.bridge.run(
             self,
             write,
@@ -159,6 +165,7 @@ class EditorScreen(FleetScreen):
         self.etag = result.etag
         self.editor.mark_saved(version)
         self.notify(printable(f"Saved {'a copy as ' if copy else ''}/{path}"), timeout=3)
+        self.release_keys(SAVING)
         if self._close_after_save:
             self.dismiss()
 
@@ -166,6 +173,7 @@ class EditorScreen(FleetScreen):
         self.saving = False
         self._close_after_save = False
         self._update_bar()
+        self.release_keys(SAVING)
         if isinstance(exc, api_errors.Conflict) and not copy:
             self.app.push_screen(SaveConflictDialog(path), self._resolve_conflict)
             return

@@ -90,8 +90,6 @@ class JobsScreen(FilteredList, FleetScreen):
         self._connected = True  # the control plane answers (`tui.monitor`)
         self._select_when_listed: str | None = None
         """The job just started here: highlighted once the history lists it."""
-        self._typed_ahead: list[events.Key] = []
-        """What was typed after `n` while the catalog loads: the picker's search, once it opens."""
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
@@ -138,16 +136,11 @@ class JobsScreen(FilteredList, FleetScreen):
         if self._pick_when_loaded:
             self._pick_when_loaded = False
             self.action_new_job()
-
-    def on_key(self, event: events.Key) -> None:
-        if self._pick_when_loaded and event.is_printable:
-            event.stop()
-            event.prevent_default()
-            self._typed_ahead.append(events.Key(event.key, event.character))
+            self.release_keys()  # what was typed after `n`: the picker's search
 
     def _kinds_failed(self, exc: BaseException) -> None:
         self._pick_when_loaded = False
-        self._typed_ahead.clear()
+        self.release_keys()
         self.notify(
             f"Could not load the job catalog: {describe_job_error(exc, server=self.server.name)}",
             severity="error",
@@ -309,14 +302,11 @@ class JobsScreen(FilteredList, FleetScreen):
     def action_new_job(self) -> None:
         if not self.kinds:
             self._pick_when_loaded = True
+            self.hold_keys()
             self.notify("Loading the job catalog…", timeout=3)
             self._load_kinds()
             return
         self.app.push_screen(KindPicker(list(self.kinds.values()), self.server, self.access), self._kind_picked)
-        # Replayed as the terminal would send them: they reach the picker's search field.
-        for key in self._typed_ahead:
-            self.app.post_message(key)
-        self._typed_ahead.clear()
 
     def _kind_picked(self, kind: JobKindInfo | None) -> None:
         if kind is None:

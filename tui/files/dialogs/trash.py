@@ -78,6 +78,7 @@ class TrashDialog(Dialog[list[str]]):
 
     def on_mount(self) -> None:
         self.query_one("#trash-items", SelectionList).focus()
+        self.hold_keys()  # typed while it opens: for the items it lists (Space, r), once listed
         self.load(first=True)
 
     def load(self, *, first: bool = False) -> None:
@@ -109,10 +110,12 @@ class TrashDialog(Dialog[list[str]]):
         if self.purged:
             words.append(f"Opening it removed {plural(self.purged, 'item')} older than 30 days.")
         self.set_status(" ".join(words))
+        self.release_keys()
 
     def _failed(self, exc: BaseException) -> None:
         self.busy = False
         self.show_error(exc)
+        self.release_keys()
 
     # --- actions ------------------------------------------------------------------------------
 
