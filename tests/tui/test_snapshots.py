@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import tarfile
 import tempfile
@@ -28,7 +29,7 @@ from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_for, wait_until
 from tests.helpers.site_logs import logs_layout, write_site_log
 from tests.helpers.snapshots import SNAPSHOT_FOLDER_PREFIX, assert_snapshot, screen_text
-from tests.helpers.tui import highlight, run, show_location
+from tests.helpers.tui import SIZE, highlight, run, show_location
 from tui.app import FleetdeckApp
 from tui.audit.screen import AuditScreen
 from tui.command_line import CommandLine
@@ -161,21 +162,33 @@ async def action(pilot: Pilot[Any], screen: Any, name: str) -> None:
     await pilot.pause()
 
 
-def snapshot_of(app: FleetdeckApp, name: str, reach: Scenario, settled: Callable[[str], bool]) -> None:
+def snapshot_of(
+    app: FleetdeckApp, name: str, reach: Scenario, settled: Callable[[str], bool], size: tuple[int, int] = SIZE
+) -> None:
     async def scenario(pilot: Pilot[Any]) -> None:
         await reach(pilot)
         await wait_for(pilot, lambda: settled(screen_text(app)))
         await pilot.pause()
         assert_snapshot(app, name)
 
-    run(app, scenario)
+    run(app, scenario, size)
 
 
 # --- the screens ---------------------------------------------------------------------------------
 
 
 def test_server_list(snap_org: SnapOrg) -> None:
-    snapshot_after(snap_org, "servers_80x24", server_list, lambda text: "web-1" in text)
+    # Once web-1's sparklines have figures (its CPU's comes with its agent's second pulse):
+    # CPU and memory fit at 80 columns.
+    settled = re.compile(r"web-1 .*%.*%")
+    snapshot_after(snap_org, "servers_80x24", server_list, lambda text: bool(settled.search(text)))
+
+
+def test_server_list_wide(snap_org: SnapOrg) -> None:
+    """At 200 columns the CPU, memory and disk sparklines all fit."""
+    settled = re.compile(r"web-1 .*%.*%.*%")
+    ready = lambda text: bool(settled.search(text)) and "F10 Quit" in text  # noqa: E731 - the footer too
+    snapshot_of(snap_org.app(), "servers_200x50", server_list, ready, (200, 50))
 
 
 def test_help(snap_org: SnapOrg) -> None:

@@ -16,20 +16,7 @@ from api_client import Client
 from contract.models import PulseEvent, PulseSample
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_until
-
-FAST_PULSES = ("--pulse-interval", "0.1")
-
-
-def pulsing_agent(stack: Stack, folder: Path, api_token: str, name: str) -> AgentProcess:
-    """A new server of the org of `api_token`, and its agent pulsing ten times a second."""
-    with stack.http(api_token) as http:
-        created = http.post("/v1/servers", json={"name": name, "kind": "full"})
-    assert created.status_code == 201, created.text
-    home, state = folder / "home", folder / "state"
-    home.mkdir(parents=True)
-    state.mkdir()
-    server_id, token = created.json()["server"]["id"], created.json()["agent_token"]
-    return AgentProcess(stack, server_id, token, home, state, *FAST_PULSES, api_token=api_token)
+from tests.helpers.pulses import pulsing_agent
 
 
 @pytest.fixture
