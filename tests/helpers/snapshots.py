@@ -29,7 +29,7 @@ VOLATILE = [
     re.compile(r"/tmp/fleetdeck-snapshots-\w{8}"),  # the snapshot org's folder (`tempfile.mkdtemp`)
     # A live sparkline and the figure after it (`tui.widgets.sparkline`), from the blanks before
     # it: they shrink as it grows, and the cell keeps its width. (A scrollbar has no figure.)
-    re.compile(r" *[▁▂▃▄▅▆▇█][▁▂▃▄▅▆▇█ ]* +(?:\d{1,3}%|\?)"),
+    re.compile(r" *[▁▂▃▄▅▆▇█][▁▂▃▄▅▆▇█ ]* +(?:\d{1,3}%|\?|\d+(?:\.\d)?[kM]?/s)"),
 ]
 SNAPSHOT_FOLDER_PREFIX = "fleetdeck-snapshots-"
 # The tests' own folder, and the padding after the path it starts: pytest numbers its folders on
