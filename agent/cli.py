@@ -18,6 +18,7 @@ from agent.link.client import link_urls
 from agent.load_balancers.acme import LETS_ENCRYPT_DIRECTORY
 from agent.load_balancers.settings import LbSettings, parse_port_map
 from agent.runner import AgentConfig, run_agent
+from contract.link import protocol
 
 log = logging.getLogger("fleetdeck.agent")
 
@@ -99,6 +100,14 @@ def parser(defaults: Defaults = Defaults()) -> argparse.ArgumentParser:
         help=f"record a metrics sample this often, for metrics.history and the alerts (default: {SAMPLE_EVERY_S:g};"
         " 0: only when the metrics are asked for)",
     )
+    p.add_argument(
+        "--pulse-interval",
+        metavar="SECONDS",
+        type=float,
+        default=protocol.DEFAULT_PULSE_S,
+        help=f"send the control plane CPU, memory and disk use this often, for the live sparklines"
+        f" (default: {protocol.DEFAULT_PULSE_S:g}; 0: never)",
+    )
     lb = p.add_argument_group("load balancers", "how this server serves the load balancers it is the node of")
     lb.add_argument("--lb-bind", metavar="ADDR", default=None, help="the listen address (default: all)")
     lb.add_argument(
@@ -165,6 +174,9 @@ def main(argv: list[str], defaults: Defaults = Defaults()) -> int:
     if args.metrics_interval < 0:
         print("fleetdeck agent: --metrics-interval: a number of seconds, 0 or more", file=sys.stderr)
         return 2
+    if not args.pulse_interval >= 0:
+        print("fleetdeck agent: --pulse-interval: a number of seconds, 0 or more", file=sys.stderr)
+        return 2
     try:
         port_map = parse_port_map(args.lb_port_map) if args.lb_port_map else {}
     except ValueError as exc:
@@ -189,6 +201,7 @@ def main(argv: list[str], defaults: Defaults = Defaults()) -> int:
         lb=lb,
         host_layout=args.host_layout,
         metrics_every_s=args.metrics_interval,
+        pulse_every_s=args.pulse_interval,
     )
     trio.run(serve_until_signal, config)
     return 0

@@ -15,7 +15,7 @@ from agent.files.jail import kernel_protections
 from agent.files.remote_copy import RemoteCopy, SshSettings
 from agent.jobs.availability import DPKG_STATUS, Availability
 from agent.jobs.manager import JobManager
-from agent.jobs.metrics import SAMPLE_EVERY_S, keep_sampling
+from agent.jobs.metrics import SAMPLE_EVERY_S, Pulses, keep_sampling
 from agent.jobs.php.ini import sweep_global_ini
 from agent.jobs.ssl import keep_sites_renewed
 from agent.jobs.toolkit.base import JobContext
@@ -27,6 +27,7 @@ from agent.load_balancers.node import LbNode
 from agent.load_balancers.settings import LbSettings
 from agent.sites import SiteRegistry
 from agent.state import prepare_state_dir
+from contract.link import protocol
 
 log = logging.getLogger("fleetdeck.agent")
 
@@ -44,6 +45,7 @@ class AgentConfig:
     lb: LbSettings = field(default_factory=LbSettings)  # how this node serves load balancers
     host_layout: str | None = None  # the layout file of this server's services (None: Debian's defaults)
     metrics_every_s: float = SAMPLE_EVERY_S  # the sampler behind metrics.history (0: on demand only)
+    pulse_every_s: float = protocol.DEFAULT_PULSE_S  # the link's pulse frames, the server list's sparklines (0: none)
 
 
 def build_handlers(
@@ -128,6 +130,8 @@ async def _serve(config: AgentConfig, jobs: JobManager, task_status: trio.TaskSt
             job_kinds=jobs.kinds or {},
             kernel_protections=kernel_protections,
             needs=lambda: dict(availability.unmet),
+            pulse=Pulses(config.home).take if config.pulse_every_s > 0 else None,
+            pulse_every_s=config.pulse_every_s,
             on_welcome=ingress.on_welcome if ingress is not None else None,
         )
         if ingress is not None:

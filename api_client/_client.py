@@ -74,6 +74,7 @@ from contract.models import (
     Me,
     OperationStarted,
     PresenceEvent,
+    PulseEvent,
     Scope,
     ScopeList,
     Server,
@@ -355,9 +356,16 @@ class ServersAPI(_SubAPI):
         `last_event_id` resumes a later stream where this one stopped."""
         return PresenceStream(self._client.events("/v1/servers/events", last_event_id=last_event_id))
 
+    def events(self, *, last_event_id: str | None = None) -> ServerEventStream:
+        """Presence changes and the agents' pulses (their CPU, memory and disk use every few
+        seconds: first every pulse the control plane holds, then each new one) of the org's
+        servers, as they happen (an endless stream); `last_event_id` as in `presence`."""
+        return ServerEventStream(self._client.events("/v1/servers/events", last_event_id=last_event_id))
 
-class PresenceStream:
-    """The `PresenceEvent`s of `GET /v1/servers/events`, and the id to resume after."""
+
+class ServerEventStream:
+    """The `PresenceEvent`s and `PulseEvent`s of `GET /v1/servers/events`, and the id to resume
+    after (pulses have none: a stream that resumes gets the pulses held again, not those missed)."""
 
     def __init__(self, events: EventStream) -> None:
         self._events = events
@@ -366,6 +374,17 @@ class PresenceStream:
     def last_event_id(self) -> str | None:
         """The id of the last event handed over (the stream's opening `ready` counts)."""
         return self._events.last_event_id
+
+    async def __aiter__(self) -> AsyncIterator[PresenceEvent | PulseEvent]:
+        async for event in self._events:
+            if event.event == "presence":
+                yield PresenceEvent.model_validate(event.data)
+            elif event.event == "pulse":
+                yield PulseEvent.model_validate(event.data)
+
+
+class PresenceStream(ServerEventStream):
+    """The `PresenceEvent`s of `GET /v1/servers/events`, and the id to resume after."""
 
     async def __aiter__(self) -> AsyncIterator[PresenceEvent]:
         async for event in self._events:

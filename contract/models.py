@@ -215,6 +215,27 @@ class PresenceEvent(WireModel):
     at: datetime
 
 
+Percent = Annotated[float, Field(ge=0, le=100)]
+
+
+class PulseSample(WireModel):
+    """One pulse of a server's agent: CPU use since the pulse before, memory and the home's disk
+    in use, in percent (null: not known), at the agent's time."""
+
+    at: datetime
+    cpu: Percent | None = None
+    memory: Percent | None = None
+    disk: Percent | None = None
+
+
+class PulseEvent(WireModel):
+    """One event of `GET /v1/servers/events`: a server's latest pulses, oldest first (when the
+    stream opens, every pulse the control plane holds of each online server; then each new one)."""
+
+    server_id: str
+    samples: list[PulseSample]
+
+
 # --- file workspace -------------------------------------------------------------------------
 
 

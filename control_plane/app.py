@@ -37,6 +37,7 @@ from control_plane.load_balancers.routes import router as load_balancers_router
 from control_plane.replicas import Replicas
 from control_plane.servers import store as server_store
 from control_plane.servers.presence import PresenceFeed
+from control_plane.servers.pulses import PulseRings
 from control_plane.servers.routes import router as servers_router
 from control_plane.servers.store import Row
 from control_plane.settings import Settings
@@ -52,6 +53,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
     db.migrate()
     # Replicas number presence events alike (from the database): one epoch for all of them.
     presence = PresenceFeed(epoch="replicas" if settings.bus_url else None)
+    pulses = PulseRings(presence)
 
     async def authenticate_agent(token: str) -> str | None:
         row = await db.run(server_store.server_for_agent_token, token)
@@ -82,6 +84,10 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
             else:
                 presence.publish(row["org_id"], event)
 
+        if row is not None and session is not None:  # the hub reports the current state: this link is it
+            pulses.linked(server_id, row["org_id"])
+        elif session is None:
+            pulses.dropped(server_id)
         if session is not None:
             runner.start_queued(queued, is_read)
             if replicas is not None:
@@ -94,6 +100,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         authenticate=authenticate_agent,
         on_presence=on_presence,
         on_report=direct.on_report,
+        on_pulse=pulses.on_pulse,
         heartbeat_s=settings.heartbeat_s,
     )
     runner = JobRunner(db, hub, grace_s=settings.job_grace_s, output_cap=settings.job_output_cap_bytes)
@@ -105,6 +112,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
         db=db,
         hub=hub,
         presence=presence,
+        pulses=pulses,
         jobs=runner,
         operations=FileOperations(hub),
         direct_uploads=direct,

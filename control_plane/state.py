@@ -25,6 +25,7 @@ from control_plane.jobs.runner import JobRunner
 from control_plane.load_balancers.reports import LbReports
 from control_plane.replicas import Replicas
 from control_plane.servers.presence import PresenceFeed
+from control_plane.servers.pulses import PulseRings
 from control_plane.settings import Settings
 from control_plane.storage import Database
 
@@ -35,6 +36,7 @@ class Fleet:
     db: Database
     hub: AgentHub
     presence: PresenceFeed
+    pulses: PulseRings  # the linked agents' last pulses (published on `presence`)
     jobs: JobRunner
     operations: FileOperations
     direct_uploads: DirectUploads

@@ -11,7 +11,9 @@ back in lockstep) until the control plane answers, and says so: the screens refr
 
 The monitor also follows the presence stream for the whole app, so that the server list and the
 files panels share one stream: `presence` publishes each change, `online(server_id)` answers from
-what it heard (None: nothing heard, or the connection is lost, so nobody knows).
+what it heard (None: nothing heard, or the connection is lost, so nobody knows). The same stream
+carries the agents' pulses: `pulses_of(server_id)` holds the last `PULSES_HELD` of each server
+(for the server list's sparklines), and `pulse` says whose changed.
 
 Its trio side runs as one task of the bridge; what it learns reaches Textual as Callback messages
 on the app, where it is published with Textual signals (a screen subscribes on mount and is
@@ -21,6 +23,7 @@ dropped when it leaves).
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -32,7 +35,7 @@ from textual.signal import Signal
 
 from api_client import errors as api_errors
 from contract.backoff import full_jitter
-from contract.models import PresenceEvent
+from contract.models import PresenceEvent, PulseEvent, PulseSample
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -46,6 +49,7 @@ RECONNECT_PROBE_TIMEOUT_S = 5.0
 # Reconnect attempts wait full_jitter(attempt, RETRY_BASE_S, RETRY_CAP_S): at most 10 s apart.
 RETRY_BASE_S = 0.5
 RETRY_CAP_S = 10.0
+PULSES_HELD = 60  # a server's pulses kept for its sparklines: as many as the control plane holds
 
 Status = Literal["connected", "reconnecting"]
 
@@ -92,9 +96,11 @@ class ConnectionMonitor:
         self.live_presence = True  # False once the control plane refused the presence stream
         self.changed: Signal[LinkState] = Signal(app, "connection-changed")
         self.presence: Signal[PresenceEvent] = Signal(app, "presence")
+        self.pulse: Signal[str] = Signal(app, "pulse")  # the id of a server with new pulses
         self._client = client
         self._bridge = bridge
         self._online: dict[str, bool] = {}
+        self._pulses: dict[str, deque[PulseSample]] = {}
         self._presence_id: str | None = None  # where the next presence stream resumes
         self._away: str | None = None  # what the control plane last said it is missing (its 503)
 
@@ -107,6 +113,10 @@ class ConnectionMonitor:
             return None
         return self._online.get(server_id)
 
+    def pulses_of(self, server_id: str) -> list[PulseSample]:
+        """The last pulses heard of `server_id`'s agent, oldest first (none while it is offline)."""
+        return list(self._pulses.get(server_id, ()))
+
     def remember(self, server_id: str, online: bool) -> None:
         """What a listing said of an agent (the stream only says what changes)."""
         self._online[server_id] = online
@@ -117,9 +127,23 @@ class ConnectionMonitor:
         self.state = state
         self.changed.publish(state)
 
-    def _heard(self, event: PresenceEvent) -> None:
+    def _heard(self, event: PresenceEvent | PulseEvent) -> None:
+        if isinstance(event, PulseEvent):
+            self._heard_pulses(event)
+            return
         self._online[event.server_id] = event.online
+        if not event.online and event.server_id in self._pulses:
+            del self._pulses[event.server_id]
+            self.pulse.publish(event.server_id)
         self.presence.publish(event)
+
+    def _heard_pulses(self, event: PulseEvent) -> None:
+        """Keep the samples newer than those held: a stream that opens again sends what it holds."""
+        held = self._pulses.setdefault(event.server_id, deque(maxlen=PULSES_HELD))
+        newer = [sample for sample in event.samples if not held or sample.at > held[-1].at]
+        held.extend(newer)
+        if newer:
+            self.pulse.publish(event.server_id)
 
     def _presence_refused(self) -> None:
         if not self.live_presence:
@@ -158,7 +182,7 @@ class ConnectionMonitor:
     async def _follow_presence(self) -> None:
         """The presence stream, resumed after a loss with Last-Event-ID: what changed meanwhile
         comes first (a restarted control plane, with other ids, sends what it holds)."""
-        stream = self._client.servers.presence(last_event_id=self._presence_id)
+        stream = self._client.servers.events(last_event_id=self._presence_id)
         try:
             async for event in stream:
                 self._post(self._heard, event)

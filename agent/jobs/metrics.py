@@ -146,6 +146,27 @@ async def keep_sampling(ctx: JobContext, every_s: float = SAMPLE_EVERY_S) -> Non
         await trio.sleep(every_s)
 
 
+class Pulses:
+    """The figures of the link's ``pulse`` frames (`contract.link.params.Pulse`): a sample as the
+    sampler takes it, not recorded (a pulse every few seconds would flood the ring of minutes),
+    its CPU use the change since the pulse before (blocking; call it from a worker thread)."""
+
+    def __init__(self, home: str) -> None:
+        self.home = home
+        self._before: dict[str, Any] | None = None
+
+    def take(self) -> dict[str, Any]:
+        sample = sample_of(metrics(self.home), time.time())
+        cpu = series([self._before, sample] if self._before else [sample], "cpu")
+        self._before = sample
+        return {
+            "at": sample["at"],
+            "cpu": cpu[-1][1] if cpu else None,
+            "memory": sample["memory"],
+            "disk": sample["disk"],
+        }
+
+
 def series(samples: list[dict[str, Any]], metric: str) -> list[tuple[float, float]]:
     """(time, value) of `metric`; CPU and network are the change from the sample before."""
     points: list[tuple[float, float]] = []

@@ -117,6 +117,8 @@ class AgentLink:
         job_kinds: Iterable[str] = (),
         kernel_protections: Callable[[], dict[str, bool | None]] | None = None,
         needs: Callable[[], dict[str, str]] | None = None,
+        pulse: Callable[[], dict[str, Any]] | None = None,
+        pulse_every_s: float = protocol.DEFAULT_PULSE_S,
         on_welcome: OnWelcome | None = None,
         backoff: Backoff = NETWORK_BACKOFF,
         busy_backoff: Backoff = BUSY_BACKOFF,
@@ -136,6 +138,8 @@ class AgentLink:
         self.kernel_protections = kernel_protections  # read at each hello (a sysctl may change)
         self.needs = needs  # the kinds that cannot run here now: read at each hello and on `needs_changed`
         self._needs_changed = trio.Event()
+        self.pulse = pulse  # a pulse frame's figures (blocking: run in a thread), sent every `pulse_every_s`
+        self.pulse_every_s = pulse_every_s
         self.on_welcome = on_welcome
         self.backoff = backoff
         self.busy_backoff = busy_backoff
@@ -184,6 +188,17 @@ class AgentLink:
                     return  # the next hello says it
                 said = current
             await self._needs_changed.wait()
+
+    async def _send_pulses(self, session: _Session) -> None:
+        """A ``pulse`` frame every `pulse_every_s` while this link is up (none is kept for the next)."""
+        assert self.pulse is not None
+        while True:
+            figures = await trio.to_thread.run_sync(self.pulse)
+            try:
+                await session.send_text(protocol.encode({**figures, "t": protocol.PULSE}))
+            except ConnectionClosed:
+                return
+            await trio.sleep(self.pulse_every_s)
 
     async def run(self) -> NoReturn:
         """Connect, serve, and reconnect forever (until cancelled), going round the URLs.
@@ -353,6 +368,8 @@ class _Session:
                 nursery.start_soon(link._send_reports, self)
                 if link.needs is not None:
                     nursery.start_soon(link._send_needs, self, hello["needs"])
+                if link.pulse is not None:
+                    nursery.start_soon(link._send_pulses, self)
                 await self._receive_loop(nursery)
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:

@@ -193,6 +193,19 @@ class Needs(LinkParams):
     needs: NeedsMap
 
 
+Percent = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
+
+
+class Pulse(LinkParams):
+    """The ``pulse`` frame (agent → control plane): the server's CPU, memory and disk in use, in
+    percent (null: not known), at the agent's unix time ``at``."""
+
+    at: float = Field(gt=0, allow_inf_nan=False)
+    cpu: Percent | None
+    memory: Percent | None
+    disk: Percent | None
+
+
 # --- job.* ------------------------------------------------------------------------------------
 
 

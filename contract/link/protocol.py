@@ -120,6 +120,15 @@ Reports (agent → cp)
     "error"), error_code | null, bytes, entry | null``. No answer; a report made while the link is
     down is sent once it is up again.
 
+Pulses (agent → cp)
+    ``{"t": "pulse", "at": float, "cpu": float | null, "memory": float | null, "disk": float | null}``
+    every few seconds while the link is up (the agent's ``--pulse-interval``): the server's CPU
+    use since the pulse before, its memory in use and its home's disk in use, each a percentage
+    (null: not known, as CPU in a link's first pulse), and the agent's unix time. No answer; a
+    pulse is not kept while the link is down (a later one says more). The control plane keeps
+    the last few minutes of them per server and shows them on ``GET /v1/servers/events``.
+    `contract.link.params.Pulse` is its model; a malformed pulse breaks the protocol.
+
 Jobs across a restart of the control plane
     ``job.run {job_id, kind, argv, secrets, runs?}`` starts a job and streams its lines (items;
     ``{"exit_code": n}`` at the end). The job belongs to the agent's job manager, not to the call
@@ -186,6 +195,7 @@ CLOSE_INTERNAL_ERROR: Final = 1011
 CLOSE_TRY_AGAIN: Final = 1013
 
 DEFAULT_HEARTBEAT_S: Final = 10.0
+DEFAULT_PULSE_S: Final = 5.0  # between pulse frames, unless the agent is told otherwise
 HELLO_TIMEOUT_S: Final = 10.0
 DEFAULT_CHUNK_SIZE: Final = 256 * 1024
 DEFAULT_WINDOW: Final = 4 * 1024 * 1024
@@ -209,6 +219,7 @@ CREDIT: Final = "credit"
 END: Final = "end"
 REPORT: Final = "report"
 NEEDS: Final = "needs"  # agent → cp: the kinds that cannot run here now, again (see Handshake)
+PULSE: Final = "pulse"  # agent → cp: CPU, memory and disk now (see Pulses)
 
 # Error codes the link itself produces (handlers use the contract's codes).
 UNKNOWN_METHOD: Final = "unknown_method"

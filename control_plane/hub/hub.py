@@ -23,7 +23,7 @@ from contract.link.params import Hello, refusal
 from contract.link.protocol import ProtocolError
 from control_plane.hub.admission import MAX_PENDING_LINKS, Admission
 from control_plane.hub.errors import AgentOfflineError, AgentTimeoutError
-from control_plane.hub.link import AgentSession, CallPath, Link, OnReport, Pending
+from control_plane.hub.link import AgentSession, CallPath, Link, OnPulse, OnReport, Pending
 from control_plane.storage.outage import RETRY_AFTER_S, is_outage
 
 log = logging.getLogger("fleetdeck.hub")
@@ -130,6 +130,7 @@ class AgentHub:
         authenticate: Authenticate,
         on_presence: OnPresence | None = None,
         on_report: OnReport | None = None,
+        on_pulse: OnPulse | None = None,
         heartbeat_s: float = protocol.DEFAULT_HEARTBEAT_S,
         max_pending_links: int = MAX_PENDING_LINKS,
     ) -> None:
@@ -139,6 +140,7 @@ class AgentHub:
         self._authenticate = authenticate
         self._on_presence = on_presence
         self._on_report = on_report
+        self._on_pulse = on_pulse  # each agent's pulse frames (`contract.link.params.Pulse`)
         self._heartbeat_s = heartbeat_s
         self._links: dict[str, Link] = {}
         # Presence reports of one server are serialised and always report the current state,
@@ -312,7 +314,7 @@ class AgentHub:
             key = grant.new_key()
             session = dataclasses.replace(session, ingress_key=key)
             welcome["ingress_key"] = grant.encode_key(key)
-        link = Link(websocket, session, self._heartbeat_s, self._on_report)
+        link = Link(websocket, session, self._heartbeat_s, self._on_report, self._on_pulse)
         try:
             await link.send_text(protocol.encode(welcome))
         except AgentOfflineError:

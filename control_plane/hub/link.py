@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from contract.link import protocol
-from contract.link.params import Needs, refusal
+from contract.link.params import Needs, Pulse, refusal
 from contract.link.protocol import ProtocolError
 from control_plane.hub.errors import AgentCallError, AgentOfflineError, AgentTimeoutError
 
@@ -50,6 +50,7 @@ class AgentSession:
 
 
 OnReport = Callable[[str, dict[str, Any]], Awaitable[None]]
+OnPulse = Callable[[str, Pulse], None]  # (server id, its pulse): called on the link's receive loop, so quick
 
 
 class Pending:
@@ -139,12 +140,18 @@ class Link:
     """A connected agent's WebSocket: one send lock, the calls in flight, `serve` until it drops."""
 
     def __init__(
-        self, websocket: WebSocket, session: AgentSession, heartbeat_s: float, on_report: OnReport | None = None
+        self,
+        websocket: WebSocket,
+        session: AgentSession,
+        heartbeat_s: float,
+        on_report: OnReport | None = None,
+        on_pulse: OnPulse | None = None,
     ) -> None:
         self.websocket = websocket
         self.session = session
         self.heartbeat_s = heartbeat_s
         self._on_report = on_report
+        self._on_pulse = on_pulse
         self.close_code = 1000
         self._send_lock = anyio.Lock()
         self._ids = itertools.count(1)
@@ -307,6 +314,10 @@ class Link:
             self.send_soon({"t": protocol.PONG})  # an agent older than ALIVE waits for it
         elif kind == protocol.NEEDS:
             self.session = replace(self.session, needs=_needs(message))
+        elif kind == protocol.PULSE:
+            pulse = _pulse(message)
+            if self._on_pulse is not None:
+                self._on_pulse(self.session.server_id, pulse)
         elif kind == protocol.REPORT and self._on_report is not None and self._task_group is not None:
             self._task_group.start_soon(self._report, message)
         # alive and pong need nothing (any frame is a sign of life); unknown types are ignored.
@@ -336,3 +347,11 @@ def _needs(message: dict[str, Any]) -> dict[str, str]:
         return dict(Needs.model_validate(message).needs)
     except ValidationError as exc:
         raise ProtocolError(f"needs with a bad {refusal(exc)[0]}") from None
+
+
+def _pulse(message: dict[str, Any]) -> Pulse:
+    """The figures of a ``pulse`` frame (a malformed one breaks the protocol, as a bad ``needs`` does)."""
+    try:
+        return Pulse.model_validate(message)
+    except ValidationError as exc:
+        raise ProtocolError(f"pulse with a bad {refusal(exc)[0]}") from None

@@ -96,7 +96,9 @@ async def create_server(body: ServerCreate, caller: Caller, fleet: FleetDep) -> 
 
 @router.get("/servers/events", response_class=Response, responses={200: {"content": {"text/event-stream": {}}}})
 async def presence_events(request: Request, caller: Caller, fleet: FleetDep) -> Response:
-    """SSE: `event: presence` with a `PresenceEvent` each time an agent of the org connects or drops."""
+    """SSE: `event: presence` with a `PresenceEvent` each time an agent of the org connects or
+    drops, and `event: pulse` with a `PulseEvent` (no id) for the linked agents' pulses: at the
+    start every one held, then each as it comes."""
     after = fleet.presence.resume_point(request.headers.get("last-event-id"))
     return sse.response(_presence_chunks(fleet, caller.org_id, after))
 
@@ -104,12 +106,17 @@ async def presence_events(request: Request, caller: Caller, fleet: FleetDep) -> 
 async def _presence_chunks(fleet: Fleet, org_id: str, after: int) -> AsyncIterator[bytes]:
     # The first event names where the stream starts, so a client can resume even if nothing happens.
     feed = fleet.presence
-    yield b"retry: 2000\n" + sse.event("ready", {}, feed.event_id(after))
-    async for batch in feed.follow(org_id, after):
+    # The pulses held come with the first event, and the feed's from that same instant on: none
+    # is lost between the two, none sent twice.
+    mark, held = feed.pulse_mark, [sse.event("pulse", payload) for payload in fleet.pulses.of_org(org_id)]
+    yield b"retry: 2000\n" + sse.event("ready", {}, feed.event_id(after)) + b"".join(held)
+    async for batch in feed.follow(org_id, after, pulses_after=mark):
         if not batch:
             yield sse.KEEPALIVE
             continue
-        yield b"".join(sse.event("presence", payload, feed.event_id(seq)) for seq, payload in batch)
+        yield b"".join(
+            sse.event(name, payload, None if seq is None else feed.event_id(seq)) for name, seq, payload in batch
+        )
 
 
 @router.get("/servers/{server_id}", response_model=Server)

@@ -153,8 +153,9 @@ BROKEN: list[tuple[type[LinkParams], str, dict[str, Any], str]] = [
 ]
 
 # The models that are parts of others or bases, not a frame's params of their own (the hello's
-# and the needs frame's are refused below and in tests/control_plane/hub/test_needs_frames.py).
-PARTS = {LinkParams, link_params.FsPaths, link_params.FsTarget, link_params.Hello, link_params.Needs}
+# and the needs frame's are refused below and in tests/control_plane/hub/test_needs_frames.py, the
+# pulse frame's in tests/control_plane/hub/test_pulse_frames.py).
+PARTS = {LinkParams, link_params.FsPaths, link_params.FsTarget, link_params.Hello, link_params.Needs, link_params.Pulse}
 
 
 def test_every_model_of_the_calls_has_broken_frames_below() -> None:

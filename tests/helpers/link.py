@@ -20,6 +20,7 @@ from agent.link.client import Backoff
 from contract.link import protocol
 from control_plane.hub import AgentHub, AgentSession
 from control_plane.hub.admission import MAX_PENDING_LINKS
+from control_plane.hub.link import OnPulse
 
 TOKEN = "agent-token-1"
 SERVER_ID = "srv-1"
@@ -50,7 +51,9 @@ class ControlPlane:
         return self.presence[-1][1]
 
 
-def make_control_plane(heartbeat_s: float = 10.0, max_pending_links: int = MAX_PENDING_LINKS) -> ControlPlane:
+def make_control_plane(
+    heartbeat_s: float = 10.0, max_pending_links: int = MAX_PENDING_LINKS, on_pulse: OnPulse | None = None
+) -> ControlPlane:
     cp: ControlPlane
 
     async def authenticate(token: str) -> str | None:
@@ -62,7 +65,11 @@ def make_control_plane(heartbeat_s: float = 10.0, max_pending_links: int = MAX_P
         cp.changed.set()
 
     hub = AgentHub(
-        authenticate=authenticate, on_presence=on_presence, heartbeat_s=heartbeat_s, max_pending_links=max_pending_links
+        authenticate=authenticate,
+        on_presence=on_presence,
+        on_pulse=on_pulse,
+        heartbeat_s=heartbeat_s,
+        max_pending_links=max_pending_links,
     )
     cp = ControlPlane(hub, [])
     return cp

@@ -30,6 +30,9 @@ VOLATILE = [
     re.compile(r"\bj-[0-9a-f]{6,}\b|\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f-]{4,}\b"),  # ids
     re.compile(r"127\.0\.0\.1:\d+"),  # the test stack's port
     re.compile(r"/tmp/fleetdeck-snapshots-\w{8}"),  # the snapshot org's folder (`tempfile.mkdtemp`)
+    # A live sparkline and the figure after it (`tui.widgets.sparkline`), from the blanks before
+    # it: they shrink as it grows, and the cell keeps its width. (A scrollbar has no figure.)
+    re.compile(r" *[▁▂▃▄▅▆▇█][▁▂▃▄▅▆▇█ ]* +(?:\d{1,3}%|\?|\d+(?:\.\d)?[kM]?/s)"),
 ]
 SNAPSHOT_FOLDER_PREFIX = "fleetdeck-snapshots-"
 # The tests' own folder, and the padding after the path it starts: pytest numbers its folders on

@@ -38,7 +38,7 @@ from tests.helpers.snapshots import (
     screen_text,
     unreadable_cells,
 )
-from tests.helpers.tui import highlight, highlight_server, run, show_location
+from tests.helpers.tui import SIZE, highlight, highlight_server, run, show_location
 from tui.app import FleetdeckApp
 from tui.audit.screen import AuditScreen
 from tui.command_line import CommandLine
@@ -123,7 +123,12 @@ def snap_org(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     state.mkdir()
     (state / "sites.json").write_text('{"sites": [{"domain": "example.com", "slug": "example-com"}]}')
     server_id, agent_token = created["server"]["id"], created["agent_token"]
-    agent = AgentProcess(stack, server_id, agent_token, home, state, "--host-layout", str(layout), api_token=token)
+    # No pulses: live figures would change the server list under every screen and dialog over it
+    # (its sparklines are tests/tui/servers/test_screen.py's).
+    no_pulses = ("--pulse-interval", "0")
+    agent = AgentProcess(
+        stack, server_id, agent_token, home, state, "--host-layout", str(layout), *no_pulses, api_token=token
+    )
     yield SnapOrg(stack, token, created["server"]["id"])
     agent.stop()
     shutil.rmtree(base, ignore_errors=True)
@@ -172,21 +177,30 @@ async def action(pilot: Pilot[Any], screen: Any, name: str) -> None:
     await pilot.pause()
 
 
-def snapshot_of(app: FleetdeckApp, name: str, reach: Scenario, settled: Callable[[str], bool]) -> None:
+def snapshot_of(
+    app: FleetdeckApp, name: str, reach: Scenario, settled: Callable[[str], bool], size: tuple[int, int] = SIZE
+) -> None:
     async def scenario(pilot: Pilot[Any]) -> None:
         await reach(pilot)
         await wait_for(pilot, lambda: settled(screen_text(app)))
         await pilot.pause()
         assert_snapshot(app, name)
 
-    run(app, scenario)
+    run(app, scenario, size)
 
 
 # --- the screens ---------------------------------------------------------------------------------
 
 
 def test_server_list(snap_org: SnapOrg) -> None:
-    snapshot_after(snap_org, "servers_80x24", server_list, lambda text: "web-1" in text)
+    # The sparklines' columns: CPU and memory fit at 80 columns.
+    snapshot_after(snap_org, "servers_80x24", server_list, lambda text: "web-1" in text and "Mem" in text)
+
+
+def test_server_list_wide(snap_org: SnapOrg) -> None:
+    """At 200 columns the CPU, memory and disk sparklines all fit."""
+    settled = lambda text: "web-1" in text and "Disk" in text and "F10 Quit" in text  # noqa: E731 - the footer too
+    snapshot_of(snap_org.app(), "servers_200x50", server_list, settled, (200, 50))
 
 
 def test_help(snap_org: SnapOrg) -> None:

@@ -6,8 +6,10 @@ timer repaints at most `MAX_REFRESH_HZ` times a second, however many lines arriv
 the absolute numbers of the matching lines, updated batch by batch, so narrowing 100,000 lines
 costs one pass and later batches only their own lines.
 
-Line 0 of the panel is a sticky status row (follow, wrap, time, counts); when the job has ended,
-the last row is a sticky banner (exit code, status, duration).
+Line 0 of the panel is a sticky status row (follow, wrap, time, the output rate, counts); when the
+job has ended, the last row is a sticky banner (exit code, status, duration). The output rate is a
+sparkline of lines a second over the last minute, by the time each line was written (`OutputRate`),
+shown when the row has room.
 
 `LogView` wraps the panel with its filter input and owns the keys that are not about scrolling:
 `s` follow, `w` wrap, `t` timestamps, `f` fullscreen, `/` filter (Esc clears), `ctrl+s` save.
@@ -40,6 +42,7 @@ from textual.widgets import Input
 
 from tui.errors import describe_error
 from tui.text import load_tcss, printable_line
+from tui.widgets.sparkline import sparkline
 from tui.widgets.vi_keys import vi_keys
 
 DEFAULT_MAX_LINES = 100_000
@@ -49,6 +52,8 @@ MAX_REFRESH_HZ = 30
 MAX_DRAWN_CHARS = 10_000
 STDERR_MARK = "▌"
 TIME_WIDTH = 12  # HH:MM:SS.mmm
+RATE_SECONDS = 60  # the output rate's sparkline: a bar a second, the last minute (as wide as the row allows)
+RATE_NARROWEST = 8  # bars, or no sparkline
 
 
 class LogLine(NamedTuple):
@@ -115,6 +120,63 @@ def write_log(path: Path, lines: Sequence[LogLine], *, timestamps: bool = False)
     return len(lines)
 
 
+class OutputRate:
+    """Lines a second, by the time each line was written (its ``at``), not by when it arrived: a
+    finished job's replay draws the pace it ran at. The seconds count on from the newest line's
+    by this machine's monotonic clock, so a clock skew between it and the server moves nothing."""
+
+    def __init__(self) -> None:
+        self._counts: deque[tuple[int, int]] = deque(maxlen=RATE_SECONDS)  # (second, lines), in order
+        self._stamp, self._second = "", 0  # the last line's time to the second, and that second
+        self._heard = 0.0  # time.monotonic() of the newest line
+
+    def add(self, lines: Sequence[LogLine]) -> None:
+        for line in lines:
+            if line.at[:19] != self._stamp:  # "YYYY-MM-DDTHH:MM:SS": parsed once a second, not once a line
+                second = _unix_second(line.at)
+                if second is None:
+                    continue
+                self._stamp, self._second = line.at[:19], second
+            if self._counts and self._counts[-1][0] == self._second:
+                self._counts[-1] = (self._second, self._counts[-1][1] + 1)
+            elif not self._counts or self._second > self._counts[-1][0]:
+                self._counts.append((self._second, 1))
+            # (a line older than the newest second, from another stream's interleaving: not counted)
+        self._heard = time.monotonic()
+
+    @property
+    def first(self) -> int:
+        """The oldest second held."""
+        return self._counts[0][0] if self._counts else 0
+
+    def until(self, live: bool) -> int:
+        """The second the sparkline ends on: now while the job runs, else its last line's."""
+        newest = self._counts[-1][0] if self._counts else 0
+        return newest + int(time.monotonic() - self._heard) if live and self._counts else newest
+
+    def per_second(self, until: int, seconds: int) -> list[float]:
+        counts = dict(self._counts)
+        return [float(counts.get(second, 0)) for second in range(until - seconds + 1, until + 1)]
+
+    def __bool__(self) -> bool:
+        return bool(self._counts)
+
+
+def _unix_second(rfc3339: str) -> int | None:
+    try:
+        return int(datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return None
+
+
+def rate_text(per_second: float) -> str:
+    """``12/s``, ``3.4k/s``, ``1.2M/s``."""
+    for unit, size in (("M", 1e6), ("k", 1e3)):
+        if per_second >= size:
+            return f"{per_second / size:.1f}{unit}/s"
+    return f"{per_second:.0f}/s"
+
+
 class LogPanel(ScrollView, can_focus=True):
     """A job's output: a bounded buffer drawn line by line, following the end while it grows."""
 
@@ -154,6 +216,7 @@ class LogPanel(ScrollView, can_focus=True):
         self._filter = ""
         self._matches: deque[int] = deque()  # absolute numbers of the lines matching the filter
         self._banner: Banner | None = None
+        self._rate = OutputRate()
         self.placeholder = "Waiting for output…"
         # Batched repaints.
         self._dirty = False
@@ -213,6 +276,7 @@ class LogPanel(ScrollView, can_focus=True):
             # Lines about to fall out of the buffer: a view that is not following stays on its lines.
             self._shift += max(0, len(self._lines) + len(batch) - self.max_lines)
         self._lines.extend(batch)
+        self._rate.add(batch)
         self._appended += len(batch)
         self._widest = max(self._widest, min(MAX_DRAWN_CHARS, max(len(line.text) for line in batch)))
         if self._filter:
@@ -227,6 +291,7 @@ class LogPanel(ScrollView, can_focus=True):
         self._appended = 0
         self._widest = 0
         self._banner = None
+        self._rate = OutputRate()
         self._invalidate()
 
     def set_banner(self, banner: Banner | None) -> None:
@@ -392,7 +457,17 @@ class LogPanel(ScrollView, can_focus=True):
         return self._frame[y] if 0 <= y < len(self._frame) else Strip.blank(width, self.rich_style)
 
     def _frame_key_state(self) -> tuple[object, ...]:
-        return (self._appended, self._follow, self._wrap, self._timestamps, self._filter, self._banner, self.app.theme)
+        rate_until = self._rate.until(live=self._banner is None)
+        state = (self._appended, self._follow, self._wrap, self._timestamps, self._filter, self._banner, rate_until)
+        return (*state, self.app.theme)
+
+    def on_mount(self) -> None:
+        # While the job runs, its output rate moves on each second, lines or none.
+        self.set_interval(1.0, self._tick_rate, name="log-rate")
+
+    def _tick_rate(self) -> None:
+        if self._rate and self._banner is None:
+            self.refresh()
 
     def _render_frame(self, width: int, height: int) -> list[Strip]:
         rows = [self._status_strip(width)]
@@ -514,9 +589,25 @@ class LogPanel(ScrollView, can_focus=True):
         used = Segment.get_line_length(segments)
         for candidate in candidates:
             if used + cell_len(candidate) + 1 <= width:
-                segments.append(Segment(" " * (width - used - cell_len(candidate) - 1) + candidate + " ", style))
+                room = width - used - cell_len(candidate) - 1
+                rate = self._rate_text(room - 4)  # two blanks either side
+                segments.append(Segment(f"{rate + '  ' if rate else '':>{room}}" + candidate + " ", style))
                 break
         return Strip(segments).crop_extend(0, width, style)
+
+    def _rate_text(self, room: int) -> str:
+        """The output rate's sparkline and its newest figure ("▁▃█▅ 12/s") in at most `room`
+        cells, "" when they do not fit or no line had a time."""
+        if not self._rate:
+            return ""
+        live = self._banner is None
+        until = self._rate.until(live)
+        # The figure: the last whole second while the job runs (the current one is still filling).
+        figure = " " + rate_text(self._rate.per_second(until - 1 if live else until, 1)[0])
+        bars = min(RATE_SECONDS, room - len(figure), until - self._rate.first + 1)  # none before the first line
+        if room - len(figure) < RATE_NARROWEST:
+            return ""
+        return sparkline(self._rate.per_second(until, bars), bars) + figure
 
     def _banner_strip(self, width: int) -> Strip:
         assert self._banner is not None

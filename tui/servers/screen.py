@@ -1,5 +1,7 @@
 """The server list: every server of the org, its agent's presence updated live over SSE (the
-app's one presence stream, followed by `tui.monitor`); unknown while the control plane is lost."""
+app's one presence stream, followed by `tui.monitor`); unknown while the control plane is lost.
+Its CPU, memory and disk use of the last minutes are sparklines, from the agent's pulses on the
+same stream, in as many columns as the width leaves (CPU first)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import ClassVar
 
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.color import Color, ColorParseError
@@ -24,6 +27,7 @@ from tui.widgets.filter_line import FilteredList, FilterLine, filter_rows
 from tui.widgets.footer import FleetFooter
 from tui.widgets.header import SafeHeader
 from tui.widgets.list_table import ListTable
+from tui.widgets.sparkline import sparkline
 
 # "Last seen 3 min ago" grows old on its own: redraw the times this often.
 RELATIVE_TIME_REFRESH_S = 15.0
@@ -38,6 +42,12 @@ COLUMNS = [
     ("version", "Version", 7, 14),
     ("seen", "Last seen", 9, 12),
 ]
+# The pulses' columns, in the order they appear as the width allows: (key, label). A cell is a
+# sparkline and the last value ("▂▃▅▇ 42%"), from PULSE_WIDTH[0] to PULSE_WIDTH[1] wide.
+PULSE_COLUMNS = [("cpu", "CPU"), ("memory", "Mem"), ("disk", "Disk")]
+PULSE_WIDTH = (10, 24)
+PULSE_VALUE = 5  # " 100%"
+CELL_PADDING = 2  # DataTable's, either side of each column
 
 
 class ServerTable(ListTable):
@@ -67,6 +77,8 @@ class ServerListScreen(FilteredList, FleetScreen):
         super().__init__()
         self.servers: dict[str, Server] = {}
         self._connected = True
+        self._pulse_columns: list[tuple[str, str]] = []  # those shown (the width decides)
+        self._pulse_width = PULSE_WIDTH[0]
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
@@ -80,6 +92,7 @@ class ServerListScreen(FilteredList, FleetScreen):
         self.app.theme_changed_signal.subscribe(self, self._on_theme_changed)
         self.set_interval(RELATIVE_TIME_REFRESH_S, self._redraw_rows)
         self.monitor.presence.subscribe(self, self._on_presence)
+        self.monitor.pulse.subscribe(self, self._on_pulse)
         self.monitor.changed.subscribe(self, self._connection_changed)
         self.action_reload()
 
@@ -110,14 +123,31 @@ class ServerListScreen(FilteredList, FleetScreen):
         rows = {server.id: self._cells(server) for server in self.servers.values()}
         # Explicit widths: the columns are rebuilt with each list, sized to what they hold.
         table.clear(columns=True)
+        widths = []
         for position, (key, label, narrowest, widest) in enumerate(COLUMNS):
             longest = max((cells[position].cell_len for cells in rows.values()), default=0)
-            table.add_column(label, key=key, width=max(narrowest, min(longest, widest)))
-        shown = filter_rows(rows, self.filter_pattern)
+            widths.append(max(narrowest, min(longest, widest)))
+            table.add_column(label, key=key, width=widths[-1])
+        self._fit_pulse_columns(sum(widths) + CELL_PADDING * len(widths))
+        for key, label in self._pulse_columns:  # over the newest pulse and the value, on the right
+            table.add_column(Text(label, justify="right"), key=key, width=self._pulse_width)
+        shown = filter_rows(rows, self.filter_pattern)  # on the text columns: a sparkline is no name
         for server_id, cells in shown.items():
-            table.add_row(*cells, key=server_id)
+            table.add_row(*cells, *self._pulse_cells(self.servers[server_id]), key=server_id)
         if highlighted is not None and highlighted.id in shown:
             table.move_cursor(row=table.get_row_index(highlighted.id))
+
+    def _fit_pulse_columns(self, used: int) -> None:
+        """As many pulse columns as the width left by `used` cells holds, as wide as it allows."""
+        room = self.size.width - used - 1  # the scrollbar's column
+        count = min(len(PULSE_COLUMNS), max(0, room // (PULSE_WIDTH[0] + CELL_PADDING)))
+        self._pulse_columns = PULSE_COLUMNS[:count]
+        if count:
+            self._pulse_width = min(PULSE_WIDTH[1], room // count - CELL_PADDING)
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.servers:
+            self._draw_table()
 
     def on_filter_line_pattern_changed(self, event: FilterLine.PatternChanged) -> None:
         event.stop()
@@ -151,6 +181,13 @@ class ServerListScreen(FilteredList, FleetScreen):
         self.servers[server.id] = updated = server.model_copy(update={"agent": agent})
         self._redraw_row(updated)
         self._update_status()
+
+    def _on_pulse(self, server_id: str) -> None:
+        table = self.query_one(DataTable)
+        if (server := self.servers.get(server_id)) is None or server_id not in table.rows:
+            return  # not listed yet, or hidden by the `/` filter
+        for (key, _), cell in zip(self._pulse_columns, self._pulse_cells(server), strict=True):
+            table.update_cell(server_id, key, cell)
 
     def _connection_changed(self, state: LinkState) -> None:
         """Lost: every agent's presence becomes unknown. Back: the list again (presence changed
@@ -186,12 +223,26 @@ class ServerListScreen(FilteredList, FleetScreen):
             Text(_last_seen(server) if self._connected or server.kind == "lite" else "?", style=muted),
         ]
 
+    def _pulse_cells(self, server: Server) -> list[Text]:
+        """A sparkline of each pulse column shown, and the last value; "—" with no pulses."""
+        pulses = self.monitor.pulses_of(server.id) if self._connected else []
+        if not pulses:
+            return [Text("—", style=self._theme_style("text-muted"), justify="right") for _ in self._pulse_columns]
+        cells = []
+        for key, _ in self._pulse_columns:
+            values: list[float | None] = [getattr(sample, key) for sample in pulses]
+            last = "?" if values[-1] is None else f"{values[-1]:.0f}%"
+            line = sparkline(values, self._pulse_width - PULSE_VALUE, top=100)
+            cells.append(Text(line + last.rjust(PULSE_VALUE)))
+        return cells
+
     def _redraw_row(self, server: Server) -> None:
         table = self.query_one(DataTable)
         if server.id not in table.rows:
             return  # hidden by the `/` filter
         for (key, *_), cell in zip(COLUMNS, self._cells(server), strict=True):
             table.update_cell(server.id, key, cell)
+        self._on_pulse(server.id)
 
     def _redraw_rows(self) -> None:
         for server in self.servers.values():

@@ -274,6 +274,35 @@ def test_batches_arriving_between_two_repaints_are_painted_once() -> None:
     run(app, scenario)
 
 
+def at_second(second: int, count: int) -> list[LogLine]:
+    """`count` lines written in the `second`-th second after 10:00:00 (a job's lines carry their time)."""
+    return [LogLine(f"line {n}", False, f"2026-11-22T10:00:{second:02d}.{n:03d}Z") for n in range(count)]
+
+
+def test_the_status_row_draws_the_output_rate_by_the_time_lines_were_written() -> None:
+    view = LogView()
+    app = LogApp(view)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        panel = view.panel
+        # Replayed at once, as a finished job's stored lines are: the pace is their times'.
+        panel.append_lines([*at_second(0, 2), *at_second(1, 8), *at_second(3, 4)])
+        panel.set_banner(Banner("succeeded", 0, 3.0))
+        panel.flush_now()
+        await pilot.pause()
+        status = screen_rows(panel)[0]
+        # 2, 8, none and 4 lines a second, from the first line's second; the last second's figure
+        assert status.endswith("   ▃█▁▅ 4/s  14 lines ")
+
+        panel.clear()  # another job, still running: its rate moves on each second, lines or none
+        panel.append_lines(at_second(0, 6))
+        panel.flush_now()
+        await wait_for(pilot, lambda: screen_rows(panel)[0].endswith("  █▁ 6/s  6 lines "))
+        await wait_for(pilot, lambda: screen_rows(panel)[0].endswith("  █▁▁ 0/s  6 lines "))
+
+    run(app, scenario, size=(120, 30))
+
+
 def test_write_log_keeps_the_lines_whole(tmp_path: Path) -> None:
     long = "y" * 20_000
     assert write_log(tmp_path / "a.log", [LogLine(long), LogLine("b", True)]) == 2
