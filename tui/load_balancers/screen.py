@@ -40,6 +40,7 @@ from tui.load_balancers.tables import (
     LbTable,
     PoolRow,
     PoolTable,
+    Traffic,
     backend_cells,
     backend_name,
     lb_cells,
@@ -109,6 +110,7 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
         super().__init__()
         self.title = "Load balancers"
         self.lbs: dict[str, LoadBalancer] = {}
+        self.traffic: dict[str, Traffic] = {}  # by backend id: its request rate and errors over time
         self.servers: dict[str, Server] = {}
         self.loaded = False
         self._initial_weights: dict[str, int] = {}
@@ -171,6 +173,7 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
         self._list_failing = False
         self.loaded = True
         self.lbs = {lb.id: lb for lb in sorted(listing.load_balancers, key=lambda lb: lb.name)}
+        self._sample_traffic()
         for lb in self.lbs.values():
             for backend in lb.backends:
                 self._initial_weights.setdefault(backend.id, backend.weight)
@@ -182,6 +185,13 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
         self._draw(listing)
         pending = any(lb.state == "pending_apply" for lb in self.lbs.values())
         self._schedule(POLL_PENDING_S if pending else POLL_S)
+
+    def _sample_traffic(self) -> None:
+        """A sample per backend and report of its node; the backends gone take theirs with them."""
+        backends = {backend.id: backend for lb in self.lbs.values() for backend in lb.backends}
+        self.traffic = {key: self.traffic.get(key) or Traffic() for key in backends}
+        for key, backend in backends.items():
+            self.traffic[key].add(backend)
 
     def _unknown_servers(self) -> bool:
         ids = {lb.node_server_id for lb in self.lbs.values()}
@@ -242,7 +252,10 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
         lb = self.highlighted_lb
         pool = self.query_one(PoolTable)
         backends = lb.backends if lb is not None else []
-        rows = {b.id: backend_cells(PoolRow(b, self._backend_name(b), self.weight_of(b))) for b in backends}
+        rows = {
+            b.id: backend_cells(PoolRow(b, self._backend_name(b), self.weight_of(b), traffic=self.traffic.get(b.id)))
+            for b in backends
+        }
         pool.set_rows(rows, self._room(pool))
         self._update_pool_bar(lb)
         self._update_status(lb)

@@ -3,9 +3,11 @@
 The pool is hatop's: each backend is a `server:port` row with its state in the engine (UP, DOWN,
 DRAIN, MAINT, NOLB; ↑/↓ while its checks take it up or down), its weight (`7≠2`: 7 on the node, 2
 defined: drift), the time since its last change, check failures/downs, current/max sessions,
-bytes in/out, errors and requests per second. Every figure is the node's report; what the engine
-does not know (nginx has no traffic figures) is a dash, never a guess. A column is a `Column` in
-`PoolTable.COLUMNS` and a function of `POOL_CELLS` (same key).
+bytes in/out, errors and requests per second, and where the width allows, the request rate and
+the errors over the last minutes as sparklines (`Traffic`: one sample per report of the node).
+Every figure is the node's report; what the engine does not know (nginx has no traffic figures)
+is a dash, never a guess. A column is a `Column` in `PoolTable.COLUMNS` and a function of
+`POOL_CELLS` (same key); an `optional` one is left out when the table is too narrow for it.
 
 Both are redrawn in place: when the rows are the same ones as before, only the cells whose text
 changed are updated (no flicker, the cursor stays where it is); the rows are rebuilt only when a
@@ -14,8 +16,9 @@ row came or went, and the cursor then goes back to the row it was on.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import ClassVar
 
@@ -26,6 +29,7 @@ from textual.widgets import DataTable
 from contract.job_kinds.lb import BackendStatus
 from contract.load_balancers import Backend, LoadBalancer
 from tui.text import printable
+from tui.widgets.sparkline import sparkline
 
 DASH = "—"
 STATE_STYLES = {"active": "green", "pending_apply": "yellow", "degraded": "bold red"}
@@ -39,6 +43,8 @@ STATUS_STYLES: dict[BackendStatus, str] = {
 }
 GOING = {"up": "↑", "down": "↓"}
 DRIFT = "≠"
+TREND_WIDTH = 16  # cells of a sparkline column: the last 32 s at the node's report every 2 s
+TREND_SAMPLES = 90  # kept per backend: 3 minutes of reports
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,19 @@ class Column:
     narrowest: int = 0
     widest: int = 0
     numeric: bool = False  # right-aligned, its label too
+    optional: bool = False  # shown only where the width allows (the rightmost go first)
+
+
+def shown_columns(columns: Sequence[Column], room: int) -> list[Column]:
+    """`columns` without the optional ones (from the right) that would not fit in `room` cells at
+    their narrowest: a narrow terminal keeps the figures, a wide one adds the pictures."""
+    shown = list(columns)
+    while sum(c.width or c.narrowest for c in shown) + 2 * len(shown) > room:
+        optional = [c for c in shown if c.optional]
+        if not optional:
+            break
+        shown.remove(optional[-1])
+    return shown
 
 
 def fit_widths(columns: Sequence[Column], longest: Mapping[str, int], room: int) -> dict[str, int]:
@@ -82,20 +101,24 @@ class LiveTable(DataTable[Text]):
     COLUMNS: ClassVar[list[Column]] = []
 
     def set_rows(self, rows: Mapping[str, list[Text]], room: int) -> None:
-        """Show `rows` (in order); cells are updated in place when the rows are the same."""
+        """Show `rows` (in order, a cell per `COLUMNS`: those of the columns left out are not
+        shown); cells are updated in place when the rows and the columns are the same."""
+        shown = shown_columns(self.COLUMNS, room)
+        index = [self.COLUMNS.index(column) for column in shown]
+        rows = {key: [cells[i] for i in index] for key, cells in rows.items()}
         longest = {
-            column.key: max((cells[i].cell_len for cells in rows.values()), default=0)
-            for i, column in enumerate(self.COLUMNS)
+            column.key: max((cells[i].cell_len for cells in rows.values()), default=0) for i, column in enumerate(shown)
         }
-        widths = fit_widths(self.COLUMNS, longest, room)
-        if [column.width for column in self.columns.values()] != [widths[c.key] for c in self.COLUMNS]:
-            self._rebuild(rows, widths)
+        widths = fit_widths(shown, longest, room)
+        drawn = [(str(key.value), column.width) for key, column in self.columns.items()]
+        if drawn != [(c.key, widths[c.key]) for c in shown]:
+            self._rebuild(shown, rows, widths)
             return
         if [str(key.value) for key in self.rows] != list(rows):
             self._refill(rows)
             return
         for row_key, cells in rows.items():
-            for column, cell in zip(self.COLUMNS, cells, strict=True):
+            for column, cell in zip(shown, cells, strict=True):
                 if not _same(self.get_cell(row_key, column.key), cell):
                     self.update_cell(row_key, column.key, cell)
 
@@ -106,10 +129,10 @@ class LiveTable(DataTable[Text]):
             return None
         return str(self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value)
 
-    def _rebuild(self, rows: Mapping[str, list[Text]], widths: Mapping[str, int]) -> None:
+    def _rebuild(self, shown: Sequence[Column], rows: Mapping[str, list[Text]], widths: Mapping[str, int]) -> None:
         keep = self.cursor_key
         self.clear(columns=True)
-        for column in self.COLUMNS:
+        for column in shown:
             label = Text(column.label, justify="right" if column.numeric else "left")
             self.add_column(label, key=column.key, width=widths[column.key])
         self._fill(rows, keep)
@@ -164,7 +187,45 @@ class PoolTable(LiveTable):
         Column("bytes", "In/Out", width=9, numeric=True),
         Column("errors", "Err", width=4, numeric=True),
         Column("rate", "Req/s", width=5, numeric=True),
+        Column("rate_trend", "Requests", width=TREND_WIDTH, optional=True),
+        Column("error_trend", "Errors", width=TREND_WIDTH, optional=True),
     ]
+
+
+# --- traffic over time ---------------------------------------------------------------------------
+
+
+@dataclass
+class Traffic:
+    """A backend's request rate and new errors, one sample per report of its node (oldest
+    first), None where the report had no figures (nginx, an older agent)."""
+
+    rates: deque[float | None] = field(default_factory=lambda: deque(maxlen=TREND_SAMPLES))
+    errors: deque[float | None] = field(default_factory=lambda: deque(maxlen=TREND_SAMPLES))
+    _last_errors: int | None = None
+    _last_report: datetime | None = None
+
+    def add(self, backend: Backend) -> None:
+        """The sample of the backend's latest report, unless it was taken already (the screen
+        lists more often than a node reports, or a node away reports nothing): the rate as the
+        engine measures it, the errors (HAProxy's econ + eresp, counters since it started) as
+        those new since the report before."""
+        if backend.last_check_at is None or backend.last_check_at == self._last_report:
+            return
+        self._last_report = backend.last_check_at
+        stats = backend.stats
+        self.rates.append(stats.request_rate if stats is not None else None)
+        total = _error_total(backend)
+        new = None if total is None or self._last_errors is None else max(0, total - self._last_errors)
+        self.errors.append(None if new is None else float(new))
+        self._last_errors = total
+
+
+def _error_total(backend: Backend) -> int | None:
+    stats = backend.stats
+    if stats is None or stats.connection_errors is None or stats.response_errors is None:
+        return None
+    return stats.connection_errors + stats.response_errors
 
 
 # --- cells --------------------------------------------------------------------------------------
@@ -214,6 +275,7 @@ class PoolRow:
     name: str  # `server:port`
     weight: int  # the one asked for while the change travels, else the control plane's
     now: datetime | None = None
+    traffic: Traffic | None = None  # the samples of the listings read so far
 
 
 def backend_name(backend: Backend, server_name: ServerNames) -> str:
@@ -289,6 +351,21 @@ def _rate(row: PoolRow) -> Text:
     return _dim_dash(DASH if stats is None else rate(stats.request_rate), justify="right")
 
 
+def _rate_trend(row: PoolRow) -> Text:
+    return _trend(row.traffic.rates if row.traffic else (), "cyan")
+
+
+def _error_trend(row: PoolRow) -> Text:
+    return _trend(row.traffic.errors if row.traffic else (), "red")
+
+
+def _trend(samples: Sequence[float | None], style: str) -> Text:
+    """A sparkline of the newest samples (a dash while none is known), scaled to its largest."""
+    if all(sample is None for sample in samples):
+        return _dim_dash(DASH)
+    return Text(sparkline(samples, TREND_WIDTH), style=style)
+
+
 POOL_CELLS: dict[str, Callable[[PoolRow], Text]] = {
     "backend": _backend,
     "status": _status,
@@ -299,6 +376,8 @@ POOL_CELLS: dict[str, Callable[[PoolRow], Text]] = {
     "bytes": _bytes,
     "errors": _errors,
     "rate": _rate,
+    "rate_trend": _rate_trend,
+    "error_trend": _error_trend,
 }
 """How each column of the pool is drawn, by its key in `PoolTable.COLUMNS`."""
 

@@ -40,7 +40,7 @@ from tui.help import HelpScreen
 from tui.load_balancers.form import ALGORITHMS, ENGINES, LbFormDialog
 from tui.load_balancers.menu import ActionMenu
 from tui.load_balancers.screen import LoadBalancersScreen, drain_preview
-from tui.load_balancers.tables import LbTable, PoolTable, fit_widths
+from tui.load_balancers.tables import LbTable, PoolTable, fit_widths, shown_columns
 from tui.servers.screen import ServerListScreen
 from tui.widgets.dialogs import ConfirmDialog
 
@@ -256,7 +256,7 @@ def test_the_pool_shows_hatops_figures_the_port_listened_on_and_drift_until_a(or
         pool = screen.query_one(PoolTable)
 
         def row(backend_id: str) -> list[str]:
-            return [str(pool.get_cell(backend_id, column.key)) for column in PoolTable.COLUMNS]
+            return [str(pool.get_cell(backend_id, key)) for key in pool.columns]
 
         assert row(first.id)[:2] == ["app-1:8080", "unhealthy"]  # nothing reported yet: never checked
         store_report(org, lb, report)
@@ -275,6 +275,46 @@ def test_the_pool_shows_hatops_figures_the_port_listened_on_and_drift_until_a(or
         assert len(org.get(f"/v1/servers/{org.node}/jobs")["jobs"]) == jobs_before + 1
 
     run(app, scenario)
+
+
+def test_a_wide_pool_draws_each_backends_requests_and_new_errors_over_time(org: AgentlessOrg) -> None:
+    """Point 11 of issue 25: where the width allows (not at 80 columns), each backend has a
+    sparkline of its request rate and one of its new errors, a sample per listing; a backend whose
+    engine has no traffic figures (nginx) shows a dash."""
+    lb = org.create_lb("shop", ["app-1", "app-2"])
+    first, second = lb.backends
+    app = org.app()
+
+    def report(rate: float, errors: int) -> LbHealthReport:
+        now = datetime.now(UTC)
+        stats = BackendStats(current_sessions=1, total_requests=10, request_rate=rate, connection_errors=errors,
+                             response_errors=0)  # fmt: skip
+        return LbHealthReport(id=lb.id, revision=lb.revision, backends=[
+            BackendReport(id=first.id, health="healthy", last_check_at=now, stats=stats),
+            BackendReport(id=second.id, health="healthy", last_check_at=now),
+        ])  # fmt: skip
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await open_screen(pilot)
+        await pick(pilot, screen, lb.id, first.id)
+        pool = screen.query_one(PoolTable)
+        assert [str(key.value) for key in pool.columns][-2:] == ["rate_trend", "error_trend"]
+
+        def trend(backend_id: str, key: str) -> str:
+            return str(pool.get_cell(backend_id, key)).strip()
+
+        # Three reports, each listed several times: one sample each.
+        for rate, errors, drawn in [(1.0, 0, "█"), (8.0, 0, "▂█"), (2.0, 5, "▂█▃")]:
+            store_report(org, lb, report(rate, errors))
+            await wait_for(pilot, lambda drawn=drawn: trend(first.id, "rate_trend") == drawn)  # type: ignore[misc]
+        assert trend(first.id, "error_trend") == "▁█"  # no sample before the first report; 0, then 5 new
+        assert trend(second.id, "rate_trend") == "—" and trend(second.id, "error_trend") == "—"
+
+        await pilot.resize_terminal(80, 24)
+        await wait_for(pilot, lambda: "rate_trend" not in [str(key.value) for key in pool.columns])
+        assert [str(key.value) for key in pool.columns][-1] == "rate"  # the figures stay, the pictures go
+
+    run(app, scenario, size=(200, 50))
 
 
 def test_the_form_adds_several_ports_of_a_server_and_edits_a_backends_port(org: AgentlessOrg) -> None:
@@ -521,10 +561,12 @@ def test_column_widths_fit_the_room_and_give_the_rest_to_the_last_flexible_colum
     widths = fit_widths(LbTable.COLUMNS, {"name": 30, "node": 9, "state": 40}, 79)
     assert sum(widths.values()) + 2 * len(widths) <= 79
     assert widths["name"] >= 6 and widths["node"] >= 6
-    pool = fit_widths(PoolTable.COLUMNS, {"backend": 40}, 79)
+    pool = fit_widths(shown_columns(PoolTable.COLUMNS, 79), {"backend": 40}, 79)
     assert sum(pool.values()) + 2 * len(pool) <= 79 and pool["backend"] >= 10  # `server:port` at 80 columns
     wide = fit_widths(PoolTable.COLUMNS, {"backend": 5}, 199)
     assert wide["backend"] == 32  # a name is never wider: the rest stays empty
+    assert [c.key for c in shown_columns(PoolTable.COLUMNS, 79)] == [c.key for c in PoolTable.COLUMNS if not c.optional]
+    assert shown_columns(PoolTable.COLUMNS, 199) == PoolTable.COLUMNS
 
 
 def test_the_form_offers_each_engine_and_algorithm_of_the_contract_once() -> None:
