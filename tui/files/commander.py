@@ -626,9 +626,8 @@ class CommanderScreen(FleetScreen):
         selection = panel.pane.selection
         if not selection or panel.place is None or not self._writable(panel):
             return
-        mode = int(selection[0].get("mode", 0o644)) & 0o777
         has_dirs = any(entry.get("type") == "dir" for entry in selection)
-        dialog = PermissionsDialog(*panel.place, panel.selected_paths(), mode, has_dirs)
+        dialog = PermissionsDialog(*panel.place, panel.selected_paths(), has_dirs)  # reads the mode itself
         self.app.push_screen(dialog, self._reload_after(panel))
 
     def action_search(self) -> None:
