@@ -392,7 +392,8 @@ class LogPanel(ScrollView, can_focus=True):
         return self._frame[y] if 0 <= y < len(self._frame) else Strip.blank(width, self.rich_style)
 
     def _frame_key_state(self) -> tuple[object, ...]:
-        return (self._appended, self._follow, self._wrap, self._timestamps, self._filter, self._banner, self.app.theme)
+        state = (self._appended, self._follow, self._wrap, self._timestamps, self._filter, self._banner)
+        return (*state, self.placeholder, self.app.theme)
 
     def _render_frame(self, width: int, height: int) -> list[Strip]:
         rows = [self._status_strip(width)]

@@ -187,17 +187,24 @@ class JobRunScreen(FleetScreen):
     def _on_batch(self, batch: JobBatch) -> None:
         if batch.lines:
             self.log_view.panel.append_lines(batch.lines)
-            if self.job.status == "queued" and batch.exit is None:
-                # It prints, so it runs: say so now, and learn when it started.
-                self.job = self.job.model_copy(update={"status": "running"})
-                self._update_bar()
-                self.bridge.run(
-                    self, self.client.jobs.get, self.job.id, on_done=self._job_refreshed, on_error=lambda exc: None
-                )
+        # The stream says it runs (or it prints, so it runs): whatever the row said when opened.
+        if (batch.status == "running" or batch.lines) and batch.exit is None:
+            self._started()
         if batch.last_seq is not None:
             self._last_seq = batch.last_seq
         if batch.exit is not None:
             self._exited(batch.exit)
+
+    def _started(self) -> None:
+        """The job started: say so now, and learn when it started (the row has `started_at`)."""
+        if self.job.status != "queued":
+            return
+        self.job = self.job.model_copy(update={"status": "running"})
+        if not self.log_view.panel.lines:
+            self.log_view.panel.placeholder = "Running · no output yet…"
+            self.log_view.panel.refresh()
+        self._update_bar()
+        self.bridge.run(self, self.client.jobs.get, self.job.id, on_done=self._job_refreshed, on_error=lambda exc: None)
 
     def _exited(self, data: dict[str, object]) -> None:
         status = str(data.get("status") or self.job.status)
