@@ -134,7 +134,7 @@ class PermissionsDialog(Dialog[int | None]):
         with self.prevent(Input.Changed):
             self.octal_field.value = octal(mode)[1:]
         self.show_in_grid(mode)
-        self.query_one("#permissions-owner", Static).update(printable(f" {entry.owner}:{entry.group}"))
+        self.query_one("#permissions-owner", Static).update(printable(f" · owner {entry.owner}:{entry.group}"))
         note = ""
         if entry.mode & 0o7000:
             note = f"Now {octal(entry.mode)}: applying clears setuid, setgid and sticky."
