@@ -24,8 +24,10 @@ from textual.containers import Horizontal
 from textual.widget import Widget
 
 from api_client import PATHS_PER_BATCH, BatchProgress, FileContent, KeepGoing, Listing, Scope, Server
-from contract.models import FsDestination
+from api_client import errors as api_errors
+from contract.models import FsDestination, PresenceEvent
 from tui.bridge import TaskHandle
+from tui.errors import unwrap
 from tui.files.dialogs import (
     ArchiveDialog,
     BulkDialog,
@@ -121,6 +123,7 @@ class CommanderScreen(FleetScreen):
         self._active = "left"
         self._escape_at: float | None = None
         self._opening_task: TaskHandle | None = None
+        self._scopes_failed = False  # the panels wait for the scopes (retried when the agent is back)
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
@@ -143,9 +146,19 @@ class CommanderScreen(FleetScreen):
             return
         self.left.add_class("-active")
         self.left.pane.focus()
+        self.monitor.presence.subscribe(self, self._presence_changed)
+        self._load_scopes()
+
+    def _load_scopes(self) -> None:
         self.bridge.run(
             self, self.client.files.scopes, self.server.id, on_done=self._open_first_scope, on_error=self._no_scopes
         )
+
+    def _presence_changed(self, event: PresenceEvent) -> None:
+        """The agent is back while the panels wait for the scopes it could not give: ask again."""
+        if event.online and event.server_id == self.server.id and self.left.scope is None and self._scopes_failed:
+            self._scopes_failed = False
+            self._load_scopes()
 
     def _open_first_scope(self, scopes: list[Scope]) -> None:
         if not scopes:
@@ -186,9 +199,14 @@ class CommanderScreen(FleetScreen):
         screen.active = self._active
 
     def _no_scopes(self, exc: BaseException) -> None:
-        self.show_error(exc, server=self.server.name)
+        self._scopes_failed = True
+        if isinstance(unwrap(exc), api_errors.AgentOffline):
+            message = f"The agent of {printable(self.server.name)} is offline: the panels list once it is back."
+        else:
+            self.show_error(exc, server=self.server.name)
+            message = "Could not load the scopes: r to try again, Esc Esc to go back."
         for panel in (self.left, self.right):
-            panel.pane.show_message("Could not load the scopes: r to try again, Esc Esc to go back.")
+            panel.pane.show_message(message)
 
     # --- panels ---------------------------------------------------------------------------
 
@@ -219,6 +237,7 @@ class CommanderScreen(FleetScreen):
             self.left.set_class(panel is self.left, "-active")
             self.right.set_class(panel is self.right, "-active")
             self._remember()
+            panel.refresh_if_changed()  # what changed on the server while the other panel had the focus
 
     def on_screen_resume(self) -> None:
         """Back from a dialog or the picker: the focus is in the active panel (a focus change
@@ -283,7 +302,7 @@ class CommanderScreen(FleetScreen):
 
     def action_reload(self) -> None:
         if self.active.scope is None:
-            self.bridge.run(self, self.client.files.scopes, self.server.id, on_done=self._open_first_scope)
+            self._load_scopes()
             return
         self.active.reload()
 
@@ -581,7 +600,7 @@ class CommanderScreen(FleetScreen):
                 scope,
                 [join_path(panel.path, old)],
                 join_path(panel.path, new),
-                on_done=lambda _paths: panel.reload(select=new),
+                on_done=self._reload_after(panel, new),
                 on_error=lambda exc: self._action_failed(exc, server.name, panel),
             )
 
@@ -604,7 +623,7 @@ class CommanderScreen(FleetScreen):
 
             def done(_result: Any) -> None:
                 panel.pane.action_unmark_all()
-                panel.reload()
+                self._reload_after(panel)(None)  # the other panel too, when it shows the folder
                 self.notify(f"{word} {count}" + ("" if permanent else " (t opens the trash)."))
 
             work = partial(self.client.files.delete, server.id, scope, paths, permanent=permanent)
@@ -706,8 +725,9 @@ class CommanderScreen(FleetScreen):
 
         def reload(_result: Any) -> None:
             panel.reload(select=select)
-            if self.other.same_place(panel) and self.other.path == panel.path:
-                self.other.reload()
+            twin = self.right if panel is self.left else self.left  # not `other`: the focus may have moved
+            if twin.same_place(panel) and twin.path == panel.path:
+                twin.reload()
 
         return reload
 
