@@ -44,6 +44,7 @@ from tui.files.dialogs import (
     TrashDialog,
     resolve_conflicts,
 )
+from tui.files.dialogs.base import describe_items, gone_meanwhile
 from tui.files.directory_pane import SORT_KEYS
 from tui.files.editor_screen import EditorScreen
 from tui.files.location_picker import LocationPicker
@@ -595,17 +596,36 @@ class CommanderScreen(FleetScreen):
                 return
             self.bridge.run(
                 self,
-                self.client.files.move,
+                self._rename,
                 server.id,
                 scope,
-                [join_path(panel.path, old)],
+                join_path(panel.path, old),
                 join_path(panel.path, new),
                 on_done=self._reload_after(panel, new),
-                on_error=lambda exc: self._action_failed(exc, server.name, panel),
+                on_error=lambda exc: self._rename_failed(exc, old, server.name, panel),
             )
 
         # Offered as drawn: a name's control characters as `?` (the new name may not hold any).
         self.app.push_screen(NameDialog("Rename", printable(old), hint=f"in {panel.location}"), rename)
+
+    async def _rename(self, server_id: str, scope: Scope, old: str, new: str) -> list[str]:
+        """Rename `old` to `new` as the server has them now, not as the panel listed them: a name
+        taken meanwhile is refused (a rename onto a folder would move into it), and a file renamed
+        or deleted meanwhile fails its stat (`NotFound`) rather than being looked for."""
+        await self.client.files.stat(server_id, scope, old)
+        try:
+            await self.client.files.stat(server_id, scope, new)
+        except api_errors.NotFound:
+            return await self.client.files.move(server_id, scope, [old], new)
+        raise api_errors.Conflict(f"{describe_items([new])} already exists here.")
+
+    def _rename_failed(self, exc: BaseException, old: str, server: str, panel: FilePanel) -> None:
+        gone = gone_meanwhile(exc, old)
+        if gone is None:
+            self._action_failed(exc, server, panel)
+            return
+        self.notify(gone, severity="warning", timeout=8)
+        panel.reload()
 
     def action_delete(self) -> None:
         panel = self.active

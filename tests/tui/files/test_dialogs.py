@@ -441,6 +441,46 @@ def test_permissions_start_from_the_mode_on_the_server_not_the_listing(stack: St
     run(app, scenario)
 
 
+def test_rename_goes_by_the_names_on_the_server_not_the_listing(stack: Stack) -> None:
+    """F2 on a file renamed outside after the listing says it is no longer there and renames
+    nothing; a new name taken outside meanwhile (by a folder) is refused, not moved into."""
+    folder = fresh_dir(stack, "dlg-rename-fresh")
+    (folder / "a.txt").write_text("a\n")
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        commander = await open_commander(pilot)
+        await highlight(pilot, commander.left, "dlg-rename-fresh")
+        await pilot.press("enter")
+        await highlight(pilot, commander.left, "a.txt")
+        (folder / "a.txt").rename(folder / "moved.txt")  # someone else, meanwhile
+
+        async def rename_to(new: str) -> None:
+            await pilot.press("f2")
+            await wait_for(pilot, lambda: isinstance(app.screen, NameDialog))
+            app.screen.query_one("#name-input", Input).value = new
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.screen is commander)
+
+        await rename_to("c.txt")
+        await wait_for(pilot, lambda: any("a.txt is no longer there" in n.message for n in app._notifications))
+        await wait_for(pilot, lambda: commander.left.pane.index_of("moved.txt") is not None)
+        assert sorted(p.name for p in folder.iterdir()) == ["moved.txt"]
+
+        await highlight(pilot, commander.left, "moved.txt")
+        (folder / "target.txt").mkdir()  # the new name, taken meanwhile
+        await rename_to("target.txt")
+        await wait_for(pilot, lambda: any("target.txt already exists" in n.message for n in app._notifications))
+        assert (folder / "moved.txt").read_text() == "a\n" and not any((folder / "target.txt").iterdir())
+
+        await highlight(pilot, commander.left, "moved.txt")
+        await rename_to("free.txt")
+        await wait_for(pilot, lambda: (folder / "free.txt").exists())
+        await wait_for(pilot, lambda: commander.left.pane.index_of("free.txt") is not None)
+
+    run(app, scenario)
+
+
 def test_new_file_from_a_template_and_a_taken_name(stack: Stack) -> None:
     folder = fresh_dir(stack, "dlg-new")
     app = real_app(stack)
