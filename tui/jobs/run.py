@@ -325,6 +325,8 @@ class JobRunScreen(FleetScreen):
         self.refresh_bindings()
 
     def _focus_result(self) -> None:
+        if self.query_one(TabbedContent).active != "result":
+            return  # the log was asked for (2) since the result was shown: it keeps the focus
         for widget in self.query_one(ResultView).query("DataTable, Tree"):
             if isinstance(widget, DataTable | Tree):
                 widget.focus()
