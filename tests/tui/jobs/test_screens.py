@@ -1060,7 +1060,7 @@ def test_system_info_and_logs_tail_from_the_jobs_screen(stack: Stack) -> None:
 # Prints, then waits: TERM stops it at once.
 WAITING_SCRIPT = '#!/bin/sh\necho "waiting"\nexec sleep 300\n'
 # Prints nothing for seconds, then a line a second: a view must know it runs before it prints.
-SILENT_SCRIPT = '#!/bin/sh\nsleep 4\nfor i in 1 2 3; do echo "tick $i"; sleep 1; done\nexec sleep 300\n'
+SILENT_SCRIPT = '#!/bin/sh\nsleep 8\nfor i in 1 2 3; do echo "tick $i"; sleep 1; done\nexec sleep 300\n'
 
 
 @pytest.fixture
@@ -1152,15 +1152,15 @@ def test_a_job_opened_as_it_is_created_follows_its_events(stack: Stack, waiting_
     it prints anything, then shows its lines as they come; its cancel says it is stopped (not
     "it has not started") and it ends cancelled."""
     name, server_id = waiting_agent
-    with stack.http() as http:
-        created = http.post(f"/v1/servers/{server_id}/jobs", json={"kind": "cron.run", "args": {"id": "silent"}})
-        job = Job.model_validate(created.json())
-        server = Server.model_validate(http.get(f"/v1/servers/{server_id}").json())
-    assert job.status == "queued"
     app = real_app(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:
         await highlight_server(pilot, name)
+        with stack.http() as http:  # made once the app is up: opened before the job prints (8 s)
+            created = http.post(f"/v1/servers/{server_id}/jobs", json={"kind": "cron.run", "args": {"id": "silent"}})
+            job = Job.model_validate(created.json())
+            server = Server.model_validate(http.get(f"/v1/servers/{server_id}").json())
+        assert job.status == "queued"
         app.push_screen(JobRunScreen(server, job))
         await wait_for(pilot, lambda: isinstance(app.screen, JobRunScreen) and app.screen._stream_tasks)  # mounted
         run_screen = app.screen
