@@ -127,6 +127,7 @@ class JobRunScreen(FleetScreen):
         self._stream_tasks: list[TaskHandle] = []
         self._clock: Timer | None = None
         self._has_result = False
+        self._log_asked = False  # 2 was pressed: a result shown later does not take the focus
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
@@ -313,6 +314,7 @@ class JobRunScreen(FleetScreen):
 
     def _show_result(self, result: Any = None) -> None:
         self._has_result = True
+        self._log_asked = False
         kind = self.kind
         write = kind is not None and not kind.read
         schema = kind.result_schema if kind is not None else None
@@ -325,7 +327,7 @@ class JobRunScreen(FleetScreen):
         self.refresh_bindings()
 
     def _focus_result(self) -> None:
-        if self.query_one(TabbedContent).active != "result":
+        if self._log_asked:
             return  # the log was asked for (2) since the result was shown: it keeps the focus
         for widget in self.query_one(ResultView).query("DataTable, Tree"):
             if isinstance(widget, DataTable | Tree):
@@ -333,6 +335,7 @@ class JobRunScreen(FleetScreen):
                 return
 
     def action_show_tab(self, tab: str) -> None:
+        self._log_asked = tab == "log"
         self.query_one(TabbedContent).active = tab
         if tab == "log":
             self.log_view.focus()
