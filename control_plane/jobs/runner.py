@@ -92,6 +92,11 @@ def exit_event(exit_code: int | None, status: str, last_seq: int) -> bytes:
     return sse.event("exit", {"exit_code": exit_code, "status": status}, last_seq + 1)
 
 
+def running_event(last_seq: int) -> bytes:
+    """The job runs (its id the last line's: a stream resumed from it misses no line)."""
+    return sse.event("status", {"status": "running"}, last_seq)
+
+
 def output_size(texts: list[str]) -> int:
     """The bytes of `texts` as the job printed them: UTF-8 and a newline after each."""
     if not texts:
@@ -509,10 +514,14 @@ class JobRunner:
         self, org_id: str, job_id: str, after: int, *, view: OutputView | None = None
     ) -> AsyncIterator[bytes]:
         """The SSE body of a job stream: its lines after `after` (stored, then live), then `exit`;
-        `view` as in `LiveJob.follow`."""
+        `view` as in `LiveJob.follow`. A job that runs says so once (`status`) before its lines
+        from then on: a follower of a queued job learns it started even while it prints nothing."""
+        said_running = False
         while True:
             live = self.live.get(job_id)
             if live is not None and after >= live.from_seq:
+                if live.exit is None and not said_running:
+                    yield running_event(after)
                 async for chunk in live.follow(after, view):
                     yield chunk
                 return
@@ -535,6 +544,9 @@ class JobRunner:
                 self._stored.pop(job_id, None)  # ended: no word of it is to come
                 yield exit_event(job["exit_code"], job["status"], after)
                 return
+            if job["status"] == "running" and not said_running:  # run by another replica
+                said_running = True
+                yield running_event(after)
             # Queued for an offline agent, or run by another replica: wait for a word of it
             # (replicas say when they store lines), else poll.
             with anyio.move_on_after(QUEUED_POLL_S):

@@ -26,6 +26,7 @@ from tests.helpers.tui import highlight_server, real_app, run
 from tui.app import FleetdeckApp
 from tui.connection import Connection
 from tui.files.commander import CommanderScreen
+from tui.files.dialogs import DeleteDialog
 from tui.files.panel import FilePanel
 from tui.jobs.run import JobRunScreen
 from tui.monitor import LinkState, control_plane_name
@@ -146,6 +147,62 @@ def test_a_panel_says_when_its_agent_is_offline_and_lists_again_when_it_is_back(
         await wait_for(pilot, lambda: panel.pane.index_of("www") is not None)
         assert not panel.has_class("-agent-offline")
         assert not str(title.render()).startswith("○")
+
+    try:
+        run(app, scenario)
+    finally:
+        agent.stop()
+        with stack.http() as http:
+            http.delete(f"/v1/servers/{server_id}")
+
+
+def test_files_opened_while_the_agent_is_offline_list_once_it_is_back_and_follow_the_server(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Files opened while the agent is down say so, and both panels list by themselves once it is
+    back. A file made on the server shows in a panel when it is focused again (not before); a
+    delete made in one panel shows at once in the other, which shows the same folder."""
+    with stack.http() as http:
+        created = http.post("/v1/servers", json={"name": f"back-{tmp_path.name[-6:]}", "kind": "full"}).json()
+    server_id, name = created["server"]["id"], created["server"]["name"]
+    home, state = tmp_path / "home", tmp_path / "state"
+    (home / "site-a" / "www").mkdir(parents=True)
+    state.mkdir()
+    (state / "sites.json").write_text('{"sites": [{"domain": "a.example", "slug": "site-a"}]}')
+    agent = AgentProcess(stack, server_id, created["agent_token"], home, state)
+    agent.kill()
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, name)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen))
+        commander = app.screen
+        assert isinstance(commander, CommanderScreen)
+        left, right = commander.left, commander.right
+        await wait_for(pilot, lambda: f"The agent of {name} is offline" in str(left.pane.message))
+
+        await asyncio.to_thread(agent.restart)  # no key pressed from here to the listing
+        await wait_for(pilot, lambda: left.pane.index_of("www") is not None and right.pane.index_of("www") is not None)
+
+        await pilot.press("tab")  # the right panel has the focus while the file is made
+        await wait_for(pilot, lambda: commander.active is right)
+        (home / "site-a" / "made-outside.txt").write_text("hello\n")
+        await pilot.press("tab")
+        await wait_for(pilot, lambda: left.pane.index_of("made-outside.txt") is not None)
+        assert right.pane.index_of("made-outside.txt") is None  # not focused again yet
+        await pilot.press("tab")
+        await wait_for(pilot, lambda: right.pane.index_of("made-outside.txt") is not None)
+
+        await pilot.press("tab")
+        await wait_for(pilot, lambda: commander.active is left)
+        left.pane.move_cursor(left.pane.index_of("made-outside.txt") or 0)
+        await pilot.press("f8")
+        await wait_for(pilot, lambda: isinstance(app.screen, DeleteDialog))
+        await pilot.press("enter")  # to the trash
+        await wait_for(pilot, lambda: left.pane.index_of("made-outside.txt") is None)
+        await wait_for(pilot, lambda: right.pane.index_of("made-outside.txt") is None)
+        assert commander.active is left and not (home / "site-a" / "made-outside.txt").exists()
 
     try:
         run(app, scenario)

@@ -251,7 +251,7 @@ DIALOGS = [
     ("rename", "notes.md", "rename", "notes.md"),
     ("delete", "notes.md", "delete", "notes.md"),
     ("properties", "notes.md", "properties", "notes.md"),
-    ("permissions", "notes.md", "permissions", "notes.md"),
+    ("permissions", "notes.md", "permissions", "rw-r--r--"),
     ("search", "notes.md", "search", "earch"),
     ("trash", "notes.md", "trash", "rash"),
     ("compress", "public_html", "compress", "public_html"),

@@ -24,8 +24,10 @@ from textual.containers import Horizontal
 from textual.widget import Widget
 
 from api_client import PATHS_PER_BATCH, BatchProgress, FileContent, KeepGoing, Listing, Scope, Server
-from contract.models import FsDestination
+from api_client import errors as api_errors
+from contract.models import FsDestination, PresenceEvent
 from tui.bridge import TaskHandle
+from tui.errors import unwrap
 from tui.files.dialogs import (
     ArchiveDialog,
     BulkDialog,
@@ -43,6 +45,7 @@ from tui.files.dialogs import (
     resolve_conflicts,
 )
 from tui.files.dialogs.archive import ARCHIVE_SUFFIXES, EXTRACTABLE
+from tui.files.dialogs.base import describe_items, gone_meanwhile
 from tui.files.directory_pane import SORT_KEYS, DirectoryPane
 from tui.files.editor_screen import EditorScreen
 from tui.files.location_picker import LocationPicker
@@ -122,6 +125,7 @@ class CommanderScreen(FleetScreen):
         self._active = "left"
         self._escape_at: float | None = None
         self._opening_task: TaskHandle | None = None
+        self._scopes_failed = False  # the panels wait for the scopes (retried when the agent is back)
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
@@ -144,9 +148,19 @@ class CommanderScreen(FleetScreen):
             return
         self.left.add_class("-active")
         self.left.pane.focus()
+        self.monitor.presence.subscribe(self, self._presence_changed)
+        self._load_scopes()
+
+    def _load_scopes(self) -> None:
         self.bridge.run(
             self, self.client.files.scopes, self.server.id, on_done=self._open_first_scope, on_error=self._no_scopes
         )
+
+    def _presence_changed(self, event: PresenceEvent) -> None:
+        """The agent is back while the panels wait for the scopes it could not give: ask again."""
+        if event.online and event.server_id == self.server.id and self.left.scope is None and self._scopes_failed:
+            self._scopes_failed = False
+            self._load_scopes()
 
     def _open_first_scope(self, scopes: list[Scope]) -> None:
         if not scopes:
@@ -187,9 +201,14 @@ class CommanderScreen(FleetScreen):
         screen.active = self._active
 
     def _no_scopes(self, exc: BaseException) -> None:
-        self.show_error(exc, server=self.server.name)
+        self._scopes_failed = True
+        if isinstance(unwrap(exc), api_errors.AgentOffline):
+            message = f"The agent of {printable(self.server.name)} is offline: the panels list once it is back."
+        else:
+            self.show_error(exc, server=self.server.name)
+            message = "Could not load the scopes: r to try again, Esc Esc to go back."
         for panel in (self.left, self.right):
-            panel.pane.show_message("Could not load the scopes: r to try again, Esc Esc to go back.")
+            panel.pane.show_message(message)
 
     # --- panels ---------------------------------------------------------------------------
 
@@ -220,6 +239,7 @@ class CommanderScreen(FleetScreen):
             self.left.set_class(panel is self.left, "-active")
             self.right.set_class(panel is self.right, "-active")
             self._remember()
+            panel.refresh_if_changed()  # what changed on the server while the other panel had the focus
 
     def on_screen_resume(self) -> None:
         """Back from a dialog or the picker: the focus is in the active panel (a focus change
@@ -284,7 +304,7 @@ class CommanderScreen(FleetScreen):
 
     def action_reload(self) -> None:
         if self.active.scope is None:
-            self.bridge.run(self, self.client.files.scopes, self.server.id, on_done=self._open_first_scope)
+            self._load_scopes()
             return
         self.active.reload()
 
@@ -580,17 +600,36 @@ class CommanderScreen(FleetScreen):
                 return
             self.bridge.run(
                 self,
-                self.client.files.move,
+                self._rename,
                 server.id,
                 scope,
-                [join_path(panel.path, old)],
+                join_path(panel.path, old),
                 join_path(panel.path, new),
-                on_done=lambda _paths: panel.reload(select=new),
-                on_error=lambda exc: self._action_failed(exc, server.name, panel),
+                on_done=self._reload_after(panel, new),
+                on_error=lambda exc: self._rename_failed(exc, old, server.name, panel),
             )
 
         # Offered as drawn: a name's control characters as `?` (the new name may not hold any).
         self.app.push_screen(NameDialog("Rename", printable(old), hint=f"in {panel.location}"), rename)
+
+    async def _rename(self, server_id: str, scope: Scope, old: str, new: str) -> list[str]:
+        """Rename `old` to `new` as the server has them now, not as the panel listed them: a name
+        taken meanwhile is refused (a rename onto a folder would move into it), and a file renamed
+        or deleted meanwhile fails its stat (`NotFound`) rather than being looked for."""
+        await self.client.files.stat(server_id, scope, old)
+        try:
+            await self.client.files.stat(server_id, scope, new)
+        except api_errors.NotFound:
+            return await self.client.files.move(server_id, scope, [old], new)
+        raise api_errors.Conflict(f"{describe_items([new])} already exists here.")
+
+    def _rename_failed(self, exc: BaseException, old: str, server: str, panel: FilePanel) -> None:
+        gone = gone_meanwhile(exc, old)
+        if gone is None:
+            self._action_failed(exc, server, panel)
+            return
+        self.notify(gone, severity="warning", timeout=8)
+        panel.reload()
 
     def action_delete(self) -> None:
         panel = self.active
@@ -609,7 +648,7 @@ class CommanderScreen(FleetScreen):
 
             def done(_result: Any) -> None:
                 panel.pane.action_unmark_all()
-                panel.reload(select=after)
+                self._reload_after(panel, select=after)(None)  # the other panel too, when it shows the folder
                 self.notify(f"{word} {count}" + ("" if permanent else " (t opens the trash)."))
 
             work = partial(self.client.files.delete, server.id, scope, paths, permanent=permanent)
@@ -631,9 +670,8 @@ class CommanderScreen(FleetScreen):
         selection = panel.pane.selection
         if not selection or panel.place is None or not self._writable(panel):
             return
-        mode = int(selection[0].get("mode", 0o644)) & 0o777
         has_dirs = any(entry.get("type") == "dir" for entry in selection)
-        dialog = PermissionsDialog(*panel.place, panel.selected_paths(), mode, has_dirs)
+        dialog = PermissionsDialog(*panel.place, panel.selected_paths(), has_dirs)  # reads the mode itself
         self.app.push_screen(dialog, self._reload_after(panel))
 
     def action_search(self) -> None:
@@ -727,8 +765,9 @@ class CommanderScreen(FleetScreen):
 
         def reload(_result: Any) -> None:
             panel.reload(select=select)
-            if self.other.same_place(panel) and self.other.path == panel.path:
-                self.other.reload()
+            twin = self.right if panel is self.left else self.left  # not `other`: the focus may have moved
+            if twin.same_place(panel) and twin.path == panel.path:
+                twin.reload()
 
         return reload
 

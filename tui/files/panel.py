@@ -7,12 +7,17 @@ keeps the marks; everything that acts on files is the screen's (`tui.files.comma
 A panel follows its server's agent (presence, from `tui.monitor`): while the agent is offline its
 title says so and the panel says why it lists nothing rather than asking and failing; while the
 control plane is lost it keeps what it shows and says it cannot refresh it. Both list again when
-what they wait for is back.
+what they wait for is back (also a listing that failed because the agent was offline).
+
+A panel focused again lists its folder again when the folder changed on the server meanwhile:
+one `fs/stat` of the folder, whose mtime moves when an entry is made, removed or renamed in it
+(read before each listing, so a change made during the listing shows as a change next time).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from textual import events, on
 from textual.app import ComposeResult
@@ -21,7 +26,7 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import Static
 
-from api_client import Listing, Scope, Server
+from api_client import Entry, Listing, Scope, Server
 from api_client import errors as api_errors
 from contract.models import TRASH_FOLDER, PresenceEvent
 from tui.bridge import BridgedMixin, TaskHandle
@@ -86,6 +91,8 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         self._covered = False
         # True while the listing shown is the folder in `path` (not while another one loads).
         self.settled = False
+        self._listed_mtime: datetime | None = None  # the folder's, read just before its listing
+        self._waiting_for_agent = False  # the last listing failed because the agent was offline
 
     def compose(self) -> ComposeResult:
         yield Static("", classes="file-panel--title", markup=False)
@@ -164,13 +171,36 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         server, scope = self.server, self.scope
         self._listing_task = self.bridge.run(
             self,
-            self.client.files.list_all,
+            self._list,
             server.id,
             scope,
             path,
-            on_done=lambda listing: self._show_listing(path, listing, select, keep_marks),
+            on_done=lambda listed: self._show_listing(path, listed[1], select, keep_marks, listed[0]),
             on_error=lambda exc: self._listing_failed(exc, path),
         )
+
+    async def _list(self, server_id: str, scope: Scope, path: str) -> tuple[datetime | None, Listing]:
+        """The folder's mtime (None when it cannot be read: the listing then says why), then its
+        listing."""
+        try:
+            mtime: datetime | None = (await self.client.files.stat(server_id, scope, path)).mtime
+        except api_errors.ApiError:
+            mtime = None
+        return mtime, await self.client.files.list_all(server_id, scope, path)
+
+    def refresh_if_changed(self) -> None:
+        """Focused again: list the folder again if it changed on the server since it was listed."""
+        listed, place, path = self._listed_mtime, self.place, self.path
+        if listed is None or place is None or not self.settled or not self.agent_online:
+            return
+        server, scope = place
+
+        def compare(folder: Entry) -> None:
+            if self.settled and self.path == path and self._listed_mtime == listed and folder.mtime != listed:
+                self.reload()
+
+        # Quietly: a folder gone or an agent just dropped is said by the next listing, not here.
+        self.bridge.run(self, self.client.files.stat, server.id, scope, path, on_done=compare, on_error=lambda _: None)
 
     def reload(self, *, select: str | None = None) -> None:
         """List the same folder again, keeping the cursor (or moving it to `select`) and the marks."""
@@ -178,9 +208,13 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
         name = select or (str(highlighted.get("name")) if highlighted else None)
         self.load(self.path, select=name, keep_marks=True)
 
-    def _show_listing(self, path: str, listing: Listing, select: str | None, keep_marks: bool) -> None:
+    def _show_listing(
+        self, path: str, listing: Listing, select: str | None, keep_marks: bool, mtime: datetime | None = None
+    ) -> None:
         self.path = path
         self.settled = True
+        self._listed_mtime = mtime
+        self._waiting_for_agent = False
         self._set_busy(False)
         self.pane.set_entries(shown_entries(path, listing), select=select, keep_marks=keep_marks)
         self._update_title()
@@ -226,7 +260,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
     def _presence_changed(self, event: PresenceEvent) -> None:
         if self.server is None or event.server_id != self.server.id:
             return
-        if event.online and self.has_class("-agent-offline"):
+        if event.online and (self.has_class("-agent-offline") or self._waiting_for_agent):
             self.reload()  # back: list what the panel shows
         elif not event.online:
             self._can_list(self.path)
@@ -234,6 +268,7 @@ class FilePanel(FleetAccess, BridgedMixin, Vertical):
 
     def _listing_failed(self, exc: BaseException, path: str) -> None:
         self.settled = self.path == path
+        self._waiting_for_agent = isinstance(unwrap(exc), api_errors.AgentOffline)
         self._set_busy(False)
         self.pane.release_keys(replay=False)  # they were for the folder that could not be listed
         self.update_status()

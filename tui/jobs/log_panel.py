@@ -459,7 +459,7 @@ class LogPanel(ScrollView, can_focus=True):
     def _frame_key_state(self) -> tuple[object, ...]:
         rate_until = self._rate.until(live=self._banner is None)
         state = (self._appended, self._follow, self._wrap, self._timestamps, self._filter, self._banner, rate_until)
-        return (*state, self.app.theme)
+        return (*state, self.placeholder, self.app.theme)
 
     def on_mount(self) -> None:
         # While the job runs, its output rate moves on each second, lines or none.

@@ -127,6 +127,7 @@ class JobRunScreen(FleetScreen):
         self._stream_tasks: list[TaskHandle] = []
         self._clock: Timer | None = None
         self._has_result = False
+        self._log_asked = False  # 2 was pressed: a result shown later does not take the focus
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
@@ -187,17 +188,24 @@ class JobRunScreen(FleetScreen):
     def _on_batch(self, batch: JobBatch) -> None:
         if batch.lines:
             self.log_view.panel.append_lines(batch.lines)
-            if self.job.status == "queued" and batch.exit is None:
-                # It prints, so it runs: say so now, and learn when it started.
-                self.job = self.job.model_copy(update={"status": "running"})
-                self._update_bar()
-                self.bridge.run(
-                    self, self.client.jobs.get, self.job.id, on_done=self._job_refreshed, on_error=lambda exc: None
-                )
+        # The stream says it runs (or it prints, so it runs): whatever the row said when opened.
+        if (batch.status == "running" or batch.lines) and batch.exit is None:
+            self._started()
         if batch.last_seq is not None:
             self._last_seq = batch.last_seq
         if batch.exit is not None:
             self._exited(batch.exit)
+
+    def _started(self) -> None:
+        """The job started: say so now, and learn when it started (the row has `started_at`)."""
+        if self.job.status != "queued":
+            return
+        self.job = self.job.model_copy(update={"status": "running"})
+        if not self.log_view.panel.lines:
+            self.log_view.panel.placeholder = "Running · no output yet…"
+            self.log_view.panel.refresh()
+        self._update_bar()
+        self.bridge.run(self, self.client.jobs.get, self.job.id, on_done=self._job_refreshed, on_error=lambda exc: None)
 
     def _exited(self, data: dict[str, object]) -> None:
         status = str(data.get("status") or self.job.status)
@@ -306,6 +314,7 @@ class JobRunScreen(FleetScreen):
 
     def _show_result(self, result: Any = None) -> None:
         self._has_result = True
+        self._log_asked = False
         kind = self.kind
         write = kind is not None and not kind.read
         schema = kind.result_schema if kind is not None else None
@@ -318,12 +327,15 @@ class JobRunScreen(FleetScreen):
         self.refresh_bindings()
 
     def _focus_result(self) -> None:
+        if self._log_asked:
+            return  # the log was asked for (2) since the result was shown: it keeps the focus
         for widget in self.query_one(ResultView).query("DataTable, Tree"):
             if isinstance(widget, DataTable | Tree):
                 widget.focus()
                 return
 
     def action_show_tab(self, tab: str) -> None:
+        self._log_asked = tab == "log"
         self.query_one(TabbedContent).active = tab
         if tab == "log":
             self.log_view.focus()

@@ -32,11 +32,13 @@ BATCH_MAX_LINES = 5_000
 
 @dataclass
 class JobBatch:
-    """Lines that arrived together; the last batch carries the `exit` data when there was one."""
+    """Lines that arrived together; the last batch carries the `exit` data when there was one,
+    and a batch the job's `status` (`running`: it started) when the stream said so."""
 
     lines: list[LogLine] = field(default_factory=list)
     last_seq: int | None = None
     exit: dict[str, Any] | None = None
+    status: str | None = None
 
 
 BatchSender = trio.MemorySendChannel[JobBatch]
@@ -76,7 +78,7 @@ async def pump_job_events(
 
     def flush() -> None:
         nonlocal pending
-        if pending.lines or pending.exit is not None:
+        if pending.lines or pending.exit is not None or pending.status is not None:
             send.send_nowait(pending)
             pending = JobBatch()
 
@@ -89,6 +91,9 @@ async def pump_job_events(
                     pending.last_seq = seq
                 if len(pending.lines) >= max_lines:
                     flush()
+            elif event.event == "status" and isinstance(event.data, dict):
+                pending.status = str(event.data.get("status") or "") or None
+                flush()  # at once: the screen says it runs while it prints nothing yet
             elif event.event == "exit":
                 pending.exit = event.data if isinstance(event.data, dict) else {}
         done.cancel()

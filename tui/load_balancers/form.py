@@ -10,6 +10,12 @@ them.
 
 The request is sent from here, so what the control plane refuses is shown in the form, which
 stays open with what was typed.
+
+Edit starts from the definition as the control plane has it when the form opens (read again, not
+the screen's list, which may be older), and saves only over that revision: a definition changed
+meanwhile is said, not overwritten. The API has no If-Match for load balancers: the form reads
+the revision again just before it sends its change (a change landing between the two is not
+caught).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Input, Label, Select, Static
 
 from api_client import Server
+from api_client import errors as api_errors
 from contract.job_kinds.lb import LbHealthCheck
 from contract.load_balancers import (
     ALGORITHM_NAMES,
@@ -64,11 +71,15 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
         Binding("ctrl+s", "save", "Save"),
     ]
 
+    AUTO_FOCUS = None  # the name field, once the form is ready (`_ready`)
+
     def __init__(self, servers: Sequence[Server], lb: LoadBalancer | None = None) -> None:
         super().__init__()
         self.servers = sorted(servers, key=lambda s: s.name.casefold())
         self.lb = lb
         self.saving = False
+        self.loaded = lb is None
+        """False while an edit reads the definition from the control plane."""
 
     # --- layout -------------------------------------------------------------------------------
 
@@ -164,7 +175,36 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
         return f"{server.name if server is not None else backend.server_id[:8]}:{backend.port}"
 
     def on_mount(self) -> None:
+        if self.lb is None:
+            self._ready()
+            return
+        self.hold_keys()  # what is typed meanwhile edits the definition as it is now, once it is in
+        self.query_one("#lb-form-fields").disabled = True
+        self.set_status(f"Reading {printable(self.lb.name)} from the control plane…")
+        self.bridge.run(self, self.client.load_balancers.get, self.lb.id, on_done=self._read, on_error=self._unread)
+
+    def _read(self, current: LoadBalancer) -> None:
+        listed, self.lb = self.lb, current
+        if listed is not None and current.revision == listed.revision:  # health may differ, not the definition
+            self._ready()
+            return
+        self.call_later(self._refill)  # changed since the list was read: the form shows it as it is now
+
+    async def _refill(self) -> None:
+        await self.recompose()
+        self._ready()
+
+    def _unread(self, exc: BaseException) -> None:
+        self.show_error(exc)
+        self.release_keys()
+
+    def _ready(self) -> None:
+        """The fields show the definition: typing may start (keys typed meanwhile waited)."""
+        self.loaded = True
+        self.query_one("#lb-form-fields").disabled = False
+        self.set_status("")
         self.query_one("#lb-name", Input).focus()
+        self.release_keys()
 
     @on(Select.Changed, "#lb-port")
     def _port_changed(self, event: Select.Changed) -> None:
@@ -189,7 +229,7 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
         self.action_save()
 
     def action_save(self) -> None:
-        if self.saving:
+        if self.saving or not self.loaded:
             return
         try:
             if self.lb is None:
@@ -200,16 +240,28 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
                     self.notify("Nothing changed.")
                     self.finish(None)
                     return
-                self._send(self._save_edit, self.lb.id, patch, moved, added)
+                self._send(self._save_edit, self.lb, patch, moved, added)
         except Invalid as exc:
             self.set_status(str(exc), error=True)
 
     async def _save_edit(
-        self, lb_id: str, patch: LoadBalancerPatch, moved: dict[str, BackendPatch], added: list[BackendCreate]
+        self, shown: LoadBalancer, patch: LoadBalancerPatch, moved: dict[str, BackendPatch], added: list[BackendCreate]
     ) -> LoadBalancer:
         """The changed fields, each backend's new port, then each added backend (each a mutation of
-        its own: a port given up first may be taken by an added one), then the result."""
+        its own: a port given up first may be taken by an added one), then the result; nothing
+        when the definition is no longer the revision the form shows.
+
+        Raises:
+            api_errors.Conflict: the load balancer was changed since the form read it.
+        """
         api = self.client.load_balancers
+        lb_id = shown.id
+        current = await api.get(lb_id)
+        if current.revision != shown.revision:
+            raise api_errors.Conflict(
+                f"{shown.name} was changed meanwhile (revision {shown.revision}, now {current.revision}): "
+                "nothing was saved. Esc, then e shows it as it is now."
+            )
         if patch.model_fields_set:
             await api.update(lb_id, patch)
         for backend_id, port in moved.items():

@@ -96,6 +96,8 @@ def test_cancel_stops_the_process_group_and_the_job_ends_cancelled_with_its_outp
         headers = {"Authorization": f"Bearer {hosting.token}"}
         with follower.stream("GET", f"/v1/jobs/{job['id']}/stream", headers=headers) as stream:
             events = (event for chunk in stream.iter_bytes() for event in parser.feed(chunk))
+            started = next(events)  # said before any line: a follower knows it runs
+            assert (started.event, started.data) == ("status", {"status": "running"}), started
             for event in events:
                 assert event.event == "line", event
                 lines.append(event.data["text"])

@@ -22,7 +22,7 @@ from textual.widgets import Checkbox, Input, OptionList, RadioSet, Select, Selec
 from api_client import Scope, Server
 from tests.conftest import Stack
 from tests.helpers import wait_for
-from tests.helpers.tui import real_app, run, site_dir
+from tests.helpers.tui import highlight, open_commander, real_app, run, site_dir
 from tui.app import FleetdeckApp
 from tui.files.dialogs import (
     ArchiveDialog,
@@ -290,8 +290,9 @@ def test_permissions_grid_sets_the_mode_and_recursive_files_only_leaves_folders(
 
     async def scenario(pilot: Pilot[Any]) -> None:
         # One file: tick group write in the grid; the octal field follows; ctrl+s applies.
-        dialog = PermissionsDialog(server, SITE, ["dlg-perms/top.txt"], 0o100644, has_dirs=False)
+        dialog = PermissionsDialog(server, SITE, ["dlg-perms/top.txt"], has_dirs=False)
         results = await push(pilot, dialog)
+        await wait_for(pilot, lambda: dialog.current is not None)
         octal_field = dialog.query_one("#permissions-octal", Input)
         assert pilot.app.focused is octal_field and octal_field.value == "644"
         assert not dialog.query("#permissions-recursive")
@@ -313,8 +314,9 @@ def test_permissions_grid_sets_the_mode_and_recursive_files_only_leaves_folders(
         assert results == [1] and mode_of(top) == 0o660
 
         # The folder, recursive, files only: files get 600, folders keep 755.
-        dialog = PermissionsDialog(server, SITE, ["dlg-perms"], 0o40755, has_dirs=True)
+        dialog = PermissionsDialog(server, SITE, ["dlg-perms"], has_dirs=True)
         results = await push(pilot, dialog)
+        await wait_for(pilot, lambda: dialog.current is not None)
         octal_field = dialog.query_one("#permissions-octal", Input)
         apply_to = dialog.query_one("#permissions-apply-to", RadioSet)
         assert apply_to.disabled
@@ -331,8 +333,9 @@ def test_permissions_grid_sets_the_mode_and_recursive_files_only_leaves_folders(
         assert mode_of(folder) == 0o755 and mode_of(sub) == 0o755
 
         # Folders only, recursive: the files stay as they are.
-        dialog = PermissionsDialog(server, SITE, ["dlg-perms"], 0o40755, has_dirs=True)
+        dialog = PermissionsDialog(server, SITE, ["dlg-perms"], has_dirs=True)
         results = await push(pilot, dialog)
+        await wait_for(pilot, lambda: dialog.current is not None)
         await pilot.click("#permissions-recursive")
         await pilot.click("#apply-dirs")
         await wait_for(pilot, lambda: dialog.apply_to == "dirs")
@@ -367,8 +370,9 @@ def test_permissions_octal_field_is_not_rewritten_under_fast_typing(stack: Stack
     async def scenario(pilot: Pilot[Any]) -> None:
         for round_ in range(8):
             target.chmod(0o644)
-            dialog = PermissionsDialog(server, SITE, ["dlg-perms-fast/fast.txt"], 0o100644, has_dirs=False)
+            dialog = PermissionsDialog(server, SITE, ["dlg-perms-fast/fast.txt"], has_dirs=False)
             results = await push(pilot, dialog)
+            await wait_for(pilot, lambda dialog=dialog: dialog.current is not None)  # type: ignore[misc]
             field = dialog.query_one("#permissions-octal", Input)
             burst(pilot, "end", *["backspace"] * 4)
             await pilot.pause()
@@ -380,6 +384,99 @@ def test_permissions_octal_field_is_not_rewritten_under_fast_typing(stack: Stack
             await wait_for(pilot, lambda results=results: results)  # type: ignore[misc]
             assert results == [1], round_
             assert mode_of(target) == 0o755, (round_, oct(mode_of(target)))
+
+    run(app, scenario)
+
+
+def test_permissions_start_from_the_mode_on_the_server_not_the_listing(stack: Stack) -> None:
+    """A chmod 600 made outside after the panel listed the file (644): `p` shows 600 and its
+    owner, and Enter keeps 600 (it set the listing's 644 back, undoing the other change). Keys
+    typed while the mode is read wait for it: `p 7 5 5 Enter` at once gives 755."""
+    folder = fresh_dir(stack, "dlg-perms-fresh")
+    target = folder / "shared.txt"
+    target.write_text("shared\n")
+    target.chmod(0o644)
+    owner = pwd.getpwuid(target.stat().st_uid).pw_name
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        commander = await open_commander(pilot)
+        await highlight(pilot, commander.left, "dlg-perms-fresh")
+        await pilot.press("enter")
+        await highlight(pilot, commander.left, "shared.txt")
+        assert commander.left.pane.highlighted is not None
+        assert int(commander.left.pane.highlighted["mode"]) & 0o777 == 0o644
+        target.chmod(0o600)  # someone else, meanwhile
+
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PermissionsDialog))
+        dialog = app.screen
+        assert isinstance(dialog, PermissionsDialog)
+        await wait_for(pilot, lambda: dialog.current is not None)
+        assert dialog.query_one("#permissions-octal", Input).value == "600"
+        assert str(dialog.query_one("#permissions-symbolic", Static).render()) == "rw-------"
+        assert owner in str(dialog.query_one("#permissions-owner", Static).render())
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is commander)
+        assert mode_of(target) == 0o600
+
+        await pilot.press("p", "7", "5", "5", "enter")
+        await wait_for(pilot, lambda: mode_of(target) == 0o755)
+        await wait_for(pilot, lambda: app.screen is commander)
+        listed = commander.left.pane
+        await wait_for(pilot, lambda: listed.highlighted is not None and int(listed.highlighted["mode"]) == 0o100755)
+
+        # Gone meanwhile: said in the dialog, and nothing can be applied.
+        target.unlink()
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(app.screen, PermissionsDialog))
+        dialog = app.screen
+        assert isinstance(dialog, PermissionsDialog)
+        await wait_for(pilot, lambda: status(dialog).startswith("shared.txt is no longer there"))
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert dialog.current is None and app.screen is dialog and not dialog.applying
+        await pilot.press("escape")
+
+    run(app, scenario)
+
+
+def test_rename_goes_by_the_names_on_the_server_not_the_listing(stack: Stack) -> None:
+    """F2 on a file renamed outside after the listing says it is no longer there and renames
+    nothing; a new name taken outside meanwhile (by a folder) is refused, not moved into."""
+    folder = fresh_dir(stack, "dlg-rename-fresh")
+    (folder / "a.txt").write_text("a\n")
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        commander = await open_commander(pilot)
+        await highlight(pilot, commander.left, "dlg-rename-fresh")
+        await pilot.press("enter")
+        await highlight(pilot, commander.left, "a.txt")
+        (folder / "a.txt").rename(folder / "moved.txt")  # someone else, meanwhile
+
+        async def rename_to(new: str) -> None:
+            await pilot.press("f2")
+            await wait_for(pilot, lambda: isinstance(app.screen, NameDialog))
+            app.screen.query_one("#name-input", Input).value = new
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: app.screen is commander)
+
+        await rename_to("c.txt")
+        await wait_for(pilot, lambda: any("a.txt is no longer there" in n.message for n in app._notifications))
+        await wait_for(pilot, lambda: commander.left.pane.index_of("moved.txt") is not None)
+        assert sorted(p.name for p in folder.iterdir()) == ["moved.txt"]
+
+        await highlight(pilot, commander.left, "moved.txt")
+        (folder / "target.txt").mkdir()  # the new name, taken meanwhile
+        await rename_to("target.txt")
+        await wait_for(pilot, lambda: any("target.txt already exists" in n.message for n in app._notifications))
+        assert (folder / "moved.txt").read_text() == "a\n" and not any((folder / "target.txt").iterdir())
+
+        await highlight(pilot, commander.left, "moved.txt")
+        await rename_to("free.txt")
+        await wait_for(pilot, lambda: (folder / "free.txt").exists())
+        await wait_for(pilot, lambda: commander.left.pane.index_of("free.txt") is not None)
 
     run(app, scenario)
 

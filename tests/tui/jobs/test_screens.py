@@ -32,7 +32,7 @@ from tests.conftest import Stack, start_agent
 from tests.helpers import soon, wait_for, wait_until
 from tests.helpers.jobs import finished_job
 from tests.helpers.site_logs import logs_layout, write_site_log
-from tests.helpers.tui import highlight_server, open_form, open_jobs_of, pick_kind, real_app_and_wire, run
+from tests.helpers.tui import highlight_server, open_form, open_jobs_of, pick_kind, real_app, real_app_and_wire, run
 from themes import register_themes
 from tui.app import FleetdeckApp
 from tui.connection import Connection
@@ -1088,12 +1088,14 @@ def test_system_info_and_logs_tail_from_the_jobs_screen(stack: Stack) -> None:
 
 # Prints, then waits: TERM stops it at once.
 WAITING_SCRIPT = '#!/bin/sh\necho "waiting"\nexec sleep 300\n'
+# Prints nothing for seconds, then a line a second: a view must know it runs before it prints.
+SILENT_SCRIPT = '#!/bin/sh\nsleep 8\nfor i in 1 2 3; do echo "tick $i"; sleep 1; done\nexec sleep 300\n'
 
 
 @pytest.fixture
 def waiting_agent(stack: Stack, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """A server of the demo org whose agent has a cron entry `wait` that runs for minutes (as
-    nobody, from its site's folder): (server name, server id)."""
+    """A server of the demo org whose agent has cron entries `wait` and `silent` that run for
+    minutes (as nobody, from its site's folder): (server name, server id)."""
     name = f"cancel-{uuid.uuid4().hex[:6]}"
     with stack.http() as http:
         created = http.post("/v1/servers", json={"name": name, "kind": "full"}).json()
@@ -1101,14 +1103,20 @@ def waiting_agent(stack: Stack, tmp_path: Path) -> Iterator[tuple[str, str]]:
     home, state = tmp_path / "home", tmp_path / "state"
     folder = home / "site-w"
     folder.mkdir(parents=True)
-    (folder / "wait.sh").write_text(WAITING_SCRIPT)
-    (folder / "wait.sh").chmod(0o755)
+    for script, text in (("wait.sh", WAITING_SCRIPT), ("silent.sh", SILENT_SCRIPT)):
+        (folder / script).write_text(text)
+        (folder / script).chmod(0o755)
     nobody = pwd.getpwnam("nobody")
-    os.chown(folder, nobody.pw_uid, nobody.pw_gid)
+    (folder / "logs").mkdir()  # where cron.run records a run (else it says so on stderr first)
+    for made in (folder, folder / "logs"):
+        os.chown(made, nobody.pw_uid, nobody.pw_gid)
     state.mkdir()
     (state / "sites.json").write_text(json.dumps({"sites": [{"domain": "w.example.com", "slug": "site-w"}]}))
-    entry = {"id": "wait", "domain": "w.example.com", "schedule": "@daily", "command": "./wait.sh", "paused": True}
-    (state / "cron.json").write_text(json.dumps({"entries": [entry]}))
+    entries = [
+        {"id": name, "domain": "w.example.com", "schedule": "@daily", "command": f"./{name}.sh", "paused": True}
+        for name in ("wait", "silent")
+    ]
+    (state / "cron.json").write_text(json.dumps({"entries": entries}))
     process = start_agent(stack.base_url, created["agent_token"], home, state)
     server_id = created["server"]["id"]
     try:
@@ -1213,3 +1221,41 @@ def test_a_destructive_kind_runs_only_once_its_name_is_typed_again(stack: Stack)
         if domain in sites():
             with stack.http() as http:
                 finished_job(http, stack.server_id, "site.delete", {"domain": domain})
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the site's command runs as nobody: the agent must be root")
+def test_a_job_opened_as_it_is_created_follows_its_events(stack: Stack, waiting_agent: tuple[str, str]) -> None:
+    """Opened with the row as created (queued), the view says running once the job starts, before
+    it prints anything, then shows its lines as they come; its cancel says it is stopped (not
+    "it has not started") and it ends cancelled."""
+    name, server_id = waiting_agent
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, name)
+        with stack.http() as http:  # made once the app is up: opened before the job prints (8 s)
+            created = http.post(f"/v1/servers/{server_id}/jobs", json={"kind": "cron.run", "args": {"id": "silent"}})
+            job = Job.model_validate(created.json())
+            server = Server.model_validate(http.get(f"/v1/servers/{server_id}").json())
+        assert job.status == "queued"
+        app.push_screen(JobRunScreen(server, job))
+        await wait_for(pilot, lambda: isinstance(app.screen, JobRunScreen) and app.screen._stream_tasks)  # mounted
+        run_screen = app.screen
+        assert isinstance(run_screen, JobRunScreen)
+        panel = run_screen.log_view.panel
+        await wait_for(pilot, lambda: run_screen.job.status == "running")
+        assert panel.appended == 0, [line.text for line in panel.lines]  # told by the stream: nothing printed yet
+        await wait_for(pilot, lambda: "running" in str(run_screen.query_one("#job-bar", Static).render()))
+        await wait_for(pilot, lambda: run_screen.job.started_at is not None)
+        await wait_for(pilot, lambda: [line.text for line in panel.lines][:2] == ["tick 1", "tick 2"], 30)
+
+        await pilot.press("ctrl+k")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmCancel))
+        what = str(app.screen.query_one("#confirm-cancel-what", Static).render())
+        assert "TERM, then KILL" in what and "not started" not in what
+        await pilot.press("y")
+        await wait_for(pilot, lambda: run_screen.exited and panel.banner is not None, 30)
+        assert run_screen.job.status == "cancelled" and panel.banner is not None and panel.banner.status == "cancelled"
+        assert [line.text for line in panel.lines][:2] == ["tick 1", "tick 2"]
+
+    run(app, scenario)

@@ -475,7 +475,7 @@ def test_n_creates_a_load_balancer_and_e_edits_it_with_engine_and_node_locked(or
 
         # Edit: node and engine locked; only what changed is sent.
         await pilot.press("e")
-        await wait_for(pilot, lambda: isinstance(app.screen, LbFormDialog))
+        await wait_for(pilot, lambda: isinstance(app.screen, LbFormDialog) and app.screen.loaded)
         form = app.screen
         assert isinstance(form, LbFormDialog)
         assert form.query_one("#lb-node", Select).disabled and form.query_one("#lb-engine", Select).disabled
@@ -496,12 +496,46 @@ def test_n_creates_a_load_balancer_and_e_edits_it_with_engine_and_node_locked(or
         other = org.create_lb("taken", ["app-2"])
         await wait_for(pilot, lambda: other.id in screen.lbs)
         await pilot.press("e")
-        await wait_for(pilot, lambda: isinstance(app.screen, LbFormDialog))
+        await wait_for(pilot, lambda: isinstance(app.screen, LbFormDialog) and app.screen.loaded)
         form = app.screen
         form.query_one("#lb-name", Input).value = "taken"
         await pilot.press("ctrl+s")
         await wait_for(pilot, lambda: "-error" in form.query_one("#status", Static).classes)
         assert app.screen is form and org.lb(created.id).name == "web"
+
+    run(app, scenario)
+
+
+def test_e_edits_the_definition_as_it_is_now_and_never_saves_over_a_change_made_meanwhile(org: AgentlessOrg) -> None:
+    """Changed by someone else after the screen listed it, `e` shows the definition as the control
+    plane has it; changed again while the form is open, its save is refused and said, and the
+    other change stays."""
+    lb = org.create_lb("fresh", ["app-1"])
+    app = org.app()
+
+    def change(body: dict[str, Any]) -> None:
+        with org.stack.http(org.token) as http:
+            assert http.patch(f"/v1/load-balancers/{lb.id}", json=body).status_code == 200
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await open_screen(pilot)
+        await wait_for(pilot, lambda: lb.id in screen.lbs)
+        await pick(pilot, screen, lb.id)
+        change({"algorithm": "least_conn"})
+        assert screen.lbs[lb.id].algorithm == "round_robin"  # what the screen listed
+        await pilot.press("e")
+        await wait_for(pilot, lambda: isinstance(app.screen, LbFormDialog) and app.screen.loaded)
+        form = app.screen
+        assert isinstance(form, LbFormDialog)
+        assert form.query_one("#lb-algo", Select).value == "least_conn"
+        assert app.focused is form.query_one("#lb-name", Input)
+
+        change({"health_check": {"path": "/theirs"}})
+        form.query_one("#lb-check-path", Input).value = "/mine"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: "changed meanwhile" in str(form.query_one("#status", Static).render()))
+        now = org.lb(lb.id)
+        assert (now.algorithm, now.health_check.path) == ("least_conn", "/theirs") and app.screen is form
 
     run(app, scenario)
 

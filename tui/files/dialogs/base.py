@@ -6,6 +6,8 @@ from __future__ import annotations
 import stat
 from collections.abc import Sequence
 
+from api_client import errors as api_errors
+from tui.errors import unwrap
 from tui.text import printable
 
 # Names the agent refuses anyway; refusing them here says why before a round trip.
@@ -34,6 +36,14 @@ def describe_items(names: Sequence[str]) -> str:
     if len(names) == 1:
         return printable(names[0].rstrip("/").rpartition("/")[2] or names[0])
     return plural(len(names), "item")
+
+
+def gone_meanwhile(exc: BaseException, path: str) -> str | None:
+    """What to say when `exc` means `path` is no longer on the server (deleted or renamed by
+    someone else since the panel listed it); None for any other error."""
+    if not isinstance(unwrap(exc), api_errors.NotFound):
+        return None
+    return f"{describe_items([path])} is no longer there: renamed or deleted meanwhile. F5 lists the folder again."
 
 
 def name_problem(name: str) -> str | None:

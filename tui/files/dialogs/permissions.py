@@ -1,6 +1,10 @@
 """Permissions of one or more paths: a 3x3 grid (owner, group, other by read, write, execute)
 kept in step with an octal field, recursive with files-only or folders-only; the dialog runs
-the chmod itself. setuid, setgid and sticky are refused here as on the server."""
+the chmod itself. setuid, setgid and sticky are refused here as on the server.
+
+The mode it starts from is the first path's as the server has it when the dialog opens (`fs/stat`),
+not the panel's listing, which may be older than a change made outside: Enter without an edit
+must never put an old mode back."""
 
 from __future__ import annotations
 
@@ -13,9 +17,9 @@ from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal, Vertical
 from textual.widgets import Button, Input, Label, RadioSet, Static
 
-from api_client import PATHS_PER_BATCH, BatchInterrupted, Scope, Server
+from api_client import PATHS_PER_BATCH, BatchInterrupted, Entry, Scope, Server
 from tui.errors import unwrap
-from tui.files.dialogs.base import describe_items, octal, permission_string, plural
+from tui.files.dialogs.base import describe_items, gone_meanwhile, octal, permission_string, plural
 from tui.files.dialogs.bulk import describe_bulk_error
 from tui.text import load_tcss, printable
 from tui.widgets.dialogs import Dialog
@@ -44,7 +48,10 @@ def parse_mode(text: str) -> int | str:
 
 
 class PermissionsDialog(Dialog[int | None]):
-    """Enter (or ctrl+s, or Apply) changes the mode; the result is how many paths changed."""
+    """Enter (or ctrl+s, or Apply) changes the mode; the result is how many paths changed.
+
+    It opens "Reading…", with nothing focused and Apply refused, until the server said the first
+    path's mode and owner; the field is focused only then, so keys typed meanwhile wait for it."""
 
     DEFAULT_CSS = load_tcss(__file__)
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -52,18 +59,21 @@ class PermissionsDialog(Dialog[int | None]):
         Binding("ctrl+s", "apply", "Apply"),
     ]
 
-    def __init__(self, server: Server, scope: Scope, paths: Sequence[str], mode: int, has_dirs: bool) -> None:
+    AUTO_FOCUS = None  # the field takes the focus once the mode is read (`_loaded`)
+
+    def __init__(self, server: Server, scope: Scope, paths: Sequence[str], has_dirs: bool) -> None:
         super().__init__()
         self.server = server
         self.scope = scope
         self.paths = list(paths)
-        self.initial_mode = mode
+        self.current: Entry | None = None
+        """The first path as the server had it when the dialog opened; None while it is read."""
         self.has_dirs = has_dirs
         self.applying = False
         self.stopping = False
 
     def compose(self) -> ComposeResult:
-        mode = self.initial_mode & 0o777
+        mode = 0
         with Vertical(id="permissions-box", classes="dialog"):
             yield Static(
                 printable(f"Permissions of {describe_items(self.paths)}"), classes="dialog--title", markup=False
@@ -76,11 +86,14 @@ class PermissionsDialog(Dialog[int | None]):
                     yield Label(who.capitalize(), classes="permissions--who")
                     for what in WHAT:
                         key = f"{who}-{what}"
-                        yield Checkbox("", bool(mode & BITS[key]), id=f"bit-{key}", compact=True)
+                        yield Checkbox("", bool(mode & BITS[key]), id=f"bit-{key}", compact=True, disabled=True)
             with Horizontal(classes="dialog--row"):
                 yield Label("Octal ", classes="permissions--who")
-                yield Input(octal(mode)[1:], id="permissions-octal", restrict=r"[0-7]{0,4}", max_length=4, compact=True)
-                yield Static(permission_string(mode), id="permissions-symbolic", markup=False)
+                yield Input(
+                    "", id="permissions-octal", restrict=r"[0-7]{0,4}", max_length=4, compact=True, disabled=True
+                )
+                yield Static("", id="permissions-symbolic", markup=False)
+                yield Static("", id="permissions-owner", markup=False)
             if self.has_dirs:
                 with Horizontal(classes="dialog--row"):
                     yield Checkbox("Recursive", False, id="permissions-recursive", compact=True)
@@ -88,17 +101,48 @@ class PermissionsDialog(Dialog[int | None]):
                         yield RadioButton("all", True, id="apply-all", compact=True)
                         yield RadioButton("files only", id="apply-files", compact=True)
                         yield RadioButton("folders only", id="apply-dirs", compact=True)
-            note = ""
-            if self.initial_mode & 0o7000:
-                note = f"Now {octal(self.initial_mode)}: applying clears setuid, setgid and sticky."
-            yield Static(note, id="status", markup=False)
+            yield Static(f"Reading the permissions of {describe_items(self.paths[:1])}…", id="status", markup=False)
             with Horizontal(classes="dialog--buttons"):
                 yield Button("Apply", id="permissions-apply", variant="primary", compact=True)
                 yield Button("Cancel", id="permissions-cancel", compact=True)
             yield Static("Enter/ctrl+s: apply · Tab: grid · Space: tick · Esc: cancel", classes="dialog--hint")
 
     def on_mount(self) -> None:
+        self.hold_keys()  # what is typed meanwhile edits the server's mode, once it is in
+        self.bridge.run(
+            self,
+            self.client.files.stat,
+            self.server.id,
+            self.scope,
+            self.paths[0],
+            on_done=self._loaded,
+            on_error=self._unreadable,
+        )
+
+    def _unreadable(self, exc: BaseException) -> None:
+        gone = gone_meanwhile(exc, self.paths[0])
+        if gone is None:
+            self.show_error(exc, path=f"/{self.paths[0]}")
+        else:
+            self.set_status(gone, error=True)
+        self.release_keys()
+
+    def _loaded(self, entry: Entry) -> None:
+        """The server's mode in the field and the grid; the dialog is ready from here."""
+        self.current = entry
+        mode = entry.mode & 0o777
+        for widget in (self.octal_field, *self.query("#permissions-grid Checkbox").results(Checkbox)):
+            widget.disabled = False
+        with self.prevent(Input.Changed):
+            self.octal_field.value = octal(mode)[1:]
+        self.show_in_grid(mode)
+        self.query_one("#permissions-owner", Static).update(printable(f" · owner {entry.owner}:{entry.group}"))
+        note = ""
+        if entry.mode & 0o7000:
+            note = f"Now {octal(entry.mode)}: applying clears setuid, setgid and sticky."
+        self.set_status(note)
         self.octal_field.focus()
+        self.release_keys()
 
     # --- the grid and the field stay in step ---------------------------------------------------
     # Each side is written only in answer to the user editing the other, with the echo prevented,
@@ -179,7 +223,7 @@ class PermissionsDialog(Dialog[int | None]):
 
     def action_apply(self) -> None:
         """Applies the mode the field shows (the grid is brought in step with it first)."""
-        if self.applying:
+        if self.applying or self.current is None:
             return
         mode = parse_mode(self.octal_field.value)
         if isinstance(mode, str):
