@@ -191,8 +191,13 @@ def test_errors_are_notifications_in_plain_words(stack: Stack, offline_server: s
         await highlight_server(pilot, offline_server)
         await wait_for(pilot, lambda: app.sub_title.endswith(" · demo"))
         await pilot.press("enter")
-        await wait_for(pilot, lambda: f"The agent of {offline_server} is offline." in notifications(app))
-        assert isinstance(app.screen, CommanderScreen)
+        # Said where the listing would be (the panels list by themselves once it is back), not a toast.
+        await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen))
+        commander = app.screen
+        assert isinstance(commander, CommanderScreen)
+        offline = f"The agent of {offline_server} is offline"
+        await wait_for(pilot, lambda: all(offline in str(p.pane.message) for p in (commander.left, commander.right)))
+        assert not any(offline in note for note in notifications(app))
         await pilot.press("escape", "escape")
 
         await highlight_server(pilot, "local")

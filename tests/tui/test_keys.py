@@ -490,9 +490,10 @@ def test_a_new_backend_port_typed_in_the_form_is_saved_whole(org: AgentlessOrg, 
     async def scenario(pilot: Pilot[None]) -> None:
         screen = await open_screen(pilot)
         await pick(pilot, screen, created.id)
-        # `e`, Tab past name, port, algorithm, check path and interval, to app-2's tick (app-1 is
-        # already in the pool): tick it, Tab to its port, type it over the default, ctrl+s.
-        await type_keys(pilot, typing, "e", *["tab"] * 8, "space", "tab", *"18471", "ctrl+s")
+        # `e`, Tab past name, port, algorithm, check path and interval, the pool's app-1 port, and
+        # app-1's tick, ports and weight, to app-2's tick: tick it, Tab to its ports, type over the
+        # default, ctrl+s.
+        await type_keys(pilot, typing, "e", *["tab"] * 9, "space", "tab", *"18471", "ctrl+s")
         await wait_for(pilot, lambda: app.screen is screen and len(org.lb(created.id).backends) == 2)
         ports = {backend.server_id: backend.port for backend in org.lb(created.id).backends}
         assert ports[org.backends["app-2"]] == 18471

@@ -744,13 +744,14 @@ class CommanderScreen(FleetScreen):
         if panel.place is None or panel.highlighted_path is None or entry is None:
             return
         name = str(entry.get("name", ""))
+        if not self._writable(panel):  # a read-only panel first: nothing extracts into it
+            return
         # Said before any dialog opens: the server would only refuse it after one had.
         if entry.get("type") == "dir" or not name.lower().endswith(ARCHIVE_SUFFIXES):
             self.notify(f"{printable(name)} is not an archive: {EXTRACTABLE}.", severity="warning")
             return
-        if self._writable(panel):
-            dialog = ArchiveDialog.extract(*panel.place, panel.highlighted_path, panel.path)
-            self.app.push_screen(dialog, self._reload_after(panel))
+        dialog = ArchiveDialog.extract(*panel.place, panel.highlighted_path, panel.path)
+        self.app.push_screen(dialog, self._reload_after(panel))
 
     def _writable(self, panel: FilePanel) -> bool:
         """Whether `panel` may be written to; on a site's logs, says they are read-only instead

@@ -132,7 +132,10 @@ class JobRunScreen(FleetScreen):
     def compose(self) -> ComposeResult:
         yield SafeHeader()
         yield Static("", id="job-bar")
-        with TabbedContent(initial="log", id="job-tabs"):
+        # No `initial=`: Textual's tab strip, built with one, raises `No Tab with id` when it is
+        # mounted as the app exits (the screen pushed by keys typed at once, then a quit); the log
+        # is made active in `on_mount` instead.
+        with TabbedContent(id="job-tabs"):
             with TabPane("Result (1)", id="result"):
                 yield ResultView(id="result-view")
             with TabPane("Log (2)", id="log"):
@@ -147,6 +150,7 @@ class JobRunScreen(FleetScreen):
         if self.dismissed:
             return
         tabs = self.query_one(TabbedContent)
+        tabs.active = "log"
         tabs.hide_tab("result")
         tabs.add_class("-single")
         if self.job.result is not None:
