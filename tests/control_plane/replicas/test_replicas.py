@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -327,14 +328,26 @@ def test_a_direct_upload_asked_on_b_gets_its_url_from_a(fleet: Fleet, tmp_path: 
             http.delete(f"/v1/servers/{server_id}")
 
 
+PRESENCE_WITHIN_S = 60.0
+
+
 def _presence_of(lines: Iterator[str], server_id: str, online: bool) -> str:
-    """Read the feed until an event says the server's agent is `online` (or not): its id."""
+    """Read the feed until an event says the server's agent is `online` (or not): its id. Within
+    `PRESENCE_WITHIN_S`: the feed's keep-alives (and pulses) keep its read timeout from firing, so
+    a presence that never comes would otherwise hold the test, and the suite, for good."""
     event_id = ""
+    deadline = time.monotonic() + PRESENCE_WITHIN_S
+    seen: list[str] = []
     for line in lines:
         if line.startswith("id:"):
             event_id = line.partition(":")[2].strip()
         elif line.startswith("data:") and server_id in line and f'"online":{str(online).lower()}' in line:
             return event_id
+        elif line.startswith("data:"):
+            seen.append(line[:200])
+        if time.monotonic() > deadline:
+            said = f"online={online} of {server_id}"
+            raise AssertionError(f"no presence {said} within {PRESENCE_WITHIN_S:g} s; last events: {seen[-5:]}")
     raise AssertionError("the feed ended")
 
 
