@@ -454,10 +454,15 @@ async def test_the_runner_masks_stores_and_replays_runs_from_a_real_agent(env: E
     ]
     lines = [event.data for event in live if event.event == "line"]
     assert [line["text"] for line in lines] == expected and "***" in expected[997]
-    assert [line["seq"] for line in lines] == list(range(1, len(expected) + 1)) == [int(e.id) for e in live[:-1]]
+    line_ids = [int(e.id) for e in live if e.event == "line"]  # the `status` event before them has the last seq
+    assert [line["seq"] for line in lines] == list(range(1, len(expected) + 1)) == line_ids
     assert {line["stream"] for line in lines[997:999]} == {"stderr"} and lines[0]["stream"] == "stdout"
     assert live[-1].event == "exit" and live[-1].data == {"exit_code": 3, "status": "failed"}
-    assert stored_body == live_body  # the replay of the stored job is the live stream, byte for byte
+    # The replay of the stored job is the live stream, byte for byte, but the live stream's
+    # `status` event (the job was running when it was opened; a replay is of a finished job).
+    assert live[0].event == "status"
+    lines_onward = live_body[live_body.index(b"\n\n") + 2 :]
+    assert stored_body == lines_onward
     assert resumed_body == live_body[live_body.index(b"id: 1235\n") :] and resumed[0].id == "1235"
     stored_bytes = _files_bytes(tmp_path, "cp.db*")
     assert b"clean 39-996" in stored_bytes
