@@ -61,6 +61,16 @@ def notifications(app: FleetdeckApp) -> list[str]:
     return [n.message for n in app._notifications]
 
 
+async def open_new_form(pilot: Pilot[Any], screen: LoadBalancersScreen) -> LbFormDialog:
+    """`n` once the org's four servers are listed: the form of a new load balancer."""
+    await wait_for(pilot, lambda: len(screen.servers) == 4)
+    await pilot.press("n")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, LbFormDialog))
+    form = pilot.app.screen
+    assert isinstance(form, LbFormDialog)
+    return form
+
+
 # --- the keys, their effect seen through the API ------------------------------------------------------
 
 
@@ -323,11 +333,7 @@ def test_the_form_adds_several_ports_of_a_server_and_edits_a_backends_port(org: 
 
     async def scenario(pilot: Pilot[Any]) -> None:
         screen = await open_screen(pilot)
-        await wait_for(pilot, lambda: len(screen.servers) == 4)
-        await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(app.screen, LbFormDialog))
-        form = app.screen
-        assert isinstance(form, LbFormDialog)
+        form = await open_new_form(pilot, screen)
         await pilot.press(*"ports")
         form.query_one("#lb-node", Select).value = org.node
         form.query_one(f"#pick-{app_1}", Checkbox).value = True
@@ -436,11 +442,7 @@ def test_n_creates_a_load_balancer_and_e_edits_it_with_engine_and_node_locked(or
 
     async def scenario(pilot: Pilot[Any]) -> None:
         screen = await open_screen(pilot)
-        await wait_for(pilot, lambda: len(screen.servers) == 4)
-        await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(app.screen, LbFormDialog))
-        form = app.screen
-        assert isinstance(form, LbFormDialog)
+        form = await open_new_form(pilot, screen)
         await pilot.press(*"web")
         form.query_one("#lb-node", Select).value = org.node
         form.query_one("#lb-engine", Select).value = "nginx"
