@@ -45,6 +45,9 @@ COLUMNS = [
 # The pulses' columns, in the order they appear as the width allows: (key, label). A cell is a
 # sparkline and the last value ("▂▃▅▇ 42%"), from PULSE_WIDTH[0] to PULSE_WIDTH[1] wide.
 PULSE_COLUMNS = [("cpu", "CPU"), ("memory", "Mem"), ("disk", "Disk")]
+# Columns that give way in a narrow terminal, the widest first, down to these widths (their cells
+# then end in "…"), so that at 80 columns no column is cut off and the CPU column still shows.
+GIVING_WAY = {"name": 10, "address": 13, "version": 7}
 PULSE_WIDTH = (10, 24)
 PULSE_VALUE = 5  # " 100%"
 CELL_PADDING = 2  # DataTable's, either side of each column
@@ -123,11 +126,9 @@ class ServerListScreen(FilteredList, FleetScreen):
         rows = {server.id: self._cells(server) for server in self.servers.values()}
         # Explicit widths: the columns are rebuilt with each list, sized to what they hold.
         table.clear(columns=True)
-        widths = []
-        for position, (key, label, narrowest, widest) in enumerate(COLUMNS):
-            longest = max((cells[position].cell_len for cells in rows.values()), default=0)
-            widths.append(max(narrowest, min(longest, widest)))
-            table.add_column(label, key=key, width=widths[-1])
+        widths = self._text_widths(rows.values())
+        for (key, label, *_), width in zip(COLUMNS, widths, strict=True):
+            table.add_column(label, key=key, width=width)
         self._fit_pulse_columns(sum(widths) + CELL_PADDING * len(widths))
         for key, label in self._pulse_columns:  # over the newest pulse and the value, on the right
             table.add_column(Text(label, justify="right"), key=key, width=self._pulse_width)
@@ -136,6 +137,23 @@ class ServerListScreen(FilteredList, FleetScreen):
             table.add_row(*cells, *self._pulse_cells(self.servers[server_id]), key=server_id)
         if highlighted is not None and highlighted.id in shown:
             table.move_cursor(row=table.get_row_index(highlighted.id))
+
+    def _text_widths(self, rows: Iterable[list[Text]]) -> list[int]:
+        """The text columns' widths: each fits its longest cell within its bounds, then the
+        GIVING_WAY columns narrow, the widest first, until a CPU column fits beside them."""
+        rows = list(rows)
+        widths = [
+            max(narrowest, min(max((cells[position].cell_len for cells in rows), default=0), widest))
+            for position, (_, _, narrowest, widest) in enumerate(COLUMNS)
+        ]
+        room = self.size.width - 1 - CELL_PADDING * (len(COLUMNS) + 1) - PULSE_WIDTH[0]
+        keys = [key for key, *_ in COLUMNS]
+        while sum(widths) > room:
+            giving = [keys.index(key) for key, floor in GIVING_WAY.items() if widths[keys.index(key)] > floor]
+            if not giving:
+                break
+            widths[max(giving, key=lambda position: widths[position])] -= 1
+        return widths
 
     def _fit_pulse_columns(self, used: int) -> None:
         """As many pulse columns as the width left by `used` cells holds, as wide as it allows."""
@@ -214,9 +232,14 @@ class ServerListScreen(FilteredList, FleetScreen):
             state = Text("online" if online else "offline", style=state_style)
         return [
             status,
-            Text(printable(server.name), style="bold"),
+            Text(printable(server.name), style="bold", overflow="ellipsis", no_wrap=True),
             Text(server.kind),
-            Text(printable(server.address or "—"), style=Style() if server.address else muted),
+            Text(
+                printable(server.address or "—"),
+                style=Style() if server.address else muted,
+                overflow="ellipsis",
+                no_wrap=True,
+            ),
             state,
             Text(agent.version or "—", style=Style() if agent.version else muted)
             + (Text(" ⚠", style=self._theme_style("text-warning")) if links_unprotected(server) else Text()),

@@ -34,7 +34,7 @@ def test_the_sparklines_follow_the_pulses_as_they_arrive(stack: Stack, tmp_path:
         assert isinstance(screen, ServerListScreen)
         table = screen.query_one(DataTable)
         # Started with the list open: its pulses arrive one by one, none held before.
-        name = f"pulsing-{tmp_path.name[-8:]}"
+        name = f"pulsing-with-a-name-longer-than-its-column-{tmp_path.name[-8:]}"  # it gives way
         agents.append(await asyncio.to_thread(pulsing_agent, stack, tmp_path, stack.token, name, 0.5))
         server_id = agents[0].server_id
 
