@@ -48,7 +48,7 @@ from tui.files.dialogs.conflict import ConflictDialog
 from tui.files.editor_screen import EditorScreen
 from tui.files.viewer import ViewerScreen
 from tui.help import HelpScreen
-from tui.jobs.dialogs import ChoicePicker, ConfirmCancel
+from tui.jobs.dialogs import ChoicePicker, ConfirmCancel, ConfirmRun
 from tui.jobs.run import JobRunScreen
 from tui.jobs.screen import JobsScreen
 from tui.load_balancers.screen import LoadBalancersScreen
@@ -490,6 +490,23 @@ def test_audit_log(snap_org: SnapOrg) -> None:
     snapshot_after(snap_org, "audit_80x24", reach, lambda text: "cdn-1" in text and "jobs." not in text)
 
 
+async def retype_confirmation(pilot: Pilot[Any]) -> None:
+    """`site.delete`'s confirmation (point 8 of issue 25): its domain is to be typed again. Over
+    the server list, as the job cancel's: the jobs screen behind it lists what other tests ran."""
+    site_delete = (await jobs(pilot)).kinds["site.delete"]  # the catalog, as the jobs screen read it
+    await pilot.press("escape")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ServerListScreen))
+    screen = pilot.app.screen
+    assert isinstance(screen, ServerListScreen)
+    web = next(server for server in screen.servers.values() if server.name == "web-1")
+    pilot.app.push_screen(ConfirmRun(site_delete, web, {"domain": "example.com", "keep_files": False}))
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, ConfirmRun))
+
+
+def test_job_retype_confirmation(snap_org: SnapOrg) -> None:
+    snapshot_after(snap_org, "job_retype_80x24", retype_confirmation, lambda text: "Type example.com" in text)
+
+
 # --- without colour, and with 16 ------------------------------------------------------------
 # NO_COLOR (no-color.org) gives the monochrome theme: no colour reaches the terminal, and what a
 # colour says elsewhere is a glyph, reverse video, bold or underline. A terminal of 16 colours
@@ -599,6 +616,13 @@ async def load_balancers(pilot: Pilot[Any]) -> None:
     await wait_for(pilot, lambda: isinstance(pilot.app.screen, LoadBalancersScreen))
 
 
+def check_retype_confirmation(app: FleetdeckApp) -> None:
+    # The field to type into has the focus (its cursor a reversed cell on the placeholder); Run is
+    # disabled, so no button is in reverse video.
+    assert reversed_text(row_with(app, "Type example.com")) == ""
+    assert reversed_text(row_with(app, "Run (y)")) == ""
+
+
 def nothing_more(app: FleetdeckApp) -> None:
     """Screens whose states are words already: what every screen is checked for is enough."""
 
@@ -613,6 +637,7 @@ WITHOUT_COLOUR: list[tuple[str, Scenario, str, Callable[[FleetdeckApp], None]]] 
     ("viewer", viewer, "Fridays", nothing_more),
     ("help", help_screen, "Keys", nothing_more),
     ("load_balancers_empty", load_balancers, "0 load balancers", nothing_more),
+    ("job_retype", retype_confirmation, "Type example.com", check_retype_confirmation),
 ]
 
 
