@@ -114,6 +114,13 @@ class WindowCache:
         data = b"".join([await self.chunk(index) for index in range(first, last + 1)])
         return data[start - first * CHUNK : end - first * CHUNK]
 
+    async def read_again(self) -> None:
+        """Forget the chunks and read the file's size again (it may have changed while its agent
+        was away); kept as they were when that read fails."""
+        window = await self._fetch(0, SNIFF)
+        self._chunks.clear()
+        self.size = window.size
+
     async def window(self, offset: int, length: int) -> bytes:
         """A read that bypasses the cache (a search reads far more than the screen shows)."""
         window = await self._fetch(offset, length)
@@ -169,6 +176,19 @@ class Pager:
             self.mode = "hex" if looks_binary(head) else "text"
             if at_end:
                 await self._end()
+            return await self._page()
+
+    async def reload(self) -> Page:
+        """The screen read again from the server where it was (its byte offset; hex or text,
+        wrapped or not, as it was); a file that shrank past it shows its end."""
+        async with self._lock:
+            await self.cache.read_again()
+            top = self.top
+            if top >= self.size:
+                await self._end()
+            else:
+                self.top = await self._align(top)
+                self.hidden = self.hidden if self.top == top else 0
             return await self._page()
 
     async def show(self, width: int, height: int, *, mode: Mode | None = None, wrap: bool | None = None) -> Page:

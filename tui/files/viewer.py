@@ -5,6 +5,11 @@ or two reads. Text is shown line by line, cut at the screen's edge and scrolled 
 -S` does (wrap with `w`), binaries as `hexdump -C` rows (`h` switches); `/` and `?` search forward
 and backward through the whole file on its server, `n` and `N` repeat; F5 goes to a line, a byte
 offset or a percentage of the file (mc's viewer's Goto; `:` stays the command line of every screen).
+
+It follows its server's agent (presence, from `tui.monitor`, as the files panels do): opened while
+the agent is offline, or when a read fails because it went offline, the viewer stays and says so,
+and reads the file again once the agent is back, where it was (the same byte offset, the same
+search and its last match, wrap and hex as they were).
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ from textual.widget import Widget
 from textual.widgets import Input, Static
 
 from api_client import Scope, Server
-from contract.models import FileWindow, FsFound
+from api_client import errors as api_errors
+from contract.models import FileWindow, FsFound, PresenceEvent
 from tui.bridge import TaskHandle
-from tui.errors import format_size
+from tui.errors import format_size, unwrap
 from tui.files.highlight import LEXER_OPTIONS, LazyHighlighter, lexer_for_path, themed_segments
 from tui.files.pager import Found, Page, Pager, is_log
 from tui.screen import FleetScreen
@@ -75,6 +81,7 @@ class PageView(Widget):
         self.pattern = ""
         self.scroll_column = 0
         self.lexer: Lexer | None = None
+        self.message = ""  # shown while there is no page (the file could not be read yet)
 
     @property
     def language(self) -> str:
@@ -99,6 +106,8 @@ class PageView(Widget):
         return [row.text[self.scroll_column :] for row in self.page.rows]
 
     def render(self) -> Text:
+        if self.page is None:
+            return Text(self.message)
         rows = self._highlighted_rows() if self.page is not None and self.page.mode == "text" else None
         text = Text("\n", end="").join(rows) if rows is not None else Text("\n".join(self.lines), end="")
         text.no_wrap, text.overflow = True, "crop"
@@ -177,6 +186,7 @@ class ViewerScreen(FleetScreen):
         self._prompt: Literal["search", "go_to"] = "search"
         self._line_note = ""  # the line a search or a go-to found, until the next move
         self._note = "opening…"
+        self._waiting_for_agent = False  # a read failed because the agent is offline: again once back
 
     async def _fetch(self, offset: int, length: int) -> FileWindow:
         return await self.client.files.read_window(self.server.id, self.scope, self.path, offset, length)
@@ -218,6 +228,7 @@ class ViewerScreen(FleetScreen):
         self.view.focus()
         self.view.pattern = self._opening_pattern
         self._update_bar()
+        self.monitor.presence.subscribe(self, self._presence_changed)
 
     @on(PageView.Resized)
     def _resized(self) -> None:
@@ -226,13 +237,43 @@ class ViewerScreen(FleetScreen):
         if not self._opened:
             self._opened = True
             self.pager.width, self.pager.height = max(1, size.width), max(1, size.height)
-            at_line = self._open_at_line
-            at_end = at_line is None and (is_log(self.path) or self.scope.read_only)  # a logs scope's files are logs
-            self._ask(self.pager.open, at_end=at_end)
-            if at_line is not None:
-                self._ask(self.pager.go_to, line=at_line, on_done=self._went)
+            self._open()
         else:
             self._ask(self.pager.show, size.width, size.height)
+
+    def _open(self) -> None:
+        """The file's first page (its end for a log; the line of a content search's hit)."""
+        at_line = self._open_at_line
+        at_end = at_line is None and (is_log(self.path) or self.scope.read_only)  # a logs scope's files are logs
+        self._ask(self.pager.open, at_end=at_end)
+        if at_line is not None:
+            self._ask(self.pager.go_to, line=at_line, on_done=self._went)
+
+    # --- the agent ------------------------------------------------------------------------
+
+    def _presence_changed(self, event: PresenceEvent) -> None:
+        if event.server_id != self.server.id:
+            return
+        if not event.online:
+            self._wait_for_agent()
+        elif self._waiting_for_agent:
+            self._waiting_for_agent = False
+            if not self._opened:
+                return  # its first layout opens it
+            self._note = "reading again…"
+            self._update_bar()
+            if self.page is None:
+                self._open()
+            else:
+                self._ask(self.pager.reload)
+
+    def _wait_for_agent(self) -> None:
+        """The agent is offline: what is shown stays, and is read again once it is back."""
+        self._waiting_for_agent = True
+        self._note = ""
+        self.view.message = f"The agent of {printable(self.server.name)} is offline: the file opens once it is back."
+        self.view.refresh()
+        self._update_bar()
 
     # --- pages ----------------------------------------------------------------------------
 
@@ -286,8 +327,13 @@ class ViewerScreen(FleetScreen):
         self._update_bar()
 
     def _failed(self, exc: BaseException) -> None:
+        if isinstance(unwrap(exc), api_errors.AgentOffline):
+            if self.page is None:
+                self._pending.clear()  # `_open` asks for them again
+            self._wait_for_agent()
+            return
         self.show_error(exc, server=self.server.name, path=self.path.rpartition("/")[2] or self.path)
-        if self.page is None:  # it could not be opened (gone, not a file, the agent offline)
+        if self.page is None:  # it could not be opened (gone, not a file)
             self._pending.clear()
             self.dismiss()
             return
@@ -306,6 +352,8 @@ class ViewerScreen(FleetScreen):
             details.append(self._line_note)
         if self._note:
             details.append(self._note)
+        if self._waiting_for_agent:
+            details.append(f"○ agent offline · {'opens' if page is None else 'reads again'} once it is back")
         self.query_one("#viewer-bar", Static).update(printable(" · ".join(details)))
 
     def action_move(self, how: Literal["up", "down", "page_up", "page_down", "home", "end"]) -> None:

@@ -6,6 +6,7 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from textual.pilot import Pilot
 
 from tests.conftest import Stack
 from tests.helpers import wait_for
+from tests.helpers.own_agent import own_agent
 from tests.helpers.snapshots import screen_text
 from tests.helpers.tui import highlight, highlight_server, names, real_app, run, site_dir
 from tui.command_line import CommandLine
@@ -318,6 +320,58 @@ def test_a_file_gone_before_f3_is_reported_and_the_viewer_closes(stack: Stack, s
         await wait_for(pilot, lambda: app.screen is commander)
 
     run(app, scenario)
+
+
+def test_a_viewer_whose_agent_is_offline_reads_the_file_again_where_it_was_once_it_is_back(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Opened while the agent is offline, the viewer stays and says so, and shows the file once the
+    agent is back. Open at line 1,000 with a search's match when the agent drops, it says so and,
+    once the agent is back, shows what the file holds now at the same line, the match still in
+    the bar and `n` going on from it."""
+    with own_agent(stack, tmp_path, f"view-{tmp_path.name[-6:]}") as own:
+        rows = [f"row {n:04d}" for n in range(1, 3001)]
+        rows[1004], rows[1999] = "row 1005 NEEDLE", "row 2000 NEEDLE"
+        viewed = own.site / "viewed.txt"
+        viewed.write_text("".join(f"{row}\n" for row in rows))
+        app = real_app(stack)
+
+        async def scenario(pilot: Pilot[None]) -> None:
+            await highlight_server(pilot, own.name)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen) and names(app.screen.left))
+            commander = app.screen
+            assert isinstance(commander, CommanderScreen) and commander.left.place is not None
+            await asyncio.to_thread(own.agent.kill)
+            app.push_screen(ViewerScreen(*commander.left.place, "viewed.txt"))
+            await wait_for(pilot, lambda: isinstance(app.screen, ViewerScreen) and app.screen.query("#viewer-bar"))
+            viewer = app.screen
+            assert isinstance(viewer, ViewerScreen)
+            await wait_for(pilot, lambda: "agent offline · opens once it is back" in bar(viewer))
+            assert f"The agent of {own.name} is offline" in str(viewer.view.render())
+
+            await asyncio.to_thread(own.agent.restart)  # no key pressed from here to the page
+            await wait_for(pilot, lambda: shown(viewer)[:1] == ["row 0001"])
+            assert "offline" not in bar(viewer)
+
+            await pilot.press("f5", *"1000", "enter")
+            await wait_for(pilot, lambda: shown(viewer)[:1] == ["row 1000"])
+            await pilot.press("slash", *"NEEDLE", "enter")
+            await wait_for(pilot, lambda: "match on line 1,005" in bar(viewer))
+            top = shown(viewer)[0]
+
+            await asyncio.to_thread(own.agent.kill)
+            await wait_for(pilot, lambda: "agent offline · reads again once it is back" in bar(viewer))
+            assert shown(viewer)[0] == top  # what it showed stays
+            viewed.write_text(viewed.read_text().replace(top, top.upper()))  # the same bytes' length
+
+            await asyncio.to_thread(own.agent.restart)
+            await wait_for(pilot, lambda: shown(viewer)[0] == top.upper())
+            assert "offline" not in bar(viewer) and "match on line 1,005" in bar(viewer)
+            await pilot.press("n")
+            await wait_for(pilot, lambda: "match on line 2,000" in bar(viewer))
+
+        run(app, scenario)
 
 
 def test_which_files_open_at_their_end_and_which_in_hex() -> None:
