@@ -23,7 +23,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.widget import Widget
 
-from api_client import PATHS_PER_BATCH, BatchProgress, FileContent, KeepGoing, Listing, Scope, Server
+from api_client import PATHS_PER_BATCH, BatchProgress, Entry, FileContent, KeepGoing, Listing, Scope, Server
 from api_client import errors as api_errors
 from contract.models import FsDestination, PresenceEvent
 from tui.bridge import TaskHandle
@@ -609,8 +609,21 @@ class CommanderScreen(FleetScreen):
                 on_error=lambda exc: self._rename_failed(exc, old, server.name, panel),
             )
 
-        # Offered as drawn: a name's control characters as `?` (the new name may not hold any).
-        self.app.push_screen(NameDialog("Rename", printable(old), hint=f"in {panel.location}"), rename)
+        def ask(current: Entry) -> None:
+            # Offered as drawn: a name's control characters as `?` (the new name may not hold any).
+            self.app.push_screen(NameDialog("Rename", printable(current.name), hint=f"in {panel.location}"), rename)
+            self.release_keys(NameDialog)
+
+        def unreadable(exc: BaseException) -> None:
+            self.release_keys(NameDialog)
+            self._rename_failed(exc, old, server.name, panel)
+
+        # The entry as the server has it now, not as the panel listed it: gone or renamed
+        # meanwhile, that is said (and the panel lists again) before a new name is asked for.
+        self.hold_keys(NameDialog)  # what is typed meanwhile: the new name, for the dialog
+        self.bridge.run(
+            self, self.client.files.stat, server.id, scope, join_path(panel.path, old), on_done=ask, on_error=unreadable
+        )
 
     async def _rename(self, server_id: str, scope: Scope, old: str, new: str) -> list[str]:
         """Rename `old` to `new` as the server has them now, not as the panel listed them: a name

@@ -442,8 +442,9 @@ def test_permissions_start_from_the_mode_on_the_server_not_the_listing(stack: St
 
 
 def test_rename_goes_by_the_names_on_the_server_not_the_listing(stack: Stack) -> None:
-    """F2 on a file renamed outside after the listing says it is no longer there and renames
-    nothing; a new name taken outside meanwhile (by a folder) is refused, not moved into."""
+    """F2 on a file renamed outside after the listing reads it on the server first: it says it is
+    no longer there and lists the folder again, with no name asked for; a new name taken outside
+    meanwhile (by a folder) is refused, not moved into; F2, a name and Enter typed at once rename."""
     folder = fresh_dir(stack, "dlg-rename-fresh")
     (folder / "a.txt").write_text("a\n")
     app = real_app(stack)
@@ -462,9 +463,10 @@ def test_rename_goes_by_the_names_on_the_server_not_the_listing(stack: Stack) ->
             await pilot.press("enter")
             await wait_for(pilot, lambda: app.screen is commander)
 
-        await rename_to("c.txt")
+        await pilot.press("f2")
         await wait_for(pilot, lambda: any("a.txt is no longer there" in n.message for n in app._notifications))
         await wait_for(pilot, lambda: commander.left.pane.index_of("moved.txt") is not None)
+        assert app.screen is commander  # no dialog: nothing to rename
         assert sorted(p.name for p in folder.iterdir()) == ["moved.txt"]
 
         await highlight(pilot, commander.left, "moved.txt")
@@ -477,6 +479,11 @@ def test_rename_goes_by_the_names_on_the_server_not_the_listing(stack: Stack) ->
         await rename_to("free.txt")
         await wait_for(pilot, lambda: (folder / "free.txt").exists())
         await wait_for(pilot, lambda: commander.left.pane.index_of("free.txt") is not None)
+
+        await highlight(pilot, commander.left, "free.txt")
+        await pilot.press("f2", *"pasted.txt", "enter")  # at once, while the server is asked
+        await wait_for(pilot, lambda: (folder / "pasted.txt").exists())
+        assert sorted(p.name for p in folder.iterdir()) == ["pasted.txt", "target.txt"]
 
     run(app, scenario)
 
