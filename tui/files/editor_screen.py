@@ -3,6 +3,11 @@
 Every save carries `if_match` = the etag of the last read or save. When the file changed on the
 server since, the save fails with `Conflict` and `SaveConflictDialog` offers to reload theirs,
 overwrite it with ours, or save ours as a copy (`create_only`, never replacing a file).
+
+It follows its server's agent (presence, from `tui.monitor`): while the agent is offline its bar
+says so (a save then fails, and keeps the text). Once the agent is back, a file with no unsaved
+edits is read again (the cursor where it was); one with unsaved edits is kept as typed, and it
+says that ctrl+s saves now.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from textual.widgets import Input, Static
 
 from api_client import FileContent, Scope, Server
 from api_client import errors as api_errors
-from contract.models import FsWriteResult
+from contract.models import FsWriteResult, PresenceEvent
+from tui.errors import unwrap
 from tui.files.editor import Editor
 from tui.files.save_conflict import (
     CloseChoice,
@@ -71,6 +77,7 @@ class EditorScreen(FleetScreen):
         self.content = content
         self.saving = False
         self._close_after_save = False
+        self._agent_offline = False  # said by the presence stream, or by a save that failed so
 
     def compose(self) -> ComposeResult:
         yield SafeHeader()
@@ -88,6 +95,7 @@ class EditorScreen(FleetScreen):
             return
         self.editor.load(self.content.content, self.path)
         self.editor.focus()
+        self.monitor.presence.subscribe(self, self._presence_changed)
 
     # --- status -----------------------------------------------------------------------------
 
@@ -101,8 +109,24 @@ class EditorScreen(FleetScreen):
         row, col = editor.cursor
         marker = "● " if editor.modified else ""
         state = " · saving…" if self.saving else ""
+        if self._agent_offline:
+            state += " · ○ agent offline: ctrl+s saves once it is back"
         text = f"{marker}/{self.path} · {row + 1}:{col + 1} · {editor.line_count:,} lines · {editor.language}{state}"
         self.query_one("#editor-bar", Static).update(printable(text))
+
+    # --- the agent ------------------------------------------------------------------------------
+
+    def _presence_changed(self, event: PresenceEvent) -> None:
+        if event.server_id != self.server.id:
+            return
+        was_offline, self._agent_offline = self._agent_offline, not event.online
+        self._update_bar()
+        if not event.online or not was_offline:
+            return
+        if self.editor.modified or self.saving:
+            self.notify(printable(f"The agent of {self.server.name} is back: ctrl+s saves /{self.path}."), timeout=5)
+        else:
+            self._reload(untouched=self.editor.version)
 
     # --- search -----------------------------------------------------------------------------
 
@@ -174,6 +198,9 @@ class EditorScreen(FleetScreen):
         self._close_after_save = False
         self._update_bar()
         self.release_keys(SAVING)
+        if isinstance(unwrap(exc), api_errors.AgentOffline):
+            self._agent_offline = True
+            self._update_bar()
         if isinstance(exc, api_errors.Conflict) and not copy:
             self.app.push_screen(SaveConflictDialog(path), self._resolve_conflict)
             return
@@ -194,18 +221,22 @@ class EditorScreen(FleetScreen):
         if path:
             self._write(path, if_match=None, create_only=True)
 
-    def _reload(self) -> None:
+    def _reload(self, *, untouched: int | None = None) -> None:
+        """Read the file again; `untouched`: only if the text is still at that version when it
+        comes (what was typed meanwhile is never replaced)."""
         self.bridge.run(
             self,
             self.client.files.read,
             self.server.id,
             self.scope,
             self.path,
-            on_done=self._reloaded,
+            on_done=lambda content: self._reloaded(content, untouched),
             on_error=lambda exc: self.show_error(exc, server=self.server.name, path=self.path),
         )
 
-    def _reloaded(self, content: FileContent) -> None:
+    def _reloaded(self, content: FileContent, untouched: int | None = None) -> None:
+        if untouched is not None and (self.editor.version != untouched or self.saving):
+            return
         self.content = content
         self.etag = content.etag
         row, col = self.editor.cursor

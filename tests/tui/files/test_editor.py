@@ -6,6 +6,9 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 from textual import events
 from textual.app import App, ComposeResult
 from textual.command import CommandList, CommandPalette
@@ -13,7 +16,8 @@ from textual.pilot import Pilot
 
 from tests.conftest import Stack
 from tests.helpers import wait_for
-from tests.helpers.tui import edit, press_f4_on, real_app, run, site_dir
+from tests.helpers.own_agent import own_agent
+from tests.helpers.tui import edit, highlight_server, press_f4_on, real_app, run, site_dir
 from tui.files.commander import CommanderScreen
 from tui.files.editor import Editor
 from tui.files.editor_screen import EditorScreen
@@ -74,6 +78,54 @@ def test_f4_edits_a_file_and_ctrl_s_saves_it(stack: Stack) -> None:
         assert app.screen is files
 
     run(app, scenario)
+
+
+def test_an_editor_whose_agent_is_offline_says_so_and_is_current_once_it_is_back(stack: Stack, tmp_path: Path) -> None:
+    """While the agent is offline the bar says so. Back: a file with no unsaved edits is read
+    again (the cursor where it was); one with unsaved edits keeps them (a save that failed
+    meanwhile lost nothing), says ctrl+s saves, and ctrl+s does."""
+    with own_agent(stack, tmp_path, f"edit-{tmp_path.name[-6:]}") as own:
+        edited = own.site / "edited.txt"
+        edited.write_text("one\ntwo\nthree\n")
+        app = real_app(stack)
+
+        async def scenario(pilot: Pilot[None]) -> None:
+            await highlight_server(pilot, own.name)
+            await pilot.press("enter")
+            await wait_for(pilot, lambda: isinstance(app.screen, CommanderScreen))
+            files = app.screen
+            assert isinstance(files, CommanderScreen)
+            await press_f4_on(pilot, files, "edited.txt")
+            await wait_for(pilot, lambda: isinstance(app.screen, EditorScreen))
+            screen = app.screen
+            assert isinstance(screen, EditorScreen)
+            editor = screen.editor
+
+            def bar() -> str:
+                return str(screen.query_one("#editor-bar").render())
+
+            await pilot.press("down", "right")
+            await asyncio.to_thread(own.agent.kill)
+            await wait_for(pilot, lambda: "agent offline" in bar())
+            edited.write_text("one\nTWO, changed while the agent was away\nthree\n")
+            await asyncio.to_thread(own.agent.restart)  # no key pressed until it is read again
+            await wait_for(pilot, lambda: editor.lines[1] == "TWO, changed while the agent was away")
+            assert editor.cursor == (1, 1) and not editor.modified and "offline" not in bar()
+
+            await asyncio.to_thread(own.agent.kill)
+            await wait_for(pilot, lambda: "agent offline" in bar())
+            await pilot.press("end", *" and mine", "ctrl+s")
+            await wait_for(pilot, lambda: any("is offline" in n.message for n in app._notifications))
+            assert editor.modified and edited.read_text() == "one\nTWO, changed while the agent was away\nthree\n"
+            await asyncio.to_thread(own.agent.restart)
+            await wait_for(pilot, lambda: any("is back: ctrl+s saves" in n.message for n in app._notifications))
+            assert editor.lines[1].endswith(" and mine") and editor.modified and "offline" not in bar()
+            await pilot.press("ctrl+s")
+            await wait_for(
+                pilot, lambda: edited.read_text() == "one\nTWO, changed while the agent was away and mine\nthree\n"
+            )
+
+        run(app, scenario)
 
 
 def test_quitting_with_unsaved_edits_asks_first(stack: Stack) -> None:
