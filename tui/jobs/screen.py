@@ -19,7 +19,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Static
 
 from api_client import Client, Server
-from contract.models import FINISHED_STATUSES, Job, JobKindInfo
+from contract.models import FINISHED_STATUSES, Job, JobKindInfo, PresenceEvent
 from tui.bridge import TaskHandle
 from tui.jobs.choices import ChoiceCache
 from tui.jobs.dialogs import Access, ConfirmRun, JobFormScreen, KindPicker, availability_problem, takes_arguments
@@ -109,6 +109,7 @@ class JobsScreen(FilteredList, FleetScreen):
         self.action_reload()
         self._connected = self.monitor.state.connected
         self.monitor.changed.subscribe(self, self._connection_changed)
+        self.monitor.presence.subscribe(self, self._presence_changed)
 
     def _connection_changed(self, state: LinkState) -> None:
         """Lost: the agent's state is unknown. Back: the jobs again (some ended meanwhile)."""
@@ -116,6 +117,14 @@ class JobsScreen(FilteredList, FleetScreen):
             self.action_reload()
         self._connected = state.connected
         self._update_bar()
+
+    def _presence_changed(self, event: PresenceEvent) -> None:
+        """The bar follows the agent; back, the jobs again (those queued for it start now)."""
+        if event.server_id != self.server.id:
+            return
+        self._update_bar()
+        if event.online:
+            self.action_reload()
 
     def on_screen_resume(self) -> None:
         if self._loaded:

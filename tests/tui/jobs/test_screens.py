@@ -886,6 +886,10 @@ def test_an_offline_agent_answers_reads_from_the_cache_and_refuses_changes(stack
         assert app.screen is jobs
         assert [kind for kind, *_ in wire.creations()] == ["site.list", "site.list", "system.ntp-sync"]
 
+        # Back: the bar says so by itself, no key pressed (issue 25, point 5).
+        await asyncio.to_thread(own_agent.restart)
+        await wait_for(pilot, lambda: "agent online" in str(jobs.query_one("#jobs-bar").render()))
+
     run(app, scenario)
 
 
