@@ -6,6 +6,7 @@ Trio work is not awaited by `pilot.pause()`: `wait_for` polls until the trio sid
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import stat
@@ -22,6 +23,7 @@ from textual.widgets import Checkbox, Input, OptionList, RadioSet, Select, Selec
 from api_client import Scope, Server
 from tests.conftest import Stack
 from tests.helpers import wait_for
+from tests.helpers.own_agent import own_agent
 from tests.helpers.tui import highlight, open_commander, real_app, run, site_dir
 from tui.app import FleetdeckApp
 from tui.files.dialogs import (
@@ -439,6 +441,28 @@ def test_permissions_start_from_the_mode_on_the_server_not_the_listing(stack: St
         await pilot.press("escape")
 
     run(app, scenario)
+
+
+def test_properties_asked_while_the_agent_is_offline_show_once_it_is_back(stack: Stack, tmp_path: Path) -> None:
+    """The dialog says the agent is offline (no toast), and reads the file on the server by itself
+    once the agent is back."""
+    with own_agent(stack, tmp_path, f"props-{tmp_path.name[-6:]}") as own:
+        (own.site / "a.txt").write_text("a\n")
+        own.agent.kill()
+        with stack.http() as http:
+            server = Server.model_validate(http.get(f"/v1/servers/{own.server_id}").json())
+        app = real_app(stack)
+
+        async def scenario(pilot: Pilot[Any]) -> None:
+            dialog = PropertiesDialog(server, Scope(scope="site", domain="a.example"), "a.txt")
+            await push(pilot, dialog)
+            await wait_for(pilot, lambda: f"The agent of {own.name} is offline" in status(dialog))
+            assert dialog.rows() == [] and not any("offline" in n.message for n in app._notifications)
+            await asyncio.to_thread(own.agent.restart)
+            await wait_for(pilot, lambda: ("Size", "2 B") in dialog.rows())
+            assert ("Name", "a.txt") in dialog.rows() and status(dialog) == ""
+
+        run(app, scenario)
 
 
 def test_rename_goes_by_the_names_on_the_server_not_the_listing(stack: Stack) -> None:

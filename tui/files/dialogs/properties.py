@@ -1,5 +1,6 @@
 """Properties of one file or folder: type, size (a folder's is summed on the server), owner,
-permissions, modification time, link target."""
+permissions, modification time, link target; all read from the server when it opens (and again
+once the agent is back, when it was offline then)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Static
 
 from api_client import Entry, Scope, Server
-from contract.models import FsDirSize
+from api_client import errors as api_errors
+from contract.models import FsDirSize, PresenceEvent
 from tui.bridge import TaskHandle
-from tui.errors import format_size
+from tui.errors import format_size, unwrap
 from tui.files.dialogs.base import octal, permission_string, plural
 from tui.text import printable
 from tui.widgets.dialogs import Dialog
@@ -58,6 +60,10 @@ class PropertiesDialog(Dialog[None]):
 
     def on_mount(self) -> None:
         self.query_one("#properties-close", Button).focus()
+        self.monitor.presence.subscribe(self, self._presence_changed)
+        self._stat()
+
+    def _stat(self) -> None:
         self.bridge.run(
             self,
             self.client.files.stat,
@@ -65,8 +71,20 @@ class PropertiesDialog(Dialog[None]):
             self.scope,
             self.path,
             on_done=self._show,
-            on_error=lambda exc: self.show_error(exc, path=f"/{self.path}"),
+            on_error=self._unreadable,
         )
+
+    def _unreadable(self, exc: BaseException) -> None:
+        if isinstance(unwrap(exc), api_errors.AgentOffline):
+            self.set_status(f"The agent of {self.server.name} is offline: shown once it is back.", error=True)
+        else:
+            self.show_error(exc, path=f"/{self.path}")
+
+    def _presence_changed(self, event: PresenceEvent) -> None:
+        """Back while the properties could not be read: read them now."""
+        if event.online and event.server_id == self.server.id and self.entry is None:
+            self.set_status("Loading…")
+            self._stat()
 
     @on(Button.Pressed, "#properties-close")
     def _close(self, event: Button.Pressed) -> None:
