@@ -17,7 +17,9 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Static
 
-from tui.errors import describe_error
+from api_client import errors as api_errors
+from contract.models import PresenceEvent
+from tui.errors import describe_error, unwrap
 from tui.screen import FleetModal
 from tui.text import load_tcss, printable
 
@@ -31,6 +33,7 @@ class Dialog(FleetModal[T]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     _pending_result: tuple[T] | None = None
+    _when_back: tuple[str, Callable[[], None]] | None = None  # (server id, what to do again)
 
     def cancel_result(self) -> T:
         """What Esc dismisses with (None for most dialogs)."""
@@ -73,6 +76,32 @@ class Dialog(FleetModal[T]):
         self.set_status(message, error=True)
         self.notify(message, severity="error", timeout=8)
         return message
+
+    def again_when_agent_back(self, exc: BaseException, server_id: str, again: Callable[[], None]) -> bool:
+        """When `exc` says the agent of `server_id` is offline: say so on the status line (no
+        notification: the dialog shows it) and call `again` once the agent is back (the monitor's
+        presence stream, as the files panels follow it). Answers whether it was that.
+
+        Args:
+            exc: what a request of the dialog failed with.
+            server_id: the server the request went to.
+            again: the request again (it may fail so again, and wait again).
+        """
+        if not isinstance(unwrap(exc), api_errors.AgentOffline):
+            return False
+        server = getattr(getattr(self, "server", None), "name", None) or "this server"
+        self.set_status(f"The agent of {server} is offline: this is read again once it is back.", error=True)
+        if self._when_back is None:
+            self.monitor.presence.subscribe(self, self._presence_changed)
+        self._when_back = (server_id, again)
+        return True
+
+    def _presence_changed(self, event: PresenceEvent) -> None:
+        if self._when_back is None or not event.online or event.server_id != self._when_back[0]:
+            return
+        again, self._when_back = self._when_back[1], None
+        self.set_status("Reading again…")
+        again()
 
     def report(self, callback: Callable[..., Any], *args: Any) -> None:
         """From trio: run `callback(*args)` on this dialog's message queue (the bridge's own way back).

@@ -443,24 +443,35 @@ def test_permissions_start_from_the_mode_on_the_server_not_the_listing(stack: St
     run(app, scenario)
 
 
-def test_properties_asked_while_the_agent_is_offline_show_once_it_is_back(stack: Stack, tmp_path: Path) -> None:
-    """The dialog says the agent is offline (no toast), and reads the file on the server by itself
-    once the agent is back."""
-    with own_agent(stack, tmp_path, f"props-{tmp_path.name[-6:]}") as own:
+def test_dialogs_opened_while_the_agent_is_offline_say_so_and_read_once_it_is_back(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """Properties, permissions and the trash, opened while the agent is offline, say so on their
+    status line (no toast) and read the server by themselves once the agent is back."""
+    with own_agent(stack, tmp_path, f"dlgs-{tmp_path.name[-6:]}") as own:
         (own.site / "a.txt").write_text("a\n")
+        (own.site / "a.txt").chmod(0o640)
         own.agent.kill()
         with stack.http() as http:
             server = Server.model_validate(http.get(f"/v1/servers/{own.server_id}").json())
+        scope = Scope(scope="site", domain="a.example")
         app = real_app(stack)
 
         async def scenario(pilot: Pilot[Any]) -> None:
-            dialog = PropertiesDialog(server, Scope(scope="site", domain="a.example"), "a.txt")
-            await push(pilot, dialog)
-            await wait_for(pilot, lambda: f"The agent of {own.name} is offline" in status(dialog))
-            assert dialog.rows() == [] and not any("offline" in n.message for n in app._notifications)
+            properties = PropertiesDialog(server, scope, "a.txt")
+            permissions = PermissionsDialog(server, scope, ["a.txt"], has_dirs=False)
+            trash = TrashDialog(server, scope)
+            for dialog in (properties, permissions, trash):  # each over the one before
+                await push(pilot, dialog)
+                await wait_for(pilot, lambda: f"The agent of {own.name} is offline" in status(dialog))  # noqa: B023
+            assert properties.rows() == [] and permissions.current is None
+            assert not any("offline" in n.message for n in app._notifications)
+
             await asyncio.to_thread(own.agent.restart)
-            await wait_for(pilot, lambda: ("Size", "2 B") in dialog.rows())
-            assert ("Name", "a.txt") in dialog.rows() and status(dialog) == ""
+            await wait_for(pilot, lambda: status(trash) == "The trash is empty.")
+            await wait_for(pilot, lambda: ("Size", "2 B") in properties.rows() and status(properties) == "")
+            await wait_for(pilot, lambda: permissions.octal_field.value == "640")
+            assert not permissions.octal_field.disabled
 
         run(app, scenario)
 

@@ -108,6 +108,9 @@ class PermissionsDialog(Dialog[int | None]):
             yield Static("Enter/ctrl+s: apply · Tab: grid · Space: tick · Esc: cancel", classes="dialog--hint")
 
     def on_mount(self) -> None:
+        self._read()
+
+    def _read(self) -> None:
         self.hold_keys()  # what is typed meanwhile edits the server's mode, once it is in
         self.bridge.run(
             self,
@@ -120,11 +123,13 @@ class PermissionsDialog(Dialog[int | None]):
         )
 
     def _unreadable(self, exc: BaseException) -> None:
+        """Said on the status line; an offline agent's mode is read once it is back. The keys
+        typed meanwhile go to the dialog as it is (Esc closes it)."""
         gone = gone_meanwhile(exc, self.paths[0])
-        if gone is None:
-            self.show_error(exc, path=f"/{self.paths[0]}")
-        else:
+        if gone is not None:
             self.set_status(gone, error=True)
+        elif not self.again_when_agent_back(exc, self.server.id, self._read):
+            self.show_error(exc, path=f"/{self.paths[0]}")
         self.release_keys()
 
     def _loaded(self, entry: Entry) -> None:

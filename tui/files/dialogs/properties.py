@@ -16,10 +16,9 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Static
 
 from api_client import Entry, Scope, Server
-from api_client import errors as api_errors
-from contract.models import FsDirSize, PresenceEvent
+from contract.models import FsDirSize
 from tui.bridge import TaskHandle
-from tui.errors import format_size, unwrap
+from tui.errors import format_size
 from tui.files.dialogs.base import octal, permission_string, plural
 from tui.text import printable
 from tui.widgets.dialogs import Dialog
@@ -60,7 +59,6 @@ class PropertiesDialog(Dialog[None]):
 
     def on_mount(self) -> None:
         self.query_one("#properties-close", Button).focus()
-        self.monitor.presence.subscribe(self, self._presence_changed)
         self._stat()
 
     def _stat(self) -> None:
@@ -75,16 +73,8 @@ class PropertiesDialog(Dialog[None]):
         )
 
     def _unreadable(self, exc: BaseException) -> None:
-        if isinstance(unwrap(exc), api_errors.AgentOffline):
-            self.set_status(f"The agent of {self.server.name} is offline: shown once it is back.", error=True)
-        else:
+        if not self.again_when_agent_back(exc, self.server.id, self._stat):
             self.show_error(exc, path=f"/{self.path}")
-
-    def _presence_changed(self, event: PresenceEvent) -> None:
-        """Back while the properties could not be read: read them now."""
-        if event.online and event.server_id == self.server.id and self.entry is None:
-            self.set_status("Loading…")
-            self._stat()
 
     @on(Button.Pressed, "#properties-close")
     def _close(self, event: Button.Pressed) -> None:

@@ -89,7 +89,7 @@ class TrashDialog(Dialog[list[str]]):
             self.server.id,
             self.scope,
             on_done=lambda answer: self._show(*answer, first=first),
-            on_error=self._failed,
+            on_error=lambda exc: self._failed(exc, first=first),
         )
 
     def _show(self, items: list[TrashItem], purged: int, *, first: bool) -> None:
@@ -112,9 +112,10 @@ class TrashDialog(Dialog[list[str]]):
         self.set_status(" ".join(words))
         self.release_keys()
 
-    def _failed(self, exc: BaseException) -> None:
+    def _failed(self, exc: BaseException, *, first: bool = False) -> None:
         self.busy = False
-        self.show_error(exc)
+        if not self.again_when_agent_back(exc, self.server.id, lambda: self.load(first=first)):
+            self.show_error(exc)
         self.release_keys()
 
     # --- actions ------------------------------------------------------------------------------
