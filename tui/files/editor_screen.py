@@ -109,8 +109,8 @@ class EditorScreen(FleetScreen):
         row, col = editor.cursor
         marker = "● " if editor.modified else ""
         state = " · saving…" if self.saving else ""
-        if self._agent_offline:
-            state += " · ○ agent offline: ctrl+s saves once it is back"
+        if self._agent_offline:  # first: the bar is cut at the screen's edge
+            marker = f"○ agent offline, ctrl+s saves once it is back · {marker}"
         text = f"{marker}/{self.path} · {row + 1}:{col + 1} · {editor.line_count:,} lines · {editor.language}{state}"
         self.query_one("#editor-bar", Static).update(printable(text))
 

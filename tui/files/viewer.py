@@ -343,6 +343,8 @@ class ViewerScreen(FleetScreen):
     def _update_bar(self) -> None:
         """Where the screen is: the byte offset of its first row, of the size, and how far that is."""
         details = [f"/{self.path.lstrip('/')}"]
+        if self._waiting_for_agent:  # first: the bar is cut at the screen's edge
+            details.insert(0, f"○ agent offline · {'opens' if self.page is None else 'reads again'} once it is back")
         page = self.page
         if page is not None:
             percent = 100 if page.at_end else page.bottom * 100 // max(1, page.size)
@@ -352,8 +354,6 @@ class ViewerScreen(FleetScreen):
             details.append(self._line_note)
         if self._note:
             details.append(self._note)
-        if self._waiting_for_agent:
-            details.append(f"○ agent offline · {'opens' if page is None else 'reads again'} once it is back")
         self.query_one("#viewer-bar", Static).update(printable(" · ".join(details)))
 
     def action_move(self, how: Literal["up", "down", "page_up", "page_down", "home", "end"]) -> None:
