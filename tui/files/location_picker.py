@@ -1,4 +1,8 @@
-"""Pick the server and scope a panel shows: every scope of every online server of the account."""
+"""Pick the server and scope a panel shows: every scope of every online server of the account.
+
+A server whose agent is offline is named on the status line; when an agent comes back while the
+picker is open (the monitor's presence stream), the list is read again with its scopes in it.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from api_client import Client, Scope, Server
+from contract.models import PresenceEvent
 from tui.errors import describe_error
 from tui.files.panel import scope_key, scope_label
 from tui.text import load_tcss, printable
@@ -61,15 +66,28 @@ class LocationPicker(Dialog[Location | None]):
             yield Static("Enter: show · Esc: cancel", classes="dialog--hint")
 
     def on_mount(self) -> None:
-        options = self.query_one(OptionList)
-        options.loading = True
-        options.focus()
+        self.query_one(OptionList).focus()
+        self.monitor.presence.subscribe(self, self._presence_changed)
+        self._load()
+
+    def _load(self) -> None:
+        self.query_one(OptionList).loading = True
         self.bridge.run(self, browsable_locations, self.client, on_done=self._show, on_error=self._failed)
+
+    def _presence_changed(self, event: PresenceEvent) -> None:
+        """An agent back that the list lacks: the list again (the highlighted line stays)."""
+        if event.online and all(server.id != event.server_id for server, _scope in self.locations):
+            highlighted = self.query_one(OptionList).highlighted
+            if highlighted is not None and highlighted < len(self.locations):
+                server, scope = self.locations[highlighted]
+                self.current = (server.id, scope_key(scope))
+            self._load()
 
     def _show(self, answer: tuple[list[Location], list[str]]) -> None:
         self.locations, problems = answer
         options = self.query_one(OptionList)
         options.loading = False
+        options.clear_options()
         options.add_options(
             Option(printable(f"{server.name} · {scope_label(scope)}"), id=str(index))
             for index, (server, scope) in enumerate(self.locations)
