@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,9 @@ import trio
 
 from agent.link.call import Call
 from agent.link.client import AgentLink, Backoff
-from api_client import SSEParser
+from api_client import Event, SSEParser
 from control_plane.bus import Bus
+from control_plane.clock import iso
 from control_plane.storage.schema import servers
 from fleetdeck.launcher import start_agent
 from tests.conftest import AgentProcess
@@ -457,6 +459,119 @@ def test_a_replica_that_stops_has_its_agents_said_offline_on_the_others(
         c.stop()
         with fleet.b.http(fleet.token) as http:
             http.delete(f"/v1/servers/{server_id}")
+
+
+# --- pulses across replicas (issue 25, point 11) ---------------------------------------------------
+
+
+def _pulsing_agent(fleet: Fleet, replica: OwnControlPlane, folder: Path) -> AgentProcess:
+    """A new server of the org, its agent linked to `replica` and pulsing ten times a second."""
+    server = admin(fleet.db_url, "create-server", f"pulsing-{uuid.uuid4().hex[:6]}", "--org", fleet.org)
+    home, state = folder / "home", folder / "state"
+    home.mkdir(parents=True)
+    state.mkdir()
+    server_id, token = str(server["id"]), str(server["agent_token"])
+    return AgentProcess(replica, server_id, token, home, state, "--pulse-interval", "0.1", api_token=fleet.token)
+
+
+def _events(stream: httpx.Response, within_s: float = PRESENCE_WITHIN_S) -> Iterator[Event]:
+    """The stream's events, for `within_s` at most (its keep-alives and pulses keep its read
+    timeout from firing)."""
+    parser, deadline = SSEParser(), time.monotonic() + within_s
+    for chunk in stream.iter_raw():
+        yield from parser.feed(chunk)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"what the test waited for did not come within {within_s:g} s")
+    raise AssertionError("the stream ended")
+
+
+def _pulses_of(events: Iterator[Event], server_id: str, count: int) -> list[dict[str, Any]]:
+    """The next `count` (or more) pulse samples of `server_id` on the stream."""
+    samples: list[dict[str, Any]] = []
+    for event in events:
+        if event.event == "pulse" and event.data["server_id"] == server_id:
+            samples.extend(event.data["samples"])
+            if len(samples) >= count:
+                return samples
+    raise AssertionError("the stream ended")
+
+
+def _opening_of_a_stream(replica: OwnControlPlane, token: str) -> dict[str, list[dict[str, Any]]]:
+    """What a new stream on `replica` starts with: the samples held of each server with pulses."""
+    with replica.http(token) as http, http.stream("GET", "/v1/servers/events") as stream:
+        opening = SSEParser().feed(next(stream.iter_raw()))
+    assert opening[0].event == "ready", opening
+    return {event.data["server_id"]: event.data["samples"] for event in opening if event.event == "pulse"}
+
+
+def _offline_on(events: Iterator[Event], server_id: str) -> None:
+    for event in events:
+        if event.event == "presence" and event.data["server_id"] == server_id and event.data["online"] is False:
+            return
+
+
+def test_the_pulses_of_an_agent_linked_to_b_reach_every_replica_and_go_with_its_link(
+    fleet: Fleet, nats: NatsServer, tmp_path: Path
+) -> None:
+    """A stream on A carries them as they come; a new stream on A starts with B's ring, and so
+    does one on a replica started since (it asks the others); the agent stops: its ring is gone
+    on A by the time A's stream says it is offline."""
+    agent = _pulsing_agent(fleet, fleet.b, tmp_path / "agent")
+    try:
+        with (
+            fleet.a.http(fleet.token) as http,
+            http.stream("GET", "/v1/servers/events", timeout=httpx.Timeout(60, read=60)) as stream,
+        ):
+            events = _events(stream)
+            samples = _pulses_of(events, agent.server_id, 10)
+            times = [sample["at"] for sample in samples]
+            assert times == sorted(times) and len(set(times)) == len(times)
+            assert all(0 < sample["memory"] < 100 for sample in samples)
+
+            held = _opening_of_a_stream(fleet.a, fleet.token)[agent.server_id]
+            assert len(held) >= 10 and held[0]["at"] <= samples[-1]["at"]
+
+            c_started = iso(datetime.now(UTC))
+            c = start_replica(tmp_path, fleet.db_url, nats.url, "replica-c", fleet.env)
+            try:
+
+                def ring_on_c() -> list[dict[str, Any]]:
+                    return _opening_of_a_stream(c, fleet.token).get(agent.server_id, [])
+
+                wait_until(lambda: len(ring_on_c()) >= 10, timeout=30)
+                assert ring_on_c()[0]["at"] < c_started  # B's ring, not only what came since
+            finally:
+                c.stop()
+
+            agent.stop()
+            _offline_on(events, agent.server_id)
+            assert agent.server_id not in _opening_of_a_stream(fleet.a, fleet.token)
+    finally:
+        agent.stop()
+
+
+def test_the_pulses_of_an_agent_whose_replica_dies_go_on_the_others(
+    fleet: Fleet, nats: NatsServer, tmp_path: Path
+) -> None:
+    """Replica C, killed, says nothing: A takes its agent offline by its heartbeat, and the ring
+    goes with that presence event."""
+    c = start_replica(tmp_path, fleet.db_url, nats.url, "replica-c", fleet.env)
+    agent = None
+    try:
+        agent = _pulsing_agent(fleet, c, tmp_path / "agent")
+        with (
+            fleet.a.http(fleet.token) as http,
+            http.stream("GET", "/v1/servers/events", timeout=httpx.Timeout(60, read=60)) as stream,
+        ):
+            events = _events(stream)
+            _pulses_of(events, agent.server_id, 3)
+            c.kill()
+            _offline_on(events, agent.server_id)
+            assert agent.server_id not in _opening_of_a_stream(fleet.a, fleet.token)
+    finally:
+        if agent is not None:
+            agent.stop()
+        c.stop()
 
 
 def test_a_load_balancer_made_on_b_is_applied_by_its_node_on_a_and_its_health_reaches_b(fleet: Fleet) -> None:
