@@ -32,6 +32,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import Counter
 from typing import Any
 
 import anyio
@@ -72,6 +73,9 @@ HEAR_AT_START_S = 2.0
 # a message asking for every replica's rings, and their answers.
 PULSES_SUBJECT = "fleetdeck.pulses"
 PULSES_GATHER_S = 0.25
+# An agent pulsing faster than this many per message (it chooses its interval: 5 s by default)
+# has the rest kept here only: an agent's word costs the bus and every replica a bounded amount.
+PULSES_PER_SERVER_GATHERED = 4
 # A job handed to another replica is handed again this often until its row says it started.
 DISPATCH_AGAIN_S = 2.0
 NOT_STARTED_NOTE = "fleetdeck: its agent went away before the job started"
@@ -102,6 +106,7 @@ class Replicas:
         runner.linked_elsewhere = self.is_linked_elsewhere
         runner.on_stored = lambda job_id: self.bus.publish(JOBS_SUBJECT, job_id.encode())
         self._pulses_out: list[dict[str, Any]] = []  # gathered for the next message, in their order
+        self._pulses_out_of: Counter[str] = Counter()  # server id -> its pulses among them
         self._pulses_waiting = anyio.Event()
         pulses.share = self._share_pulse
         pulses.share_drop = self._share_drop
@@ -228,6 +233,9 @@ class Replicas:
     # --- pulses ----------------------------------------------------------------------------
 
     def _share_pulse(self, server_id: str, org_id: str, sample: dict[str, Any]) -> None:
+        if self._pulses_out_of[server_id] >= PULSES_PER_SERVER_GATHERED:
+            return
+        self._pulses_out_of[server_id] += 1
         self._pulses_out.append({"server_id": server_id, "org_id": org_id, "sample": sample})
         self._pulses_waiting.set()
 
@@ -240,6 +248,7 @@ class Replicas:
         if self._pulses_out:
             self.bus.publish(PULSES_SUBJECT, orjson.dumps({"from": self.id, "pulses": self._pulses_out}))
             self._pulses_out = []
+            self._pulses_out_of.clear()
 
     async def _send_pulses(self) -> None:
         while True:
