@@ -105,7 +105,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
     )
     runner = JobRunner(db, hub, grace_s=settings.job_grace_s, output_cap=settings.job_output_cap_bytes)
     lb_reports = LbReports(db, hub)
-    replicas = Replicas(db, Bus(settings.bus_url), hub, presence, runner) if settings.bus_url else None
+    replicas = Replicas(db, Bus(settings.bus_url), hub, presence, pulses, runner) if settings.bus_url else None
     runner.on_finish("lb.apply", lb_reports.on_apply_finished)
     fleet = Fleet(
         settings=settings,

@@ -12,7 +12,9 @@ the same ids and a client resumes on any of them; the bus only says there is mor
 A job runs on the replica holding its agent's link (one created elsewhere is handed over the bus,
 its secrets with it, never stored); its streams on the others read the database, woken by the
 bus as lines are stored; a link that moves takes its running jobs along (`JobRunner`). A server
-deleted on one replica has its link cut on the one that holds it.
+deleted on one replica has its link cut on the one that holds it. The agents' pulses go to every
+replica over the bus (`PULSES_SUBJECT`), so that each keeps every agent's ring; a replica that
+starts, or whose bus comes back, asks the others for theirs.
 
 Outages: every loop here rides out one of the database (`Database.run_retrying`, or a turn
 skipped) and of the bus (nats-py reconnects). Each replica says on the bus every second that it is
@@ -30,6 +32,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import Counter
 from typing import Any
 
 import anyio
@@ -44,6 +47,7 @@ from control_plane.jobs.runner import JobRunner
 from control_plane.replicas import store
 from control_plane.replicas.calls import RelayedCalls, RemoteLink, message, subject
 from control_plane.servers.presence import PresenceFeed
+from control_plane.servers.pulses import PulseRings
 from control_plane.storage import Database
 from control_plane.storage.outage import is_outage
 
@@ -64,6 +68,14 @@ BEACON_SUBJECT = "fleetdeck.replicas.beacon"
 BEACON_S = 1.0
 UNHEARD_AFTER_S = 5.0
 HEAR_AT_START_S = 2.0
+# The pulses of the agents linked here, and their links gone, gathered for this long into one
+# message (a pulse comes every few seconds per agent: thousands of agents, a few messages a second);
+# a message asking for every replica's rings, and their answers.
+PULSES_SUBJECT = "fleetdeck.pulses"
+PULSES_GATHER_S = 0.25
+# An agent pulsing faster than this many per message (it chooses its interval: 5 s by default)
+# has the rest kept here only: an agent's word costs the bus and every replica a bounded amount.
+PULSES_PER_SERVER_GATHERED = 4
 # A job handed to another replica is handed again this often until its row says it started.
 DISPATCH_AGAIN_S = 2.0
 NOT_STARTED_NOTE = "fleetdeck: its agent went away before the job started"
@@ -72,12 +84,15 @@ NOT_STARTED_NOTE = "fleetdeck: its agent went away before the job started"
 class Replicas:
     """This replica: its identity, its heartbeat, and its way to the others."""
 
-    def __init__(self, db: Database, bus: Bus, hub: AgentHub, presence: PresenceFeed, runner: JobRunner) -> None:
+    def __init__(
+        self, db: Database, bus: Bus, hub: AgentHub, presence: PresenceFeed, pulses: PulseRings, runner: JobRunner
+    ) -> None:
         self.id = new_id("rpl")
         self._db = db
         self.bus = bus
         self._hub = hub
         self._presence = presence
+        self._pulses = pulses
         self._runner = runner
         self.calls = RelayedCalls(self.id, bus, hub, self._start_job)
         self._link_ids = itertools.count(1)
@@ -90,6 +105,11 @@ class Replicas:
         hub.elsewhere = self.path_to
         runner.linked_elsewhere = self.is_linked_elsewhere
         runner.on_stored = lambda job_id: self.bus.publish(JOBS_SUBJECT, job_id.encode())
+        self._pulses_out: list[dict[str, Any]] = []  # gathered for the next message, in their order
+        self._pulses_out_of: Counter[str] = Counter()  # server id -> its pulses among them
+        self._pulses_waiting = anyio.Event()
+        pulses.share = self._share_pulse
+        pulses.share_drop = self._share_drop
 
     # --- where agents are ------------------------------------------------------------------
 
@@ -202,10 +222,71 @@ class Replicas:
         self.bus.publish(PRESENCE_SUBJECT, b"{}")
 
     async def _load_presence(self) -> None:
-        """Into this replica's feed: the stored events it does not hold yet, in their order."""
+        """Into this replica's feed: the stored events it does not hold yet, in their order. An
+        agent said offline has its pulses go (its replica may have died without saying so)."""
         async with self._presence_lock:
             for seq, org_id, payload in await self._db.run(store.presence_events_after, self._presence.last_seq):
                 self._presence.publish(org_id, payload, seq)
+                if payload.get("online") is False:
+                    self._pulses.gone(str(payload["server_id"]))
+
+    # --- pulses ----------------------------------------------------------------------------
+
+    def _share_pulse(self, server_id: str, org_id: str, sample: dict[str, Any]) -> None:
+        if self._pulses_out_of[server_id] >= PULSES_PER_SERVER_GATHERED:
+            return
+        self._pulses_out_of[server_id] += 1
+        self._pulses_out.append({"server_id": server_id, "org_id": org_id, "sample": sample})
+        self._pulses_waiting.set()
+
+    def _share_drop(self, server_id: str) -> None:
+        # After its last pulses in the same message stream: no replica gets one of them after it.
+        self._pulses_out.append({"server_id": server_id, "dropped": True})
+        self._pulses_waiting.set()
+
+    def _send_pulses_now(self) -> None:
+        if self._pulses_out:
+            self.bus.publish(PULSES_SUBJECT, orjson.dumps({"from": self.id, "pulses": self._pulses_out}))
+            self._pulses_out = []
+            self._pulses_out_of.clear()
+
+    async def _send_pulses(self) -> None:
+        while True:
+            await self._pulses_waiting.wait()
+            await anyio.sleep(PULSES_GATHER_S)  # the others that come meanwhile go along
+            self._pulses_waiting = anyio.Event()
+            self._send_pulses_now()
+
+    def _ask_for_rings(self) -> None:
+        self.bus.publish(PULSES_SUBJECT, orjson.dumps({"from": self.id, "ask": True}))
+
+    def _send_rings(self) -> None:
+        """Every ring of the agents linked here, after the pulses gathered so far (they are in it)."""
+        self._send_pulses_now()
+        rings = [{"server_id": s, "org_id": o, "samples": samples} for s, o, samples in self._pulses.held_here()]
+        self.bus.publish(PULSES_SUBJECT, orjson.dumps({"from": self.id, "rings": rings}))
+
+    async def _follow_pulses(self, inbox: Inbox[bytes]) -> None:
+        while True:
+            for data in await inbox.take():
+                try:
+                    self._on_pulses(orjson.loads(data))
+                except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+                    log.warning("a bad pulses message on the bus")
+
+    def _on_pulses(self, message: dict[str, Any]) -> None:
+        sender = str(message["from"])
+        if sender == self.id:
+            return
+        if message.get("ask") is True:
+            self._send_rings()
+        for ring in message.get("rings", []):
+            self._pulses.replaced(sender, str(ring["server_id"]), str(ring["org_id"]), list(ring["samples"]))
+        for pulse in message.get("pulses", []):
+            if pulse.get("dropped") is True:
+                self._pulses.dropped_elsewhere(sender, str(pulse["server_id"]))
+            else:
+                self._pulses.received(sender, str(pulse["server_id"]), str(pulse["org_id"]), [dict(pulse["sample"])])
 
     # --- running ---------------------------------------------------------------------------
 
@@ -225,6 +306,7 @@ class Replicas:
             stored = await self.bus.subscribe(JOBS_SUBJECT)
             deleted = await self.bus.subscribe(DELETED_SUBJECT)
             beacons = await self.bus.subscribe(BEACON_SUBJECT)
+            pulses = await self.bus.subscribe(PULSES_SUBJECT)
             async with anyio.create_task_group() as group:
                 self.calls.task_group = self._group = group
                 group.start_soon(self._beat)
@@ -237,6 +319,9 @@ class Replicas:
                 group.start_soon(self._follow_bus, self.bus.changes)
                 group.start_soon(self._follow_beacons, beacons)
                 group.start_soon(self._send_beacons)
+                group.start_soon(self._follow_pulses, pulses)
+                group.start_soon(self._send_pulses)
+                self._ask_for_rings()
                 await self._hear_the_others()
                 log.info("replica %s on the bus at %s", self.id, self.bus.url)
                 task_status.started()
@@ -281,6 +366,7 @@ class Replicas:
         while True:
             if (await changes.take())[-1]:
                 self._beacon(ask=True)
+                self._ask_for_rings()  # pulses were lost meanwhile
             else:
                 self._heard.clear()
                 self.calls.bus_lost()

@@ -16,7 +16,9 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +27,14 @@ import httpx
 import pytest
 import sqlalchemy as sa
 import trio
+from websockets.sync.client import ClientConnection, connect
 
 from agent.link.call import Call
 from agent.link.client import AgentLink, Backoff
-from api_client import SSEParser
+from api_client import Event, SSEParser
+from contract.link import protocol
 from control_plane.bus import Bus
+from control_plane.clock import iso
 from control_plane.storage.schema import servers
 from fleetdeck.launcher import start_agent
 from tests.conftest import AgentProcess
@@ -455,6 +460,194 @@ def test_a_replica_that_stops_has_its_agents_said_offline_on_the_others(
         agent.terminate()
         agent.wait(15)
         c.stop()
+        with fleet.b.http(fleet.token) as http:
+            http.delete(f"/v1/servers/{server_id}")
+
+
+# --- pulses across replicas (issue 25, point 11) ---------------------------------------------------
+
+
+def _pulsing_agent(fleet: Fleet, replica: OwnControlPlane, folder: Path) -> AgentProcess:
+    """A new server of the org, its agent linked to `replica` and pulsing ten times a second."""
+    server = admin(fleet.db_url, "create-server", f"pulsing-{uuid.uuid4().hex[:6]}", "--org", fleet.org)
+    home, state = folder / "home", folder / "state"
+    home.mkdir(parents=True)
+    state.mkdir()
+    server_id, token = str(server["id"]), str(server["agent_token"])
+    return AgentProcess(replica, server_id, token, home, state, "--pulse-interval", "0.1", api_token=fleet.token)
+
+
+def _events(stream: httpx.Response, within_s: float = PRESENCE_WITHIN_S) -> Iterator[Event]:
+    """The stream's events, for `within_s` at most (its keep-alives and pulses keep its read
+    timeout from firing)."""
+    parser, deadline = SSEParser(), time.monotonic() + within_s
+    for chunk in stream.iter_raw():
+        yield from parser.feed(chunk)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"what the test waited for did not come within {within_s:g} s")
+    raise AssertionError("the stream ended")
+
+
+def _pulses_of(events: Iterator[Event], server_id: str, count: int) -> list[dict[str, Any]]:
+    """The next `count` (or more) pulse samples of `server_id` on the stream."""
+    samples: list[dict[str, Any]] = []
+    for event in events:
+        if event.event == "pulse" and event.data["server_id"] == server_id:
+            samples.extend(event.data["samples"])
+            if len(samples) >= count:
+                return samples
+    raise AssertionError("the stream ended")
+
+
+def _opening_of_a_stream(replica: OwnControlPlane, token: str) -> dict[str, list[dict[str, Any]]]:
+    """What a new stream on `replica` starts with: the samples held of each server with pulses."""
+    with replica.http(token) as http, http.stream("GET", "/v1/servers/events") as stream:
+        opening = SSEParser().feed(next(stream.iter_raw()))
+    assert opening[0].event == "ready", opening
+    return {event.data["server_id"]: event.data["samples"] for event in opening if event.event == "pulse"}
+
+
+def _owner_of_another_org(fleet: Fleet) -> str:
+    """An API token of the owner of a new org of the cluster."""
+    name = f"other-{uuid.uuid4().hex[:6]}"
+    admin(fleet.db_url, "create-org", name, "--plan", "max")
+    admin(fleet.db_url, "create-user", f"owner@{name}.test", "--org", name, "--role", "owner", "--password", PASSWORD)
+    login = {"email": f"owner@{name}.test", "password": PASSWORD}
+    token: str = httpx.post(f"{fleet.a.base_url}/v1/auth/login", json=login).json()["token"]
+    return token
+
+
+def _offline_on(events: Iterator[Event], server_id: str) -> None:
+    for event in events:
+        if event.event == "presence" and event.data["server_id"] == server_id and event.data["online"] is False:
+            return
+
+
+def test_the_pulses_of_an_agent_linked_to_b_reach_every_replica_and_go_with_its_link(
+    fleet: Fleet, nats: NatsServer, tmp_path: Path
+) -> None:
+    """A stream on A carries them as they come; a new stream on A starts with B's ring (another
+    org's does not), and so does one on a replica started since (it asks the others); the agent
+    stops: its ring is gone on A by the time A's stream says it is offline."""
+    agent = _pulsing_agent(fleet, fleet.b, tmp_path / "agent")
+    try:
+        with (
+            fleet.a.http(fleet.token) as http,
+            http.stream("GET", "/v1/servers/events", timeout=httpx.Timeout(60, read=60)) as stream,
+        ):
+            events = _events(stream)
+            samples = _pulses_of(events, agent.server_id, 10)
+            times = [sample["at"] for sample in samples]
+            assert times == sorted(times) and len(set(times)) == len(times)
+            assert all(0 < sample["memory"] < 100 for sample in samples)
+
+            held = _opening_of_a_stream(fleet.a, fleet.token)[agent.server_id]
+            assert len(held) >= 10 and held[0]["at"] <= samples[-1]["at"]
+            assert agent.server_id not in _opening_of_a_stream(fleet.a, _owner_of_another_org(fleet))
+
+            c_started = iso(datetime.now(UTC))
+            c = start_replica(tmp_path, fleet.db_url, nats.url, "replica-c", fleet.env)
+            try:
+
+                def ring_on_c() -> list[dict[str, Any]]:
+                    return _opening_of_a_stream(c, fleet.token).get(agent.server_id, [])
+
+                wait_until(lambda: len(ring_on_c()) >= 10, timeout=30)
+                assert ring_on_c()[0]["at"] < c_started  # B's ring, not only what came since
+            finally:
+                c.stop()
+
+            agent.stop()
+            _offline_on(events, agent.server_id)
+            assert agent.server_id not in _opening_of_a_stream(fleet.a, fleet.token)
+    finally:
+        agent.stop()
+
+
+def test_the_pulses_of_an_agent_whose_replica_dies_go_on_the_others(
+    fleet: Fleet, nats: NatsServer, tmp_path: Path
+) -> None:
+    """Replica C, killed, says nothing: A takes its agent offline by its heartbeat, and the ring
+    goes with that presence event."""
+    c = start_replica(tmp_path, fleet.db_url, nats.url, "replica-c", fleet.env)
+    agent = None
+    try:
+        agent = _pulsing_agent(fleet, c, tmp_path / "agent")
+        with (
+            fleet.a.http(fleet.token) as http,
+            http.stream("GET", "/v1/servers/events", timeout=httpx.Timeout(60, read=60)) as stream,
+        ):
+            events = _events(stream)
+            _pulses_of(events, agent.server_id, 3)
+            c.kill()
+            _offline_on(events, agent.server_id)
+            assert agent.server_id not in _opening_of_a_stream(fleet.a, fleet.token)
+    finally:
+        if agent is not None:
+            agent.stop()
+        c.stop()
+
+
+@contextmanager
+def _hand_made_link(replica: OwnControlPlane, agent_token: str) -> Iterator[ClientConnection]:
+    """A WebSocket link to `replica` by hand, said alive every half second (the hub's heartbeat
+    is 1 s here): the test sends the frames it wants on it."""
+    url = replica.base_url.replace("http", "ws") + protocol.LINK_PATH
+    hello = {"t": protocol.HELLO, "version": "1", "boot_id": "b", "handlers": [], "hostname": "hand-made"}
+    with connect(url, additional_headers={"Authorization": f"Bearer {agent_token}"}) as ws:
+        ws.send(protocol.encode(hello))
+        assert protocol.decode(ws.recv(timeout=10))["t"] == "welcome"
+        done = threading.Event()
+
+        def say_alive() -> None:
+            while not done.wait(0.5):
+                ws.send(protocol.encode({"t": protocol.ALIVE}))
+
+        alive = threading.Thread(target=say_alive, daemon=True)
+        alive.start()
+        try:
+            yield ws
+        finally:
+            done.set()
+            alive.join()
+
+
+def test_an_agent_that_pulses_without_pause_costs_the_other_replicas_a_bounded_amount(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A hand-made agent linked to B sends 200 pulses at once: B holds its last 60, and A is sent
+    a few of them only (at most `PULSES_PER_SERVER_GATHERED` per message of B). Once B holds them
+    all, a pulse of another agent of B that comes to A says A was sent all it will be."""
+    server = admin(fleet.db_url, "create-server", f"flooding-{uuid.uuid4().hex[:6]}", "--org", fleet.org)
+    server_id = str(server["id"])
+    marker = _pulsing_agent(fleet, fleet.b, tmp_path / "marker")
+    try:
+        with (
+            fleet.a.http(fleet.token) as http,
+            http.stream("GET", "/v1/servers/events", timeout=httpx.Timeout(60, read=60)) as stream,
+            _hand_made_link(fleet.b, str(server["agent_token"])) as link,
+        ):
+            events = _events(stream)
+            wait_until(lambda: _online_on(fleet.b, fleet.token, server_id), timeout=30)
+            start = time.time()
+            times = [start + n / 1000 for n in range(200)]
+            for at in times:
+                link.send(protocol.encode({"t": protocol.PULSE, "at": at, "cpu": 1.0, "memory": 2.0, "disk": 3.0}))
+            last = iso(datetime.fromtimestamp(times[-1], UTC))
+            wait_until(lambda: _opening_of_a_stream(fleet.b, fleet.token).get(server_id, [{}])[-1].get("at") == last)
+            assert len(_opening_of_a_stream(fleet.b, fleet.token)[server_id]) == 60
+            all_held = iso(datetime.now(UTC))
+            on_a: list[dict[str, Any]] = []
+            for event in events:
+                if event.event != "pulse":
+                    continue
+                if event.data["server_id"] == server_id:
+                    on_a.extend(event.data["samples"])
+                elif event.data["server_id"] == marker.server_id and event.data["samples"][-1]["at"] > all_held:
+                    break
+        assert 0 < len(on_a) < 100, len(on_a)
+    finally:
+        marker.stop()
         with fleet.b.http(fleet.token) as http:
             http.delete(f"/v1/servers/{server_id}")
 

@@ -8,12 +8,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 import trio
 
 from api_client import Client
 from contract.models import PulseEvent, PulseSample
+from control_plane.servers.presence import PresenceFeed
+from control_plane.servers.pulses import PulseRings
 from tests.conftest import AgentProcess, Stack
 from tests.helpers import wait_until
 from tests.helpers.pulses import pulsing_agent
@@ -94,3 +98,51 @@ def test_an_agent_that_goes_offline_takes_its_pulses_with_it(
     opening = opening_of_the_stream(stack)
     assert "event: ready" in opening and "event: pulse" in opening  # the stack's own agent's
     assert ours.server_id not in opening
+
+
+# With replicas, the rings of the agents linked to the others come over the bus (their stack tests
+# are in tests/control_plane/replicas/test_replicas.py); here, which replica's word holds a ring.
+
+
+def _sample(second: int) -> dict[str, Any]:
+    return {"at": f"2026-01-01T00:00:{second:02d}.000000Z", "cpu": 1.0, "memory": 2.0, "disk": 3.0}
+
+
+def test_a_replica_a_link_left_does_not_drop_the_ring_another_replica_feeds_since() -> None:
+    rings = PulseRings(PresenceFeed())
+    rings.received("rpl_a", "srv_1", "org_1", [_sample(1)])
+    rings.received("rpl_b", "srv_1", "org_1", [_sample(2)])  # the link moved to B
+    rings.dropped_elsewhere("rpl_a", "srv_1")  # A says so after B's first pulse came
+    assert rings.of_org("org_1") == [{"server_id": "srv_1", "samples": [_sample(1), _sample(2)]}]
+    rings.dropped_elsewhere("rpl_b", "srv_1")
+    assert rings.of_org("org_1") == []
+
+
+def test_a_link_here_is_undone_by_no_other_replica_and_its_end_is_shared() -> None:
+    shared: list[tuple[str, str, dict[str, Any]]] = []
+    drops: list[str] = []
+    rings = PulseRings(PresenceFeed())
+    rings.share = lambda server_id, org_id, sample: shared.append((server_id, org_id, sample))
+    rings.share_drop = drops.append
+    rings.received("rpl_a", "srv_1", "org_1", [_sample(1)])
+    rings.linked("srv_1", "org_1")  # the link moved here
+    rings.received("rpl_a", "srv_1", "org_1", [_sample(2)])  # a late pulse of the link A held: stale
+    rings.dropped_elsewhere("rpl_a", "srv_1")
+    rings.gone("srv_1")  # an offline event of A's link: this one is the hub's to report
+    assert rings.of_org("org_1") == [{"server_id": "srv_1", "samples": [_sample(1)]}]
+    assert (shared, drops) == ([], [])
+    rings.dropped("srv_1")
+    assert (rings.of_org("org_1"), drops) == ([], ["srv_1"])
+
+
+@pytest.mark.anyio
+async def test_a_ring_said_again_sends_the_open_streams_only_the_samples_they_lack() -> None:
+    feed = PresenceFeed()
+    rings = PulseRings(feed)
+    rings.received("rpl_b", "srv_1", "org_1", [_sample(1), _sample(2)])
+    mark = feed.pulse_mark
+    rings.replaced("rpl_b", "srv_1", "org_1", [_sample(1), _sample(2), _sample(3)])
+    with anyio.fail_after(5):
+        batch = await anext(aiter(feed.follow("org_1", feed.last_seq, pulses_after=mark)))
+    assert batch == [("pulse", None, {"server_id": "srv_1", "samples": [_sample(3)]})]
+    assert rings.of_org("org_1") == [{"server_id": "srv_1", "samples": [_sample(1), _sample(2), _sample(3)]}]
