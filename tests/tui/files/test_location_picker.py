@@ -39,7 +39,7 @@ def test_a_server_whose_agent_comes_back_joins_the_open_picker(stack: Stack, tmp
 
             await asyncio.to_thread(own.agent.restart)  # no key pressed from here
             await wait_for(pilot, lambda: f"{own.name} · a.example" in labels())
-            assert "agent offline" not in str(picker.query_one("#status", Static).render())
+            assert f"{own.name}: agent offline" not in str(picker.query_one("#status", Static).render())
             assert options.highlighted is not None and labels()[options.highlighted] == highlighted
 
         run(app, scenario)
