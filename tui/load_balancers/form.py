@@ -57,6 +57,7 @@ ENGINES = [(name, engine) for engine, name in ENGINE_NAMES.items()]
 PORTS = [("80 (HTTP)", 80), ("443 (HTTPS, a certificate from ACME)", 443)]
 ALGORITHMS = [(name, algorithm) for algorithm, name in ALGORITHM_NAMES.items()]
 PORTS_TYPED = r"[0-9, ]*"  # a backend's ports as they are typed: `8080, 8081`
+SAVING = "saving"  # what holds the keys while a save is on its way
 
 
 class Invalid(ValueError):
@@ -296,10 +297,17 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
         return await api.get(lb_id)
 
     def _send(self, call: Any, *args: Any) -> None:
+        """Send the save; the keys typed meanwhile wait for its answer (`ctrl+s o` in one go: the
+        `o` is the conflict dialog's, never a letter in the focused field)."""
         self.saving = True
+        self.hold_keys(SAVING)
         self.query_one("#lb-form-save", Button).disabled = True
         self.set_status("Saving…")
-        self.bridge.run(self, call, *args, on_done=self.finish, on_error=self._refused)
+        self.bridge.run(self, call, *args, on_done=self._saved, on_error=self._refused)
+
+    def _saved(self, lb: LoadBalancer) -> None:
+        self.release_keys(SAVING)
+        self.finish(lb)
 
     def _refused(self, exc: BaseException) -> None:
         self.saving = False
@@ -310,8 +318,9 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
                 self.lb.name, self.lb.revision, exc.current.revision, self.differences(exc.current)
             )
             self.app.push_screen(dialog, lambda choice: self._resolve_conflict(exc, choice))
-            return
-        self.show_error(exc)
+        else:
+            self.show_error(exc)
+        self.release_keys(SAVING)
 
     def _resolve_conflict(self, conflict: ChangedMeanwhile, choice: LbConflictChoice | None) -> None:
         current = conflict.current

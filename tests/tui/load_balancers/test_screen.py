@@ -34,7 +34,7 @@ from tests.helpers import wait_for
 from tests.helpers.load_balancers import AgentlessOrg, new_org
 from tests.helpers.snapshots import SNAPSHOTS, screen_text
 from tests.helpers.snapshots import UPDATE as UPDATE_SNAPSHOTS
-from tests.helpers.tui import open_screen, pick, run
+from tests.helpers.tui import open_screen, pick, run, type_at_once
 from tui.app import FleetdeckApp
 from tui.help import HelpScreen
 from tui.load_balancers.conflict import LbConflictDialog
@@ -619,6 +619,29 @@ def test_r_in_the_conflict_reloads_theirs_into_the_form_and_saves_over_it(org: A
         await wait_for(pilot, lambda: app.screen is screen)
         now = org.lb(lb.id)
         assert (now.name, now.algorithm, now.revision, len(now.backends)) == ("theirs", "least_conn", 4, 2)
+
+    run(app, scenario)
+
+
+def test_ctrl_s_and_the_conflicts_key_typed_at_once_reach_the_dialog(org: AgentlessOrg) -> None:
+    """`ctrl+s o` in one go (a paste, tmux send-keys): the `o` waits for the save's answer and
+    overwrites in the conflict dialog; it never lands in the form's focused field."""
+    lb = org.create_lb("typed", ["app-1"])
+    app = org.app()
+    route = f"/v1/load-balancers/{lb.id}"
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await open_screen(pilot)
+        form = await open_edit_form(pilot, screen, lb.id)
+        path = form.query_one("#lb-check-path", Input)
+        path.value = "/mine"
+        path.focus()
+        await pilot.pause()
+        change_through_the_api(org, route, {"algorithm": "least_conn"})
+        type_at_once(app, "ctrl+s", "o")
+        await wait_for(pilot, lambda: app.screen is screen)
+        now = org.lb(lb.id)
+        assert (now.health_check.path, now.algorithm, now.revision) == ("/mine", "least_conn", 3)
 
     run(app, scenario)
 
