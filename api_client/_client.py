@@ -849,6 +849,11 @@ class JobsAPI(_SubAPI):
         )
 
 
+def _over(body: dict[str, Any], if_revision: int | None) -> dict[str, Any]:
+    """A load balancer's change, made over `if_revision` when it is given."""
+    return body if if_revision is None else {**body, "if_revision": if_revision}
+
+
 class LoadBalancersAPI(_SubAPI):
     """The org's load balancers (CONTRACT.md § B). Every mutation answers at once with the state
     `pending_apply`; the node applies it (`lb.apply`) and the state becomes `active` or `degraded`."""
@@ -864,31 +869,54 @@ class LoadBalancersAPI(_SubAPI):
         body = await self._client.request("POST", "/v1/load-balancers", json=spec.model_dump(mode="json"))
         return LoadBalancer.model_validate(body)
 
-    async def update(self, lb_id: str, patch: LoadBalancerPatch) -> LoadBalancer:
+    async def update(self, lb_id: str, patch: LoadBalancerPatch, *, if_revision: int | None = None) -> LoadBalancer:
+        """Change the fields set in `patch`.
+
+        Args:
+            if_revision: the revision the change was made over (the one read): a definition
+                changed since is not overwritten.
+
+        Raises:
+            Conflict: the load balancer is no longer at `if_revision` (`details["revision"]`: the
+                one it is at); nothing was changed.
+        """
         body = await self._client.request(
-            "PATCH", f"/v1/load-balancers/{lb_id}", json=patch.model_dump(mode="json", exclude_unset=True)
+            "PATCH",
+            f"/v1/load-balancers/{lb_id}",
+            json=_over(patch.model_dump(mode="json", exclude_unset=True), if_revision),
         )
         return LoadBalancer.model_validate(body)
 
     async def delete(self, lb_id: str) -> None:
         await self._client.request("DELETE", f"/v1/load-balancers/{lb_id}", expect_body=False)
 
-    async def add_backend(self, lb_id: str, backend: BackendCreate) -> Backend:
+    async def add_backend(self, lb_id: str, backend: BackendCreate, *, if_revision: int | None = None) -> Backend:
+        """Add a backend to the pool; `if_revision` and `Conflict` as in `update`."""
         body = await self._client.request(
-            "POST", f"/v1/load-balancers/{lb_id}/backends", json=backend.model_dump(mode="json")
+            "POST", f"/v1/load-balancers/{lb_id}/backends", json=_over(backend.model_dump(mode="json"), if_revision)
         )
         return Backend.model_validate(body)
 
-    async def update_backend(self, lb_id: str, backend_id: str, patch: BackendPatch) -> Backend:
+    async def update_backend(
+        self, lb_id: str, backend_id: str, patch: BackendPatch, *, if_revision: int | None = None
+    ) -> Backend:
+        """Drain, reweight or move a backend; `if_revision` and `Conflict` as in `update` (a
+        backend removed since that revision is a `Conflict` too)."""
         body = await self._client.request(
             "PATCH",
             f"/v1/load-balancers/{lb_id}/backends/{backend_id}",
-            json=patch.model_dump(mode="json", exclude_unset=True),
+            json=_over(patch.model_dump(mode="json", exclude_unset=True), if_revision),
         )
         return Backend.model_validate(body)
 
-    async def remove_backend(self, lb_id: str, backend_id: str) -> None:
-        await self._client.request("DELETE", f"/v1/load-balancers/{lb_id}/backends/{backend_id}", expect_body=False)
+    async def remove_backend(self, lb_id: str, backend_id: str, *, if_revision: int | None = None) -> None:
+        """Take a backend out of the pool; `if_revision` and `Conflict` as in `update`."""
+        await self._client.request(
+            "DELETE",
+            f"/v1/load-balancers/{lb_id}/backends/{backend_id}",
+            params={"if_revision": if_revision},
+            expect_body=False,
+        )
 
     async def apply(self, lb_id: str) -> str:
         """Dispatch `lb.apply` again with the current definition; the id of its job."""

@@ -82,13 +82,25 @@ class LoadBalancerList(WireModel):
     summary: LbSummary
 
 
+class Revisioned(RequestModel):
+    """A change of a load balancer made over what its author read: with `if_revision`, the change
+    is refused with 409 `conflict` (`details.revision`: the current one) when the definition is
+    no longer at that revision, instead of silently undoing a change made meanwhile."""
+
+    if_revision: int | None = Field(default=None, ge=1)
+
+
 class BackendCreate(RequestModel):
     server_id: str = Field(min_length=1, max_length=64)
     port: int = Field(default=DEFAULT_BACKEND_PORT, ge=1, le=65535)
     weight: int = Field(default=1, ge=MIN_WEIGHT, le=MAX_WEIGHT)
 
 
-class BackendPatch(RequestModel):
+class BackendAdd(BackendCreate, Revisioned):
+    """`POST /v1/load-balancers/{id}/backends`: a backend, and the revision it is added over."""
+
+
+class BackendPatch(Revisioned):
     drained: bool | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
     weight: int | None = Field(default=None, ge=MIN_WEIGHT, le=MAX_WEIGHT)
@@ -124,7 +136,7 @@ class HealthCheckPatch(RequestModel):
     unhealthy_threshold: int | None = Field(default=None, ge=1, le=10)
 
 
-class LoadBalancerPatch(RequestModel):
+class LoadBalancerPatch(Revisioned):
     """Any of these; `engine` and `node_server_id` are refused with 422 `immutable_field`
     (the route checks them before this model, so the error names the right code)."""
 

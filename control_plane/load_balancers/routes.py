@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Body, Response
+from fastapi import APIRouter, Body, Query, Response
 from pydantic import BaseModel, ValidationError
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -23,7 +23,7 @@ from contract.job_kinds.lb import BackendHealth, BackendRuntime, BackendStats, L
 from contract.load_balancers import (
     ApplyStarted,
     Backend,
-    BackendCreate,
+    BackendAdd,
     BackendPatch,
     LbSummary,
     LoadBalancer,
@@ -122,16 +122,29 @@ def _validation(exc: ValidationError, prefix: tuple[str, ...] = ("body",)) -> Va
 # --- dispatch -------------------------------------------------------------------------------
 
 
-async def _change(fleet: Fleet, fn: Any, *args: Any) -> LbApply:
-    """Run `fn(conn, *args)` (the change; it returns the load balancer's id) and the bump of
-    the revision in one transaction, with the spec of the new revision; a change that makes no
-    valid spec is rolled back and refused."""
+async def _change(fleet: Fleet, lb_id: str, if_revision: int | None, fn: Any, *args: Any) -> LbApply:
+    """The bump of the revision (over `if_revision` when given: else 409 `conflict`), then
+    `fn(conn, *args)` (the change), in one transaction, with the spec of the new revision; a
+    change that makes no valid spec is rolled back and refused."""
 
-    def change_and_bump(conn: Connection) -> LbApply:
-        lb_id = fn(conn, *args)
-        return store.bump(conn, lb_id)
+    def bump_and_change(conn: Connection) -> LbApply:
+        current = store.bump(conn, lb_id, if_revision)
+        if current == 0:
+            raise NotFound("no such load balancer")
+        if current is not None:
+            raise _stale(current, if_revision)
+        fn(conn, *args)
+        return store.spec_of(conn, lb_id)
 
-    return await _transaction(fleet, change_and_bump)
+    return await _transaction(fleet, bump_and_change)
+
+
+def _stale(current: int, if_revision: int | None) -> Conflict:
+    """The change was made over `if_revision`, and the definition has moved on to `current`."""
+    return Conflict(
+        f"the load balancer was changed meanwhile: it is at revision {current}, not {if_revision}",
+        details={"revision": current, "if_revision": if_revision},
+    )
 
 
 async def _transaction(fleet: Fleet, fn: Any) -> LbApply:
@@ -264,10 +277,10 @@ async def update_load_balancer(
     if taken is not None:
         raise Conflict(f"a load balancer named {patch.name} exists already")
     values = _patched(row, patch)
-    spec = await _change(fleet, _apply_values, lb_id, values)
+    spec = await _change(fleet, lb_id, patch.if_revision, _apply_values, lb_id, values)
     answer = await _lb_answer(fleet, caller, lb_id)
     job_id = await _dispatch_apply(fleet, caller, row["node_server_id"], spec)
-    changed = patch.model_dump(mode="json", exclude_unset=True)
+    changed = patch.model_dump(mode="json", exclude_unset=True, exclude={"if_revision"})
     await _audit(fleet, caller, "update", spec, row["node_server_id"], job_id=job_id, changed=changed)
     return answer
 
@@ -293,10 +306,9 @@ def _patched(row: dict[str, Any], patch: LoadBalancerPatch) -> dict[str, Any]:
     return {k: v for k, v in values.items() if v is not None or k == "hostname"}
 
 
-def _apply_values(conn: Connection, lb_id: str, values: dict[str, Any]) -> str:
+def _apply_values(conn: Connection, lb_id: str, values: dict[str, Any]) -> None:
     if values:
         store.update_lb(conn, lb_id, values)
-    return lb_id
 
 
 @router.delete("/load-balancers/{lb_id}", status_code=204)
@@ -319,19 +331,18 @@ async def delete_load_balancer(lb_id: str, caller: Caller, fleet: FleetDep) -> R
 
 
 @router.post("/load-balancers/{lb_id}/backends", response_model=Backend, status_code=201)
-async def add_backend(lb_id: str, body: BackendCreate, caller: Caller, fleet: FleetDep) -> Response:
+async def add_backend(lb_id: str, body: BackendAdd, caller: Caller, fleet: FleetDep) -> Response:
     row = await _lb_row(fleet, caller, lb_id)
     _may_change(caller)
     await _servers(fleet, caller, [body.server_id])
     values = {"server_id": body.server_id, "port": body.port, "weight": body.weight}
     added: list[str] = []
 
-    def add(conn: Connection) -> str:
+    def add(conn: Connection) -> None:
         _refuse_taken(conn, lb_id, body.server_id, body.port)
         added.append(store.insert_backend(conn, lb_id, values))
-        return lb_id
 
-    spec = await _change(fleet, add)
+    spec = await _change(fleet, lb_id, body.if_revision, add)
     answer = await _backend_answer(fleet, lb_id, added[0], 201)
     job_id = await _dispatch_apply(fleet, caller, row["node_server_id"], spec)
     await _audit(fleet, caller, "backend_add", spec, row["node_server_id"], job_id=job_id, backend_id=added[0])
@@ -344,9 +355,13 @@ def _refuse_taken(conn: Connection, lb_id: str, server_id: str, port: int, other
         raise Conflict(f"the pool has a backend on port {port} of that server already", details={"port": port})
 
 
-async def _backend_row(fleet: Fleet, lb_id: str, backend_id: str) -> dict[str, Any]:
-    row = await fleet.db.run(store.get_backend, lb_id, backend_id)
+async def _backend_row(fleet: Fleet, lb: dict[str, Any], backend_id: str, if_revision: int | None) -> dict[str, Any]:
+    """The backend of the pool; a backend gone since the revision the change was made over is
+    that change's 409 `conflict` (it was removed meanwhile), else 404."""
+    row = await fleet.db.run(store.get_backend, lb["id"], backend_id)
     if row is None:
+        if if_revision is not None and if_revision != lb["revision"]:
+            raise _stale(lb["revision"], if_revision)
         raise NotFound("no such backend")
     return row
 
@@ -360,18 +375,17 @@ async def _backend_answer(fleet: Fleet, lb_id: str, backend_id: str, status: int
 @router.patch("/load-balancers/{lb_id}/backends/{backend_id}", response_model=Backend)
 async def update_backend(lb_id: str, backend_id: str, body: BackendPatch, caller: Caller, fleet: FleetDep) -> Response:
     row = await _lb_row(fleet, caller, lb_id)
-    backend = await _backend_row(fleet, lb_id, backend_id)
+    backend = await _backend_row(fleet, row, backend_id, body.if_revision)
     _may_change(caller)
-    values = body.model_dump(exclude_unset=True, exclude_none=True)
+    values = body.model_dump(exclude_unset=True, exclude_none=True, exclude={"if_revision"})
 
-    def change(conn: Connection) -> str:
+    def change(conn: Connection) -> None:
         if "port" in values:
             _refuse_taken(conn, lb_id, backend["server_id"], values["port"], other_than=backend_id)
         if values:
             store.update_backend(conn, backend_id, values)
-        return lb_id
 
-    spec = await _change(fleet, change)
+    spec = await _change(fleet, lb_id, body.if_revision, change)
     answer = await _backend_answer(fleet, lb_id, backend_id)
     job_id = await _dispatch_apply(fleet, caller, row["node_server_id"], spec)
     await _audit(
@@ -381,16 +395,18 @@ async def update_backend(lb_id: str, backend_id: str, body: BackendPatch, caller
 
 
 @router.delete("/load-balancers/{lb_id}/backends/{backend_id}", status_code=204)
-async def remove_backend(lb_id: str, backend_id: str, caller: Caller, fleet: FleetDep) -> Response:
+async def remove_backend(
+    lb_id: str,
+    backend_id: str,
+    caller: Caller,
+    fleet: FleetDep,
+    if_revision: Annotated[int | None, Query(ge=1)] = None,
+) -> Response:
+    """`if_revision` is a query parameter here: a DELETE has no body."""
     row = await _lb_row(fleet, caller, lb_id)
-    await _backend_row(fleet, lb_id, backend_id)
+    await _backend_row(fleet, row, backend_id, if_revision)
     _may_change(caller)
-
-    def remove(conn: Connection) -> str:
-        store.delete_backend(conn, backend_id)
-        return lb_id
-
-    spec = await _change(fleet, remove)
+    spec = await _change(fleet, lb_id, if_revision, store.delete_backend, backend_id)
     job_id = await _dispatch_apply(fleet, caller, row["node_server_id"], spec)
     await _audit(fleet, caller, "backend_remove", spec, row["node_server_id"], job_id=job_id, backend_id=backend_id)
     return Response(status_code=204)

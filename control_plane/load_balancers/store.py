@@ -111,15 +111,25 @@ def delete_lb(conn: Connection, lb_id: str) -> None:
     conn.execute(load_balancers.delete().where(load_balancers.c.id == lb_id))
 
 
-def bump(conn: Connection, lb_id: str) -> LbApply:
-    """A mutation was accepted: the next revision, waiting for its apply. Returns the whole
-    spec of that revision, read in the same transaction as the change."""
-    conn.execute(
-        load_balancers.update()
-        .where(load_balancers.c.id == lb_id)
-        .values(revision=load_balancers.c.revision + 1, state="pending_apply", state_error=None, updated_at=now_iso())
+def bump(conn: Connection, lb_id: str, if_revision: int | None = None) -> int | None:
+    """A mutation is being accepted: the next revision, waiting for its apply; with `if_revision`,
+    only over that revision. Returns None when done, else the revision the definition is at
+    (nothing written; 0 when it is gone). Run it first in the transaction of the change: the check and the bump are
+    one statement, and the write lock it takes (the row's on PostgreSQL, the database's on
+    SQLite) holds a concurrent change of the same load balancer until this one commits, which
+    then finds the revision moved on."""
+    query = load_balancers.update().where(load_balancers.c.id == lb_id)
+    if if_revision is not None:
+        query = query.where(load_balancers.c.revision == if_revision)
+    bumped = conn.execute(
+        query.values(
+            revision=load_balancers.c.revision + 1, state="pending_apply", state_error=None, updated_at=now_iso()
+        )
     )
-    return spec_of(conn, lb_id)
+    if bumped.rowcount == 1:
+        return None
+    current = conn.execute(sa.select(load_balancers.c.revision).where(load_balancers.c.id == lb_id)).scalar()
+    return int(current) if current is not None else 0
 
 
 class _StoredBackendSpec(LbBackend):

@@ -51,6 +51,7 @@ from tui.help import HelpScreen
 from tui.jobs.dialogs import ChoicePicker, ConfirmCancel, ConfirmRun
 from tui.jobs.run import JobRunScreen
 from tui.jobs.screen import JobsScreen
+from tui.load_balancers.conflict import Difference, LbConflictDialog
 from tui.load_balancers.screen import LoadBalancersScreen
 from tui.servers.screen import ServerListScreen
 from tui.starting import StartingScreen
@@ -429,6 +430,22 @@ def test_load_balancer_form(snap_org: SnapOrg) -> None:
 
     # settled when the backends (the org's servers, fetched after the form opens) are listed
     snapshot_after(snap_org, "load_balancer_form_80x24", reach, lambda text: "web-1 (10.0.0.1)" in text)
+
+
+def test_load_balancer_edit_conflict(snap_org: SnapOrg) -> None:
+    """The form's save refused as the load balancer changed meanwhile: theirs beside mine."""
+    differences = [
+        Difference("Name", "shop", "shop-eu"),
+        Difference("Check path", "/healthz", "/"),
+        Difference("Pool", "web-1:8080, web-1:8081, db-1:9000", "web-1:8080, web-1:8081"),
+    ]
+
+    async def reach(pilot: Pilot[Any]) -> None:
+        await server_list(pilot)
+        pilot.app.push_screen(LbConflictDialog("shop", 4, 6, differences))
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, LbConflictDialog))
+
+    snapshot_after(snap_org, "load_balancer_conflict_80x24", reach, lambda text: "Overwrite (o)" in text)
 
 
 def test_the_starting_screen_when_the_stack_does_not_start() -> None:

@@ -12,15 +12,15 @@ The request is sent from here, so what the control plane refuses is shown in the
 stays open with what was typed.
 
 Edit starts from the definition as the control plane has it when the form opens (read again, not
-the screen's list, which may be older), and saves only over that revision: a definition changed
-meanwhile is said, not overwritten. The API has no If-Match for load balancers: the form reads
-the revision again just before it sends its change (a change landing between the two is not
-caught).
+the screen's list, which may be older), and saves only over that revision (`if_revision`): a
+definition changed meanwhile is not overwritten; `LbConflictDialog` shows theirs beside mine and
+offers to reload theirs, to send mine over theirs, or to go back to the form.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -45,6 +45,7 @@ from contract.load_balancers import (
     LoadBalancerCreate,
     LoadBalancerPatch,
 )
+from tui.load_balancers.conflict import Difference, LbConflictChoice, LbConflictDialog
 from tui.text import load_tcss, printable
 from tui.widgets.dialogs import Dialog
 from tui.widgets.select import FormSelect
@@ -56,10 +57,31 @@ ENGINES = [(name, engine) for engine, name in ENGINE_NAMES.items()]
 PORTS = [("80 (HTTP)", 80), ("443 (HTTPS, a certificate from ACME)", 443)]
 ALGORITHMS = [(name, algorithm) for algorithm, name in ALGORITHM_NAMES.items()]
 PORTS_TYPED = r"[0-9, ]*"  # a backend's ports as they are typed: `8080, 8081`
+SAVING = "saving"  # what holds the keys while a save is on its way
 
 
 class Invalid(ValueError):
     """What the user typed cannot be sent; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One request of an edit's save (`call(*args, if_revision=...)`); `backend_id`: the backend
+    of the pool it changes, if any."""
+
+    call: Callable[..., Awaitable[Any]]
+    args: tuple[Any, ...]
+    backend_id: str | None = None
+
+
+class ChangedMeanwhile(Exception):
+    """A step of the save was refused: the definition is no longer at the revision it was sent
+    over. `current` is the definition now; `unsent`, the steps not saved."""
+
+    def __init__(self, current: LoadBalancer, unsent: list[Step]) -> None:
+        super().__init__(f"{current.name} was changed meanwhile (now revision {current.revision})")
+        self.current = current
+        self.unsent = unsent
 
 
 class LbFormDialog(Dialog[LoadBalancer | None]):
@@ -240,46 +262,116 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
                     self.notify("Nothing changed.")
                     self.finish(None)
                     return
-                self._send(self._save_edit, self.lb, patch, moved, added)
+                steps = self.edit_steps(self.lb.id, patch, moved, added)
+                self._send(self._save_edit, self.lb.id, self.lb.revision, steps)
         except Invalid as exc:
             self.set_status(str(exc), error=True)
 
-    async def _save_edit(
-        self, shown: LoadBalancer, patch: LoadBalancerPatch, moved: dict[str, BackendPatch], added: list[BackendCreate]
-    ) -> LoadBalancer:
+    def edit_steps(
+        self, lb_id: str, patch: LoadBalancerPatch, moved: dict[str, BackendPatch], added: list[BackendCreate]
+    ) -> list[Step]:
         """The changed fields, each backend's new port, then each added backend (each a mutation of
-        its own: a port given up first may be taken by an added one), then the result; nothing
-        when the definition is no longer the revision the form shows.
+        its own: a port given up first may be taken by an added one)."""
+        api = self.client.load_balancers
+        steps = [Step(api.update, (lb_id, patch))] if patch.model_fields_set else []
+        steps += [Step(api.update_backend, (lb_id, bid, port), backend_id=bid) for bid, port in moved.items()]
+        steps += [Step(api.add_backend, (lb_id, backend)) for backend in added]
+        return steps
+
+    async def _save_edit(self, lb_id: str, revision: int, steps: list[Step]) -> LoadBalancer:
+        """`steps`, the first over `revision` (each accepted one moves it on by one), then the
+        result.
 
         Raises:
-            api_errors.Conflict: the load balancer was changed since the form read it.
+            ChangedMeanwhile: the load balancer was changed by someone else since `revision`;
+                nothing of the step refused (and after it) was saved.
         """
         api = self.client.load_balancers
-        lb_id = shown.id
-        current = await api.get(lb_id)
-        if current.revision != shown.revision:
-            raise api_errors.Conflict(
-                f"{shown.name} was changed meanwhile (revision {shown.revision}, now {current.revision}): "
-                "nothing was saved. Esc, then e shows it as it is now."
-            )
-        if patch.model_fields_set:
-            await api.update(lb_id, patch)
-        for backend_id, port in moved.items():
-            await api.update_backend(lb_id, backend_id, port)
-        for backend in added:
-            await api.add_backend(lb_id, backend)
+        for index, step in enumerate(steps):
+            try:
+                await step.call(*step.args, if_revision=revision + index)
+            except api_errors.Conflict as exc:
+                if "revision" not in exc.details:
+                    raise  # a name or a port taken: the form says it
+                raise ChangedMeanwhile(await api.get(lb_id), steps[index:]) from exc
         return await api.get(lb_id)
 
     def _send(self, call: Any, *args: Any) -> None:
+        """Send the save; the keys typed meanwhile wait for its answer (`ctrl+s o` in one go: the
+        `o` is the conflict dialog's, never a letter in the focused field)."""
         self.saving = True
+        self.hold_keys(SAVING)
         self.query_one("#lb-form-save", Button).disabled = True
         self.set_status("Saving…")
-        self.bridge.run(self, call, *args, on_done=self.finish, on_error=self._refused)
+        self.bridge.run(self, call, *args, on_done=self._saved, on_error=self._refused)
+
+    def _saved(self, lb: LoadBalancer) -> None:
+        self.release_keys(SAVING)
+        self.finish(lb)
 
     def _refused(self, exc: BaseException) -> None:
         self.saving = False
         self.query_one("#lb-form-save", Button).disabled = False
-        self.show_error(exc)
+        if isinstance(exc, ChangedMeanwhile) and self.lb is not None:
+            self.set_status(f"{printable(self.lb.name)} was changed meanwhile: nothing was saved over it.", error=True)
+            dialog = LbConflictDialog(
+                self.lb.name, self.lb.revision, exc.current.revision, self.differences(exc.current)
+            )
+            self.app.push_screen(dialog, lambda choice: self._resolve_conflict(exc, choice))
+        else:
+            self.show_error(exc)
+        self.release_keys(SAVING)
+
+    def _resolve_conflict(self, conflict: ChangedMeanwhile, choice: LbConflictChoice | None) -> None:
+        current = conflict.current
+        if choice == "reload":
+            self.lb = current  # what the form shows and saves over from now on: theirs
+            self.loaded = False
+            self.hold_keys()  # what is typed meanwhile edits theirs, once it is shown
+            self.call_later(self._refill)
+        elif choice == "overwrite":
+            pool = {backend.id for backend in current.backends}
+            unsent = [step for step in conflict.unsent if step.backend_id is None or step.backend_id in pool]
+            self._send(self._save_edit, current.id, current.revision, unsent)
+
+    # --- theirs beside mine ---------------------------------------------------------------------
+
+    def differences(self, current: LoadBalancer) -> list[Difference]:
+        """The fields whose value on the server is not the form's, as the form shows them."""
+        theirs, yours = self._described(current), self._described_form()
+        return [Difference(field, theirs[field], yours[field]) for field in theirs if theirs[field] != yours[field]]
+
+    def _described(self, lb: LoadBalancer) -> dict[str, str]:
+        return {
+            "Name": lb.name,
+            "Port": _endpoint(lb.port, lb.hostname if lb.tls else None),
+            "Algorithm": ALGORITHM_NAMES[lb.algorithm],
+            "Check path": lb.health_check.path,
+            "Every (s)": str(lb.health_check.interval_s),
+            "Pool": ", ".join(self._backend_name(backend) for backend in lb.backends) or "(empty)",
+        }
+
+    def _described_form(self) -> dict[str, str]:
+        """What the form shows, as typed (it may not be valid)."""
+        port = self._select("lb-port")
+        algorithm = self._select("lb-algo")
+        pool = []
+        if self.lb is not None:
+            for backend in self.lb.backends:
+                typed = self._text(f"be-port-{backend.id}")
+                pool.append(self._backend_name(backend.model_copy(update={"port": int(typed)})) if typed.isdigit()
+                            else f"{self._backend_name(backend)} → {typed}")  # fmt: skip
+        for server in self.servers:
+            if self.query_one(f"#pick-{server.id}", Checkbox).value:
+                pool += [f"{server.name}:{port}" for port in self._text(f"port-{server.id}").replace(",", " ").split()]
+        return {
+            "Name": self._text("lb-name"),
+            "Port": _endpoint(port, self._text("lb-hostname") or None if port == 443 else None),
+            "Algorithm": ALGORITHM_NAMES.get(algorithm, str(algorithm)),
+            "Check path": self._text("lb-check-path"),
+            "Every (s)": self._text("lb-check-interval"),
+            "Pool": ", ".join(pool) or "(empty)",
+        }
 
     # --- reading the fields -------------------------------------------------------------------
 
@@ -372,6 +464,10 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
         if check_changes:
             changes["health_check"] = _checked(HealthCheckPatch, **check_changes)
         return _checked(LoadBalancerPatch, **changes)
+
+
+def _endpoint(port: int | None, hostname: str | None) -> str:
+    return f"{port} ({hostname})" if hostname else str(port)
 
 
 def _row(label: str, control: Any) -> ComposeResult:

@@ -12,7 +12,10 @@ and drawn in place. Pool keys act on the pool's highlighted backend whatever tab
 
 A weight change shows at once (in italics until the control plane has it); quick presses are
 sent one after the other, the last one winning. A poll answer that raced a change is dropped, so
-a stale list never flashes the old value back.
+a stale list never flashes the old value back. The pool keys act on what is shown: each change is
+sent over the revision shown (`if_revision`; a drain or removal, over the one its confirmation
+showed), so when the load balancer changed meanwhile nothing is done, and the screen says so and
+shows it as it is now.
 
 The pool's figures are the node's own (tables.py); a backend whose engine differs from its
 definition (a weight set on HAProxy's socket behind the product's back) shows `≠` and the status
@@ -32,6 +35,7 @@ from textual.timer import Timer
 from textual.widgets import DataTable, Static
 
 from api_client import Server
+from api_client import errors as api_errors
 from contract.load_balancers import MAX_WEIGHT, MIN_WEIGHT, Backend, BackendPatch, LoadBalancer, LoadBalancerList
 from tui.bridge import TaskHandle
 from tui.load_balancers.form import LbFormDialog
@@ -358,6 +362,48 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
 
         self.bridge.run(self, call, *args, on_done=done, on_error=failed)
 
+    def _change_over(
+        self,
+        lb_id: str,
+        call: Callable[..., Awaitable[Any]],
+        *args: Any,
+        seen: LoadBalancer | None = None,
+        on_done: Callable[[Any], object] | None = None,
+        on_error: Callable[[BaseException], object] | None = None,
+    ) -> None:
+        """`_change` of a load balancer as the screen shows it (or showed it, `seen`, when a
+        confirmation was asked): sent over that revision (`if_revision`), so a key never acts on a
+        stale row. Refused as the load balancer changed meanwhile, the screen says so and shows
+        it anew. `on_error` undoes what the screen showed in advance; the error is said here."""
+        lb = seen or self.lbs.get(lb_id)
+        if lb is None:
+            return
+        revision = lb.revision
+
+        def done(result: Any) -> None:
+            shown = self.lbs.get(lb_id)
+            if shown is not None and shown.revision == revision:  # this change made the next one
+                self.lbs[lb_id] = shown.model_copy(update={"revision": revision + 1})
+            if on_done is not None:
+                on_done(result)
+
+        def failed(exc: BaseException) -> None:
+            if on_error is not None:
+                on_error(exc)
+            if isinstance(exc, api_errors.Conflict) and "revision" in exc.details:
+                self.notify(
+                    printable(
+                        f"{lb.name} was changed meanwhile (revision {revision}, now {exc.details['revision']}): "
+                        "nothing was done. The pool shows it as it is now: look, then press again."
+                    ),
+                    severity="warning",
+                    timeout=8,
+                )
+            else:
+                self.show_error(exc)
+
+        self._change(partial(call, if_revision=revision), *args, on_done=done, on_error=failed)
+
     def _target(self) -> tuple[LoadBalancer, Backend] | None:
         lb, backend = self.highlighted_lb, self.highlighted_backend
         if lb is None or backend is None:
@@ -392,39 +438,51 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
         self._send_weight(lb.id, backend.id)
 
     def _send_weight(self, lb_id: str, backend_id: str) -> None:
-        """One weight change at a time per backend; presses meanwhile are sent after it, merged."""
-        if backend_id in self._sending:
+        """One weight change at a time per load balancer (each is made over the revision the one
+        before made); presses meanwhile are sent after it, merged per backend."""
+        if backend_id in self._sending or self._sending_to(lb_id):
             self._resend.add(backend_id)
             return
         weight = self._wanted_weights.get(backend_id)
         if weight is None:
             return
         self._sending.add(backend_id)
-        self._change(
+        self._change_over(
+            lb_id,
             self.client.load_balancers.update_backend,
             lb_id,
             backend_id,
             BackendPatch(weight=weight),
             on_done=partial(self._weight_sent, lb_id),
-            on_error=partial(self._weight_failed, backend_id),
+            on_error=partial(self._weight_failed, lb_id, backend_id),
         )
+
+    def _pool_of(self, lb_id: str) -> list[str]:
+        lb = self.lbs.get(lb_id)
+        return [backend.id for backend in lb.backends] if lb is not None else []
+
+    def _sending_to(self, lb_id: str) -> bool:
+        return any(backend_id in self._sending for backend_id in self._pool_of(lb_id))
 
     def _weight_sent(self, lb_id: str, backend: Backend) -> None:
         self._sending.discard(backend.id)
         self._replace_backend(lb_id, backend)
-        if backend.id in self._resend:
-            self._resend.discard(backend.id)
-            self._send_weight(lb_id, backend.id)
-        elif self._wanted_weights.get(backend.id) == backend.weight:
+        if backend.id not in self._resend and self._wanted_weights.get(backend.id) == backend.weight:
             del self._wanted_weights[backend.id]
+        waiting = [backend_id for backend_id in self._pool_of(lb_id) if backend_id in self._resend]
+        if waiting:
+            self._resend.discard(waiting[0])
+            self._send_weight(lb_id, waiting[0])
         self._draw_pool()
 
-    def _weight_failed(self, backend_id: str, exc: BaseException) -> None:
-        self._sending.discard(backend_id)
-        self._resend.discard(backend_id)
-        self._wanted_weights.pop(backend_id, None)
+    def _weight_failed(self, lb_id: str, backend_id: str, _exc: BaseException) -> None:
+        """Refused: the weights of this load balancer asked for and not sent yet are dropped too
+        (a refusal as it changed meanwhile holds for them as well)."""
+        for dropped in {backend_id, *self._pool_of(lb_id)}:
+            self._sending.discard(dropped)
+            self._resend.discard(dropped)
+            self._wanted_weights.pop(dropped, None)
         self._draw_pool()
-        self.show_error(exc)
 
     def _replace_backend(self, lb_id: str, backend: Backend) -> None:
         lb = self.lbs.get(lb_id)
@@ -479,11 +537,13 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
             self._set_drained(lb, backend, True)
 
     def _set_drained(self, lb: LoadBalancer, backend: Backend, drained: bool) -> None:
-        self._change(
+        self._change_over(
+            lb.id,
             self.client.load_balancers.update_backend,
             lb.id,
             backend.id,
             BackendPatch(drained=drained),
+            seen=lb,
             on_done=partial(self._backend_changed, lb.id),
         )
 
@@ -540,7 +600,7 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
 
         def answered(yes: bool | None) -> None:
             if yes:
-                self._change(self.client.load_balancers.remove_backend, lb.id, backend.id)
+                self._change_over(lb.id, self.client.load_balancers.remove_backend, lb.id, backend.id, seen=lb)
 
         self.app.push_screen(
             ConfirmDialog(

@@ -4,8 +4,10 @@ offline node, only the newest revision run) and what the node's answer does to t
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +251,89 @@ def test_patch_refusals(stack: Stack, backend: str) -> None:
         assert [b["server_id"] for b in get_lb(http, lb["id"])["backends"]] == [backend]  # rolled back
         assert http.get(f"{route}/backends/be_nothing").status_code in (404, 405)
         assert http.patch(f"{route}/backends/be_nothing", json={"weight": 2}).status_code == 404
+
+
+def test_a_change_over_a_stale_revision_is_409_and_changes_nothing(stack: Stack, backend: str) -> None:
+    """Every change of the definition may say which revision it was made over (`if_revision`):
+    stale, it is 409 `conflict` with the current revision, and nothing is written or applied."""
+    with stack.http() as http:
+        lb = create_lb(http, lb_body(stack.server_id, [backend]))
+        route, member = f"/v1/load-balancers/{lb['id']}", lb["backends"][0]["id"]
+        theirs = http.patch(route, json={"algorithm": "least_conn", "if_revision": 1})
+        assert theirs.status_code == 200 and theirs.json()["revision"] == 2, theirs.text
+        stale: list[tuple[str, str, dict[str, Any] | None]] = [
+            ("PATCH", route, {"algorithm": "ip_hash", "if_revision": 1}),
+            ("POST", f"{route}/backends", {"server_id": backend, "port": 9000, "if_revision": 1}),
+            ("PATCH", f"{route}/backends/{member}", {"weight": 7, "if_revision": 1}),
+            ("PATCH", f"{route}/backends/{member}", {"drained": True, "if_revision": 1}),
+            ("PATCH", f"{route}/backends/{member}", {"port": 9001, "if_revision": 1}),
+            ("DELETE", f"{route}/backends/{member}?if_revision=1", None),
+        ]
+        for method, path, body in stale:
+            answer = http.request(method, path, json=body)
+            assert answer.status_code == 409 and code(answer) == "conflict", (method, path, answer.text)
+            assert answer.json()["error"]["details"] == {"revision": 2, "if_revision": 1}
+        after = get_lb(http, lb["id"])
+        assert after["revision"] == 2 and after["algorithm"] == "least_conn"
+        assert [(b["id"], b["port"], b["weight"], b["drained"]) for b in after["backends"]] == [
+            (member, 8080, 1, False)
+        ]
+        wait_until(lambda: len(apply_jobs(http, stack.server_id, lb["id"])) == 2, timeout=30)
+        assert [j["args"]["revision"] for j in apply_jobs(http, stack.server_id, lb["id"])] == [1, 2]
+
+        # A backend removed since the revision a change was made over: that change is stale (409),
+        # not a typo (404).
+        added = http.post(f"{route}/backends", json={"server_id": backend, "port": 9000, "if_revision": 2})
+        assert added.status_code == 201, added.text
+        assert http.delete(f"{route}/backends/{added.json()['id']}", params={"if_revision": 3}).status_code == 204
+        gone = http.patch(f"{route}/backends/{added.json()['id']}", json={"weight": 3, "if_revision": 3})
+        assert gone.status_code == 409 and gone.json()["error"]["details"]["revision"] == 4, gone.text
+        missing = http.patch(f"{route}/backends/{added.json()['id']}", json={"weight": 3, "if_revision": 4})
+        assert missing.status_code == 404 and code(missing) == "not_found"
+
+        # Over the current revision, or without `if_revision`, a change is accepted as ever.
+        current = http.patch(f"{route}/backends/{member}", json={"weight": 7, "if_revision": 4})
+        assert current.status_code == 200 and current.json()["weight"] == 7, current.text
+        blind = http.patch(route, json={"algorithm": "ip_hash"})
+        assert blind.status_code == 200 and blind.json()["revision"] == 6
+        for bad in (0, -1, "two"):
+            answer = http.patch(route, json={"algorithm": "round_robin", "if_revision": bad})
+            assert answer.status_code == 422 and code(answer) == "validation_error", answer.text
+        assert http.delete(f"{route}/backends/{member}", params={"if_revision": "x"}).status_code == 422
+        assert get_lb(http, lb["id"])["revision"] == 6
+
+
+def test_concurrent_changes_over_one_revision_exactly_one_wins(stack: Stack, backend: str) -> None:
+    """Changes sent at once over the same revision (an edit of the definition and weight
+    presses): the check and the write are one transaction, so exactly one is accepted."""
+    with stack.http() as http:
+        lb = create_lb(http, lb_body(stack.server_id, [backend]))
+    route, member = f"/v1/load-balancers/{lb['id']}", lb["backends"][0]["id"]
+    names = [unique("web") for _ in range(4)]
+    changes: list[tuple[str, dict[str, Any]]] = [(route, {"name": name, "if_revision": 1}) for name in names]
+    changes += [(f"{route}/backends/{member}", {"weight": weight, "if_revision": 1}) for weight in (2, 3, 4, 5)]
+    start = threading.Barrier(len(changes))
+
+    def send(change: tuple[str, dict[str, Any]]) -> httpx.Response:
+        path, body = change
+        with stack.http() as client:
+            start.wait(timeout=30)
+            return client.patch(path, json=body)
+
+    with ThreadPoolExecutor(len(changes)) as pool:
+        answers = list(pool.map(send, changes))
+    accepted = [(change, answer) for change, answer in zip(changes, answers, strict=True) if answer.status_code == 200]
+    assert len(accepted) == 1, [a.text for a in answers]
+    refused = [answer for answer in answers if answer.status_code != 200]
+    assert all(a.status_code == 409 and a.json()["error"]["details"]["revision"] == 2 for a in refused)
+    [(winner, _answer)] = accepted
+    with stack.http() as http:
+        after = get_lb(http, lb["id"])
+    assert after["revision"] == 2
+    assert (after["name"], after["backends"][0]["weight"]) == (
+        winner[1].get("name", lb["name"]),
+        winner[1].get("weight", 1),
+    )
 
 
 def test_delete_dispatches_remove_then_the_row_goes(stack: Stack, backend: str) -> None:

@@ -34,9 +34,10 @@ from tests.helpers import wait_for
 from tests.helpers.load_balancers import AgentlessOrg, new_org
 from tests.helpers.snapshots import SNAPSHOTS, screen_text
 from tests.helpers.snapshots import UPDATE as UPDATE_SNAPSHOTS
-from tests.helpers.tui import open_screen, pick, run
+from tests.helpers.tui import open_screen, pick, run, type_at_once
 from tui.app import FleetdeckApp
 from tui.help import HelpScreen
+from tui.load_balancers.conflict import LbConflictDialog
 from tui.load_balancers.form import ALGORITHMS, ENGINES, LbFormDialog
 from tui.load_balancers.menu import ActionMenu
 from tui.load_balancers.screen import LoadBalancersScreen, drain_preview
@@ -508,36 +509,176 @@ def test_n_creates_a_load_balancer_and_e_edits_it_with_engine_and_node_locked(or
     run(app, scenario)
 
 
+def change_through_the_api(org: AgentlessOrg, path: str, body: dict[str, Any]) -> None:
+    """Someone else's change (another user, the CLI), made while the screen is open."""
+    with org.stack.http(org.token) as http:
+        answer = http.patch(path, json=body)
+        assert answer.status_code == 200, answer.text
+
+
+async def open_edit_form(pilot: Pilot[Any], screen: LoadBalancersScreen, lb_id: str) -> LbFormDialog:
+    """`e` on the load balancer `lb_id`: its form, once it shows the definition read."""
+    await wait_for(pilot, lambda: lb_id in screen.lbs and len(screen.servers) == 4)
+    await pick(pilot, screen, lb_id)
+    await pilot.press("e")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, LbFormDialog) and pilot.app.screen.loaded)
+    form = pilot.app.screen
+    assert isinstance(form, LbFormDialog)
+    return form
+
+
+async def save_into_a_conflict(pilot: Pilot[Any], form: LbFormDialog) -> LbConflictDialog:
+    await pilot.press("ctrl+s")
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, LbConflictDialog))
+    dialog = pilot.app.screen
+    assert isinstance(dialog, LbConflictDialog)
+    return dialog
+
+
 def test_e_edits_the_definition_as_it_is_now_and_never_saves_over_a_change_made_meanwhile(org: AgentlessOrg) -> None:
     """Changed by someone else after the screen listed it, `e` shows the definition as the control
-    plane has it; changed again while the form is open, its save is refused and said, and the
-    other change stays."""
+    plane has it; changed again while the form is open, ctrl+s saves nothing over it and shows
+    theirs beside mine; Esc goes back to the form with mine, o sends my change over theirs (their
+    change of a field I left alone stays)."""
     lb = org.create_lb("fresh", ["app-1"])
     app = org.app()
-
-    def change(body: dict[str, Any]) -> None:
-        with org.stack.http(org.token) as http:
-            assert http.patch(f"/v1/load-balancers/{lb.id}", json=body).status_code == 200
+    route = f"/v1/load-balancers/{lb.id}"
 
     async def scenario(pilot: Pilot[Any]) -> None:
         screen = await open_screen(pilot)
         await wait_for(pilot, lambda: lb.id in screen.lbs)
-        await pick(pilot, screen, lb.id)
-        change({"algorithm": "least_conn"})
+        change_through_the_api(org, route, {"algorithm": "least_conn"})
         assert screen.lbs[lb.id].algorithm == "round_robin"  # what the screen listed
-        await pilot.press("e")
-        await wait_for(pilot, lambda: isinstance(app.screen, LbFormDialog) and app.screen.loaded)
-        form = app.screen
-        assert isinstance(form, LbFormDialog)
+        form = await open_edit_form(pilot, screen, lb.id)
         assert form.query_one("#lb-algo", Select).value == "least_conn"
         assert app.focused is form.query_one("#lb-name", Input)
 
-        change({"health_check": {"path": "/theirs"}})
+        change_through_the_api(org, route, {"health_check": {"path": "/theirs", "interval_s": 30}})
         form.query_one("#lb-check-path", Input).value = "/mine"
-        await pilot.press("ctrl+s")
-        await wait_for(pilot, lambda: "changed meanwhile" in str(form.query_one("#status", Static).render()))
+        dialog = await save_into_a_conflict(pilot, form)
+        assert {(d.field, d.theirs, d.yours) for d in dialog.differences} == {
+            ("Check path", "/theirs", "/mine"),
+            ("Every (s)", "30", "10"),
+        }
+        assert (dialog.read_revision, dialog.current_revision) == (2, 3)
         now = org.lb(lb.id)
-        assert (now.algorithm, now.health_check.path) == ("least_conn", "/theirs") and app.screen is form
+        assert (now.revision, now.health_check.path, now.health_check.interval_s) == (3, "/theirs", 30)
+
+        # Esc: back to the form, mine as typed; nothing sent.
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is form)
+        assert form.query_one("#lb-check-path", Input).value == "/mine"
+        assert "changed meanwhile" in str(form.query_one("#status", Static).render())
+        assert org.lb(lb.id).revision == 3
+
+        # o: my change (the path) over theirs; their interval, which I did not change, stays.
+        await save_into_a_conflict(pilot, form)
+        await pilot.press("o")
+        await wait_for(pilot, lambda: app.screen is screen)
+        now = org.lb(lb.id)
+        assert (now.revision, now.algorithm, now.health_check.path, now.health_check.interval_s) == (
+            4, "least_conn", "/mine", 30
+        )  # fmt: skip
+
+    run(app, scenario)
+
+
+def test_r_in_the_conflict_reloads_theirs_into_the_form_and_saves_over_it(org: AgentlessOrg) -> None:
+    """Reload: my change is dropped, the form shows theirs (the pool too) and saves over their
+    revision from then on."""
+    lb = org.create_lb("reload", ["app-1"])
+    app = org.app()
+    route = f"/v1/load-balancers/{lb.id}"
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await open_screen(pilot)
+        form = await open_edit_form(pilot, screen, lb.id)
+        with org.stack.http(org.token) as http:  # theirs: a new name and a backend more
+            body = {"server_id": org.backends["app-2"], "port": 9000}
+            assert http.post(f"{route}/backends", json=body).status_code == 201
+        change_through_the_api(org, route, {"name": "theirs"})
+        form.query_one("#lb-name", Input).value = "mine"
+        form.query_one("#lb-algo", Select).value = "ip_hash"
+        dialog = await save_into_a_conflict(pilot, form)
+        assert {(d.field, d.theirs, d.yours) for d in dialog.differences} == {
+            ("Name", "theirs", "mine"),
+            ("Algorithm", "round robin", "IP hash"),
+            ("Pool", "app-1:8080, app-2:9000", "app-1:8080"),
+        }
+
+        await pilot.press("r")
+        await wait_for(pilot, lambda: app.screen is form and form.loaded)
+        assert form.query_one("#lb-name", Input).value == "theirs"
+        assert form.query_one("#lb-algo", Select).value == "round_robin"
+        assert len(form.query(".lb-form--pool-name")) == 2  # their backend is in the pool shown
+        now = org.lb(lb.id)
+        assert (now.name, now.algorithm, now.revision) == ("theirs", "round_robin", 3)
+
+        form.query_one("#lb-algo", Select).value = "least_conn"
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: app.screen is screen)
+        now = org.lb(lb.id)
+        assert (now.name, now.algorithm, now.revision, len(now.backends)) == ("theirs", "least_conn", 4, 2)
+
+    run(app, scenario)
+
+
+def test_ctrl_s_and_the_conflicts_key_typed_at_once_reach_the_dialog(org: AgentlessOrg) -> None:
+    """`ctrl+s o` in one go (a paste, tmux send-keys): the `o` waits for the save's answer and
+    overwrites in the conflict dialog; it never lands in the form's focused field."""
+    lb = org.create_lb("typed", ["app-1"])
+    app = org.app()
+    route = f"/v1/load-balancers/{lb.id}"
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await open_screen(pilot)
+        form = await open_edit_form(pilot, screen, lb.id)
+        path = form.query_one("#lb-check-path", Input)
+        path.value = "/mine"
+        path.focus()
+        await pilot.pause()
+        change_through_the_api(org, route, {"algorithm": "least_conn"})
+        type_at_once(app, "ctrl+s", "o")
+        await wait_for(pilot, lambda: app.screen is screen)
+        now = org.lb(lb.id)
+        assert (now.health_check.path, now.algorithm, now.revision) == ("/mine", "least_conn", 3)
+
+    run(app, scenario)
+
+
+def test_pool_keys_act_on_the_revision_shown_and_say_when_it_changed_meanwhile(org: AgentlessOrg) -> None:
+    """A weight key or a drain confirmed after someone else changed the load balancer does
+    nothing: the screen says so and shows it anew, and the same key then acts on it."""
+    lb = org.create_lb("pool", ["app-1", "app-2"])
+    backend = lb.backends[0]
+    app = org.app()
+    route = f"/v1/load-balancers/{lb.id}"
+
+    async def scenario(pilot: Pilot[Any]) -> None:
+        screen = await open_screen(pilot)
+        await pick(pilot, screen, lb.id, backend.id)
+        await pilot.press("plus", "plus")  # my own changes: each over the revision the one before made
+        await wait_for(pilot, lambda: org.backend(lb.id, backend.id).weight == 3)  # type: ignore[union-attr]
+        await wait_for(pilot, lambda: shown_weight(screen, backend.id) == "3" and not screen._changing)
+
+        change_through_the_api(org, f"{route}/backends/{backend.id}", {"weight": 50})
+        await pilot.press("plus")
+        await wait_for(pilot, lambda: any("changed meanwhile" in n for n in notifications(app)))
+        assert org.backend(lb.id, backend.id).weight == 50  # type: ignore[union-attr]
+        await wait_for(pilot, lambda: shown_weight(screen, backend.id) == "50")  # shown anew
+        await pilot.press("plus")
+        await wait_for(pilot, lambda: org.backend(lb.id, backend.id).weight == 51)  # type: ignore[union-attr]
+
+        # A drain confirmed after the load balancer changed under its question.
+        await wait_for(pilot, lambda: not screen._changing and screen.lbs[lb.id].revision == org.lb(lb.id).revision)
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog))
+        change_through_the_api(org, route, {"algorithm": "least_conn"})
+        app._notifications.clear()
+        await pilot.press("y")
+        await wait_for(pilot, lambda: any("changed meanwhile" in n for n in notifications(app)))
+        assert org.backend(lb.id, backend.id).drained is False  # type: ignore[union-attr]
+        await wait_for(pilot, lambda: screen.lbs[lb.id].algorithm == "least_conn")
 
     run(app, scenario)
 
