@@ -43,7 +43,16 @@ def run(app: App[Any], scenario: Callable[[Pilot[Any]], Awaitable[None]], size: 
     asyncio.run(main())
 
 
-CHARACTERS = {"enter": "\r", "tab": "\t", "space": " ", "slash": "/", "full_stop": ".", "minus": "-", "underscore": "_"}
+CHARACTERS = {
+    "enter": "\r",
+    "tab": "\t",
+    "space": " ",
+    "slash": "/",
+    "full_stop": ".",
+    "minus": "-",
+    "underscore": "_",
+    "colon": ":",
+}
 """The character a terminal sends for the named keys the tests type (the others send none)."""
 
 
@@ -52,7 +61,9 @@ def type_at_once(app: App[Any], *keys: str) -> None:
     waiting for what the one before does (`pilot.press` waits for the app to be idle after each)."""
     for key in keys:
         character = key if len(key) == 1 else CHARACTERS.get(key)
-        name = {".": "full_stop", "-": "minus", "_": "underscore", "/": "slash", " ": "space"}.get(key, key)
+        name = {".": "full_stop", "-": "minus", "_": "underscore", "/": "slash", " ": "space", ":": "colon"}.get(
+            key, key
+        )
         app.post_message(events.Key(name, character))
 
 

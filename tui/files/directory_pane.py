@@ -307,6 +307,13 @@ class DirectoryPane(ScrollView, can_focus=True):
 
     # --- keys typed ahead -----------------------------------------------------------------
 
+    def on_mount(self) -> None:
+        """The first listing is on its way since the pane was made (`_held_keys` is set): the
+        screen's keys wait for it from now, as for every listing after (`/`, a name and `p`
+        typed while the files screen opens went to an empty pane: `p` found nothing to act on)."""
+        if self._held_keys is not None:
+            self._hold_screen_keys(hold=True)
+
     def hold_keys(self) -> None:
         """A listing is on its way: keep the pane's keys typed meanwhile for it (Enter on a folder
         then ↓↓ Enter goes down in the folder opened, not in the one left)."""

@@ -10,14 +10,27 @@ import os
 import shutil
 import zipfile
 from pathlib import Path
+from typing import Any
 
+import pytest
+import trio
 from textual.pilot import Pilot
 from textual.widgets import Input, SelectionList, Static
 
 from api_client import MAX_PATHS_PER_REQUEST, PATHS_PER_BATCH
 from tests.conftest import Stack
 from tests.helpers import wait_for
-from tests.helpers.tui import highlight, names, open_commander, real_app, run, show_location, site_dir
+from tests.helpers.tui import (
+    highlight,
+    highlight_server,
+    names,
+    open_commander,
+    real_app,
+    run,
+    show_location,
+    site_dir,
+    type_at_once,
+)
 from tui.files.commander import CommanderScreen
 from tui.files.dialogs import (
     ArchiveDialog,
@@ -29,6 +42,7 @@ from tui.files.dialogs import (
     TrashDialog,
 )
 from tui.files.viewer import ViewerScreen
+from tui.keys import holds_keys
 from tui.widgets.dialogs import ConfirmDialog
 
 
@@ -414,3 +428,34 @@ def test_x_on_what_is_not_an_archive_says_so_and_opens_no_dialog(stack: Stack) -
         run(app, scenario)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_keys_typed_while_the_files_screen_opens_wait_for_its_first_listing(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`:files local`, the filter on a file, `p 7 5 5 Enter`, typed at once from the server list:
+    the panel's first listing is on its way while they come, and they wait for it (they went to
+    the empty panel, where `p` found nothing, and Enter later opened the viewer). The listing is
+    handed over only once the keys have gone somewhere: routed, or held for it."""
+    target = site_dir(stack) / "typed-before-the-first-listing.txt"
+    target.write_text("x")
+    target.chmod(0o644)
+    app = real_app(stack)
+    list_all = app.client.files.list_all
+
+    async def list_once_the_keys_went(*args: Any, **kwargs: Any) -> Any:
+        listing = await list_all(*args, **kwargs)
+        # The app's state polled from trio (the client's side): no event of it to wait on.
+        while app.keys.waiting and not holds_keys(app.screen):  # noqa: ASYNC110
+            await trio.sleep(0.01)
+        return listing
+
+    monkeypatch.setattr(app.client.files, "list_all", list_once_the_keys_went)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, "local")
+        type_at_once(app, ":", *"files local", "enter", "/", *target.name, "enter", "p", "7", "5", "5", "enter")
+        await wait_for(pilot, lambda: target.stat().st_mode & 0o777 == 0o755)
+        assert isinstance(app.screen, CommanderScreen)
+
+    run(app, scenario)
