@@ -12,6 +12,8 @@ from tui.errors import describe_error
 from tui.text import load_tcss
 
 if TYPE_CHECKING:
+    from textual.message_pump import MessagePump
+
     from tui.app import FleetdeckApp
     from tui.monitor import ConnectionMonitor
 
@@ -65,17 +67,22 @@ class KeepsEarlyKeys(Screen[Any]):
         screen by default): what waits for something, such as each of two panels listing a folder."""
         self._key_holders |= {self if holder is None else holder}
 
-    def release_keys(self, holder: object | None = None) -> None:
+    def release_keys(self, holder: object | None = None, *, after: MessagePump | None = None) -> None:
         """Let the keys waiting go once no holder is left: to the screen on top then, once it is
         ready. Through the app's queue, so a `focus()` asked for just before (also queued there)
-        is done first."""
+        is done first. With `after`, once `after` has also run the callbacks queued next on it (a
+        dismissed dialog's result reaches the screen that opened it that way: what that result
+        opens gets the keys)."""
         holders = self._key_holders - {self if holder is None else holder}
         if holders == self._key_holders:
             return
         self._key_holders = holders
         keys = getattr(self.app, "keys", None)
         if keys is not None and not holders:
-            self.app.call_later(keys.pump)
+            if after is None:
+                self.app.call_later(keys.pump)
+            else:
+                after.call_next(self.app.call_later, keys.pump)
 
 
 class FleetScreen(FleetAccess, KeepsEarlyKeys, BridgedMixin, Screen[None]):

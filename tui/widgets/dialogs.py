@@ -23,6 +23,9 @@ from tui.text import load_tcss, printable
 
 T = TypeVar("T")
 
+SUBMITTING = "submitting"
+"""What holds a dialog's keys while what it submitted is on its way (`Dialog.finish`)."""
+
 
 class Dialog(FleetModal[T]):
     """A dialog: Esc cancels (`cancel_result`), errors go to the status line and a notification."""
@@ -46,11 +49,16 @@ class Dialog(FleetModal[T]):
 
     def finish(self, result: T) -> None:
         """Dismiss with `result`, once. Under another screen (a confirmation, a notification
-        screen pushed over it), the dialog closes as soon as it is on top again."""
+        screen pushed over it), the dialog closes as soon as it is on top again.
+
+        The keys typed while the dialog submitted (`hold_keys(SUBMITTING)`) then go to what its
+        result opens (the editor after a new file), not to the dialog nor the screen under it."""
         if self.closed:
             return
         if self.app.screen is self:
+            opener = self._result_callbacks[-1].requester if self._result_callbacks else None
             self.dismiss(result)
+            self.release_keys(SUBMITTING, after=opener)
         else:
             self._pending_result = (result,)
 
