@@ -795,20 +795,24 @@ class Tmux:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], check=False, capture_output=True)
 
 
-@pytest.fixture
-def tmux_fleetdeck(stack: Stack, tmp_path: Path) -> Iterator[Tmux]:
-    env = {
+def tmux_env(stack: Stack, home: Path, token: str) -> dict[str, str]:
+    """The environment of `fleetdeck` on the test stack with `token`, its files under `home`."""
+    return {
         "FLEETDECK_URL": stack.base_url,
-        "FLEETDECK_TOKEN": stack.token,
-        "HOME": str(tmp_path),
-        "XDG_CONFIG_HOME": str(tmp_path / "config"),
-        "XDG_STATE_HOME": str(tmp_path / "state"),
-        "XDG_CACHE_HOME": str(tmp_path / "cache"),
-        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "FLEETDECK_TOKEN": token,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "XDG_DATA_HOME": str(home / "data"),
         "TERM": "xterm-256color",
         "PYTHONPATH": str(Path(__file__).parents[2]),
     }
-    session = Tmux(tmp_path, env)
+
+
+@pytest.fixture
+def tmux_fleetdeck(stack: Stack, tmp_path: Path) -> Iterator[Tmux]:
+    session = Tmux(tmp_path, tmux_env(stack, tmp_path, stack.token))
     try:
         yield session
     finally:
@@ -846,3 +850,35 @@ def test_tmux_send_keys_of_a_whole_sequence_sets_the_mode_and_shows_no_secret(
     assert not [screen for screen in screens if secret in screen]
     logs = list(tmux.home.rglob("tui.log"))
     assert logs and all(secret not in log.read_text() for log in logs)
+
+
+def test_tmux_send_keys_of_a_whole_rename_and_a_whole_load_balancer_form_saves_them(
+    stack: Stack, org: AgentlessOrg, tmux_fleetdeck: Tmux, tmp_path: Path
+) -> None:
+    """One `send-keys` call: `:files local`, the panel's filter on the file, F2 and the new name
+    typed over the one selected: renamed on the server. Then, as an org's owner (its servers have no
+    agent: nothing is applied), one call from the server list through the new load balancer form,
+    its dropdowns opened with Down and picked with Enter, to ctrl+s: saved as typed."""
+    target = site_dir(stack) / "tmux-typed-rename.txt"
+    target.write_text("renamed whole")
+    renamed = target.with_name("tmux-typed-renamed.md")
+    tmux = tmux_fleetdeck
+    tmux.wait_for(lambda: "local" in tmux.screen())
+    tmux.tmux("send-keys", ":files local", "Enter", f"/{target.name}", "Enter", "F2", renamed.name, "Enter")
+    tmux.wait_for(lambda: renamed.is_file() and not target.exists())
+    assert renamed.read_text() == "renamed whole"
+
+    home = tmp_path / "org"
+    home.mkdir()
+    owner = Tmux(home, tmux_env(stack, home, org.token))
+    try:
+        owner.wait_for(lambda: "edge-1" in owner.screen())
+        names = {"tab": "Tab", "down": "Down", "enter": "Enter", "space": "Space", "ctrl+s": "C-s"}
+        owner.tmux("send-keys", *[names.get(key, key) for key in NEW_LB_KEYS])
+        owner.wait_for(lambda: saved_lb(org, "typed-lb") is not None)
+    finally:
+        owner.close()
+    saved = saved_lb(org, "typed-lb")
+    assert saved is not None
+    assert (saved.node_server_id, saved.engine, saved.algorithm) == (org.node, "haproxy", "ip_hash")
+    assert [(backend.server_id, backend.port) for backend in saved.backends] == [(org.backends["app-1"], 8080)]
