@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+SUBMITTING = "submitting"
+"""What holds a modal's keys while what it submitted is on its way (`FleetModal.dismiss_submitted`)."""
+
 
 class FleetAccess:
     """The app's API client and trio bridge, for screens and modal screens alike."""
@@ -106,4 +109,16 @@ class FleetScreen(FleetAccess, KeepsEarlyKeys, BridgedMixin, Screen[None]):
 
 
 class FleetModal(FleetAccess, KeepsEarlyKeys, BridgedMixin, ModalScreen[T]):
-    """A modal screen that may submit trio work (cancelled when it closes)."""
+    """A modal screen that may submit trio work (cancelled when it closes).
+
+    While what it submitted is on its way, it holds the keys typed meanwhile (`SUBMITTING`);
+    `dismiss_submitted` then gives them to what its result opens (the editor after a new file,
+    the job's run screen after its form), not to the modal nor the screen under it.
+    """
+
+    def dismiss_submitted(self, result: T) -> None:
+        """Dismiss with `result`; the keys held while it was submitted go once the result's
+        callback has run (queued on the screen that pushed this one)."""
+        opener = self._result_callbacks[-1].requester if self._result_callbacks else None
+        self.dismiss(result)
+        self.release_keys(SUBMITTING, after=opener)

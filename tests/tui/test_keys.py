@@ -537,8 +537,10 @@ def test_a_new_load_balancer_typed_whole_is_saved_with_what_its_dropdowns_picked
 
     async def scenario(pilot: Pilot[None]) -> None:
         await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
-        await type_keys(pilot, typing, *NEW_LB_KEYS)
-        await wait_for(pilot, lambda: isinstance(app.screen, LoadBalancersScreen) and saved_lb(org, "typed-lb"))
+        # Esc right after ctrl+s: for the screen the saved form returns to (back to the servers),
+        # not for the form while it saves (which cancelled the save).
+        await type_keys(pilot, typing, *NEW_LB_KEYS, "escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and saved_lb(org, "typed-lb"))
 
     run(app, scenario)
     saved = saved_lb(org, "typed-lb")
@@ -592,9 +594,19 @@ def test_a_user_tab_and_a_password_typed_in_one_go_land_in_their_fields(stack: S
 
     async def scenario(pilot: Pilot[None]) -> None:
         jobs = await open_jobs_of(pilot, "local")
-        await type_keys(pilot, typing, "n", *"db.user-create", "enter", *"shop_app", "tab", *secret, "enter", "y")
+        # `w` right after `y`: for the job's screen (its log wraps), not for the form while it
+        # creates the job (a `w` in its field). Typed at once only: `pilot.press` waits for the
+        # app to be idle after `y`, and the job's result, which takes the focus from the log, may
+        # come first.
+        keys = ["n", *"db.user-create", "enter", *"shop_app", "tab", *secret, "enter", "y", "w"]
+        await type_keys(pilot, typing, *(keys if typing == "at once" else keys[:-1]))
         await wait_for(pilot, lambda: wire.creations())
         assert jobs.is_attached
+        await wait_for(pilot, lambda: isinstance(app.screen, JobRunScreen))
+        run_screen = app.screen
+        assert isinstance(run_screen, JobRunScreen)
+        if typing == "at once":
+            await wait_for(pilot, lambda: run_screen.is_mounted and run_screen.log_view.panel.wrap)
 
     run(app, scenario)
     [(kind, args, _key)] = wire.creations()

@@ -45,6 +45,7 @@ from contract.load_balancers import (
     LoadBalancerCreate,
     LoadBalancerPatch,
 )
+from tui.screen import SUBMITTING
 from tui.text import load_tcss, printable
 from tui.widgets.dialogs import Dialog
 from tui.widgets.select import FormSelect
@@ -272,6 +273,7 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
 
     def _send(self, call: Any, *args: Any) -> None:
         self.saving = True
+        self.hold_keys(SUBMITTING)  # typed meanwhile (Esc): for the screen the saved form returns to
         self.query_one("#lb-form-save", Button).disabled = True
         self.set_status("Saving…")
         self.bridge.run(self, call, *args, on_done=self.finish, on_error=self._refused)
@@ -280,6 +282,7 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
         self.saving = False
         self.query_one("#lb-form-save", Button).disabled = False
         self.show_error(exc)
+        self.release_keys(SUBMITTING)  # the form stays open with what was typed: the keys are for it
 
     # --- reading the fields -------------------------------------------------------------------
 

@@ -23,9 +23,6 @@ from tui.text import load_tcss, printable
 
 T = TypeVar("T")
 
-SUBMITTING = "submitting"
-"""What holds a dialog's keys while what it submitted is on its way (`Dialog.finish`)."""
-
 
 class Dialog(FleetModal[T]):
     """A dialog: Esc cancels (`cancel_result`), errors go to the status line and a notification."""
@@ -52,13 +49,11 @@ class Dialog(FleetModal[T]):
         screen pushed over it), the dialog closes as soon as it is on top again.
 
         The keys typed while the dialog submitted (`hold_keys(SUBMITTING)`) then go to what its
-        result opens (the editor after a new file), not to the dialog nor the screen under it."""
+        result opens (`dismiss_submitted`)."""
         if self.closed:
             return
         if self.app.screen is self:
-            opener = self._result_callbacks[-1].requester if self._result_callbacks else None
-            self.dismiss(result)
-            self.release_keys(SUBMITTING, after=opener)
+            self.dismiss_submitted(result)
         else:
             self._pending_result = (result,)
 

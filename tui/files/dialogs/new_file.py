@@ -16,8 +16,9 @@ from api_client import Scope, Server
 from api_client import errors as api_errors
 from contract.models import FsWriteResult
 from tui.files.dialogs.base import name_problem
+from tui.screen import SUBMITTING
 from tui.text import join_path, printable
-from tui.widgets.dialogs import SUBMITTING, Dialog
+from tui.widgets.dialogs import Dialog
 from tui.widgets.select import FormSelect
 
 UNTITLED = "untitled"
