@@ -662,6 +662,14 @@ FILE_CASES: dict[str, FileCase] = {
         lambda _folder: ["n", *"made.txt", "enter", *"hello", "ctrl+s", "escape"],
         lambda folder: holds(folder / "made.txt", "hello"),
     ),
+    # F2 right after the permissions' Enter: for the panel once the mode is set, not the dialog.
+    "p 755 Enter, then F2": (
+        "file.txt",
+        lambda _folder: ["p", *"755", "enter", "f2", *"after-mode.txt", "enter"],
+        lambda folder: (
+            holds(folder / "after-mode.txt", "x") and (folder / "after-mode.txt").stat().st_mode & 0o777 == 0o755
+        ),
+    ),
     # The filter moves the cursor to the one match (from bundle.zip), which F2 renames.
     "/ filter, then F2": (
         "bundle.zip",
