@@ -27,6 +27,8 @@ from textual.widgets._footer import FooterKey
 from contract.load_balancers import LoadBalancer, LoadBalancerList
 from tests.conftest import Stack
 from tests.helpers import wait_for
+from tests.helpers.audit import app_for as audit_app_for
+from tests.helpers.audit import new_org as new_audit_org
 from tests.helpers.jobs import finished_job
 from tests.helpers.load_balancers import AgentlessOrg, new_org
 from tests.helpers.snapshots import screen_text
@@ -46,8 +48,6 @@ from tests.helpers.tui import (
     site_dir,
     type_at_once,
 )
-from tests.tui.audit.test_screen import app_for as audit_app_for
-from tests.tui.audit.test_screen import new_org as new_audit_org
 from tui.audit.filters import AuditFilters
 from tui.audit.screen import AuditScreen, AuditTable
 from tui.files.commander import CommanderScreen
