@@ -645,6 +645,12 @@ FILE_CASES: dict[str, FileCase] = {
         lambda folder: ["f6", *f"{folder}/into", "enter"],
         lambda folder: holds(folder / "into" / "file.txt", "x") and not (folder / "file.txt").exists(),
     ),
+    # `o` typed right after Enter: for the question the taken name asks, once the folder is listed.
+    "F5 onto a taken name, then o": (
+        "file.txt",
+        lambda folder: ["f5", *f"{folder}/taken", "enter", "o"],
+        lambda folder: holds(folder / "taken" / "file.txt", "x"),
+    ),
     # The name offered is cleared (ctrl+u), the one typed is the archive's.
     "c compress, its name typed": (
         "file.txt",
@@ -695,12 +701,14 @@ def zip_names(archive: Path) -> list[str] | None:
 
 @pytest.fixture
 def file_folder(stack: Stack) -> Path:
-    """A folder of the site of its own: file.txt (`x`), the folder into/ and bundle.zip (holding
-    inside.txt)."""
+    """A folder of the site of its own: file.txt (`x`), the folders into/ and taken/ (holding a
+    file.txt of its own) and bundle.zip (holding inside.txt)."""
     folder = site_dir(stack) / f"typed-{uuid.uuid4().hex[:8]}"
     folder.mkdir()
     (folder / "file.txt").write_text("x")
     (folder / "into").mkdir()
+    (folder / "taken").mkdir()
+    (folder / "taken" / "file.txt").write_text("taken")
     with zipfile.ZipFile(folder / "bundle.zip", "w") as archive:
         archive.writestr("inside.txt", "inside")
     return folder
