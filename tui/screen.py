@@ -12,10 +12,15 @@ from tui.errors import describe_error
 from tui.text import load_tcss
 
 if TYPE_CHECKING:
+    from textual.message_pump import MessagePump
+
     from tui.app import FleetdeckApp
     from tui.monitor import ConnectionMonitor
 
 T = TypeVar("T")
+
+SUBMITTING = "submitting"
+"""What holds a modal's keys while what it submitted is on its way (`FleetModal.dismiss_submitted`)."""
 
 
 class FleetAccess:
@@ -65,17 +70,22 @@ class KeepsEarlyKeys(Screen[Any]):
         screen by default): what waits for something, such as each of two panels listing a folder."""
         self._key_holders |= {self if holder is None else holder}
 
-    def release_keys(self, holder: object | None = None) -> None:
+    def release_keys(self, holder: object | None = None, *, after: MessagePump | None = None) -> None:
         """Let the keys waiting go once no holder is left: to the screen on top then, once it is
         ready. Through the app's queue, so a `focus()` asked for just before (also queued there)
-        is done first."""
+        is done first. With `after`, once `after` has also run the callbacks queued next on it (a
+        dismissed dialog's result reaches the screen that opened it that way: what that result
+        opens gets the keys)."""
         holders = self._key_holders - {self if holder is None else holder}
         if holders == self._key_holders:
             return
         self._key_holders = holders
         keys = getattr(self.app, "keys", None)
         if keys is not None and not holders:
-            self.app.call_later(keys.pump)
+            if after is None:
+                self.app.call_later(keys.pump)
+            else:
+                after.call_next(self.app.call_later, keys.pump)
 
 
 class FleetScreen(FleetAccess, KeepsEarlyKeys, BridgedMixin, Screen[None]):
@@ -99,4 +109,16 @@ class FleetScreen(FleetAccess, KeepsEarlyKeys, BridgedMixin, Screen[None]):
 
 
 class FleetModal(FleetAccess, KeepsEarlyKeys, BridgedMixin, ModalScreen[T]):
-    """A modal screen that may submit trio work (cancelled when it closes)."""
+    """A modal screen that may submit trio work (cancelled when it closes).
+
+    While what it submitted is on its way, it holds the keys typed meanwhile (`SUBMITTING`);
+    `dismiss_submitted` then gives them to what its result opens (the editor after a new file,
+    the job's run screen after its form), not to the modal nor the screen under it.
+    """
+
+    def dismiss_submitted(self, result: T) -> None:
+        """Dismiss with `result`; the keys held while it was submitted go once the result's
+        callback has run (queued on the screen that pushed this one)."""
+        opener = self._result_callbacks[-1].requester if self._result_callbacks else None
+        self.dismiss(result)
+        self.release_keys(SUBMITTING, after=opener)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,11 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable, Input
 from textual.widgets._footer import FooterKey
 
+from contract.load_balancers import LoadBalancer, LoadBalancerList
 from tests.conftest import Stack
 from tests.helpers import wait_for
+from tests.helpers.audit import app_for as audit_app_for
+from tests.helpers.audit import new_org as new_audit_org
 from tests.helpers.jobs import finished_job
 from tests.helpers.load_balancers import AgentlessOrg, new_org
 from tests.helpers.snapshots import screen_text
@@ -44,6 +48,8 @@ from tests.helpers.tui import (
     site_dir,
     type_at_once,
 )
+from tui.audit.filters import AuditFilters
+from tui.audit.screen import AuditScreen, AuditTable
 from tui.files.commander import CommanderScreen
 from tui.files.dialogs import DeleteDialog, PermissionsDialog, SearchDialog
 from tui.files.editor_screen import EditorScreen
@@ -501,6 +507,86 @@ def test_a_new_backend_port_typed_in_the_form_is_saved_whole(org: AgentlessOrg, 
     run(app, scenario)
 
 
+def saved_lb(org: AgentlessOrg, name: str) -> LoadBalancer | None:
+    """The load balancer called `name` as the control plane has it (None: not there)."""
+    listed = LoadBalancerList.model_validate(org.get("/v1/load-balancers"))
+    return next((lb for lb in listed.load_balancers if lb.name == name), None)
+
+
+# From the server list: `b`, `n`, the name, then each dropdown opened with ↓, moved with ↓ and
+# picked with Enter (node: edge-1 under the prompt; engine: HAProxy after nginx; algorithm: IP
+# hash, third), Tab past the port (the hostname is off at 80), the check path and interval, app-1
+# ticked, ctrl+s.
+NEW_LB_KEYS = [
+    "b",
+    "n",
+    *"typed-lb",
+    *["tab", "down", "down", "enter"],
+    *["tab", "down", "down", "enter"],
+    *["tab", "tab", "down", "down", "down", "enter"],
+    *["tab", "tab", "tab", "space"],
+    "ctrl+s",
+]
+
+
+@pytest.mark.parametrize("typing", TYPING)
+def test_a_new_load_balancer_typed_whole_is_saved_with_what_its_dropdowns_picked(
+    org: AgentlessOrg, typing: str
+) -> None:
+    app = org.app()
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
+        # Esc right after ctrl+s: for the screen the saved form returns to (back to the servers),
+        # not for the form while it saves (which cancelled the save).
+        await type_keys(pilot, typing, *NEW_LB_KEYS, "escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and saved_lb(org, "typed-lb"))
+
+    run(app, scenario)
+    saved = saved_lb(org, "typed-lb")
+    assert saved is not None
+    assert (saved.node_server_id, saved.engine, saved.algorithm) == (org.node, "haproxy", "ip_hash")
+    assert [(backend.server_id, backend.port) for backend in saved.backends] == [(org.backends["app-1"], 8080)]
+
+
+def audit_rows(screen: AuditScreen) -> list[tuple[str, str | None]]:
+    """(action, target) of each row of the table, top to bottom (a row whose entry a reload has
+    just cleared, not yet redrawn, is left out)."""
+    keys = [str(key.value) for key in screen.query_one(AuditTable).rows]
+    return [(screen.entries[key].action, screen.entries[key].target) for key in keys if key in screen.entries]
+
+
+@pytest.mark.parametrize("typing", TYPING)
+def test_the_audit_filters_typed_whole_narrow_the_rows_the_server_returns(stack: Stack, typing: str) -> None:
+    """From the server list: `a`, `f`, the server dropdown (Shift+Tab to it, ↓ ↓ Enter: web-b, the
+    second), the action typed, the outcome dropdown (ok), ctrl+s; then `x` and the `/` search
+    typed whole. The rows are those the control plane returned for what was typed."""
+    token = new_audit_org(stack)
+    app = audit_app_for(stack, token)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda: isinstance(app.screen, ServerListScreen) and app.screen.servers)
+        await type_keys(
+            pilot,
+            typing,
+            *["a", "f", "shift+tab", "down", "down", "down", "enter", "tab"],
+            *"servers.create",
+            *["tab", "tab", "down", "down", "enter", "ctrl+s"],
+        )
+        await wait_for(pilot, lambda: isinstance(app.screen, AuditScreen) and app.screen.filters.outcome == "ok")
+        screen = app.screen
+        assert isinstance(screen, AuditScreen)
+        await wait_for(pilot, lambda: audit_rows(screen) == [("servers.create", "web-b")])
+        assert screen.servers[screen.filters.server_id or ""].name == "web-b"
+        assert (screen.filters.action, screen.filters.actor) == ("servers.create", None)
+
+        await type_keys(pilot, typing, "x", "slash", *"WEB-A", "enter")
+        await wait_for(pilot, lambda: [target for _action, target in audit_rows(screen)] == ["web-a"])
+        assert screen.filters == AuditFilters()
+
+    run(app, scenario)
+
+
 @pytest.mark.parametrize("typing", TYPING)
 def test_a_user_tab_and_a_password_typed_in_one_go_land_in_their_fields(stack: Stack, typing: str) -> None:
     app, wire = real_app_and_wire(stack)
@@ -508,9 +594,19 @@ def test_a_user_tab_and_a_password_typed_in_one_go_land_in_their_fields(stack: S
 
     async def scenario(pilot: Pilot[None]) -> None:
         jobs = await open_jobs_of(pilot, "local")
-        await type_keys(pilot, typing, "n", *"db.user-create", "enter", *"shop_app", "tab", *secret, "enter", "y")
+        # `w` right after `y`: for the job's screen (its log wraps), not for the form while it
+        # creates the job (a `w` in its field). Typed at once only: `pilot.press` waits for the
+        # app to be idle after `y`, and the job's result, which takes the focus from the log, may
+        # come first.
+        keys = ["n", *"db.user-create", "enter", *"shop_app", "tab", *secret, "enter", "y", "w"]
+        await type_keys(pilot, typing, *(keys if typing == "at once" else keys[:-1]))
         await wait_for(pilot, lambda: wire.creations())
         assert jobs.is_attached
+        await wait_for(pilot, lambda: isinstance(app.screen, JobRunScreen))
+        run_screen = app.screen
+        assert isinstance(run_screen, JobRunScreen)
+        if typing == "at once":
+            await wait_for(pilot, lambda: run_screen.is_mounted and run_screen.log_view.panel.wrap)
 
     run(app, scenario)
     [(kind, args, _key)] = wire.creations()
@@ -518,33 +614,141 @@ def test_a_user_tab_and_a_password_typed_in_one_go_land_in_their_fields(stack: S
 
 
 # The files screen's dialogs and the editor, each driven by its whole sequence from the panel's
-# cursor on a file of its own: (the keys, what the server then holds).
-FILE_CASES = {
-    "F7 new folders": (["f7", *"typed-made/sub", "enter"], lambda file: (file.parent / "typed-made" / "sub").is_dir()),
-    "F8 delete": (["f8", "enter"], lambda file: not file.exists()),
+# cursor on an entry of a folder of its own (`file_folder`): (the entry, the keys given the
+# folder's path in the scope, what the server then holds in the folder).
+FileCase = tuple[str, Callable[[str], list[str]], Callable[[Path], bool]]
+FILE_CASES: dict[str, FileCase] = {
+    "F7 new folders": (
+        "file.txt",
+        lambda _folder: ["f7", *"typed-made/sub", "enter"],
+        lambda folder: (folder / "typed-made" / "sub").is_dir(),
+    ),
+    "F8 delete": ("file.txt", lambda _folder: ["f8", "enter"], lambda folder: not (folder / "file.txt").exists()),
     "F4 edit and save": (
-        ["f4", *"new ", "ctrl+s", "escape"],
-        lambda file: file.exists() and file.read_text() == "new x",
+        "file.txt",
+        lambda _folder: ["f4", *"new ", "ctrl+s", "escape"],
+        lambda folder: holds(folder / "file.txt", "new x"),
+    ),
+    # The whole name is selected: what is typed replaces it (not `renamed.md.txt`).
+    "F2 rename": (
+        "file.txt",
+        lambda _folder: ["f2", *"renamed.md", "enter"],
+        lambda folder: holds(folder / "renamed.md", "x") and not (folder / "file.txt").exists(),
+    ),
+    "F5 copy to a typed folder": (
+        "file.txt",
+        lambda folder: ["f5", *f"{folder}/into", "enter"],
+        lambda folder: holds(folder / "into" / "file.txt", "x") and holds(folder / "file.txt", "x"),
+    ),
+    "F6 move to a typed folder": (
+        "file.txt",
+        lambda folder: ["f6", *f"{folder}/into", "enter"],
+        lambda folder: holds(folder / "into" / "file.txt", "x") and not (folder / "file.txt").exists(),
+    ),
+    # `o` typed right after Enter: for the question the taken name asks, once the folder is listed.
+    "F5 onto a taken name, then o": (
+        "file.txt",
+        lambda folder: ["f5", *f"{folder}/taken", "enter", "o"],
+        lambda folder: holds(folder / "taken" / "file.txt", "x"),
+    ),
+    # The name offered is cleared (ctrl+u), the one typed is the archive's.
+    "c compress, its name typed": (
+        "file.txt",
+        lambda _folder: ["c", "ctrl+u", *"typed.zip", "enter"],
+        lambda folder: zip_names(folder / "typed.zip") == ["file.txt"],
+    ),
+    "x extract into a typed folder": (
+        "bundle.zip",
+        lambda folder: ["x", *f"{folder}/out", "enter"],
+        lambda folder: holds(folder / "out" / "inside.txt", "inside"),
+    ),
+    # n, the name, Enter: created and opened in the editor, which gets what is typed next.
+    "n new file, then edited": (
+        "file.txt",
+        lambda _folder: ["n", *"made.txt", "enter", *"hello", "ctrl+s", "escape"],
+        lambda folder: holds(folder / "made.txt", "hello"),
+    ),
+    # F2 right after the permissions' Enter: for the panel once the mode is set, not the dialog.
+    "p 755 Enter, then F2": (
+        "file.txt",
+        lambda _folder: ["p", *"755", "enter", "f2", *"after-mode.txt", "enter"],
+        lambda folder: (
+            holds(folder / "after-mode.txt", "x") and (folder / "after-mode.txt").stat().st_mode & 0o777 == 0o755
+        ),
+    ),
+    # The filter moves the cursor to the one match (from bundle.zip), which F2 renames.
+    "/ filter, then F2": (
+        "bundle.zip",
+        lambda _folder: ["slash", *"file.t", "enter", "f2", *"filtered.txt", "enter"],
+        lambda folder: holds(folder / "filtered.txt", "x") and (folder / "bundle.zip").exists(),
     ),
 }
 
 
-@pytest.mark.parametrize("typing", TYPING)
-@pytest.mark.parametrize("case", list(FILE_CASES))
-def test_each_files_dialog_driven_by_its_whole_sequence_saves_it(stack: Stack, case: str, typing: str) -> None:
-    keys, saved = FILE_CASES[case]
+def holds(file: Path, text: str) -> bool:
+    """Whether `file` is there and holds `text`."""
+    return file.is_file() and file.read_text() == text
+
+
+def zip_names(archive: Path) -> list[str] | None:
+    """The names in `archive`, once it is there whole (None before)."""
+    try:
+        with zipfile.ZipFile(archive) as opened:
+            return opened.namelist()
+    except (FileNotFoundError, zipfile.BadZipFile):
+        return None
+
+
+@pytest.fixture
+def file_folder(stack: Stack) -> Path:
+    """A folder of the site of its own: file.txt (`x`), the folders into/ and taken/ (holding a
+    file.txt of its own) and bundle.zip (holding inside.txt)."""
     folder = site_dir(stack) / f"typed-{uuid.uuid4().hex[:8]}"
     folder.mkdir()
-    file = folder / "file.txt"
-    file.write_text("x")
+    (folder / "file.txt").write_text("x")
+    (folder / "into").mkdir()
+    (folder / "taken").mkdir()
+    (folder / "taken" / "file.txt").write_text("taken")
+    with zipfile.ZipFile(folder / "bundle.zip", "w") as archive:
+        archive.writestr("inside.txt", "inside")
+    return folder
+
+
+@pytest.mark.parametrize("typing", TYPING)
+@pytest.mark.parametrize("case", list(FILE_CASES))
+def test_each_files_dialog_driven_by_its_whole_sequence_saves_it(
+    stack: Stack, file_folder: Path, case: str, typing: str
+) -> None:
+    entry, keys, saved = FILE_CASES[case]
     app = real_app(stack)
 
     async def scenario(pilot: Pilot[None]) -> None:
         screen = await open_commander(pilot)
-        screen.left.load(folder.name)
-        await highlight(pilot, screen.left, file.name)
-        await type_keys(pilot, typing, *keys)
-        await wait_for(pilot, lambda: saved(file) and app.screen is screen)
+        screen.left.load(file_folder.name)
+        await highlight(pilot, screen.left, entry)
+        await type_keys(pilot, typing, *keys(file_folder.name))
+        await wait_for(pilot, lambda: saved(file_folder) and app.screen is screen)
+
+    run(app, scenario)
+
+
+@pytest.mark.parametrize("typing", TYPING)
+def test_a_content_search_typed_whole_opens_the_hit_at_its_line(stack: Stack, file_folder: Path, typing: str) -> None:
+    """ctrl+f, ctrl+t (in content), the pattern, Enter, then ↓ Enter on the hit the server found:
+    the viewer opens that file at the hit's line."""
+    (file_folder / "needle.txt").write_text("one\ntwo\nthe typed-needle is here\n")
+    app = real_app(stack)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        screen = await open_commander(pilot)
+        screen.left.load(file_folder.name)
+        await highlight(pilot, screen.left, "file.txt")
+        await type_keys(pilot, typing, "ctrl+f", "ctrl+t", *"typed-needle", "enter", "down", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ViewerScreen))
+        viewer = app.screen
+        assert isinstance(viewer, ViewerScreen)
+        assert viewer.path == f"{file_folder.name}/needle.txt"
+        await wait_for(pilot, lambda: "line 3" in screen_text(app) and "the typed-needle is here" in screen_text(app))
 
     run(app, scenario)
 
@@ -619,20 +823,24 @@ class Tmux:
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], check=False, capture_output=True)
 
 
-@pytest.fixture
-def tmux_fleetdeck(stack: Stack, tmp_path: Path) -> Iterator[Tmux]:
-    env = {
+def tmux_env(stack: Stack, home: Path, token: str) -> dict[str, str]:
+    """The environment of `fleetdeck` on the test stack with `token`, its files under `home`."""
+    return {
         "FLEETDECK_URL": stack.base_url,
-        "FLEETDECK_TOKEN": stack.token,
-        "HOME": str(tmp_path),
-        "XDG_CONFIG_HOME": str(tmp_path / "config"),
-        "XDG_STATE_HOME": str(tmp_path / "state"),
-        "XDG_CACHE_HOME": str(tmp_path / "cache"),
-        "XDG_DATA_HOME": str(tmp_path / "data"),
+        "FLEETDECK_TOKEN": token,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / "config"),
+        "XDG_STATE_HOME": str(home / "state"),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "XDG_DATA_HOME": str(home / "data"),
         "TERM": "xterm-256color",
         "PYTHONPATH": str(Path(__file__).parents[2]),
     }
-    session = Tmux(tmp_path, env)
+
+
+@pytest.fixture
+def tmux_fleetdeck(stack: Stack, tmp_path: Path) -> Iterator[Tmux]:
+    session = Tmux(tmp_path, tmux_env(stack, tmp_path, stack.token))
     try:
         yield session
     finally:
@@ -670,3 +878,35 @@ def test_tmux_send_keys_of_a_whole_sequence_sets_the_mode_and_shows_no_secret(
     assert not [screen for screen in screens if secret in screen]
     logs = list(tmux.home.rglob("tui.log"))
     assert logs and all(secret not in log.read_text() for log in logs)
+
+
+def test_tmux_send_keys_of_a_whole_rename_and_a_whole_load_balancer_form_saves_them(
+    stack: Stack, org: AgentlessOrg, tmux_fleetdeck: Tmux, tmp_path: Path
+) -> None:
+    """One `send-keys` call: `:files local`, the panel's filter on the file, F2 and the new name
+    typed over the one selected: renamed on the server. Then, as an org's owner (its servers have no
+    agent: nothing is applied), one call from the server list through the new load balancer form,
+    its dropdowns opened with Down and picked with Enter, to ctrl+s: saved as typed."""
+    target = site_dir(stack) / "tmux-typed-rename.txt"
+    target.write_text("renamed whole")
+    renamed = target.with_name("tmux-typed-renamed.md")
+    tmux = tmux_fleetdeck
+    tmux.wait_for(lambda: "local" in tmux.screen())
+    tmux.tmux("send-keys", ":files local", "Enter", f"/{target.name}", "Enter", "F2", renamed.name, "Enter")
+    tmux.wait_for(lambda: renamed.is_file() and not target.exists())
+    assert renamed.read_text() == "renamed whole"
+
+    home = tmp_path / "org"
+    home.mkdir()
+    owner = Tmux(home, tmux_env(stack, home, org.token))
+    try:
+        owner.wait_for(lambda: "edge-1" in owner.screen())
+        names = {"tab": "Tab", "down": "Down", "enter": "Enter", "space": "Space", "ctrl+s": "C-s"}
+        owner.tmux("send-keys", *[names.get(key, key) for key in NEW_LB_KEYS])
+        owner.wait_for(lambda: saved_lb(org, "typed-lb") is not None)
+    finally:
+        owner.close()
+    saved = saved_lb(org, "typed-lb")
+    assert saved is not None
+    assert (saved.node_server_id, saved.engine, saved.algorithm) == (org.node, "haproxy", "ip_hash")
+    assert [(backend.server_id, backend.port) for backend in saved.backends] == [(org.backends["app-1"], 8080)]

@@ -45,6 +45,8 @@ from tui.widgets.header import SafeHeader
 
 PAGE = 100
 POLL_S = 3.0
+SERVERS = "servers"
+"""What holds the keys while the org's servers are read (the filters' server dropdown lists them)."""
 # Ask for the next older page when the cursor moves down this close to the last row.
 PAGE_AHEAD_ROWS = 5
 
@@ -133,7 +135,8 @@ class AuditScreen(FilteredList, FleetScreen):
     def on_mount(self) -> None:
         if self.dismissed:
             return
-        self.bridge.run(self, self.client.servers.list, on_done=self._show_servers, on_error=self.show_error)
+        self.hold_keys(SERVERS)  # `f` typed meanwhile: its server dropdown lists them, once they are in
+        self.bridge.run(self, self.client.servers.list, on_done=self._show_servers, on_error=self._no_servers)
         self._poll_timer = self.set_interval(POLL_S, self._poll)
         self.action_reload()
 
@@ -216,6 +219,11 @@ class AuditScreen(FilteredList, FleetScreen):
         if self.entries:
             self._draw(keep_cursor=True)
         self._update_bar()
+        self.release_keys(SERVERS)
+
+    def _no_servers(self, exc: BaseException) -> None:
+        self.show_error(exc)
+        self.release_keys(SERVERS)
 
     def _server_name(self, server_id: str | None) -> str:
         if server_id is None:

@@ -445,18 +445,17 @@ class CommanderScreen(FleetScreen):
         def ask(listing: Listing) -> None:
             existing = {str(entry.get("name", "")): str(entry.get("type", "")) for entry in listing.entries}
             resolve_conflicts(self.app, operation, paths, existing, label, send)
+            self.release_keys(ConflictPlan)
 
+        def go(_exc: BaseException) -> None:
+            send(ConflictPlan(plain=paths))
+            self.release_keys(ConflictPlan)
+
+        # What is typed while the folder is listed: for the question a taken name asks (`o`).
+        self.hold_keys(ConflictPlan)
         # A folder that is not there (one item renamed on its way) or cannot be listed: the
         # operation itself then says what is wrong.
-        self.bridge.run(
-            self,
-            self.client.files.list_all,
-            server.id,
-            scope,
-            destination,
-            on_done=ask,
-            on_error=lambda _exc: send(ConflictPlan(plain=paths)),
-        )
+        self.bridge.run(self, self.client.files.list_all, server.id, scope, destination, on_done=ask, on_error=go)
 
     def _send(
         self,

@@ -28,7 +28,7 @@ from tui.errors import describe_error
 from tui.jobs.choices import Choice, ChoiceCache, ChoicesUnavailable, Source, fetch_choices, sources_of
 from tui.jobs.errors import describe_job_error, validation_errors
 from tui.jobs.form import Invalid, JobForm, parse_schema
-from tui.screen import FleetModal
+from tui.screen import SUBMITTING, FleetModal
 from tui.text import load_tcss, printable
 
 # --- what a kind needs ------------------------------------------------------------------------
@@ -677,6 +677,7 @@ class JobFormScreen(FleetModal[Job | None]):
             self._idempotency = (args, uuid.uuid4().hex)
         key = self._idempotency[1]
         self.creating = True
+        self.hold_keys(SUBMITTING)  # typed meanwhile: for the job's screen, once it is created
         self.query_one("#job-form-run", Button).disabled = True
         self._status(f"Starting {self.kind.kind}…")
         self.bridge.run(
@@ -691,10 +692,11 @@ class JobFormScreen(FleetModal[Job | None]):
 
     def _created(self, job: Job) -> None:
         self.creating = False
-        self.dismiss(job)
+        self.dismiss_submitted(job)
 
     def _failed(self, exc: BaseException) -> None:
         self.creating = False
+        self.release_keys(SUBMITTING)  # the form stays open: the keys are for it
         self.query_one("#job-form-run", Button).disabled = False
         errors = validation_errors(exc)
         if errors:

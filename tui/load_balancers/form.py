@@ -46,6 +46,7 @@ from contract.load_balancers import (
     LoadBalancerPatch,
 )
 from tui.load_balancers.conflict import Difference, LbConflictChoice, LbConflictDialog
+from tui.screen import SUBMITTING
 from tui.text import load_tcss, printable
 from tui.widgets.dialogs import Dialog
 from tui.widgets.select import FormSelect
@@ -57,7 +58,6 @@ ENGINES = [(name, engine) for engine, name in ENGINE_NAMES.items()]
 PORTS = [("80 (HTTP)", 80), ("443 (HTTPS, a certificate from ACME)", 443)]
 ALGORITHMS = [(name, algorithm) for algorithm, name in ALGORITHM_NAMES.items()]
 PORTS_TYPED = r"[0-9, ]*"  # a backend's ports as they are typed: `8080, 8081`
-SAVING = "saving"  # what holds the keys while a save is on its way
 
 
 class Invalid(ValueError):
@@ -300,14 +300,10 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
         """Send the save; the keys typed meanwhile wait for its answer (`ctrl+s o` in one go: the
         `o` is the conflict dialog's, never a letter in the focused field)."""
         self.saving = True
-        self.hold_keys(SAVING)
+        self.hold_keys(SUBMITTING)
         self.query_one("#lb-form-save", Button).disabled = True
         self.set_status("Saving…")
-        self.bridge.run(self, call, *args, on_done=self._saved, on_error=self._refused)
-
-    def _saved(self, lb: LoadBalancer) -> None:
-        self.release_keys(SAVING)
-        self.finish(lb)
+        self.bridge.run(self, call, *args, on_done=self.finish, on_error=self._refused)
 
     def _refused(self, exc: BaseException) -> None:
         self.saving = False
@@ -320,7 +316,7 @@ class LbFormDialog(Dialog[LoadBalancer | None]):
             self.app.push_screen(dialog, lambda choice: self._resolve_conflict(exc, choice))
         else:
             self.show_error(exc)
-        self.release_keys(SAVING)
+        self.release_keys(SUBMITTING)  # for the conflict dialog, or the form that stays open
 
     def _resolve_conflict(self, conflict: ChangedMeanwhile, choice: LbConflictChoice | None) -> None:
         current = conflict.current

@@ -61,6 +61,8 @@ from tui.widgets.header import SafeHeader
 # How often the list is polled; faster while a load balancer waits for its node to apply a change.
 POLL_S = 2.0
 POLL_PENDING_S = 0.5
+SERVERS = "servers"
+"""What holds the keys while the org's servers are read (`n` and `e` offer them in the form)."""
 
 LB_ACTIONS = [
     MenuItem("apply", "Re-apply", "a"),
@@ -149,11 +151,17 @@ class LoadBalancersScreen(FilteredList, FleetScreen):
 
     def _load_servers(self) -> None:
         self._servers_asked = True
-        self.bridge.run(self, self.client.servers.list, on_done=self._show_servers, on_error=self.show_error)
+        self.hold_keys(SERVERS)  # `n` typed meanwhile: its form offers them, once they are in
+        self.bridge.run(self, self.client.servers.list, on_done=self._show_servers, on_error=self._no_servers)
 
     def _show_servers(self, servers: list[Server]) -> None:
         self.servers = {server.id: server for server in servers}
         self._draw()
+        self.release_keys(SERVERS)
+
+    def _no_servers(self, exc: BaseException) -> None:
+        self.show_error(exc)
+        self.release_keys(SERVERS)
 
     def poll(self) -> None:
         """Ask for the list now (unless an answer is on its way)."""

@@ -49,11 +49,14 @@ class Dialog(FleetModal[T]):
 
     def finish(self, result: T) -> None:
         """Dismiss with `result`, once. Under another screen (a confirmation, a notification
-        screen pushed over it), the dialog closes as soon as it is on top again."""
+        screen pushed over it), the dialog closes as soon as it is on top again.
+
+        The keys typed while the dialog submitted (`hold_keys(SUBMITTING)`) then go to what its
+        result opens (`dismiss_submitted`)."""
         if self.closed:
             return
         if self.app.screen is self:
-            self.dismiss(result)
+            self.dismiss_submitted(result)
         else:
             self._pending_result = (result,)
 

@@ -13,39 +13,16 @@ from typing import Any
 from textual.pilot import Pilot
 from textual.widgets import Select, Static
 
-from api_client import Client
 from contract.models import AuditEntry
 from tests.conftest import Stack
 from tests.helpers import wait_for
+from tests.helpers.audit import app_for, new_org
 from tests.helpers.snapshots import screen_text
 from tests.helpers.tui import run
-from tui.app import FleetdeckApp
 from tui.audit.entry import AuditEntryScreen
 from tui.audit.filters import AuditFilterDialog
 from tui.audit.screen import PAGE, AuditScreen, AuditTable
-from tui.connection import Connection
 from tui.servers.screen import ServerListScreen
-
-
-def new_org(stack: Stack, *, tokens: int = 0) -> str:
-    """An org with an owner who created the lite servers `web-a`, `web-b` and `tokens` API
-    tokens; the owner's session token."""
-    name = f"audit-{uuid.uuid4().hex[:8]}"
-    stack.admin("create-org", name, "--plan", "max")
-    email = f"owner@{name}.test"
-    stack.admin("create-user", email, "--org", name, "--role", "owner", "--password", "pw-123456")
-    token = stack.login(email, "pw-123456")
-    with stack.http(token) as http:
-        for server in ("web-a", "web-b"):
-            assert http.post("/v1/servers", json={"name": server, "kind": "lite"}).status_code == 201
-        for n in range(tokens):
-            assert http.post("/v1/tokens", json={"name": f"token-{n}"}).status_code == 201
-    return token
-
-
-def app_for(stack: Stack, token: str) -> FleetdeckApp:
-    client = Client(stack.base_url, token=token)
-    return FleetdeckApp(Connection(stack.base_url, token, "test stack"), theme="fleetdeck-dark", client=client)
 
 
 def shown(screen: AuditScreen) -> list[AuditEntry]:

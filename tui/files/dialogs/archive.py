@@ -17,6 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Input, Label, OptionList, ProgressBar, Select, Static
+from textual.widgets.input import Selection
 
 from api_client import Event, Scope, Server, archive_paths_problem
 from contract.errors import ApiError, InsufficientStorage
@@ -158,6 +159,7 @@ class ArchiveDialog(Dialog[bool]):
         if self.kind == "extract":
             self.set_status("Reading the archive…")
             self.checking = True
+            self.hold_keys()  # typed meanwhile: over the destination proposed, once it is in
             self.bridge.run(self, self._check, self.directory, on_done=self._proposed, on_error=self._not_proposed)
 
     @property
@@ -246,9 +248,7 @@ class ArchiveDialog(Dialog[bool]):
         destination = proposed_destination(self.directory, self.paths[0].rpartition("/")[2], check.roots)
         if destination == self.directory:
             self._remember(destination, check)
-        field = self.query_one("#archive-destination", Input)
-        if not field.value:
-            field.value = "/" + destination
+        self._propose("/" + destination)
         what = plural(check.entries, "entry", "entries") + f", {format_size(check.bytes)}"
         layout = f"one top-level folder, {check.roots[0]}" if len(check.roots) == 1 else "several top-level entries"
         self.set_status(printable(f"{what} · {layout}") if check.roots else what)
@@ -260,10 +260,17 @@ class ArchiveDialog(Dialog[bool]):
         """The archive could not be read (unsafe, broken): say why; the folder named after it is
         proposed, and Start asks again (and says why again)."""
         self.checking = self.proposing = self.start_when_proposed = False
+        self._propose("/" + proposed_destination(self.directory, self.paths[0].rpartition("/")[2], []))
+        self.show_error(exc, path=self.paths[0])
+
+    def _propose(self, destination: str) -> None:
+        """`destination` in the field, selected as mc's rename selects the name: what is typed
+        next replaces it (End or an arrow keeps it to edit); the keys typed meanwhile go there."""
         field = self.query_one("#archive-destination", Input)
         if not field.value:
-            field.value = "/" + proposed_destination(self.directory, self.paths[0].rpartition("/")[2], [])
-        self.show_error(exc, path=self.paths[0])
+            field.value = destination
+            field.selection = Selection(0, len(destination))
+        self.release_keys()
 
     def _check_then_extract(self, destination: str) -> None:
         """Extract, or first list the conflicts. The check made when the dialog opened is used

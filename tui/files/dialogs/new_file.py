@@ -16,6 +16,7 @@ from api_client import Scope, Server
 from api_client import errors as api_errors
 from contract.models import FsWriteResult
 from tui.files.dialogs.base import name_problem
+from tui.screen import SUBMITTING
 from tui.text import join_path, printable
 from tui.widgets.dialogs import Dialog
 from tui.widgets.select import FormSelect
@@ -143,6 +144,7 @@ class NewFileDialog(Dialog[str | None]):
         template = self.template
         path = join_path(self.directory, name)
         self.creating = True
+        self.hold_keys(SUBMITTING)  # typed meanwhile: for the editor the new file opens in
         self.set_status(f"Creating /{path}…")
         self.bridge.run(self, self._create, path, template, on_done=self._created, on_error=self._failed)
 
@@ -161,6 +163,7 @@ class NewFileDialog(Dialog[str | None]):
 
     def _failed(self, exc: BaseException) -> None:
         self.creating = False
+        self.release_keys(SUBMITTING)
         if isinstance(exc, api_errors.Conflict):
             self.set_status(f"{self.name_to_create!r} already exists here: choose another name.", error=True)
             self.query_one("#new-file-name", Input).focus()

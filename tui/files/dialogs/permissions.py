@@ -21,6 +21,7 @@ from api_client import PATHS_PER_BATCH, BatchInterrupted, Entry, Scope, Server
 from tui.errors import unwrap
 from tui.files.dialogs.base import describe_items, gone_meanwhile, octal, permission_string, plural
 from tui.files.dialogs.bulk import describe_bulk_error
+from tui.screen import SUBMITTING
 from tui.text import load_tcss, printable
 from tui.widgets.dialogs import Dialog
 from tui.widgets.toggles import Checkbox, RadioButton
@@ -237,6 +238,8 @@ class PermissionsDialog(Dialog[int | None]):
         self.show_in_grid(mode)
         only = {"all": None, "files": "files", "dirs": "dirs"}[self.apply_to]
         self.applying = True
+        if len(self.paths) <= PATHS_PER_BATCH:  # (more: Esc stops it, and must not wait)
+            self.hold_keys(SUBMITTING)  # typed meanwhile: for the panel, once the mode is set
         self.set_status(f"Setting {octal(mode)} on {describe_items(self.paths)}…")
         self.bridge.run(
             self,
@@ -270,6 +273,7 @@ class PermissionsDialog(Dialog[int | None]):
 
     def _failed(self, exc: BaseException) -> None:
         self.applying = False
+        self.release_keys(SUBMITTING)
         message = describe_bulk_error(exc, "Changed", server=self.server.name)
         if isinstance(unwrap(exc), BatchInterrupted):  # part of the paths changed: say so, then close
             self.notify(message, severity="error" if not self.stopping else "information", timeout=8)

@@ -105,6 +105,7 @@ class SearchDialog(Dialog[str | None]):
         if self._search_task is not None:
             self._search_task.cancel()  # a newer query wins
         self.searching = True
+        self.hold_keys()  # typed meanwhile (↓ Enter): for the results, once listed
         self._query = query
         self.set_status(f"Searching {'the content of files' if content else 'names'} for {query!r}…")
         self._search_task = self.bridge.run(
@@ -123,6 +124,7 @@ class SearchDialog(Dialog[str | None]):
 
     def _show(self, answer: FsSearchResult) -> None:
         self.searching = False
+        self.release_keys()
         self.searched_for = self._query
         self.matches = answer.matches
         self.truncated = answer.truncated
@@ -141,6 +143,7 @@ class SearchDialog(Dialog[str | None]):
 
     def _failed(self, exc: BaseException) -> None:
         self.searching = False
+        self.release_keys()
         self.show_error(exc)
 
     @on(OptionList.OptionSelected, "#search-results")
