@@ -455,7 +455,8 @@ def test_keys_typed_while_the_files_screen_opens_wait_for_its_first_listing(
     async def scenario(pilot: Pilot[None]) -> None:
         await highlight_server(pilot, "local")
         type_at_once(app, ":", *"files local", "enter", "/", *target.name, "enter", "p", "7", "5", "5", "enter")
-        await wait_for(pilot, lambda: target.stat().st_mode & 0o777 == 0o755)
-        assert isinstance(app.screen, CommanderScreen)
+        await wait_for(
+            pilot, lambda: target.stat().st_mode & 0o777 == 0o755 and isinstance(app.screen, CommanderScreen)
+        )
 
     run(app, scenario)
