@@ -12,9 +12,10 @@ keep their order through each queue), once the callbacks its action scheduled ha
 dialog's result, which opens the next dialog), and only to a screen that is ready for keys:
 mounted (its `on_mount` has set the focus) and not holding them (`KeepsEarlyKeys.hold_keys`: while
 it loads what its fields show, or while an action of it loads what it will open). The app's
-priority bindings (ctrl+q) never wait. Accelerators cannot leak into a field: a dialog's letter
-(`c` in the save-conflict dialog) has acted, and the field it opens is focused, before the next
-key is routed.
+priority bindings (ctrl+q) never wait, and an Esc first in line waits for a screen's hold at most
+`ESCAPE_AFTER` seconds (a server that does not answer never keeps a user in a dialog).
+Accelerators cannot leak into a field: a dialog's letter (`c` in the save-conflict dialog) has
+acted, and the field it opens is focused, before the next key is routed.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ if TYPE_CHECKING:
 STUCK_AFTER = 2.0
 """Seconds after which a key whose `KeyRouted` never came back (its widget was removed with the
 key still in its queue) no longer holds up the next ones."""
+
+
+ESCAPE_AFTER = 3.0
+"""Seconds an Esc first in line waits behind a screen that holds the keys (a listing, a search, a
+save the server is slow to answer) before it goes to that screen anyway: the way out never waits
+for the server. The keys typed after it keep waiting for the hold."""
 
 
 ROUNDS = 2
@@ -72,6 +79,7 @@ class KeyQueue:
         self.waiting: deque[events.Key] = deque()
         self._in_flight: KeyRouted | None = None
         self._stuck_timer: Timer | None = None
+        self._escape_timer: Timer | None = None
         self._mount_waits: dict[Screen[Any], asyncio.Task[None]] = {}
         self._mounted: WeakSet[Screen[Any]] = WeakSet()
         """The screens mounted, their `on_mount`'s focus set: ready for keys unless they hold them."""
@@ -88,10 +96,38 @@ class KeyQueue:
     async def pump(self) -> None:
         """Route the keys waiting, in order, as far as the previous key and the screen allow."""
         while self.waiting and self._in_flight is None and self._screen_ready():
-            key = self.waiting.popleft()
-            target = self.app.focused or self.app.screen
-            await self._route(key)
-            self._follow(target, ROUNDS)
+            await self._route_next()
+        if self._escape_timer is None and self._escape_held():
+            self._escape_timer = self.app.set_timer(ESCAPE_AFTER, self._escape_now)
+
+    async def _route_next(self) -> None:
+        key = self.waiting.popleft()
+        if key.key == "escape" and self._escape_timer is not None:
+            self._escape_timer.stop()  # it goes now: the next Esc held waits its own time
+            self._escape_timer = None
+        target = self.app.focused or self.app.screen
+        await self._route(key)
+        self._follow(target, ROUNDS)
+
+    def _escape_held(self) -> bool:
+        """Whether an Esc is next and only a screen's hold keeps it (not a key still in flight,
+        not a screen still mounting)."""
+        return (
+            bool(self.waiting)
+            and self.waiting[0].key == "escape"
+            and self._in_flight is None
+            and bool(self.app.screen_stack)
+            and self.app.screen in self._mounted
+            and holds_keys(self.app.screen)
+        )
+
+    async def _escape_now(self) -> None:
+        """`ESCAPE_AFTER` seconds on: an Esc still held goes to the screen that holds it."""
+        self._escape_timer = None
+        if self._escape_held():
+            await self._route_next()
+        else:
+            await self.pump()
 
     def _follow(self, target: MessagePump, rounds: int) -> None:
         """Send a `KeyRouted` after what `target` has in its queue (the key, at first)."""

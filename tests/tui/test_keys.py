@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from textual.app import App, ComposeResult
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input
 from textual.widgets._footer import FooterKey
 
+from api_client import Scope
 from contract.load_balancers import LoadBalancer, LoadBalancerList
 from tests.conftest import Stack
 from tests.helpers import wait_for
@@ -59,6 +61,7 @@ from tui.help import HelpScreen, screen_title
 from tui.jobs.dialogs import ConfirmRun, JobFormScreen, KindPicker
 from tui.jobs.run import JobRunScreen
 from tui.jobs.screen import JobsScreen
+from tui.keys import ESCAPE_AFTER
 from tui.load_balancers.screen import LoadBalancersScreen
 from tui.servers.screen import ServerListScreen
 from tui.widgets.toggles import Checkbox, RadioButton, SelectionList
@@ -749,6 +752,41 @@ def test_a_content_search_typed_whole_opens_the_hit_at_its_line(stack: Stack, fi
         assert isinstance(viewer, ViewerScreen)
         assert viewer.path == f"{file_folder.name}/needle.txt"
         await wait_for(pilot, lambda: "line 3" in screen_text(app) and "the typed-needle is here" in screen_text(app))
+
+    run(app, scenario)
+
+
+def test_an_esc_held_behind_a_server_that_does_not_answer_goes_after_a_few_seconds(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The permissions dialog holds the keys while it reads the mode, and the read does not
+    answer (held back at the client, as a stalled agent would). An Esc typed then reaches the
+    dialog after `ESCAPE_AFTER`, long before any timeout: the dialog closes, its read unanswered."""
+    (site_dir(stack) / "esc-held.txt").write_text("a\n")
+    app = real_app(stack)
+    stat, answering = app.client.files.stat, []
+
+    async def stalled_stat(*args: Any, **kwargs: Any) -> Any:
+        # The test's flag polled from trio (the client's side): no event of it to wait on.
+        while not answering:  # noqa: ASYNC110
+            await trio.sleep(0.01)
+        return await stat(*args, **kwargs)
+
+    monkeypatch.setattr(app.client.files, "stat", stalled_stat)
+
+    async def scenario(pilot: Pilot[None]) -> None:
+        await highlight_server(pilot, "local")
+        list_screen = app.screen
+        local = next(server for server in list_screen.servers.values() if server.name == "local")
+        dialog = PermissionsDialog(local, Scope(scope="site", domain="example.com"), ["esc-held.txt"], has_dirs=False)
+        app.push_screen(dialog)
+        await wait_for(pilot, lambda: app.screen is dialog and dialog.holding_keys)
+        asked = time.monotonic()
+        type_at_once(app, "escape")
+        await wait_for(pilot, lambda: app.screen is list_screen, seconds=ESCAPE_AFTER + 10)
+        assert time.monotonic() - asked >= ESCAPE_AFTER  # it waited for the hold first
+        assert dialog.current is None  # closed while its read was on its way
+        answering.append(True)
 
     run(app, scenario)
 
