@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 from api_client import Client
 from tests.helpers.stacks import Stack
 from tui.app import FleetdeckApp
@@ -13,11 +11,7 @@ from tui.connection import Connection
 def new_org(stack: Stack, *, tokens: int = 0) -> str:
     """An org with an owner who created the lite servers `web-a`, `web-b` and `tokens` API
     tokens; the owner's session token."""
-    name = f"audit-{uuid.uuid4().hex[:8]}"
-    stack.admin("create-org", name, "--plan", "max")
-    email = f"owner@{name}.test"
-    stack.admin("create-user", email, "--org", name, "--role", "owner", "--password", "pw-123456")
-    token = stack.login(email, "pw-123456")
+    token = stack.new_owner("audit")
     with stack.http(token) as http:
         for server in ("web-a", "web-b"):
             assert http.post("/v1/servers", json={"name": server, "kind": "lite"}).status_code == 201

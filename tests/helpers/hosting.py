@@ -15,7 +15,6 @@ import os
 import pwd
 import secrets
 import subprocess
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,11 +159,7 @@ def start_hosting(stack: Stack, folder: Path) -> Hosting:
 def start_server(stack: Stack, folder: Path, layout: dict[str, Any] | None = None) -> Hosting:
     """An org of its own, its full server and the server's agent, whose host layout file holds
     `layout` (stopped with `stop_hosting`)."""
-    name = f"hosting-{uuid.uuid4().hex[:8]}"
-    stack.admin("create-org", name, "--plan", "max")
-    email = f"owner@{name}.test"
-    stack.admin("create-user", email, "--org", name, "--role", "owner", "--password", "pw-123456")
-    token = stack.login(email, "pw-123456")
+    token = stack.new_owner("hosting")
     with stack.http(token) as http:
         created = http.post("/v1/servers", json={"name": "web-1", "kind": "full"})
     assert created.status_code == 201, created.text

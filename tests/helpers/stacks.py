@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -42,6 +43,14 @@ class Stack(StackCredentials):
         answer.raise_for_status()
         token: str = answer.json()["token"]
         return token
+
+    def new_owner(self, prefix: str, plan: str = "max") -> str:
+        """The session token of the owner of a new org `<prefix>-<random>` on `plan`."""
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        self.admin("create-org", name, "--plan", plan)
+        email = f"owner@{name}.test"
+        self.admin("create-user", email, "--org", name, "--role", "owner", "--password", "pw-123456")
+        return self.login(email, "pw-123456")
 
     def http(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token or self.token}"}

@@ -64,11 +64,7 @@ def backends_serving(backends: list[Backend]) -> Iterator[None]:
 
 @pytest.fixture
 def org(stack: Stack) -> Org:
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    stack.admin("create-org", name, "--plan", "max")
-    email = f"owner@{name}.test"
-    stack.admin("create-user", email, "--org", name, "--role", "owner", "--password", "pw-123456")
-    token = stack.login(email, "pw-123456")
+    token = stack.new_owner("e2e")
     with stack.http(token) as http:
         created = http.post("/v1/servers", json={"name": "apps", "kind": "lite", "address": "127.0.0.1"})
     assert created.status_code == 201, created.text

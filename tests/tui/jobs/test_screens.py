@@ -543,11 +543,7 @@ class OtherOrg:
 
 @pytest.fixture(scope="module")
 def plus_org(stack: Stack) -> OtherOrg:
-    name = f"plus-{uuid.uuid4().hex[:8]}"
-    stack.admin("create-org", name, "--plan", "plus")
-    email = f"owner@{name}.test"
-    stack.admin("create-user", email, "--org", name, "--role", "owner", "--password", "pw-123456")
-    token = stack.login(email, "pw-123456")
+    token = stack.new_owner("plus", "plus")
     with stack.http(token) as http:
         for server, kind in (("web-1", "full"), ("edge-1", "lite")):
             created = http.post("/v1/servers", json={"name": server, "kind": kind})
