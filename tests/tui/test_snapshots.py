@@ -425,6 +425,9 @@ def test_load_balancer_form(snap_org: SnapOrg) -> None:
         await wait_for(pilot, lambda: isinstance(pilot.app.screen, LoadBalancersScreen))
         screen = pilot.app.screen
         await wait_for(pilot, lambda: "0 load balancers" in screen_text(pilot.app))
+        # The action run directly does not wait for the org's servers as a typed `n` does.
+        assert isinstance(screen, LoadBalancersScreen)
+        await wait_for(pilot, lambda: len(screen.servers) == 3)
         await action(pilot, screen, "new")
         await wait_for(pilot, lambda: pilot.app.screen is not screen)
 
