@@ -18,6 +18,7 @@ from agent.link.client import link_urls
 from agent.load_balancers.acme import LETS_ENCRYPT_DIRECTORY
 from agent.load_balancers.settings import LbSettings, parse_port_map
 from agent.runner import AgentConfig, run_agent
+from contract import allocator
 from contract.link import protocol
 
 log = logging.getLogger("fleetdeck.agent")
@@ -140,6 +141,7 @@ def parser(defaults: Defaults = Defaults()) -> argparse.ArgumentParser:
 
 def main(argv: list[str], defaults: Defaults = Defaults()) -> int:
     """Entry point; `argv` are the arguments after ``agent``."""
+    allocator.keep_buffers_mapped()  # transfers: see contract.allocator
     if argv[:1] == ["run"]:
         from agent.jobs.local import main as run_job
 

@@ -12,11 +12,12 @@ as the `contract.errors` class of its code.
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, aclosing
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
+import httpcore
 import httpx
 import orjson
 from httpx_ws import AsyncWebSocketSession, WebSocketDisconnect, WebSocketNetworkError, aconnect_ws
@@ -24,6 +25,7 @@ from pydantic import TypeAdapter
 
 from api_client._sse import EventStream
 from contract.errors import ApiError, FleetdeckError, TransportError, Unavailable
+from contract.link import fastmask
 from contract.load_balancers import (
     ApplyStarted,
     Backend,
@@ -44,6 +46,7 @@ from contract.models import (
     ApiTokenCreated,
     AuditEntry,
     AuditList,
+    DirectDownload,
     DirectUpload,
     Entry,
     ExtractConflicts,
@@ -131,6 +134,12 @@ UPLOAD_CHUNK = 1024 * 1024  # one WebSocket frame of a streamed upload
 # relay wins: one request to a connection already open, where direct costs a grant request, a new
 # TCP connection to the agent and its fsync for the same handful of bytes.
 DIRECT_THRESHOLD = 1024 * 1024
+# httpcore reads an HTTP/1.1 body 64 KiB per receive (a class constant, raised from 4 KiB in
+# encode/httpcore#135 on the same grounds): on loopback that caps one download at some 840 MiB/s
+# here, against 4.9 GiB/s for the socket itself. 1 MiB per receive takes a direct download to
+# some 1.5 GiB/s (`benchmarks/files.py`); a receive returns what has arrived, so small answers
+# are not slower, and memory stays one buffer per connection.
+httpcore._async.http11.AsyncHTTP11Connection.READ_NUM_BYTES = 1024 * 1024
 INGRESS_ANSWER_TIMEOUT_S = 600.0  # after the last byte, the agent fsyncs up to 2 GiB
 UploadPath = Literal["direct", "relay", "stream"]
 USER_AGENT = "fleetdeck-api-client/0.1"
@@ -288,6 +297,7 @@ class Client:
 
     def websocket(self, path: str, *, params: Mapping[str, str]) -> AbstractAsyncContextManager[AsyncWebSocketSession]:
         """A WebSocket to `path` with this client's base URL and token (httpx-ws)."""
+        fastmask.install()  # a client masks every byte it sends: in C when it can be
         connect: AbstractAsyncContextManager[AsyncWebSocketSession] = aconnect_ws(path, self._http, params=params)
         return connect
 
@@ -395,6 +405,8 @@ class PresenceStream(ServerEventStream):
 class FilesAPI(_SubAPI):
     last_upload_via: UploadPath | None = None
     """Which path the last `upload` took: ``direct`` (the server's ingress), ``relay`` or ``stream``."""
+    last_download_via: Literal["direct", "relay"] | None = None
+    """Which path the last `download` took: ``direct`` (the server's ingress) or ``relay``."""
 
     """The file workspace of one server, jailed to a scope (`Scope(scope="site", domain=...)`)."""
 
@@ -779,11 +791,51 @@ class FilesAPI(_SubAPI):
             raise ApiError.from_body(klass.status if klass is not ApiError else 400, answer)
         return FsEntryResult.model_validate(answer).entry
 
-    async def download(self, server_id: str, scope: Scope, path: str) -> AsyncIterator[bytes]:
-        """The file's bytes as they arrive (no size limit, little memory)."""
+    async def download(self, server_id: str, scope: Scope, path: str, *, direct: bool = True) -> AsyncIterator[bytes]:
+        """The file's bytes as they arrive (no size limit, little memory).
+
+        With `direct` (the default), straight from the server's ingress when it has one (the
+        control plane signs a one-time URL and never sees the bytes, the agent sends them with
+        `sendfile`), else through the control plane. `last_download_via` tells which."""
         params = {**_scope_params(scope), "path": path}
+        if direct:
+            grant = await self.direct_download_url(server_id, scope, path)
+            if grant.url is not None:
+                async with aclosing(self._download_direct(grant.url)) as chunks:
+                    if await anext(chunks, None) is not None:  # None: the ingress could not be reached
+                        self.last_download_via = "direct"
+                        async for chunk in chunks:
+                            yield chunk
+                        return
+        self.last_download_via = "relay"
         async for chunk in self._client.stream_bytes(f"/v1/servers/{server_id}/fs/download", params=params):
             yield chunk
+
+    async def direct_download_url(self, server_id: str, scope: Scope, path: str) -> DirectDownload:
+        """A signed one-time URL on the server's ingress for the file at `path`, or ``url: None``."""
+        params = {**_scope_params(scope), "path": path}
+        return DirectDownload.model_validate(await self._fs("POST", server_id, "download/direct", params=params))
+
+    async def _download_direct(self, url: str) -> AsyncGenerator[bytes, None]:
+        """GET a signed ingress URL: first an empty chunk once the answer is a 200 (nothing at all
+        when the ingress cannot be reached: the caller falls back), then the bytes. A body cut
+        short of its `Content-Length` raises `TransportError`, never ends quietly."""
+        try:
+            async with self._client.ingress_http.stream("GET", url) as response:
+                if not response.is_success:
+                    await response.aread()
+                    try:
+                        body = orjson.loads(response.content)
+                    except orjson.JSONDecodeError as exc:
+                        raise TransportError(f"the server's ingress answered {response.status_code}, not JSON") from exc
+                    raise ApiError.from_body(response.status_code, body)
+                yield b""
+                async for chunk in response.aiter_raw():
+                    yield chunk
+        except (httpx.ConnectError, httpx.ConnectTimeout):
+            return
+        except httpx.TransportError as exc:
+            raise TransportError(f"direct download lost: {exc}") from exc
 
     async def _fs(
         self,

@@ -7,9 +7,17 @@ agent without an ingress shows the fallback (the WebSocket stream through the co
 
     python benchmarks/files.py
 
-It prints figures; it asserts nothing. Targets: listing no slower than `ssh ls -la` of the same
-folder; transfers at least as fast as scp; the editor's first frame of a 10 MiB file under 300 ms
-and a keystroke (in the middle of that file, until the frame showing it) under 30 ms.
+Downloads take the direct path too when the agent has an ingress (a signed one-time GET on the
+agent, which sends the file with `sendfile`); the relay through the control plane is measured
+beside it. Beside the transfers: the loopback TCP rate between two processes on this machine
+(one sends 1 MiB buffers, the other receives them), the ceiling any of them could reach, so a
+change in the machine is told from a change in the product; and the peak RSS of the control
+plane and the agent, which stays flat whatever the file's size.
+
+It prints figures; it asserts nothing. Targets (issue 26): listing no slower than `ssh ls -la` of
+the same folder; downloads ≥ 4x scp, streamed uploads (no ingress) ≥ 2x scp, direct uploads ≥ 4x;
+the editor's first frame of a 10 MiB file under 300 ms and a keystroke (in the middle of that
+file, until the frame showing it) median ≤ 16 ms, worst ≤ 50 ms.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -31,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api_client import Client
 from benchmarks._stack import LocalStack, Ssh, local_stack, loopback_sshd
+from contract import allocator
 from contract.models import Scope
 
 ENTRIES = 100_000
@@ -55,13 +65,49 @@ async def api_figures(stack: LocalStack, server_id: str, data: bytes) -> tuple[d
         await client.files.upload(server_id, SITE, "upload.bin", data, overwrite=True)
         figures["upload"] = time.perf_counter() - started
         via = client.files.last_upload_via or "?"
-        started = time.perf_counter()
-        received = 0
-        async for chunk in client.files.download(server_id, SITE, "upload.bin"):
-            received += len(chunk)
-        figures["download"] = time.perf_counter() - started
-        assert received == TRANSFER
+        for direct, name in ((True, "download"), (False, "download relayed")):
+            started = time.perf_counter()
+            received = 0
+            async for chunk in client.files.download(server_id, SITE, "upload.bin", direct=direct):
+                received += len(chunk)
+            figures[name] = time.perf_counter() - started
+            assert received == TRANSFER
+            assert client.files.last_download_via == ("direct" if direct else "relay")
     return figures, via
+
+
+LOOPBACK_SENDER = """
+import socket, sys
+size, port = int(sys.argv[1]), int(sys.argv[2])
+block = bytes(1024 * 1024)
+with socket.create_connection(("127.0.0.1", port)) as s:
+    for _ in range(size // len(block)):
+        s.sendall(block)
+"""
+
+
+def loopback_mib_s(size: int) -> float:
+    """MiB/s of `size` bytes over loopback TCP from another process, received in 1 MiB reads."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        sender = subprocess.Popen([sys.executable, "-c", LOOPBACK_SENDER, str(size), str(port)])
+        connection, _ = server.accept()
+        buffer = bytearray(1024 * 1024)
+        received = 0
+        started = time.perf_counter()
+        with connection:
+            while n := connection.recv_into(buffer):
+                received += n
+        elapsed = time.perf_counter() - started
+        sender.wait()
+    return received / 1024 / 1024 / elapsed
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 async def upload_figure(stack: LocalStack, server_id: str, data: bytes) -> tuple[float, str]:
@@ -157,6 +203,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if parser.parse_args(argv).quick:
         global ENTRIES, TRANSFER, EDITOR_FILE, KEYSTROKES  # the sizes every part uses
         ENTRIES, TRANSFER, EDITOR_FILE, KEYSTROKES = 1_000, 1024 * 1024, 64 * 1024, 5
+    allocator.keep_buffers_mapped()  # this process is the client: as fleetdeck's own process does
     first_frame, keystrokes = asyncio.run(editor_figures(php_source(EDITOR_FILE)))
     with local_stack() as stack:
         site = stack.data_dir / "home" / "example-com"
@@ -166,18 +213,32 @@ def main(argv: Sequence[str] | None = None) -> None:
         data = blob.read_bytes()
         with stack.separate_agent("bench-agent", ingress=True) as server_id:
             api, via = trio.run(api_figures, stack, server_id, data)
+            peaks = {"control plane": peak_rss_mib(stack.pid), "agent": peak_rss_mib(stack.agent_pid)}
         with stack.separate_agent("bench-agent-no-ingress") as server_id:
             fallback, fallback_via = trio.run(upload_figure, stack, server_id, data)
         with loopback_sshd() as ssh:
             over_ssh = ssh_figures(ssh, site, blob) if ssh is not None else None
+        ceiling = loopback_mib_s(max(TRANSFER, 64 * 1024 * 1024))
     mib = TRANSFER / 1024 / 1024
     print(f"listing {ENTRIES:,} entries:  API {api['list'] * 1000:7.0f} ms", end="")
     print(f"   ssh ls -la {over_ssh['list'] * 1000:7.0f} ms" if over_ssh else "   (no sshd here)")
-    for what in ("download", "upload"):
-        print(f"{what} {mib:.0f} MiB:{'':7}API {mib / api[what]:7.0f} MiB/s", end="")
-        print(f"   scp {mib / over_ssh[what]:7.0f} MiB/s" if over_ssh else "   (no sshd here)", end="")
-        print(f"   (path: {via})" if what == "upload" else "")
-    print(f"upload {mib:.0f} MiB, agent without ingress: API {mib / fallback:7.0f} MiB/s   (path: {fallback_via})")
+    print(f"loopback TCP between two processes (the ceiling): {ceiling:7.0f} MiB/s")
+    rows = [
+        ("download", "direct", api["download"], "download"),
+        ("download", "relay", api["download relayed"], "download"),
+        ("upload", via, api["upload"], "upload"),
+        ("upload", f"{fallback_via}, no ingress", fallback, "upload"),
+    ]
+    for what, path, seconds, reference in rows:
+        rate = mib / seconds
+        print(f"{what} {mib:.0f} MiB ({path}):".ljust(38) + f"API {rate:7.0f} MiB/s", end="")
+        if over_ssh:
+            scp = mib / over_ssh[reference]
+            print(f"   scp {scp:7.0f} MiB/s   {rate / scp:5.1f}x scp   {rate / ceiling:5.2f} of the ceiling")
+        else:
+            print("   (no sshd here)")
+    print(f"peak RSS after the transfers: control plane {peaks['control plane']:.0f} MiB,", end="")
+    print(f" agent {peaks['agent']:.0f} MiB")
     print(f"editor, 10 MiB PHP file: first frame {first_frame * 1000:.0f} ms; keystroke median ", end="")
     print(
         f"{statistics.median(keystrokes) * 1000:.1f} ms, worst {max(keystrokes) * 1000:.1f} ms ({len(keystrokes)} keys)"

@@ -12,7 +12,12 @@ its own process for the streams (as on a real server), and measures:
 - the same SSE and download with `fleetdeck local`'s own agent, which runs in the control plane's
   process (on its trio loop under hypercorn, on a thread of its own under uvicorn);
 - the control plane's RSS at rest after start, and its peak at the end (VmHWM). The process also
-  runs the embedded agent, idle but for the two figures above.
+  runs the embedded agent, idle but for the two figures above;
+- one file RPC through the separate agent: `GET fs/stat` and `GET fs/read` of a small file,
+  `--calls` sequential calls on one keep-alive connection after 50 of warm-up, p50 and p99 in
+  ms, beside `GET /v1/health` measured the same way; and, once per run, the same stat over an
+  SSH connection already open (`ssh -o ControlMaster`, the loopback sshd: the tool an
+  administrator would otherwise use). Targets (issue 26): p50 ≤ 2 ms, p99 ≤ 5 ms.
 
 Beside each rate, the same work per CPU-second of the control plane's process (user + system):
 on a machine shared with other work, wall-clock rates swing with the neighbours' load; CPU cost
@@ -31,17 +36,19 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from statistics import mean
 
+import httpx
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from api_client import Client
-from benchmarks._stack import LocalStack, cpu_seconds, local_stack
+from benchmarks._stack import LocalStack, cpu_seconds, local_stack, loopback_sshd
 from benchmarks.job_stream import through_api, write_log
 from contract.models import Scope
 
@@ -74,6 +81,51 @@ async def download_seconds(stack: LocalStack, server_id: str, name: str) -> floa
     return elapsed
 
 
+RPC_FILE = "public_html/index.php"  # the demo site's small PHP file
+RPC_WARM_UP = 50
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    """(p50, p99) of `samples`, in milliseconds."""
+    ordered = sorted(samples)
+    return ordered[len(ordered) // 2] * 1000, ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+
+
+def rpc_latencies(stack: LocalStack, path: str, params: dict[str, str], calls: int) -> tuple[float, float]:
+    """(p50, p99) ms of `calls` sequential GETs of `path` on one keep-alive connection."""
+    headers = {"Authorization": f"Bearer {stack.token}"}
+    with httpx.Client(base_url=stack.base_url, headers=headers) as http:
+        samples = []
+        for call in range(RPC_WARM_UP + calls):
+            started = time.perf_counter()
+            answer = http.get(path, params=params)
+            elapsed = time.perf_counter() - started
+            if answer.status_code != 200:
+                raise RuntimeError(f"GET {path}: {answer.status_code} {answer.text}")
+            if call >= RPC_WARM_UP:
+                samples.append(elapsed)
+    return percentiles(samples)
+
+
+def ssh_stat_latencies(site: Path, calls: int) -> tuple[float, float] | None:
+    """(p50, p99) ms of `stat` of the same file over an SSH connection already open (a control
+    master, as `ssh -o ControlMaster=auto -o ControlPersist` keeps one); None without sshd."""
+    with loopback_sshd() as ssh, tempfile.TemporaryDirectory(prefix="fleetdeck-ssh-mux-") as folder:
+        if ssh is None:
+            return None
+        mux = ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/mux", "-o", "ControlPersist=60"]
+        command = ssh.command(f"stat {site / RPC_FILE}")
+        command[1:1] = mux
+        samples = []
+        for call in range(RPC_WARM_UP // 5 + calls):  # the first opens the master
+            started = time.perf_counter()
+            subprocess.run(command, capture_output=True, check=True)
+            if call >= RPC_WARM_UP // 5:
+                samples.append(time.perf_counter() - started)
+        subprocess.run([*command[:1], *mux, "-O", "exit", *command[1:-1]], capture_output=True)
+        return percentiles(samples)
+
+
 def memory_mib(pid: int, field: str) -> float:
     """A /proc/PID/status figure (VmRSS now, VmHWM the peak), in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -82,7 +134,7 @@ def memory_mib(pid: int, field: str) -> float:
     return 0.0
 
 
-def measure(server: str, connections: int, seconds: float) -> Figures:
+def measure(server: str, connections: int, seconds: float, calls: int) -> Figures:
     figures: Figures = {}
     with local_stack({"FLEETDECK_SERVER": server}) as stack:
         figures["RSS at rest (MiB)"] = memory_mib(stack.pid, "VmRSS")
@@ -97,6 +149,17 @@ def measure(server: str, connections: int, seconds: float) -> Figures:
             figures[f"GET {path} (requests/s)"] = requests / elapsed
             figures[f"  {path.rsplit('/', 1)[1]} per CPU-second"] = requests / cpu
         with stack.separate_agent("bench-agent", "--host-layout", str(stack.host_layout)) as server_id:
+            small = {"scope": "site", "domain": "example.com", "path": RPC_FILE}
+            files = f"/v1/servers/{server_id}/fs"
+            rpcs: dict[str, tuple[str, dict[str, str]]] = {
+                "health": ("/v1/health", {}),
+                "fs/stat": (f"{files}/stat", small),
+                "fs/read": (f"{files}/read", small),
+            }
+            for name, (path, params) in rpcs.items():
+                p50, p99 = rpc_latencies(stack, path, params, calls)
+                figures[f"{name} p50 (ms), one call at a time"] = p50
+                figures[f"{name} p99 (ms)"] = p99
             trio.run(through_api, stack.base_url, stack.token, server_id, 1000)  # warm up
             cpu = cpu_seconds(stack.pid)
             elapsed, _, received, _ = trio.run(through_api, stack.base_url, stack.token, server_id, SSE_LINES)
@@ -127,6 +190,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--servers", nargs="+", choices=SERVERS, default=SERVERS)
+    parser.add_argument("--calls", type=int, default=300, help="sequential calls per RPC latency figure")
     parser.add_argument(
         "--quick", action="store_true", help="one short round, small transfers: only checks that it runs"
     )
@@ -134,21 +198,34 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.quick:
         global SSE_LINES, DOWNLOAD  # the sizes every measure() uses
         args.rounds, args.seconds, SSE_LINES, DOWNLOAD = 1, 1, 1_000, 1024 * 1024  # wrk takes whole seconds
+        args.calls = 20
     if shutil.which("wrk") is None:
         sys.exit("benchmarks/serving.py needs wrk (apt install wrk) to drive the JSON requests")
     servers: list[str] = args.servers
     runs: dict[str, list[Figures]] = {server: [] for server in servers}
     for _ in range(args.rounds):
         for server in servers:
-            runs[server].append(measure(server, args.connections, args.seconds))
+            runs[server].append(measure(server, args.connections, args.seconds, args.calls))
     print(f"{args.rounds} runs of each, alternating; {args.connections} connections for {args.seconds:g} s per path")
     both = len(servers) == len(SERVERS)
     print(f"{'':40}" + "".join(f"{server:>26}" for server in servers) + (f"{'uvicorn/hypercorn':>20}" if both else ""))
     for name in runs[servers[0]][0]:
         cells = {server: [run[name] for run in runs[server]] for server in servers}
-        row = "".join(f"{' / '.join(f'{value:,.0f}' for value in cells[server]):>26}" for server in servers)
+        row = "".join(f"{' / '.join(_figure(value) for value in cells[server]):>26}" for server in servers)
         ratio = f"{mean(cells['uvicorn']) / mean(cells['hypercorn']):>19.2f}x" if both else ""
         print(f"{name:40}{row}{ratio}")
+    with tempfile.TemporaryDirectory(prefix="fleetdeck-ssh-stat-") as folder:
+        (Path(folder) / RPC_FILE).parent.mkdir(parents=True)
+        (Path(folder) / RPC_FILE).write_text("<?php echo 'hello';\n")
+        over_ssh = ssh_stat_latencies(Path(folder), args.calls)
+    if over_ssh is None:
+        print("stat over an open SSH connection: no sshd here")
+    else:
+        print(f"{'stat over an open SSH connection (ms)':40}{f'p50 {over_ssh[0]:.2f} / p99 {over_ssh[1]:.2f}':>26}")
+
+
+def _figure(value: float) -> str:
+    return f"{value:,.2f}" if value < 100 else f"{value:,.0f}"
 
 
 if __name__ == "__main__":

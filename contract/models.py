@@ -668,3 +668,7 @@ class OperationStarted(WireModel):
 class DirectUpload(WireModel):
     url: str | None = None
     expires_at: datetime | None = None
+
+
+class DirectDownload(DirectUpload):
+    """A signed one-time `GET` URL on the server's ingress (``url: null``: it has none)."""

@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection
 from starlette.routing import WebSocketRoute
 
 from contract.job_kinds import lookup
+from contract.link import fastmask
 from control_plane import __version__, errors
 from control_plane.audit.routes import router as audit_router
 from control_plane.auth.routes import router as auth_router
@@ -24,7 +25,12 @@ from control_plane.bus import Bus
 from control_plane.clock import now_iso
 from control_plane.files.direct import DirectUploads
 from control_plane.files.operations import FileOperations
-from control_plane.files.routes import DIRECT_UPLOAD_METHOD, answer_relayed_direct_upload
+from control_plane.files.routes import (
+    DIRECT_DOWNLOAD_METHOD,
+    DIRECT_UPLOAD_METHOD,
+    answer_relayed_direct_download,
+    answer_relayed_direct_upload,
+)
 from control_plane.files.routes import router as files_router
 from control_plane.frontdoor import BodyGuard
 from control_plane.hub import AgentHub, AgentSession
@@ -122,6 +128,7 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
     )
     if replicas is not None:
         replicas.calls.answered_here[DIRECT_UPLOAD_METHOD] = functools.partial(answer_relayed_direct_upload, fleet)
+        replicas.calls.answered_here[DIRECT_DOWNLOAD_METHOD] = functools.partial(answer_relayed_direct_download, fleet)
     return fleet
 
 
@@ -167,6 +174,7 @@ async def _lifespan(fleet: Fleet) -> AsyncIterator[None]:
 
 
 def create_app(fleet: Fleet) -> FastAPI:
+    fastmask.install()  # every byte agents and clients send over a WebSocket is unmasked here
     app = FastAPI(
         lifespan=lambda _app: _lifespan(fleet),
         title="fleetdeck",

@@ -52,7 +52,7 @@ from hypercorn.events import Closed, RawData
 from hypercorn.events import Event as ServerEvent
 from hypercorn.protocol.events import Body, Event, StreamClosed
 from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
-from hypercorn.trio import serve
+from hypercorn.trio import serve, tcp_server
 from hypercorn.trio.tcp_server import TCPServer
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -69,6 +69,7 @@ log = logging.getLogger(__name__)
 # queue, their SYNs are dropped and they wait seconds of TCP retransmission before they even reach
 # the control plane's backoff logic (benchmarks/fleet.py).
 LISTEN_BACKLOG = 1024
+RECEIVE_CAP = 1024 * 1024  # bytes per receive from a client (see _receive_in_larger_reads)
 
 # The event loop each server runs on.
 BACKENDS: dict[ServerName, str] = {"hypercorn": "trio", "uvicorn": "asyncio"}
@@ -239,6 +240,15 @@ def install_server_fixes() -> None:
     _sending_while_closing_is_closed()
     _close_answered_requests()
     _answer_stalled_heads()
+    _receive_in_larger_reads()
+
+
+def _receive_in_larger_reads() -> None:
+    """hypercorn's trio worker reads at most 64 KiB per receive (`tcp_server.MAX_RECV`), and each
+    read goes through h11 or wsproto and the app's queue on its own: a 1 MiB WebSocket message of
+    a streamed upload took 16 of them. A receive returns what has arrived, so a larger cap costs
+    a small request nothing."""
+    tcp_server.MAX_RECV = max(tcp_server.MAX_RECV, RECEIVE_CAP)
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -138,7 +138,7 @@ async def authenticate(request: HTTPConnection) -> Principal:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthenticated("missing bearer token")
-    row = await fleet_of(request).db.run(identity_for_token, token.strip())
+    row = await fleet_of(request).db.read(identity_for_token, token.strip())
     if row is None or (row["expires_at"] and parse(row["expires_at"]) <= utcnow()):
         raise Unauthenticated("unknown or expired token")
     if row["token_kind"] == "api" and row["plan"] != "max":

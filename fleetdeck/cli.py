@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from contract import allocator
 from fleetdeck import paths
 from fleetdeck.settings import Settings, SettingsError, load_settings
 
@@ -36,6 +37,7 @@ SERVE_SERVER: ServerName = "uvicorn"
 def main(argv: list[str] | None = None) -> int:
     """Run a subcommand or the TUI; the process exit code."""
     args = sys.argv[1:] if argv is None else list(argv)
+    allocator.keep_buffers_mapped()  # every tower moves bulk bytes (see contract.allocator)
     try:
         settings = load_settings()
     except SettingsError as exc:

@@ -343,16 +343,10 @@ class FileHandlers:
             raise RpcError("validation_error", "fs.upload must be called as an upload")
         upload = await self._in_scope(call.params, lambda jail: write.Upload(jail, path, overwrite=overwrite))
         try:
-            buffer = bytearray()
-            while (chunk := await call.receive_bytes()) is not None:
-                if size is not None and upload.received + len(buffer) + len(chunk) > size:
-                    raise RpcError("validation_error", "more bytes arrived than the announced size", {"size": size})
-                buffer += chunk
-                if len(buffer) >= UPLOAD_BUFFER:
-                    data, buffer = bytes(buffer), bytearray()
-                    await trio.to_thread.run_sync(upload.write, data)
-            if buffer:
-                await trio.to_thread.run_sync(upload.write, bytes(buffer))
+            try:
+                await _receive_writing_behind(call, upload, size)
+            except BaseExceptionGroup as group:  # the writer's or the receiver's, from their nursery
+                raise single_error(group) from None
             if size is not None and upload.received != size:
                 raise RpcError(
                     "validation_error",
@@ -551,3 +545,34 @@ async def _pump_progress(call: Call, progress: Progress, finished: trio.Event) -
                 await call.send_items([snapshot])
     except ConnectionClosed:  # the link went away: the call ends with it, the work must not
         return
+
+
+async def _receive_writing_behind(call: Call, upload: write.Upload, size: int | None) -> None:
+    """An upload's bytes into `upload`, `UPLOAD_BUFFER` at a time: a worker thread writes one
+    buffer while the next arrives (one buffer waits at most), so the link keeps receiving, and
+    granting credit, while the disk works; written one after the other, in order."""
+    send, receive = trio.open_memory_channel[bytes](1)
+
+    async def write_behind() -> None:
+        async with receive:
+            async for data in receive:
+                await trio.to_thread.run_sync(upload.write, data)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write_behind)
+        async with send:
+            buffer = bytearray()
+            taken = 0
+            while (chunk := await call.receive_bytes()) is not None:
+                taken += len(chunk)
+                if size is not None and taken > size:
+                    raise RpcError("validation_error", "more bytes arrived than the announced size", {"size": size})
+                if not buffer and len(chunk) >= UPLOAD_BUFFER:  # a whole buffer's worth already: no copy
+                    await send.send(chunk)
+                    continue
+                buffer += chunk
+                if len(buffer) >= UPLOAD_BUFFER:
+                    await send.send(bytes(buffer))
+                    buffer = bytearray()
+            if buffer:
+                await send.send(bytes(buffer))

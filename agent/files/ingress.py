@@ -1,10 +1,11 @@
-"""The agent's HTTP ingress: direct uploads that skip the control plane.
+"""The agent's HTTP ingress: direct uploads and downloads that skip the control plane.
 
-``fleetdeck agent --ingress HOST:PORT`` serves one route, ``PUT <prefix>/upload/<token>``, where
-the token is a grant the control plane signed (`contract.link.grant`) with the key it gave this
-agent's link in ``welcome``. The ingress checks the signature, the expiry (in the control plane's
-clock), that the grant names this server, that its nonce was never presented before, and that
-``Content-Length`` is exactly the signed size (at most 2 GiB). Then the bytes go through the same
+``fleetdeck agent --ingress HOST:PORT`` serves two routes, ``PUT <prefix>/upload/<token>`` and
+``GET <prefix>/download/<token>``, where the token is a grant the control plane signed
+(`contract.link.grant`) with the key it gave this agent's link in ``welcome``. The ingress
+checks the signature (for the route's kind of grant), the expiry (in the control plane's clock),
+that the grant names this server, that its nonce was never presented before, and for an upload
+that ``Content-Length`` is exactly the signed size (at most 2 GiB). Then the bytes go through the same
 jailed upload the relay uses (`agent.files.write.Upload`: a temporary file beside the
 destination, fsync, rename, ownership), so a cut transfer leaves nothing at the path.
 
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
+from urllib.parse import quote
 
 import h11
 import orjson
@@ -37,6 +39,7 @@ import trio
 from agent.files.fdops import CancelToken, OperationCancelled
 from agent.files.handlers import FileHandlers
 from agent.files.jail import refusal
+from agent.files.read import open_regular
 from agent.files.write import Upload
 from contract.link import grant
 from contract.link.protocol import RpcError
@@ -50,6 +53,7 @@ IDLE_TIMEOUT_S = 60.0  # a body that stops arriving for this long is given up
 LINGER_S = 1.0  # after an early error answer, read (and drop) what the client still sends
 MAX_CONNECTIONS = 64
 BODY_BUFFER = 1024 * 1024
+SENDFILE_CHUNK = 8 * 1024 * 1024  # per sendfile call: the cancel token and idle clock are checked between
 _POLL_MS = 200
 
 _STATUS = {
@@ -191,6 +195,10 @@ class Ingress:
             return
         started = time.perf_counter()
         try:
+            if request.method == b"GET":
+                sent = await self._download(stream, request)
+                log.info("direct download: %d bytes in %.2f s", sent, time.perf_counter() - started)
+                return
             status, body = await self._upload(stream, conn, request)
         except HttpError as exc:
             await _answer(stream, exc.status, _error(exc.code, exc.message, exc.details), linger=True)
@@ -198,9 +206,50 @@ class Ingress:
         log.info("direct upload: %s in %.2f s", status, time.perf_counter() - started)
         await _answer(stream, status, body)
 
+    async def _download(self, stream: trio.SocketStream, request: h11.Request) -> int:
+        """The file a download grant names, sent with `sendfile`; the bytes sent. Once the head
+        is out, a failure can only cut the connection: the client sees fewer bytes than the
+        `Content-Length` (a file that shrank meanwhile ends the same way), never a short file
+        passed off as whole."""
+        target = request.target.split(b"?", 1)[0]
+        _prefix, sep, token = target.rpartition(b"/download/")
+        if not sep or not token:
+            raise HttpError(404, "not_found", "no such route: GET <ingress>/download/<token>")
+        claims = self._check(token.decode("ascii", "replace"), grant.DownloadGrant)
+        try:
+            fd, st = await trio.to_thread.run_sync(self._open_download, claims)
+        except RpcError as exc:
+            raise HttpError.from_rpc(exc) from None
+        except OSError as exc:
+            named = refusal(exc, claims.path)
+            if named is not None:
+                raise HttpError.from_rpc(named) from None
+            raise HttpError(500, "internal", f"the agent could not read the file: {exc.strerror or exc}") from None
+        try:
+            name = claims.path.rstrip("/").rsplit("/", 1)[-1] or "download"
+            head = (
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n"
+                b"Content-Disposition: attachment; filename*=UTF-8''%s\r\nConnection: close\r\n\r\n"
+                % (st.st_size, quote(name).encode("ascii"))
+            )
+            await stream.send_all(head)
+            sent: int = await _in_thread(partial(_send_file, stream, fd, st.st_size))
+        except ClientGone as exc:
+            log.info("direct download of %s: the client went (%s)", claims.path, exc)
+            return 0
+        finally:
+            os.close(fd)
+        if sent < st.st_size:
+            log.warning("direct download of %s cut at %d of %d bytes (the file shrank)", claims.path, sent, st.st_size)
+        return sent
+
+    def _open_download(self, claims: grant.DownloadGrant) -> tuple[int, os.stat_result]:
+        with self.files.open_scope(claims.params(), read_only=True) as jail:
+            return open_regular(jail, claims.path)
+
     async def _upload(self, stream: trio.SocketStream, conn: h11.Connection, request: h11.Request) -> tuple[int, Any]:
         if request.method != b"PUT":
-            raise HttpError(405, "bad_request", "only PUT is served here")
+            raise HttpError(405, "bad_request", "only PUT (uploads) and GET (downloads) are served here")
         target = request.target.split(b"?", 1)[0]
         _prefix, sep, token = target.rpartition(b"/upload/")
         if not sep or not token:
@@ -245,22 +294,24 @@ class Ingress:
         self._report(claims, None, upload, result["entry"])
         return 200, result
 
-    def _check(self, token: str) -> grant.UploadGrant:
+    def _check(self, token: str, kind: type[grant.Grant] = grant.UploadGrant) -> grant.Grant:  # type: ignore[assignment]
         link = self._link
         if link is None:
             raise HttpError(401, "unauthenticated", "this agent is not linked to its control plane right now")
         now = self._now(link)
         try:
-            claims = grant.verify(link.key, token, now=now)
+            claims = grant.verify(link.key, token, now=now, kind=kind)
         except grant.GrantError as exc:
             raise HttpError(401, "unauthenticated", str(exc), {"reason": exc.reason}) from None
+        what = "upload" if isinstance(claims, grant.UploadGrant) else "download"
         if claims.server_id != link.server_id:
-            raise HttpError(403, "forbidden", "the upload URL is for another server")
+            raise HttpError(403, "forbidden", f"the {what} URL is for another server")
         for nonce in [n for n, expires in self._used.items() if expires <= now]:
             del self._used[nonce]
         if claims.nonce in self._used:
-            self._report(claims, "forbidden", None)
-            raise HttpError(403, "forbidden", "the upload URL was used already: ask for a new one")
+            if isinstance(claims, grant.UploadGrant):
+                self._report(claims, "forbidden", None)
+            raise HttpError(403, "forbidden", f"the {what} URL was used already: ask for a new one")
         self._used[claims.nonce] = claims.expires
         return claims
 
@@ -384,6 +435,35 @@ def _receive(stream: trio.SocketStream, upload: Upload, initial: bytes, length: 
     except ClientGone:
         upload.write(view[:filled])  # only to count what arrived: the file is removed
         raise
+
+
+def _send_file(stream: trio.SocketStream, fd: int, size: int, token: CancelToken) -> int:
+    """Blocking (a worker thread): `size` bytes of `fd` to the socket with `sendfile`; the bytes
+    sent (fewer when the file shrank). The socket stays non-blocking (trio owns it): sendfile
+    until it would block, then poll, checking the cancel token and the idle time between polls.
+    Raises `ClientGone` when the client stops reading or goes."""
+    out = stream.socket.fileno()
+    poller = select.poll()
+    poller.register(out, select.POLLOUT)
+    sent = 0
+    last = time.monotonic()
+    while sent < size:
+        try:
+            n = os.sendfile(out, fd, sent, min(SENDFILE_CHUNK, size - sent))
+        except BlockingIOError:
+            while not poller.poll(_POLL_MS):
+                token.check()
+                if time.monotonic() - last > IDLE_TIMEOUT_S:
+                    raise ClientGone(f"the client read nothing for {IDLE_TIMEOUT_S:.0f} s") from None
+            continue
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise ClientGone(os.strerror(exc.errno or 0)) from None
+        if n == 0:  # the end of the file came early: it shrank since it was opened
+            break
+        sent += n
+        last = time.monotonic()
+        token.check()
+    return sent
 
 
 async def _in_thread(work: Callable[[CancelToken], Any]) -> Any:

@@ -27,10 +27,9 @@ from trio_websocket import (
     open_websocket_url,
 )
 
-from agent.link import fastmask
 from agent.link.call import Call, Handler
 from contract.backoff import full_jitter
-from contract.link import protocol
+from contract.link import fastmask, protocol
 from contract.link.protocol import ProtocolError, RpcError
 
 log = logging.getLogger("fleetdeck.agent")

@@ -1,9 +1,12 @@
-"""Direct uploads: the control plane signs a short-lived, single-use URL on the agent's own HTTP
-ingress, and audits the outcome the agent reports over its link. No byte passes through here.
+"""Direct uploads and downloads: the control plane signs a short-lived, single-use URL on the
+agent's own HTTP ingress, and audits the outcome of an upload the agent reports over its link.
+No byte passes through here.
 
 The signing key is the one this control plane made for the agent's current link and sent it in
 ``welcome`` (see `contract.link.grant`). The grant binds the server, scope, site, path, size,
-overwrite flag, an expiry (`grant.DEFAULT_TTL_S`) and a nonce the agent accepts once.
+overwrite flag, an expiry (`grant.DEFAULT_TTL_S`) and a nonce the agent accepts once; a
+download's, the server, scope, site, path, expiry and nonce. Downloads are reads, not audited,
+as the relayed `fs/download` is not.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from contract.link import grant
-from contract.link.grant import UploadGrant
-from contract.models import DirectUpload
+from contract.link.grant import DownloadGrant, UploadGrant
+from contract.models import DirectDownload, DirectUpload
 from control_plane.audit import store as audit
 from control_plane.auth.principal import Principal
 from control_plane.hub import AgentSession
@@ -71,6 +74,24 @@ class DirectUploads:
         self._issued[claims.nonce] = _Issued(caller, claims)
         url = f"{session.direct_ingress_url.rstrip('/')}/upload/{grant.sign(session.ingress_key, claims)}"
         return DirectUpload(url=url, expires_at=datetime.fromtimestamp(expires, UTC))
+
+    def issue_download(
+        self, caller: Principal, session: AgentSession, *, scope: str, domain: str | None, path: str
+    ) -> DirectDownload:
+        """A signed URL for one GET of the file at `path` (the session must have an ingress)."""
+        assert session.ingress_key is not None and session.direct_ingress_url is not None
+        expires = time.time() + self.ttl_s
+        claims = DownloadGrant(
+            server_id=session.server_id,
+            scope=scope,
+            domain=domain,
+            path=path,
+            expires=expires,
+            nonce=grant.new_nonce(),
+            user_id=caller.user_id,
+        )
+        url = f"{session.direct_ingress_url.rstrip('/')}/download/{grant.sign(session.ingress_key, claims)}"
+        return DirectDownload(url=url, expires_at=datetime.fromtimestamp(expires, UTC))
 
     def _forget_old(self) -> None:
         horizon = time.time() - KEEP_ISSUED_S

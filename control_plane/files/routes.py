@@ -41,6 +41,7 @@ from contract.models import (
     RELAY_UPLOAD_LIMIT,
     TRASH_FOLDER,
     WINDOW_LIMIT,
+    DirectDownload,
     DirectUpload,
     Entry,
     FileContent,
@@ -955,6 +956,41 @@ async def answer_relayed_direct_upload(fleet: Fleet, session: AgentSession, para
     body = FsUploadDirect.model_validate(params["upload"])
     answer = await direct_upload_here(fleet, caller, session, target, body)
     return answer.model_dump(mode="json")
+
+
+DIRECT_DOWNLOAD_METHOD = "replica.download.direct"
+
+
+@router.post("/download/direct", response_model=DirectDownload)
+async def download_direct(target: ReadTarget, caller: Caller, fleet: FleetDep, path: str) -> DirectDownload:
+    """A signed URL on the server's own ingress, when it has one, from which the file downloads
+    without passing through here; `{url: null}` tells the client to use `fs/download`. What the
+    download would refuse (a missing file, a folder, a path outside the scope) the ingress
+    answers at the GET, with the same codes."""
+    session = fleet.hub.session(target.server_id)
+    if session is not None:
+        return direct_download_here(fleet, caller, session, target, path)
+    if not await fleet.agent_online(target.server_id):
+        raise AgentOffline("the server's agent is not connected")
+    params = {"caller": caller.model_dump(mode="json"), "scope": target.scope, "domain": target.domain, "path": path}
+    return DirectDownload.model_validate(await fleet.call_agent(target.server_id, DIRECT_DOWNLOAD_METHOD, params))
+
+
+def direct_download_here(
+    fleet: Fleet, caller: Principal, session: AgentSession, target: FsTarget, path: str
+) -> DirectDownload:
+    """The direct download's URL, made by the replica holding the agent's link (`session`)."""
+    if session.ingress_key is None or session.direct_ingress_url is None:
+        return DirectDownload(url=None)
+    return fleet.direct_uploads.issue_download(caller, session, scope=target.scope, domain=target.domain, path=path)
+
+
+async def answer_relayed_direct_download(fleet: Fleet, session: AgentSession, params: dict[str, Any]) -> Any:
+    """`DIRECT_DOWNLOAD_METHOD`, asked by the replica the client asked (which checked the caller
+    and the target): the URL made here, where the agent's link is."""
+    caller = Principal.model_validate(params["caller"])
+    target = FsTarget(session.server_id, str(params["scope"]), params["domain"])
+    return direct_download_here(fleet, caller, session, target, str(params["path"])).model_dump(mode="json")
 
 
 @router.get("/download", response_class=Response, responses={200: {"content": {"application/octet-stream": {}}}})

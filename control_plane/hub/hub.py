@@ -110,7 +110,7 @@ class UploadStream:
             if pending.upload_credit <= 0:
                 await pending.wait_changed(self._deadline)
                 continue
-            n = min(len(view) - offset, pending.upload_credit, protocol.DEFAULT_CHUNK_SIZE)
+            n = min(len(view) - offset, pending.upload_credit, self._link.upload_chunk_size)
             pending.upload_credit -= n
             await self._link.send_bytes(protocol.pack_binary(pending.id, view[offset : offset + n]))
             offset += n

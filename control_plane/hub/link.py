@@ -123,6 +123,8 @@ P = TypeVar("P", bound=Pending)
 class CallPath(Protocol):
     """What the hub's calls need of a link: a `Link`, or a `RemoteLink` to another replica's."""
 
+    upload_chunk_size: int  # the largest data frame of an upload this path carries
+
     def start_call(self, method: str, *, window: int | None = None, upload: bool = False) -> Pending: ...
 
     async def send_request(
@@ -138,6 +140,8 @@ class CallPath(Protocol):
 
 class Link:
     """A connected agent's WebSocket: one send lock, the calls in flight, `serve` until it drops."""
+
+    upload_chunk_size = protocol.UPLOAD_CHUNK_SIZE
 
     def __init__(
         self,

@@ -68,6 +68,9 @@ def parse(data: bytes) -> tuple[dict[str, Any], bytes]:
 class RemoteLink:
     """The hub's view of an agent linked to another replica: a `Link` for calls."""
 
+    # A bus message holds at most 1 MiB (NATS's default max_payload), its header included.
+    upload_chunk_size = protocol.DEFAULT_CHUNK_SIZE
+
     def __init__(self, calls: RelayedCalls, replica_id: str, server_id: str) -> None:
         self._calls = calls
         self.replica_id = replica_id

@@ -66,7 +66,7 @@ def server_model(row: dict[str, Any], session: AgentSession | None, *, linked_el
 
 async def server_row(fleet: Fleet, caller_org: str, server_id: str) -> dict[str, Any]:
     """The caller's server, or 404: another org's server is indistinguishable from none."""
-    row = await fleet.db.run(store.get_server, caller_org, server_id)
+    row = await fleet.db.read(store.get_server, caller_org, server_id)
     if row is None:
         raise NotFound("no such server")
     return row

@@ -37,6 +37,8 @@ SAYS = {
     "malware_scan": r"(?m)^before: .* \d+\.\d\d s .* 30 files\n^after: .* \d+\.\d\d s .* 30 files$",
     "bus": r"NATS \(nats-py\) +round trip p50 .*\n(.*\n)?PostgreSQL NOTIFY +round trip p50",
     "fleet": r"all sizes:",
+    "serving": r"(?s)fs/stat p50 \(ms\).*fs/read p50 \(ms\).*stat over an open SSH connection",
+    "files": r"loopback TCP .*: +[\d,]+ MiB/s\ndownload 1 MiB \(direct\):.*\ndownload 1 MiB \(relay\):",
     "jobs": r"site\.create +[\d,]+ ms",
     "load_balancers": r"(?m)^nginx .* \d+/20 +\d+/20$\n^HAProxy .* \d+/20 +\d+/20$",  # all the load sent
     "viewer_search": r"viewer / .* [\d,]+ MiB/s +grep -b -m1 -i +[\d,]+ MiB/s\n.*viewer \? .* [\d,]+ MiB/s",

@@ -21,11 +21,11 @@ from hypothesis import strategies as hs
 from agent.files import read
 from agent.files.entries import entries, entry
 from agent.files.handlers import FileHandlers
-from agent.link import fastmask
 from agent.link.call import Call
 from agent.link.client import AgentLink, Backoff
 from agent.sites import SiteRegistry
 from api_client import Client
+from contract.link import fastmask
 from contract.models import Entry, Listing, Scope
 from tests.conftest import Stack
 

@@ -1,5 +1,6 @@
-"""Direct uploads through an agent's HTTP ingress, on the real stack: the control plane signs a
-one-time URL, the bytes go straight to the agent, the control plane audits what the agent reports.
+"""Direct uploads and downloads through an agent's HTTP ingress, on the real stack: the control
+plane signs a one-time URL, the bytes go straight to and from the agent, the control plane audits
+the uploads the agent reports.
 
 The module's agent is its own process with ``--ingress 127.0.0.1:0``, linked to the session's
 `fleetdeck local` as a second server; the session's demo agent has no ingress (the fallback).
@@ -12,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import pwd
 import socket
 import subprocess
 import threading
@@ -37,6 +39,7 @@ from contract.link import grant
 from contract.models import DIRECT_UPLOAD_LIMIT, Scope
 from tests.conftest import Stack, start_agent
 from tests.helpers import wait_until
+from tests.helpers.hostile import Canaries, Racer, SiteUser, plant_hardlink, plant_symlink
 
 pytestmark = pytest.mark.stack_variants("sqlite", "postgresql")
 
@@ -377,6 +380,17 @@ class LocalIngress:
         )
         return f"{self.url}/upload/{grant.sign(self.key, claims)}"
 
+    def sign_download(self, path: str, *, server_id: str = "srv_test", expires_in: float = 60.0) -> str:
+        claims = grant.DownloadGrant(
+            server_id=server_id,
+            scope="site",
+            domain="a.example",
+            path=path,
+            expires=time.time() + expires_in,
+            nonce=grant.new_nonce(),
+        )
+        return f"{self.url}/download/{grant.sign(self.key, claims)}"
+
 
 def _welcome(ingress: Ingress, key: bytes, now: float) -> None:
     """What the agent's link does on each welcome (a new link: a new key, the signer's clock)."""
@@ -414,7 +428,8 @@ async def test_ingress_refuses_what_the_control_plane_would_never_sign(local_ing
         assert _error(await http.put(local.sign("c.bin", 1, server_id="srv_other"), content=b"c")) == (403, "forbidden")
         for outside in ("../escape.bin", "/tmp/escape.bin", "x/../../escape.bin"):
             assert _error(await http.put(local.sign(outside, 1), content=b"e")) == (422, "path_outside_scope")
-        assert (await http.get(local.url + "/upload/x")).status_code == 405
+        assert (await http.get(local.url + "/upload/x")).status_code == 404  # a GET is a download
+        assert (await http.delete(local.url + "/upload/x")).status_code == 405
         # A new link brings a new key: URLs signed with the old one stop working.
         stale = local.sign("d.bin", 1)
         _welcome(ingress, grant.new_key(), time.time())
@@ -461,3 +476,170 @@ def test_only_writers_get_a_url(stack: Stack, direct: IngressServer) -> None:
         assert _error(refused) == (403, "forbidden")
         root = http.post(f"/v1/servers/{direct.server_id}/fs/upload/direct", json={**body, "scope": "root"})
         assert _error(root) == (403, "forbidden")
+
+
+# --- direct downloads --------------------------------------------------------------------------
+
+
+def _download_url(stack: Stack, server_id: str, path: str, token: str | None = None) -> httpx.Response:
+    params = {"scope": "site", "domain": SITE.domain, "path": path}
+    with stack.http(token) as http:
+        return http.post(f"/v1/servers/{server_id}/fs/download/direct", params=params)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("size", [0, 1, 3 * MiB + 7, 70 * MiB])
+async def test_direct_download_is_byte_exact_and_skips_the_control_plane(
+    stack: Stack, direct: IngressServer, folder: str, size: int
+) -> None:
+    data = os.urandom(size)
+    (direct.site / folder / "blob.bin").write_bytes(data)
+    received = bytearray()
+    async with Client(stack.base_url, token=stack.token) as client:
+        async for chunk in client.files.download(direct.server_id, SITE, f"{folder}/blob.bin"):
+            received += chunk
+        assert client.files.last_download_via == "direct"
+    assert len(received) == size and hashlib.sha256(received).digest() == hashlib.sha256(data).digest()
+
+
+def test_a_download_url_is_single_use_and_only_a_download_url(stack: Stack, direct: IngressServer, folder: str) -> None:
+    (direct.site / folder / "a.txt").write_bytes(b"alpha")
+    answer = _download_url(stack, direct.server_id, f"{folder}/a.txt")
+    assert answer.status_code == 200, answer.text
+    url = answer.json()["url"]
+    assert url.startswith(direct.url + "/download/") and answer.json()["expires_at"]
+    got = httpx.get(url)
+    assert (got.status_code, got.content) == (200, b"alpha")
+    assert got.headers["content-disposition"] == "attachment; filename*=UTF-8''a.txt"
+    assert _error(httpx.get(url)) == (403, "forbidden")
+    # An upload's grant is no download's, nor the other way round: each kind is signed apart.
+    upload = _url(stack, direct, f"{folder}/a.txt", 5, overwrite=True)
+    refused = httpx.get(direct.url + "/download/" + upload.rsplit("/", 1)[1])
+    assert _error(refused) == (401, "unauthenticated") and refused.json()["error"]["details"]["reason"] == "signature"
+    fresh_download = _download_url(stack, direct.server_id, f"{folder}/a.txt").json()["url"]
+    as_upload = httpx.put(direct.url + "/upload/" + fresh_download.rsplit("/", 1)[1], content=b"owned")
+    assert _error(as_upload) == (401, "unauthenticated")
+    tampered = _tamper_payload(fresh_download, path=f"{folder}/../other.txt")
+    assert _error(httpx.get(tampered)) == (401, "unauthenticated")
+    assert (direct.site / folder / "a.txt").read_bytes() == b"alpha"
+
+
+def test_a_download_url_refuses_what_the_download_would(stack: Stack, direct: IngressServer, folder: str) -> None:
+    (direct.site / folder / "sub").mkdir()
+    for path, expected in [
+        (f"{folder}/missing.txt", (404, "not_found")),
+        (f"{folder}/sub", (422, "validation_error")),  # not a regular file
+        ("../escape.txt", (422, "path_outside_scope")),
+    ]:
+        answer = _download_url(stack, direct.server_id, path)
+        assert answer.status_code == 200, answer.text  # checked at the GET, where the file is read
+        assert _error(httpx.get(answer.json()["url"])) == expected, path
+
+
+@pytest.mark.anyio
+async def test_download_falls_back_to_the_relay_without_an_ingress(stack: Stack) -> None:
+    assert _server(stack, stack.server_id)["agent"]["direct_ingress_url"] is None
+    name = f"relayed-{uuid.uuid4().hex[:8]}.bin"
+    data = os.urandom(2 * MiB)
+    (stack.data_dir / "home" / "example-com" / name).write_bytes(data)
+    async with Client(stack.base_url, token=stack.token) as client:
+        assert (await client.files.direct_download_url(stack.server_id, DEMO_SITE, name)).url is None
+        received = b"".join([chunk async for chunk in client.files.download(stack.server_id, DEMO_SITE, name)])
+        assert client.files.last_download_via == "relay"
+    assert received == data
+
+
+def test_who_may_get_a_download_url(stack: Stack, direct: IngressServer, folder: str) -> None:
+    """A member reads a site (observe), so gets its URLs; not the server root's. Another org's
+    server is 404, as every route says of it."""
+    email = f"reader-{uuid.uuid4().hex[:6]}@demo.test"
+    stack.admin("create-user", email, "--org", "demo", "--role", "member", "--password", "pw-123456")
+    member = stack.login(email, "pw-123456")
+    assert _download_url(stack, direct.server_id, f"{folder}/x.txt", member).status_code == 200
+    with stack.http(member) as http:
+        params = {"scope": "root", "path": "site-a"}
+        assert _error(http.post(f"/v1/servers/{direct.server_id}/fs/download/direct", params=params)) == (
+            403,
+            "forbidden",
+        )
+    stranger = stack.new_owner("dl-stranger")
+    assert _error(_download_url(stack, direct.server_id, f"{folder}/x.txt", stranger)) == (404, "not_found")
+
+
+DOWNLOAD_USER = "fddl-test"
+
+
+@pytest.fixture
+def site_user(local_ingress: Any) -> Iterator[SiteUser]:
+    """The site's own (hostile) user, owning everything in the ingress's site."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    subprocess.run(["userdel", DOWNLOAD_USER], capture_output=True)
+    done = subprocess.run(["useradd", "--system", "--no-create-home", DOWNLOAD_USER], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    account = pwd.getpwnam(DOWNLOAD_USER)
+    user = SiteUser(account.pw_name, account.pw_uid, account.pw_gid)
+    local, _ingress = local_ingress
+    for path in [local.site, *local.site.rglob("*")]:
+        user.chown(path)
+    # pytest's temporary folders are root's 0700: the user (its racer) must reach its site.
+    above = [folder for folder in local.site.parents if folder != Path("/") and folder != Path("/tmp")]
+    modes = {folder: folder.stat().st_mode & 0o7777 for folder in above}
+    for folder, mode in modes.items():
+        folder.chmod(mode | 0o001)
+    try:
+        yield user
+    finally:
+        for folder, mode in modes.items():
+            folder.chmod(mode)
+        subprocess.run(["userdel", DOWNLOAD_USER], capture_output=True)
+
+
+@pytest.mark.anyio
+async def test_a_hostile_site_user_cannot_download_what_is_outside(
+    local_ingress: Any, site_user: SiteUser, tmp_path: Path
+) -> None:
+    """Links out of the site, a hard link to root's file, and a folder swapped for a link to
+    root's folder while downloads run: the ingress, root, never sends a byte of what is outside."""
+    local, ingress = local_ingress
+    _welcome(ingress, local.key, time.time())
+    canaries = Canaries.make(tmp_path)
+    plant_symlink(site_user, local.site / "out-link", canaries.file)
+    plant_hardlink(local.site / "hard-out", canaries.file)
+    docs = local.site / "docs"
+    docs.mkdir()
+    (docs / canaries.name_token).write_text("the site's own file\n")
+    for path in (docs, docs / canaries.name_token):
+        site_user.chown(path)
+    async with httpx.AsyncClient() as http:
+        link = await http.get(local.sign_download("out-link"))
+        assert _error(link) == (422, "path_outside_scope") and canaries.token not in link.text
+        hard = await http.get(local.sign_download("hard-out"))
+        assert _error(hard) == (403, "forbidden") and canaries.token not in hard.text
+        racer = Racer(site_user, docs, canaries.folder)
+        try:
+            answers = [await http.get(local.sign_download(f"docs/{canaries.name_token}")) for _ in range(200)]
+        finally:
+            swaps = racer.stop()
+    assert swaps > 0
+    assert all(canaries.token not in answer.text for answer in answers)
+    assert {a.status_code for a in answers} <= {200, 404, 422}
+    assert any(a.status_code == 200 and a.text == "the site's own file\n" for a in answers)
+
+
+@pytest.mark.anyio
+async def test_a_file_that_shrinks_during_a_download_cuts_it_short(local_ingress: Any) -> None:
+    """Once the head said the size, a shorter file can only end the connection early: the client
+    sees a body short of its Content-Length (httpx raises), never a short file passed off as whole."""
+    local, ingress = local_ingress
+    _welcome(ingress, local.key, time.time())
+    big = local.site / "shrinking.bin"
+    big.write_bytes(os.urandom(64 * MiB))
+    async with httpx.AsyncClient() as http, http.stream("GET", local.sign_download("shrinking.bin")) as answer:
+        assert answer.headers["content-length"] == str(64 * MiB)
+        chunks = answer.aiter_raw()
+        await anext(chunks)
+        os.truncate(big, MiB)
+        with pytest.raises(httpx.RemoteProtocolError):
+            async for _chunk in chunks:
+                pass

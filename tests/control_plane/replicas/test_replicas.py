@@ -326,6 +326,11 @@ def test_a_direct_upload_asked_on_b_gets_its_url_from_a(fleet: Fleet, tmp_path: 
 
             wait_until(lambda: any(e["outcome"] == "ok" for e in audited()), timeout=10)
             ok = [e for e in audited() if e["outcome"] == "ok"]
+            # A direct download asked on B is signed on A too, and its bytes come from the agent.
+            params = {"scope": "root", "path": "direct.bin"}
+            download = http.post(f"/v1/servers/{server_id}/fs/download/direct", params=params)
+            assert download.status_code == 200 and download.json()["url"] is not None, download.text
+            assert httpx.get(download.json()["url"]).content == data
         assert [(e["actor"]["email"], e["details"]["via"]) for e in ok] == [("owner@acme.test", "direct")]
     finally:
         agent.stop()

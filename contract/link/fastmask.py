@@ -1,9 +1,13 @@
 """WebSocket masking in C for wsproto, the protocol library under trio-websocket (the agent's
-end of the link) and hypercorn (the control plane's end).
+end of the link), hypercorn (the control plane's end of it and of the client's WebSockets) and
+httpx-ws (the API client's streamed uploads).
 
 RFC 6455 makes a client mask every frame it sends (XOR with a 4-byte key), so every byte of a
 download crosses wsproto's pure-Python masker twice: masked by the agent, unmasked by the
-control plane, at well under 1 GB/s each, the largest cost of a transfer. `install` swaps in a
+control plane, at well under 1 GB/s each, the largest cost of a transfer; and every byte of a
+streamed upload likewise, masked by the client, unmasked by the control plane. Each process
+that speaks WebSocket through wsproto calls `install` once (the agent's link, the control
+plane's app, the client's first WebSocket). `install` swaps in a
 masker built on the C `apply_mask` of the `websockets` package (the same XOR, ~40x faster),
 after checking that it gives wsproto's own result; without `websockets`, or with a wsproto
 whose masker looks different, nothing changes.
