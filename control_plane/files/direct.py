@@ -57,41 +57,32 @@ class DirectUploads:
         overwrite: bool,
     ) -> DirectUpload:
         """A signed URL for one PUT of `size` bytes (the session must have an ingress)."""
-        assert session.ingress_key is not None and session.direct_ingress_url is not None
-        expires = time.time() + self.ttl_s
-        claims = UploadGrant(
-            server_id=session.server_id,
-            scope=scope,
-            domain=domain,
-            path=path,
-            size=size,
-            overwrite=overwrite,
-            expires=expires,
-            nonce=grant.new_nonce(),
-            user_id=caller.user_id,
-        )
+        claims = UploadGrant(**self._common(caller, session, scope, domain, path), size=size, overwrite=overwrite)
         self._forget_old()
         self._issued[claims.nonce] = _Issued(caller, claims)
-        url = f"{session.direct_ingress_url.rstrip('/')}/upload/{grant.sign(session.ingress_key, claims)}"
-        return DirectUpload(url=url, expires_at=datetime.fromtimestamp(expires, UTC))
+        return DirectUpload(url=_url(session, "upload", claims), expires_at=datetime.fromtimestamp(claims.expires, UTC))
 
     def issue_download(
         self, caller: Principal, session: AgentSession, *, scope: str, domain: str | None, path: str
     ) -> DirectDownload:
         """A signed URL for one GET of the file at `path` (the session must have an ingress)."""
-        assert session.ingress_key is not None and session.direct_ingress_url is not None
-        expires = time.time() + self.ttl_s
-        claims = DownloadGrant(
-            server_id=session.server_id,
-            scope=scope,
-            domain=domain,
-            path=path,
-            expires=expires,
-            nonce=grant.new_nonce(),
-            user_id=caller.user_id,
-        )
-        url = f"{session.direct_ingress_url.rstrip('/')}/download/{grant.sign(session.ingress_key, claims)}"
-        return DirectDownload(url=url, expires_at=datetime.fromtimestamp(expires, UTC))
+        claims = DownloadGrant(**self._common(caller, session, scope, domain, path))
+        url = _url(session, "download", claims)
+        return DirectDownload(url=url, expires_at=datetime.fromtimestamp(claims.expires, UTC))
+
+    def _common(
+        self, caller: Principal, session: AgentSession, scope: str, domain: str | None, path: str
+    ) -> dict[str, Any]:
+        """What every grant binds: the server, scope, site and path, an expiry, a nonce, who asked."""
+        return {
+            "server_id": session.server_id,
+            "scope": scope,
+            "domain": domain,
+            "path": path,
+            "expires": time.time() + self.ttl_s,
+            "nonce": grant.new_nonce(),
+            "user_id": caller.user_id,
+        }
 
     def _forget_old(self) -> None:
         horizon = time.time() - KEEP_ISSUED_S
@@ -139,6 +130,12 @@ class DirectUploads:
             error_code=None if outcome == "ok" else _short(message.get("error_code")) or "internal",
             **identity,
         )
+
+
+def _url(session: AgentSession, route: str, claims: UploadGrant | DownloadGrant) -> str:
+    """The URL of a grant on the session's ingress (`route`: upload or download)."""
+    assert session.ingress_key is not None and session.direct_ingress_url is not None
+    return f"{session.direct_ingress_url.rstrip('/')}/{route}/{grant.sign(session.ingress_key, claims)}"
 
 
 def _short(value: Any) -> Any:
