@@ -17,7 +17,6 @@ from contextlib import AbstractAsyncContextManager, aclosing
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
-import httpcore
 import httpx
 import orjson
 from httpx_ws import AsyncWebSocketSession, WebSocketDisconnect, WebSocketNetworkError, aconnect_ws
@@ -134,12 +133,6 @@ UPLOAD_CHUNK = 1024 * 1024  # one WebSocket frame of a streamed upload
 # relay wins: one request to a connection already open, where direct costs a grant request, a new
 # TCP connection to the agent and its fsync for the same handful of bytes.
 DIRECT_THRESHOLD = 1024 * 1024
-# httpcore reads an HTTP/1.1 body 64 KiB per receive (a class constant, raised from 4 KiB in
-# encode/httpcore#135 on the same grounds): on loopback that caps one download at some 840 MiB/s
-# here, against 4.9 GiB/s for the socket itself. 1 MiB per receive takes a direct download to
-# some 1.5 GiB/s (`benchmarks/files.py`); a receive returns what has arrived, so small answers
-# are not slower, and memory stays one buffer per connection.
-httpcore._async.http11.AsyncHTTP11Connection.READ_NUM_BYTES = 1024 * 1024
 INGRESS_ANSWER_TIMEOUT_S = 600.0  # after the last byte, the agent fsyncs up to 2 GiB
 UploadPath = Literal["direct", "relay", "stream"]
 USER_AGENT = "fleetdeck-api-client/0.1"
