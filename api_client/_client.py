@@ -22,6 +22,7 @@ import orjson
 from httpx_ws import AsyncWebSocketSession, WebSocketDisconnect, WebSocketNetworkError, aconnect_ws
 from pydantic import TypeAdapter
 
+from api_client._ingress import ingress_transport
 from api_client._sse import EventStream
 from contract.errors import ApiError, FleetdeckError, TransportError, Unavailable
 from contract.link import fastmask
@@ -203,6 +204,7 @@ class Client:
         the only authority a PUT there carries; the session token never leaves for a server)."""
         if self._ingress_http is None:
             self._ingress_http = httpx.AsyncClient(
+                transport=ingress_transport(),
                 timeout=httpx.Timeout(self._timeout, read=INGRESS_ANSWER_TIMEOUT_S),
                 headers={"User-Agent": USER_AGENT},
             )

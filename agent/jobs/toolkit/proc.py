@@ -14,7 +14,7 @@ import os
 import pwd
 import shutil
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from subprocess import DEVNULL, PIPE
@@ -401,6 +401,31 @@ def pid_alive(pid: int) -> bool:
 
 
 PF_EXITING = 0x4  # a task's flag (linux/sched.h): set when it starts to exit, kept while a zombie
+
+
+async def all_of(*steps: Callable[[], Awaitable[object]]) -> None:
+    """Run `steps` at once and return when all have ended.
+
+    Why: a job's independent waits (nginx's old workers leaving, a PHP-FPM socket appearing)
+    overlap instead of adding up. A failing step does not stop the others (each is a bounded
+    wait or a tool run that should finish either way).
+
+    Raises:
+        Exception: the first failure, as itself (not in an exception group), once all ended.
+    """
+    failures: list[Exception] = []
+
+    async def run(step: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await step()
+        except Exception as exc:
+            failures.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        for step in steps:
+            nursery.start_soon(run, step)
+    if failures:
+        raise failures[0]
 
 
 def process_exiting(pid: int) -> bool:

@@ -66,7 +66,7 @@ from agent.jobs.toolkit.base import JobContext
 from agent.jobs.toolkit.common import Account, account_by_name, site_account
 from agent.jobs.toolkit.host import HostLayout, NginxLayout, PhpLayout, control_service, php_fpm_versions, reload_nginx
 from agent.jobs.toolkit.output import EXIT_MISSING, EXIT_REFUSED, JobError
-from agent.jobs.toolkit.proc import capture_command, require, which
+from agent.jobs.toolkit.proc import all_of, capture_command, require, which
 from agent.sites import Site, write_atomically
 from agent.unix_sockets import SocketPathError, socket_name
 from contract.job_kinds.allowlists import PHP_INI_PER_SITE, setting_problem
@@ -496,7 +496,7 @@ async def _wait_for_socket(path: str) -> None:
     """PHP-FPM reloads in the background: wait (bounded) until the pool's socket is there."""
     with trio.move_on_after(SOCKET_WAIT_S):
         while not await trio.to_thread.run_sync(os.path.exists, path):  # noqa: ASYNC110 (no event to wait on)
-            await trio.sleep(0.05)
+            await trio.sleep(0.005)  # one stat a round
         return
     raise JobError(f"PHP-FPM did not open {path} within {SOCKET_WAIT_S:.0f} s after its reload")
 
@@ -612,21 +612,33 @@ async def _apply(ctx: JobContext, site: Site) -> None:
     except JobError:
         await trio.to_thread.run_sync(_restore, changes)
         raise
-    await _reload(ctx, changes, version)
-    if version is not None:
-        await _wait_for_socket(socket_path(layout.php, s.slug, version))
+    socket = socket_path(layout.php, s.slug, version) if version is not None else None
+    await _reload(ctx, changes, version, socket)
 
 
-async def _reload(ctx: JobContext, changes: list[Change], version: str | None) -> None:
-    """Reload nginx when the server block changed, each PHP-FPM whose pool came, changed or went."""
+async def _reload(ctx: JobContext, changes: list[Change], version: str | None, socket: str | None) -> None:
+    """Reload nginx when the server block changed and each PHP-FPM whose pool came, changed or
+    went; return once nginx serves the new block and the site's pool listens on `socket`.
+
+    Why both at once: nginx keeps its old workers accepting for some 100 ms after a reload (its
+    master's own pause before it retires them), and the PHP-FPM reload and its new socket fit in
+    that time instead of coming after it.
+    """
     layout = ctx.host
+
+    async def reload_pools() -> None:
+        for change in changes[1:]:
+            if change.changed:
+                await control_service(
+                    layout.php.control, "reload", init=layout.init, version=_version_of(layout, change.path, version)
+                )
+        if socket is not None:
+            await _wait_for_socket(socket)
+
     if changes[0].changed:
-        await reload_nginx(layout)
-    for change in changes[1:]:
-        if change.changed:
-            await control_service(
-                layout.php.control, "reload", init=layout.init, version=_version_of(layout, change.path, version)
-            )
+        await all_of(partial(reload_nginx, layout), reload_pools)
+    else:
+        await reload_pools()
 
 
 def _version_of(layout: HostLayout, path: str, fallback: str | None) -> str:

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from agent.jobs.toolkit.output import JobError
-from agent.jobs.toolkit.proc import LineSplitter, capture_command, pid_alive
+from agent.jobs.toolkit.proc import LineSplitter, all_of, capture_command, pid_alive
 from tests.helpers import eventually
 from tests.helpers.agent_jobs import IS_ROOT, live_members
 
@@ -57,3 +57,21 @@ async def test_a_tool_run_as_an_account_has_that_accounts_groups_not_roots() -> 
     assert text.split() == [str(account.pw_gid)]
     with pytest.raises(JobError, match="no system user"):
         await capture_command(["id"], user="no-such-user-here")
+
+
+@pytest.mark.anyio
+async def test_all_of_runs_its_steps_at_once_and_raises_the_first_failure_once_all_ended() -> None:
+    released = trio.Event()
+    ended: list[str] = []
+
+    async def waits_for_the_other() -> None:
+        await released.wait()  # run one after the other, this would never end
+        ended.append("waiter")
+
+    async def releases_and_fails() -> None:
+        released.set()
+        raise JobError("nginx -t refused the block")
+
+    with trio.fail_after(5), pytest.raises(JobError, match="nginx -t refused"):
+        await all_of(waits_for_the_other, releases_and_fails)
+    assert ended == ["waiter"]  # the failure did not cut the other step short
