@@ -15,7 +15,7 @@ import builtins
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, aclosing
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import httpx
 import orjson
@@ -775,7 +775,7 @@ class FilesAPI(_SubAPI):
             path = f"/v1/servers/{server_id}/fs/upload/stream"
             async with self._client.websocket(path, params={**query, "size": str(size)}) as socket:
                 async for chunk in _chunks(data, UPLOAD_CHUNK):
-                    await socket.send_bytes(chunk)
+                    await socket.send_bytes(cast(bytes, chunk))  # wsproto frames any buffer
                 await socket.send_text('{"done": true}')
                 answer = orjson.loads(await socket.receive_text())
         except (httpx.TransportError, WebSocketDisconnect, WebSocketNetworkError) as exc:
@@ -993,10 +993,11 @@ class AuditAPI(_SubAPI):
         return AuditList.model_validate(body).entries
 
 
-async def _chunks(data: bytes | AsyncIterable[bytes], size: int) -> AsyncIterator[bytes]:
+async def _chunks(data: bytes | AsyncIterable[bytes], size: int) -> AsyncIterator[bytes | memoryview]:
     if isinstance(data, bytes):
+        view = memoryview(data)  # slices of a view copy nothing: a slice of bytes copies it
         for start in range(0, len(data), size):
-            yield data[start : start + size]
+            yield view[start : start + size]
     else:
         async for chunk in data:
             yield chunk

@@ -263,3 +263,28 @@ def test_wsproto_uses_the_c_masker_both_ways() -> None:
     server.receive_data(frame)
     received = b"".join(bytes(e.data) for e in server.events() if isinstance(e, BytesMessage))
     assert received == payload
+    client.receive_data(server.send(BytesMessage(data=payload)))  # and back, unmasked
+    assert b"".join(bytes(e.data) for e in client.events() if isinstance(e, BytesMessage)) == payload
+
+
+@given(
+    payload=hs.binary(max_size=70_000),
+    opcode=hs.sampled_from(["BINARY", "TEXT", "CONTINUATION"]),
+    fin=hs.booleans(),
+    client=hs.booleans(),
+)
+def test_the_lean_frame_is_wsprotos_frame(payload: bytes, opcode: str, fin: bool, client: bool) -> None:
+    from wsproto.frame_protocol import FrameProtocol, Opcode
+
+    assert fastmask.install()
+    assert FrameProtocol._serialize_frame is fastmask.lean_frame  # type: ignore[comparison-overlap]
+    protocol = FrameProtocol(client=client, extensions=[])
+    theirs = bytes(fastmask.WSPROTO_SERIALIZE(protocol, Opcode[opcode], payload, fin))
+    ours = fastmask.lean_frame(protocol, Opcode[opcode], payload, fin)
+    assert len(ours) == len(theirs)
+    if not client:
+        assert ours == theirs
+        return
+    at = len(theirs) - len(payload) - 4  # header, then the frame's own random key, then the payload
+    assert ours[:at] == theirs[:at]
+    assert fastmask.CMasker(ours[at : at + 4]).process(bytearray(ours[at + 4 :])) == payload
