@@ -76,13 +76,14 @@ class _LargeReadBackend(httpcore.AsyncNetworkBackend):
         await self._backend.sleep(seconds)
 
 
-def ingress_transport() -> httpx.AsyncHTTPTransport:
-    """httpx's own transport, its connections reading `INGRESS_READ_BYTES` per receive.
+def ingress_transport(tls: ssl.SSLContext) -> httpx.AsyncHTTPTransport:
+    """httpx's own transport (verifying with `tls`), its connections reading `INGRESS_READ_BYTES`
+    per receive.
 
     httpx takes no network backend, so the one its pool made is wrapped in place; should a later
     httpx name it otherwise, the transport stays httpx's own (correct, at httpcore's read size).
     """
-    transport = httpx.AsyncHTTPTransport()
+    transport = httpx.AsyncHTTPTransport(verify=tls)
     pool = getattr(transport, "_pool", None)
     backend = getattr(pool, "_network_backend", None)
     if isinstance(backend, httpcore.AsyncNetworkBackend):

@@ -35,3 +35,14 @@ async def test_the_clients_ingress_connections_use_the_large_reads_and_the_contr
         # Were httpx to build its pool otherwise, the transport would silently keep 64 KiB reads.
         assert isinstance(ingress_pool._network_backend, _LargeReadBackend)
         assert not isinstance(control_pool._network_backend, _LargeReadBackend)
+
+
+@pytest.mark.anyio
+async def test_every_client_of_a_process_verifies_with_one_tls_context() -> None:
+    """httpx would load the CA bundle for each client (some 20 ms): the TUI opens two at start."""
+    async with Client("https://127.0.0.1:9") as first, Client("https://127.0.0.1:10") as second:
+        contexts = {
+            id(http._transport._pool._ssl_context)  # type: ignore[attr-defined]
+            for http in (first._http, second._http, first.ingress_http, second.ingress_http)
+        }
+        assert len(contexts) == 1
