@@ -767,10 +767,7 @@ class FilesAPI(_SubAPI):
             return None
         except httpx.TransportError as exc:
             raise TransportError(f"direct upload lost: {exc}") from exc
-        try:
-            body = orjson.loads(response.content)
-        except orjson.JSONDecodeError as exc:
-            raise TransportError(f"the server's ingress answered {response.status_code}, not JSON") from exc
+        body = _ingress_body(response)
         if not response.is_success:
             raise ApiError.from_body(response.status_code, body)
         return FsEntryResult.model_validate(body).entry
@@ -830,11 +827,7 @@ class FilesAPI(_SubAPI):
             async with self._client.ingress_http.stream("GET", url) as response:
                 if not response.is_success:
                     await response.aread()
-                    try:
-                        body = orjson.loads(response.content)
-                    except orjson.JSONDecodeError as exc:
-                        raise TransportError(f"the server's ingress answered {response.status_code}, not JSON") from exc
-                    raise ApiError.from_body(response.status_code, body)
+                    raise ApiError.from_body(response.status_code, _ingress_body(response))
                 yield b""
                 async for chunk in response.aiter_raw():
                     yield chunk
@@ -1002,6 +995,14 @@ class AuditAPI(_SubAPI):
         params = {"server_id": server_id, "action": action, "actor": actor, "outcome": outcome, "q": text}
         body = await self._client.request("GET", "/v1/audit", params={**params, "limit": limit, "before": before})
         return AuditList.model_validate(body).entries
+
+
+def _ingress_body(response: httpx.Response) -> Any:
+    """What an agent's ingress answered (an entry, or the contract's error body), read in full."""
+    try:
+        return orjson.loads(response.content)
+    except orjson.JSONDecodeError as exc:
+        raise TransportError(f"the server's ingress answered {response.status_code}, not JSON") from exc
 
 
 async def _chunks(data: bytes | AsyncIterable[bytes], size: int) -> AsyncIterator[bytes | memoryview]:
