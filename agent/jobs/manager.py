@@ -38,6 +38,7 @@ first) and in age (`keep_s` after the end).
 from __future__ import annotations
 
 import logging
+import math
 import signal
 from bisect import bisect_right
 from collections import deque
@@ -69,10 +70,11 @@ EXIT_CANCELLED = -signal.SIGTERM  # a cancelled job's exit code here (as for a c
 
 
 class _Reader:
-    __slots__ = ("pos",)
+    __slots__ = ("pos", "sent_at")
 
     def __init__(self, pos: int) -> None:
         self.pos = pos
+        self.sent_at = -math.inf  # when it last sent a batch (trio's clock)
 
 
 class Job:
@@ -267,14 +269,17 @@ class Job:
                 pos = reader.pos = max(reader.pos, self.first_seq - 1)
                 if self.last_seq - pos < FLUSH_LINES and not self.done:
                     await self.wait_beyond(pos)
-                    # Gather a batch: up to FLUSH_LINES lines or FLUSH_S, whichever comes first.
-                    with trio.move_on_after(FLUSH_S):
-                        while self.last_seq - pos < FLUSH_LINES and not self.done:
-                            await self.wait_beyond(self.last_seq)
+                    # A line after a quiet spell goes at once (a job's first line, a prompt); lines
+                    # that follow a batch closely are gathered: up to FLUSH_LINES or FLUSH_S.
+                    if trio.current_time() - reader.sent_at < FLUSH_S:
+                        with trio.move_on_after(FLUSH_S):
+                            while self.last_seq - pos < FLUSH_LINES and not self.done:
+                                await self.wait_beyond(self.last_seq)
                     pos = reader.pos = max(reader.pos, self.first_seq - 1)
                 batch = self.runs_after(pos, MAX_BATCH) if runs else self.lines_after(pos, MAX_BATCH)
                 if batch:
                     await call.send_items(batch)
+                    reader.sent_at = trio.current_time()
                     last = batch[-1]
                     reader.pos = last["seq"] + len(last["texts"]) - 1 if runs else last["seq"]
                     self._room.set()
