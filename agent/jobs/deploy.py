@@ -56,7 +56,7 @@ from agent.jobs.toolkit.common import Account, find_site, site_account
 from agent.jobs.toolkit.git_proxy import one_job_url
 from agent.jobs.toolkit.needs import Tool
 from agent.jobs.toolkit.output import EXIT_MISSING, JobError, Output
-from agent.jobs.toolkit.proc import SYSTEM_PATH, capture_command, require, stream_command, which
+from agent.jobs.toolkit.proc import SYSTEM_PATH, all_of, capture_command, require, stream_command, which
 from agent.jobs.toolkit.site_web import change_site, docroot_error
 from agent.state import open_lock_file
 from contract.job_kinds.base import DomainArgs
@@ -444,12 +444,7 @@ async def deploy(work: SiteGit, branch: str | None, token: str | None, out: Outp
     out.stdout(f"release {name}: {branch} at {commit[:12]} ({subject.strip()})")
     await work.capture(["mkdir", "--", folder])
     try:
-        archive = work.path(f"deploy/{name}.tar")
-        try:
-            await work.git("archive", "--format=tar", f"--output={archive}", commit)
-            await work.capture(["tar", "-x", "-f", archive, "-C", folder])
-        finally:
-            await work.capture(["rm", "-f", "--", archive], check=False)
+        await unpack(work, commit, folder, out)
         for shared in config["fleetdeck.shared"]:
             await link_shared(work, folder, shared)
         hooks = await run_hooks(work, folder, out)
@@ -463,6 +458,34 @@ async def deploy(work: SiteGit, branch: str | None, token: str | None, out: Outp
         raise
     out.stdout(f"current -> {folder}")
     return {"domain": work.domain, "release": name, **meta, "previous": previous, "hooks": hooks}
+
+
+async def unpack(work: SiteGit, commit: str, folder: str, out: Output) -> None:
+    """The tree of `commit` into the release `folder`: ``git archive`` piped into ``tar -x``, both
+    as the site user (no archive on disk, and one process fewer than writing one and removing it)."""
+    git = require("git", "deploy from git")
+    read_end, write_end = os.pipe()
+    codes: dict[str, int] = {}
+    options = {"cwd": work.folder, "env": work.env(), **work.options()}
+
+    async def archive() -> None:
+        try:
+            argv = [git, "--git-dir", work.path(REPO), "archive", "--format=tar", commit]
+            codes["git archive"] = await stream_command(out, argv, stdout=write_end, **options)
+        finally:
+            os.close(write_end)  # tar meets the end of the archive once git's copy is closed too
+
+    async def extract() -> None:
+        try:
+            argv = ["tar", "-x", "-f", "-", "-C", folder]
+            codes["tar -x"] = await stream_command(out, argv, stdin=read_end, **options)
+        finally:
+            os.close(read_end)  # a tar that stopped early: git meets a broken pipe, never a full one
+
+    await all_of(archive, extract)
+    for step, code in codes.items():
+        if code != 0:
+            raise JobError(f"{step} of {commit[:12]} failed (exit {code})")
 
 
 async def link_shared(work: SiteGit, release: str, shared: str) -> None:
