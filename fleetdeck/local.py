@@ -79,8 +79,10 @@ async def run_local(
             async with anyio.create_task_group() as stack:
                 await stack.start(partial(serve_fleet, fleet, sock, wrap=activity.around))
                 lb_ports = dict(zip((80, 443), free_ports(2), strict=True))
-                for child in await anyio.to_thread.run_sync(_prepare_services, layout, sockets):
-                    await stack.start(run_child, child)
+                children = await anyio.to_thread.run_sync(_prepare_services, layout, sockets)
+                for child in children:
+                    if child.setup is None:
+                        await stack.start(run_child, child)
                 agent = AgentConfig(
                     urls=(url,),
                     token=account.agent_token,
@@ -113,6 +115,11 @@ async def run_local(
                 }
                 write_private(layout.credentials, orjson.dumps(credentials, option=orjson.OPT_INDENT_2).decode())
                 write_private(layout.run_file, running.RunFile(url, os.getpid(), running.stack_version()).to_json())
+                # A first start's blocking setup (MariaDB's data folder: a second or so of CPU on
+                # a fresh data dir) waits until the server list can be drawn: nothing there needs it.
+                for child in children:
+                    if child.setup is not None:
+                        await stack.start(run_child, child)
                 print(f"fleetdeck is running at {url}", flush=True)
                 print(f"credentials: {layout.credentials}", flush=True)
                 if idle_minutes is not None:
