@@ -1,7 +1,7 @@
 """Load balancers, side by side in one run: direct to one backend, through nginx, through HAProxy,
 each engine's rendered configuration beside a hand-written one.
 
-    python benchmarks/load_balancers.py [--wrk-seconds 5] [--rounds 4] [--runs 7] [--rate 200] [--load-seconds 20]
+    python benchmarks/load_balancers.py [--wrk-seconds 2] [--rounds 10] [--runs 7] [--rate 200] [--load-seconds 20]
 
 What it starts (all on 127.0.0.1, all stopped at the end, also on Ctrl+C):
 
@@ -807,8 +807,8 @@ def report_references(results: Results, args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--wrk-seconds", type=int, default=5, help="each wrk run")
-    parser.add_argument("--rounds", type=int, default=4, help="wrk rounds over every target")
+    parser.add_argument("--wrk-seconds", type=int, default=2, help="each wrk run")
+    parser.add_argument("--rounds", type=int, default=10, help="wrk rounds over every target")
     parser.add_argument("--runs", type=int, default=7, help="mutation -> active runs per engine")
     parser.add_argument("--rate", type=float, default=200.0, help="new-connection requests per second")
     parser.add_argument("--keepalive-clients", type=int, default=16)
