@@ -1,6 +1,7 @@
-"""Load balancers, side by side in one run: direct to one backend, through nginx, through HAProxy.
+"""Load balancers, side by side in one run: direct to one backend, through nginx, through HAProxy,
+each engine's rendered configuration beside a hand-written one.
 
-    python benchmarks/load_balancers.py [--wrk-seconds 10] [--runs 7] [--rate 200] [--load-seconds 20]
+    python benchmarks/load_balancers.py [--wrk-seconds 2] [--rounds 10] [--runs 7] [--rate 200] [--load-seconds 20]
 
 What it starts (all on 127.0.0.1, all stopped at the end, also on Ctrl+C):
 
@@ -9,13 +10,19 @@ What it starts (all on 127.0.0.1, all stopped at the end, also on Ctrl+C):
 * a local stack (`fleetdeck local`) and two more agents, each its own process with its own port
   map: one serves an nginx load balancer, the other an HAProxy one (an agent maps port 80 once,
   so two engines on one agent would want the same port). Both load balancers are created through
-  the API (`client.load_balancers.create`), round robin over the three backends.
+  the API (`client.load_balancers.create`), round robin over the three backends;
+* the references: nginx and HAProxy each with a hand-written configuration following its
+  documentation's practice (`_hand_nginx_conf`, `_hand_haproxy_conf`), each its own process on
+  its own port, over the same three backends.
 
 What it measures:
 
-* throughput: ``wrk -t2 -c64 --latency`` for `--wrk-seconds` against one backend directly, then
-  through each load balancer (requests per second, latency p50 and p99), and the CPU time the
-  proxy used meanwhile (per request, a figure less at the mercy of a shared machine);
+* throughput: ``wrk -t2 -c64 --latency`` for `--wrk-seconds` against one backend directly, through
+  each load balancer and through each reference (requests per second, latency p50 and p99), and the
+  CPU time the proxy used meanwhile (per request, a figure less at the mercy of a shared machine);
+  `--rounds` rounds over all of them, the order reversed each round so that neither side of a
+  comparison is favoured by when it ran; every round is printed, and each engine's ratio
+  rendered/hand-written is the median of the rounds' ratios;
 * mutation -> active: from sending a `PATCH` of a backend's weight until the API reads the load
   balancer `active` with `applied_revision == revision` (polled every 20 ms), `--runs` times per
   engine, idle; median and range;
@@ -36,6 +43,7 @@ nothing.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -63,7 +71,14 @@ from contract.load_balancers import BackendCreate, BackendPatch, LoadBalancer, L
 from fleetdeck.launcher import free_port
 
 ENGINES = ("nginx", "haproxy")
-LABELS = {"direct": "direct (1 backend)", "nginx": "nginx", "haproxy": "HAProxy"}
+HAND = {"nginx": "nginx_hand", "haproxy": "haproxy_hand"}  # each engine's hand-written reference
+LABELS = {
+    "direct": "direct (1 backend)",
+    "nginx": "nginx",
+    "haproxy": "HAProxy",
+    "nginx_hand": "nginx, hand-written",
+    "haproxy_hand": "HAProxy, hand-written",
+}
 BACKENDS = 3
 STATIC_BODY = b"x" * 1023 + b"\n"  # 1 KiB
 POLL_S = 0.02
@@ -96,47 +111,161 @@ http {{
 """
 
 
+def _nginx_argv(folder: Path) -> list[str]:
+    """nginx in the foreground (`daemon off;` in its file) on `folder`'s nginx.conf, `folder` its prefix."""
+    return [shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(folder / "nginx.conf"), "-p", f"{folder}/"]
+
+
+@contextmanager
+def listening(what: str, launches: Sequence[tuple[list[str], int]]) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Each (argv, port) of `launches` started in its own session (a Ctrl+C reaches this script
+    only, which stops them in order) and waited for until it listens on its port; yields the
+    processes, stopped (SIGTERM) at the end. `what` names them in an error."""
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for argv, _ in launches:
+            processes.append(subprocess.Popen(argv, start_new_session=True, stderr=subprocess.DEVNULL))
+        for (_, port), process in zip(launches, processes, strict=True):
+            _wait_listening(what, port, process)
+        yield processes
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(10)
+
+
 @contextmanager
 def static_backends(count: int) -> Iterator[list[int]]:
-    """`count` nginx instances serving a 1 KiB file; yields their ports. Each in its own session
-    (a Ctrl+C reaches this script only, which stops them in order)."""
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    processes: list[subprocess.Popen[bytes]] = []
+    """`count` nginx instances serving a 1 KiB file; yields their ports."""
     with tempfile.TemporaryDirectory(prefix="fleetdeck-lbbench-backends-") as temp:
         os.chmod(temp, 0o755)  # nginx's workers run as nobody when started by root
-        try:
-            ports = []
-            for index in range(count):
-                folder = Path(temp) / f"backend-{index}"
-                (folder / "www").mkdir(parents=True)
-                (folder / "www" / "index.html").write_bytes(STATIC_BODY)
-                port = free_port()
-                (folder / "nginx.conf").write_text(_backend_conf(folder, port))
-                argv = [nginx, "-c", str(folder / "nginx.conf"), "-p", f"{folder}/"]
-                processes.append(subprocess.Popen(argv, start_new_session=True, stderr=subprocess.DEVNULL))
-                ports.append(port)
-            for port, process in zip(ports, processes, strict=True):
-                _wait_listening(port, process)
-            yield ports
-        finally:
-            for process in processes:
-                process.terminate()
-            for process in processes:
-                process.wait(10)
+        launches = []
+        for index in range(count):
+            folder = Path(temp) / f"backend-{index}"
+            (folder / "www").mkdir(parents=True)
+            (folder / "www" / "index.html").write_bytes(STATIC_BODY)
+            port = free_port()
+            (folder / "nginx.conf").write_text(_backend_conf(folder, port))
+            launches.append((_nginx_argv(folder), port))
+        with listening("the static backend", launches):
+            yield [port for _, port in launches]
 
 
-def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
+def _wait_listening(what: str, port: int, process: subprocess.Popen[bytes]) -> None:
     import socket
 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"the static backend on port {port} exited with {process.returncode}")
+            raise RuntimeError(f"{what} on port {port} exited with {process.returncode}")
         with socket.socket() as probe:
             if probe.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.05)
-    raise RuntimeError(f"the static backend on port {port} did not listen")
+    raise RuntimeError(f"{what} on port {port} did not listen")
+
+
+# --- the hand-written references -----------------------------------------------------------------
+#
+# What an administrator following each engine's documentation writes for the same job: round robin
+# over the same backends, the same forwarded headers, passive (nginx) or active (HAProxy) checks.
+# Neither logs requests: the rendered configurations log none either, and a reference that does
+# less can only make the ratio harder (where one logs, nginx's documentation says `access_log ...
+# buffer=`).
+
+
+def _hand_nginx_conf(folder: Path, port: int, backends: Sequence[int]) -> str:
+    """nginx's documented practice for a reverse proxy: a worker per core (`worker_processes auto`),
+    idle connections to the upstream kept (`keepalive`, which needs `proxy_http_version 1.1` and an
+    empty `Connection` header: ngx_http_upstream_module's keepalive section), as many as a worker
+    has requests in flight (wrk's 64 connections, twice: a worker over its `keepalive` closes the
+    surplus after each answer). Left at their defaults: `reuseport` (it bought nothing measurable
+    here) and `keepalive_requests` (the documentation advises against raising it: memory)."""
+    temp = "\n".join(
+        f"    {kind}_temp_path {folder / kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    servers = "\n".join(f"        server 127.0.0.1:{backend};" for backend in backends)
+    return f"""daemon off;
+worker_processes auto;
+pid {folder / "nginx.pid"};
+error_log {folder / "error.log"} warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+{temp}
+    upstream backends {{
+{servers}
+        keepalive 128;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://backends;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto $scheme;
+        }}
+    }}
+}}
+"""
+
+
+def _hand_haproxy_conf(port: int, backends: Sequence[int]) -> str:
+    """HAProxy's documented practice (configuration.txt): a thread per core (`nbthread`), keep-alive
+    on both sides (`option http-keep-alive`) and idle server connections shared between requests
+    (`http-reuse safe`, "the recommended strategy"), health checks."""
+    servers = "\n".join(
+        f"    server backend{index} 127.0.0.1:{backend} check" for index, backend in enumerate(backends)
+    )
+    return f"""global
+    nbthread {os.cpu_count() or 1}
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 60s
+    timeout server 60s
+    option http-keep-alive
+    http-reuse safe
+frontend proxy
+    bind 127.0.0.1:{port}
+    option forwardfor
+    default_backend backends
+backend backends
+    balance roundrobin
+    option httpchk GET /
+    default-server inter 2s rise 1 fall 3
+{servers}
+"""
+
+
+@dataclass
+class Reference:
+    engine: str
+    port: int
+    pid: int  # nginx's master (its workers are its children), HAProxy's single process
+
+
+@contextmanager
+def hand_written(backends: Sequence[int]) -> Iterator[dict[str, Reference]]:
+    """Each engine with its hand-written configuration on a free port of its own, over `backends`."""
+    with tempfile.TemporaryDirectory(prefix="fleetdeck-lbbench-hand-") as temp:
+        os.chmod(temp, 0o755)
+        nginx_folder = Path(temp) / "nginx"
+        nginx_folder.mkdir()
+        nginx_port, haproxy_port = free_port(), free_port()
+        (nginx_folder / "nginx.conf").write_text(_hand_nginx_conf(nginx_folder, nginx_port, backends))
+        haproxy_cfg = Path(temp) / "haproxy.cfg"
+        haproxy_cfg.write_text(_hand_haproxy_conf(haproxy_port, backends))
+        haproxy = [shutil.which("haproxy") or "/usr/sbin/haproxy", "-db", "-f", str(haproxy_cfg)]
+        launches = [(_nginx_argv(nginx_folder), nginx_port), (haproxy, haproxy_port)]
+        with listening("a hand-written reference", launches) as (nginx_process, haproxy_process):
+            yield {
+                "nginx": Reference("nginx", nginx_port, nginx_process.pid),
+                "haproxy": Reference("haproxy", haproxy_port, haproxy_process.pid),
+            }
 
 
 # --- the load balancers' nodes -------------------------------------------------------------------
@@ -185,8 +314,11 @@ def _stop_leftover_engine(lb_root: Path) -> None:
 def engine_cpu_seconds(node: Node) -> float:
     """CPU time the node's engine (its master and live workers) has used so far (Linux /proc)."""
     master = read_pid(node.lb_root / node.engine / f"{node.engine}.pid")
-    if master is None:
-        return 0.0
+    return 0.0 if master is None else tree_cpu_seconds(master)
+
+
+def tree_cpu_seconds(master: int) -> float:
+    """CPU time `master` and its live children have used so far (Linux /proc)."""
     return sum(cpu_seconds(pid) for pid in {master, *child_pids(master)})
 
 
@@ -459,29 +591,108 @@ async def control_load(port: int, args: argparse.Namespace) -> ReloadRun:
 
 
 @dataclass
+class Target:
+    """What wrk measures: a port, and the CPU time its proxy has used so far (None: no proxy)."""
+
+    name: str  # a key of LABELS
+    port: int
+    cpu_seconds: Callable[[], float] | None
+
+
+@dataclass
+class Round:
+    """One wrk run of a target, and the CPU seconds its proxy used meanwhile."""
+
+    wrk: WrkResult
+    proxy_cpu_s: float | None
+
+
+def round_order(targets: Sequence[Target], index: int) -> list[Target]:
+    """The targets in the order round `index` measures them: as given, then reversed, and so on,
+    so that no target always runs first or right after another."""
+    return list(targets) if index % 2 == 0 else list(reversed(targets))
+
+
+async def throughput_rounds(targets: Sequence[Target], args: argparse.Namespace) -> dict[str, list[Round]]:
+    """`args.rounds` rounds of wrk over every target; each round printed (stderr) as it ends."""
+    rounds: dict[str, list[Round]] = {target.name: [] for target in targets}
+    for index in range(args.rounds):
+        for target in round_order(targets, index):
+            before = target.cpu_seconds() if target.cpu_seconds else 0.0
+            wrk = await run_wrk(target.port, args.wrk_seconds)
+            used = target.cpu_seconds() - before if target.cpu_seconds else None
+            rounds[target.name].append(Round(wrk, used))
+        print(round_line(rounds, index, targets), file=sys.stderr)
+    return rounds
+
+
+def round_line(rounds: dict[str, list[Round]], index: int, targets: Sequence[Target]) -> str:
+    """Round `index` in one line: each target's req/s in the order run, then rendered/hand-written."""
+    figures = [f"{LABELS[t.name]} {rounds[t.name][index].wrk.requests_per_s:,.0f}" for t in round_order(targets, index)]
+    ratios = [f"{LABELS[engine]} {ratio:.2f}x" for engine, ratio in round_ratios(rounds, index).items()]
+    return f"round {index + 1}: " + ", ".join(figures) + "   rendered/hand-written: " + ", ".join(ratios)
+
+
+def round_ratios(rounds: dict[str, list[Round]], index: int) -> dict[str, float]:
+    """Each engine's rendered req/s over its hand-written configuration's, in round `index`."""
+    return {
+        engine: rounds[engine][index].wrk.requests_per_s / max(rounds[HAND[engine]][index].wrk.requests_per_s, 1e-9)
+        for engine in ENGINES
+        if engine in rounds
+    }
+
+
+def median_wrk(rounds: Sequence[Round]) -> WrkResult:
+    """The median of each figure over the rounds (requests: all of them), and every error seen."""
+    wrks = [r.wrk for r in rounds]
+    errors = "; ".join(dict.fromkeys(w.errors for w in wrks if w.errors))
+    return WrkResult(
+        statistics.median(w.requests_per_s for w in wrks),
+        sum(w.requests for w in wrks),
+        statistics.median(w.p50_ms for w in wrks),
+        statistics.median(w.p99_ms for w in wrks),
+        errors,
+    )
+
+
+@dataclass
 class Figures:
     """One row of the table."""
 
-    wrk: WrkResult
-    proxy_cpu_s: float | None  # CPU seconds the proxy used during wrk (None: no proxy)
+    wrk: WrkResult  # medians over the rounds
+    proxy_cpu_s: float | None  # CPU seconds the proxy used during all of its wrk rounds (None: no proxy)
     to_active: list[float]  # empty: not a load balancer
-    reload: ReloadRun
+    reload: ReloadRun | None  # None: a hand-written reference (no reload is measured on it)
+
+
+@dataclass
+class Results:
+    figures: dict[str, Figures]
+    rounds: dict[str, list[Round]]
+    order: list[str]  # the targets' names in the order the first round ran them
 
 
 async def measure(
-    stack: LocalStack, nodes: list[Node], ports: list[int], args: argparse.Namespace
-) -> dict[str, Figures]:
+    stack: LocalStack, nodes: list[Node], references: dict[str, Reference], ports: list[int], args: argparse.Namespace
+) -> Results:
     async with Client(stack.base_url, token=stack.token) as client:
         lbs = {node.engine: await create_lb(client, node, stack.server_id, ports) for node in nodes}
-        print("load balancers active; throughput", file=sys.stderr)
-        throughput = {"direct": await run_wrk(ports[0], args.wrk_seconds)}
-        proxy_cpu = {}
+        print("load balancers active; throughput, rendered and hand-written side by side", file=sys.stderr)
+        targets = [Target("direct", ports[0], None)]
         for node in nodes:
-            before = engine_cpu_seconds(node)
-            throughput[node.engine] = await run_wrk(node.port, args.wrk_seconds)
-            proxy_cpu[node.engine] = engine_cpu_seconds(node) - before
+            reference = references[node.engine]
+            targets.append(Target(node.engine, node.port, functools.partial(engine_cpu_seconds, node)))
+            targets.append(
+                Target(HAND[node.engine], reference.port, functools.partial(tree_cpu_seconds, reference.pid))
+            )
+        rounds = await throughput_rounds(targets, args)
+
+        def figures_of(name: str, to_active: list[float], reload: ReloadRun | None) -> Figures:
+            used = [r.proxy_cpu_s for r in rounds[name] if r.proxy_cpu_s is not None]
+            return Figures(median_wrk(rounds[name]), sum(used) if used else None, to_active, reload)
+
         print("direct: the paced load with no reload (a control of the client)", file=sys.stderr)
-        figures = {"direct": Figures(throughput["direct"], None, [], await control_load(ports[0], args))}
+        figures = {"direct": figures_of("direct", [], await control_load(ports[0], args))}
         for node in nodes:
             print(f"{node.engine}: mutation -> active, then reloads under load", file=sys.stderr)
             lb, to_active = lbs[node.engine], []
@@ -489,8 +700,9 @@ async def measure(
                 seconds, lb = await mutation_to_active(client, lb)
                 to_active.append(seconds)
             reload = await reloads_under_load(client, lb, node.port, args)
-            figures[node.engine] = Figures(throughput[node.engine], proxy_cpu[node.engine], to_active, reload)
-        return figures
+            figures[node.engine] = figures_of(node.engine, to_active, reload)
+            figures[HAND[node.engine]] = figures_of(HAND[node.engine], [], None)
+        return Results(figures, rounds, [t.name for t in targets])
 
 
 def _spread(values: Sequence[float]) -> str:
@@ -502,13 +714,15 @@ def _failures(result: LoadResult) -> str:
     return f"{sum(result.failed.values())}/{result.sent}"
 
 
-def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
+def report(results: Results, args: argparse.Namespace) -> None:
+    figures = results.figures
     print(
         f"machine: {os.cpu_count()} cores shared by wrk, the proxy, the backends, the control plane, the agents"
         " and this script"
     )
     print(
-        f"req/s, p50, p99: wrk -t2 -c64 -d{args.wrk_seconds}s, 1 KiB static file, {BACKENDS} nginx backends (1 worker)"
+        f"req/s, p50, p99: wrk -t2 -c64 -d{args.wrk_seconds}s, 1 KiB static file, {BACKENDS} nginx backends"
+        f" (1 worker); {args.rounds} rounds over every target, the order reversed each round; medians of the rounds"
     )
     print(f"mutation->active: weight PATCH until active at the new revision, {args.runs} runs, idle; median (range)")
     print(
@@ -522,23 +736,28 @@ def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
     print(header)
     print("-" * len(header))
     for name, row in figures.items():
+        if row.reload is None:
+            continue
         wrk, reload = row.wrk, row.reload
         line = f"{LABELS[name]:<20} {wrk.requests_per_s:>9,.0f} {wrk.p50_ms:>7.2f}ms {wrk.p99_ms:>7.2f}ms   "
         line += f"{_spread(row.to_active) if row.to_active else '-':<22}"
         line += f" {_failures(reload.new_connections):>10} {_failures(reload.keep_alive):>10}"
         print(line)
     print()
+    report_references(results, args)
+    print()
     for name, row in figures.items():
-        reload = row.reload
         if row.wrk.errors:
             print(f"{LABELS[name]}: wrk: {row.wrk.errors}")
         if row.proxy_cpu_s is not None:
-            cores = row.proxy_cpu_s / args.wrk_seconds
-            per_request = row.proxy_cpu_s / max(row.wrk.requests, 1) * 1e6
+            cores = row.proxy_cpu_s / (args.wrk_seconds * args.rounds)
             print(
                 f"{LABELS[name]}: the proxy used {row.proxy_cpu_s:.1f} CPU s during wrk ({cores:.2f} cores,"
-                f" {per_request:.0f} us per request)"
+                f" {_cpu_per_request_us(row):.0f} us per request)"
             )
+        if row.reload is None:
+            continue
+        reload = row.reload
         if row.to_active:
             under_load = _spread(reload.to_active) if reload.to_active else "-"
             print(f"  {reload.reloads} reloads during the paced load; mutation->active under load {under_load}")
@@ -553,9 +772,43 @@ def report(figures: dict[str, Figures], args: argparse.Namespace) -> None:
             print(f"  {kind}: {'; '.join(details)}")
 
 
+def _cpu_per_request_us(row: Figures) -> float:
+    return (row.proxy_cpu_s or 0.0) / max(row.wrk.requests, 1) * 1e6
+
+
+def report_references(results: Results, args: argparse.Namespace) -> None:
+    """Each engine's rendered configuration beside its hand-written one (the same run, the same
+    backends), their ratios, and every round."""
+    figures, rounds = results.figures, results.rounds
+    print(
+        "rendered vs hand-written: each engine's documented practice, its own process on its own port over the"
+        f" same backends; ratio: median of the {args.rounds} rounds' rendered/hand-written req/s (range)"
+    )
+    header = f"{'':<22} {'req/s':>9} {'p50':>9} {'p99':>9} {'CPU/request':>12}"
+    print(header)
+    print("-" * len(header))
+    for engine in ENGINES:
+        for name in (engine, HAND[engine]):
+            row = figures[name]
+            line = f"{LABELS[name] + (', rendered' if name == engine else ''):<22}"
+            line += f" {row.wrk.requests_per_s:>9,.0f} {row.wrk.p50_ms:>7.2f}ms {row.wrk.p99_ms:>7.2f}ms"
+            print(line + f" {_cpu_per_request_us(row):>10.1f}us")
+        ratios = [round_ratios(rounds, index)[engine] for index in range(args.rounds)]
+        cpu = _cpu_per_request_us(figures[engine]) / max(_cpu_per_request_us(figures[HAND[engine]]), 1e-9)
+        print(
+            f"  {LABELS[engine]}: rendered/hand-written {statistics.median(ratios):.2f}x req/s"
+            f" ({min(ratios):.2f}-{max(ratios):.2f}; goal >= 0.95x), {cpu:.2f}x CPU per request"
+        )
+    print("rounds (req/s in the order run):")
+    targets = [Target(name, 0, None) for name in results.order]
+    for index in range(args.rounds):
+        print("  " + round_line(rounds, index, targets))
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--wrk-seconds", type=int, default=10)
+    parser.add_argument("--wrk-seconds", type=int, default=2, help="each wrk run")
+    parser.add_argument("--rounds", type=int, default=10, help="wrk rounds over every target")
     parser.add_argument("--runs", type=int, default=7, help="mutation -> active runs per engine")
     parser.add_argument("--rate", type=float, default=200.0, help="new-connection requests per second")
     parser.add_argument("--keepalive-clients", type=int, default=16)
@@ -566,18 +819,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.wrk_seconds, args.runs, args.rate, args.reloads = 1, 1, 20.0, 1
+        args.wrk_seconds, args.rounds, args.runs, args.rate, args.reloads = 1, 2, 1, 20.0, 1
         args.keepalive_clients, args.load_seconds = 2, 1.0
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (apt-get install wrk)")
     try:
-        figures = run(args)
+        results = run(args)
     except* KeyboardInterrupt:  # bare, or from inside a trio nursery
         raise SystemExit("interrupted: the processes this run started are stopped") from None
-    report(figures, args)
+    report(results, args)
 
 
-def run(args: argparse.Namespace) -> dict[str, Figures]:
+def run(args: argparse.Namespace) -> Results:
     """Start everything, measure, stop everything (a Ctrl+C reaches the agents too: they stop
     their engines; the rest is stopped here)."""
     with ExitStack() as running:
@@ -585,11 +838,12 @@ def run(args: argparse.Namespace) -> dict[str, Figures]:
             ports = running.enter_context(static_backends(BACKENDS))
             stack = running.enter_context(local_stack())
             nodes = [running.enter_context(lb_node(stack, engine)) for engine in ENGINES]
-            figures = trio.run(measure, stack, nodes, ports, args)
+            references = running.enter_context(hand_written(ports))
+            results = trio.run(measure, stack, nodes, references, ports, args)
         finally:
             # a second Ctrl+C must not cut the cleanup short (the agents got the first one too)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-    return figures
+    return results
 
 
 if __name__ == "__main__":

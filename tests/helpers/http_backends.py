@@ -2,7 +2,9 @@
 
 ``/slow`` holds the answer until the test sets `release` (`held` counts those in flight), so a
 test can keep a request open through a drain or a reload. `stop` and `start` again keep the
-port: a killed backend comes back where the load balancer expects it.
+port: a killed backend comes back where the load balancer expects it. A `keep_alive` backend
+speaks HTTP/1.1 and keeps its connections open; `slow_connections` names those (by the client's
+port) that carried a ``/slow`` request, to count the connections a proxy opened.
 """
 
 from __future__ import annotations
@@ -20,13 +22,18 @@ class Backend:
     held: int = 0  # slow requests in flight
     release: threading.Event = field(default_factory=threading.Event)
     server: ThreadingHTTPServer | None = None
+    keep_alive: bool = False
+    slow_connections: set[int] = field(default_factory=set)
 
     def start(self) -> None:
         backend = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if backend.keep_alive else "HTTP/1.0"
+
             def do_GET(self) -> None:
                 if self.path.startswith("/slow"):
+                    backend.slow_connections.add(self.client_address[1])
                     backend.held += 1
                     backend.release.wait(30)
                     backend.held -= 1

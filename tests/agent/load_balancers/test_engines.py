@@ -218,6 +218,57 @@ async def test_the_most_backends_the_contract_allows_fit_in_nginxs_shared_zone(
     assert await node.spread(30) == Counter({backend.name: 10 for backend in backends})
 
 
+IN_FLIGHT = 48  # more requests at once than one nginx worker kept backend connections for (32)
+
+
+@pytest.fixture
+def keep_alive_backend() -> Iterator[Backend]:
+    started = Backend("kept", keep_alive=True)
+    started.start()
+    yield started
+    stop_backends([started])
+
+
+async def answer(stream: trio.SocketStream) -> bytes:
+    """One answer with a `Content-Length` body, read off a kept-open connection: its body."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += await stream.receive_some(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    length = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))[15:])
+    while len(body) < length:
+        body += await stream.receive_some(65536)
+    return body
+
+
+@pytest.mark.anyio
+async def test_backend_connections_are_kept_for_every_request_in_flight(
+    node: Node, keep_alive_backend: Backend
+) -> None:
+    """Two waves of IN_FLIGHT requests at once on the same client connections: the second finds
+    the backend connections the first opened, idle and kept, and opens none (nginx closed those
+    over its `keepalive` after each answer: a new connection for every request past it)."""
+    backend = keep_alive_backend
+    code, _, out = await node.apply(**node.spec([backend]))
+    assert code == 0, out.err
+    clients = [await trio.open_tcp_stream("127.0.0.1", node.port) for _ in range(IN_FLIGHT)]
+    try:
+        opened = []
+        for _ in range(2):
+            for stream in clients:
+                await stream.send_all(b"GET /slow HTTP/1.1\r\nHost: lb\r\n\r\n")
+            await eventually(lambda: backend.held == IN_FLIGHT, within=20)
+            backend.release.set()
+            assert [await answer(stream) for stream in clients] == [b"kept"] * IN_FLIGHT
+            backend.release.clear()
+            opened.append(len(backend.slow_connections))
+    finally:
+        for stream in clients:
+            await stream.aclose()
+    assert opened[0] <= IN_FLIGHT and opened[1] == opened[0], opened
+
+
 @pytest.mark.anyio
 async def test_remove_stops_serving_and_is_idempotent(node: Node, backends: list[Backend]) -> None:
     args = {"id": "lb-web", "name": "web", "engine": node.engine}
