@@ -56,9 +56,10 @@ from hypercorn.trio import serve, tcp_server
 from hypercorn.trio.tcp_server import TCPServer
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from control_plane.app import create_app
+from control_plane.app import AGENT_LINK_PATH, create_app
 from control_plane.errors import cut_by_error
 from control_plane.frontdoor import REQUEST_HEAD_TIMEOUT_S, head_timeout_answer
+from control_plane.hub import LinksFirst
 from control_plane.settings import ServerName
 from control_plane.state import Fleet
 
@@ -287,7 +288,7 @@ async def serve_fleet(
     returns or the caller is cancelled; `wrap` (an ASGI middleware) goes around the app when given.
     Started with `task_group.start`, it reports the served URLs once it listens."""
     # The servers' ASGI types are narrower than Starlette's own; the app is a plain ASGI 3 callable.
-    app: Any = create_app(fleet)
+    app: Any = LinksFirst(create_app(fleet), fleet.hub, AGENT_LINK_PATH)
     if wrap is not None:
         app = wrap(app)
     # What is built by now (modules, the app, its schemas: some 120,000 objects) lives as long as

@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 from pydantic import ValidationError
+from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from contract.link import protocol
@@ -238,7 +239,6 @@ class Link:
         try:
             async with anyio.create_task_group() as tg:
                 self._task_group, self._scope = tg, tg.cancel_scope
-                tg.start_soon(self._watch_silence)
                 await self._receive_loop()
                 tg.cancel_scope.cancel()
         finally:
@@ -256,24 +256,23 @@ class Link:
         if self._scope is not None:
             self._scope.cancel()
 
-    async def _watch_silence(self) -> None:
-        """Drop the link once the agent has been silent for `dead_after`. The agent says "alive"
-        every `heartbeat_s` and is answered by the server's WebSocket layer (the pong of its ping),
-        not here: an idle link costs this app one message in per period, and this task wakes only
-        when the silence could have grown too long, about once in two or three periods."""
+    async def _receive_loop(self) -> None:
+        """Receive until the agent leaves, breaks the protocol, or has been silent for
+        `dead_after`. The agent says "alive" every `heartbeat_s` and is answered by the server's
+        WebSocket layer (the pong of its ping), not here: an idle link costs this app one message
+        in per period. The silence is timed by the receive itself, not by a task of its own per
+        link, which woke every few periods and held memory as long as the link lived."""
+        # Never awaits a send: the agent may be blocked sending to us, and both would wait forever.
         limit = protocol.dead_after(self.heartbeat_s)
         while True:
-            silence = anyio.current_time() - self._last_received
-            if silence > limit:
+            message: Message | None = None
+            with anyio.move_on_after(limit - (anyio.current_time() - self._last_received)):
+                message = await self.websocket.receive()
+            if message is None:
+                silence = anyio.current_time() - self._last_received
                 log.warning("agent of server %s silent for %.1f s: dropping its link", self.session.server_id, silence)
-                self.close(protocol.CLOSE_HEARTBEAT_TIMEOUT)
+                self.close_code = protocol.CLOSE_HEARTBEAT_TIMEOUT
                 return
-            await anyio.sleep(limit - silence + 0.001)
-
-    async def _receive_loop(self) -> None:
-        # Never awaits a send: the agent may be blocked sending to us, and both would wait forever.
-        while True:
-            message = await self.websocket.receive()
             if message["type"] == "websocket.disconnect":
                 return
             self._last_received = anyio.current_time()
