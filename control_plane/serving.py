@@ -55,6 +55,7 @@ from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
 from hypercorn.trio import serve, tcp_server
 from hypercorn.trio.tcp_server import TCPServer
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 from control_plane.app import AGENT_LINK_PATH, create_app
 from control_plane.errors import cut_by_error
@@ -362,6 +363,27 @@ class _HeadTimedH11(H11Protocol):
         self.transport.close()
 
 
+class _QueueingWebSockets(WebSocketsSansIOProtocol):
+    """uvicorn's websockets protocol, which stops reading a connection once `PAUSE_AT_MESSAGES`
+    wait for the app rather than after each one. uvicorn's pauses at the first and resumes as soon
+    as the app takes it: two epoll calls per message, most of the work an idle agent link's
+    heartbeat costs (benchmarks/fleet.py, 10,000 links at rest). A slow reader still stops the
+    connection, a message later."""
+
+    PAUSE_AT_MESSAGES = 2
+
+    def send_receive_event_to_app(self) -> None:
+        paused = self.read_paused
+        self.read_paused = True  # what keeps uvicorn from pausing: it pauses when it was not
+        try:
+            super().send_receive_event_to_app()
+        finally:
+            self.read_paused = paused
+        if not paused and self.queue.qsize() >= self.PAUSE_AT_MESSAGES:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+
 class _Uvicorn(uvicorn.Server):
     """uvicorn's server without its signal handlers (the command that serves owns the signals;
     uvicorn's would replace the event loop's own), saying when it listens."""
@@ -389,7 +411,7 @@ async def _serve_uvicorn(
         lifespan="on",  # the app's task group (jobs, file operations) lives in its lifespan
         http=_HeadTimedH11,  # uvicorn's h11 (see the module docstring for httptools), with a head timeout
         timeout_keep_alive=int(REQUEST_HEAD_TIMEOUT_S),
-        ws="websockets-sansio",  # websockets' own protocol, not its deprecated legacy server
+        ws=_QueueingWebSockets,  # websockets' own protocol, not its deprecated legacy server
         ws_max_size=WEBSOCKET_MAX_MESSAGE_SIZE,
         ws_ping_interval=None,  # the agent link has heartbeats of its own (`Settings.heartbeat_s`)
         ws_per_message_deflate=False,

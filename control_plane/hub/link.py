@@ -16,7 +16,6 @@ from typing import Any, Protocol, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 from pydantic import ValidationError
-from starlette.types import Message
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from contract.link import protocol
@@ -260,31 +259,29 @@ class Link:
         """Receive until the agent leaves, breaks the protocol, or has been silent for
         `dead_after`. The agent says "alive" every `heartbeat_s` and is answered by the server's
         WebSocket layer (the pong of its ping), not here: an idle link costs this app one message
-        in per period. The silence is timed by the receive itself, not by a task of its own per
-        link, which woke every few periods and held memory as long as the link lived."""
+        in per period. The silence is timed by a deadline moved on at each message, not by a task
+        of its own per link, which held memory as long as the link lived (benchmarks/fleet.py)."""
         # Never awaits a send: the agent may be blocked sending to us, and both would wait forever.
         limit = protocol.dead_after(self.heartbeat_s)
-        while True:
-            message: Message | None = None
-            with anyio.move_on_after(limit - (anyio.current_time() - self._last_received)):
+        with anyio.CancelScope(deadline=self._last_received + limit) as silence:
+            while True:
                 message = await self.websocket.receive()
-            if message is None:
-                silence = anyio.current_time() - self._last_received
-                log.warning("agent of server %s silent for %.1f s: dropping its link", self.session.server_id, silence)
-                self.close_code = protocol.CLOSE_HEARTBEAT_TIMEOUT
-                return
-            if message["type"] == "websocket.disconnect":
-                return
-            self._last_received = anyio.current_time()
-            try:
-                if message.get("bytes") is not None:
-                    self._on_binary(message["bytes"])
-                elif message.get("text") is not None:
-                    self._on_text(message["text"])
-            except ProtocolError as exc:
-                log.warning("agent of server %s broke the protocol: %s", self.session.server_id, exc)
-                self.close_code = protocol.CLOSE_PROTOCOL_ERROR
-                return
+                if message["type"] == "websocket.disconnect":
+                    return
+                self._last_received = anyio.current_time()
+                silence.deadline = self._last_received + limit
+                try:
+                    if message.get("bytes") is not None:
+                        self._on_binary(message["bytes"])
+                    elif message.get("text") is not None:
+                        self._on_text(message["text"])
+                except ProtocolError as exc:
+                    log.warning("agent of server %s broke the protocol: %s", self.session.server_id, exc)
+                    self.close_code = protocol.CLOSE_PROTOCOL_ERROR
+                    return
+        silent = anyio.current_time() - self._last_received
+        log.warning("agent of server %s silent for %.1f s: dropping its link", self.session.server_id, silent)
+        self.close_code = protocol.CLOSE_HEARTBEAT_TIMEOUT
 
     def _on_binary(self, frame: bytes) -> None:
         cid, payload = protocol.unpack_binary(frame)
