@@ -54,6 +54,7 @@ from hypercorn.protocol.events import Body, Event, StreamClosed
 from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
 from hypercorn.trio import serve, tcp_server
 from hypercorn.trio.tcp_server import TCPServer
+from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
@@ -382,6 +383,14 @@ class _QueueingWebSockets(WebSocketsSansIOProtocol):
         if not paused and self.queue.qsize() >= self.PAUSE_AT_MESSAGES:
             self.read_paused = True
             self.transport.pause_reading()
+
+    async def send(self, message: ASGISendEvent) -> None:
+        await super().send(message)
+        if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
+            # A refusal before the upgrade (the hub's 503 and Retry-After) is a complete answer:
+            # uvicorn logged each as an error ("returned without completing handshake"), thousands
+            # of lines in a relink storm.
+            self.handshake_complete = True
 
 
 class _Uvicorn(uvicorn.Server):
