@@ -60,9 +60,14 @@ class Admission:
         self._registered: deque[tuple[float, float]] = deque()
         self._last_turn = -math.inf
 
+    @property
+    def full(self) -> bool:
+        """Whether a new link would be turned away now."""
+        return self.pending >= self.limit
+
     def enter(self) -> bool:
         """Whether a new link may be set up now; if so, `leave` must follow."""
-        if self.pending >= self.limit:
+        if self.full:
             return False
         self.pending += 1
         return True

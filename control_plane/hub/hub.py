@@ -35,6 +35,8 @@ Elsewhere = Callable[[str], Awaitable[CallPath | None]]
 OnPresence = Callable[[str, AgentSession | None], Awaitable[None]]
 
 _CLEANUP_TIMEOUT_S = 10.0
+# The body of the 503 that turns a dial away (its Retry-After says when to come back).
+BUSY_MESSAGE = "too many agent links are being set up: try again later\n"
 # A presence report the database could not take is made again after full_jitter(attempt, base, cap).
 PRESENCE_RETRY_BASE_S = 0.5
 PRESENCE_RETRY_CAP_S = 5.0
@@ -266,6 +268,11 @@ class AgentHub:
 
     # --- the link endpoint ----------------------------------------------------------------
 
+    def turn_if_busy(self) -> int | None:
+        """The `Retry-After` of a dial turned away now, or None when it would be set up: for a
+        server that can answer it before the upgrade costs anything (`control_plane.serving`)."""
+        return self._admission.retry_after() if self._admission.full else None
+
     async def handle(self, websocket: WebSocket) -> None:
         """Body of the ASGI WebSocket route ``/v1/agent/link``."""
         if not self._admission.enter():
@@ -496,9 +503,7 @@ async def _turn_away(websocket: WebSocket, retry_after: int) -> None:
     """Too many links are being set up: come back in `retry_after` s (HTTP 503 before the upgrade,
     which costs less than a WebSocket opened to be closed; a server without the ASGI denial
     response extension closes one with 1013, after which the agent waits its busy backoff)."""
-    busy = PlainTextResponse(
-        "too many agent links are being set up: try again later\n", 503, {"Retry-After": str(retry_after)}
-    )
+    busy = PlainTextResponse(BUSY_MESSAGE, 503, {"Retry-After": str(retry_after)})
     try:
         await websocket.send_denial_response(busy)
     except RuntimeError:
