@@ -32,7 +32,10 @@ What it prints per N, each beside its goal:
   backoff spreads the storm), and how many had not come back by `--relink-timeout` ("gave up":
   the link code never stops retrying, so any is a failure). The API then confirms all N online.
   With replicas, `--kill one` kills the first replica (its agents move on to the others at once)
-  and `--kill all` kills all of them (every agent relinks, as with one control plane);
+  and `--kill all` kills all of them (every agent relinks, as with one control plane). What the
+  link code logged is counted by kind (the turns it was given, 503 and Retry-After, among them;
+  a failed dial by its error), and the relink's welcomes are printed by 5 s after the kill: what
+  spread the storm, and where it stalled;
 * presence after the relink: every control plane (each replica) must list all N servers online
   within `--presence-timeout` of the last agent's new welcome; the time it took is printed.
 
@@ -624,8 +627,14 @@ class _LogCounter(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.levelno >= logging.WARNING or record.msg in _COUNTED_INFO:
             kind = str(record.msg).split(":")[0].split(" (")[0].replace("%s", "…")
-            code = getattr(record.args[0], "code", None) if isinstance(record.args, tuple) and record.args else None
-            self.counts[kind if code is None else f"{kind} {code}"] += 1  # a close: which code
+            args = record.args if isinstance(record.args, tuple) else ()
+            code = getattr(args[0], "code", None) if args else None
+            if code is not None:  # a close: which code
+                kind = f"{kind} {code}"
+            elif len(args) == 2 and isinstance(args[1], BaseException):  # a failed dial: why
+                errno = f" {args[1].errno}" if isinstance(args[1], OSError) else ""
+                kind = f"{kind} ({type(args[1]).__name__}{errno})"
+            self.counts[kind] += 1
 
 
 def simulate(urls: str, tokens_file: str, home: str, state: str, ramp_per_s: float) -> None:
