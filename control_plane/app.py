@@ -49,6 +49,7 @@ from control_plane.servers.store import Row
 from control_plane.settings import Settings
 from control_plane.state import Fleet
 from control_plane.storage import Database
+from control_plane.storage.batches import Batched
 
 AGENT_LINK_PATH = "/v1/agent/link"
 
@@ -62,14 +63,18 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
     pulses = PulseRings(presence)
 
     async def authenticate_agent(token: str) -> str | None:
-        row = await db.run(server_store.server_for_agent_token, token)
+        # A read by index (`Database.read`): in a relink storm, thousands a minute.
+        row = await db.read(server_store.server_for_agent_token, token)
         return row["id"] if row else None
 
     # With replicas: the link id each server's row names for its link here.
     claimed: dict[str, str] = {}
 
+    # Presence writes made at once share a transaction (a relink storm makes thousands).
+    presence_writes = Batched(db, _store_presence)
+
     async def on_presence(server_id: str, session: AgentSession | None) -> None:
-        row, queued, serves_lbs = await db.run(_store_presence, server_id, session)
+        row, queued, serves_lbs = await presence_writes.run((server_id, session))
         newer_elsewhere = False
         if replicas is not None and session is not None:
             claimed[server_id] = await replicas.claim(server_id, session.peer)
@@ -132,12 +137,11 @@ def build_fleet(settings: Settings, db: Database | None = None) -> Fleet:
     return fleet
 
 
-def _store_presence(
-    conn: Connection, server_id: str, session: AgentSession | None
-) -> tuple[Row | None, list[Row], bool]:
-    """What an agent's link or drop writes and reads, in one transaction: its presence, the
-    server's row, and (linked) the jobs that waited for it and whether it serves load balancers.
-    One trip to a database thread per link, not four: a relink storm makes thousands of them."""
+def _store_presence(conn: Connection, report: tuple[str, AgentSession | None]) -> tuple[Row | None, list[Row], bool]:
+    """What an agent's link or drop writes and reads: its presence, the server's row, and
+    (linked) the jobs that waited for it and whether it serves load balancers. In one
+    transaction with the other reports of the moment (`Batched`): a relink storm makes thousands."""
+    server_id, session = report
     online = session is not None
     server_store.record_presence(
         conn,

@@ -54,11 +54,15 @@ from hypercorn.protocol.events import Body, Event, StreamClosed
 from hypercorn.protocol.http_stream import ASGIHTTPState, HTTPStream
 from hypercorn.trio import serve, tcp_server
 from hypercorn.trio.tcp_server import TCPServer
+from uvicorn._types import ASGISendEvent
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from control_plane.app import create_app
+from control_plane.app import AGENT_LINK_PATH, create_app
 from control_plane.errors import cut_by_error
 from control_plane.frontdoor import REQUEST_HEAD_TIMEOUT_S, head_timeout_answer
+from control_plane.hub import LinksFirst
+from control_plane.hub.hub import BUSY_MESSAGE
 from control_plane.settings import ServerName
 from control_plane.state import Fleet
 
@@ -287,7 +291,7 @@ async def serve_fleet(
     returns or the caller is cancelled; `wrap` (an ASGI middleware) goes around the app when given.
     Started with `task_group.start`, it reports the served URLs once it listens."""
     # The servers' ASGI types are narrower than Starlette's own; the app is a plain ASGI 3 callable.
-    app: Any = create_app(fleet)
+    app: Any = LinksFirst(create_app(fleet), fleet.hub, AGENT_LINK_PATH)
     if wrap is not None:
         app = wrap(app)
     # What is built by now (modules, the app, its schemas: some 120,000 objects) lives as long as
@@ -296,7 +300,7 @@ async def serve_fleet(
     gc.freeze()
     trigger = shutdown_trigger or anyio.sleep_forever
     if fleet.settings.server == "uvicorn":
-        await _serve_uvicorn(app, sock, trigger, task_status)
+        await _serve_uvicorn(app, sock, trigger, fleet.hub.turn_if_busy, task_status)
     else:
         await _serve_hypercorn(app, sock, trigger, task_status)
 
@@ -325,6 +329,8 @@ class _HeadTimedH11(H11Protocol):
     body is the app's (`control_plane.frontdoor`)."""
 
     _head_timer: asyncio.TimerHandle | None = None
+    # The hub's `turn_if_busy`, in the subclass made for each served fleet (`_serve_uvicorn`).
+    link_turn: Callable[[], int | None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
@@ -336,7 +342,27 @@ class _HeadTimedH11(H11Protocol):
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
         self._disarm_head_timer()
+        if self.link_turn is not None and event.target.partition(b"?")[0] == AGENT_LINK_PATH.encode():
+            turn = self.link_turn()
+            if turn is not None:
+                self._turn_link_away(turn)
+                return
         super().handle_websocket_upgrade(event)
+
+    def _turn_link_away(self, retry_after: int) -> None:
+        """The hub's 503 and Retry-After (`AgentHub.handle`), answered here: a relink storm turns
+        thousands of dials away, and each cost a WebSocket handshake and an ASGI task before the
+        hub could say it (benchmarks/fleet.py)."""
+        body = BUSY_MESSAGE.encode()
+        headers = [
+            (b"retry-after", str(retry_after).encode()),
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        for event in (h11.Response(status_code=503, headers=headers), h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
@@ -361,6 +387,35 @@ class _HeadTimedH11(H11Protocol):
         self.transport.close()
 
 
+class _QueueingWebSockets(WebSocketsSansIOProtocol):
+    """uvicorn's websockets protocol, which stops reading a connection once `PAUSE_AT_MESSAGES`
+    wait for the app rather than after each one. uvicorn's pauses at the first and resumes as soon
+    as the app takes it: two epoll calls per message, most of the work an idle agent link's
+    heartbeat costs (benchmarks/fleet.py, 10,000 links at rest). A slow reader still stops the
+    connection, a message later."""
+
+    PAUSE_AT_MESSAGES = 2
+
+    def send_receive_event_to_app(self) -> None:
+        paused = self.read_paused
+        self.read_paused = True  # what keeps uvicorn from pausing: it pauses when it was not
+        try:
+            super().send_receive_event_to_app()
+        finally:
+            self.read_paused = paused
+        if not paused and self.queue.qsize() >= self.PAUSE_AT_MESSAGES:
+            self.read_paused = True
+            self.transport.pause_reading()
+
+    async def send(self, message: ASGISendEvent) -> None:
+        await super().send(message)
+        if message["type"] == "websocket.http.response.body" and not message.get("more_body", False):
+            # A refusal before the upgrade (the hub's 503 and Retry-After) is a complete answer:
+            # uvicorn logged each as an error ("returned without completing handshake"), thousands
+            # of lines in a relink storm.
+            self.handshake_complete = True
+
+
 class _Uvicorn(uvicorn.Server):
     """uvicorn's server without its signal handlers (the command that serves owns the signals;
     uvicorn's would replace the event loop's own), saying when it listens."""
@@ -380,15 +435,21 @@ class _Uvicorn(uvicorn.Server):
 
 
 async def _serve_uvicorn(
-    app: Any, sock: socket.socket, trigger: Callable[[], Awaitable[None]], task_status: anyio.abc.TaskStatus[Any]
+    app: Any,
+    sock: socket.socket,
+    trigger: Callable[[], Awaitable[None]],
+    link_turn: Callable[[], int | None],
+    task_status: anyio.abc.TaskStatus[Any],
 ) -> None:
     _add_filter("uvicorn.error", _ResponseCutFilter)
     config = uvicorn.Config(
         app,
         lifespan="on",  # the app's task group (jobs, file operations) lives in its lifespan
-        http=_HeadTimedH11,  # uvicorn's h11 (see the module docstring for httptools), with a head timeout
+        # uvicorn's h11 (see the module docstring for httptools), with a head timeout; agent links
+        # turned away before their upgrade
+        http=type("_FleetH11", (_HeadTimedH11,), {"link_turn": staticmethod(link_turn)}),
         timeout_keep_alive=int(REQUEST_HEAD_TIMEOUT_S),
-        ws="websockets-sansio",  # websockets' own protocol, not its deprecated legacy server
+        ws=_QueueingWebSockets,  # websockets' own protocol, not its deprecated legacy server
         ws_max_size=WEBSOCKET_MAX_MESSAGE_SIZE,
         ws_ping_interval=None,  # the agent link has heartbeats of its own (`Settings.heartbeat_s`)
         ws_per_message_deflate=False,

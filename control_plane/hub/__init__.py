@@ -6,7 +6,7 @@ protocol is `contract.link.protocol`.
 """
 
 from control_plane.hub.errors import AgentCallError, AgentOfflineError, AgentTimeoutError
-from control_plane.hub.hub import AgentHub, ReplyStream, UploadStream
+from control_plane.hub.hub import AgentHub, LinksFirst, ReplyStream, UploadStream
 from control_plane.hub.link import AgentSession
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "AgentOfflineError",
     "AgentSession",
     "AgentTimeoutError",
+    "LinksFirst",
     "ReplyStream",
     "UploadStream",
 ]

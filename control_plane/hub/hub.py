@@ -6,15 +6,16 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
 from pydantic import ValidationError
 from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from contract.backoff import full_jitter
@@ -34,6 +35,8 @@ Elsewhere = Callable[[str], Awaitable[CallPath | None]]
 OnPresence = Callable[[str, AgentSession | None], Awaitable[None]]
 
 _CLEANUP_TIMEOUT_S = 10.0
+# The body of the 503 that turns a dial away (its Retry-After says when to come back).
+BUSY_MESSAGE = "too many agent links are being set up: try again later\n"
 # A presence report the database could not take is made again after full_jitter(attempt, base, cap).
 PRESENCE_RETRY_BASE_S = 0.5
 PRESENCE_RETRY_CAP_S = 5.0
@@ -265,6 +268,11 @@ class AgentHub:
 
     # --- the link endpoint ----------------------------------------------------------------
 
+    def turn_if_busy(self) -> int | None:
+        """The `Retry-After` of a dial turned away now, or None when it would be set up: for a
+        server that can answer it before the upgrade costs anything (`control_plane.serving`)."""
+        return self._admission.retry_after() if self._admission.full else None
+
     async def handle(self, websocket: WebSocket) -> None:
         """Body of the ASGI WebSocket route ``/v1/agent/link``."""
         if not self._admission.enter():
@@ -402,6 +410,28 @@ class AgentHub:
             self._reported[server_id] = current
 
 
+class LinksFirst:
+    """An ASGI app that hands the agent link's WebSockets (`path`) straight to `hub.handle`, and
+    everything else to `app`, whose route for `path` then serves only apps not wrapped in this.
+
+    Why: a link passed through the app's middleware and routing (some 15 calls, FastAPI's
+    telemetry check among them) on every dial, about a third of the control plane's CPU in a
+    relink storm, and each of their frames stayed in memory as long as the link lived
+    (benchmarks/fleet.py). None of them does anything for the link.
+    """
+
+    def __init__(self, app: ASGIApp, hub: AgentHub, path: str) -> None:
+        self.app = app
+        self.hub = hub
+        self.path = path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket" and scope["path"] == self.path:
+            await self.hub.handle(WebSocket(scope, receive, send))
+        else:
+            await self.app(scope, receive, send)
+
+
 def _deadline(timeout: float | None) -> float:
     return math.inf if timeout is None else anyio.current_time() + timeout
 
@@ -424,6 +454,23 @@ async def _receive_text(websocket: WebSocket) -> str:
     return str(text)
 
 
+# A fleet's agents say the same few sets of names (one per version): each set is kept once, not
+# once per link (some 2.5 KiB a link for the handlers alone). Bounded, as agents choose what they say.
+_SHARED_MAX = 256
+_shared_values: dict[Hashable, Hashable] = {}
+V = TypeVar("V", bound=Hashable)
+
+
+def _shared(value: V) -> V:
+    """The value equal to `value` that is already kept, else `value` (kept while there is room)."""
+    kept = _shared_values.get(value)
+    if kept is None:
+        if len(_shared_values) >= _SHARED_MAX:
+            return value
+        _shared_values[value] = kept = value
+    return kept  # type: ignore[return-value]
+
+
 def _session_from_hello(server_id: str, frame: str, peer: str | None = None) -> AgentSession:
     message = protocol.decode(frame)
     if message["t"] != protocol.HELLO:
@@ -441,12 +488,12 @@ def _session_from_hello(server_id: str, frame: str, peer: str | None = None) -> 
         version=hello.version,
         boot_id=hello.boot_id,
         hostname=hello.hostname,
-        handlers=frozenset(hello.handlers),
+        handlers=_shared(frozenset(hello.handlers)),
         direct_ingress_url=hello.direct_ingress_url,
         connected_at=datetime.now(UTC),
         peer=peer,
         # Sorted and without repeats; None: the agent did not say (older than the field).
-        job_kinds=None if hello.job_kinds is None else tuple(sorted(set(hello.job_kinds))),
+        job_kinds=None if hello.job_kinds is None else _shared(tuple(sorted(set(hello.job_kinds)))),
         kernel_protections=kernel,
         needs=None if hello.needs is None else dict(hello.needs),
     )
@@ -456,9 +503,7 @@ async def _turn_away(websocket: WebSocket, retry_after: int) -> None:
     """Too many links are being set up: come back in `retry_after` s (HTTP 503 before the upgrade,
     which costs less than a WebSocket opened to be closed; a server without the ASGI denial
     response extension closes one with 1013, after which the agent waits its busy backoff)."""
-    busy = PlainTextResponse(
-        "too many agent links are being set up: try again later\n", 503, {"Retry-After": str(retry_after)}
-    )
+    busy = PlainTextResponse(BUSY_MESSAGE, 503, {"Retry-After": str(retry_after)})
     try:
         await websocket.send_denial_response(busy)
     except RuntimeError:

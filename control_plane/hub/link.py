@@ -238,7 +238,6 @@ class Link:
         try:
             async with anyio.create_task_group() as tg:
                 self._task_group, self._scope = tg, tg.cancel_scope
-                tg.start_soon(self._watch_silence)
                 await self._receive_loop()
                 tg.cancel_scope.cancel()
         finally:
@@ -256,36 +255,33 @@ class Link:
         if self._scope is not None:
             self._scope.cancel()
 
-    async def _watch_silence(self) -> None:
-        """Drop the link once the agent has been silent for `dead_after`. The agent says "alive"
-        every `heartbeat_s` and is answered by the server's WebSocket layer (the pong of its ping),
-        not here: an idle link costs this app one message in per period, and this task wakes only
-        when the silence could have grown too long, about once in two or three periods."""
-        limit = protocol.dead_after(self.heartbeat_s)
-        while True:
-            silence = anyio.current_time() - self._last_received
-            if silence > limit:
-                log.warning("agent of server %s silent for %.1f s: dropping its link", self.session.server_id, silence)
-                self.close(protocol.CLOSE_HEARTBEAT_TIMEOUT)
-                return
-            await anyio.sleep(limit - silence + 0.001)
-
     async def _receive_loop(self) -> None:
+        """Receive until the agent leaves, breaks the protocol, or has been silent for
+        `dead_after`. The agent says "alive" every `heartbeat_s` and is answered by the server's
+        WebSocket layer (the pong of its ping), not here: an idle link costs this app one message
+        in per period. The silence is timed by a deadline moved on at each message, not by a task
+        of its own per link, which held memory as long as the link lived (benchmarks/fleet.py)."""
         # Never awaits a send: the agent may be blocked sending to us, and both would wait forever.
-        while True:
-            message = await self.websocket.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            self._last_received = anyio.current_time()
-            try:
-                if message.get("bytes") is not None:
-                    self._on_binary(message["bytes"])
-                elif message.get("text") is not None:
-                    self._on_text(message["text"])
-            except ProtocolError as exc:
-                log.warning("agent of server %s broke the protocol: %s", self.session.server_id, exc)
-                self.close_code = protocol.CLOSE_PROTOCOL_ERROR
-                return
+        limit = protocol.dead_after(self.heartbeat_s)
+        with anyio.CancelScope(deadline=self._last_received + limit) as silence:
+            while True:
+                message = await self.websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                self._last_received = anyio.current_time()
+                silence.deadline = self._last_received + limit
+                try:
+                    if message.get("bytes") is not None:
+                        self._on_binary(message["bytes"])
+                    elif message.get("text") is not None:
+                        self._on_text(message["text"])
+                except ProtocolError as exc:
+                    log.warning("agent of server %s broke the protocol: %s", self.session.server_id, exc)
+                    self.close_code = protocol.CLOSE_PROTOCOL_ERROR
+                    return
+        silent = anyio.current_time() - self._last_received
+        log.warning("agent of server %s silent for %.1f s: dropping its link", self.session.server_id, silent)
+        self.close_code = protocol.CLOSE_HEARTBEAT_TIMEOUT
 
     def _on_binary(self, frame: bytes) -> None:
         cid, payload = protocol.unpack_binary(frame)

@@ -609,15 +609,34 @@ async def test_turns_are_given_in_order_at_the_rate_links_are_registered() -> No
     admission = Admission(limit=0)
     turns = [admission.retry_after() for _ in range(int(ASSUMED_LINKS_PER_S) * 3)]
     assert turns == sorted(turns) and turns[0] == 0 and turns[-1] == 3  # 600 turns at 200/s
-    admission = Admission(limit=10_000)
+    cpu_s = [0.0]  # the process's CPU clock, as the admission reads it: 2 ms a link
+    admission = Admission(limit=10_000, cpu_clock=lambda: cpu_s[0])
     for _ in range(2_000):  # 2,000 registered at once: 1,000/s over the rate's 2 s window
         assert admission.enter()
+        cpu_s[0] += 0.002
         admission.leave(registered=True)
     for _ in range(1_000):
         assert admission.enter()  # being set up: served before any turn
     assert admission.retry_after() == 1 and Admission(limit=1).rate(anyio.current_time()) == ASSUMED_LINKS_PER_S
     turns = [admission.retry_after() for _ in range(3_000)]
     assert turns[-1] == 4  # (1,000 pending + 3,000 turned away) at 1,000/s
+
+
+@pytest.mark.anyio
+async def test_turns_are_given_at_the_pace_the_links_cpu_cost_affords() -> None:
+    # A control plane whose turns let 100 links a second in registers 100 a second: the turns
+    # go at what those links cost it (1 ms of CPU each: 800/s at BUSY_SHARE), not at 100/s.
+    from control_plane.hub.admission import BUSY_SHARE, Admission
+
+    cpu_s = [0.0]
+    admission = Admission(limit=10_000, cpu_clock=lambda: cpu_s[0])
+    for _ in range(200):
+        assert admission.enter()
+        cpu_s[0] += 0.001
+        admission.leave(registered=True)
+    assert admission.rate(anyio.current_time()) == pytest.approx(BUSY_SHARE / 0.001)
+    turns = [admission.retry_after() for _ in range(1_600)]
+    assert turns == sorted(turns) and turns[-1] == 2  # 1,600 at 800/s; at 200/s the last waited 8 s
 
 
 @pytest.mark.anyio
