@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends
@@ -12,7 +12,9 @@ from starlette.requests import HTTPConnection
 
 from contract.errors import AgentError, AgentOffline, AgentTimeout, ApiError, TierRequired, Unauthenticated
 from control_plane.audit import store as audit
+from control_plane.auth.identities import IdentityCache
 from control_plane.auth.principal import Principal, capabilities_for
+from control_plane.auth.secrets import hash_token
 from control_plane.auth.store import identity_for_token
 from control_plane.auth.throttle import LoginThrottle
 from control_plane.bus import BusAway
@@ -44,6 +46,11 @@ class Fleet:
     login_throttle: LoginThrottle
     # Other control-plane processes on the same database, over the bus (None: this one alone).
     replicas: Replicas | None = None
+    # Callers by token, forgotten on this process's writes to their tables (`watch`, below).
+    identities: IdentityCache = field(default_factory=IdentityCache)
+
+    def __post_init__(self) -> None:
+        self.identities.watch(self.db.engine)
 
     async def agent_online(self, server_id: str) -> bool:
         """Linked here, or to another live replica."""
@@ -138,8 +145,14 @@ async def authenticate(request: HTTPConnection) -> Principal:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthenticated("missing bearer token")
-    row = await fleet_of(request).db.read(identity_for_token, token.strip())
-    if row is None or (row["expires_at"] and parse(row["expires_at"]) <= utcnow()):
+    fleet, token_hash, now = fleet_of(request), hash_token(token.strip()), utcnow()
+    kept = fleet.identities.get(token_hash, now)
+    if kept is not None:
+        return kept
+    generation = fleet.identities.generation  # before the read: a write during it makes it stale
+    row = await fleet.db.read(identity_for_token, token.strip())
+    expires_at = parse(row["expires_at"]) if row is not None and row["expires_at"] else None
+    if row is None or (expires_at is not None and expires_at <= now):
         raise Unauthenticated("unknown or expired token")
     if row["token_kind"] == "api" and row["plan"] != "max":
         raise TierRequired(
@@ -147,7 +160,9 @@ async def authenticate(request: HTTPConnection) -> Principal:
             details={"required_plan": "max", "current_plan": row["plan"]},
         )
     granted = capabilities_for(row["role"], bool(row["super_admin"]), row["narrowed"])
-    return Principal.model_validate({**row, "capabilities": granted})
+    principal = Principal.model_validate({**row, "capabilities": granted})
+    fleet.identities.keep(token_hash, principal, expires_at, generation)
+    return principal
 
 
 Caller = Annotated[Principal, Depends(authenticate)]
