@@ -10,8 +10,10 @@ hypercorn's trio worker `fleetdeck local`'s):
   `control_plane.serving.serve_asgi`, the very code and settings that serve the product, in a
   process of its own;
 - one control plane: `fleetdeck local` (SQLite; its own agent runs in its process, idle) with a
-  second agent in its own process (as on a real server), whose root scope holds a folder of 20
-  small files;
+  second server whose agent is its own process (as on a real server), over a home of its own: a
+  folder of 20 small files and no site, so that a `site.list` job costs the agent next to
+  nothing and the figure is the control plane's (the demo site's 20,000 files would make each
+  job a walk of its tree);
 - with `--replicas K`: K `fleetdeck serve` replicas on one PostgreSQL database with NATS as their
   bus (as benchmarks/fleet.py and tests/control_plane/replicas start them), one agent process linked
   to the first; the reference is then K bare processes.
@@ -279,14 +281,34 @@ def warm_up(base_url: str, token: str, server_id: str) -> None:
             raise RuntimeError(f"the warm-up job ended {job['status']}: {job}")
 
 
+@contextmanager
+def agent_process(base_url: str, token: str, agent_token: str, server_id: str, folder: Path) -> Iterator[int]:
+    """An agent process (as on a real server) over a home of its own holding the folder of small
+    files and no site (so `site.list` is the job's bookkeeping, not a walk of a site's tree);
+    yields its pid once the control plane lists it online."""
+    home, state = folder / "home", folder / "agent-state"
+    home.mkdir()
+    state.mkdir()
+    write_files(home)
+    agent = start_agent(base_url, agent_token, home, state, stderr=subprocess.DEVNULL)
+    try:
+        wait_online(base_url, token, server_id)
+        yield agent.pid
+    finally:
+        agent.terminate()
+        agent.wait(10)
+
+
 def one_control_plane(server: ServerName, folder: Path, connections: int, seconds: float) -> tuple[Run, Run]:
     """(bare route, product) with one control plane."""
     with bare_routes(server, 1) as (urls, pids):
         drive(urls, wrk_script(folder, None), "-", connections, 1, [])  # warm up
         bare = drive(urls, wrk_script(folder, None), "-", connections, seconds, pids)
     with local_stack({"FLEETDECK_SERVER": server}) as stack:
-        write_files(stack.data_dir / "home")
-        with stack.separate_agent("bench-agent", "--host-layout", str(stack.host_layout)) as server_id:
+        headers = {"Authorization": f"Bearer {stack.token}"}
+        created = httpx.post(f"{stack.base_url}/v1/servers", json={"name": "bench", "kind": "full"}, headers=headers)
+        server_id = created.raise_for_status().json()["server"]["id"]
+        with agent_process(stack.base_url, stack.token, created.json()["agent_token"], server_id, folder):
             warm_up(stack.base_url, stack.token, server_id)
             script = wrk_script(folder, server_id)
             drive([stack.base_url], script, stack.token, connections, 1, [])
@@ -321,15 +343,8 @@ def replicas(server: ServerName, count: int, folder: Path, connections: int, sec
             members.append(replica)
         base = members[0].base_url
         token = httpx.post(f"{base}/v1/auth/login", json={"email": "owner@acme.test", "password": password}).json()
-        home, state = folder / "home", folder / "agent-state"
-        home.mkdir()
-        state.mkdir()
-        write_files(home)
-        agent = start_agent(base, str(created["agent_token"]), home, state, stderr=subprocess.DEVNULL)
-        running.callback(agent.wait, 10)
-        running.callback(agent.terminate)
         server_id = str(created["id"])
-        wait_online(base, token["token"], server_id)
+        running.enter_context(agent_process(base, token["token"], str(created["agent_token"]), server_id, folder))
         for member in members:
             warm_up(member.base_url, token["token"], server_id)
         script = wrk_script(folder, server_id)
