@@ -74,7 +74,7 @@ async def server_row(fleet: Fleet, caller_org: str, server_id: str) -> dict[str,
 
 @router.get("/servers", response_model=ServerList)
 async def list_servers(caller: Caller, fleet: FleetDep) -> ServerList:
-    rows = await fleet.db.run(store.list_servers, caller.org_id)
+    rows = await fleet.db.read(store.list_servers, caller.org_id)
     elsewhere = await fleet.linked_elsewhere([r["id"] for r in rows if not fleet.hub.is_online(r["id"])])
     return ServerList(
         servers=[server_model(r, fleet.hub.session(r["id"]), linked_elsewhere=r["id"] in elsewhere) for r in rows]
