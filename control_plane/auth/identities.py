@@ -8,8 +8,8 @@ one token, so the principal it resolves to is kept here.
 How a kept principal stays correct (a security decision; docs/security-load.md):
 
 - Any write that this process makes to the tables a principal comes from (tokens, users, orgs,
-  memberships: a logout, a revoked API token, a role changed or a member removed, a plan changed
-  through the API) forgets every kept principal, at the statement and again at its commit (a read
+  memberships: a revoked API token, and any role, membership, user or plan change made
+  through this process) forgets every kept principal, at the statement and again at its commit (a read
   between the two could otherwise keep the row from before the commit). The watch is on the engine,
   so no route has to remember to call it.
 - A change made by another process (another replica on the same database, `fleetdeck admin
