@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from control_plane.auth import store
-from control_plane.auth.identities import IdentityCache
+from control_plane.auth.identities import identity_cache
 from control_plane.auth.principal import Principal
 from control_plane.auth.secrets import hash_token
-from control_plane.clock import utcnow
 from control_plane.servers import store as servers
+from control_plane.state import kept_servers
 from control_plane.storage import Database
 
 
@@ -37,34 +37,46 @@ def _owner_session(db: Database) -> tuple[str, str, Principal]:
 
 
 def test_a_write_to_an_identity_table_forgets_what_was_kept(database: Database) -> None:
-    identities = IdentityCache()
+    identities = identity_cache()
     identities.watch(database.engine)
     token, org_id, principal = _owner_session(database)
-    identities.keep(hash_token(token), principal, None, identities.generation)
-    assert identities.get(hash_token(token), utcnow()) is principal
+    identities.keep(hash_token(token), (principal, None), identities.generation)
+    assert identities.get(hash_token(token)) == (principal, None)
     database.run_sync(store.set_org_plan, org_id, "plus")
-    assert identities.get(hash_token(token), utcnow()) is None
+    assert identities.get(hash_token(token)) is None
 
 
 def test_a_principal_read_before_a_write_is_not_kept(database: Database) -> None:
-    identities = IdentityCache()
+    identities = identity_cache()
     identities.watch(database.engine)
     token, org_id, principal = _owner_session(database)
     generation = identities.generation  # as authenticate reads it, before its lookup
     database.run_sync(store.set_org_plan, org_id, "plus")  # a write lands during the lookup
-    identities.keep(hash_token(token), principal, None, generation)
-    assert identities.get(hash_token(token), utcnow()) is None
+    identities.keep(hash_token(token), (principal, None), generation)
+    assert identities.get(hash_token(token)) is None
 
 
-def test_other_writes_and_expiry(database: Database) -> None:
-    """A write to another table keeps what was kept; an expired token's principal is never used."""
-    identities = IdentityCache()
+def test_a_write_to_another_table_keeps_what_was_kept(database: Database) -> None:
+    identities = identity_cache()
     identities.watch(database.engine)
     token, org_id, principal = _owner_session(database)
-    identities.keep(hash_token(token), principal, utcnow() + timedelta(minutes=5), identities.generation)
+    identities.keep(hash_token(token), (principal, None), identities.generation)
     database.run_sync(store.create_api_token, principal.user_id, org_id, "ci")  # tokens: watched
-    assert identities.get(hash_token(token), utcnow()) is None
-    identities.keep(hash_token(token), principal, utcnow() + timedelta(minutes=5), identities.generation)
+    assert identities.get(hash_token(token)) is None
+    identities.keep(hash_token(token), (principal, None), identities.generation)
     database.run_sync(servers.create_server, org_id, "web-1", "full", None)  # servers: not watched
-    assert identities.get(hash_token(token), utcnow()) is principal
-    assert identities.get(hash_token(token), utcnow() + timedelta(minutes=6)) is None
+    assert identities.get(hash_token(token)) == (principal, None)
+
+
+def test_a_kept_server_row_is_forgotten_when_the_server_is_deleted(database: Database) -> None:
+    """`Fleet.servers_kept`, which `server_row` answers from: a delete through the engine."""
+    kept = kept_servers()
+    kept.watch(database.engine)
+    _, org_id, _ = _owner_session(database)
+    row, _ = database.run_sync(servers.create_server, org_id, "web-1", "full", None)
+    kept.keep((org_id, row["id"]), row, kept.generation)
+    assert kept.get((org_id, row["id"])) == row
+    database.run_sync(store.set_org_plan, org_id, "plus")  # orgs: not the servers' table
+    assert kept.get((org_id, row["id"])) == row
+    assert database.run_sync(servers.delete_server, org_id, row["id"])
+    assert kept.get((org_id, row["id"])) is None
