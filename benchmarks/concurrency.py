@@ -287,7 +287,7 @@ def agent_process(base_url: str, token: str, agent_token: str, server_id: str, f
     files and no site (so `site.list` is the job's bookkeeping, not a walk of a site's tree);
     yields its pid once the control plane lists it online."""
     home, state = folder / "home", folder / "agent-state"
-    home.mkdir()
+    home.mkdir(parents=True)
     state.mkdir()
     write_files(home)
     agent = start_agent(base_url, agent_token, home, state, stderr=subprocess.DEVNULL)
@@ -308,7 +308,7 @@ def one_control_plane(server: ServerName, folder: Path, connections: int, second
         headers = {"Authorization": f"Bearer {stack.token}"}
         created = httpx.post(f"{stack.base_url}/v1/servers", json={"name": "bench", "kind": "full"}, headers=headers)
         server_id = created.raise_for_status().json()["server"]["id"]
-        with agent_process(stack.base_url, stack.token, created.json()["agent_token"], server_id, folder):
+        with agent_process(stack.base_url, stack.token, created.json()["agent_token"], server_id, folder / "one"):
             warm_up(stack.base_url, stack.token, server_id)
             script = wrk_script(folder, server_id)
             drive([stack.base_url], script, stack.token, connections, 1, [])
@@ -344,7 +344,8 @@ def replicas(server: ServerName, count: int, folder: Path, connections: int, sec
         base = members[0].base_url
         token = httpx.post(f"{base}/v1/auth/login", json={"email": "owner@acme.test", "password": password}).json()
         server_id = str(created["id"])
-        running.enter_context(agent_process(base, token["token"], str(created["agent_token"]), server_id, folder))
+        agent_folder = folder / "replicas"
+        running.enter_context(agent_process(base, token["token"], str(created["agent_token"]), server_id, agent_folder))
         for member in members:
             warm_up(member.base_url, token["token"], server_id)
         script = wrk_script(folder, server_id)
