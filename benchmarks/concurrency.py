@@ -34,8 +34,10 @@ Measured (uvicorn, 50 clients, 10 s; this 2-core machine shared with other helpe
 average 6 to 10): the bare route 1,700-4,800 requests/s; one control plane 124-193 requests/s
 before issue 26's changes (ratio 0.03-0.08; 284-365 requests per CPU-second) and 154-347 after
 (0.03-0.11; 472-662 per CPU-second); three replicas 112-159 before (130-160 per CPU-second) and
-173-211 after (220-289). 0 errors in every run. The ratio stays far below the 0.5 asked; the CPU
-cost per request fell by some 40 %, which the wall-clock rates on this loaded machine do not show.
+173-211 after (220-289). 0 errors in every run. Once the machine was quiet (load average 2), one pair: one control plane
+259 -> 532 requests/s (ratio 0.06 -> 0.13; p50/p99 200/493 -> 106/279 ms; 305 -> 686 per
+CPU-second), three replicas 147 -> 330 (0.02 -> 0.04; 132 -> 326 per CPU-second). The ratio stays
+far below the 0.5 asked.
 
 Limits, plainly: wrk's latency is over all five kinds at once (wrk's Lua cannot tell one kind's
 answer time from another's); a job slot that polls counts each poll as a request; the agent,
