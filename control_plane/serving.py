@@ -298,9 +298,32 @@ async def serve_fleet(
     # the process: out of the cyclic collector's way, a full collection no longer walks it again
     # each time (128 ms each here, many times over in a storm of thousands of agent links).
     gc.freeze()
+    await serve_asgi(
+        fleet.settings.server,
+        app,
+        sock,
+        shutdown_trigger=shutdown_trigger,
+        link_turn=fleet.hub.turn_if_busy,
+        task_status=task_status,
+    )
+
+
+async def serve_asgi(
+    server: ServerName,
+    app: Any,
+    sock: socket.socket,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    link_turn: Callable[[], int | None] | None = None,
+    task_status: anyio.abc.TaskStatus[list[str]] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve any ASGI `app` on `sock` with `server`, configured as the fleet's app is: what
+    `serve_fleet` runs, and what benchmarks/concurrency.py serves its bare route with, so the two
+    are measured on the same server. `link_turn`: the hub's early refusal of agent links (uvicorn
+    asks it before an upgrade; none without a hub)."""
     trigger = shutdown_trigger or anyio.sleep_forever
-    if fleet.settings.server == "uvicorn":
-        await _serve_uvicorn(app, sock, trigger, fleet.hub.turn_if_busy, task_status)
+    if server == "uvicorn":
+        await _serve_uvicorn(app, sock, trigger, link_turn or _no_link_turns, task_status)
     else:
         await _serve_hypercorn(app, sock, trigger, task_status)
 
@@ -432,6 +455,10 @@ class _Uvicorn(uvicorn.Server):
         await super().startup(sockets)
         if self.started:
             self._on_listening()
+
+
+def _no_link_turns() -> int | None:
+    return None
 
 
 async def _serve_uvicorn(

@@ -112,30 +112,33 @@ def delete_api_token(conn: Connection, user_id: str, org_id: str, token_id: str)
     return result.rowcount > 0
 
 
+# Built once, with a bound parameter (as control_plane.servers.store's per-request reads are).
+_IDENTITY = (
+    sa.select(
+        tokens.c.kind.label("token_kind"),
+        tokens.c.expires_at,
+        users.c.id.label("user_id"),
+        users.c.email,
+        users.c.name,
+        users.c.super_admin,
+        orgs.c.id.label("org_id"),
+        orgs.c.name.label("org_name"),
+        orgs.c.plan,
+        memberships.c.role,
+        memberships.c.capabilities,
+    )
+    .select_from(
+        tokens.join(users, users.c.id == tokens.c.user_id)
+        .join(orgs, orgs.c.id == tokens.c.org_id)
+        .join(memberships, (memberships.c.user_id == users.c.id) & (memberships.c.org_id == orgs.c.id))
+    )
+    .where(tokens.c.token_hash == sa.bindparam("token_hash"))
+)
+
+
 def identity_for_token(conn: Connection, token: str) -> Row | None:
     """Everything a request needs to know about its caller, from one indexed lookup."""
-    query = (
-        sa.select(
-            tokens.c.kind.label("token_kind"),
-            tokens.c.expires_at,
-            users.c.id.label("user_id"),
-            users.c.email,
-            users.c.name,
-            users.c.super_admin,
-            orgs.c.id.label("org_id"),
-            orgs.c.name.label("org_name"),
-            orgs.c.plan,
-            memberships.c.role,
-            memberships.c.capabilities,
-        )
-        .select_from(
-            tokens.join(users, users.c.id == tokens.c.user_id)
-            .join(orgs, orgs.c.id == tokens.c.org_id)
-            .join(memberships, (memberships.c.user_id == users.c.id) & (memberships.c.org_id == orgs.c.id))
-        )
-        .where(tokens.c.token_hash == hash_token(token))
-    )
-    found = conn.execute(query).mappings().first()
+    found = conn.execute(_IDENTITY, {"token_hash": hash_token(token)}).mappings().first()
     if found is None:
         return None
     row = dict(found)

@@ -65,16 +65,24 @@ def server_model(row: dict[str, Any], session: AgentSession | None, *, linked_el
 
 
 async def server_row(fleet: Fleet, caller_org: str, server_id: str) -> dict[str, Any]:
-    """The caller's server, or 404: another org's server is indistinguishable from none."""
+    """The caller's server, or 404: another org's server is indistinguishable from none. Kept
+    for up to a second (`Fleet.servers_kept`): a server deleted or changed through this process is
+    read again at once; through another replica, within that second. A server's org never changes,
+    and the key holds it, so another org's server is never answered from what is kept."""
+    kept = fleet.servers_kept.get((caller_org, server_id))
+    if kept is not None:
+        return dict(kept)  # a copy: callers may add to it
+    generation = fleet.servers_kept.generation
     row = await fleet.db.read(store.get_server, caller_org, server_id)
     if row is None:
         raise NotFound("no such server")
+    fleet.servers_kept.keep((caller_org, server_id), dict(row), generation)
     return row
 
 
 @router.get("/servers", response_model=ServerList)
 async def list_servers(caller: Caller, fleet: FleetDep) -> ServerList:
-    rows = await fleet.db.run(store.list_servers, caller.org_id)
+    rows = await fleet.db.read(store.list_servers, caller.org_id)
     elsewhere = await fleet.linked_elsewhere([r["id"] for r in rows if not fleet.hub.is_online(r["id"])])
     return ServerList(
         servers=[server_model(r, fleet.hub.session(r["id"]), linked_elsewhere=r["id"] in elsewhere) for r in rows]

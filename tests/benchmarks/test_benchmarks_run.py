@@ -25,14 +25,16 @@ QUICK_TIMEOUT_S = 600
 
 # What a benchmark needs beyond the project's own packages: the programs it runs.
 PROGRAMS = {
+    "concurrency": ["wrk"],
     "load_balancers": ["wrk", "nginx", "haproxy"],
     "malware_scan": ["clamscan"],
     "serving": ["wrk"],
 }
-NEEDS_ROOT = {"jobs", "malware_scan"}  # site users; clamd's own folder
+NEEDS_ROOT = {"concurrency", "jobs", "malware_scan"}  # PostgreSQL's user; site users; clamd's own folder
 # What a quick run must print, beside its figures (a benchmark not named here: any figure). A
 # figure may have a thousands separator (grep searched at 1,031 MiB/s in one run).
 SAYS = {
+    "concurrency": r"(?m)^uvicorn, one control plane( +[\d,.]+){3} .*\n^uvicorn, 3 replicas( +[\d,.]+){3} ",
     "job_stream": r"arrived exactly as written: 2,000 of 2,000 lines",
     "malware_scan": r"(?m)^before: .* \d+\.\d\d s .* 30 files\n^after: .* \d+\.\d\d s .* 30 files$",
     "bus": r"NATS \(nats-py\) +round trip p50 .*\n(.*\n)?PostgreSQL NOTIFY +round trip p50",

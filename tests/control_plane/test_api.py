@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,9 @@ import pytest
 from api_client import Client
 from contract.errors import NotFound, TierRequired, Unauthenticated
 from contract.models import Scope
+from control_plane.auth.identities import KEEP_S
 from tests.conftest import Stack
+from tests.helpers import wait_until
 from tests.helpers.databases import query
 
 pytestmark = pytest.mark.stack_variants("sqlite", "postgresql", "uvicorn")
@@ -141,6 +144,20 @@ async def test_api_tokens_on_max_plan(stack: Stack) -> None:
             await api.auth.me()
 
 
+def test_a_revoked_api_token_is_refused_at_once_though_it_was_just_used(stack: Stack) -> None:
+    """The control plane keeps each token's principal for up to KEEP_S; a revocation through it
+    forgets them all at once (its write to `tokens` is seen by the engine's watch), so the very
+    next request with the token is refused, with no window."""
+    with stack.http() as http:
+        created = http.post("/v1/tokens", json={"name": "revoked-at-once"}).json()
+    with stack.http(created["token"]) as api, stack.http() as owner:
+        for _ in range(3):
+            assert api.get("/v1/me").status_code == 200  # read once, then kept
+        assert owner.delete(f"/v1/tokens/{created['id']}").status_code == 204
+        answer = api.get("/v1/me")
+        assert answer.status_code == 401 and error_code(answer) == "unauthenticated"
+
+
 def _other_org(stack: Stack, plan: str) -> tuple[str, str, str]:
     """A second org with an owner and a server; returns (email, password, server_id)."""
     name = f"org-{uuid.uuid4().hex[:8]}"
@@ -165,13 +182,20 @@ async def test_api_tokens_refused_below_max(stack: Stack) -> None:
 
 
 def test_api_token_stops_working_when_plan_drops(stack: Stack) -> None:
+    """`fleetdeck admin set-plan` is another process: a principal the control plane keeps
+    (control_plane.auth.identities) learns of it within KEEP_S of its last read."""
     email, password, _ = _other_org(stack, "max")
     token = stack.login(email, password)
     with stack.http(token) as http:
         api_token = http.post("/v1/tokens", json={"name": "x"}).json()["token"]
-    org_name = email.split("@")[1].removesuffix(".test")
-    stack.admin("set-plan", org_name, "--plan", "plus")
     with stack.http(api_token) as http:
+        assert http.get("/v1/me").status_code == 200  # now kept
+        org_name = email.split("@")[1].removesuffix(".test")
+        stack.admin("set-plan", org_name, "--plan", "plus")
+        changed = time.monotonic()
+        wait_until(lambda: http.get("/v1/me").status_code == 403, timeout=KEEP_S + 10)
+        # The bound, with room for a loaded machine's slow requests; never more than that.
+        assert time.monotonic() - changed < KEEP_S + 5
         answer = http.get("/v1/me")
         assert answer.status_code == 403 and error_code(answer) == "tier_required"
     with stack.http(token) as http:  # the session token keeps working on every plan
