@@ -90,25 +90,34 @@ KEEPALIVE_RATE_EACH = 10.0  # requests per second per keep-alive client
 # --- the static backends -------------------------------------------------------------------------
 
 
-def _backend_conf(folder: Path, port: int) -> str:
+def _nginx_head(folder: Path, workers: str) -> str:
+    """What every nginx of this benchmark starts with: in the foreground, its files in `folder`,
+    no access log, up to `http {` and its temporary folders."""
     temp = "\n".join(
         f"    {kind}_temp_path {folder / kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )
     return f"""daemon off;
-worker_processes 1;
+worker_processes {workers};
 pid {folder / "nginx.pid"};
 error_log {folder / "error.log"} warn;
 events {{ worker_connections 4096; }}
 http {{
     access_log off;
 {temp}
-    server {{
+"""
+
+
+def _backend_conf(folder: Path, port: int) -> str:
+    return (
+        _nginx_head(folder, "1")
+        + f"""    server {{
         listen 127.0.0.1:{port};
         root {folder / "www"};
         location / {{ index index.html; }}
     }}
 }}
 """
+    )
 
 
 def _nginx_argv(folder: Path) -> list[str]:
@@ -182,19 +191,10 @@ def _hand_nginx_conf(folder: Path, port: int, backends: Sequence[int]) -> str:
     has requests in flight (wrk's 64 connections, twice: a worker over its `keepalive` closes the
     surplus after each answer). Left at their defaults: `reuseport` (it bought nothing measurable
     here) and `keepalive_requests` (the documentation advises against raising it: memory)."""
-    temp = "\n".join(
-        f"    {kind}_temp_path {folder / kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    )
     servers = "\n".join(f"        server 127.0.0.1:{backend};" for backend in backends)
-    return f"""daemon off;
-worker_processes auto;
-pid {folder / "nginx.pid"};
-error_log {folder / "error.log"} warn;
-events {{ worker_connections 4096; }}
-http {{
-    access_log off;
-{temp}
-    upstream backends {{
+    return (
+        _nginx_head(folder, "auto")
+        + f"""    upstream backends {{
 {servers}
         keepalive 128;
     }}
@@ -211,6 +211,7 @@ http {{
     }}
 }}
 """
+    )
 
 
 def _hand_haproxy_conf(port: int, backends: Sequence[int]) -> str:
